@@ -1,0 +1,237 @@
+"""AArch64 assembler: one method per mnemonic of the encoding table, labels with fixups, an AAPCS64
+function builder and capstone disassembly.
+
+Methods are named after mnemonics (``b.eq`` is ``b_eq``, ``and`` is ``and_``); each picks the first
+table form whose operand kinds accept the arguments, and raises :class:`OperandError` listing the
+accepted forms otherwise.
+
+>>> from isa.aarch64.registers import x0, x1, z0, z1, z2, p0
+>>> from isa.aarch64.operands import vl
+>>> a = Assembler()
+>>> loop = a.label("loop")
+>>> a.ptrue(p0.s); a.bind(loop)
+>>> a.ld1w(z1.s, p0.z, vl(x0)); a.fmla(z0.s, p0.m, z1.s, z2.s); a.subs(x1, x1, 1); a.b_ne(loop)
+>>> print(a.disassemble())
+       0: 2598e3e0  ptrue p0.s
+       4: a540a001  ld1w {z1.s}, p0/z, [x0]
+       8: 65a20020  fmla z0.s, p0/m, z1.s, z2.s
+       c: f1000421  subs x1, x1, #1
+      10: 54ffffa1  b.ne #4
+"""
+from __future__ import annotations
+
+import keyword
+import struct
+
+from .encodings import FORMS, Form
+from .operands import Label, LabelKind, Mem
+from .registers import GPR, VReg, ZLane, ZReg, sp, x
+
+__all__ = ["Assembler", "Function", "OperandError", "disassemble"]
+
+
+class OperandError(TypeError):
+    """No form of a mnemonic accepts the given operands."""
+
+
+def _pyname(mnemonic: str) -> str:
+    name = mnemonic.replace(".", "_")
+    return name + "_" if keyword.iskeyword(name) else name
+
+
+# SVE condition aliases of b.cond (after ptest/whilelo set the flags)
+SVE_CONDS = {"first": "mi", "nfrst": "pl", "none": "eq", "any": "ne", "last": "lo", "nlast": "hs",
+             "pmore": "hi", "plast": "ls", "tcont": "ge", "tstop": "lt"}
+
+
+class Assembler:
+    """Collects instruction words; labels are resolved when :meth:`code` is called."""
+
+    def __init__(self):
+        self.words: list[int] = []
+        self.fixups: list[tuple[int, LabelKind, Label]] = []
+        self.used: set[tuple[str, int]] = set()   # ("x", n) / ("v", n) registers touched
+
+    # -- core
+    def emit(self, mnemonic: str, *ops) -> None:
+        """Encode one instruction, e.g. ``emit("fmla", z0.s, p0.m, z1.s, z2.s)``."""
+        forms: list[Form] = FORMS.get(mnemonic, [])
+        if not forms:
+            raise OperandError(f"unknown mnemonic {mnemonic!r}")
+        for form in forms:
+            full = form.fill(ops)
+            if full is not None and form.match(full):
+                break
+        else:
+            accepted = "\n  ".join(f.signature() for f in forms)
+            given = ", ".join(str(o) for o in ops)
+            raise OperandError(f"{mnemonic} {given}: no form accepts these operands; accepted forms:\n  {accepted}")
+        for k, op in zip(form.kinds, full):
+            if isinstance(op, Label):
+                self.fixups.append((len(self.words), k, op))
+            self._track(op)
+        self.words.append(form.encode(full))
+
+    def _track(self, op) -> None:
+        if isinstance(op, GPR) and op.num < 31:
+            self.used.add(("x", op.num))
+        elif isinstance(op, (ZReg, VReg)):
+            self.used.add(("v", op.num))
+        elif isinstance(op, ZLane):
+            self.used.add(("v", op.reg.num))
+        elif isinstance(op, Mem):
+            self._track(op.base)
+            if op.index is not None:
+                self._track(op.index)
+
+    def word(self, value: int) -> None:
+        """Emit a raw 32-bit word."""
+        self.words.append(value & 0xFFFFFFFF)
+
+    @property
+    def pc(self) -> int:
+        """Current offset in bytes."""
+        return 4 * len(self.words)
+
+    def label(self, name: str = "") -> Label:
+        """A new unbound label."""
+        return Label(name)
+
+    def bind(self, label: Label) -> None:
+        """Place ``label`` at the current offset."""
+        if label.offset is not None:
+            raise ValueError(f"label {label.name!r} bound twice")
+        label.offset = self.pc
+
+    def code(self) -> bytes:
+        """The machine code with all branch targets resolved."""
+        words = list(self.words)
+        for index, kind, label in self.fixups:
+            if label.offset is None:
+                raise ValueError(f"label {label.name!r} used but never bound")
+            words[index] |= kind.patch(label.offset - 4 * index)
+        return struct.pack(f"<{len(words)}I", *words)
+
+    def disassemble(self, address: int = 0) -> str:
+        """The code as text via capstone (``ImportError`` when capstone is not installed)."""
+        return disassemble(self.code(), address)
+
+    # -- helpers built from table instructions
+    def mov_imm(self, reg: GPR, value: int) -> None:
+        """Load any 64-bit (or 32-bit for a w register) constant with movz/movn + movk.
+
+        >>> from isa.aarch64.registers import x3
+        >>> a = Assembler(); a.mov_imm(x3, 0x123400005678); len(a.words)
+        2
+        """
+        from .operands import LSL
+        bits = reg.bits
+        value &= (1 << bits) - 1
+        chunks = [(value >> s) & 0xFFFF for s in range(0, bits, 16)]
+        inverted = sum(c == 0xFFFF for c in chunks) > sum(c == 0 for c in chunks)
+        fill = 0xFFFF if inverted else 0
+        first = True
+        for i, c in enumerate(chunks):
+            if c == fill and not (first and i == len(chunks) - 1):
+                continue
+            if first:
+                self.emit("movn" if inverted else "movz", reg, (c ^ fill) if inverted else c, LSL(16 * i))
+                first = False
+            else:
+                self.emit("movk", reg, c, LSL(16 * i))
+        if first:
+            self.emit("movn" if inverted else "movz", reg, 0, LSL(0))
+
+
+def _make_method(mnemonic: str):
+    def method(self, *ops):
+        self.emit(mnemonic, *ops)
+    method.__name__ = _pyname(mnemonic)
+    method.__doc__ = "\n".join(["Forms:"] + [f"    {f.signature()}" for f in FORMS[mnemonic]])
+    return method
+
+
+for _mn in FORMS:
+    setattr(Assembler, _pyname(_mn), _make_method(_mn))
+for _alias, _cond in SVE_CONDS.items():
+    setattr(Assembler, f"b_{_alias}", _make_method(f"b.{_cond}"))
+del _mn, _alias, _cond
+
+
+def disassemble(code: bytes, address: int = 0) -> str:
+    """Disassemble AArch64 code with capstone, one ``address: word  text`` line per instruction.
+
+    >>> print(disassemble(bytes.fromhex("c0035fd6")))
+           0: d65f03c0  ret
+    """
+    import capstone
+    md = capstone.Cs(capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM)
+    lines = []
+    for off in range(0, len(code) - len(code) % 4, 4):
+        word = int.from_bytes(code[off:off + 4], "little")
+        ins = list(md.disasm(code[off:off + 4], address + off))
+        text = f"{ins[0].mnemonic} {ins[0].op_str}".strip() if ins else f".word 0x{word:08x}"
+        lines.append(f"{address + off:8x}: {word:08x}  {text}")
+    return "\n".join(lines)
+
+
+class Function:
+    """An AAPCS64 function: integer/pointer arguments arrive in x0-x7; the callee-saved registers the
+    body touches (x19-x28, x29/x30, and the low 64 bits of v8-v15 / z8-z15) are saved in a
+    prologue that keeps sp 16-byte aligned; ``frame`` bytes of scratch stack sit at ``[sp]``.
+
+    >>> from isa.aarch64.registers import x19, x0
+    >>> f = Function(nargs=1)
+    >>> f.asm.mov(x19, f.args[0]); f.asm.add(x0, x19, 1); f.ret()
+    >>> print(disassemble(f.code()))   # doctest: +NORMALIZE_WHITESPACE
+           0: f81f0ff3  str x19, [sp, #-0x10]!
+           4: aa0003f3  mov x19, x0
+           8: 91000660  add x0, x19, #1
+           c: 14000001  b #0x10
+          10: f84107f3  ldr x19, [sp], #0x10
+          14: d65f03c0  ret
+    """
+
+    def __init__(self, nargs: int = 0, frame: int = 0):
+        if not 0 <= nargs <= 8:
+            raise ValueError("at most 8 register arguments (x0-x7)")
+        self.asm = Assembler()
+        self.args = tuple(x[:nargs])
+        self.frame = (frame + 15) & ~15
+        self._exit = Label("epilogue")
+
+    def ret(self) -> None:
+        """Return from the function (branches to the shared epilogue)."""
+        self.asm.b(self._exit)
+
+    def saved(self) -> tuple[list[GPR], list[VReg]]:
+        """Callee-saved registers the body uses: general, then SIMD&FP (d views)."""
+        from .registers import d
+        gp = [x[n] for n in range(19, 31) if ("x", n) in self.asm.used]
+        fp = [d[n] for n in range(8, 16) if ("v", n) in self.asm.used]
+        return gp, fp
+
+    def _save_restore(self, a: Assembler, regs: list, store: bool) -> None:
+        from .operands import post, pre
+        pairs = [regs[i:i + 2] for i in range(0, len(regs), 2)]
+        for pair in (pairs if store else reversed(pairs)):
+            if len(pair) == 2:
+                (a.stp(*pair, pre(sp, -16)) if store else a.ldp(*pair, post(sp, 16)))
+            else:
+                (a.str(pair[0], pre(sp, -16)) if store else a.ldr(pair[0], post(sp, 16)))
+
+    def code(self) -> bytes:
+        """Prologue + body + epilogue as bytes (position independent)."""
+        gp, fp = self.saved()
+        pro, epi = Assembler(), Assembler()
+        self._save_restore(pro, gp, True)
+        self._save_restore(pro, fp, True)
+        if self.frame:
+            pro.sub(sp, sp, self.frame)
+            epi.add(sp, sp, self.frame)
+        self._save_restore(epi, fp, False)
+        self._save_restore(epi, gp, False)
+        epi.ret()
+        if self._exit.offset is None:
+            self.asm.bind(self._exit)
+        return pro.code() + self.asm.code() + epi.code()

@@ -1,0 +1,78 @@
+"""Executable memory that is never writable and executable at the same time (W^X).
+
+Code is copied into pages mapped read+write, then the pages are switched to read+execute with
+``mprotect``. The pages are unmapped when the owning :class:`ExecutableMemory` is collected.
+"""
+import ctypes
+import mmap
+import platform
+import weakref
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_long)
+_libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+
+PAGE = mmap.PAGESIZE
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def _os_error(what):
+    errno = ctypes.get_errno()
+    return OSError(errno, f"{what} failed: {ctypes.cast(_libc.strerror(errno), ctypes.c_char_p).value}")
+
+
+_libc.strerror.restype = ctypes.c_void_p
+
+
+def _flush_icache(address, size):
+    """AArch64 needs the instruction cache synchronized with the data just written."""
+    if platform.machine() not in ("aarch64", "arm64"):
+        return
+    for name in ("libgcc_s.so.1", None):
+        lib = ctypes.CDLL(name)
+        fn = getattr(lib, "__clear_cache", None) or getattr(lib, "__aarch64_sync_cache_range", None)
+        if fn is not None:
+            fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
+            fn(address, address + size)
+            return
+    raise OSError("cannot synchronize the instruction cache: __clear_cache not found in libgcc_s")
+
+
+class ExecutableMemory:
+    """Read+execute pages holding ``code`` (bytes); unmapped when this object is collected.
+
+    >>> mem = ExecutableMemory(b"\\xc3")      # ret
+    >>> mem.size >= 1 and mem.address % 4096 == 0
+    True
+    """
+
+    __slots__ = ("address", "size", "_finalizer", "__weakref__")
+
+    def __init__(self, code: bytes):
+        if not code:
+            raise ValueError("ExecutableMemory needs at least one byte of code")
+        size = (len(code) + PAGE - 1) // PAGE * PAGE
+        addr = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE,
+                          mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+        if addr in (None, _MAP_FAILED):
+            raise _os_error("mmap")
+        ctypes.memmove(addr, code, len(code))
+        if _libc.mprotect(addr, size, mmap.PROT_READ | mmap.PROT_EXEC) != 0:
+            err = _os_error("mprotect")
+            _libc.munmap(addr, size)
+            raise err
+        _flush_icache(addr, len(code))
+        self.address = addr
+        self.size = size
+        self._finalizer = weakref.finalize(self, _libc.munmap, addr, size)
+
+    def free(self):
+        """Unmap now (the object must not be called afterwards)."""
+        self._finalizer()
+
+    @property
+    def alive(self):
+        return self._finalizer.alive

@@ -1,0 +1,118 @@
+"""Functions that follow the System V AMD64 ABI, built around an :class:`Assembler` body.
+
+The builder hands out the argument registers, saves the callee-saved registers the body uses,
+keeps the stack 16-byte aligned, issues ``vzeroupper`` on exit after AVX code, and returns a
+:class:`JitFunction` callable from Python through ctypes (the interpreter lock is released for
+the call).
+
+>>> from isa.x86.registers import rax
+>>> fn = Function("add", ["i64", "i64"], returns="i64")
+>>> x, y = fn.args
+>>> fn.asm.lea(rax, [x + y])
+>>> fn.finalize()(2, 40)
+42
+"""
+import ctypes
+
+from .assembler import Assembler
+from .disasm import disassemble
+from .registers import REGISTERS, gpr, r10, r11, rsp
+from ..memory import ExecutableMemory
+
+CTYPES = {
+    "i64": ctypes.c_int64, "u64": ctypes.c_uint64, "i32": ctypes.c_int32, "u32": ctypes.c_uint32,
+    "ptr": ctypes.c_void_p, "f32": ctypes.c_float, "f64": ctypes.c_double, "object": ctypes.py_object,
+    None: None,
+}
+INT_ARGS = [REGISTERS[n] for n in ("rdi", "rsi", "rdx", "rcx", "r8", "r9")]
+STACK_ARGS = [r10, r11]          # arguments 7 and 8 are loaded here by the prologue
+CALLEE_SAVED = [REGISTERS[n] for n in ("rbx", "rbp", "r12", "r13", "r14", "r15")]
+
+
+class JitFunction:
+    """Machine code in executable memory plus a ctypes entry point; keeps the memory alive."""
+
+    def __init__(self, name, code, argtypes, restype):
+        self.name, self.code = name, code
+        self.memory = ExecutableMemory(code)
+        self.address = self.memory.address
+        self.signature = (restype, tuple(argtypes))
+        self.cfunc = ctypes.CFUNCTYPE(CTYPES[restype], *(CTYPES[t] for t in argtypes))(self.address)
+
+    def __call__(self, *args):
+        return self.cfunc(*args)
+
+    def disassemble(self) -> str:
+        """The function's machine code as Intel-syntax text."""
+        return disassemble(self.code)
+
+    def __repr__(self):
+        return f"<JitFunction {self.name} at {self.address:#x}, {len(self.code)} bytes>"
+
+
+class Function:
+    """Build one System V function: emit the body with ``fn.asm``, then :meth:`finalize`.
+
+    ``args`` are type names: i64, u64, i32, u32, ptr, object (a PyObject*), f32, f64.
+    ``fn.args`` gives the register holding each argument at entry (xmm registers for floats).
+    ``fn.stack(nbytes)`` reserves an aligned scratch area at ``[rsp]`` inside the body.
+    """
+
+    def __init__(self, name, args=(), returns=None):
+        for t in list(args) + [returns]:
+            if t not in CTYPES:
+                raise TypeError(f"argument type {t!r} is not one of {sorted(k for k in CTYPES if k)}")
+        self.name, self.argtypes, self.returns = name, list(args), returns
+        self.asm = Assembler()
+        self._epilogue = self.asm.label("epilogue")
+        self._stack = 0
+        ints = [t for t in args if t not in ("f32", "f64")]
+        if len(ints) > len(INT_ARGS) + len(STACK_ARGS):
+            raise TypeError(f"{name}: at most {len(INT_ARGS) + len(STACK_ARGS)} integer arguments are "
+                            "supported; pass a pointer to an argument table instead")
+        if len(args) - len(ints) > 8:
+            raise TypeError(f"{name}: at most 8 floating-point arguments are supported")
+        regs, n_int, n_float = [], 0, 0
+        for t in args:
+            if t in ("f32", "f64"):
+                regs.append(REGISTERS[f"xmm{n_float}"])
+                n_float += 1
+            else:
+                regs.append((INT_ARGS + STACK_ARGS)[n_int])
+                n_int += 1
+        self.args = regs
+
+    def stack(self, nbytes):
+        """Reserve ``nbytes`` of scratch at [rsp] (16-byte aligned) for the body."""
+        self._stack = max(self._stack, (nbytes + 15) // 16 * 16)
+        return rsp
+
+    def ret(self):
+        """Return from anywhere in the body (the result is what the body left in rax/xmm0)."""
+        self.asm.jmp(self._epilogue)
+
+    def finalize(self) -> JitFunction:
+        """Add prologue and epilogue, encode, load into executable memory."""
+        body = self.asm
+        used64 = {gpr(r.num) for r in body.used if r.kind in ("r64", "r32", "r16", "r8")}
+        saved = [r for r in CALLEE_SAVED if r in used64]
+        uses_avx = any(r.kind in ("ymm", "zmm") or (r.kind == "xmm" and r.num >= 16) for r in body.used)
+        n_stack_args = max(0, sum(t not in ("f32", "f64") for t in self.argtypes) - len(INT_ARGS))
+        pro = Assembler()
+        for i in range(n_stack_args):                      # before any push: [rsp] is the return address
+            pro.mov(STACK_ARGS[i], [rsp + 8 * (i + 1)])
+        for r in saved:
+            pro.push(r)
+        frame = self._stack + (8 if len(saved) % 2 == 0 else 0) if self._stack else 0  # rsp = 16k+8 at entry
+        if frame:
+            pro.sub(rsp, frame)
+        body.prepend(pro)
+        body.bind(self._epilogue)
+        if frame:
+            body.add(rsp, frame)
+        for r in reversed(saved):
+            body.pop(r)
+        if uses_avx:
+            body.vzeroupper()
+        body.ret()
+        return JitFunction(self.name, body.encode(), self.argtypes, self.returns)

@@ -1,0 +1,93 @@
+"""``python -m tppasm info [--json]`` describes the host; ``python -m tppasm demo`` JITs a BRGEMM,
+checks it against NumPy and times it beside numpy's matmul."""
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def info(as_json=False):
+    from isa.cpu import host
+    h = host()
+    if as_json:
+        print(json.dumps(h.as_dict(), indent=2))
+        return
+    print(f"arch      {h.arch} ({h.vendor})")
+    print(f"isa       {h.isa} (best available: {h.best_isa}; levels: {', '.join(h.levels) or 'none'})")
+    if h.sve_vector_bits:
+        print(f"sve       {h.sve_vector_bits}-bit vectors")
+    on = [k for k, v in h.features.items() if v]
+    off = [k for k, v in h.features.items() if not v]
+    print(f"features  {' '.join(on)}")
+    print(f"absent    {' '.join(off)}")
+    for what, why in h.notes.items():
+        print(f"note      {what}: {why}")
+
+
+def _median_seconds(fn, min_time=0.2):
+    fn()
+    reps = 1
+    while True:
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        dt = time.perf_counter() - t
+        if dt > min_time / 5:
+            break
+        reps *= 4
+    samples = []
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        samples.append((time.perf_counter() - t) / reps)
+    return float(np.median(samples))
+
+
+def demo():
+    import tppasm as tpp
+    from isa.cpu import host
+    m = n = k = 64
+    count = 16
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((count, m, k), dtype=np.float32)
+    B = rng.standard_normal((count, k, n), dtype=np.float32)
+    C = np.full((m, n), np.nan, np.float32)
+    t = time.perf_counter()
+    gemm = tpp.brgemm(m=m, n=n, k=k, dtype="f32", beta=0)
+    jit_ms = (time.perf_counter() - t) * 1e3
+    print(f"host ISA: {host().isa}; JIT'd BRGEMM {m}x{n}x{k}, batch-reduce over {count} blocks, "
+          f"in {jit_ms:.1f} ms ({len(gemm.raw.code)} bytes of machine code)")
+    gemm(A, B, C, count=count)
+    expect = np.einsum("bmk,bkn->mn", A.astype(np.float64), B.astype(np.float64))
+    err = float(np.max(np.abs(C - expect)) / np.max(np.abs(expect)))
+    ok = err < 1e-5
+    print(f"check against NumPy (float64): max relative error {err:.2e} -> {'OK' if ok else 'WRONG'}")
+    A2 = np.ascontiguousarray(A.transpose(1, 0, 2).reshape(m, count * k))   # the same sum as one matmul
+    B2 = B.reshape(count * k, n)
+    C2 = np.empty((m, n), np.float32)
+    flops = 2.0 * m * n * k * count
+    ours = _median_seconds(lambda: gemm(A, B, C, count=count))
+    theirs = _median_seconds(lambda: np.matmul(A2, B2, out=C2))
+    print(f"tppasm  {ours * 1e6:8.2f} us/call  {flops / ours / 1e9:7.1f} GFLOP/s")
+    print(f"numpy   {theirs * 1e6:8.2f} us/call  {flops / theirs / 1e9:7.1f} GFLOP/s  (one matmul, K={count * k})")
+    print(f"ratio   {theirs / ours:.2f}x numpy's speed (1 thread, median of 5)")
+    return 0 if ok else 1
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m tppasm")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    pi = sub.add_parser("info", help="describe the host CPU and the ISA tppasm targets")
+    pi.add_argument("--json", action="store_true", help="machine-readable output")
+    sub.add_parser("demo", help="JIT a BRGEMM, check it against NumPy, time it beside numpy")
+    args = p.parse_args(argv)
+    if args.cmd == "info":
+        return info(args.json)
+    return demo()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""A TPP kernel: descriptor -> JIT'd machine code, cached, callable on NumPy arrays.
+
+Every descriptor is a frozen dataclass that says which arrays the kernel takes
+(:meth:`operands`), which integer scalars follow them (``scalars``), and how to compute the same
+thing with NumPy (:meth:`reference`). :func:`get_kernel` JITs it once per (descriptor, ISA) and
+returns the same :class:`Kernel` object afterwards.
+"""
+import ctypes
+import threading
+import time
+
+from isa.cpu import host
+
+from .operand import OperandError, check
+from .x86.entry import NATIVE_CHECKS, build_entry
+
+# kernels whose work is below this many bytes+flops hold the interpreter lock during the call
+# (entering with the lock held is ~0.1 µs cheaper; releasing it matters only for long calls)
+_GIL_RELEASE_WORK = 1 << 20
+
+
+class Descriptor:
+    """Base of TPP descriptors (subclasses are frozen dataclasses)."""
+
+    kind = ""
+    scalars = ()
+    count_scalar = None
+
+    def operands(self):
+        raise NotImplementedError
+
+    def reference(self, *arrays, **scalars):
+        raise NotImplementedError
+
+    def work(self):
+        """Rough bytes+flops of one call, to choose whether the call releases the GIL."""
+        return sum(s.nbytes() for s in self.operands())
+
+    def validate(self):
+        """Raise ValueError naming the parameter when the descriptor is inconsistent."""
+
+
+class Kernel:
+    """A JIT'd TPP. Call it on arrays; ``reference`` runs NumPy; ``disassemble`` shows the code."""
+
+    def __init__(self, desc, isa):
+        self.desc, self.isa = desc, isa
+        self.operands = tuple(desc.operands())
+        self.scalars = tuple(desc.scalars)
+        start = time.perf_counter()
+        self.raw = _generate(desc, isa)
+        self.entry = build_entry(desc.kind, self.operands, self.scalars, self.raw.address, desc.count_scalar)
+        self.jit_seconds = time.perf_counter() - start
+        functype = ctypes.CFUNCTYPE if desc.work() >= _GIL_RELEASE_WORK else ctypes.PYFUNCTYPE
+        self._native = NATIVE_CHECKS and self.entry is not None
+        if self._native:
+            self._entry = functype(ctypes.c_int32, ctypes.py_object)(self.entry.address)
+        self._n = len(self.operands)
+        self._defaults = (1,) * len(self.scalars)
+        self._raw = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(self.operands)),
+                                     *([ctypes.c_int64] * len(self.scalars)))(self.raw.address)
+
+    @property
+    def raw_address(self):
+        """Address of the raw kernel: System V args are the operand data pointers, then the scalars."""
+        return self.raw.address
+
+    def __call__(self, *arrays, **scalars):
+        if scalars or len(arrays) != self._n:
+            return self._call_with_scalars(arrays, scalars)
+        args = arrays + self._defaults if self._defaults else arrays
+        if not self._native or self._entry(args):
+            self._slow_call(arrays, self._defaults)
+
+    def _call_with_scalars(self, arrays, scalars):
+        if len(arrays) != self._n:
+            self._explain(arrays, scalars)
+        values = tuple(scalars.pop(name, 1) for name in self.scalars)
+        if scalars:
+            raise TypeError(f"{self.desc.kind}: unexpected arguments {sorted(scalars)}; "
+                            f"it takes {', '.join(self.scalars) or 'none'}")
+        if not self._native or self._entry(arrays + values):
+            self._slow_call(arrays, values)
+
+    def _slow_call(self, arrays, values):
+        """Explain a refusal, or call through pointers for inputs the native check cannot vouch for."""
+        for name, value in zip(self.scalars, values):
+            if not isinstance(value, int) or not 1 <= value < 1 << 30:
+                raise OperandError(f"{self.desc.kind}: {name}={value!r}, expected an int >= 1")
+        count = dict(zip(self.scalars, values)).get(self.desc.count_scalar, 1)
+        for spec, arr in zip(self.operands, arrays):
+            check(spec, arr, count, who=self.desc.kind)
+        self._raw(*(a.ctypes.data for a in arrays), *values)
+
+    def _explain(self, arrays, scalars):
+        names = ", ".join(s.name for s in self.operands)
+        extra = "".join(f", {s}=..." for s in self.scalars)
+        raise TypeError(f"{self.desc.kind} takes {len(self.operands)} arrays ({names}){extra}; "
+                        f"got {len(arrays)} arrays and {sorted(scalars)}")
+
+    def reference(self, *arrays, **scalars):
+        """The same computation with NumPy, in place on the same arrays (the test oracle)."""
+        return self.desc.reference(*arrays, **scalars)
+
+    def disassemble(self) -> str:
+        """The kernel's machine code as Intel-syntax text."""
+        return self.raw.disassemble()
+
+    def __repr__(self):
+        return f"<{type(self.desc).__name__} kernel {self.desc} for {self.isa}>"
+
+
+_CACHE = {}
+_LOCK = threading.Lock()
+
+
+def get_kernel(desc, isa=None):
+    """The kernel for ``desc`` on ``isa`` (default: the host's level), JIT'd once per process.
+
+    >>> from tppasm.eltwise import Unary
+    >>> k = get_kernel(Unary(op="relu", m=2, n=3))
+    >>> k is get_kernel(Unary(op="relu", m=2, n=3))
+    True
+    """
+    isa = isa or host().isa
+    key = (desc, isa)
+    kernel = _CACHE.get(key)
+    if kernel is None:
+        desc.validate()
+        with _LOCK:
+            kernel = _CACHE.get(key)
+            if kernel is None:
+                kernel = _CACHE[key] = Kernel(desc, isa)
+    return kernel
+
+
+def _generate(desc, isa):
+    if isa in ("avx2", "avx512", "amx"):
+        from .x86 import generate
+    elif isa == "sve":
+        from .sve import generate
+    else:
+        raise RuntimeError(f"no code generator for ISA {isa!r}")
+    return generate(desc, isa)

@@ -1,0 +1,1 @@
+"""x86 BRGEMM generators (placeholder until the BRGEMM work lands)."""

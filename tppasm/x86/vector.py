@@ -1,0 +1,95 @@
+"""The vector ISA a generator targets: register width, count, lanes, and masked tails.
+
+Generators are written once against :class:`VectorISA`; AVX2 uses ymm registers with
+``vmaskmovps`` masks held in a ymm register, AVX-512 uses zmm registers with opmask registers.
+Masked-off lanes are neither read nor written, so tails never touch memory past an operand.
+
+>>> v = VectorISA("avx2")
+>>> v.bits, v.lanes(4), v.nregs
+(256, 8, 16)
+"""
+from isa.x86 import K, dword, eax, rsp, vec
+
+
+class Mask:
+    """A lane mask for ``count`` leading lanes: an opmask (AVX-512) or a ymm register (AVX2)."""
+
+    def __init__(self, reg, count, es):
+        self.reg, self.count, self.es = reg, count, es
+
+
+class VectorISA:
+    def __init__(self, isa):
+        if isa not in ("avx2", "avx512", "amx"):
+            raise ValueError(f"not an x86 vector ISA: {isa!r}")
+        self.name = isa
+        self.avx512 = isa in ("avx512", "amx")
+        self.bits = 512 if self.avx512 else 256
+        self.bytes = self.bits // 8
+        self.nregs = 32 if self.avx512 else 16
+
+    def reg(self, i):
+        """Vector register ``i`` at this ISA's width."""
+        return vec(self.bits, i)
+
+    def half(self, i):
+        """Vector register ``i`` at half width (ymm for AVX-512, xmm for AVX2)."""
+        return vec(self.bits // 2, i)
+
+    def lanes(self, es):
+        """Elements of ``es`` bytes per full vector."""
+        return self.bytes // es
+
+    def make_mask(self, fn, count, es=4, k=1, reg=None):
+        """Set up a mask for the first ``count`` lanes of ``es``-byte elements.
+
+        AVX-512: opmask ``k{k}``. AVX2 (dword granularity, ``es`` = 4): a ymm register ``reg``
+        loaded from a stack scratch area of ``fn`` (reserved here).
+        """
+        a = fn.asm
+        if self.avx512:
+            kreg = K[k]
+            a.mov(eax, (1 << count) - 1)
+            if count * es * 8 <= 16 * 32 and self.lanes(es) <= 16:
+                a.kmovw(kreg, eax)
+            else:
+                a.kmovd(kreg, eax)
+            return Mask(kreg, count, es)
+        if es != 4:
+            raise ValueError("AVX2 masks are per dword")
+        fn.stack(32)
+        for lane in range(8):
+            a.mov(dword[rsp + 4 * lane], -1 if lane < count else 0)
+        a.vmovdqu(reg, [rsp])
+        return Mask(reg, count, es)
+
+    def load(self, a, dst, mem, mask=None):
+        """dst = mem (full vector, or the masked lanes with the rest zeroed)."""
+        if mask is None:
+            a.vmovups(dst, mem)
+        elif self.avx512:
+            a.vmovups(dst.mask(mask.reg, zero=True), mem)
+        else:
+            a.vmaskmovps(dst, mask.reg, mem)
+
+    def store(self, a, mem, src, mask=None):
+        """mem = src (full vector, or only the masked lanes)."""
+        if mask is None:
+            a.vmovups(mem, src)
+        elif self.avx512:
+            a.vmovups(_masked_mem(mem, mask.reg), src)
+        else:
+            a.vmaskmovps(mem, mask.reg, src)
+
+    def broadcast_f32(self, a, dst, value):
+        """dst = value in every fp32 lane (via eax; position independent, no data section)."""
+        import struct
+        bits = struct.unpack("<i", struct.pack("<f", value))[0]
+        a.mov(eax, bits)
+        a.vmovd(vec(128, dst.num), eax)
+        a.vbroadcastss(dst, vec(128, dst.num))
+
+
+def _masked_mem(mem, k):
+    from isa.x86 import ptr
+    return ptr(mem).mask(k)
