@@ -12,6 +12,7 @@ DTYPES = {
     "i8": np.dtype(np.int8),
     "u8": np.dtype(np.uint8),
     "i32": np.dtype(np.int32),
+    "i64": np.dtype(np.int64),
 }
 NAMES = {v: k for k, v in DTYPES.items()}
 

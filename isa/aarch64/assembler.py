@@ -66,6 +66,8 @@ class Assembler:
             accepted = "\n  ".join(f.signature() for f in forms)
             given = ", ".join(str(o) for o in ops)
             raise OperandError(f"{mnemonic} {given}: no form accepts these operands; accepted forms:\n  {accepted}")
+        if mnemonic in ("bl", "blr"):
+            self.used.add(("x", 30))
         for k, op in zip(form.kinds, full):
             if isinstance(op, Label):
                 self.fixups.append((len(self.words), k, op))
@@ -87,6 +89,10 @@ class Assembler:
     def word(self, value: int) -> None:
         """Emit a raw 32-bit word."""
         self.words.append(value & 0xFFFFFFFF)
+
+    def raw(self, code: bytes) -> None:
+        """Append already assembled, position-independent code (length a multiple of 4)."""
+        self.words += struct.unpack(f"<{len(code) // 4}I", code)
 
     @property
     def pc(self) -> int:

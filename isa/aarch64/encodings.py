@@ -52,6 +52,8 @@ tst      ea00001f -   Xn Xm shift64
 mov      aa0003e0 -   Xd Xm
 mov      2a0003e0 -   Wd Wm
 mov      91000000 -   Xd|SP Xn|SP
+mov      d2800000 -   Xd #u16
+mov      52800000 -   Wd #u16
 movz     d2800000 -   Xd #u16 hw64
 movz     52800000 -   Wd #u16 hw32
 movk     f2800000 -   Xd #u16 hw64
@@ -79,6 +81,8 @@ ldr      f8606800 -   Xt [x,x{lsl3}]
 ldr      b9400000 -   Wt [x,u12*4]
 ldr      b8606800 -   Wt [x,x{lsl2}]
 ldr      fd400000 -   Dt [x,u12*8]
+ldr      fc400c00 -   Dt [x,s9]!
+ldr      fc400400 -   Dt [x],s9
 ldur     f8400000 -   Xt [x,s9]
 str      f9000000 -   Xt [x,u12*8]
 str      f8000c00 -   Xt [x,s9]!
@@ -87,6 +91,8 @@ str      f8206800 -   Xt [x,x{lsl3}]
 str      b9000000 -   Wt [x,u12*4]
 str      b8206800 -   Wt [x,x{lsl2}]
 str      fd000000 -   Dt [x,u12*8]
+str      fc000c00 -   Dt [x,s9]!
+str      fc000400 -   Dt [x],s9
 stur     f8000000 -   Xt [x,s9]
 ldp      a9400000 -   Xt Xt2 [x,s7*8]
 ldp      a9c00000 -   Xt Xt2 [x,s7*8]!
@@ -146,6 +152,7 @@ ld1rw    8540c000 -     {Zt.s} Pg/Z [x,u6*4]
 ld1rh    84c0a000 -     {Zt.h} Pg/Z [x,u6*2]
 ld1rh    84c0c000 -     {Zt.s} Pg/Z [x,u6*2]
 ld1rb    84408000 -     {Zt.b} Pg/Z [x,u6*1]
+ld1rd    85c0e000 -     {Zt.d} Pg/Z [x,u6*8]
 ld1rqw   a5002000 -     {Zt.s} Pg/Z [x,s4*16]
 ld1rqh   a4802000 -     {Zt.h} Pg/Z [x,s4*16]
 ld1rqh   a4800000 -     {Zt.h} Pg/Z [x,x,lsl1]
@@ -233,6 +240,8 @@ ummla    45c09800 -     Zd.s Zn.b Zm.b
 dup      2538c000 bhsd  Zd.T #dup
 dup      05203800 bhs   Zd.T Wn|SP
 dup      05e03800 -     Zd.d Xn|SP
+dup      05242000 -     Zd.s Zn.s[dup]
+dup      05282000 -     Zd.d Zn.d[dup]
 movprfx  0420bc00 -     Zd Zn
 movprfx  04102000 bhsd  Zd.T Pg/Z Zn.T
 movprfx  04112000 bhsd  Zd.T Pg/M Zn.T
@@ -378,6 +387,8 @@ def kind(token: str, t: str | None = None) -> Kind:
         return Vr(POS[m[1]], "d", m[1])
     if m := re.fullmatch(r"\{Zt\.(\w)\}", token):
         return ZList(0, m[1])
+    if m := re.fullmatch(r"Zn\.(\w)\[dup\]", token):
+        return ZIndexed(m[1], 5, {"s": [(22, 2), (19, 2)], "d": [(22, 2), (20, 1)]}[m[1]], reg_lo=5)
     if m := re.fullmatch(r"Z(\w)\.(\w)\[(2?)\]", token):
         width, fields = (3, [(19, 2)]) if m[3] else _INDEXED[m[2]]
         return ZIndexed(m[2], width, fields)

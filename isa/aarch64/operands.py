@@ -213,17 +213,21 @@ class ZList(Zr):
 class ZIndexed(Kind):
     """An indexed lane ``zm.s[i]``: the register in a narrow field, the index split over ``fields``."""
 
-    def __init__(self, size: str, reg_width: int, index_fields: Fields):
-        self.size, self.reg_width, self.index_fields = size, reg_width, index_fields
+    def __init__(self, size: str, reg_width: int, index_fields: Fields, reg_lo: int = 16):
+        self.size, self.reg_width, self.index_fields, self.reg_lo = size, reg_width, index_fields, reg_lo
         self.nidx = 1 << sum(w for _, w in index_fields)
-        self.name = f"Zm.{size.upper()}[0-{self.nidx - 1}](z0-z{(1 << reg_width) - 1})"
+        self.name = f"Z{'m' if reg_lo == 16 else 'n'}.{size.upper()}[0-{self.nidx - 1}]" + (
+            f"(z0-z{(1 << reg_width) - 1})" if reg_width < 5 else "")
 
     def match(self, op, ops):
         return (isinstance(op, ZLane) and op.reg.size == self.size and op.reg.num < (1 << self.reg_width)
                 and 0 <= op.index < self.nidx)
 
     def encode(self, op, ops):
-        return (op.reg.num << 16) | put(op.index, self.index_fields)
+        return (op.reg.num << self.reg_lo) | put(op.index, self.index_fields)
+
+    def text(self, op, pc):
+        return f"{op.reg}[{imm_text(op.index)[1:]}]"
 
     def sample(self, draw, ops):
         return ZReg(draw(0, (1 << self.reg_width) - 1), self.size)[draw(0, self.nidx - 1)]

@@ -35,7 +35,7 @@ class Label:
 
 def _operand_signature(op):
     if isinstance(op, Register):
-        return (op.kind, op.num >= 16, op.name if op.kind in ("r8", "r16", "r32", "r64") else None)
+        return op.signature
     if isinstance(op, Mem):
         return ("mem", op.bcst, op.size)
     if isinstance(op, int):
@@ -46,6 +46,23 @@ def _operand_signature(op):
 
 
 _CREATE = {}
+_FORM_CACHE = {}     # (mnemonic, mask flags, operand signatures) -> (form, iced constructor)
+
+
+def _create_kinds(form, ops):
+    """The operand pattern naming iced's constructor, e.g. ('reg', 'mem', 'u32')."""
+    kinds = []
+    for slot, op in zip(form.ops, ops):
+        if isinstance(op, Register):
+            kinds.append("reg")
+        elif isinstance(op, Mem):
+            kinds.append("mem")
+        elif isinstance(op, Label):
+            return ("branch",)
+        else:
+            wide = slot.imm[0] == 64
+            kinds.append(("i64" if wide else "i32") if op < 0 else ("u64" if wide else "u32"))
+    return tuple(kinds)
 
 
 def _creator(kinds):
@@ -63,7 +80,6 @@ class Assembler:
         self.instructions = []
         self._branches = []      # (instruction index, label)
         self._labels = []        # bound labels
-        self._cache = {}
         self.used = set()        # registers written or read, for the function builder
 
     # -- labels -----------------------------------------------------------------------------
@@ -79,29 +95,40 @@ class Assembler:
         self._labels.append(label)
 
     # -- emission ---------------------------------------------------------------------------
-    def emit(self, mnemonic, *operands):
-        """Encode ``mnemonic`` with ``operands``; the methods named after mnemonics call this."""
+    def emit(self, mnemonic, *operands, lock=False):
+        """Encode ``mnemonic`` with ``operands``; the methods named after mnemonics call this.
+
+        ``lock=True`` adds the LOCK prefix (``a.xadd([rdi], eax, lock=True)``); only forms that
+        accept it (a memory destination of an atomic read-modify-write) do.
+        """
         mask = None
         ops = []
         for op in operands:
-            if isinstance(op, list):
+            t = type(op)
+            if t is list:
                 (op,) = op
                 op = Mem(op)
-            elif isinstance(op, Masked):
+            elif t is Masked:
                 if mask is not None:
                     raise OperandError(f"{mnemonic}: only the destination takes an opmask")
                 mask = op
                 op = op.operand
                 if isinstance(op, list):
                     op = Mem(op[0])
-            if isinstance(op, bool):
+            elif t is bool:
                 raise OperandError(f"{mnemonic}: {op!r} is not an operand")
             ops.append(op)
         key = (mnemonic, mask is not None, mask is not None and mask.zero) + tuple(map(_operand_signature, ops))
-        form = self._cache.get(key)
-        if form is None:
-            form = self._cache[key] = self._select(mnemonic, ops, mask)
-        self._append(form, ops, mask)
+        cached = _FORM_CACHE.get(key)
+        if cached is None:
+            form = self._select(mnemonic, ops, mask)
+            cached = _FORM_CACHE[key] = (form, _creator(_create_kinds(form, ops)))
+        form, create = cached
+        if lock and not (ix.OpCodeInfo(form.code).can_use_lock_prefix and isinstance(ops[0], Mem)):
+            raise OperandError(f"{form.text}: this form does not take a LOCK prefix")
+        self._append(form, create, ops, mask)
+        if lock:
+            self.instructions[-1].has_lock_prefix = True
 
     def _select(self, mnemonic, ops, mask):
         candidates = forms(mnemonic)
@@ -122,41 +149,40 @@ class Assembler:
                                    f"({sorted(sizes)} bytes); write byte[...], word[...], dword[...] or qword[...]")
         return ok[0]
 
-    def _append(self, form, ops, mask):
-        kinds, args = [], [form.code]
-        for slot, op in zip(form.ops, ops):
+    def _append(self, form, create, ops, mask):
+        args = [form.code]
+        used = self.used
+        for op in ops:
             if isinstance(op, Register):
-                kinds.append("reg")
                 args.append(op.iced)
-                self.used.add(op)
+                used.add(op)
             elif isinstance(op, Mem):
-                kinds.append("mem")
                 args.append(op.iced())
-                self.used.update(r for r in (op.expr.base, op.expr.index) if r is not None)
+                e = op.expr
+                if e.base is not None:
+                    used.add(e.base)
+                if e.index is not None:
+                    used.add(e.index)
             elif isinstance(op, Label):
-                kinds = ["branch"]
                 args.append(0)
+                self._branches.append((len(self.instructions), op))
             else:
-                wide = slot.imm[0] == 64
-                kinds.append(("i64" if wide else "i32") if op < 0 else ("u64" if wide else "u32"))
                 args.append(op)
-        ins = _creator(tuple(kinds))(*args)
+        ins = create(*args)
         if mask is not None:
             ins.op_mask = mask.k.iced
             ins.zeroing_masking = mask.zero
-        if kinds == ["branch"]:
-            self._branches.append((len(self.instructions), ops[0]))
         self.instructions.append(ins)
 
-    def __getattr__(self, mnemonic):
-        if mnemonic in ("and_", "or_", "not_"):          # Python keywords
-            mnemonic = mnemonic[:-1]
+    def __getattr__(self, name):
+        mnemonic = name[:-1] if name in ("and_", "or_", "not_") else name     # Python keywords
         if mnemonic.startswith("_") or not forms(mnemonic):
             raise AttributeError(f"no x86 mnemonic {mnemonic!r}")
 
-        def instruction(*operands):
-            self.emit(mnemonic, *operands)
+        def instruction(*operands, lock=False):
+            self.emit(mnemonic, *operands, lock=lock)
         instruction.__name__ = mnemonic
+        self.__dict__[name] = instruction          # later lookups skip __getattr__
         return instruction
 
     # -- output -----------------------------------------------------------------------------

@@ -116,6 +116,14 @@ def _imm_fits(value, bits, unsigned_ok):
     return lo <= value <= hi
 
 
+_OTHER_VENDORS = ("CENTAUR", "CYRIX", "PADLOCK", "KNC")
+
+
+@functools.lru_cache(maxsize=None)
+def _exotic_features():
+    return {getattr(ix.CpuidFeature, n) for n in dir(ix.CpuidFeature) if n.startswith(_OTHER_VENDORS)}
+
+
 @functools.lru_cache(maxsize=None)
 def _table():
     mnemonic_name = {getattr(ix.Mnemonic, n): n.lower() for n in dir(ix.Mnemonic) if n.isupper()}
@@ -127,8 +135,12 @@ def _table():
             continue                # far and 16-bit indirect forms: never what 64-bit code means
         code = getattr(ix.Code, name)
         info = ix.OpCodeInfo(code)
-        if not info.mode64 or info.encoding not in _ENCODING_RANK or not info.is_instruction:
-            continue
+        if (not info.mode64 or info.encoding not in _ENCODING_RANK or not info.is_instruction
+                or info.decoder_option != 0 or info.fwait or info.is_reserved_nop
+                or info.address_size in (16, 32)):
+            continue                # not in 64-bit mode, or only decodable with special options
+        if _exotic_features().intersection(ix.Instruction.create(code).cpuid_features()):
+            continue                # VIA/Cyrix/Knights Corner extensions
         form = Form(code, info)
         if all(o.supported for o in form.ops):
             table.setdefault(mnemonic_name[info.mnemonic], []).append(form)

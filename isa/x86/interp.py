@@ -255,6 +255,7 @@ class Machine:
         """Interpret from ip until a ``ret`` pops the return sentinel."""
         cache, counts = self._cache, self.stats.ip_counts
         steps, cur = 0, ip
+        old = np.seterr(all="ignore")  # fp lanes produce inf/NaN on purpose
         try:
             while cur != RETURN_SENTINEL:
                 step = cache.get(cur)
@@ -269,6 +270,7 @@ class Machine:
             e.locate(cur, self._texts.get(cur, "?"))
             raise
         finally:
+            np.seterr(**old)
             self.stats.steps += steps
 
     def call(self, code, args=(), max_steps: int = 10_000_000, check_abi: bool = True) -> int:

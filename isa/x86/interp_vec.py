@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 from iced_x86 import Mnemonic as Mn
-from iced_x86 import OpKind, RegisterExt
+from iced_x86 import OpKind, Register, RegisterExt
 
-from .interp_base import gpr_writer, operand_rw, refuse, sem, vec_index, with_ref
+from .interp_base import pack_bits, gpr_writer, operand_rw, refuse, sem, vec_index, with_ref
 from .interp_fp import (approx, cvt_f32_i32, f32, fbin, fma32, fsqrt, getexp, nan_rule, nonfinite,
                         roundscale, scalef)
 from .interp_lanes import mem_reader, reader, vl_bytes, vop
@@ -330,7 +330,7 @@ def _shift_family(kind, t, ref):
 @sem("vmovss/vmovsd: load zero-extends; reg form merges lane 0 into src1; store writes lane 0")
 def _movs(m, ins):
     t = u32 if ins.mnemonic == Mn.VMOVSS else u64
-    if ins.op_mask != 0 and ins.op_mask is not None and RegisterExt.is_k(ins.op_mask):
+    if ins.op_mask != Register.NONE:
         refuse(ins, "masked vmovss")
     if ins.op_count == 3:
         return vop(lambda n, a, b: np.concatenate([b[:1], a[1:16 // a.itemsize]]), t)(m, ins)
@@ -364,7 +364,7 @@ def _movmsk(m, ins):
     nxt = ins.next_ip
 
     def step():
-        wr(int(np.packbits(src < 0, bitorder="little").view(np.uint8)[::-1].tobytes().hex() or "0", 16))
+        wr(pack_bits(src < 0))
         return nxt
     return step
 

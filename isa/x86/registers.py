@@ -14,20 +14,18 @@ import iced_x86 as ix
 class Register:
     """One architectural register: ``kind`` is r64/r32/r16/r8/xmm/ymm/zmm/k/tmm, ``num`` its number."""
 
-    __slots__ = ("name", "kind", "num", "iced")
+    __slots__ = ("name", "kind", "num", "iced", "signature")
 
     def __init__(self, name, kind, num):
         self.name, self.kind, self.num = name, kind, num
         self.iced = getattr(ix.Register, name.upper())
+        # what form selection depends on: kind, needs EVEX, and the name for fixed-register forms
+        self.signature = (kind, num >= 16, name if kind in ("r8", "r16", "r32", "r64") else None)
 
     def __repr__(self):
         return self.name
 
-    def __hash__(self):
-        return hash(self.name)
-
-    def __eq__(self, other):
-        return isinstance(other, Register) and other.name == self.name
+    # registers are singletons: identity equality and hashing (fast in the assembler's hot path)
 
     # address arithmetic: rax + 8, rax + rcx*4, rcx*4 + rax
     def __add__(self, other):
@@ -49,8 +47,8 @@ class Register:
 
     def mask(self, k, zero=False):
         """This vector register as a destination written under opmask ``k`` (merging or zeroing)."""
-        if self.kind not in ("xmm", "ymm", "zmm"):
-            raise TypeError(f"only vector registers take an opmask, not {self.name}")
+        if self.kind not in ("xmm", "ymm", "zmm", "k"):
+            raise TypeError(f"only vector and opmask registers take an opmask, not {self.name}")
         return Masked(self, k, zero)
 
     @property

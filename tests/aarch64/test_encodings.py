@@ -41,6 +41,8 @@ def preferred(form, ops, text: str) -> str:
         return f"mov {ops[0]}, p{ops[1].num}/m, {ops[2]}"
     if mn == "orr" and len(ops) == 3 and ops[1] == ops[2] and str(ops[0]).startswith("z"):
         return f"mov {ops[0]}, {ops[1]}"
+    if mn == "dup" and hasattr(ops[1], "index") and ops[1].index == 0:
+        return f"mov {ops[0]}, {ops[1].reg.size}{ops[1].reg.num}"
     if mn == "dup" and isinstance(ops[1], int) and ops[1] < 0:
         # capstone shows the raw imm8 (shifted), not the sign-extended lane value
         sh = 8 if ops[1] < -128 else 0

@@ -1,1 +1,541 @@
-"""x86 BRGEMM generators (placeholder until the BRGEMM work lands)."""
+"""x86 BRGEMM generators: register-blocked microkernels for AVX2 and AVX-512 (fp32, bf16, int8).
+
+A kernel walks C in tiles of R rows x V vectors (one accumulator register each). For every tile
+it loops over the batch, and inside over k in *groups* (1 k for fp32, 2 for bf16, 4 for int8):
+per group it loads V vectors of B's row group, then for each of the R rows broadcasts A's group
+(4 bytes in every dtype) and accumulates. In every dtype one 4-byte lane of a B row group is one
+column of C, so the addressing is the same for all and only the inner product differs: that is a
+small strategy object (:class:`Dot`) per (dtype, instructions available).
+
+Column tails use masks (AVX-512 opmasks, AVX2 ``vmaskmovps``); row tails a smaller tile. The
+blocking (R, V) is chosen per shape by a small throughput model (:func:`plan`).
+
+Feature dispatch: AVX-512 uses ``vdpbf16ps`` / ``vpdpbusd`` when the target has AVX512-BF16 /
+AVX512-VNNI, else the AVX2-style conversions at 512 bits. The target is the host when the host runs
+``isa``, else (code for the interpreter or another machine) a full AVX-512 (F/BW/VL/BF16/VNNI) part.
+
+>>> from tppasm.brgemm import Brgemm
+>>> fn = generate_brgemm(Brgemm(m=4, n=8, k=4), "avx2")
+>>> "vfmadd231ps" in fn.disassemble()
+True
+"""
+import struct
+from dataclasses import dataclass
+
+from isa.cpu import host
+from isa.x86 import Function, K, bcst, dword, eax, gpr, rsp, vec, word
+from isa.x86.function import CALLEE_SAVED, INT_ARGS
+
+from . import register
+from .vector import Mask, VectorISA
+
+ES = {"f32": 4, "bf16": 2, "u8": 1, "i8": 1, "i32": 4}
+FULL_AVX512 = frozenset({"avx512_bf16", "avx512_vnni"})
+UNROLL_ALL, UNROLL = 16, 8
+
+
+# -- inner products ------------------------------------------------------------------------------
+
+class Dot:
+    """How one tile accumulates one k group: ``nb`` registers per B vector, ``na`` per A row,
+    ``consts`` dword patterns kept in registers, ``tmps`` scratch registers; ``ops`` (per
+    accumulator per group) and ``chain`` (dependent ops on one accumulator) feed the blocking model;
+    ``a_ops`` / ``b_ops`` count the extra vector ops per A row / B vector."""
+
+    nb = na = 1
+    consts = ()
+    tmps = 0
+    ops = chain = 1
+    a_ops = b_ops = 0
+
+    def load_b(self, g, regs, mem, mask):
+        g.v.load(g.a, regs[0], mem, mask)
+
+    def load_a(self, g, regs, expr):
+        g.a.vpbroadcastd(regs[0], dword[expr])
+
+
+class F32Fma(Dot):
+    def load_a(self, g, regs, expr):
+        g.a.vbroadcastss(regs[0], dword[expr])
+
+    def acc(self, g, c, b, a, t, k):
+        g.a.vfmadd231ps(c, b[0], a[0])
+
+
+class Bf16Dp(Dot):
+    def acc(self, g, c, b, a, t, k):
+        g.a.vdpbf16ps(c, a[0], b[0])
+
+
+class I8Vnni(Dot):
+    def acc(self, g, c, b, a, t, k):
+        g.a.vpdpbusd(c, a[0], b[0])
+
+
+class Bf16Shift(Dot):
+    """bf16 pairs -> two fp32 vectors: the even element by ``<< 16``, the odd one by masking the
+    low half off; then two FMAs (bf16 products are exact in fp32)."""
+
+    nb = na = 2
+    consts = (0xFFFF0000,)
+    ops = chain = 2
+    a_ops = b_ops = 2
+
+    def _split(self, g, regs, k):
+        even, odd = regs
+        g.a.vpslld(even, odd, 16)
+        g.and_(odd, odd, k[0])
+
+    def load_b(self, g, regs, mem, mask):
+        g.v.load(g.a, regs[1], mem, mask)
+        self._split(g, regs, g.const_regs)
+
+    def load_a(self, g, regs, expr):
+        g.a.vpbroadcastd(regs[1], dword[expr])
+        self._split(g, regs, g.const_regs)
+
+    def acc(self, g, c, b, a, t, k):
+        g.a.vfmadd231ps(c, b[0], a[0])
+        g.a.vfmadd231ps(c, b[1], a[1])
+
+
+class I8Madd(Dot):
+    """u8 x s8 quads without VNNI, exactly: split each dword into its even and odd bytes as int16
+    pairs (A zero-extended, B sign-extended), ``vpmaddwd`` each pair of pairs into int32 (no
+    saturation: |255 * -128 * 2| < 2**31), and add both into the accumulator."""
+
+    nb = na = 2
+    consts = (0x00FF00FF,)
+    tmps = 1
+    ops, chain = 4, 2
+    a_ops, b_ops = 2, 3
+
+    def load_b(self, g, regs, mem, mask):
+        even, odd = regs
+        g.v.load(g.a, odd, mem, mask)
+        g.a.vpsllw(even, odd, 8)
+        g.a.vpsraw(even, even, 8)
+        g.a.vpsraw(odd, odd, 8)
+
+    def load_a(self, g, regs, expr):
+        even, odd = regs
+        g.a.vpbroadcastd(odd, dword[expr])
+        g.and_(even, odd, g.const_regs[0])
+        g.a.vpsrlw(odd, odd, 8)
+
+    def acc(self, g, c, b, a, t, k):
+        for i in range(2):
+            g.a.vpmaddwd(t[0], b[i], a[i])
+            g.a.vpaddd(c, c, t[0])
+
+
+def choose_dot(dtype, isa, features):
+    """The inner-product strategy for ``dtype`` on ``isa`` with the target's ``features``."""
+    wide = isa != "avx2"
+    if dtype == "f32":
+        return F32Fma()
+    if dtype == "bf16":
+        return Bf16Dp() if wide and "avx512_bf16" in features else Bf16Shift()
+    if (wide and "avx512_vnni" in features) or (not wide and "avx_vnni" in features):
+        return I8Vnni()
+    return I8Madd()
+
+
+def target_features(isa):
+    """Features the generated code may use: the host's when it runs ``isa``, else full AVX-512."""
+    h = host()
+    if isa in h.levels:
+        return frozenset(f for f, on in h.features.items() if on)
+    return FULL_AVX512 if isa != "avx2" else frozenset()
+
+
+# -- blocking ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Plan:
+    rows: int          # R: rows per full tile
+    vecs: int          # V: vectors per full column block
+    nvec: int          # vectors across n
+    tail: int          # columns in the last vector (0: full)
+
+
+def _tile_cycles(dot, r, v):
+    """Cycles per k group of an r x v tile: FMA ports (2), all vector ports (4), loads (2/cycle),
+    and the latency chain (4 cycles per dependent op) of each accumulator."""
+    fma = r * v * dot.ops / 2 if dot.ops <= 2 else r * v * 2 / 2 + r * v * 2 / 4
+    alu = (r * v * dot.ops + r * dot.a_ops + v * dot.b_ops) / 4
+    return max(fma, alu, (r + v) / 2, 4 * dot.chain) + 0.01 * (r + v)
+
+
+def plan(desc, v, dot, epilogue_regs):
+    """Choose R x V minimizing the modelled cycles over all tiles of C."""
+    lanes = v.lanes(4)
+    nvec = -(-desc.n // lanes)
+    tail = desc.n % lanes
+    mask_regs = 1 if tail and not v.avx512 else 0
+    loop_regs = v.nregs - mask_regs - dot.na - len(dot.consts) - dot.tmps
+    groups = desc.k // desc.vnni
+    best = None
+    for vecs in range(1, min(nvec, 8) + 1):
+        rmax = min((loop_regs - vecs * dot.nb) // vecs, (v.nregs - mask_regs - epilogue_regs) // vecs,
+                   desc.m, 16)
+        for rows in range(1, rmax + 1):
+            full, rt = divmod(desc.m, rows)
+            cost = 0.0
+            for j in range(0, nvec, vecs):
+                vt = min(vecs, nvec - j)
+                for r, times in ((rows, full), (rt, 1 if rt else 0)):
+                    if times:
+                        cost += times * (groups * _tile_cycles(dot, r, vt) * 4 + 2 * r * vt + 30)
+            key = (cost, -rows * vecs)
+            if best is None or key < best[0]:
+                best = (key, Plan(rows, vecs, nvec, tail))
+    return best[1]
+
+
+# -- code generation -----------------------------------------------------------------------------
+
+class ConstPool:
+    """dword patterns replicated across a vector, kept in the kernel's stack frame (no data
+    section: the code stays position independent). AVX2 stores the whole vector; AVX-512 reads one
+    dword with an embedded broadcast."""
+
+    def __init__(self, fn, v):
+        self.fn, self.v, self.slots = fn, v, {}
+        self.stores = []
+
+    def lanes_of(self, key):
+        return self.slots[key]
+
+    def add(self, key, dwords):
+        if key not in self.slots:
+            off = sum(len(d) * 4 for d in self.stores)
+            self.slots[key] = off
+            self.stores.append(dwords)
+        return self.slots[key]
+
+    def splat(self, value):
+        """A memory operand holding ``value`` in every dword lane."""
+        value &= 0xFFFFFFFF
+        if self.v.avx512:
+            return bcst(rsp + self.add(value, [value]))
+        return [rsp + self.add(value, [value] * 8)]
+
+    def load(self, a, reg, value):
+        """reg = ``value`` in every dword lane."""
+        value &= 0xFFFFFFFF
+        off = self.add(value, [value] if self.v.avx512 else [value] * 8)
+        if self.v.avx512:
+            a.vpbroadcastd(reg, dword[rsp + off])
+        else:
+            a.vmovdqu(reg, [rsp + off])
+
+    def emit(self, a):
+        """The stores that fill the pool (run once at kernel entry)."""
+        total = sum(len(d) * 4 for d in self.stores)
+        if not total:
+            return
+        self.fn.stack(total)
+        off = 0
+        for dwords in self.stores:
+            for d in dwords:
+                a.mov(dword[rsp + off], d - (1 << 32) if d >= 1 << 31 else d)
+                off += 4
+
+
+class Gen:
+    """State of one kernel's generation: assembler, vector ISA, registers, the plan."""
+
+    def __init__(self, desc, isa, features):
+        self.d, self.v = desc, VectorISA(isa)
+        self.features = features
+        self.dot = choose_dot(desc.dtype, isa, features)
+        self.es_a, self.es_c = ES[{"f32": "f32", "bf16": "bf16", "i8": "u8"}[desc.dtype]], ES[desc.c_dtype]
+        self.es_b = ES[desc.dtype]
+        self.fn = Function(f"brgemm_{desc.dtype}_{desc.m}x{desc.n}x{desc.k}",
+                           ["ptr"] * len(desc.operands()) + ["i64"])
+        self.a = self.fn.asm
+        self.pool = ConstPool(self.fn, self.v)
+        self.bf16_out = desc.c_dtype == "bf16"
+        epi = 3 if (self.bf16_out or desc.bias or desc.act) else 0
+        self.plan = plan(desc, self.v, self.dot, epi)
+        self.lanes = self.v.lanes(4)
+
+    def and_(self, dst, x, y):
+        (self.a.vpandd if self.v.avx512 else self.a.vpand)(dst, x, y)
+
+    # -- registers ------------------------------------------------------------------------------
+    def gprs(self):
+        args = list(self.fn.args)
+        names = [op.name for op in self.d.operands()] + ["count"]
+        self.arg = dict(zip(names, args))
+        free = [r for r in INT_ARGS + CALLEE_SAVED + [gpr(0), gpr(10), gpr(11)] if r not in args]
+        free = sorted(set(free), key=lambda r: (r.num in (3, 5, 12, 13, 14, 15), r.num))
+        want = ["tmp", "crow", "arow", "rows", "batch", "a_k", "b_k", "k", "p", "q"]
+        self.r = dict(zip(want, free))
+
+    def vregs(self, rows, vecs):
+        """Accumulators, then B, A, constant, scratch registers, and the AVX2 mask register."""
+        v, dot = self.v, self.dot
+        n = v.nregs - (1 if self.plan.tail and not v.avx512 else 0)
+        acc = [[v.reg(r * vecs + j) for j in range(vecs)] for r in range(rows)]
+        rest = [v.reg(i) for i in range(rows * vecs, n)]
+        b = [rest[j * dot.nb:(j + 1) * dot.nb] for j in range(vecs)]
+        rest = rest[vecs * dot.nb:]
+        a_regs, rest = rest[:dot.na], rest[dot.na:]
+        self.const_regs, rest = rest[:len(dot.consts)], rest[len(dot.consts):]
+        tmps = rest[:dot.tmps]
+        free = [v.reg(i) for i in range(rows * vecs, n)]
+        return acc, b, a_regs, tmps, free
+
+    # -- the kernel -----------------------------------------------------------------------------
+    def build(self):
+        d, p, a = self.d, self.plan, self.a
+        self.gprs()
+        body_start = len(a.instructions)
+        self.mask = None
+        if p.tail:
+            if self.v.avx512:
+                self.mask = self.v.make_mask(self.fn, p.tail, es=4, k=1)
+            else:
+                reg = self.v.reg(self.v.nregs - 1)
+                off = self.pool.add(("mask", p.tail), [-1 & 0xFFFFFFFF if i < p.tail else 0 for i in range(8)])
+                a.vmovdqu(reg, [rsp + off])
+                self.mask = Mask(reg, p.tail, 4)
+        for j0 in range(0, p.nvec, p.vecs):
+            vecs = min(p.vecs, p.nvec - j0)
+            self.column_block(j0, vecs)
+        pool = type(a)()
+        self.pool.emit(pool)
+        a.instructions[body_start:body_start] = pool.instructions
+        return self.fn.finalize()
+
+    def column_block(self, j0, vecs):
+        d, p, a, r = self.d, self.plan, self.a, self.r
+        full, rt = divmod(d.m, p.rows)
+        a.mov(r["crow"], self.arg["c"])
+        a.xor(gpr(r["arow"].num, 32), gpr(r["arow"].num, 32))
+        if full:
+            loop = a.label()
+            if full > 1:
+                a.mov(r["rows"], full)
+            a.bind(loop)
+            self.tile(p.rows, j0, vecs)
+            if full > 1 or rt:
+                self.add_imm(r["arow"], p.rows * d.lda * self.es_a)
+                self.add_imm(r["crow"], p.rows * d.ldc * self.es_c)
+            if full > 1:
+                a.dec(r["rows"])
+                a.jnz(loop)
+        if rt:
+            self.tile(rt, j0, vecs)
+
+    def add_imm(self, reg, value):
+        if not value:
+            return
+        if -2**31 <= value < 2**31:
+            self.a.add(reg, value)
+        else:
+            self.a.mov(self.r["tmp"], value)
+            self.a.add(reg, self.r["tmp"])
+
+    def tile(self, rows, j0, vecs):
+        d, a, r, dot = self.d, self.a, self.r, self.dot
+        acc, b, a_regs, tmps, free = self.vregs(rows, vecs)
+        masked = [self.mask if (self.mask is not None and j0 + j == self.plan.nvec - 1) else None
+                  for j in range(vecs)]
+        for i in range(rows):
+            for j in range(vecs):
+                if d.beta:
+                    self.load_c(acc[i][j], self.c_mem(i, j0 + j), masked[j], free)
+                else:
+                    a.vpxord(acc[i][j], acc[i][j], acc[i][j]) if self.v.avx512 and acc[i][j].num >= 16 \
+                        else a.vxorps(acc[i][j], acc[i][j], acc[i][j])
+        for reg, value in zip(self.const_regs, dot.consts):
+            self.pool.load(a, reg, value)
+        self.batch_loop(rows, j0, vecs, acc, b, a_regs, tmps, masked)
+        self.epilogue(rows, j0, vecs, acc, masked, free)
+
+    # -- batch and k loops ----------------------------------------------------------------------
+    def batch_loop(self, rows, j0, vecs, acc, b, a_regs, tmps, masked):
+        d, a, r = self.d, self.a, self.r
+        col = j0 * self.v.bytes
+        arg = self.arg
+        if d.batch == "stride":
+            a.mov(r["p"], arg["a"])
+            a.mov(r["q"], arg["b"])
+        elif d.batch == "offset":
+            a.mov(r["p"], arg["offsets"])
+        else:
+            a.mov(r["p"], arg["a_ptrs"])
+            a.mov(r["q"], arg["b_ptrs"])
+        a.mov(r["batch"], arg["count"])
+        loop = a.label()
+        a.bind(loop)
+        if d.batch == "stride":
+            a.lea(r["a_k"], [r["p"] + r["arow"]])
+            a.lea(r["b_k"], [r["q"] + col])
+        elif d.batch == "offset":
+            a.mov(r["tmp"], [r["p"]])
+            a.lea(r["a_k"], [arg["a"] + r["tmp"] * self.es_a])
+            a.add(r["a_k"], r["arow"])
+            a.mov(r["tmp"], [r["p"] + 8])
+            a.lea(r["b_k"], [arg["b"] + r["tmp"] * self.es_b + col])
+        else:
+            a.mov(r["a_k"], [r["p"]])
+            a.add(r["a_k"], r["arow"])
+            a.mov(r["b_k"], [r["q"]])
+            if col:
+                a.add(r["b_k"], col)
+        self.k_loop(rows, vecs, acc, b, a_regs, tmps, masked)
+        if d.batch == "stride":
+            self.add_imm(r["p"], d.stride_a * self.es_a)
+            self.add_imm(r["q"], d.stride_b * self.es_b)
+        elif d.batch == "offset":
+            a.add(r["p"], 16)
+        else:
+            a.add(r["p"], 8)
+            a.add(r["q"], 8)
+        a.dec(r["batch"])
+        a.jnz(loop)
+
+    def k_loop(self, rows, vecs, acc, b, a_regs, tmps, masked):
+        d, a, r = self.d, self.a, self.r
+        groups = d.k // d.vnni
+        row_a, row_b = d.lda * self.es_a, d.ldb * 4
+        if groups <= UNROLL_ALL:
+            for u in range(groups):
+                self.group(u * 4, u * row_b, rows, vecs, acc, b, a_regs, tmps, masked, row_a)
+            return
+        iters, rem = divmod(groups, UNROLL)
+        loop = a.label()
+        a.mov(r["k"], iters)
+        a.bind(loop)
+        for u in range(UNROLL):
+            self.group(u * 4, u * row_b, rows, vecs, acc, b, a_regs, tmps, masked, row_a)
+        a.add(r["a_k"], UNROLL * 4)
+        self.add_imm(r["b_k"], UNROLL * row_b)
+        a.dec(r["k"])
+        a.jnz(loop)
+        for u in range(rem):
+            self.group(u * 4, u * row_b, rows, vecs, acc, b, a_regs, tmps, masked, row_a)
+
+    def group(self, a_off, b_off, rows, vecs, acc, b, a_regs, tmps, masked, row_a):
+        g, dot, r = self, self.dot, self.r
+        for j in range(vecs):
+            dot.load_b(g, b[j], [r["b_k"] + b_off + j * self.v.bytes], masked[j])
+        for i in range(rows):
+            dot.load_a(g, a_regs, r["a_k"] + i * row_a + a_off)
+            for j in range(vecs):
+                dot.acc(g, acc[i][j], b[j], a_regs, tmps, self.const_regs)
+
+    # -- C ----------------------------------------------------------------------------------------
+    def c_mem(self, i, j):
+        return self.r["crow"] + i * self.d.ldc * self.es_c + j * self.lanes * self.es_c
+
+    def load_c(self, reg, expr, mask, free):
+        a, v = self.a, self.v
+        if not self.bf16_out:
+            v.load(a, reg, [expr], mask)
+            return
+        half = v.half(reg.num)
+        if v.avx512:
+            if mask is None:
+                a.vmovdqu16(half, [expr])
+            else:
+                a.vmovdqu16(half.mask(mask.reg, zero=True), [expr])
+        elif mask is None:
+            a.vmovdqu(half, [expr])
+        else:
+            a.vpxor(half, half, half)
+            for lane in range(mask.count):
+                a.vpinsrw(half, half, word[expr + 2 * lane], lane)
+        a.vpmovzxwd(reg, half)
+        a.vpslld(reg, reg, 16)
+
+    def epilogue(self, rows, j0, vecs, acc, masked, free):
+        d, a, v = self.d, self.a, self.v
+        t = free[:3]
+        integer = d.dtype == "i8"
+        if d.act == "relu":
+            zero = t[2]
+            a.vpxord(zero, zero, zero) if v.avx512 else a.vpxor(zero, zero, zero)
+        elif d.act is not None:
+            raise NotImplementedError(f"brgemm act={d.act!r} is not generated on x86 yet "
+                                      f"(tppasm.x86.math is not available); use act='relu' or None")
+        for j in range(vecs):
+            bias = None
+            if d.bias:
+                mem = [self.arg["bias"] + (j0 + j) * v.bytes]
+                if masked[j] is None:
+                    bias = mem
+                else:
+                    v.load(a, t[1], mem, masked[j])
+                    bias = t[1]
+            for i in range(rows):
+                c = acc[i][j]
+                if bias is not None:
+                    a.vaddps(c, c, bias)
+                if d.act == "relu":
+                    (a.vpmaxsd if integer else a.vmaxps)(c, c, zero)
+                if self.bf16_out:
+                    self.store_bf16(self.c_mem(i, j0 + j), c, masked[j], t[0])
+                else:
+                    v.store(a, [self.c_mem(i, j0 + j)], c, masked[j])
+
+    def store_bf16(self, expr, c, mask, t):
+        """Round fp32 ``c`` to bf16 (nearest even; NaN stays a quiet NaN) and store."""
+        a, v, pool = self.a, self.v, self.pool
+        if v.avx512 and "avx512_bf16" in self.features:
+            out = v.half(c.num)
+            a.vcvtneps2bf16(out, c)
+        else:
+            a.vpsrld(t, c, 16)
+            self.and_(t, t, pool.splat(1))
+            a.vpaddd(t, t, c)
+            a.vpaddd(t, t, pool.splat(0x7FFF))
+            a.vpsrld(t, t, 16)
+            if v.avx512:
+                k2 = K[2]
+                a.vcmpps(k2, c, c, 3)                       # unordered: NaN lanes
+                a.vpsrld(t.mask(k2), c, 16)
+                a.vpord(t.mask(k2), t, pool.splat(0x40))
+                out = v.half(t.num)
+                a.vpmovdw(out, t)
+            else:
+                a.vcmpps(c, c, c, 3)                        # c is dead after the store
+                nan = v.half(c.num)
+                a.vpsrld(v.reg(c.num), v.reg(c.num), 0)     # keep the mask; (no-op shift)
+                a.vblendvps(t, t, self._quiet(c), c)
+                a.vpackusdw(t, t, t)
+                a.vpermq(t, t, 0x08)
+                out = v.half(t.num)
+        if v.avx512:
+            a.vmovdqu16(out if mask is None else out, [expr]) if False else None
+            if mask is None:
+                a.vmovdqu16([expr], out)
+            else:
+                a.vmovdqu16(_masked(expr, mask.reg), out)
+        elif mask is None:
+            a.vmovdqu([expr], out)
+        else:
+            for lane in range(mask.count):
+                a.vpextrw(word[expr + 2 * lane], out, lane)
+
+
+def _masked(expr, k):
+    from isa.x86 import ptr
+    return ptr(expr).mask(k)
+
+
+@register("brgemm")
+def generate(desc, isa):
+    return generate_brgemm(desc, isa)
+
+
+def generate_brgemm(desc, isa, features=None):
+    """The raw BRGEMM kernel for ``desc`` on ``isa``; ``features`` overrides the target's."""
+    if isa == "amx":
+        isa = "avx512"
+    return Gen(desc, isa, target_features(isa) if features is None else frozenset(features)).build()

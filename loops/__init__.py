@@ -1,0 +1,1 @@
+"""Loop DSL: spec grammar, nest code generation, the native thread pool (loops.pool)."""

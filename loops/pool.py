@@ -1,0 +1,246 @@
+"""The native thread pool: workers are JIT'd machine code started with ``pthread_create``.
+
+No Python runs in the workers, and the calling thread runs a whole region (its own share, tid 0,
+included) inside one ctypes call, so the interpreter lock is released for the region.
+
+Policy (see :mod:`loops.pool_code` for the code):
+
+- A region bumps a generation counter; workers spin on it for ``TPPASM_SPIN_US`` microseconds
+  (default 100) of ``pause``, then sleep on a futex; the caller issues ``FUTEX_WAKE`` only when a
+  worker is asleep. Completion is a countdown the caller waits on with the same spin-then-sleep.
+- Regions are serialized by a lock, so several Python threads may call :meth:`Pool.run`; calling it
+  from inside a region (a callback into Python) raises ``RuntimeError`` instead of deadlocking.
+- A forked child restarts its workers on its first region (``os.register_at_fork``); the state and
+  code addresses (``barrier_fn``, ``barrier_state``) stay the same there.
+- At interpreter exit (``atexit``) the workers are told to quit and are joined. The state and code
+  pages are never unmapped, so a worker can never run or read freed memory during shutdown.
+
+>>> import ctypes
+>>> from isa.x86 import Function, qword
+>>> f = Function("count", ["ptr", "i64", "i64"]); counts, tid, _ = f.args
+>>> f.asm.inc(qword[counts + tid * 8])
+>>> count = f.finalize()
+>>> pool = get_pool(); hits = (ctypes.c_int64 * pool.nthreads)()
+>>> pool.run(count.address, ctypes.addressof(hits))
+>>> list(hits) == [1] * pool.nthreads
+True
+"""
+import atexit
+import ctypes
+import mmap
+import os
+import signal
+import threading
+import time
+
+from . import pool_code as pc
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_long)
+_libc.pthread_create.argtypes = (ctypes.POINTER(ctypes.c_ulong), ctypes.c_void_p, ctypes.c_void_p,
+                                 ctypes.c_void_p)
+_pthread_timedjoin = getattr(_libc, "pthread_timedjoin_np", None)
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+if _pthread_timedjoin is not None:
+    _pthread_timedjoin.argtypes = (ctypes.c_ulong, ctypes.c_void_p, ctypes.POINTER(_Timespec))
+_RUN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_EXIT_GRACE_S = 2.0
+
+
+def _env_int(name):
+    text = os.environ.get(name, "").split(",")[0].strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name}={os.environ[name]!r}: expected a positive integer") from None
+    if value < 1:
+        raise ValueError(f"{name}={os.environ[name]!r}: expected a positive integer")
+    return value
+
+
+def default_threads():
+    """TPPASM_NUM_THREADS, else OMP_NUM_THREADS (its first level), else the CPUs this process may use.
+
+    >>> default_threads() >= 1
+    True
+    """
+    for name in ("TPPASM_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = _env_int(name)
+        if value is not None:
+            return value
+    return len(os.sched_getaffinity(0))
+
+
+def _spin_us():
+    text = os.environ.get("TPPASM_SPIN_US", "").strip()
+    try:
+        value = float(text) if text else 100.0
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ValueError(f"TPPASM_SPIN_US={text!r}: expected a number of microseconds >= 0")
+    return value
+
+
+def _pages(size):
+    """Private anonymous read+write pages, never unmapped (workers may read them until exit)."""
+    size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+    addr = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE,
+                      mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    if addr in (None, _MAP_FAILED):
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mmap of the pool state failed: {os.strerror(errno)}")
+    return addr
+
+
+def _pause_iterations_per_us(spin):
+    n, best = 20000, float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        spin(n)
+        best = min(best, time.perf_counter() - t)
+    return n / (best * 1e6)
+
+
+class Pool:
+    """``nthreads`` threads (the caller is tid 0) that run native functions; use :func:`get_pool`.
+
+    ``run(fn, arg)`` calls ``void fn(void *arg, int64 tid, int64 nthreads)`` once per tid.
+    Inside ``fn``, ``barrier_fn(barrier_state, tid)`` (``void barrier(void *, int64)``) waits for
+    every thread of the region.
+    """
+
+    def __init__(self, nthreads, spin_us=None):
+        if nthreads < 1:
+            raise ValueError(f"a pool needs at least one thread, not {nthreads}")
+        self.nthreads = nthreads
+        self._code = pc.build()
+        for jit in self._code.values():
+            jit.memory._finalizer.atexit = False     # keep the code mapped while workers may exist
+        self._run = _RUN(self._code["run"].address)
+        self._state = _pages(pc.state_size(nthreads))
+        self.barrier_fn = self._code["barrier"].address
+        self.barrier_state = self._state
+        spin_us = _spin_us() if spin_us is None else spin_us
+        self.spin_iterations = max(1, round(spin_us * _pause_iterations_per_us(self._code["spin"])))
+        self._lock = threading.Lock()
+        self._owner = None
+        self._threads = []          # pthread_t of each worker (== threading.get_ident() there)
+        self._worker_ids = frozenset()
+        self._stale = True          # workers must be (re)started before the next region
+        self._pid = os.getpid()
+
+    def run(self, fn, arg):
+        """Run native ``fn(arg, tid, nthreads)`` on every thread; return when all have returned.
+
+        >>> from isa.x86 import Function
+        >>> nop = Function("nop", ["ptr", "i64", "i64"]).finalize()
+        >>> get_pool().run(nop.address, 0)
+        """
+        me = threading.get_ident()
+        if me == self._owner or me in self._worker_ids:
+            raise RuntimeError("Pool.run called from inside a parallel region of the same pool; "
+                               "nested regions are not supported (run the inner work serially)")
+        if not fn:
+            raise ValueError("Pool.run needs the address of a native function, not a null pointer")
+        with self._lock:
+            if self._stale:
+                self._start()
+            self._owner = me
+            try:
+                self._run(self._state, fn, arg)
+            finally:
+                self._owner = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def _field(self, ctype, offset):
+        return ctype.from_address(self._state + offset)
+
+    def _start(self):
+        ctypes.memset(self._state, 0, pc.state_size(self.nthreads))
+        self._field(ctypes.c_uint64, pc.NTHREADS).value = self.nthreads
+        self._field(ctypes.c_uint64, pc.SPIN).value = self.spin_iterations
+        threads = []
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        try:                                      # workers inherit the mask: signals go to Python threads
+            for tid in range(1, self.nthreads):
+                rec = self._state + pc.RECORDS + pc.RECORD_SIZE * tid   # initial generation: 0
+                (ctypes.c_uint64 * 2).from_address(rec)[:] = (self._state, tid)
+                handle = ctypes.c_ulong()
+                err = _libc.pthread_create(ctypes.byref(handle), None, self._code["worker"].address, rec)
+                if err:
+                    raise OSError(err, f"pthread_create failed for worker {tid}: {os.strerror(err)}")
+                threads.append(handle.value)
+        except BaseException:
+            self._threads = threads
+            self._stop()
+            raise
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        self._threads = threads
+        self._worker_ids = frozenset(threads)
+        self._stale = False
+
+    def _stop(self):
+        """Make the workers return and join them (the lock is held or no region can run)."""
+        if not self._threads:
+            return
+        self._code["quit"](self._state)
+        deadline = time.time() + _EXIT_GRACE_S
+        for handle in self._threads:
+            if _pthread_timedjoin is not None:
+                sec = int(deadline)
+                _pthread_timedjoin(handle, None, _Timespec(sec, int((deadline - sec) * 1e9)))
+            else:
+                _libc.pthread_join(ctypes.c_ulong(handle), None)
+        self._threads, self._worker_ids, self._stale = [], frozenset(), True
+
+    def _after_fork_in_child(self):
+        # The parent's workers do not exist here, and the lock may have been held by a thread
+        # that does not exist either.
+        self._lock = threading.Lock()
+        self._owner = None
+        self._threads, self._worker_ids, self._stale = [], frozenset(), True
+        self._pid = os.getpid()
+
+    def _at_exit(self):
+        if os.getpid() != self._pid or not self._lock.acquire(timeout=_EXIT_GRACE_S):
+            return              # a region still runs in a daemon thread: the exit stops it
+        try:
+            self._stop()
+        finally:
+            self._lock.release()
+
+    def __repr__(self):
+        return f"<Pool {self.nthreads} threads, spin {self.spin_iterations} pauses>"
+
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def get_pool():
+    """The process's pool (created on first use; threads from :func:`default_threads`).
+
+    >>> get_pool() is get_pool()
+    True
+    """
+    global _pool
+    if _pool is None:
+        with _pool_lock:
+            if _pool is None:
+                pool = Pool(default_threads())
+                os.register_at_fork(after_in_child=pool._after_fork_in_child)
+                atexit.register(pool._at_exit)
+                _pool = pool
+    return _pool

@@ -1,0 +1,225 @@
+"""Machine code of the native thread pool (x86-64 System V), and the layout of its shared state.
+
+The state is one block of plain read+write memory (data only); these functions read and write it:
+
+- ``worker(rec)``: a ``pthread_create`` start routine. It waits for the region generation to change,
+  calls ``fn(arg, tid, nthreads)``, counts itself done, and waits again, until ``QUIT`` is set.
+- ``run(state, fn, arg)``: the caller's side of one region: publish ``fn``/``arg``, bump the
+  generation, run tid 0, wait for the countdown to reach zero.
+- ``barrier(state, tid)``: a generation-based barrier over the region's threads.
+- ``quit(state)``: tell every worker to return.
+- ``spin(n)``: ``n`` iterations of the wait loop's ``pause``, to calibrate the spin budget.
+
+Every wait spins ``SPIN`` iterations of ``pause`` and then sleeps on a futex (raw ``syscall``). A
+waker issues ``FUTEX_WAKE`` only when a sleeper announced itself first, so the hot path has no
+system call. Announcing is a locked read-modify-write, then the sleeper re-reads the word (the
+kernel does, in FUTEX_WAIT); the waker changes the word with a locked instruction, then reads the
+sleeper count. Both orders are full fences, so a sleeper is never missed (Dekker's argument).
+
+>>> code = build()
+>>> sorted(code)
+['barrier', 'quit', 'run', 'spin', 'worker']
+"""
+from isa.x86 import Function
+from isa.x86.registers import (dword, eax, ebx, edx, esi, qword, r8, r9d, r10d, r12, r13, r14, r15,
+                               rcx, rdi, rdx, rsi, rsp)
+
+# State layout: byte offsets. Fields written by different parties sit on different cache lines.
+GEN = 0            # u32 region generation; futex word the idle workers sleep on
+FN = 8             # u64 address of the region's function
+ARG = 16           # u64 its argument
+NTHREADS = 24      # u64 threads of a region (the caller included)
+QUIT = 32          # u32 nonzero: workers return at the next generation
+SPIN = 40          # u64 pause iterations before sleeping
+SLEEPERS = 64      # u32 workers asleep on GEN
+REMAIN = 128       # u32 workers that have not finished the region; futex word of the caller
+CALLER_SLEEPS = 192  # u32 the caller is (about to be) asleep on REMAIN
+BCOUNT = 256       # u32 threads arrived at the current barrier
+BGEN = 320         # u32 barrier generation; futex word of barrier sleepers
+BSLEEPERS = 384    # u32 threads asleep on BGEN
+RECORDS = 512      # per-worker start records: u64 state, u64 tid, u32 initial generation
+RECORD_SIZE = 32
+
+SYS_FUTEX = 202
+FUTEX_WAIT_PRIVATE = 0 | 128
+FUTEX_WAKE_PRIVATE = 1 | 128
+WAKE_ALL = 0x7FFFFFFF
+
+
+def state_size(nthreads):
+    """Bytes of state for a pool of ``nthreads`` (worker records included)."""
+    return RECORDS + RECORD_SIZE * max(nthreads, 1)
+
+
+def _futex(a, state, field, op, value):
+    """futex(state + field, op, value, NULL); clobbers rax, rcx, rdx, rsi, rdi, r10, r11."""
+    if value is not edx:
+        a.mov(edx, value)
+    a.lea(rdi, [state + field])
+    a.mov(esi, op)
+    a.xor(r10d, r10d)
+    a.mov(eax, SYS_FUTEX)
+    a.syscall()
+
+
+def _wait_change(a, state, field, seen, counter, sleepers):
+    """Spin, then sleep, until dword [state+field] != seen; leaves the new value in eax.
+
+    ``counter`` is a scratch register for the spin budget; ``state`` and ``seen`` must survive a
+    syscall (not rax, rcx, rdx, rsi, rdi, r10, r11).
+    """
+    spin, sleep, woke, done = a.label("spin"), a.label("sleep"), a.label("woke"), a.label("done")
+    a.mov(counter, [state + SPIN])
+    a.bind(spin)
+    a.mov(eax, [state + field])
+    a.cmp(eax, seen)
+    a.jne(done)
+    a.pause()
+    a.sub(counter, 1)
+    a.jnz(spin)
+    a.inc(dword[state + sleepers], lock=True)
+    a.bind(sleep)
+    a.mov(eax, [state + field])
+    a.cmp(eax, seen)
+    a.jne(woke)
+    _futex(a, state, field, FUTEX_WAIT_PRIVATE, seen)
+    a.jmp(sleep)                      # woken, EAGAIN or EINTR: look again
+    a.bind(woke)
+    a.dec(dword[state + sleepers], lock=True)
+    a.mov(eax, [state + field])
+    a.bind(done)
+
+
+def _worker():
+    f = Function("pool_worker", ["ptr"], returns="ptr")
+    f.stack(8)                                    # keeps rsp 16-byte aligned for the call
+    a, (rec,) = f.asm, f.args
+    state, tid, seen = r12, r13, ebx
+    a.mov(state, [rec])
+    a.mov(tid, [rec + 8])
+    a.mov(seen, [rec + 16])
+    wait, exit_ = a.label("wait"), a.label("exit")
+    a.bind(wait)
+    _wait_change(a, state, GEN, seen, r14, SLEEPERS)
+    a.mov(seen, eax)
+    a.cmp(dword[state + QUIT], 0)
+    a.jne(exit_)
+    a.mov(rdi, [state + ARG])
+    a.mov(rsi, tid)
+    a.mov(rdx, [state + NTHREADS])
+    a.call(qword[state + FN])
+    a.mov(eax, -1)
+    a.xadd([state + REMAIN], eax, lock=True)
+    a.cmp(eax, 1)
+    a.jne(wait)                                   # not the last one
+    a.cmp(dword[state + CALLER_SLEEPS], 0)
+    a.je(wait)
+    _futex(a, state, REMAIN, FUTEX_WAKE_PRIVATE, 1)
+    a.jmp(wait)
+    a.bind(exit_)
+    a.xor(eax, eax)
+    return f.finalize()
+
+
+def _run():
+    f = Function("pool_run", ["ptr", "ptr", "ptr"])
+    f.stack(8)
+    a = f.asm
+    state, fn, arg = r12, r13, r14
+    for dst, src in zip((state, fn, arg), f.args):
+        a.mov(dst, src)
+    solo, call0, spin, sleep, woke, done = (a.label(n) for n in ("solo", "call0", "spin", "sleep", "woke", "done"))
+    a.mov(rcx, [state + NTHREADS])
+    a.cmp(rcx, 1)
+    a.jle(solo)
+    a.mov([state + FN], fn)
+    a.mov([state + ARG], arg)
+    a.lea(eax, [rcx - 1])
+    a.mov([state + REMAIN], eax)
+    a.inc(dword[state + GEN], lock=True)          # publishes FN/ARG/REMAIN (x86 stores stay in order)
+    a.cmp(dword[state + SLEEPERS], 0)
+    a.je(call0)
+    _futex(a, state, GEN, FUTEX_WAKE_PRIVATE, WAKE_ALL)
+    a.bind(call0)
+    a.mov(rdi, arg)
+    a.xor(esi, esi)
+    a.mov(rdx, [state + NTHREADS])
+    a.call(fn)
+    a.mov(r15, [state + SPIN])
+    a.bind(spin)
+    a.mov(eax, [state + REMAIN])
+    a.test(eax, eax)
+    a.jz(done)
+    a.pause()
+    a.sub(r15, 1)
+    a.jnz(spin)
+    a.mov(eax, 1)
+    a.xchg([state + CALLER_SLEEPS], eax)          # implicitly locked: a full fence before the re-read
+    a.bind(sleep)
+    a.mov(eax, [state + REMAIN])
+    a.test(eax, eax)
+    a.jz(woke)
+    _futex(a, state, REMAIN, FUTEX_WAIT_PRIVATE, eax)
+    a.jmp(sleep)
+    a.bind(woke)
+    a.mov(dword[state + CALLER_SLEEPS], 0)
+    a.jmp(done)
+    a.bind(solo)
+    a.mov(rdi, arg)
+    a.xor(esi, esi)
+    a.mov(edx, 1)
+    a.call(fn)
+    a.bind(done)
+    return f.finalize()
+
+
+def _barrier():
+    f = Function("pool_barrier", ["ptr", "i64"])
+    a = f.asm
+    state, seen = r8, r9d                         # caller-saved, untouched by the syscall
+    a.mov(state, f.args[0])
+    a.mov(seen, [state + BGEN])                   # read before arriving: the last arrival bumps it
+    a.mov(eax, 1)
+    a.xadd([state + BCOUNT], eax, lock=True)
+    a.inc(eax)
+    a.cmp(eax, dword[state + NTHREADS])
+    wait, out = a.label("wait"), a.label("out")
+    a.jne(wait)
+    a.mov(dword[state + BCOUNT], 0)               # reset before release: x86 keeps the order
+    a.inc(dword[state + BGEN], lock=True)
+    a.cmp(dword[state + BSLEEPERS], 0)
+    a.je(out)
+    _futex(a, state, BGEN, FUTEX_WAKE_PRIVATE, WAKE_ALL)
+    a.jmp(out)
+    a.bind(wait)
+    _wait_change(a, state, BGEN, seen, rcx, BSLEEPERS)
+    a.bind(out)
+    return f.finalize()
+
+
+def _quit():
+    f = Function("pool_quit", ["ptr"])
+    a = f.asm
+    state = r8
+    a.mov(state, f.args[0])
+    a.mov(dword[state + QUIT], 1)
+    a.inc(dword[state + GEN], lock=True)
+    _futex(a, state, GEN, FUTEX_WAKE_PRIVATE, WAKE_ALL)
+    return f.finalize()
+
+
+def _spin():
+    f = Function("pool_spin", ["i64"])
+    a, (n,) = f.asm, f.args
+    loop = a.label("loop")
+    a.bind(loop)
+    a.mov(eax, [rsp - 8])             # the wait loops' load, so the timing matches theirs
+    a.pause()
+    a.sub(n, 1)
+    a.jg(loop)
+    return f.finalize()
+
+
+def build():
+    """JIT the pool's functions: {name: JitFunction}. Their code is never unmapped (see pool.py)."""
+    return {"worker": _worker(), "run": _run(), "barrier": _barrier(), "quit": _quit(), "spin": _spin()}

@@ -1,0 +1,177 @@
+"""System V functions built with the assembler run natively: integer loops and branches, AVX2
+and AVX-512 vector kernels against NumPy, and the CPUID path agrees with /proc/cpuinfo."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from isa.cpu import host
+from isa.x86 import Function, cl, eax, k1, ptr, rax, rcx, rdx, vec
+from tests.support import interp_available
+
+
+def _gcd():
+    fn = Function("gcd", ["i64", "i64"], returns="i64")
+    x, y = fn.args
+    a = fn.asm
+    top, done = a.label(), a.label()
+    a.bind(top)
+    a.test(y, y)
+    a.jz(done)
+    a.mov(rax, x)
+    a.cqo()
+    a.idiv(y)
+    a.mov(x, y)
+    a.mov(y, rdx)
+    a.jmp(top)
+    a.bind(done)
+    a.mov(rax, x)
+    return fn.finalize()
+
+
+GCD = _gcd()
+
+
+@given(st.integers(0, 2**62), st.integers(0, 2**62))
+def test_integer_loop_with_branches(x, y):
+    import math
+    assert GCD(x, y) == math.gcd(x, y)
+
+
+def test_eight_integer_arguments_and_callee_saved_registers():
+    from isa.x86 import rbx, r12, r15
+    fn = Function("poly", ["i64"] * 8, returns="i64")
+    a = fn.asm
+    a.xor(eax, eax)
+    for i, r in enumerate(fn.args):
+        a.imul(rbx, r, i + 1)
+        a.mov(r12, rbx)
+        a.mov(r15, r12)
+        a.add(rax, r15)
+    f = fn.finalize()
+    assert f(*range(1, 9)) == sum((i + 1) * (i + 1) for i in range(8))
+    text = f.disassemble()
+    assert "push rbx" in text and "push r12" in text and "pop r15" in text
+
+
+def _axpy(width):
+    """y[i] = a*x[i] + y[i] for i < n (n a multiple of the lane count), fp32."""
+    fn = Function(f"axpy{width}", ["ptr", "ptr", "i64", "f32"])
+    x, y, n, alpha = fn.args
+    a = fn.asm
+    va, vx = vec(width, 2), vec(width, 1)
+    lanes = width // 32
+    a.vbroadcastss(va, alpha)
+    top = a.label()
+    a.bind(top)
+    a.vmovups(vx, [x])
+    a.vfmadd213ps(vx, va, [y])
+    a.vmovups([y], vx)
+    a.add(x, width // 8)
+    a.add(y, width // 8)
+    a.sub(n, lanes)
+    a.jnz(top)
+    return fn
+
+
+@pytest.mark.skipif(not host().has("avx2"), reason="host has no AVX2")
+@given(st.integers(1, 64), st.floats(-4, 4, width=32))
+def test_avx2_vector_kernel_against_numpy(blocks, alpha):
+    f = _axpy(256).finalize()
+    rng = np.random.default_rng(blocks)
+    x = rng.standard_normal(8 * blocks, dtype=np.float32)
+    y = rng.standard_normal(8 * blocks, dtype=np.float32)
+    want = (np.float32(alpha) * x + y).astype(np.float32)
+    f(x.ctypes.data, y.ctypes.data, x.size, alpha)
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+
+
+def _masked_add512():
+    """out[:n] = x[:n] + 1 with an opmask tail (AVX-512), n <= 16."""
+    fn = Function("addone512", ["ptr", "ptr", "i64"])
+    x, out, n = fn.args
+    a = fn.asm
+    a.mov(rcx, n)
+    a.mov(eax, 1)
+    a.shl(eax, cl)
+    a.dec(eax)
+    a.kmovw(k1, eax)
+    a.vmovups(vec(512, 0).mask(k1, zero=True), [x])
+    a.mov(eax, 0x3F800000)
+    a.vpbroadcastd(vec(512, 1), eax)
+    a.vaddps(vec(512, 0), vec(512, 0), vec(512, 1))
+    a.vmovups(ptr(out).mask(k1), vec(512, 0))
+    return fn.finalize()
+
+
+@pytest.mark.skipif(not (host().has("avx512f") or interp_available()),
+                    reason="host has no AVX-512 and the x86 interpreter is unavailable")
+@pytest.mark.parametrize("n", [1, 7, 16])
+def test_avx512_vector_kernel_against_numpy(n):
+    f = _masked_add512()
+    x = np.arange(n, dtype=np.float32)
+    out = np.full(n, np.nan, np.float32)
+    if host().has("avx512f"):
+        f(x.ctypes.data, out.ctypes.data, n)
+    else:
+        from isa.x86.interp import Machine
+        m = Machine()
+        px, po = m.map(x), m.map(out)
+        m.call(f.code, args=[px, po, n])
+        out = m.read(po, like=out)
+    np.testing.assert_array_equal(out, x + 1)
+
+
+def _proc_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+@pytest.mark.skipif(host().arch != "x86_64", reason="x86 CPUID")
+def test_cpuid_agrees_with_proc_cpuinfo():
+    flags = _proc_flags()
+    names = {"avx2": "avx2", "fma": "fma", "avx512f": "avx512f", "avx512bw": "avx512bw",
+             "avx512vl": "avx512vl", "avx512_bf16": "avx512_bf16", "avx512_vnni": "avx512_vnni",
+             "amx_tile": "amx_tile", "amx_bf16": "amx_bf16", "amx_int8": "amx_int8", "f16c": "f16c"}
+    feats = host().features
+    for ours, linux in names.items():
+        # the kernel hides features the OS does not support, as we do
+        if linux in flags:
+            assert feats[ours] or ours.startswith("amx"), ours
+        else:
+            assert not feats[ours], ours
+    assert host().vendor in ("GenuineIntel", "AuthenticAMD")
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run(code, **env):
+    path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": path, **env}, cwd=ROOT)
+
+
+def test_forced_isa_levels():
+    best = host().best_isa
+    r = _run("from isa.cpu import host; print(host().isa)", TPPASM_ISA="avx2")
+    assert r.stdout.strip() == "avx2", r.stderr
+    if best != "amx":
+        r = _run("from isa.cpu import host; host()", TPPASM_ISA="amx")
+        assert r.returncode != 0 and "asks for more than this host has" in r.stderr
+    r = _run("from isa.cpu import host; host()", TPPASM_ISA="sse9")
+    assert r.returncode != 0 and "not a level" in r.stderr
+
+
+def test_info_command_json():
+    import json
+    r = _run("import tppasm.__main__ as m; m.main(['info', '--json'])")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["isa"] == host().isa and "avx2" in data["features"]

@@ -1,0 +1,276 @@
+"""BRGEMM: ``C = beta*C + sum_{i<count} A_i @ B_i``, then an optional bias row and activation.
+
+Row-major blocks: A_i is (m, k) with row stride ``lda``; B_i is (k, n) with row stride ``ldb``,
+or for bf16 / int8 in the VNNI layout ``(k/f, n, f)`` (f = 2 / 4 consecutive rows of B
+interleaved, see :func:`tppasm.layout.vnni_pack`) whose group rows are ``f*ldb`` elements apart;
+C is (m, n) with row stride ``ldc``. The batch is addressed three ways (``batch=``):
+
+- ``"stride"``: A is (>=count, m, k) with strides (stride_a, lda, 1), B likewise (stride_b);
+- ``"offset"``: an int64 (>=count, 2) array of element offsets (off_a, off_b) into C-contiguous
+  A and B buffers; every offset is checked against the buffers before the kernel runs;
+- ``"address"``: from Python, sequences of count A blocks and count B blocks (a slow path that
+  builds the pointer arrays); the raw kernel takes two int64 arrays of block addresses.
+
+dtypes: ``f32``; ``bf16`` (A bf16, B bf16 VNNI2, fp32 accumulation, C ``f32`` or ``bf16`` rounded
+to nearest even); ``i8`` (A uint8, B int8 VNNI4, C int32, exact: sums wrap modulo 2**32 as
+``vpdpbusd`` does). For bf16 and i8, k must be a multiple of f (pad A with zero columns and B
+with zero rows: ``vnni_pack`` pads). Epilogue: ``bias=True`` adds an fp32 row vector of n
+(f32/bf16), then ``act`` in None, "relu", "gelu" (tanh form), "sigmoid", "tanh".
+
+>>> import numpy as np, tppasm
+>>> gemm = tppasm.brgemm(m=2, n=3, k=4)
+>>> A = np.ones((2, 2, 4), np.float32); B = np.ones((2, 4, 3), np.float32)
+>>> C = np.empty((2, 3), np.float32); gemm(A, B, C, count=2); C
+array([[8., 8., 8.],
+       [8., 8., 8.]], dtype=float32)
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from .dtypes import dtype as np_dtype
+from .kernel import Descriptor, get_kernel
+from .operand import OperandError, OperandSpec, check
+
+A_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "u8"}
+B_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "i8"}
+C_DTYPES = {"f32": ("f32",), "bf16": ("f32", "bf16"), "i8": ("i32",)}
+VNNI = {"f32": 1, "bf16": 2, "i8": 4}
+BATCHES = ("stride", "offset", "address")
+ACTS = {
+    None: lambda x: x,
+    "relu": lambda x: np.maximum(x, 0),
+    "gelu": lambda x: 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3))),
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "tanh": np.tanh,
+}
+
+
+@dataclass(frozen=True)
+class Brgemm(Descriptor):
+    """The BRGEMM descriptor; 0 for an ld/stride means its dense default."""
+
+    m: int
+    n: int
+    k: int
+    lda: int = 0
+    ldb: int = 0
+    ldc: int = 0
+    stride_a: int = 0
+    stride_b: int = 0
+    beta: int = 0
+    dtype: str = "f32"
+    c_dtype: str = ""
+    batch: str = "stride"
+    bias: bool = False
+    act: object = None
+
+    kind = "brgemm"
+    scalars = ("count",)
+    count_scalar = "count"
+
+    def __post_init__(self):
+        dense = {"lda": self.k, "ldb": self.n, "ldc": self.n}
+        for name, value in dense.items():
+            if _is_int(getattr(self, name)) and not getattr(self, name):
+                object.__setattr__(self, name, value)
+        if _is_int(self.stride_a) and not self.stride_a and _is_int(self.lda):
+            object.__setattr__(self, "stride_a", self.m * self.lda if _is_int(self.m) else 0)
+        if _is_int(self.stride_b) and not self.stride_b and _is_int(self.ldb):
+            object.__setattr__(self, "stride_b", self.k * self.ldb if _is_int(self.k) else 0)
+        if not self.c_dtype and self.dtype in C_DTYPES:
+            object.__setattr__(self, "c_dtype", C_DTYPES[self.dtype][0])
+
+    # -- checks -------------------------------------------------------------------------------
+    def validate(self):
+        for name in ("m", "n", "k"):
+            _need(_is_int(getattr(self, name)) and getattr(self, name) >= 1, name, getattr(self, name),
+                  "an int >= 1")
+        if self.dtype not in VNNI:
+            raise ValueError(f"brgemm: dtype={self.dtype!r}; legal values: {', '.join(VNNI)}")
+        f = self.vnni
+        _need(self.k % f == 0, "k", self.k, f"a multiple of {f} for dtype={self.dtype!r} (pad A with "
+              f"zero columns and B with zero rows; tppasm.vnni_pack pads B)")
+        for name, least in (("lda", self.k), ("ldb", self.n), ("ldc", self.n)):
+            value = getattr(self, name)
+            _need(_is_int(value) and value >= least, name, value, f"an int >= {least} (the row width)")
+        for name in ("stride_a", "stride_b"):
+            value = getattr(self, name)
+            _need(_is_int(value) and value >= 0, name, value, "an int >= 0 (elements between blocks)")
+        _need(self.beta in (0, 1) and not isinstance(self.beta, float), "beta", self.beta, "0 or 1")
+        _need(self.c_dtype in C_DTYPES[self.dtype], "c_dtype", self.c_dtype,
+              f"{' or '.join(map(repr, C_DTYPES[self.dtype]))} for dtype={self.dtype!r}")
+        _need(self.batch in BATCHES, "batch", self.batch, ", ".join(map(repr, BATCHES)))
+        _need(self.bias in (False, True), "bias", self.bias, "True or False")
+        _need(self.act in ACTS, "act", self.act, ", ".join(map(repr, ACTS)))
+        if self.dtype == "i8":
+            _need(not self.bias, "bias", self.bias, "False for dtype='i8' (int32 C has no fp32 bias)")
+            _need(self.act in (None, "relu"), "act", self.act, "None or 'relu' for dtype='i8'")
+
+    @property
+    def vnni(self):
+        return VNNI[self.dtype]
+
+    # -- operands -------------------------------------------------------------------------------
+    def block_specs(self):
+        """(A block, B block) specs, without the batch dimension."""
+        f = self.vnni
+        a = OperandSpec("a", A_DTYPE[self.dtype], (self.m, self.k), (self.lda, 1), ld_name="lda")
+        if f == 1:
+            b = OperandSpec("b", "f32", (self.k, self.n), (self.ldb, 1), ld_name="ldb")
+        else:
+            b = OperandSpec("b", B_DTYPE[self.dtype], (self.k // f, self.n, f), (self.ldb * f, f, 1),
+                            ld_name="")
+        return a, b
+
+    def operands(self):
+        """The raw kernel's arrays, in argument order (``count`` follows them)."""
+        a, b = self.block_specs()
+        c = OperandSpec("c", self.c_dtype, (self.m, self.n), (self.ldc, 1), writable=True, ld_name="ldc")
+        if self.batch == "stride":
+            ops = [_batched(a, self.stride_a), _batched(b, self.stride_b), c]
+        elif self.batch == "offset":
+            ops = [a, b, c, OperandSpec("offsets", "i64", (2,), (2, 1), batch=True)]
+        else:
+            ops = [OperandSpec("a_ptrs", "i64", (), (1,), batch=True),
+                   OperandSpec("b_ptrs", "i64", (), (1,), batch=True), c]
+        if self.bias:
+            ops.append(OperandSpec("bias", "f32", (self.n,), (1,)))
+        return tuple(ops)
+
+    def work(self):
+        return 2 * self.m * self.n * self.k + sum(s.nbytes() for s in self.operands())
+
+    # -- reference ------------------------------------------------------------------------------
+    def reference(self, a, b, c, *rest, count=1):
+        """NumPy BRGEMM on the same arguments as the public call, in place on ``c``.
+
+        Stride: ``(a, b, c[, bias])``; offset: ``(a, b, c, offsets[, bias])``; address:
+        ``(a_blocks, b_blocks, c[, bias])`` with sequences of blocks.
+        """
+        rest = list(rest)
+        if self.batch == "offset":
+            offsets = np.asarray(rest.pop(0))[:count]
+            a_blocks = [_view(a, int(o), self.block_specs()[0]) for o in offsets[:, 0]]
+            b_blocks = [_view(b, int(o), self.block_specs()[1]) for o in offsets[:, 1]]
+        else:
+            a_blocks, b_blocks = list(a[:count]), list(b[:count])
+        bias = rest.pop(0) if self.bias else None
+        c[...] = self.compute(a_blocks, b_blocks, c, bias)
+
+    def compute(self, a_blocks, b_blocks, c, bias=None):
+        """beta*C + sum A_i @ B_i (+ bias, act) in float64 / int64, cast to C's dtype."""
+        exact = self.dtype == "i8"
+        wide = np.int64 if exact else np.float64
+        acc = c.astype(wide) if self.beta else np.zeros(c.shape, wide)
+        for ai, bi in zip(a_blocks, b_blocks):
+            if self.vnni > 1:
+                bi = np.swapaxes(bi, -1, -2).reshape(self.k, self.n)
+            acc += ai.astype(wide) @ bi.astype(wide)
+        if exact:
+            acc = ((acc + 2 ** 31) % 2 ** 32 - 2 ** 31)
+        if bias is not None:
+            acc += bias.astype(wide)
+        return ACTS[self.act](acc).astype(c.dtype)
+
+
+def _batched(spec, stride):
+    return OperandSpec(spec.name, spec.dtype, spec.shape, (stride,) + spec.strides, batch=True,
+                       ld_name=spec.ld_name)
+
+
+def _view(buf, offset, spec):
+    flat = buf.reshape(-1)
+    es = flat.itemsize
+    return np.lib.stride_tricks.as_strided(flat[offset:], spec.shape, [s * es for s in spec.strides])
+
+
+def _is_int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _need(ok, name, value, legal):
+    if not ok:
+        raise ValueError(f"brgemm: {name}={value!r}; expected {legal}")
+
+
+class BatchedBrgemm:
+    """A BRGEMM batched by offsets or addresses: checks the batch in Python, then calls the kernel.
+
+    ``kernel`` is the underlying :class:`tppasm.kernel.Kernel` (its raw entry is what loop nests
+    call); its attributes are available here too.
+    """
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.desc = kernel.desc
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
+
+    def __call__(self, a, b, c, *rest, count=1):
+        d = self.desc
+        who = "brgemm"
+        if not isinstance(count, int) or not 1 <= count < 1 << 30:
+            raise OperandError(f"{who}: count={count!r}, expected an int >= 1")
+        spec_a, spec_b = d.block_specs()
+        ops = {s.name: s for s in self.kernel.operands}
+        check(ops["c"], c, who=who)
+        rest = list(rest)
+        if d.batch == "offset":
+            offsets = rest.pop(0) if rest else None
+            check(ops["offsets"], offsets, count, who=who)
+            for spec, buf, col in ((spec_a, a, 0), (spec_b, b, 1)):
+                _check_buffer(spec, buf, offsets[:count, col], who)
+            args = [a, b, c, offsets]
+        else:
+            ptrs = []
+            for spec, blocks in ((spec_a, a), (spec_b, b)):
+                if isinstance(blocks, np.ndarray) or len(blocks) < count:
+                    raise OperandError(f"{who}: operand {spec.name} must be a sequence of at least "
+                                       f"count={count} blocks {spec.shape} for batch='address'")
+                for blk in blocks[:count]:
+                    check(spec, blk, who=who)
+                ptrs.append(np.array([blk.ctypes.data for blk in blocks[:count]], np.int64))
+            args = ptrs + [c]
+        if d.bias:
+            if not rest:
+                raise OperandError(f"{who}: the kernel was built with bias=True; pass bias (n,) float32")
+            bias = rest.pop(0)
+            check(ops["bias"], bias, who=who)
+            args.append(bias)
+        if rest:
+            raise TypeError(f"{who}: too many arrays for batch={d.batch!r}, bias={d.bias}")
+        self.kernel._raw(*(x.ctypes.data for x in args), count)
+
+    def reference(self, *arrays, **scalars):
+        return self.desc.reference(*arrays, **scalars)
+
+
+def _check_buffer(spec, buf, offsets, who):
+    if not isinstance(buf, np.ndarray) or buf.dtype != spec.np_dtype or not buf.flags.c_contiguous:
+        raise OperandError(f"{who}: with batch='offset', operand {spec.name} must be a C-contiguous "
+                           f"{spec.np_dtype} array (offsets count elements from its start)")
+    extent = 1 + sum((d - 1) * s for d, s in zip(spec.shape, spec.strides))
+    if len(offsets) and (offsets.min() < 0 or offsets.max() > buf.size - extent):
+        bad = int(offsets[(offsets < 0) | (offsets > buf.size - extent)][0])
+        raise OperandError(f"{who}: offset {bad} for operand {spec.name} is out of range: a block "
+                           f"spans {extent} elements and the buffer holds {buf.size}, so offsets "
+                           f"must be in 0..{buf.size - extent}")
+
+
+def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0, beta=0, c_dtype="",
+           batch="stride", bias=False, act=None, isa=None):
+    """A JIT'd BRGEMM kernel: call it as ``gemm(A, B, C, count=c)`` (see the module docstring).
+
+    >>> import numpy as np, tppasm
+    >>> g = tppasm.brgemm(m=1, n=2, k=4, dtype="i8", batch="offset")
+    >>> A = np.array([[1, 2, 3, 4]], np.uint8); B = tppasm.vnni_pack(np.ones((4, 2), np.int8), 4)
+    >>> C = np.empty((1, 2), np.int32)
+    >>> g(A, B, C, np.zeros((2, 2), np.int64), count=2); C
+    array([[20, 20]], dtype=int32)
+    """
+    desc = Brgemm(m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc, stride_a=stride_a, stride_b=stride_b,
+                  beta=beta, dtype=dtype, c_dtype=c_dtype, batch=batch, bias=bias, act=act)
+    kernel = get_kernel(desc, isa)
+    return kernel if desc.batch == "stride" else BatchedBrgemm(kernel)

@@ -1,0 +1,109 @@
+"""NumPy helpers for the blocked and VNNI layouts that BRGEMM kernels read.
+
+``block`` cuts a row-major matrix into a grid of contiguous blocks (DESIGN.md's ``(Mb, Kb, bm, bk)``
+for A, ``(Nb, Kb, bk, bn)`` for B); ``vnni_pack`` interleaves ``factor`` consecutive rows of B, the
+layout x86 dot instructions read (VNNI2 for bf16 ``vdpbf16ps``, VNNI4 for int8 ``vpdpbusd``).
+
+>>> import numpy as np
+>>> x = np.arange(16).reshape(4, 4)
+>>> block(x, 2, 2)[1, 0]
+array([[ 8,  9],
+       [12, 13]])
+>>> vnni_pack(np.arange(6).reshape(2, 3), 2)[0]
+array([[0, 3],
+       [1, 4],
+       [2, 5]])
+"""
+import numpy as np
+
+VNNI_FACTORS = {"bf16": 2, "i8": 4}
+
+
+def block(x, bm, bk, outer="m"):
+    """Blocks of ``x`` (rows, cols) as a contiguous ``(rows/bm, cols/bk, bm, bk)`` array.
+
+    ``outer="n"`` puts the column-block index first: ``(cols/bk, rows/bm, bm, bk)``, the layout of B
+    in DESIGN.md's GEMM (``block(B, bk, bn, outer="n")[jn, ik]`` is block (ik, jn) of B).
+
+    >>> import numpy as np
+    >>> block(np.zeros((6, 4)), 3, 2, outer="n").shape
+    (2, 2, 3, 2)
+    """
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"block: x must be 2-D (rows, cols), got shape {x.shape}")
+    rows, cols = x.shape
+    for name, size, dim in (("bm", bm, rows), ("bk", bk, cols)):
+        if not isinstance(size, (int, np.integer)) or size < 1 or dim % size:
+            raise ValueError(f"block: {name}={size!r} must be a positive divisor of {dim}")
+    if outer not in ("m", "n"):
+        raise ValueError(f"block: outer={outer!r}; expected 'm' (row blocks first) or 'n' (column blocks first)")
+    grid = x.reshape(rows // bm, bm, cols // bk, bk).transpose(0, 2, 1, 3)
+    if outer == "n":
+        grid = grid.transpose(1, 0, 2, 3)
+    return np.ascontiguousarray(grid)
+
+
+def unblock(xb, outer="m"):
+    """The inverse of :func:`block`: a blocked array back to (rows, cols).
+
+    >>> import numpy as np
+    >>> x = np.arange(12.0).reshape(3, 4)
+    >>> bool((unblock(block(x, 1, 2)) == x).all())
+    True
+    """
+    xb = np.asarray(xb)
+    if xb.ndim != 4:
+        raise ValueError(f"unblock: expected a 4-D blocked array, got shape {xb.shape}")
+    if outer == "n":
+        xb = xb.transpose(1, 0, 2, 3)
+    mb, kb, bm, bk = xb.shape
+    return np.ascontiguousarray(xb.transpose(0, 2, 1, 3).reshape(mb * bm, kb * bk))
+
+
+def vnni_pack(b, factor):
+    """B (..., k, n) -> (..., ceil(k/factor), n, factor): ``factor`` consecutive rows interleaved.
+
+    Rows past ``k`` (when ``factor`` does not divide it) are zero. ``factor`` is 2 (bf16), 4 (int8)
+    or a dtype name ("bf16", "i8").
+
+    >>> import numpy as np
+    >>> vnni_pack(np.ones((3, 2), np.int8), "i8").shape
+    (1, 2, 4)
+    """
+    f = _factor(factor)
+    b = np.asarray(b)
+    if b.ndim < 2:
+        raise ValueError(f"vnni_pack: b must be at least 2-D (..., k, n), got shape {b.shape}")
+    k, n = b.shape[-2:]
+    groups = -(-k // f)
+    padded = np.zeros(b.shape[:-2] + (groups * f, n), b.dtype)
+    padded[..., :k, :] = b
+    out = padded.reshape(b.shape[:-2] + (groups, f, n))
+    return np.ascontiguousarray(np.swapaxes(out, -1, -2))
+
+
+def vnni_unpack(bv, k=None):
+    """The inverse of :func:`vnni_pack`: (..., g, n, f) -> (..., k, n), ``k`` defaulting to g*f.
+
+    >>> import numpy as np
+    >>> b = np.arange(6).reshape(3, 2)
+    >>> bool((vnni_unpack(vnni_pack(b, 2), 3) == b).all())
+    True
+    """
+    bv = np.asarray(bv)
+    if bv.ndim < 3:
+        raise ValueError(f"vnni_unpack: expected (..., k/f, n, f), got shape {bv.shape}")
+    g, n, f = bv.shape[-3:]
+    k = g * f if k is None else k
+    if not 0 < k <= g * f:
+        raise ValueError(f"vnni_unpack: k={k} must be in 1..{g * f}")
+    out = np.swapaxes(bv, -1, -2).reshape(bv.shape[:-3] + (g * f, n))
+    return np.ascontiguousarray(out[..., :k, :])
+
+
+def _factor(factor):
+    f = VNNI_FACTORS.get(factor, factor)
+    if f not in (1, 2, 4):
+        raise ValueError(f"vnni factor {factor!r}: expected 2 (bf16), 4 (int8) or one of {list(VNNI_FACTORS)}")
+    return f

@@ -1,0 +1,422 @@
+"""Vectorized fp32 transcendentals as instruction emitters, for any :class:`VectorISA`.
+
+Every emitter has the same signature, so generators (element-wise TPPs, BRGEMM epilogues) can
+reuse them::
+
+    emit_<fn>(a, v, dst, src, tmp, c)
+
+``a`` the Assembler, ``v`` the VectorISA, ``dst``/``src`` vector registers (``dst`` may be
+``src``; ``src`` is otherwise left unchanged), ``tmp`` a list of at least ``NTMP[fn]`` scratch
+registers distinct from both, ``c`` a :class:`Consts` (broadcast constants). On AVX-512 the
+emitters also clobber opmask ``k7``.
+
+Accuracy (max relative error vs float64 rounded to fp32, measured by tests/tpp/test_math_accuracy.py
+on dense samples; see ``ACCURACY``). Specials: NaN in -> NaN out; exp(+inf)=inf, exp(-inf)=0,
+tanh(+-inf)=+-1, sigmoid(+-inf)=1/0, gelu(+inf)=inf, gelu(-inf)=-0, tanh(-0)=-0;
+reciprocal(+-0)=+-inf, rsqrt(0)=inf, rsqrt(x<0)=NaN. Results that are fp32 denormals may be
+flushed or off by more (exp below -87.3, gelu far left); |x| >= 2^126 gives reciprocal 0.
+
+>>> from isa.x86 import Function, rdi, rsi, ymm0, ymm1, ymm2, ymm3, ymm4
+>>> from tppasm.x86.vector import VectorISA
+>>> import numpy as np
+>>> v = VectorISA("avx2"); fn = Function("exp8", ["ptr", "ptr"]); a = fn.asm; c = Consts(v)
+>>> a.vmovups(ymm0, [rdi]); emit_exp(a, v, ymm1, ymm0, [ymm2, ymm3, ymm4], c); a.vmovups([rsi], ymm1)
+>>> c.finish(fn); f = fn.finalize()
+>>> x = np.linspace(-2, 2, 8, dtype=np.float32); y = np.empty_like(x); f(x.ctypes.data, y.ctypes.data)
+>>> bool(np.allclose(y, np.exp(x), rtol=1e-6))
+True
+"""
+import struct
+
+from isa.x86 import Assembler, K, dword, eax, ptr, rsp, vec
+
+K7 = K[7]
+LT, LE, GE, GT = 1, 2, 13, 14          # vcmpps predicates (ordered, signalling)
+SIGN, ABS = -0x80000000, 0x7FFFFFFF
+
+NTMP = {"exp": 3, "sigmoid": 3, "tanh": 5, "gelu_tanh": 4, "gelu_erf": 5, "gelu_tanh_grad": 5,
+        "gelu_erf_grad": 5, "reciprocal": 2, "rsqrt": 2}
+
+# max relative error in fp32 ulps measured on dense samples (bwd: ulps of max(|ref|, 2^-10))
+ACCURACY = {"exp": 2, "sigmoid": 3, "tanh": 3, "gelu_tanh": 4, "gelu_erf": 6, "gelu_tanh_grad": 8,
+            "gelu_erf_grad": 8, "reciprocal": 2, "rsqrt": 2}
+
+
+def f32_bits(value):
+    return struct.unpack("<i", struct.pack("<f", value))[0]
+
+
+class Consts:
+    """Broadcast constants for emitted code: registers from ``regs`` while they last, then a table
+    on the stack (``[rsp + 64 + i*v.bytes]``). Call :meth:`finish` once the body is emitted: it
+    puts the setup code in front of the body and reserves the stack."""
+
+    BASE = 64        # [rsp, rsp+64) stays free for VectorISA's AVX2 mask scratch
+
+    def __init__(self, v, regs=()):
+        self.v, self.free, self.table = v, list(regs), {}
+
+    def i(self, bits):
+        """Operand holding the int32 ``bits`` in every lane (a register or memory)."""
+        return self._get(("i", bits & 0xFFFFFFFF))
+
+    def f(self, value):
+        """Operand holding the fp32 ``value`` in every lane."""
+        return self._get(("i", f32_bits(value) & 0xFFFFFFFF))
+
+    def lanes(self, values):
+        """Operand holding int32 ``values[j]`` in lane j (always memory)."""
+        key = ("lanes", tuple(values))
+        if key not in self.table:
+            self.table[key] = ptr(rsp + self.BASE + self._slots() * self.v.bytes)
+        return self.table[key]
+
+    def into(self, a, reg, value):
+        """A register holding fp32 ``value``: the constant's own, or ``reg`` loaded with it."""
+        op = self.f(value)
+        if op.__class__.__name__ == "Register":
+            return op
+        a.vmovups(reg, op)
+        return reg
+
+    def _slots(self):
+        return sum(1 for op in self.table.values() if op.__class__.__name__ != "Register")
+
+    def _get(self, key):
+        op = self.table.get(key)
+        if op is None:
+            op = self.free.pop(0) if self.free else ptr(rsp + self.BASE + self._slots() * self.v.bytes)
+            self.table[key] = op
+        return op
+
+    def stack_bytes(self):
+        return self.BASE + self._slots() * self.v.bytes
+
+    def finish(self, fn, scratch=None):
+        """Prepend the code that materializes the constants to ``fn``'s body; reserve the stack."""
+        v, pre = self.v, Assembler()
+        scratch = scratch or v.reg(v.nregs - 1)
+        regs = [(k, op) for k, op in self.table.items() if op.__class__.__name__ == "Register"]
+        mems = [(k, op) for k, op in self.table.items() if op.__class__.__name__ != "Register"]
+        for key, op in mems:
+            if key[0] == "lanes":
+                for j in range(v.lanes(4)):
+                    pre.mov(dword[op.expr + 4 * j], key[1][j % len(key[1])])
+            else:
+                _broadcast(pre, v, scratch, key[1])
+                pre.vmovups(op, scratch)
+        for key, op in regs:
+            _broadcast(pre, v, op, key[1])
+        if mems:
+            fn.stack(self.stack_bytes())
+        fn.asm.prepend(pre)
+
+
+def _broadcast(a, v, reg, bits):
+    if bits == 0:
+        a.vpxord(reg, reg, reg) if reg.num >= 16 else a.vpxor(vec(128, reg.num), vec(128, reg.num), vec(128, reg.num))
+        return
+    a.mov(eax, bits if bits < 1 << 31 else bits - (1 << 32))
+    a.vmovd(vec(128, reg.num), eax)
+    a.vpbroadcastd(reg, vec(128, reg.num))
+
+
+# -- bitwise and select helpers (AVX2: VEX forms; AVX-512: EVEX dword forms) ------------------
+def vand(a, v, d, x, y):
+    (a.vpandd if v.avx512 else a.vpand)(d, x, y)
+
+
+def vor(a, v, d, x, y):
+    (a.vpord if v.avx512 else a.vpor)(d, x, y)
+
+
+def vxor(a, v, d, x, y):
+    (a.vpxord if v.avx512 else a.vpxor)(d, x, y)
+
+
+def select(a, v, dst, x, y, pred, if_true, if_false, tmp):
+    """dst = pred(x, y) ? if_true : if_false (per lane; ``tmp`` is a scratch vector for AVX2)."""
+    if v.avx512:
+        a.vcmpps(K7, x, y, pred)
+        a.vblendmps(dst.mask(K7), if_false, if_true)
+    else:
+        a.vcmpps(tmp, x, y, pred)
+        a.vblendvps(dst, if_false, if_true, tmp)
+
+
+def select_sign(a, v, dst, if_pos, if_neg, sign_of, c):
+    """dst = sign bit of ``sign_of`` set ? if_neg : if_pos."""
+    if v.avx512:
+        a.vptestmd(K7, sign_of, c.i(SIGN))
+        a.vblendmps(dst.mask(K7), if_pos, if_neg)
+    else:
+        a.vblendvps(dst, if_pos, if_neg, sign_of)
+
+
+def keep_if(a, v, reg, x, y, pred, tmp):
+    """reg = pred(x, y) ? reg : 0."""
+    if v.avx512:
+        a.vcmpps(K7, x, y, pred)
+        a.vmovaps(reg.mask(K7, zero=True), reg)
+    else:
+        a.vcmpps(tmp, x, y, pred)
+        a.vandps(reg, reg, tmp)
+
+
+def clamp(a, v, dst, src, lo, hi, tmp, c):
+    """dst = min(max(src, lo), hi), NaN kept (the constant is the first source: x86 returns the
+    second source when either is NaN)."""
+    a.vmaxps(dst, c.into(a, tmp, lo), src)
+    a.vminps(dst, c.into(a, tmp, hi), dst)
+
+
+def horner(a, dst, x, coeffs, c):
+    """dst = polynomial(x), coefficients highest degree first (FMA Horner)."""
+    a.vmovups(dst, c.f(coeffs[0]))
+    for k in coeffs[1:]:
+        a.vfmadd213ps(dst, x, c.f(k))
+
+
+# -- exp --------------------------------------------------------------------------------------
+LOG2E = 1.4426950408889634
+LN2_HI, LN2_LO = 0.693145751953125, 1.4286068203094172e-06     # LN2_HI has 16 trailing zero bits
+MAGIC = 12582912.0                                              # 1.5 * 2^23: adding it rounds to int
+EXP_POLY = [1 / 5040, 1 / 720, 1 / 120, 1 / 24, 1 / 6, 0.5, 1.0, 1.0]   # Taylor, |r| <= ln2/2
+
+
+def emit_exp(a, v, dst, src, tmp, c):
+    """dst = exp(src). tmp: 3 registers. Relative error <= 2 ulp for x in [-87.3, 88.7]."""
+    t0, t1, t2 = tmp[:3]
+    clamp(a, v, t0, src, -104.0, 88.8, t1, c)
+    _exp_reduced(a, v, dst, t0, t0, (), (t1, t2), c)
+
+
+def _exp_reduced(a, v, dst, approx, base, adds, tmp, c):
+    """dst = exp(base + sum(adds)) given ``approx`` ~ that sum (to pick n); ``approx`` is
+    clobbered (it becomes the reduced argument r), ``base`` too unless it is ``approx``."""
+    s, nf = tmp
+    a.vmovups(s, c.f(MAGIC))
+    a.vfmadd231ps(s, approx, c.f(LOG2E))            # s = n + MAGIC in its low mantissa bits
+    a.vsubps(nf, s, c.f(MAGIC))
+    r = approx
+    if base is approx:
+        a.vfnmadd231ps(r, nf, c.f(LN2_HI))          # exact: nf*LN2_HI has <= 24 bits
+    else:
+        a.vfmadd231ps(base, nf, c.f(LN2_HI))        # base + n*ln2_hi, rounded once
+        a.vxorps(r, r, r)
+        a.vsubps(r, r, base)
+        for add in adds:
+            a.vaddps(r, r, add)
+    a.vfnmadd231ps(r, nf, c.f(LN2_LO))
+    horner(a, dst, r, EXP_POLY, c)
+    _scale_pow2(a, v, dst, s, nf, c)
+
+
+def _scale_pow2(a, v, dst, s, t, c):
+    """dst *= 2^n with n from s's low bits; two factors so that n in [-150, 128] stays exact."""
+    a.vpsubd(s, s, c.i(f32_bits(MAGIC)))
+    a.vpsrad(t, s, 1)
+    a.vpsubd(s, s, t)
+    for reg in (s, t):
+        a.vpaddd(reg, reg, c.i(127))
+        a.vpslld(reg, reg, 23)
+        a.vmulps(dst, dst, reg)
+
+
+# -- sigmoid, tanh ----------------------------------------------------------------------------
+def emit_sigmoid(a, v, dst, src, tmp, c):
+    """dst = 1 / (1 + exp(-src)). tmp: 3."""
+    vxor(a, v, dst, src, c.i(SIGN))
+    emit_exp(a, v, dst, dst, tmp, c)
+    a.vaddps(dst, dst, c.f(1.0))
+    a.vdivps(dst, c.into(a, tmp[0], 1.0), dst)
+
+
+TANH_SMALL = 0.55
+def _fit_tanh():
+    """tanh(x)/x as a polynomial in x^2 on [0, TANH_SMALL] (least squares on Chebyshev nodes)."""
+    import numpy as np
+    s = (np.cos(np.linspace(0, np.pi, 2000)) + 1) * 0.5 * TANH_SMALL ** 2
+    x = np.sqrt(s)
+    y = np.where(x > 0, np.tanh(x) / np.where(x > 0, x, 1), 1.0)
+    return [float(k) for k in np.polyfit(s, y, 5)]
+
+
+TANH_POLY = _fit_tanh()
+
+
+def emit_tanh(a, v, dst, src, tmp, c):
+    """dst = tanh(src): a*P(a^2) for a = |x| < 0.55, else 1 - 2/(exp(2a)+1); sign restored. tmp: 5."""
+    t0, t1, t2, t3, t4 = tmp[:5]
+    vand(a, v, t3, src, c.i(ABS))
+    a.vmulps(t4, t3, t3)
+    horner(a, t1, t4, TANH_POLY, c)
+    a.vmulps(t4, t1, t3)                            # small-|x| result
+    a.vaddps(dst, t3, t3)
+    emit_exp(a, v, dst, dst, (t0, t1, t2), c)
+    a.vaddps(dst, dst, c.f(1.0))
+    a.vdivps(dst, c.into(a, t0, 2.0), dst)
+    a.vsubps(dst, c.into(a, t0, 1.0), dst)
+    select(a, v, dst, t3, c.f(TANH_SMALL), LT, t4, dst, t0)
+    vand(a, v, t0, src, c.i(SIGN))
+    vor(a, v, dst, dst, t0)
+
+
+# -- gelu --------------------------------------------------------------------------------------
+K0 = 0.7978845608028654          # sqrt(2/pi)
+K1 = 0.044715
+FLT_MAX = 3.4028234663852886e38
+
+
+def emit_gelu_tanh(a, v, dst, src, tmp, c):
+    """dst = 0.5 x (1 + tanh(K0 (x + K1 x^3))) computed as x / (1 + exp(-2u)) (no cancellation
+    for x < 0). tmp: 4."""
+    t0, t1, t2, t3 = tmp[:4]
+    a.vmulps(t3, src, src)
+    a.vmovups(dst, c.f(-2 * K0))
+    a.vfmadd231ps(dst, t3, c.f(-2 * K0 * K1))
+    a.vmulps(dst, dst, src)                         # -2u
+    emit_exp(a, v, dst, dst, (t0, t1, t2), c)
+    a.vaddps(dst, dst, c.f(1.0))
+    a.vmaxps(t3, c.into(a, t3, -FLT_MAX), src)      # -inf -> -FLT_MAX: gelu(-inf) = -0
+    a.vdivps(dst, t3, dst)
+
+
+def emit_gelu_tanh_grad(a, v, dst, src, tmp, c):
+    """dst = d/dx gelu_tanh(x) = s + x s (1-s) 2 K0 (1 + 3 K1 x^2), s = sigmoid(2u), 1-s = e s.
+    tmp: 5."""
+    t0, t1, t2, t3, t4 = tmp[:5]
+    clamp(a, v, t4, src, -20.0, 20.0, t0, c)       # beyond: the derivative is 0 or 1 in fp32
+    a.vmulps(t3, t4, t4)
+    a.vmovups(dst, c.f(-2 * K0))
+    a.vfmadd231ps(dst, t3, c.f(-2 * K0 * K1))
+    a.vmulps(dst, dst, t4)
+    emit_exp(a, v, dst, dst, (t0, t1, t2), c)       # e = exp(-2u)
+    a.vaddps(t0, dst, c.f(1.0))
+    a.vdivps(t0, c.into(a, t1, 1.0), t0)            # s
+    a.vmulps(dst, dst, t0)
+    a.vmulps(dst, dst, t0)                          # e s^2 = s (1 - s)
+    a.vmovups(t1, c.f(2 * K0))
+    a.vfmadd231ps(t1, t3, c.f(6 * K0 * K1))
+    a.vmulps(t1, t1, t4)
+    a.vfmadd213ps(dst, t1, t0)
+
+
+ERFC_MID = 7 / 12                 # t = 1/(1 + a/2) in [1/6, 1] for a = |x|/sqrt(2) in [0, 10]
+
+
+def _fit_erfc():
+    """P with erfc(a) = t exp(P(t - ERFC_MID) - a^2), least squares on Chebyshev nodes in t."""
+    import math
+
+    import numpy as np
+    lo, hi = 1 / 6, 1.0
+    t = (np.cos(np.linspace(0, np.pi, 3000)) * 0.5 + 0.5) * (hi - lo) + lo
+    a = 2 * (1 / t - 1)
+    y = np.log(np.array([math.erfc(z) for z in a]) / t) + a * a
+    return [float(k) for k in np.polyfit(t - ERFC_MID, y, 10)]
+
+
+ERFC_POLY = _fit_erfc()
+
+
+def _phi(a, v, dst, src, tmp, c):
+    """dst = Phi(src) (standard normal CDF) = 1 - E/2 or E/2 with E = erfc(|x|/sqrt 2), which is
+    t exp(P(t) - hi - lo), a^2 = hi + lo split exactly by FMA. tmp: 5."""
+    t0, t1, t2, t3, t4 = tmp[:5]
+    vand(a, v, t3, src, c.i(ABS))
+    a.vmulps(t3, t3, c.f(0.7071067811865476))
+    a.vminps(t3, t3, c.f(10.0))
+    a.vmovups(t4, c.f(1.0))
+    a.vfmadd231ps(t4, t3, c.f(0.5))
+    a.vdivps(t4, c.into(a, t0, 1.0), t4)           # t
+    a.vsubps(t1, t4, c.f(ERFC_MID))
+    horner(a, dst, t1, ERFC_POLY, c)                # P
+    a.vmulps(t2, t3, t3)                            # hi
+    a.vmovups(t1, t2)
+    a.vfmsub231ps(t1, t3, t3)                       # lo = a*a - hi, exact
+    a.vsubps(t0, dst, t2)                           # ~ argument, to choose n
+    # r = P - (hi + n ln2_hi) - lo - n ln2_lo, then the polynomial
+    a.vmovups(t3, c.f(MAGIC))
+    a.vfmadd231ps(t3, t0, c.f(LOG2E))               # s
+    a.vsubps(t0, t3, c.f(MAGIC))                    # nf
+    a.vfmadd231ps(t2, t0, c.f(LN2_HI))
+    a.vsubps(t2, dst, t2)
+    a.vsubps(t2, t2, t1)
+    a.vfnmadd231ps(t2, t0, c.f(LN2_LO))             # r
+    horner(a, dst, t2, EXP_POLY, c)
+    _scale_pow2(a, v, dst, t3, t0, c)
+    a.vmulps(dst, dst, t4)                          # E
+    a.vmulps(t0, dst, c.f(0.5))
+    a.vmovups(t1, c.f(1.0))
+    a.vsubps(t1, t1, t0)
+    select_sign(a, v, dst, t1, t0, src, c)
+    keep_if(a, v, dst, src, c.f(-14.1), GE, t0)     # E clamps at a = 10: Phi is 0 below
+
+
+def emit_gelu_erf(a, v, dst, src, tmp, c):
+    """dst = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)). tmp: 5."""
+    _phi(a, v, dst, src, tmp, c)
+    a.vmaxps(tmp[0], c.into(a, tmp[0], -FLT_MAX), src)
+    a.vmulps(dst, dst, tmp[0])
+
+
+def emit_gelu_erf_grad(a, v, dst, src, tmp, c):
+    """dst = d/dx gelu_erf(x) = Phi(x) + x exp(-x^2/2) / sqrt(2 pi). tmp: 5."""
+    t0, t1, t2, t3, t4 = tmp[:5]
+    _phi(a, v, dst, src, tmp, c)
+    clamp(a, v, t4, src, -20.0, 20.0, t0, c)
+    a.vmulps(t0, t4, t4)
+    a.vmulps(t0, t0, c.f(-0.5))
+    emit_exp(a, v, t1, t0, (t0, t2, t3), c)
+    a.vmulps(t1, t1, t4)
+    a.vfmadd231ps(dst, t1, c.f(0.3989422804014327))
+
+
+# -- reciprocal, rsqrt: estimate + one second-order Newton step ------------------------------
+def _estimate(a, v, name, dst, src):
+    if v.avx512:
+        getattr(a, name + "14ps")(dst, src)
+    else:
+        getattr(a, name + "ps")(dst, src)
+
+
+def emit_reciprocal(a, v, dst, src, tmp, c):
+    """dst = 1/x: y0 = rcp(x), e = 1 - x y0, y = y0 + y0 (e + e^2); where that is NaN for a
+    non-NaN estimate (x = 0 or inf) the estimate is exact and kept. tmp: 2."""
+    t0, t1 = tmp[:2]
+    _estimate(a, v, "vrcp", t0, src)
+    a.vmovups(t1, c.f(1.0))
+    a.vfnmadd231ps(t1, src, t0)                     # e
+    a.vfmadd213ps(t1, t1, t1)                       # e + e^2
+    a.vmovaps(dst, t1)
+    a.vfmadd213ps(dst, t0, t0)
+    _keep_estimate(a, v, dst, t0, t1)
+
+
+def emit_rsqrt(a, v, dst, src, tmp, c):
+    """dst = 1/sqrt(x): y0 = rsqrt(x), e = 1 - x y0^2, y = y0 + y0 e (1/2 + 3/8 e). tmp: 2."""
+    t0, t1 = tmp[:2]
+    _estimate(a, v, "vrsqrt", t0, src)
+    a.vmulps(t1, src, t0)
+    a.vfnmadd213ps(t1, t0, c.f(1.0))                # e = 1 - (x y0) y0
+    a.vmovups(dst, c.f(0.375))
+    a.vfmadd213ps(dst, t1, c.f(0.5))
+    a.vmulps(dst, dst, t1)
+    a.vfmadd213ps(dst, t0, t0)
+    _keep_estimate(a, v, dst, t0, t1)
+
+
+def _keep_estimate(a, v, y, est, tmp):
+    """y = isnan(y) ? est : y (x = 0 or inf: the Newton step computes 0*inf)."""
+    if v.avx512:
+        a.vcmpps(K7, y, y, 3)
+        a.vmovaps(y.mask(K7), est)
+    else:
+        a.vcmpps(tmp, y, y, 3)
+        a.vblendvps(y, y, est, tmp)
+
+
+EMITTERS = {"exp": emit_exp, "sigmoid": emit_sigmoid, "tanh": emit_tanh, "gelu_tanh": emit_gelu_tanh,
+            "gelu_erf": emit_gelu_erf, "gelu_tanh_grad": emit_gelu_tanh_grad,
+            "gelu_erf_grad": emit_gelu_erf_grad, "reciprocal": emit_reciprocal, "rsqrt": emit_rsqrt}
