@@ -1,4 +1,4 @@
-"""``python -m bench SUITE [--json FILE] [...]``: suites are isa, tpp, gemm, pool, sve-static, all."""
+"""``python -m bench SUITE [--json FILE] [...]``: suites are isa, tpp, gemm, pool, sve-static, amx-static, all."""
 import importlib
 import sys
 
@@ -8,6 +8,7 @@ SUITES = {
     "gemm": ["bench.gemm"],
     "pool": ["bench.pool"],
     "sve-static": ["bench.sve_static"],
+    "amx-static": ["bench.amx_static"],
 }
 
 

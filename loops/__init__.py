@@ -1,1 +1,15 @@
-"""Loop DSL: spec grammar, nest code generation, the native thread pool (loops.pool)."""
+"""Loop DSL: PARLOOPER loop specs compiled to native loop nests around tppasm kernels.
+
+``kernel(spec, *loops)`` decorates a body ``f(i_a, i_b, ..., *arrays)``; ``Loop`` declares a
+logical loop; ``thread()`` gives the thread id and grid coordinates inside a body; the native
+thread pool is :mod:`loops.pool`.
+
+>>> from loops import Loop, kernel
+>>> @kernel("aB", Loop(0, 2), Loop(0, 3))
+... def nothing(i, j):
+...     pass
+>>> nothing()
+"""
+from .decorator import LoopKernel, kernel  # noqa: F401
+from .spec import Loop, SpecError  # noqa: F401
+from .trace import TraceError, thread  # noqa: F401

@@ -5,15 +5,19 @@ included) inside one ctypes call, so the interpreter lock is released for the re
 
 Policy (see :mod:`loops.pool_code` for the code):
 
-- A region bumps a generation counter; workers spin on it for ``TPPASM_SPIN_US`` microseconds
-  (default 100) of ``pause``, then sleep on a futex; the caller issues ``FUTEX_WAKE`` only when a
-  worker is asleep. Completion is a countdown the caller waits on with the same spin-then-sleep.
+- A region bumps a generation counter; workers spin on it for ``TPPASM_SPIN_US`` microseconds of
+  ``pause`` (default 100; 0 when oversubscribed), then sleep on a futex; the caller issues
+  ``FUTEX_WAKE`` only when a worker is asleep. Completion is a countdown the caller waits on with
+  the same spin-then-sleep; barriers wait the same way.
 - Regions are serialized by a lock, so several Python threads may call :meth:`Pool.run`; calling it
   from inside a region (a callback into Python) raises ``RuntimeError`` instead of deadlocking.
 - A forked child restarts its workers on its first region (``os.register_at_fork``); the state and
   code addresses (``barrier_fn``, ``barrier_state``) stay the same there.
-- At interpreter exit (``atexit``) the workers are told to quit and are joined. The state and code
-  pages are never unmapped, so a worker can never run or read freed memory during shutdown.
+- At interpreter exit (``atexit``) the handler waits for a region in flight, tells the workers to
+  quit, joins them, and keeps the region lock, so daemon threads cannot start regions while
+  finalization frees their buffers (they block; the main thread gets ``RuntimeError``). The
+  pool's own state and code pages are never unmapped (a collected :class:`Pool` whose workers were
+  not stopped leaves them parked on the futex, harmlessly).
 
 >>> import ctypes
 >>> from isa.x86 import Function, qword
@@ -53,6 +57,9 @@ if _pthread_timedjoin is not None:
 _RUN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _EXIT_GRACE_S = 2.0
+# Blocked in workers, so they reach Python threads; faults stay deliverable (faulthandler, gdb).
+_ASYNC_SIGNALS = signal.valid_signals() - {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
+                                           signal.SIGTRAP, signal.SIGABRT}
 
 
 def _env_int(name):
@@ -81,10 +88,14 @@ def default_threads():
     return len(os.sched_getaffinity(0))
 
 
-def _spin_us():
+def _spin_us(nthreads):
+    """TPPASM_SPIN_US, else 100 µs, or 0 when there are more threads than CPUs: a spinning thread
+    would hold the CPU that the thread it waits for needs (measured here: 3 threads on 2 CPUs,
+    ~650 µs per empty region with 100 µs of spinning, ~18 µs sleeping at once)."""
     text = os.environ.get("TPPASM_SPIN_US", "").strip()
+    default = 0.0 if nthreads > len(os.sched_getaffinity(0)) else 100.0
     try:
-        value = float(text) if text else 100.0
+        value = float(text) if text else default
     except ValueError:
         value = -1.0
     if not value >= 0:
@@ -126,18 +137,20 @@ class Pool:
         self.nthreads = nthreads
         self._code = pc.build()
         for jit in self._code.values():
-            jit.memory._finalizer.atexit = False     # keep the code mapped while workers may exist
+            jit.memory._finalizer.detach()    # never unmapped: a worker may run it until the process ends
         self._run = _RUN(self._code["run"].address)
         self._state = _pages(pc.state_size(nthreads))
         self.barrier_fn = self._code["barrier"].address
         self.barrier_state = self._state
-        spin_us = _spin_us() if spin_us is None else spin_us
-        self.spin_iterations = max(1, round(spin_us * _pause_iterations_per_us(self._code["spin"])))
+        spin_us = _spin_us(nthreads) if spin_us is None else spin_us
+        self.spin_iterations = max(1, round(spin_us * _pause_iterations_per_us(self._code["spin"]))
+                                   if spin_us else 1)
         self._lock = threading.Lock()
         self._owner = None
         self._threads = []          # pthread_t of each worker (== threading.get_ident() there)
         self._worker_ids = frozenset()
         self._stale = True          # workers must be (re)started before the next region
+        self._closed = False        # set at interpreter exit
         self._pid = os.getpid()
 
     def run(self, fn, arg):
@@ -153,6 +166,8 @@ class Pool:
                                "nested regions are not supported (run the inner work serially)")
         if not fn:
             raise ValueError("Pool.run needs the address of a native function, not a null pointer")
+        if self._closed and threading.current_thread() is threading.main_thread():
+            raise RuntimeError("the pool was shut down at interpreter exit")
         with self._lock:
             if self._stale:
                 self._start()
@@ -171,7 +186,7 @@ class Pool:
         self._field(ctypes.c_uint64, pc.NTHREADS).value = self.nthreads
         self._field(ctypes.c_uint64, pc.SPIN).value = self.spin_iterations
         threads = []
-        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
         try:                                      # workers inherit the mask: signals go to Python threads
             for tid in range(1, self.nthreads):
                 rec = self._state + pc.RECORDS + pc.RECORD_SIZE * tid   # initial generation: 0
@@ -214,12 +229,12 @@ class Pool:
         self._pid = os.getpid()
 
     def _at_exit(self):
-        if os.getpid() != self._pid or not self._lock.acquire(timeout=_EXIT_GRACE_S):
-            return              # a region still runs in a daemon thread: the exit stops it
-        try:
+        # Waits for a region in flight, joins the workers and keeps the lock: a daemon thread that
+        # tries another region blocks until the process ends instead of running code or reading
+        # buffers that finalization is freeing.
+        self._closed = True
+        if os.getpid() == self._pid and self._lock.acquire(timeout=_EXIT_GRACE_S):
             self._stop()
-        finally:
-            self._lock.release()
 
     def __repr__(self):
         return f"<Pool {self.nthreads} threads, spin {self.spin_iterations} pauses>"
@@ -227,6 +242,14 @@ class Pool:
 
 _pool = None
 _pool_lock = threading.Lock()
+
+
+def _reset_pool_lock():
+    global _pool_lock
+    _pool_lock = threading.Lock()       # a thread of the parent may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_reset_pool_lock)
 
 
 def get_pool():

@@ -128,7 +128,7 @@ def _run():
     state, fn, arg = r12, r13, r14
     for dst, src in zip((state, fn, arg), f.args):
         a.mov(dst, src)
-    solo, call0, spin, sleep, woke, done = (a.label(n) for n in ("solo", "call0", "spin", "sleep", "woke", "done"))
+    solo, call0, spin, sleep, woke, done = map(a.label, ("solo", "call0", "spin", "sleep", "woke", "done"))
     a.mov(rcx, [state + NTHREADS])
     a.cmp(rcx, 1)
     a.jle(solo)

@@ -64,6 +64,7 @@ class Brgemm(Descriptor):
     batch: str = "stride"
     bias: bool = False
     act: object = None
+    tile_setup: bool = True     # AMX: False = no ldtilecfg/tilerelease (see tileconfig())
 
     kind = "brgemm"
     scalars = ("count",)
@@ -103,6 +104,7 @@ class Brgemm(Descriptor):
         _need(self.batch in BATCHES, "batch", self.batch, ", ".join(map(repr, BATCHES)))
         _need(self.bias in (False, True), "bias", self.bias, "True or False")
         _need(self.act in ACTS, "act", self.act, ", ".join(map(repr, ACTS)))
+        _need(self.tile_setup in (False, True), "tile_setup", self.tile_setup, "True or False")
         if self.dtype == "i8":
             _need(not self.bias, "bias", self.bias, "False for dtype='i8' (int32 C has no fp32 bias)")
             _need(self.act in (None, "relu"), "act", self.act, "None or 'relu' for dtype='i8'")
@@ -274,3 +276,20 @@ def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0,
                   beta=beta, dtype=dtype, c_dtype=c_dtype, batch=batch, bias=bias, act=act)
     kernel = get_kernel(desc, isa)
     return kernel if desc.batch == "stride" else BatchedBrgemm(kernel)
+
+
+def tileconfig(desc):
+    """The AMX tile-config function that a ``tile_setup=False`` kernel of ``desc`` expects loaded:
+    a loop nest calls it once per thread in ``init`` (and :func:`tilerelease` in ``fini``).
+
+    >>> tileconfig(Brgemm(m=32, n=32, k=32, dtype="bf16", tile_setup=False)).name
+    'amx_tileconfig'
+    """
+    from .x86.amx import tileconfig_function
+    return tileconfig_function(desc)
+
+
+def tilerelease():
+    """The AMX ``tilerelease`` function (no arguments), for a loop nest's ``fini``."""
+    from .x86.amx import tilerelease_function
+    return tilerelease_function()

@@ -1,6 +1,10 @@
-"""Element-wise TPP descriptors and their NumPy references (unary; binary and ternary follow).
+"""Element-wise TPP descriptors and their NumPy references: unary, binary, ternary, reductions and
+layout transforms.
 
 A 2-D operand is (rows m, cols n) with a row stride ``ld`` in elements (row-major, NumPy's).
+bf16 operands are computed in fp32 (inputs widened exactly, outputs rounded to nearest even).
+Broadcast operands (``bcast_a``/``bcast_b``) are 1-D: ``"row"`` one row of n values used by every
+row, ``"col"`` one value per row (m values), ``"scalar"`` one value (shape (1,)).
 
 >>> import numpy as np
 >>> from tppasm.kernel import get_kernel
@@ -8,22 +12,343 @@ A 2-D operand is (rows m, cols n) with a row stride ``ld`` in elements (row-majo
 >>> get_kernel(Unary(op="relu", m=1, n=2))(x, y); y
 array([[0., 2.]], dtype=float32)
 """
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from .dtypes import dtype as to_dtype
 from .kernel import Descriptor
 from .operand import OperandSpec
 
+F32 = np.float32
+_K0, _K1 = math.sqrt(2 / math.pi), 0.044715
+
+
+def _phi(x):
+    """Standard normal CDF via erfc (no cancellation for x << 0)."""
+    return 0.5 * np.vectorize(math.erfc, otypes=[np.float64])(-x / math.sqrt(2))
+
+
+def _gelu_tanh(x):
+    return x / (1 + np.exp(-2 * _K0 * (x + _K1 * x ** 3)))          # = 0.5x(1 + tanh(u))
+
+
+def _gelu_tanh_grad(x):
+    u = _K0 * (x + _K1 * x ** 3)
+    t = np.tanh(u)
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _K0 * (1 + 3 * _K1 * x * x)
+
+
+def _gelu_erf(x):
+    return x * _phi(x)
+
+
+def _gelu_erf_grad(x):
+    return _phi(x) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+
+
+# op -> reference on float64 values (the result is rounded to the output dtype)
 UNARY_OPS = {
     "copy": lambda x: x,
+    "identity": lambda x: x,
+    "zero": None,
     "relu": lambda x: np.maximum(x, 0),
+    "negate": lambda x: -x,
+    "square": lambda x: x * x,
+    "sqrt": np.sqrt,
+    "reciprocal": lambda x: 1 / x,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "exp": np.exp,
+    "tanh": np.tanh,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "gelu": _gelu_tanh,
+    "gelu_erf": _gelu_erf,
 }
+# backward ops take (dy, x): dx = dy * f'(x)
+GRAD_OPS = {
+    "relu_bwd": lambda x: (x > 0).astype(np.float64),
+    "gelu_bwd": _gelu_tanh_grad,
+    "gelu_erf_bwd": _gelu_erf_grad,
+}
+BINARY_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+              "max": np.maximum, "min": np.minimum}
+TERNARY_OPS = {"muladd": lambda a, b, c: c + a * b}
+REDUCE_OPS = {"add": lambda x, axis: x.sum(axis), "max": lambda x, axis: x.max(axis),
+              "sumsq": lambda x, axis: (x * x).sum(axis)}
+TRANSFORMS = ("transpose", "vnni2", "vnni4", "unvnni2", "unvnni4")
+BCASTS = (None, "row", "col", "scalar")
+FLOAT_DTYPES = ("f32", "bf16")
+
+
+def _positive(desc, *names):
+    for name in names:
+        value = getattr(desc, name)
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{desc.kind}: {name} must be an int >= 1, got {value!r}")
+
+
+def _ld(desc, name, minimum):
+    value = getattr(desc, name)
+    if not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{desc.kind}: {name}={value!r} is too small; it must be >= {minimum}")
+
+
+def _dtypes(desc, *names, allowed=FLOAT_DTYPES):
+    for name in names:
+        value = getattr(desc, name)
+        if value not in allowed:
+            raise ValueError(f"{desc.kind}: {name}={value!r}; expected one of {', '.join(allowed)}")
+
+
+def _default(desc, **values):
+    for name, value in values.items():
+        if not getattr(desc, name):
+            object.__setattr__(desc, name, value)
+
+
+def _to_f64(x):
+    return np.asarray(x).astype(F32).astype(np.float64)
+
+
+def _store(out, values):
+    with np.errstate(all="ignore"):
+        out[...] = np.asarray(values).astype(F32).astype(out.dtype)
+
+
+def _full(name, dt, m, n, ld, ld_name, writable=False):
+    return OperandSpec(name, dt, (m, n), (ld, 1), writable=writable, ld_name=ld_name)
+
+
+def _bspec(name, dt, bcast, m, n, ld, ld_name):
+    if bcast is None:
+        return _full(name, dt, m, n, ld, ld_name)
+    length = {"row": n, "col": m, "scalar": 1}[bcast]
+    return OperandSpec(name, dt, (length,), (1,))
+
+
+def _bview(x, bcast):
+    """A broadcast operand as a 2-D-broadcastable float64 array."""
+    x = _to_f64(x)
+    if bcast == "row":
+        return x[None, :]
+    if bcast == "col":
+        return x[:, None]
+    return x[0] if bcast == "scalar" else x
 
 
 @dataclass(frozen=True)
 class Unary(Descriptor):
-    """out[m, n] = op(in[m, n])."""
+    """out[m, n] = op(x[m, n]); ``*_bwd`` ops take (dy, x) and give dy * op'(x).
+
+    ``bitmask=True`` with relu adds an output ``mask`` (m, ceil(n/8)) uint8, bit j%8 of byte j//8
+    set where x > 0; with relu_bwd the mask replaces x as input.
+    """
+
+    op: str
+    m: int
+    n: int
+    ldi: int = 0
+    ldo: int = 0
+    dtype: str = "f32"
+    out_dtype: str = ""
+    bitmask: bool = False
+
+    kind = "unary"
+
+    def __post_init__(self):
+        _default(self, ldi=self.n, ldo=self.n, out_dtype=self.dtype)
+
+    def validate(self):
+        if self.op not in UNARY_OPS and self.op not in GRAD_OPS:
+            raise ValueError(f"unary op {self.op!r} is not one of {', '.join([*UNARY_OPS, *GRAD_OPS])}")
+        _positive(self, "m", "n")
+        _ld(self, "ldi", self.n)
+        _ld(self, "ldo", self.n)
+        _dtypes(self, "dtype", "out_dtype")
+        if self.bitmask and self.op not in ("relu", "relu_bwd"):
+            raise ValueError(f"unary: bitmask=True is for relu and relu_bwd, not {self.op!r}")
+
+    @property
+    def mask_bytes(self):
+        return -(-self.n // 8)
+
+    def _mask_spec(self, writable):
+        return OperandSpec("mask", "u8", (self.m, self.mask_bytes), (self.mask_bytes, 1), writable=writable)
+
+    def operands(self):
+        x = _full("x", self.dtype, self.m, self.n, self.ldi, "ldi")
+        out = _full("out", self.out_dtype, self.m, self.n, self.ldo, "ldo", writable=True)
+        if self.op == "zero":
+            return (out,)
+        if self.op in GRAD_OPS:
+            dy = _full("dy", self.dtype, self.m, self.n, self.ldi, "ldi")
+            return (dy, self._mask_spec(False) if self.bitmask else x, out)
+        return (x, out, self._mask_spec(True)) if self.bitmask else (x, out)
+
+    def reference(self, *arrays):
+        out = arrays[1] if self.bitmask and self.op == "relu" else arrays[-1]
+        if self.op == "zero":
+            out[...] = 0
+            return
+        if self.op in GRAD_OPS:
+            dy, x = arrays[0], arrays[1]
+            if self.bitmask:
+                keep = unpack_bits(x, self.n)
+                _store(out, np.where(keep, _to_f64(dy), 0.0))
+                return
+            with np.errstate(all="ignore"):
+                _store(out, _to_f64(dy) * GRAD_OPS[self.op](_to_f64(x)))
+            return
+        x = _to_f64(arrays[0])
+        with np.errstate(all="ignore"):
+            _store(out, UNARY_OPS[self.op](x))
+        if self.bitmask:
+            arrays[2][...] = np.packbits(x > 0, axis=1, bitorder="little")
+
+
+def unpack_bits(mask, n):
+    """The (m, n) booleans of a relu bitmask (m, ceil(n/8)) uint8."""
+    return np.unpackbits(mask, axis=1, bitorder="little")[:, :n].astype(bool)
+
+
+@dataclass(frozen=True)
+class Binary(Descriptor):
+    """out = op(a, b), either input possibly broadcast; ``post`` applies a unary op after
+    (a fused ``bias + gelu`` is ``Binary("add", m, n, bcast_b="row", post="gelu")``)."""
+
+    op: str
+    m: int
+    n: int
+    lda: int = 0
+    ldb: int = 0
+    ldo: int = 0
+    dtype: str = "f32"
+    out_dtype: str = ""
+    bcast_a: str = None
+    bcast_b: str = None
+    post: str = None
+
+    kind = "binary"
+
+    def __post_init__(self):
+        _default(self, lda=self.n, ldb=self.n, ldo=self.n, out_dtype=self.dtype)
+
+    def validate(self):
+        if self.op not in BINARY_OPS:
+            raise ValueError(f"binary op {self.op!r} is not one of {', '.join(BINARY_OPS)}")
+        _positive(self, "m", "n")
+        for name in ("lda", "ldb", "ldo"):
+            _ld(self, name, self.n)
+        _dtypes(self, "dtype", "out_dtype")
+        for name in ("bcast_a", "bcast_b"):
+            if getattr(self, name) not in BCASTS:
+                raise ValueError(f"binary: {name}={getattr(self, name)!r}; expected one of {BCASTS}")
+        if self.post is not None and (self.post not in UNARY_OPS or self.post == "zero"):
+            raise ValueError(f"binary: post={self.post!r} is not a unary op")
+
+    def operands(self):
+        return (_bspec("a", self.dtype, self.bcast_a, self.m, self.n, self.lda, "lda"),
+                _bspec("b", self.dtype, self.bcast_b, self.m, self.n, self.ldb, "ldb"),
+                _full("out", self.out_dtype, self.m, self.n, self.ldo, "ldo", writable=True))
+
+    def reference(self, a, b, out):
+        with np.errstate(all="ignore"):
+            y = BINARY_OPS[self.op](_bview(a, self.bcast_a), _bview(b, self.bcast_b))
+            if self.post:
+                y = UNARY_OPS[self.post](y.astype(F32).astype(np.float64))
+            _store(out, np.broadcast_to(y, out.shape))
+
+
+@dataclass(frozen=True)
+class Ternary(Descriptor):
+    """c = c + a * b (muladd), a and/or b possibly broadcast; c is read and written."""
+
+    op: str
+    m: int
+    n: int
+    lda: int = 0
+    ldb: int = 0
+    ldc: int = 0
+    dtype: str = "f32"
+    out_dtype: str = ""
+    bcast_a: str = None
+    bcast_b: str = None
+
+    kind = "ternary"
+
+    def __post_init__(self):
+        _default(self, lda=self.n, ldb=self.n, ldc=self.n, out_dtype=self.dtype)
+
+    def validate(self):
+        if self.op not in TERNARY_OPS:
+            raise ValueError(f"ternary op {self.op!r} is not one of {', '.join(TERNARY_OPS)}")
+        _positive(self, "m", "n")
+        for name in ("lda", "ldb", "ldc"):
+            _ld(self, name, self.n)
+        _dtypes(self, "dtype", "out_dtype")
+        for name in ("bcast_a", "bcast_b"):
+            if getattr(self, name) not in BCASTS:
+                raise ValueError(f"ternary: {name}={getattr(self, name)!r}; expected one of {BCASTS}")
+
+    def operands(self):
+        return (_bspec("a", self.dtype, self.bcast_a, self.m, self.n, self.lda, "lda"),
+                _bspec("b", self.dtype, self.bcast_b, self.m, self.n, self.ldb, "ldb"),
+                _full("c", self.out_dtype, self.m, self.n, self.ldc, "ldc", writable=True))
+
+    def reference(self, a, b, c):
+        with np.errstate(all="ignore"):
+            # fp32 FMA: a*b is exact in float64 for fp32 inputs, one rounding at the end
+            _store(c, np.broadcast_to(TERNARY_OPS[self.op](_bview(a, self.bcast_a), _bview(b, self.bcast_b),
+                                                           _to_f64(c)), c.shape))
+
+
+@dataclass(frozen=True)
+class Reduce(Descriptor):
+    """out = op-reduction of x[m, n] over rows (``over="rows"``: out has n values, one per
+    column) or over columns (``over="cols"``: m values, one per row). Accumulates in fp32."""
+
+    op: str
+    m: int
+    n: int
+    over: str = "cols"
+    ldi: int = 0
+    dtype: str = "f32"
+    out_dtype: str = ""
+
+    kind = "reduce"
+
+    def __post_init__(self):
+        _default(self, ldi=self.n, out_dtype=self.dtype)
+
+    def validate(self):
+        if self.op not in REDUCE_OPS:
+            raise ValueError(f"reduce op {self.op!r} is not one of {', '.join(REDUCE_OPS)}")
+        if self.over not in ("rows", "cols"):
+            raise ValueError(f"reduce: over={self.over!r}; expected 'rows' (one value per column) or 'cols'")
+        _positive(self, "m", "n")
+        _ld(self, "ldi", self.n)
+        _dtypes(self, "dtype", "out_dtype")
+
+    def operands(self):
+        length = self.n if self.over == "rows" else self.m
+        return (_full("x", self.dtype, self.m, self.n, self.ldi, "ldi"),
+                OperandSpec("out", self.out_dtype, (length,), (1,), writable=True))
+
+    def reference(self, x, out):
+        with np.errstate(all="ignore"):
+            _store(out, REDUCE_OPS[self.op](_to_f64(x), 0 if self.over == "rows" else 1))
+
+
+@dataclass(frozen=True)
+class Transform(Descriptor):
+    """Layout changes, element for element (any dtype):
+
+    - ``transpose``: x (m, n), ld ``ldi`` -> out (n, m), ld ``ldo`` >= m;
+    - ``vnni2``/``vnni4``: B (m=k, n) -> (ceil(k/f), n, f), f consecutive rows interleaved, rows
+      past k zero (tppasm.layout.vnni_pack; bf16 uses vnni2, int8 vnni4);
+    - ``unvnni2``/``unvnni4``: the inverse, (ceil(k/f), n, f) -> (k, n) with ld ``ldo``.
+    """
 
     op: str
     m: int
@@ -32,23 +357,146 @@ class Unary(Descriptor):
     ldo: int = 0
     dtype: str = "f32"
 
-    kind = "unary"
+    kind = "transform"
 
     def __post_init__(self):
-        object.__setattr__(self, "ldi", self.ldi or self.n)
-        object.__setattr__(self, "ldo", self.ldo or self.n)
+        _default(self, ldi=self.n if not self.op.startswith("un") else 0,
+                 ldo=self.m if self.op == "transpose" else self.n if self.op.startswith("un") else 0)
+
+    @property
+    def factor(self):
+        return int(self.op[-1]) if "vnni" in self.op else 1
 
     def validate(self):
-        if self.op not in UNARY_OPS:
-            raise ValueError(f"unary op {self.op!r} is not one of {', '.join(UNARY_OPS)}")
-        if self.m < 1 or self.n < 1:
-            raise ValueError(f"m and n must be >= 1, got m={self.m}, n={self.n}")
-        if self.ldi < self.n or self.ldo < self.n:
-            raise ValueError(f"leading dimensions must be >= n={self.n}: ldi={self.ldi}, ldo={self.ldo}")
+        if self.op not in TRANSFORMS:
+            raise ValueError(f"transform op {self.op!r} is not one of {', '.join(TRANSFORMS)}")
+        _positive(self, "m", "n")
+        to_dtype(self.dtype)
+        if self.op == "transpose":
+            _ld(self, "ldi", self.n)
+            _ld(self, "ldo", self.m)
+        elif self.op.startswith("vnni"):
+            _ld(self, "ldi", self.n)
+        else:
+            _ld(self, "ldo", self.n)
 
     def operands(self):
-        return (OperandSpec("x", self.dtype, (self.m, self.n), (self.ldi, 1), ld_name="ldi"),
-                OperandSpec("out", self.dtype, (self.m, self.n), (self.ldo, 1), writable=True, ld_name="ldo"))
+        m, n, f = self.m, self.n, self.factor
+        packed = OperandSpec("x" if self.op.startswith("un") else "out", self.dtype, (-(-m // f), n, f),
+                             (n * f, f, 1), writable=not self.op.startswith("un"))
+        if self.op == "transpose":
+            return (_full("x", self.dtype, m, n, self.ldi, "ldi"),
+                    _full("out", self.dtype, n, m, self.ldo, "ldo", writable=True))
+        if self.op.startswith("vnni"):
+            return (_full("x", self.dtype, m, n, self.ldi, "ldi"), packed)
+        return (packed, _full("out", self.dtype, m, n, self.ldo, "ldo", writable=True))
 
     def reference(self, x, out):
-        out[...] = UNARY_OPS[self.op](x.astype(np.float32)).astype(out.dtype)
+        from .layout import vnni_pack, vnni_unpack
+        if self.op == "transpose":
+            out[...] = x.T
+        elif self.op.startswith("vnni"):
+            out[...] = vnni_pack(x, self.factor)
+        else:
+            out[...] = vnni_unpack(x, self.m)
+
+
+# -- public constructors (re-exported by tppasm) ------------------------------------------------
+def unary(op, m, n, ldi=0, ldo=0, dtype="f32", out_dtype="", bitmask=False, isa=None):
+    """The kernel ``out = op(x)`` for (m, n) operands; ``*_bwd`` ops take (dy, x, out).
+
+    >>> import numpy as np, tppasm
+    >>> k = tppasm.unary("exp", 1, 3); out = np.empty((1, 3), np.float32)
+    >>> k(np.zeros((1, 3), np.float32), out); out
+    array([[1., 1., 1.]], dtype=float32)
+    """
+    from .kernel import get_kernel
+    return get_kernel(Unary(op, m, n, ldi, ldo, dtype, out_dtype, bitmask), isa)
+
+
+def zero(m, n, dtype="f32", ldo=0, isa=None):
+    """The kernel ``out[...] = 0`` (it takes only ``out``).
+
+    >>> import numpy as np, tppasm
+    >>> out = np.ones((2, 2), np.float32); tppasm.zero(2, 2)(out); out.sum()
+    np.float32(0.0)
+    """
+    return unary("zero", m, n, ldo=ldo, dtype=dtype, out_dtype=dtype, isa=isa)
+
+
+def relu(m, n, ldi=0, ldo=0, dtype="f32", bitmask=False, isa=None):
+    """The kernel ``out = max(x, 0)``; ``bitmask=True`` also writes the x > 0 bits to ``mask``.
+
+    >>> import numpy as np, tppasm
+    >>> x = np.array([[-1, 2, -3]], np.float32); out = np.empty_like(x)
+    >>> mask = np.empty((1, 1), np.uint8); tppasm.relu(1, 3, bitmask=True)(x, out, mask); mask
+    array([[2]], dtype=uint8)
+    """
+    return unary("relu", m, n, ldi, ldo, dtype, dtype, bitmask, isa)
+
+
+def copy(m, n, ldi=0, ldo=0, dtype="f32", out_dtype="", isa=None):
+    """The kernel ``out = x``, converting fp32 <-> bf16 (round to nearest even) when the dtypes differ.
+
+    >>> import numpy as np, tppasm
+    >>> out = np.empty((1, 2), tppasm.dtypes.dtype("bf16"))
+    >>> tppasm.copy(1, 2, out_dtype="bf16")(np.array([[1.0, 3.0]], np.float32), out); out
+    array([[1, 3]], dtype=bfloat16)
+    """
+    return unary("copy", m, n, ldi, ldo, dtype, out_dtype, isa=isa)
+
+
+def binary(op, m, n, lda=0, ldb=0, ldo=0, dtype="f32", out_dtype="", bcast_a=None, bcast_b=None,
+           post=None, isa=None):
+    """The kernel ``out = op(a, b)`` (then ``post``, a unary op, if given); ``bcast_a``/``bcast_b``
+    in None, "row" (n values), "col" (m values), "scalar" (1 value).
+
+    >>> import numpy as np, tppasm
+    >>> out = np.empty((2, 2), np.float32)
+    >>> a, b = np.array([1, 2], np.float32), np.ones((2, 2), np.float32)
+    >>> tppasm.binary("mul", 2, 2, bcast_a="col")(a, b, out); out
+    array([[1., 1.],
+           [2., 2.]], dtype=float32)
+    """
+    from .kernel import get_kernel
+    return get_kernel(Binary(op, m, n, lda, ldb, ldo, dtype, out_dtype, bcast_a, bcast_b, post), isa)
+
+
+def ternary(op, m, n, lda=0, ldb=0, ldc=0, dtype="f32", out_dtype="", bcast_a=None, bcast_b=None, isa=None):
+    """The kernel ``c += a * b`` (op "muladd") with the same broadcasts as :func:`binary`.
+
+    >>> import numpy as np, tppasm
+    >>> c = np.ones((1, 2), np.float32)
+    >>> a, b = np.array([[1, 2]], np.float32), np.array([3], np.float32)
+    >>> tppasm.ternary("muladd", 1, 2, bcast_b="scalar")(a, b, c); c
+    array([[4., 7.]], dtype=float32)
+    """
+    from .kernel import get_kernel
+    return get_kernel(Ternary(op, m, n, lda, ldb, ldc, dtype, out_dtype, bcast_a, bcast_b), isa)
+
+
+def reduce(op, m, n, over="cols", ldi=0, dtype="f32", out_dtype="", isa=None):
+    """The kernel ``out = reduce_op(x)`` over "cols" (m results) or "rows" (n results); op in
+    add, max, sumsq.
+
+    >>> import numpy as np, tppasm
+    >>> out = np.empty(3, np.float32)
+    >>> tppasm.reduce("max", 2, 3, over="rows")(np.eye(2, 3, dtype=np.float32), out); out
+    array([1., 1., 0.], dtype=float32)
+    """
+    from .kernel import get_kernel
+    return get_kernel(Reduce(op, m, n, over, ldi, dtype, out_dtype), isa)
+
+
+def transform(op, m, n, ldi=0, ldo=0, dtype="f32", isa=None):
+    """The kernel for a layout transform: transpose, vnni2/vnni4 (pack), unvnni2/unvnni4.
+
+    >>> import numpy as np, tppasm
+    >>> from tppasm.dtypes import dtype
+    >>> b = np.arange(4, dtype=np.float32).reshape(2, 2).astype(dtype("bf16"))
+    >>> out = np.empty((1, 2, 2), b.dtype); tppasm.transform("vnni2", 2, 2, dtype="bf16")(b, out); out[0]
+    array([[0, 2],
+           [1, 3]], dtype=bfloat16)
+    """
+    from .kernel import get_kernel
+    return get_kernel(Transform(op, m, n, ldi, ldo, dtype), isa)

@@ -18,6 +18,10 @@ from .x86.entry import NATIVE_CHECKS, build_entry
 # (entering with the lock held is ~0.1 µs cheaper; releasing it matters only for long calls)
 _GIL_RELEASE_WORK = 1 << 20
 
+# set by loops.trace: called as TRACE_HOOK(kernel, arrays, scalar_values) for calls the native
+# entry refuses (traced views in a loop body); returning True means the call was handled
+TRACE_HOOK = None
+
 
 class Descriptor:
     """Base of TPP descriptors (subclasses are frozen dataclasses)."""
@@ -84,6 +88,8 @@ class Kernel:
 
     def _slow_call(self, arrays, values):
         """Explain a refusal, or call through pointers for inputs the native check cannot vouch for."""
+        if TRACE_HOOK is not None and TRACE_HOOK(self, arrays, values):
+            return
         for name, value in zip(self.scalars, values):
             if not isinstance(value, int) or not 1 <= value < 1 << 30:
                 raise OperandError(f"{self.desc.kind}: {name}={value!r}, expected an int >= 1")

@@ -51,6 +51,7 @@ class Assembler:
         self.words: list[int] = []
         self.fixups: list[tuple[int, LabelKind, Label]] = []
         self.used: set[tuple[str, int]] = set()   # ("x", n) / ("v", n) registers touched
+        self.mnemonics: list[str] = []            # one per emitted instruction (raw words: "")
 
     # -- core
     def emit(self, mnemonic: str, *ops) -> None:
@@ -73,6 +74,7 @@ class Assembler:
                 self.fixups.append((len(self.words), k, op))
             self._track(op)
         self.words.append(form.encode(full))
+        self.mnemonics.append(mnemonic)
 
     def _track(self, op) -> None:
         if isinstance(op, GPR) and op.num < 31:
@@ -89,10 +91,12 @@ class Assembler:
     def word(self, value: int) -> None:
         """Emit a raw 32-bit word."""
         self.words.append(value & 0xFFFFFFFF)
+        self.mnemonics.append("")
 
     def raw(self, code: bytes) -> None:
         """Append already assembled, position-independent code (length a multiple of 4)."""
         self.words += struct.unpack(f"<{len(code) // 4}I", code)
+        self.mnemonics += [""] * (len(code) // 4)
 
     @property
     def pc(self) -> int:

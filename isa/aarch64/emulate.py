@@ -3,17 +3,17 @@ BF16, I8MM) through a static ELF, or unicorn in-process (SVE fp32 only: unicorn 
 which has no BF16/I8MM).
 
 Arguments are passed as AAPCS64 integer registers: pointers to ``inputs``, then to ``outputs``,
-then ``scalar_args``. Outputs are copied in (so a kernel may read them, e.g. beta=1) and read
+then ``scalar_args``; an :class:`AddressTable` input becomes a pointer to a table of addresses. Outputs are copied in (so a kernel may read them, e.g. beta=1) and read
 back. Every array is surrounded by guard bytes; a kernel that writes outside its outputs, or into
 an input, raises :class:`EmulationError`.
 
 >>> import numpy as np
->>> from isa.aarch64 import Assembler, x0, x1
+>>> from isa.aarch64 import Assembler, mem, x0, x1
 >>> a = Assembler(); a.ldr(x1, mem(x0)); a.str(x1, mem(x0, 8)); a.ret()
 >>> out = np.array([7, 0], np.int64)
->>> run_qemu(a.code(), [], [out]) if qemu_path() else None   # doctest: +SKIP
->>> out   # doctest: +SKIP
-array([7, 7])
+>>> run_qemu(a.code(), [], [out])   # doctest: +SKIP
+>>> out.tolist()                    # doctest: +SKIP
+[7, 7]
 """
 from __future__ import annotations
 
@@ -26,9 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .elf import DATA_BASE, test_program
-from .operands import mem  # noqa: F401  (used in the module example)
 
-__all__ = ["EmulationError", "Call", "qemu_path", "qemu_skip_reason", "unicorn_skip_reason",
+__all__ = ["EmulationError", "Call", "AddressTable", "qemu_path", "qemu_skip_reason", "unicorn_skip_reason",
            "run_qemu", "run_qemu_calls", "run_unicorn"]
 
 GUARD = 64
@@ -41,12 +40,23 @@ class EmulationError(RuntimeError):
 
 
 @dataclass
+class AddressTable:
+    """An input that is a table of int64 addresses: ``array``'s address plus each byte offset
+    (for kernels taking arrays of pointers, e.g. BRGEMM with an address batch)."""
+    array: np.ndarray
+    offsets: list
+
+
+@dataclass
 class Call:
-    """One kernel call of a batched qemu run: pointers to inputs, then outputs, then scalars."""
+    """One kernel call of a batched qemu run: pointers to inputs, then outputs, then scalars.
+    ``order`` permutes the pointers (indices into inputs + outputs) when the signature interleaves
+    them, e.g. ``(0, 1, 3, 2)`` passes inputs[0], inputs[1], outputs[0], inputs[2]."""
     code: bytes
     inputs: list
     outputs: list
     scalar_args: tuple = ()
+    order: tuple | None = None
 
 
 def qemu_path() -> str | None:
@@ -99,19 +109,22 @@ class _Layout:
         return bytes(self.image)
 
 
-def _layout(calls: list[Call]):
+def _layout(calls: list[Call], base: int):
     lay = _Layout()
     args, writable, outs = [], [], []
     for c in calls:
         ptrs = []
         for a in c.inputs:
+            if isinstance(a, AddressTable):
+                target = lay.place(a.array)
+                a = np.array([base + target + int(o) for o in a.offsets], np.uint64)
             ptrs.append(lay.place(a))
         for a in c.outputs:
             off = lay.place(a)
             ptrs.append(off)
             writable.append((off, a.nbytes))
             outs.append((off, a))
-        args.append(ptrs)
+        args.append([ptrs[i] for i in c.order] if c.order is not None else ptrs)
     return lay, args, writable, outs
 
 
@@ -137,7 +150,7 @@ def run_qemu_calls(calls: list[Call], vl_bits: int = 256, timeout: float = 60) -
     _check_vl(vl_bits)
     if (reason := qemu_skip_reason()) is not None:
         raise EmulationError(reason)
-    lay, ptrs, writable, outs = _layout(calls)
+    lay, ptrs, writable, outs = _layout(calls, DATA_BASE)
     data = lay.finish()
     prog_calls = [(c.code, [DATA_BASE + p for p in pp] + [int(s) for s in c.scalar_args])
                   for c, pp in zip(calls, ptrs)]
@@ -157,18 +170,19 @@ def run_qemu_calls(calls: list[Call], vl_bits: int = 256, timeout: float = 60) -
 
 
 def run_qemu(func_code: bytes, inputs: list, outputs: list, scalar_args=(), vl_bits: int = 256,
-             timeout: float = 60) -> None:
+             timeout: float = 60, order: tuple | None = None) -> None:
     """Run one kernel under qemu-aarch64 at SVE vector length ``vl_bits``; fills ``outputs``.
 
-    Arguments: x0.. = pointers to ``inputs``, then ``outputs``, then the integer ``scalar_args``."""
-    run_qemu_calls([Call(func_code, list(inputs), list(outputs), tuple(scalar_args))], vl_bits, timeout)
+    Arguments: x0.. = pointers to ``inputs``, then ``outputs`` (or as permuted by ``order``, see
+    :class:`Call`), then the integer ``scalar_args``."""
+    run_qemu_calls([Call(func_code, list(inputs), list(outputs), tuple(scalar_args), order)], vl_bits, timeout)
 
 
 _UC_CODE, _UC_DATA, _UC_STACK, _UC_STACK_SIZE = 0x100000, 0x10000000, 0x7F000000, 0x100000
 
 
 def run_unicorn(func_code: bytes, inputs: list, outputs: list, scalar_args=(), vl_bits: int = 256,
-                max_instructions: int = 50_000_000) -> None:
+                max_instructions: int = 50_000_000, order: tuple | None = None) -> None:
     """Run one kernel in-process with unicorn's ARM64 'max' CPU at SVE length ``vl_bits``.
 
     SVE is enabled by CPTR_EL3.EZ and CPACR_EL1.ZEN/FPEN (the CPU starts at EL1); the vector length is
@@ -180,8 +194,8 @@ def run_unicorn(func_code: bytes, inputs: list, outputs: list, scalar_args=(), v
     import unicorn
     from unicorn import arm64_const as A
 
-    call = Call(func_code, list(inputs), list(outputs), tuple(scalar_args))
-    lay, (ptrs,), writable, outs = _layout([call])
+    call = Call(func_code, list(inputs), list(outputs), tuple(scalar_args), order)
+    lay, (ptrs,), writable, outs = _layout([call], _UC_DATA)
     data = lay.finish()
     uc = unicorn.Uc(unicorn.UC_ARCH_ARM64, unicorn.UC_MODE_ARM)
     uc.ctl_set_cpu_model(A.UC_CPU_ARM64_MAX)
@@ -206,8 +220,16 @@ def run_unicorn(func_code: bytes, inputs: list, outputs: list, scalar_args=(), v
     try:
         uc.emu_start(_UC_CODE, ret, count=max_instructions)
     except unicorn.UcError as e:
-        pc = uc.reg_read(A.UC_ARM64_REG_PC)
-        raise EmulationError(f"unicorn: {e} at code offset {pc - _UC_CODE:#x}") from None
+        off = uc.reg_read(A.UC_ARM64_REG_PC) - _UC_CODE
+        what = ""
+        if 0 <= off < len(func_code):
+            try:
+                from .assembler import disassemble
+                what = " (" + disassemble(func_code[off:off + 4]).split("  ", 1)[1].strip() + ")"
+            except ImportError:
+                pass
+        raise EmulationError(f"unicorn: {e} at code offset {off:#x}{what}; unicorn 2.1 models SVE but "
+                             "not BF16/I8MM/F32MM (use run_qemu for those)") from None
     if uc.reg_read(A.UC_ARM64_REG_PC) != ret:
         raise EmulationError(f"kernel did not return within {max_instructions} instructions")
     _scatter(bytes(uc.mem_read(_UC_DATA, len(data))), data, writable, outs)

@@ -49,6 +49,13 @@ orr      aa000000 -   Xd Xn Xm shift64
 eor      ca000000 -   Xd Xn Xm shift64
 ands     ea000000 -   Xd Xn Xm shift64
 tst      ea00001f -   Xn Xm shift64
+and      92000000 -   Xd|SP Xn #bitmask64
+orr      b2000000 -   Xd|SP Xn #bitmask64
+eor      d2000000 -   Xd|SP Xn #bitmask64
+ands     f2000000 -   Xd Xn #bitmask64
+tst      f200001f -   Xn #bitmask64
+and      12000000 -   Wd|SP Wn #bitmask32
+orr      32000000 -   Wd|SP Wn #bitmask32
 mov      aa0003e0 -   Xd Xm
 mov      2a0003e0 -   Wd Wm
 mov      91000000 -   Xd|SP Xn|SP
@@ -170,6 +177,8 @@ str      e5804000 -     Zt [x,s9vl]
 # ---- SVE floating point
 fmla     65200000 hsd   Zd.T Pg/M Zn.T Zm.T
 fmls     65202000 hsd   Zd.T Pg/M Zn.T Zm.T
+fmad     65208000 hsd   Zd.T Pg/M Zn.T Zm.T
+fmsb     6520a000 hsd   Zd.T Pg/M Zn.T Zm.T
 fmla     64200000 h!    Zd.h Zn.h Zm.h[]
 fmla     64a00000 s!    Zd.s Zn.s Zm.s[]
 fmla     64e00000 d!    Zd.d Zn.d Zm.d[]
@@ -287,6 +296,41 @@ def _fimm8_table() -> dict:
         bits = (a << 31) | (exp << 23) | (efgh << 19)
         out[struct.unpack("<f", struct.pack("<I", bits))[0]] = imm8
     return out
+
+
+def encode_bitmask(value: int, bits: int = 64) -> int | None:
+    """N:immr:imms (bits 22, 21-16, 15-10) of a logical immediate, or None when ``value`` is not a
+    rotated run of ones replicated over 2-64 bit elements.
+
+    >>> hex(encode_bitmask(0xFF)), hex(encode_bitmask(0x5555555555555555)), encode_bitmask(0)
+    ('0x401c00', '0xf000', None)
+    """
+    if not 0 < value < (1 << bits) - 1:
+        return None
+    for e in (2, 4, 8, 16, 32, 64):
+        if e > bits:
+            break
+        elem = value & ((1 << e) - 1)
+        if any((value >> s) & ((1 << e) - 1) != elem for s in range(e, bits, e)):
+            continue
+        ones = bin(elem).count("1")
+        run = (1 << ones) - 1
+        for r in range(e):
+            if ((run >> r) | (run << (e - r))) & ((1 << e) - 1) == elem:
+                imms = ((0x3F << (e.bit_length())) & 0x3F) | (ones - 1)
+                return (int(e == 64) << 22) | (r << 16) | (imms << 10)
+        return None
+    return None
+
+
+def _bitmask_sampler(bits: int):
+    def draw_value(draw):
+        e = 1 << draw(1, bits.bit_length() - 1)
+        ones, r = draw(1, e - 1), draw(0, e - 1)
+        run = (1 << ones) - 1
+        elem = ((run >> r) | (run << (e - r))) & ((1 << e) - 1)
+        return sum(elem << s for s in range(0, bits, e))
+    return draw_value
 
 
 def _dup_enc(t: str):
@@ -455,6 +499,14 @@ def _dup_kind(t: str) -> Kind:
     return _SampledImm([], lo, hi, enc=_dup_enc(t), sampler=sampler, name="#imm8{, lsl #8}")
 
 
+def _bitmask_kind(bits: int) -> Kind:
+    return _SampledImm([], 1, (1 << bits) - 2, enc=lambda v: encode_bitmask(v, bits),
+                       sampler=_bitmask_sampler(bits), name="#bitmask")
+
+
+_SPECIAL = {"#dup": _dup_kind, "#bitmask64": lambda t: _bitmask_kind(64), "#bitmask32": lambda t: _bitmask_kind(32)}
+
+
 def parse_table(text: str) -> list[Form]:
     """Expand the table rows into forms (one per element size and per condition code)."""
     forms = []
@@ -466,7 +518,7 @@ def parse_table(text: str) -> list[Form]:
         size_in_kind = sizes.endswith("!")
         for t in ([None] if sizes == "-" else sizes.rstrip("!")):
             word = base | (SIZE_BITS[t] << 22 if t and not size_in_kind else 0)
-            kinds = tuple(_dup_kind(t) if tok == "#dup" else kind(tok, t) for tok in tokens)
+            kinds = tuple(_SPECIAL[tok](t) if tok in _SPECIAL else kind(tok, t) for tok in tokens)
             if "{cond}" in mnemonic:
                 for c, n in CONDS.items():
                     forms.append(Form(mnemonic.replace("{cond}", c), word | n, kinds))

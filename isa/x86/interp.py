@@ -247,7 +247,14 @@ class Machine:
             refuse(ins, "not modelled")
         if ins.has_lock_prefix or ins.has_rep_prefix or ins.has_repne_prefix:
             refuse(ins, "prefix not modelled")
-        step = build(self, ins)
+        if ins.rounding_control != iced_x86.RoundingControl.NONE:
+            refuse(ins, "embedded rounding not modelled")
+        try:
+            step = build(self, ins)
+        except InterpError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            refuse(ins, f"operand form not modelled: {e!r}")
         self._cache[ip] = step
         return step
 

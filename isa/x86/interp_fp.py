@@ -3,8 +3,9 @@
 - IEEE operations (+ - * / sqrt) are NumPy's float32 ones (round to nearest even, MXCSR default:
   no DAZ/FTZ); NaN results then follow x86: the first NaN source in operand order, quieted, else
   the default NaN 0xFFC00000 for invalid operations.
-- ``fma32`` is a single-rounding fused multiply-add: the product is exact in float64, the sum is
-  made exact-or-round-to-odd in float64 (TwoSum), and round-to-odd then float32 is correctly
+- ``fma32`` is a single-rounding fused multiply-add: the product is exact in float64; where the
+  float64 sum could round differently from the exact one (a float32 midpoint, or the subnormal
+  range) the sum is made round-to-odd with TwoSum, and round-to-odd then float32 is correctly
   rounded (53 >= 24 + 2).
 - ``to_bf16`` is the SDM's convert_fp32_to_bfloat16: denormals to signed zero, NaN truncated
   and quieted, otherwise round to nearest even.
@@ -67,16 +68,27 @@ def _round_to_odd(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return np.where(fix, np.nextafter(s, toward), s)
 
 
+_LOW29, _MID29 = np.int64(0x1FFFFFFF), np.int64(0x10000000)
+_MAG64, _TINY64 = np.uint64(0x7FFFFFFFFFFFFFFF), np.uint64(((1023 - 126) << 52) - 1)
+_ONE64 = np.uint64(1)
+
+
 def fma32(a, b, c, *, prio=None, daz_ftz=False) -> np.ndarray:
-    """Correctly rounded float32 a*b + c (one rounding), x86 NaN rules over ``prio`` sources."""
+    """Correctly rounded float32 a*b + c (one rounding), x86 NaN rules over ``prio`` sources.
+
+    s = RN64(a*b + c) (the product is exact in float64) rounds to float32 like the exact value
+    unless s is a float32 midpoint or lies in the float32 subnormal range: only those lanes need
+    the exact error (TwoSum) and round-to-odd, which is rare, so it is done only when present.
+    """
     if daz_ftz:
         a, b, c = daz(a), daz(b), daz(c)
     p = np.multiply(a, b, dtype=f64)
     s = p + c
-    bb = s - p
-    e = (p - (s - bb)) + (c - bb)
-    if np.count_nonzero(e):
-        s = _round_to_odd(s, e)
+    bits = s.view(i64)
+    tiny = ((bits.view(np.uint64) & _MAG64) - _ONE64) < _TINY64  # 0 < |s| < 2^-126 (zero is exact)
+    if np.count_nonzero(((bits & _LOW29) == _MID29) | tiny):
+        bb = s - p
+        s = _round_to_odd(s, (p - (s - bb)) + (c - bb))
     r = s.astype(f32)
     if daz_ftz:
         r = ftz(r)

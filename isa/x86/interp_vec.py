@@ -12,9 +12,8 @@ from iced_x86 import Mnemonic as Mn
 from iced_x86 import OpKind, Register, RegisterExt
 
 from .interp_base import pack_bits, gpr_writer, operand_rw, refuse, sem, vec_index, with_ref
-from .interp_fp import (approx, cvt_f32_i32, f32, fbin, fma32, fsqrt, getexp, nan_rule, nonfinite,
-                        roundscale, scalef)
-from .interp_lanes import mem_reader, reader, vl_bytes, vop
+from .interp_fp import approx, cvt_f32_i32, f32, fbin, fma32, fsqrt, getexp, roundscale, scalef
+from .interp_lanes import mem_reader, reader, vop
 
 u8, i8, u16, i16, u32, i32, u64, i64 = (np.uint8, np.int8, np.uint16, np.int16, np.uint32,
                                         np.int32, np.uint64, np.int64)
@@ -46,7 +45,11 @@ def _scalar(op):
 
 
 def _fma(order: str, neg_prod: bool, neg_add: bool, scalar: bool = False):
-    """vf[n]madd/msub{132,213,231}: operands d (dst), s2, s3; NaN priority d, s2, s3."""
+    """vf[n]madd/msub{132,213,231}: a*b+c with operands picked by the order digits.
+
+    With several NaN inputs the result is the first in a, b, c order (multiplicands before the
+    addend), un-negated and quieted: what this Zen 3 does; the SDM does not pin it down.
+    """
     pick = {"132": lambda d, s2, s3: (d, s3, s2), "213": lambda d, s2, s3: (s2, d, s3),
             "231": lambda d, s2, s3: (s2, s3, d)}[order]
 
@@ -54,7 +57,7 @@ def _fma(order: str, neg_prod: bool, neg_add: bool, scalar: bool = False):
         a, b, c = pick(d, s2, s3)
         if scalar:
             a, b, c = a[:1], b[:1], c[:1]
-        r = fma32(-a if neg_prod else a, b, -c if neg_add else c, prio=(d[:len(a)], s2[:len(a)], s3[:len(a)]))
+        r = fma32(-a if neg_prod else a, b, -c if neg_add else c, prio=(a, b, c))
         if scalar:
             out = d[:4].copy()
             out[:1] = r
@@ -96,13 +99,6 @@ def _shift_var(kind: str, t):
             return (a.view(st) >> cc.view(st)).view(t)
         r = (a << cc) if kind == "sll" else (a >> cc)
         return np.where(big, t(0), r)
-    return f
-
-
-def _cmp_vec(op, t):
-    """VEX compare: all-ones lanes where true; EVEX (k destination): mask bits."""
-    def f(n, a, b):
-        return op(a, b)
     return f
 
 
@@ -317,12 +313,7 @@ class _ImmOrVar:
 
 def _shift_family(kind, t, ref):
     wi, wc = _shift_imm_or_xmm(kind, t)
-    imm_b = vop(wi, t, imm=True)
-    cnt_b = vop(wc, t)
-
-    def var(m, ins):
-        return cnt_b(m, ins)
-    return _ImmOrVar(imm_b, var, ref)
+    return _ImmOrVar(vop(wi, t, imm=True), vop(wc, t), ref)
 
 
 # ---- special builders -------------------------------------------------------------------------
@@ -424,7 +415,7 @@ def _vzero(m, ins):
 def _vop_fma(order, np_, na, scalar=False):
     sign = ("-" if np_ else "") + "a*b" + (" - c" if na else " + c")
     return vop(_fma(order, np_, na, scalar), f32, acc=True, scalar=scalar,
-               ref=f"{order}: dst = {sign} (one rounding; NaN priority dst, src2, src3)")
+               ref=f"{order}: dst = {sign} (one rounding; NaN priority a, b, c)")
 
 
 def _table():

@@ -5,7 +5,7 @@ import pytest
 from isa.aarch64 import Assembler, mem, p0, post, x0, x1, x2, x3, x4, z0, z1
 from isa.aarch64.elf import test_program as build_program
 from isa.aarch64.emulate import Call, EmulationError, run_qemu, run_qemu_calls, run_unicorn
-from conftest import needs_qemu, needs_unicorn
+from tests.aarch64.marks import needs_qemu, needs_unicorn
 
 VLS = [128, 256, 512]
 
@@ -104,6 +104,17 @@ def test_unicorn_vector_length_and_fp32_add(bits):
     out = np.full(n, np.nan, np.float32)
     run_unicorn(vadd_kernel(), [a, b], [out], (n,), vl_bits=bits)
     np.testing.assert_array_equal(out, a + b)
+
+
+@needs_unicorn
+def test_unicorn_reports_missing_bf16_and_i8mm():
+    """unicorn 2.1 is QEMU 5.0: SVE yes, BF16/I8MM no; the error names the instruction."""
+    for emit in (lambda a: a.bfmmla(z0.s, z1.h, z1.h), lambda a: a.smmla(z0.s, z1.b, z1.b)):
+        a = Assembler()
+        emit(a)
+        a.ret()
+        with pytest.raises(EmulationError, match="mmla z0.s"):
+            run_unicorn(a.code(), [], [])
 
 
 @needs_unicorn

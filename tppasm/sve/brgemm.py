@@ -5,8 +5,11 @@ dimensions ``lda``, ``ldb``, ``ldc`` in elements. One generated code path is cor
 vector length (128 to 2048 bits): columns advance by ``cntw`` multiples, the last column block is
 masked by ``whilelo`` predicates, and a runtime dispatch picks a narrower register block for it.
 
-Two microkernel families share one loop driver:
+Three microkernel families share one loop driver:
 
+* **indexed** (``f32``, the default when k >= 4): ``ld1rqw`` loads 4 consecutive k values of each
+  A row once, and indexed ``fmla`` (``z.s[i]``) uses them against 4 rows of B; C is blocked as
+  ``rows x nv`` vectors. B is plain row-major. Leftover k (k % 4) uses broadcast steps.
 * **dot** (``f32`` with ``fmla``; ``bf16`` with ``bfdot``; ``i8``/``u8``/``u8i8`` with
   ``sdot``/``udot``/``usdot``): C is blocked as ``rows x nv`` vectors, A values are broadcast with
   ``ld1rw`` (one fp32, or a group of 2 bf16 / 4 int8 along k), B is read as vectors.
@@ -34,11 +37,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from isa.aarch64 import (Assembler, Function, Label, mem, p, post, vl, x, xzr, z)
+from isa.aarch64 import LSL, Assembler, Function, mem, p, post, vl, x, z
 
 from .common import add_imm, ceil_div
 
-__all__ = ["brgemm", "brgemm_ref", "pack_b", "pack_b_dot", "pack_b_mmla", "DTYPES", "Plan", "plan"]
+__all__ = ["brgemm", "brgemm_ref", "inner_loop", "kernel_for", "pack_b", "pack_b_dot", "pack_b_mmla", "DTYPES", "Plan", "plan"]
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,11 @@ def pack_b_mmla(b: np.ndarray, group: int) -> np.ndarray:
 
 
 def pack_b(b: np.ndarray, dtype: str, kernel: str = "dot") -> np.ndarray:
-    """The B operand in the layout ``brgemm(dtype=dtype, kernel=kernel)`` reads."""
-    if kernel == "mmla":
+    """The B operand in the layout ``brgemm(dtype=dtype, kernel=kernel)`` reads (f32: B itself).
+    ``kernel="auto"`` means mmla for bf16 and the int8 types."""
+    if dtype == "f32":
+        return np.ascontiguousarray(b)
+    if kernel in ("mmla", "auto"):
         return pack_b_mmla(b, MMLA_GROUP[dtype])
     return pack_b_dot(b, DTYPES[dtype].group)
 
@@ -133,7 +139,7 @@ def brgemm_ref(a, b, c, *, m, n, k, lda, ldb, ldc, count=1, stride_a=0, stride_b
 @dataclass(frozen=True)
 class Plan:
     """Register blocking of a BRGEMM kernel: ``mr`` rows x ``nv`` C vectors per block."""
-    kernel: str              # "dot" or "mmla"
+    kernel: str              # "dot", "mmla" or "indexed"
     mr: int
     nv: int
     group: int               # k values consumed per instruction group
@@ -144,8 +150,13 @@ def plan(m: int, n: int, dtype: str = "f32", kernel: str = "dot", vl_hint: int =
 
     >>> plan(64, 64, "f32")
     Plan(kernel='dot', mr=6, nv=4, group=1)
+    >>> plan(64, 64, "f32", "indexed")
+    Plan(kernel='indexed', mr=5, nv=4, group=4)
     """
     lanes = vl_hint // 32
+    if kernel == "indexed":
+        nv = min(4, max(1, ceil_div(n, lanes)))
+        return Plan("indexed", min(m, {4: 5, 3: 7, 2: 8, 1: 8}[nv]), nv, 4)
     if kernel == "mmla":
         nv = min(2, max(1, ceil_div(n, lanes)))
         return Plan("mmla", min(m, 8), nv, MMLA_GROUP[dtype])
@@ -160,7 +171,6 @@ R_AOFF, R_CROW, R_J, R_N, R_T, R_BATCH, R_ABASE, R_BPTR, R_K = (x[i] for i in (5
 R_LDA, R_LDB, R_AITER, R_BITER, R_LDC = x[14], x[15], x[16], x[17], x[28]
 ROW_PTRS = x[19:28]                       # one A row pointer per block row (mr <= 9)
 P_ALL, P_TAIL = p[7], p[6]                # all lanes; first (k % group) lanes of A
-Z_B, Z_A = 24, 28                         # B vectors z24-z27, A broadcasts z28-z31
 
 
 @dataclass
@@ -188,6 +198,24 @@ class _Gen:
     def mmla(self) -> bool:
         return self.plan.kernel == "mmla"
 
+    @property
+    def indexed(self) -> bool:
+        return self.plan.kernel == "indexed"
+
+    # Vector registers. dot/mmla: accumulators from z0, B z24-z27, A z28-z31. indexed: A quads
+    # z0-z7 (the lane operand of an indexed fmla must be z0-z7), accumulators from z8, B last.
+    @property
+    def acc_base(self) -> int:
+        return 8 if self.indexed else 0
+
+    @property
+    def b_base(self) -> int:
+        return 32 - self.plan.nv if self.indexed else 24
+
+    @property
+    def a_base(self) -> int:
+        return 0 if self.indexed else 28
+
     # ---- top level
     def build(self) -> bytes:
         self.f = Function(nargs={"stride": 3, "offset": 5, "address": 3}[self.batch])
@@ -200,6 +228,7 @@ class _Gen:
         if self.k % self.plan.group:
             a.ptrue(P_TAIL.b if esz == 1 else P_TAIL.h, f"vl{self.k % self.plan.group}")
         a.mov(R_AOFF, 0)
+        a.mov(R_J, 0)
         a.mov(R_CROW, x[2])
         full, rest = divmod(self.m, self.plan.mr)
         if full:
@@ -248,7 +277,7 @@ class _Gen:
                 a.incw(R_T)
         if self.mmla:                               # B lanes: 2 words per column, 2t vectors
             a.lsl(R_T, R_J, 1)
-            a.mov_imm(R_K, 2 * ceil_div(self.n, 2))
+            a.mov_imm(R_K, 4 * ceil_div(self.n, 2))        # 2 words per column, n padded to even
             for v in range(2 * t):
                 a.whilelo(p[2 + v].s, R_T, R_K)
                 a.incw(R_T)
@@ -260,7 +289,7 @@ class _Gen:
     # ---- accumulators
     def acc(self, r: int, v: int):
         """Accumulator of block row r (row pair for mmla) and vector v (B vector for mmla)."""
-        return z[r * (2 * self.plan.nv if self.mmla else self.plan.nv) + v].s
+        return z[self.acc_base + r * (2 * self.plan.nv if self.mmla else self.plan.nv) + v].s
 
     def c_access(self, rows: int, t: int, load: bool) -> None:
         """Initialise accumulators from C (beta=1) or zero, or store them back to C."""
@@ -278,7 +307,7 @@ class _Gen:
                 if r < rows - 1:
                     a.add(R_T, R_T, R_LDC)
             return
-        lo, hi = z[Z_B].s, z[Z_B + 1].s          # B registers are free outside the k loop
+        lo, hi = z[self.b_base].s, z[self.b_base + 1].s   # B registers are free outside the k loop
         for q in range(ceil_div(rows, 2)):
             pair = 2 * q + 1 < rows
             for c in range(t):
@@ -291,7 +320,7 @@ class _Gen:
                         a.sub(R_T, R_T, R_LDC)
                     else:
                         a.dup(hi, 0)
-                    a.zip1(acc0.reg.d, lo.reg.d, hi.reg.d) if False else a.zip1(_d(acc0), _d(lo), _d(hi))
+                    a.zip1(_d(acc0), _d(lo), _d(hi))
                     a.zip2(_d(acc1), _d(lo), _d(hi))
                 else:
                     a.uzp1(_d(lo), _d(acc0), _d(acc1))
@@ -320,7 +349,7 @@ class _Gen:
         top = a.label("batch")
         a.bind(top)
         if kind == "stride":
-            a.add(R_BPTR, R_BITER, R_J, _lsl(col_shift))
+            a.add(R_BPTR, R_BITER, R_J, LSL(col_shift))
         else:
             a.ldr(R_T, post(R_AITER, 8))
             a.add(R_ABASE, R_T, R_AOFF)
@@ -328,7 +357,7 @@ class _Gen:
             if kind == "offset":
                 a.add(R_ABASE, R_ABASE, x[0])
                 a.add(R_T, R_T, x[1])
-            a.add(R_BPTR, R_T, R_J, _lsl(col_shift))
+            a.add(R_BPTR, R_T, R_J, LSL(col_shift))
         a.mov(ROW_PTRS[0], R_ABASE)
         for r in range(1, rows):
             a.add(ROW_PTRS[r], ROW_PTRS[r - 1], R_LDA)
@@ -358,7 +387,10 @@ class _Gen:
             a.b_ne(top)
         for kk in range(rest):
             self.group(rows, t, kk * step)
-        if tail:
+        if tail and self.indexed:
+            for i in range(tail):
+                self.single(rows, t, rest * step + 4 * i)
+        elif tail:
             self.group(rows, t, rest * step, partial=True)
 
     def load_a(self, dst, r: int, offset: int, partial: bool) -> None:
@@ -367,30 +399,55 @@ class _Gen:
         a = self.a
         if not partial:
             if self.mmla:
-                a.ld1rd(dst.reg.d, P_ALL.z, mem(ROW_PTRS[r], offset))
+                a.ld1rd(dst.d, P_ALL.z, mem(ROW_PTRS[r], offset))
             else:
-                a.ld1rw(dst.reg.s, P_ALL.z, mem(ROW_PTRS[r], offset))
+                a.ld1rw(dst.s, P_ALL.z, mem(ROW_PTRS[r], offset))
             return
         add_imm(a, R_T, ROW_PTRS[r], offset, R_T)
         if self.dt.esize == 1:
-            a.ld1rqb(dst.reg.b, P_TAIL.z, mem(R_T))
+            a.ld1rqb(dst.b, P_TAIL.z, mem(R_T))
         else:
-            a.ld1rqh(dst.reg.h, P_TAIL.z, mem(R_T))
+            a.ld1rqh(dst.h, P_TAIL.z, mem(R_T))
         if not self.mmla:
-            a.dup(dst.reg.s, dst.reg.s[0])
+            a.dup(dst.s, dst.s[0])
+
+    def load_b(self, t: int) -> list:
+        """The B vectors of one k row (k group) at R_BPTR, which then moves to the next."""
+        a = self.a
+        nb = 2 * t if self.mmla else t
+        bvec = [z[self.b_base + v] for v in range(nb)]
+        for v in range(nb):
+            a.ld1w(bvec[v].s, (p[2 + v] if self.mmla else p[v]).z, vl(R_BPTR, v))
+        a.add(R_BPTR, R_BPTR, R_LDB)
+        return bvec
+
+    def single(self, rows: int, t: int, offset: int) -> None:
+        """One k step of the fp32 kernel with broadcast A (k tails of the indexed kernel)."""
+        bvec = self.load_b(t)
+        for r in range(rows):
+            za = z[self.a_base + r]
+            self.a.ld1rw(za.s, P_ALL.z, mem(ROW_PTRS[r], offset))
+            for v in range(t):
+                self.a.fmla(self.acc(r, v), P_ALL.m, bvec[v].s, za.s)
 
     def group(self, rows: int, t: int, offset: int, partial: bool = False) -> None:
         """One k group: load B vectors, broadcast A, multiply-accumulate."""
         a, dt = self.a, self.dt
-        nb = 2 * t if self.mmla else t
-        bvec = [z[Z_B + v] for v in range(nb)]
-        for v in range(nb):
-            a.ld1w(bvec[v].s, (p[2 + v] if self.mmla else p[v]).z, vl(R_BPTR, v))
-        a.add(R_BPTR, R_BPTR, R_LDB)
+        if self.indexed:                          # 4 k values: A quads once, then 4 B rows
+            for r in range(rows):
+                a.ld1rqw(z[self.a_base + r].s, P_ALL.z, mem(ROW_PTRS[r], offset))
+            for i in range(4):
+                bvec = self.load_b(t)
+                for r in range(rows):
+                    for v in range(t):
+                        a.fmla(self.acc(r, v), bvec[v].s, z[self.a_base + r].s[i])
+            return
+        bvec = self.load_b(t)
+        nb = len(bvec)
         el = "b" if dt.esize == 1 else "h"
         if self.mmla:
             for q in range(ceil_div(rows, 2)):
-                za0, za1 = z[Z_A + 2 * (q % 2)], z[Z_A + 2 * (q % 2) + 1]
+                za0, za1 = z[self.a_base + 2 * (q % 2)], z[self.a_base + 2 * (q % 2) + 1]
                 self.load_a(za0, 2 * q, offset, partial)
                 if 2 * q + 1 < rows:
                     self.load_a(za1, 2 * q + 1, offset, partial)
@@ -401,7 +458,7 @@ class _Gen:
                     a.emit(dt.mmla, self.acc(q, v), getattr(za0, el), getattr(bvec[v], el))
             return
         for r in range(rows):
-            za = z[Z_A + r % 4]
+            za = z[self.a_base + r % 4]
             self.load_a(za, r, offset, partial)
             for v in range(nb):
                 if dt.dot == "fmla":
@@ -410,26 +467,53 @@ class _Gen:
                     a.emit(dt.dot, self.acc(r, v), getattr(za, el), getattr(bvec[v], el))
 
 
-def _d(zs):
-    return zs.reg.d if hasattr(zs, "reg") else z[zs.num].d
+def _d(zr):
+    return z[zr.num].d
 
 
-def _lsl(n):
-    from isa.aarch64 import LSL
-    return LSL(n)
+LSL2 = LSL(2)
 
 
-LSL2 = _lsl(2)
+def inner_loop(m: int, n: int, dtype: str = "f32", kernel: str = "dot", vl_hint: int = 256) -> tuple[Plan, list[str], int]:
+    """The blocking, the mnemonics of one iteration of the main (unrolled) k loop for a full
+    register block, and the number of k groups that iteration covers (for static analysis).
+
+    >>> pl, mns, groups = inner_loop(64, 64)
+    >>> pl.mr * pl.nv == mns.count("fmla") // groups
+    True
+    """
+    pl = plan(m, n, dtype, kernel, vl_hint)
+    gen = _Gen(m, n, 4 * pl.group, 4 * pl.group, n, n, 1, 0, 0, 1, "stride", DTYPES[dtype], pl)
+    gen.f = Function(nargs=3)
+    gen.k_loop(pl.mr, pl.nv)
+    mns = gen.a.mnemonics
+    return pl, mns[1:], 4                          # drop the loop counter set-up
+
+
+def kernel_for(dtype: str, k: int, kernel: str = "auto") -> str:
+    """Resolve ``kernel="auto"``: f32 uses indexed fmla (broadcast fmla when k < 4); bf16 and the
+    int8 types use the matrix-multiply instructions.
+
+    >>> kernel_for("f32", 64), kernel_for("f32", 2), kernel_for("bf16", 64)
+    ('indexed', 'dot', 'mmla')
+    """
+    if kernel != "auto":
+        return kernel
+    if dtype == "f32":
+        return "indexed" if k >= 4 else "dot"
+    return "mmla"
 
 
 def brgemm(m: int, n: int, k: int, lda: int | None = None, ldb: int | None = None,
            ldc: int | None = None, count: int = 1, stride_a: int = 0, stride_b: int = 0,
-           beta: int = 1, dtype: str = "f32", kernel: str = "dot", batch: str = "stride",
+           beta: int = 1, dtype: str = "f32", kernel: str = "auto", batch: str = "stride",
            vl_hint: int = 256, blocking: Plan | None = None) -> bytes:
     """Machine code of an SVE BRGEMM kernel (see the module docstring for layouts and signatures).
 
-    ``lda``/``ldc`` default to k/n; ``ldb`` is the row stride of B in elements for f32, and of the
-    packed B per k group otherwise (default: the packed row length).
+    ``kernel`` is "dot", "mmla", "indexed" (f32 only) or "auto" (:func:`kernel_for`); B must be in
+    the layout of :func:`pack_b` for that kernel. ``lda``/``ldc`` default to k/n; ``ldb`` is the row
+    stride of B in elements for f32, and of the packed B per k group otherwise (default: the packed
+    row length).
 
     >>> from isa.aarch64 import disassemble
     >>> "fmla" in disassemble(brgemm(m=2, n=8, k=2, beta=0))
@@ -437,16 +521,20 @@ def brgemm(m: int, n: int, k: int, lda: int | None = None, ldb: int | None = Non
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}")
-    if kernel not in ("dot", "mmla") or (kernel == "mmla" and dtype not in MMLA_GROUP):
-        raise ValueError("kernel is 'dot' or 'mmla' (mmla needs bf16/i8/u8/u8i8)")
+    kernel = kernel_for(dtype, k, kernel)
+    if (kernel not in ("dot", "mmla", "indexed") or (kernel == "mmla" and dtype not in MMLA_GROUP)
+            or (kernel == "indexed" and dtype != "f32")):
+        raise ValueError("kernel is 'auto', 'dot', 'mmla' (bf16/i8/u8/u8i8) or 'indexed' (f32)")
     if batch not in ("stride", "offset", "address"):
         raise ValueError("batch is 'stride', 'offset' or 'address'")
     if beta not in (0, 1) or min(m, n, k, count) < 1:
         raise ValueError("need m, n, k, count >= 1 and beta in {0, 1}")
     dt = DTYPES[dtype]
     pl = blocking or plan(m, n, dtype, kernel, vl_hint)
-    g = pl.group
-    if ldb is None:
-        ldb = n if kernel == "dot" and dtype == "f32" else (ceil_div(n, 2) * 2 if kernel == "mmla" else n) * g
+    packed_row = n if dtype == "f32" else (ceil_div(n, 2) * 2 if kernel == "mmla" else n) * pl.group
+    ldb = packed_row if ldb is None else ldb
+    if (lda or k) < k or (ldc or n) < n or ldb < packed_row or min(stride_a, stride_b) < 0:
+        raise ValueError(f"need lda >= k ({k}), ldc >= n ({n}), ldb >= {packed_row} "
+                         "(the B row length in this layout) and non-negative strides")
     gen = _Gen(m, n, k, lda or k, ldb, ldc or n, count, stride_a, stride_b, beta, batch, dt, pl)
     return gen.build()

@@ -23,7 +23,7 @@ import struct
 from dataclasses import dataclass
 
 from isa.cpu import host
-from isa.x86 import Function, K, bcst, dword, eax, gpr, rsp, vec, word
+from isa.x86 import Function, K, bcst, dword, gpr, qword, rsp, word
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
 from . import register
@@ -31,7 +31,28 @@ from .vector import Mask, VectorISA
 
 ES = {"f32": 4, "bf16": 2, "u8": 1, "i8": 1, "i32": 4}
 FULL_AVX512 = frozenset({"avx512_bf16", "avx512_vnni"})
-UNROLL_ALL, UNROLL = 16, 8
+UNROLL_ALL, UNROLL, UNROLL_INSTRUCTIONS = 16, 8, 200
+PREFETCH_B = 8                  # k groups ahead (prefetches never fault)
+L2_BYTES, L2_COUNT = 512 << 10, 16
+
+
+def _math():
+    from . import math
+    return math
+
+
+# activation -> emitter in tppasm.x86.math (``emit_<name>(a, v, dst, src, tmp, consts)``);
+# gelu is the tanh form, as in the NumPy reference
+ACT_EMITTERS = {"gelu": "gelu_tanh", "sigmoid": "sigmoid", "tanh": "tanh"}
+
+
+def emit_activation(act, a, v, dst, src, tmp, consts):
+    getattr(_math(), "emit_" + ACT_EMITTERS[act])(a, v, dst, src, tmp, consts)
+
+
+def activation_tmps(act):
+    """Scratch registers of the activation, its destination included."""
+    return 1 + _math().NTMP[ACT_EMITTERS[act]] if act in ACT_EMITTERS else 1
 
 
 # -- inner products ------------------------------------------------------------------------------
@@ -205,9 +226,6 @@ class ConstPool:
         self.fn, self.v, self.slots = fn, v, {}
         self.stores = []
 
-    def lanes_of(self, key):
-        return self.slots[key]
-
     def add(self, key, dwords):
         if key not in self.slots:
             off = sum(len(d) * 4 for d in self.stores)
@@ -232,7 +250,7 @@ class ConstPool:
             a.vmovdqu(reg, [rsp + off])
 
     def emit(self, a):
-        """The stores that fill the pool (run once at kernel entry)."""
+        """The stores that fill the pool (run once at kernel entry); add nothing after this."""
         total = sum(len(d) * 4 for d in self.stores)
         if not total:
             return
@@ -258,7 +276,9 @@ class Gen:
         self.a = self.fn.asm
         self.pool = ConstPool(self.fn, self.v)
         self.bf16_out = desc.c_dtype == "bf16"
-        epi = 3 if (self.bf16_out or desc.bias or desc.act) else 0
+        epi = 0
+        if self.bf16_out or desc.bias or desc.act:
+            epi = 1 + max(3, activation_tmps(desc.act))
         self.plan = plan(desc, self.v, self.dot, epi)
         self.lanes = self.v.lanes(4)
 
@@ -293,25 +313,49 @@ class Gen:
     def build(self):
         d, p, a = self.d, self.plan, self.a
         self.gprs()
-        body_start = len(a.instructions)
+        for value in self.dot.consts + ((1, 0x7FFF, 0x40) if self.bf16_out else ()):
+            self.pool.splat(value)                  # every constant is known before the code
+        if p.tail and not self.v.avx512:
+            for lanes in {p.tail, p.tail // 2 if self.bf16_out else 0} - {0}:
+                self.pool.add(("mask", lanes), [0xFFFFFFFF if i < lanes else 0 for i in range(8)])
+        self.pool.emit(a)
+        base = sum(len(d) * 4 for d in self.pool.stores)
+        self.slots = {name: base + 8 * i for i, name in enumerate(("colB", "colC", "colN", "end"))}
+        self.math_consts = _math().Consts(self.v)               # activation constants, stack only
+        self.math_consts.BASE = (self.slots["end"] + 63) // 64 * 64
         self.mask = None
         if p.tail:
             if self.v.avx512:
                 self.mask = self.v.make_mask(self.fn, p.tail, es=4, k=1)
             else:
                 reg = self.v.reg(self.v.nregs - 1)
-                off = self.pool.add(("mask", p.tail), [-1 & 0xFFFFFFFF if i < p.tail else 0 for i in range(8)])
-                a.vmovdqu(reg, [rsp + off])
+                a.vmovdqu(reg, [rsp + self.pool.add(("mask", p.tail), None)])
                 self.mask = Mask(reg, p.tail, 4)
-        for j0 in range(0, p.nvec, p.vecs):
-            vecs = min(p.vecs, p.nvec - j0)
-            self.column_block(j0, vecs)
-        pool = type(a)()
-        self.pool.emit(pool)
-        a.instructions[body_start:body_start] = pool.instructions
+        if self.rows_outer():
+            self.row_blocks()
+        else:
+            for block in self.column_blocks():
+                self.column_block(*block)
+        self.fn.stack(self.slots["end"])
+        if self.math_consts.table:
+            self.math_consts.finish(self.fn)
         return self.fn.finalize()
 
-    def column_block(self, j0, vecs):
+    def column_blocks(self):
+        """(first vector, vectors, repeats, last vector masked) for each run of column blocks:
+        identical unmasked blocks of V vectors run as one loop, the remainder as one more block."""
+        p = self.plan
+        last = p.nvec - (1 if p.tail else 0)          # vectors before the masked one
+        times = last // p.vecs if p.tail else p.nvec // p.vecs
+        out = [(0, p.vecs, times, False)] if times else []
+        rest = p.nvec - times * p.vecs
+        if rest:
+            out.append((times * p.vecs, rest, 1, bool(p.tail)))
+        return out
+
+    def row_blocks(self):
+        """Row blocks outermost (A's rows stay in L1 while the column blocks sweep B), then the
+        row tail."""
         d, p, a, r = self.d, self.plan, self.a, self.r
         full, rt = divmod(d.m, p.rows)
         a.mov(r["crow"], self.arg["c"])
@@ -321,7 +365,7 @@ class Gen:
             if full > 1:
                 a.mov(r["rows"], full)
             a.bind(loop)
-            self.tile(p.rows, j0, vecs)
+            self.column_sweep(p.rows)
             if full > 1 or rt:
                 self.add_imm(r["arow"], p.rows * d.lda * self.es_a)
                 self.add_imm(r["crow"], p.rows * d.ldc * self.es_c)
@@ -329,7 +373,71 @@ class Gen:
                 a.dec(r["rows"])
                 a.jnz(loop)
         if rt:
-            self.tile(rt, j0, vecs)
+            self.column_sweep(rt)
+
+    def rows_outer(self):
+        """Loop order. Rows outer keeps a row block's A panel in L1 while B streams through once
+        per row block; columns outer keeps a column panel of B in L2 while A streams once per
+        column block. Rows outer unless A and B of ~16 batch blocks overflow a 512 KiB L2 and
+        columns outer moves fewer bytes."""
+        d, p = self.d, self.plan
+        footprint = (d.m * d.k * self.es_a + d.k * d.n * self.es_b) * L2_COUNT
+        row_blocks, col_blocks = -(-d.m // p.rows), -(-p.nvec // p.vecs)
+        return footprint <= L2_BYTES or d.n * self.es_b * row_blocks <= d.m * self.es_a * col_blocks
+
+    def column_block(self, first, vecs, times, masked):
+        """Columns outer: a loop over ``times`` column blocks, each sweeping all row blocks."""
+        d, p, a, r, sl = self.d, self.plan, self.a, self.r, self.slots
+        full, rt = divmod(d.m, p.rows)
+        a.mov(qword[rsp + sl["colB"]], first * self.v.bytes)
+        a.mov(qword[rsp + sl["colC"]], first * self.lanes * self.es_c)
+        columns = a.label()
+        if times > 1:
+            a.mov(qword[rsp + sl["colN"]], times)
+        a.bind(columns)
+        self.masked_last = masked
+        a.mov(r["crow"], self.arg["c"])
+        a.add(r["crow"], [rsp + sl["colC"]])
+        a.xor(gpr(r["arow"].num, 32), gpr(r["arow"].num, 32))
+        if full:
+            loop = a.label()
+            if full > 1:
+                a.mov(r["rows"], full)
+            a.bind(loop)
+            self.tile(p.rows, vecs)
+            if full > 1 or rt:
+                self.add_imm(r["arow"], p.rows * d.lda * self.es_a)
+                self.add_imm(r["crow"], p.rows * d.ldc * self.es_c)
+            if full > 1:
+                a.dec(r["rows"])
+                a.jnz(loop)
+        if rt:
+            self.tile(rt, vecs)
+        if times > 1:
+            a.add(qword[rsp + sl["colB"]], vecs * self.v.bytes)
+            a.add(qword[rsp + sl["colC"]], vecs * self.lanes * self.es_c)
+            a.dec(qword[rsp + sl["colN"]])
+            a.jnz(columns)
+
+    def column_sweep(self, rows):
+        """All column blocks of one row block; the column offsets live in stack slots."""
+        a, r, sl = self.a, self.r, self.slots
+        for first, vecs, times, masked in self.column_blocks():
+            a.mov(qword[rsp + sl["colB"]], first * self.v.bytes)
+            a.mov(qword[rsp + sl["colC"]], first * self.lanes * self.es_c)
+            columns = a.label()
+            if times > 1:
+                a.mov(qword[rsp + sl["colN"]], times)
+            a.bind(columns)
+            self.masked_last = masked
+            a.add(r["crow"], [rsp + sl["colC"]])
+            self.tile(rows, vecs)
+            a.sub(r["crow"], [rsp + sl["colC"]])
+            if times > 1:
+                a.add(qword[rsp + sl["colB"]], vecs * self.v.bytes)
+                a.add(qword[rsp + sl["colC"]], vecs * self.lanes * self.es_c)
+                a.dec(qword[rsp + sl["colN"]])
+                a.jnz(columns)
 
     def add_imm(self, reg, value):
         if not value:
@@ -340,27 +448,26 @@ class Gen:
             self.a.mov(self.r["tmp"], value)
             self.a.add(reg, self.r["tmp"])
 
-    def tile(self, rows, j0, vecs):
+    def tile(self, rows, vecs):
         d, a, r, dot = self.d, self.a, self.r, self.dot
         acc, b, a_regs, tmps, free = self.vregs(rows, vecs)
-        masked = [self.mask if (self.mask is not None and j0 + j == self.plan.nvec - 1) else None
-                  for j in range(vecs)]
+        masked = [self.mask if self.masked_last and j == vecs - 1 else None for j in range(vecs)]
         for i in range(rows):
             for j in range(vecs):
                 if d.beta:
-                    self.load_c(acc[i][j], self.c_mem(i, j0 + j), masked[j], free)
+                    self.load_c(acc[i][j], self.c_mem(i, j), masked[j], free)
                 else:
                     a.vpxord(acc[i][j], acc[i][j], acc[i][j]) if self.v.avx512 and acc[i][j].num >= 16 \
                         else a.vxorps(acc[i][j], acc[i][j], acc[i][j])
         for reg, value in zip(self.const_regs, dot.consts):
             self.pool.load(a, reg, value)
-        self.batch_loop(rows, j0, vecs, acc, b, a_regs, tmps, masked)
-        self.epilogue(rows, j0, vecs, acc, masked, free)
+        self.batch_loop(rows, vecs, acc, b, a_regs, tmps, masked)
+        self.epilogue(rows, vecs, acc, masked, free)
 
     # -- batch and k loops ----------------------------------------------------------------------
-    def batch_loop(self, rows, j0, vecs, acc, b, a_regs, tmps, masked):
+    def batch_loop(self, rows, vecs, acc, b, a_regs, tmps, masked):
         d, a, r = self.d, self.a, self.r
-        col = j0 * self.v.bytes
+        col = [rsp + self.slots["colB"]]
         arg = self.arg
         if d.batch == "stride":
             a.mov(r["p"], arg["a"])
@@ -375,19 +482,20 @@ class Gen:
         a.bind(loop)
         if d.batch == "stride":
             a.lea(r["a_k"], [r["p"] + r["arow"]])
-            a.lea(r["b_k"], [r["q"] + col])
+            a.mov(r["b_k"], r["q"])
+            a.add(r["b_k"], col)
         elif d.batch == "offset":
             a.mov(r["tmp"], [r["p"]])
             a.lea(r["a_k"], [arg["a"] + r["tmp"] * self.es_a])
             a.add(r["a_k"], r["arow"])
             a.mov(r["tmp"], [r["p"] + 8])
-            a.lea(r["b_k"], [arg["b"] + r["tmp"] * self.es_b + col])
+            a.lea(r["b_k"], [arg["b"] + r["tmp"] * self.es_b])
+            a.add(r["b_k"], col)
         else:
             a.mov(r["a_k"], [r["p"]])
             a.add(r["a_k"], r["arow"])
             a.mov(r["b_k"], [r["q"]])
-            if col:
-                a.add(r["b_k"], col)
+            a.add(r["b_k"], col)
         self.k_loop(rows, vecs, acc, b, a_regs, tmps, masked)
         if d.batch == "stride":
             self.add_imm(r["p"], d.stride_a * self.es_a)
@@ -404,25 +512,38 @@ class Gen:
         d, a, r = self.d, self.a, self.r
         groups = d.k // d.vnni
         row_a, row_b = d.lda * self.es_a, d.ldb * 4
-        if groups <= UNROLL_ALL:
+        if groups <= UNROLL_ALL and groups * self.group_size(rows, vecs) <= 2 * UNROLL_INSTRUCTIONS:
             for u in range(groups):
                 self.group(u * 4, u * row_b, rows, vecs, acc, b, a_regs, tmps, masked, row_a)
             return
-        iters, rem = divmod(groups, UNROLL)
+        unroll = self.unroll(rows, vecs)
+        iters, rem = divmod(groups, unroll)
         loop = a.label()
         a.mov(r["k"], iters)
         a.bind(loop)
-        for u in range(UNROLL):
+        for u in range(unroll):
             self.group(u * 4, u * row_b, rows, vecs, acc, b, a_regs, tmps, masked, row_a)
-        a.add(r["a_k"], UNROLL * 4)
-        self.add_imm(r["b_k"], UNROLL * row_b)
+        a.add(r["a_k"], unroll * 4)
+        self.add_imm(r["b_k"], unroll * row_b)
         a.dec(r["k"])
         a.jnz(loop)
         for u in range(rem):
             self.group(u * 4, u * row_b, rows, vecs, acc, b, a_regs, tmps, masked, row_a)
 
+    def unroll(self, rows, vecs):
+        """k groups per loop iteration: up to UNROLL, fewer for long group bodies (JIT time)."""
+        return max(2, min(UNROLL, UNROLL_INSTRUCTIONS // self.group_size(rows, vecs)))
+
+    def group_size(self, rows, vecs):
+        """Instructions per k group of a rows x vecs tile."""
+        dot = self.dot
+        return vecs * (1 + dot.b_ops) + rows * (1 + dot.a_ops) + rows * vecs * dot.ops
+
     def group(self, a_off, b_off, rows, vecs, acc, b, a_regs, tmps, masked, row_a):
         g, dot, r = self, self.dot, self.r
+        if PREFETCH_B:
+            for line in range(0, vecs * self.v.bytes, 64):
+                self.a.prefetcht0([r["b_k"] + b_off + PREFETCH_B * self.d.ldb * 4 + line])
         for j in range(vecs):
             dot.load_b(g, b[j], [r["b_k"] + b_off + j * self.v.bytes], masked[j])
         for i in range(rows):
@@ -448,80 +569,102 @@ class Gen:
         elif mask is None:
             a.vmovdqu(half, [expr])
         else:
-            a.vpxor(half, half, half)
-            for lane in range(mask.count):
-                a.vpinsrw(half, half, word[expr + 2 * lane], lane)
+            self.bf16_tail(mask.count, expr, half, v.half(free[0].num), load=True)
         a.vpmovzxwd(reg, half)
         a.vpslld(reg, reg, 16)
 
-    def epilogue(self, rows, j0, vecs, acc, masked, free):
+    def epilogue(self, rows, vecs, acc, masked, free):
+        """bias, activation, conversion and store. Free registers: [bias, zero | activation
+        scratch..., and bf16 scratch after them]."""
         d, a, v = self.d, self.a, self.v
-        t = free[:3]
         integer = d.dtype == "i8"
+        bias_reg, zero, act_tmp, cvt_tmp = free[0], free[1], free[1:], free[2:4]
         if d.act == "relu":
-            zero = t[2]
             a.vpxord(zero, zero, zero) if v.avx512 else a.vpxor(zero, zero, zero)
-        elif d.act is not None:
-            raise NotImplementedError(f"brgemm act={d.act!r} is not generated on x86 yet "
-                                      f"(tppasm.x86.math is not available); use act='relu' or None")
+        if d.bias:
+            a.mov(self.r["tmp"], self.arg["bias"])
+            a.add(self.r["tmp"], [rsp + self.slots["colB"]])
         for j in range(vecs):
             bias = None
             if d.bias:
-                mem = [self.arg["bias"] + (j0 + j) * v.bytes]
+                mem = [self.r["tmp"] + j * v.bytes]
                 if masked[j] is None:
                     bias = mem
                 else:
-                    v.load(a, t[1], mem, masked[j])
-                    bias = t[1]
+                    v.load(a, bias_reg, mem, masked[j])
+                    bias = bias_reg
             for i in range(rows):
                 c = acc[i][j]
                 if bias is not None:
                     a.vaddps(c, c, bias)
                 if d.act == "relu":
                     (a.vpmaxsd if integer else a.vmaxps)(c, c, zero)
+                elif d.act is not None:              # into a scratch register: dst != src
+                    emit_activation(d.act, a, v, act_tmp[0], c, act_tmp[1:], self.math_consts)
+                    c = act_tmp[0]
                 if self.bf16_out:
-                    self.store_bf16(self.c_mem(i, j0 + j), c, masked[j], t[0])
+                    self.store_bf16(self.c_mem(i, j), c, masked[j], cvt_tmp)
                 else:
-                    v.store(a, [self.c_mem(i, j0 + j)], c, masked[j])
+                    v.store(a, [self.c_mem(i, j)], c, masked[j])
 
     def store_bf16(self, expr, c, mask, t):
-        """Round fp32 ``c`` to bf16 (nearest even; NaN stays a quiet NaN) and store."""
+        """Round fp32 ``c`` to bf16 (nearest even; NaN stays a quiet NaN) and store; ``c`` dies."""
         a, v, pool = self.a, self.v, self.pool
+        t0, t3 = t
         if v.avx512 and "avx512_bf16" in self.features:
             out = v.half(c.num)
             a.vcvtneps2bf16(out, c)
         else:
-            a.vpsrld(t, c, 16)
-            self.and_(t, t, pool.splat(1))
-            a.vpaddd(t, t, c)
-            a.vpaddd(t, t, pool.splat(0x7FFF))
-            a.vpsrld(t, t, 16)
-            if v.avx512:
+            a.vpsrld(t0, c, 16)                             # t0 = c + 0x7FFF + lsb(c >> 16), >> 16
+            self.and_(t0, t0, pool.splat(1))
+            a.vpaddd(t0, t0, c)
+            a.vpaddd(t0, t0, pool.splat(0x7FFF))
+            a.vpsrld(t0, t0, 16)
+            if v.avx512:                                    # NaN lanes: (c >> 16) | quiet bit
                 k2 = K[2]
-                a.vcmpps(k2, c, c, 3)                       # unordered: NaN lanes
-                a.vpsrld(t.mask(k2), c, 16)
-                a.vpord(t.mask(k2), t, pool.splat(0x40))
-                out = v.half(t.num)
-                a.vpmovdw(out, t)
+                a.vcmpps(k2, c, c, 3)
+                a.vpsrld(t0.mask(k2), c, 16)
+                a.vpord(t0.mask(k2), t0, pool.splat(0x40))
+                a.vpmovdw(v.half(t0.num), t0)
             else:
-                a.vcmpps(c, c, c, 3)                        # c is dead after the store
-                nan = v.half(c.num)
-                a.vpsrld(v.reg(c.num), v.reg(c.num), 0)     # keep the mask; (no-op shift)
-                a.vblendvps(t, t, self._quiet(c), c)
-                a.vpackusdw(t, t, t)
-                a.vpermq(t, t, 0x08)
-                out = v.half(t.num)
+                a.vcmpps(t3, c, c, 3)
+                a.vpsrld(c, c, 16)
+                a.vpor(c, c, pool.splat(0x40))
+                a.vblendvps(t0, t0, c, t3)
+                a.vpackusdw(t0, t0, t0)                     # words within each 128-bit lane
+                a.vpermq(t0, t0, 0x08)
+            out = v.half(t0.num)
         if v.avx512:
-            a.vmovdqu16(out if mask is None else out, [expr]) if False else None
-            if mask is None:
-                a.vmovdqu16([expr], out)
-            else:
-                a.vmovdqu16(_masked(expr, mask.reg), out)
+            a.vmovdqu16([expr] if mask is None else _masked(expr, mask.reg), out)
         elif mask is None:
             a.vmovdqu([expr], out)
         else:
-            for lane in range(mask.count):
-                a.vpextrw(word[expr + 2 * lane], out, lane)
+            self.bf16_tail(mask.count, expr, out, v.half(t3.num), load=False)
+
+    def bf16_tail(self, count, expr, x, t, load):
+        """AVX2: the first ``count`` (< 8) words of xmm ``x`` from/to memory: word pairs under a
+        dword mask, the odd last word through eax. ``t`` is scratch."""
+        a, pairs = self.a, count // 2
+        scratch = self.r["k"].num                        # the k counter is dead outside the k loop
+        if load:
+            a.vpxor(x, x, x)
+        if pairs:
+            a.vmovdqu(t, [rsp + self.pool.add(("mask", pairs), None)])
+            if load:
+                a.vmaskmovps(x, t, [expr])
+            else:
+                a.vmaskmovps([expr], t, x)
+        if count % 2:
+            last = expr + 2 * (count - 1)
+            if load:
+                a.movzx(gpr(scratch, 32), word[last])
+                a.vmovd(t, gpr(scratch, 32))
+                a.vpslldq(t, t, 2 * (count - 1))
+                a.vpor(x, x, t)
+            else:
+                a.vpsrldq(t, x, 2 * (count - 1))
+                a.vmovd(gpr(scratch, 32), t)
+                a.mov(word[last], gpr(scratch, 16))
 
 
 def _masked(expr, k):
@@ -531,6 +674,9 @@ def _masked(expr, k):
 
 @register("brgemm")
 def generate(desc, isa):
+    if isa == "amx" and desc.dtype in ("bf16", "i8"):      # tile kernels; fp32 stays on AVX-512
+        from .amx import generate as generate_amx
+        return generate_amx(desc)
     return generate_brgemm(desc, isa)
 
 

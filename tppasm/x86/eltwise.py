@@ -1,33 +1,424 @@
-"""x86 generators for the element-wise TPPs."""
-from isa.x86 import Function, rax, rdi, rsi
+"""x86 generators for the element-wise TPPs (AVX2 and AVX-512), written once against VectorISA.
 
+One engine (:func:`_rows`) walks the rows of every operand: per row, a loop over blocks of U full
+vectors (a column index register addresses every operand), the remaining full vectors, then one
+tail vector whose lanes past n are masked (AVX-512 opmask; AVX2 ``vmaskmovps`` for fp32, one
+``vpinsrw``/``vpextrw`` per element for bf16, which touches exactly the operand's bytes). Inputs
+are widened to fp32 on load and outputs rounded on store (bf16: round to nearest even, NaN kept
+quiet). What happens between load and store comes from the op tables below: op name ->
+``(scratch registers, emitter(a, v, dst, srcs, tmp, c) -> result register)``.
+
+>>> import numpy as np, tppasm
+>>> k = tppasm.binary("add", 2, 3, bcast_b="row")
+>>> out = np.empty((2, 3), np.float32); k(np.ones((2, 3), np.float32), np.arange(3, dtype=np.float32), out); out
+array([[1., 2., 3.],
+       [1., 2., 3.]], dtype=float32)
+"""
+from isa.x86 import Function, K, al, ax, byte, dword, eax, ptr, r10, r11, rbx, vec, word
+
+from . import math as xm
 from . import register
 from .vector import VectorISA
 
+ES = {"f32": 4, "bf16": 2}
+BITS_LANES = (1, 2, 4, 8, 16, 32, 64, 128)
 
+
+def _math(name):
+    return xm.NTMP[name], lambda a, v, d, s, t, c: (xm.EMITTERS[name](a, v, d, s[0], t, c), d)[1]
+
+
+def _relu(a, v, d, s, t, c):
+    a.vmaxps(d, c.into(a, d, 0.0), s[0])            # constant first: NaN propagates
+    return d
+
+
+def _vop(name, first=0):
+    def emit(a, v, d, s, t, c):
+        getattr(a, name)(d, s[first], s[1 - first])
+        return d
+    return emit
+
+
+def _sqrt(a, v, d, s, t, c):
+    a.vsqrtps(d, s[0])
+    return d
+
+
+def _square(a, v, d, s, t, c):
+    a.vmulps(d, s[0], s[0])
+    return d
+
+
+def _negate(a, v, d, s, t, c):
+    xm.vxor(a, v, d, s[0], c.i(xm.SIGN))
+    return d
+
+
+def _zero(a, v, d, s, t, c):
+    a.vxorps(d, d, d) if d.num < 16 else a.vpxord(d, d, d)
+    return d
+
+
+UNARY = {
+    "copy": (0, lambda a, v, d, s, t, c: s[0]),
+    "identity": (0, lambda a, v, d, s, t, c: s[0]),
+    "zero": (0, _zero),
+    "relu": (0, _relu),
+    "negate": (0, _negate),
+    "square": (0, _square),
+    "sqrt": (0, _sqrt),
+    "reciprocal": _math("reciprocal"),
+    "rsqrt": _math("rsqrt"),
+    "exp": _math("exp"),
+    "tanh": _math("tanh"),
+    "sigmoid": _math("sigmoid"),
+    "gelu": _math("gelu_tanh"),
+    "gelu_erf": _math("gelu_erf"),
+}
+
+
+def _grad(name):
+    n, emit = _math(name)
+
+    def body(a, v, d, s, t, c):                     # s = (dy, x)
+        emit(a, v, d, s[1:], t, c)
+        a.vmulps(d, d, s[0])
+        return d
+    return n, body
+
+
+def _relu_bwd(a, v, d, s, t, c):
+    a.vmovaps(d, s[0])
+    xm.keep_if(a, v, d, s[1], c.f(0.0), xm.GT, t[0])
+    return d
+
+
+GRAD = {"relu_bwd": (1, _relu_bwd), "gelu_bwd": _grad("gelu_tanh_grad"), "gelu_erf_bwd": _grad("gelu_erf_grad")}
+BINARY = {"add": (0, _vop("vaddps")), "sub": (0, _vop("vsubps")), "mul": (0, _vop("vmulps")),
+          "div": (0, _vop("vdivps")), "max": (0, _vop("vmaxps", 1)), "min": (0, _vop("vminps", 1))}
+
+
+def _muladd(a, v, d, s, t, c):                      # s = (a, b, c)
+    a.vmovaps(d, s[2])
+    a.vfmadd231ps(d, s[0], s[1])
+    return d
+
+
+TERNARY = {"muladd": (0, _muladd)}
+
+
+class Stream:
+    """How the kernel walks one operand: ``kind`` full (m x n, row stride ld), row (n values
+    reused by every row), col (one value per row), scalar, bits (1 bit per element)."""
+
+    def __init__(self, reg, kind, dtype, ld=0):
+        self.reg, self.kind, self.dtype, self.ld = reg, kind, dtype, ld
+        self.es = ES.get(dtype, 1)
+        self.bcast = None            # vector register holding a col/scalar value
+
+
+def _stream(reg, bcast, dtype, ld):
+    return Stream(reg, bcast or "full", dtype, ld)
+
+
+# -- loads and stores with conversion and tails -------------------------------------------------
+class Tail:
+    """The masks of the tail vector (count < lanes)."""
+
+    def __init__(self, count, kmask=None, ymask=None):
+        self.count, self.k, self.ymask = count, kmask, ymask
+
+
+def _load(a, v, dst, s, mem_at, tail):
+    if s.kind in ("col", "scalar"):
+        return s.bcast
+    count = tail.count if tail else v.lanes(4)
+    if s.dtype == "f32":
+        v.load(a, dst, mem_at(0, 4), tail and _mask(v, tail))
+        return dst
+    half = v.half(dst.num)
+    if tail is None:
+        a.vpmovzxwd(dst, mem_at(0, 2, size=v.bytes // 2))
+    elif v.avx512:
+        a.vmovdqu16(half.mask(tail.k, zero=True), mem_at(0, 2))
+        a.vpmovzxwd(dst, half)
+    else:
+        x = vec(128, dst.num)
+        a.vpxor(x, x, x)
+        for i in range(count):
+            a.vpinsrw(x, x, mem_at(i, 2, size=2), i)
+        a.vpmovzxwd(dst, x)
+    a.vpslld(dst, dst, 16)
+    return dst
+
+
+def _mask(v, tail):
+    from .vector import Mask
+    return Mask(tail.k if v.avx512 else tail.ymask, tail.count, 4)
+
+
+def _to_bf16(a, v, src, tmp, c):
+    """Round fp32 lanes of ``src`` to bf16 (nearest even; NaN quieted), packed in ``tmp[0]``'s low
+    half; ``src`` is kept."""
+    t, q, u = tmp[:3]
+    a.vpsrld(t, src, 16)
+    xm.vand(a, v, t, t, c.i(1))
+    a.vpaddd(t, t, c.i(0x7FFF))
+    a.vpaddd(t, t, src)
+    xm.vor(a, v, q, src, c.i(0x00400000))
+    xm.select(a, v, t, src, src, 3, q, t, u)       # unordered (NaN): keep the quieted input
+    a.vpsrld(t, t, 16)
+    if v.avx512:
+        a.vpmovdw(v.half(q.num), t)
+    else:
+        a.vextracti128(vec(128, q.num), t, 1)
+        a.vpackusdw(vec(128, q.num), vec(128, t.num), vec(128, q.num))
+    return v.half(q.num)
+
+
+def _store(a, v, s, src, mem_at, tail, tmp, c, nt=False):
+    if s.dtype == "f32":
+        if nt and not tail:
+            a.vmovntps(mem_at(0, 4), src)
+        elif tail and v.avx512:
+            a.vmovups(mem_at(0, 4).mask(tail.k), src)
+        else:
+            v.store(a, mem_at(0, 4), src, tail and _mask(v, tail))
+        return
+    packed = _to_bf16(a, v, src, tmp, c)
+    if tail is None:
+        a.vmovdqu16(mem_at(0, 2), packed) if v.avx512 else a.vmovdqu(mem_at(0, 2), packed)
+    elif v.avx512:
+        a.vmovdqu16(mem_at(0, 2).mask(tail.k), packed)
+    else:
+        for i in range(tail.count):
+            a.vpextrw(mem_at(i, 2, size=2), packed, i)
+
+
+# -- the row/column walk ------------------------------------------------------------------------
+IDX, ROWS, BITS = r11, r10, rbx
+NT_MIN_BYTES = 1 << 25          # outputs this large go to DRAM anyway: non-temporal stores
+
+
+def _rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
+    """Emit ``for each row: for each vector: outs = body(ins)``. ``bits``: (stream, "in"|"out")."""
+    a = fn.asm
+    lanes = v.lanes(4)
+    streams = list(dict.fromkeys(ins + outs))
+    fulls = [s for s in streams if s.kind == "full"]
+    if (bits is None and m > 1 and all(s.kind == "full" and s.ld == n for s in streams)):
+        m, n = 1, m * n                             # contiguous: one long row
+    nfull, tail_n = divmod(n, lanes)
+    bf16_out = any(s.dtype == "bf16" for s in outs)
+    ntmp = max(ntmp, 3 if bf16_out else 0, 1 if bits else 0)
+    nin = sum(s.kind in ("full", "row") for s in ins)
+    regs = list(range(v.nregs))
+    tail = None
+    if tail_n:
+        tail = Tail(tail_n)
+        if v.avx512:
+            v.make_mask(fn, tail_n, k=1)
+            tail.k = K[1]
+        elif any(s.dtype == "f32" and s.kind in ("full", "row") for s in streams):
+            tail.ymask = v.reg(regs.pop())
+            v.make_mask(fn, tail_n, reg=tail.ymask)
+    c_reserve = 2
+    per = 1 + nin + ntmp
+    for unroll in (4, 2, 1):
+        if unroll * per + sum(s.kind in ("col", "scalar") for s in ins) + c_reserve <= len(regs):
+            break
+    for s in ins:
+        if s.kind in ("col", "scalar"):
+            s.bcast = v.reg(regs.pop())
+    work = [regs[u * per:(u + 1) * per] for u in range(unroll)]
+    consts = xm.Consts(v, [v.reg(r) for r in regs[unroll * per:]])
+    for s in ins:
+        if s.kind == "scalar":
+            _broadcast_elem(a, s, s.bcast)
+
+    def vector(u, col, idx, count, nt=False):
+        t = Tail(count, tail.k, tail.ymask) if count < lanes else None
+        w = [v.reg(r) for r in work[u]]
+        dst, srcs, tmp = w[0], w[1:1 + nin], w[1 + nin:]
+
+        def at(s):
+            def mem_at(i, es, size=None):
+                disp = (col + i) * s.es
+                expr = s.reg + disp if idx is None else s.reg + idx * s.es + disp
+                return word[expr] if size == 2 else ptr(expr)
+            return mem_at
+        loaded, it = [], iter(srcs)
+        for s in ins:
+            loaded.append(_load(a, v, next(it) if s.kind in ("full", "row") else None, s, at(s), t))
+        if bits and bits[1] == "in":
+            _load_bits(a, v, tmp[0], bits[0], col, count, consts)
+            loaded.append(tmp[0])
+        result = body(a, v, dst, loaded, tmp, consts)
+        if bits and bits[1] == "out":
+            _store_bits(a, v, loaded[0], bits[0], col, count, tmp[0], consts)
+        for s in outs:
+            _store(a, v, s, result, at(s), t, tmp, consts, nt)
+
+    if m > 1:
+        a.mov(ROWS, m)
+        top = a.label()
+        a.bind(top)
+    for s in ins:
+        if s.kind == "col":
+            _broadcast_elem(a, s, s.bcast)
+    if bits:
+        a.mov(BITS, bits[0].reg)
+    def walk(nt=False):
+        done, idx = 0, None
+        if nfull >= 3 * unroll:
+            blocks = nfull // unroll
+            a.xor(IDX, IDX)
+            loop = a.label()
+            a.bind(loop)
+            for u in range(unroll):
+                vector(u, u * lanes, IDX, lanes, nt)
+            a.add(IDX, unroll * lanes)
+            if bits:
+                a.add(BITS, unroll * lanes // 8)
+            a.cmp(IDX, blocks * unroll * lanes)
+            a.jb(loop)
+            done, idx = blocks * unroll, IDX
+        rest = [(j - done) * lanes for j in range(done, nfull)] + ([(nfull - done) * lanes] if tail_n else [])
+        for u, col in enumerate(rest):
+            vector(u % unroll, col, idx, min(lanes, n - done * lanes - col), nt)
+
+    if m == 1 and not bits and n * 4 >= NT_MIN_BYTES and all(s.dtype == "f32" for s in outs):
+        # DRAM-sized output: streaming stores skip the read-for-ownership, if outputs are aligned
+        plain, end = a.label(), a.label()
+        for s in outs:
+            a.test(s.reg, v.bytes - 1)
+            a.jnz(plain)
+        walk(nt=True)
+        a.sfence()
+        a.jmp(end)
+        a.bind(plain)
+        walk()
+        a.bind(end)
+    else:
+        walk()
+    if m > 1:
+        for s in dict.fromkeys(fulls):
+            a.add(s.reg, s.ld * s.es)
+        for s in ins:
+            if s.kind == "col":
+                a.add(s.reg, s.es)
+        if bits:
+            a.add(bits[0].reg, bits[0].ld)
+        a.dec(ROWS)
+        a.jnz(top)
+    consts.finish(fn, scratch=v.reg(work[0][0]))
+
+
+def _broadcast_elem(a, s, reg):
+    """reg = the element at [s.reg] in every fp32 lane."""
+    x = vec(128, reg.num)
+    if s.dtype == "f32":
+        a.vbroadcastss(reg, dword[s.reg])
+        return
+    a.movzx(eax, word[s.reg])
+    a.shl(eax, 16)
+    a.vmovd(x, eax)
+    a.vpbroadcastd(reg, x)
+
+
+def _bits_mem(s, col, size):
+    return {1: byte, 2: word}[size][BITS + col // 8]
+
+
+def _store_bits(a, v, x, s, col, count, tmp, c):
+    """Mask bits (x > 0) of this vector's lanes to ceil(count/8) bytes."""
+    nbytes = -(-count // 8)
+    if v.avx512:
+        a.vcmpps(K[2], x, c.f(0.0), xm.GT)
+        a.kmovw(eax, K[2])
+    else:
+        a.vcmpps(tmp, x, c.f(0.0), xm.GT)
+        a.vmovmskps(eax, tmp)
+    if nbytes == 1:
+        a.mov(_bits_mem(s, col, 1), al)
+    else:
+        a.mov(_bits_mem(s, col, 2), ax)
+
+
+def _load_bits(a, v, dst, s, col, count, c):
+    """dst = per-lane keep mask from this vector's bits (all-ones lanes on AVX2; an opmask k2
+    applied by the relu_bwd body on AVX-512, which then gets the register zeroed/kept)."""
+    nbytes = -(-count // 8)
+    a.movzx(eax, _bits_mem(s, col, 1 if nbytes == 1 else 2))
+    if v.avx512:
+        a.kmovw(K[2], eax)
+        a.vpternlogd(dst.mask(K[2], zero=True), dst, dst, 0xFF)
+    else:
+        x = vec(128, dst.num)
+        a.vmovd(x, eax)
+        a.vpbroadcastd(dst, x)
+        a.vpand(dst, dst, c.lanes(BITS_LANES))
+        a.vpcmpeqd(dst, dst, c.lanes(BITS_LANES))
+
+
+def _relu_bwd_bits(a, v, d, s, t, c):               # s = (dy, keep mask)
+    xm.vand(a, v, d, s[0], s[1])
+    return d
+
+
+# -- generators ---------------------------------------------------------------------------------
 @register("unary")
 def generate_unary(desc, isa):
     v = VectorISA(isa)
-    fn = Function(f"unary_{desc.op}", ["ptr", "ptr"])
-    a = fn.asm
-    x, out = fn.args
-    lanes = v.lanes(4)
-    full, tail = divmod(desc.n, lanes)
-    mask = v.make_mask(fn, tail, reg=v.reg(15)) if tail else None
-    zero = v.reg(14)
-    a.vxorps(zero, zero, zero)
-    rows = a.label()
-    a.mov(rax, desc.m)
-    a.bind(rows)
-    for j in range(full + bool(tail)):
-        m = mask if j == full else None
-        r = v.reg(j % 8)
-        v.load(a, r, [x + j * v.bytes], m)
-        if desc.op == "relu":
-            a.vmaxps(r, r, zero)
-        v.store(a, [out + j * v.bytes], r, m)
-    a.add(x, desc.ldi * 4)
-    a.add(out, desc.ldo * 4)
-    a.dec(rax)
-    a.jnz(rows)
+    ops = desc.operands()
+    fn = Function(f"unary_{desc.op}", ["ptr"] * len(ops))
+    regs = list(fn.args)
+    out = Stream(regs[len(ops) - 1 if not (desc.bitmask and desc.op == "relu") else 1], "full",
+                 desc.out_dtype, desc.ldo)
+    if desc.op == "zero":
+        ins, ntmp, body, bits = [], *UNARY["zero"], None
+    elif desc.op in GRAD:
+        dy = Stream(regs[0], "full", desc.dtype, desc.ldi)
+        if desc.bitmask:
+            ins, ntmp, body = [dy], 1, _relu_bwd_bits
+            bits = (Stream(regs[1], "bits", "u8", desc.mask_bytes), "in")
+        else:
+            ins, (ntmp, body), bits = [dy, Stream(regs[1], "full", desc.dtype, desc.ldi)], GRAD[desc.op], None
+    else:
+        ins = [Stream(regs[0], "full", desc.dtype, desc.ldi)]
+        ntmp, body = UNARY[desc.op]
+        bits = (Stream(regs[2], "bits", "u8", desc.mask_bytes), "out") if desc.bitmask else None
+    _rows(fn, v, desc.m, desc.n, ins, [out], body, ntmp, bits)
     return fn.finalize()
+
+
+@register("binary")
+def generate_binary(desc, isa):
+    v = VectorISA(isa)
+    fn = Function(f"binary_{desc.op}", ["ptr"] * 3)
+    ra, rb, ro = list(fn.args)
+    ins = [_stream(ra, desc.bcast_a, desc.dtype, desc.lda), _stream(rb, desc.bcast_b, desc.dtype, desc.ldb)]
+    ntmp, body = BINARY[desc.op]
+    if desc.post:                                   # op into a scratch, then post into dst
+        pt, post = UNARY[desc.post]
+        first, ntmp = body, pt + 1
+
+        def body(a, v, d, s, t, c):
+            return post(a, v, d, [first(a, v, t[-1], s, t, c)], t[:-1], c)
+    _rows(fn, v, desc.m, desc.n, ins, [Stream(ro, "full", desc.out_dtype, desc.ldo)], body, ntmp)
+    return fn.finalize()
+
+
+@register("ternary")
+def generate_ternary(desc, isa):
+    v = VectorISA(isa)
+    fn = Function(f"ternary_{desc.op}", ["ptr"] * 3)
+    ra, rb, rc = list(fn.args)
+    c = Stream(rc, "full", desc.out_dtype, desc.ldc)
+    ins = [_stream(ra, desc.bcast_a, desc.dtype, desc.lda), _stream(rb, desc.bcast_b, desc.dtype, desc.ldb), c]
+    _rows(fn, v, desc.m, desc.n, ins, [c], TERNARY[desc.op][1], TERNARY[desc.op][0])
+    return fn.finalize()
+
+
+from . import reduce, transform  # noqa: E402,F401  (they register themselves)

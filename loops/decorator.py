@@ -1,0 +1,491 @@
+"""The ``kernel`` decorator: a loop body + loop declarations + a spec -> a native parallel nest.
+
+>>> import numpy as np
+>>> from tppasm.eltwise import Unary
+>>> from tppasm.kernel import get_kernel
+>>> from loops import Loop, kernel
+>>> relu = get_kernel(Unary("relu", 4, 8, ldi=16, ldo=16))
+>>> @kernel("Ab", Loop(0, 4), Loop(0, 2))
+... def blocks(i, j, X, Y):
+...     relu(X[i, :, 8 * j:8 * j + 8], Y[i, :, 8 * j:8 * j + 8])
+>>> X = np.random.randn(4, 4, 16).astype(np.float32); Y = np.empty_like(X)
+>>> blocks(X, Y); bool((Y == np.maximum(X, 0)).all())
+True
+"""
+import ctypes
+import inspect
+import threading
+
+import numpy as np
+
+from isa.x86 import Function, qword, rax
+from tppasm.dtypes import name_of
+from tppasm.operand import OperandSpec
+from tppasm.x86.entry import NATIVE_CHECKS, build_entry
+
+from . import nest
+from .spec import LETTERS, Loop, SpecError, parse, serial_order
+from .trace import PyArray, TraceError, run_python, trace
+
+
+def kernel(spec, *loops, pool=None):
+    """Decorate ``body(i_a, i_b, ..., *arrays)``: loop ``a`` is ``loops[0]`` and so on.
+
+    ``pool`` overrides the process's thread pool (:func:`loops.pool.get_pool`).
+
+    >>> from loops import Loop, kernel
+    >>> @kernel("a", Loop(0, 3))
+    ... def nothing(i):
+    ...     pass
+    >>> nothing()
+    """
+    def wrap(body):
+        return LoopKernel(spec, loops, body, pool=pool)
+    return wrap
+
+
+class LoopKernel:
+    """A traced-and-compiled loop nest; call it on arrays. See :func:`kernel`."""
+
+    def __init__(self, spec, loops, body, pool=None, hooks=None, tuned=None):
+        for lp in loops:
+            if not isinstance(lp, Loop):
+                raise SpecError(f"loop declarations must be Loop(start, end, step=1, blocks=[...]), got {lp!r}")
+        params = list(inspect.signature(body).parameters)
+        if len(params) < len(loops):
+            raise SpecError(f"{body.__name__} declares {len(params)} parameters but {len(loops)} loops: its first "
+                            f"{len(loops)} parameters receive the loop indices, the rest the arrays")
+        self.body, self.loops, self.pool_override = body, tuple(loops), pool
+        self.index_names, self.array_names = params[:len(loops)], params[len(loops):]
+        self.spec = parse(spec, len(loops))
+        self.resolved = self.spec.resolve(self.loops)
+        self.hooks = hooks if hooks is not None else {"init": [], "fini": [], "family": []}
+        self.hooks["family"].append(self)         # every variant: a new hook invalidates all their nests
+        self._tuned = tuned if tuned is not None else {}
+        self._bound, self._variants, self._last, self._fast = {}, {}, None, None
+        self.__name__, self.__doc__ = body.__name__, body.__doc__
+
+    # -- hooks and variants -------------------------------------------------------------------
+    def init(self, fn):
+        """Register ``fn(*arrays)`` to run once per thread before the nest (e.g. AMX tile config).
+
+        >>> from loops import Loop, kernel
+        >>> @kernel("a", Loop(0, 1))
+        ... def k(i): pass
+        >>> @k.init
+        ... def setup(): pass
+        """
+        self.hooks["init"].append(fn)
+        self._invalidate()
+        return fn
+
+    def fini(self, fn):
+        """Register ``fn(*arrays)`` to run once per thread after the nest."""
+        self.hooks["fini"].append(fn)
+        self._invalidate()
+        return fn
+
+    def _invalidate(self):
+        for member in self.hooks["family"]:
+            member._bound.clear()
+            member._fast = member._last = None
+
+    def with_spec(self, spec, pool=None):
+        """The same body and loops instantiated with another spec (cached per spec).
+
+        >>> from loops import Loop, kernel
+        >>> @kernel("ab", Loop(0, 2), Loop(0, 2))
+        ... def k(i, j): pass
+        >>> k.with_spec("ba").spec.text
+        'ba'
+        """
+        key = (spec, pool)
+        v = self._variants.get(key)
+        if v is None:
+            v = self._variants[key] = LoopKernel(spec, self.loops, self.body, pool or self.pool_override,
+                                                 self.hooks, self._tuned)
+        return v
+
+    @property
+    def pool(self):
+        if self.pool_override is not None:
+            return self.pool_override
+        from .pool import get_pool
+        return get_pool()
+
+    # -- running ------------------------------------------------------------------------------
+    def __call__(self, *arrays):
+        fast = self._fast
+        if fast is not None and fast.try_fast(arrays):
+            return
+        key = _signature(arrays)
+        best = self._tuned.get(key)
+        if best is not None and best != self.spec.text:
+            self._fast = None
+            return self.with_spec(best)(*arrays)
+        inst = self._bound.get(key) or self._bind(arrays, key)
+        self._fast = inst if inst.entry is not None else None
+        inst.run(arrays)
+
+    def _bind(self, arrays, key):
+        if len(arrays) != len(self.array_names):
+            raise TypeError(f"{self.__name__} takes {len(self.array_names)} arrays "
+                            f"({', '.join(self.array_names)}), got {len(arrays)}")
+        inst = self._bound[key] = _Instance(self, arrays)
+        self._last = inst
+        return inst
+
+    def python(self, *arrays):
+        """Run the body in Python, kernels replaced by their NumPy references, in serial spec order.
+
+        ``thread()`` reads 0 for every coordinate here.
+
+        >>> import numpy as np, tppasm as tpp
+        >>> from loops import Loop, kernel
+        >>> zero = tpp.zero(1, 2)
+        >>> @kernel("A", Loop(0, 3))
+        ... def clear(i, X):
+        ...     zero(X[i:i + 1])
+        >>> X = np.ones((3, 2), np.float32); clear.python(X); float(X.sum())
+        0.0
+        """
+        views = [a.view(PyArray) for a in arrays]
+        for fn in self.hooks["init"]:
+            run_python(fn, views[:_arity(fn)])
+        for idx in serial_order(self.spec, self.loops):
+            run_python(self.body, list(idx) + views)
+        for fn in self.hooks["fini"]:
+            run_python(fn, views[:_arity(fn)])
+
+    def explain(self, *arrays):
+        """The nest as pseudo-code for each thread (traced on ``arrays``, else on the last call's).
+
+        >>> from loops import Loop, kernel
+        >>> @kernel("ba", Loop(0, 2), Loop(0, 3))
+        ... def k(i, j): pass
+        >>> print(k.explain())
+        # nest 'ba': serial: runs on the calling thread only
+        def thread_body(tid):
+          for j in range(0, 3, 1):
+            for i in range(0, 2, 1):
+              k(i, j, ...)
+        """
+        inst = self._bind(arrays, _signature(arrays)) if arrays else self._last
+        return explain(self, inst)
+
+    def tune(self, *arrays, **options):
+        """Time candidate specs on ``arrays`` and remember the fastest for these shapes; see :func:`loops.tune.tune`."""
+        from .tune import tune
+        return tune(self, arrays, **options)
+
+    def __repr__(self):
+        return f"<loops.kernel {self.__name__} {self.spec.text!r}>"
+
+
+def _arity(fn):
+    params = inspect.signature(fn).parameters.values()
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return None
+    return len(params)
+
+
+def _signature(arrays):
+    if not all(type(a) is np.ndarray for a in arrays):
+        bad = [type(a).__name__ for a in arrays if type(a) is not np.ndarray]
+        raise TypeError(f"loop kernels take NumPy arrays (np.ndarray, not subclasses); got {', '.join(bad)}")
+    return tuple((a.shape, a.strides, a.dtype, a.flags.writeable) for a in arrays)
+
+
+class _Instance:
+    """One compiled nest for one array signature: trace, checks, code, context template."""
+
+    def __init__(self, lk, arrays):
+        self.lk, spec = lk, lk.spec
+        self.body = trace(lk.body, lk.index_names, arrays, lk.array_names)
+        self.init = _hook_tree(lk.hooks["init"], arrays, lk.array_names)
+        self.fini = _hook_tree(lk.hooks["fini"], arrays, lk.array_names)
+        calls = [c for t in (self.body, self.init, self.fini) for c in t.all_calls()]
+        self.kernels = list({id(c.kernel): c.kernel for c in calls}.values())
+        self.parallel = spec.mode != "serial"
+        pool = lk.pool if self.parallel else None
+        self.nthreads = pool.nthreads if pool else 1
+        if spec.mode == "grid" and spec.nthreads_needed > self.nthreads:
+            raise SpecError(f"loop spec {spec.text!r} places loops on a {'x'.join(map(str, spec.grid))} thread grid "
+                            f"({spec.nthreads_needed} threads) but the pool has {self.nthreads}; shrink the grid or "
+                            "set TPPASM_NUM_THREADS")
+        _check_calls(lk, spec, arrays, self.body, self.init, self.fini, self.nthreads)
+        self.layout = nest.Layout(len(arrays), len(self.kernels), len(lk.loops))
+        itemsizes = [a.itemsize for a in arrays]
+        self.code = nest.build(spec, lk.resolved, self.body, self.init, self.fini, self.layout, itemsizes,
+                               self.kernels)
+        bfn, bstate = (pool.barrier_fn, pool.barrier_state) if pool else (0, 0)
+        self.ctx = self.layout.template(lk.resolved, [k.raw_address for k in self.kernels], bfn, bstate)
+        self.ctx_address = ctypes.addressof(self.ctx)
+        self.pool = pool
+        self.lock = threading.Lock()
+        self.first_array = self.layout.array(0) // 8
+        writes = {arg for c in calls for spec, (arg, _) in zip(c.kernel.operands, c.args) if spec.writable}
+        self.entry = self._fast_entry(arrays, writes)
+
+    def _fast_entry(self, arrays, writes):
+        """A native stub that checks the arrays against this signature and stores their data pointers.
+
+        Reuses the kernels' native entry (:func:`tppasm.x86.entry.build_entry`) with one operand per
+        whole array; its "kernel" is a trampoline that writes the pointers into the context block.
+        """
+        if not NATIVE_CHECKS or not 0 < len(arrays) <= 6:
+            return None
+        try:
+            specs = [OperandSpec(f"arg{i}", name_of(a.dtype), a.shape, tuple(s // a.itemsize for s in a.strides),
+                                 writable=i in writes) for i, a in enumerate(arrays)]
+        except (KeyError, TypeError):
+            return None
+        store = Function("loops.store", ["ptr"] * len(arrays))
+        st = store.asm
+        st.mov(rax, self.ctx_address)
+        for i, reg in enumerate(store.args):
+            st.mov(qword[rax + self.layout.array(i)], reg)
+        st.mov(qword[rax + nest.Layout.COUNTER], 0)
+        self._store = store.finalize()
+        self._entry_code = build_entry("loops", specs, (), self._store.address)
+        if self._entry_code is None:
+            return None
+        return ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.py_object)(self._entry_code.address)
+
+    def launch(self, address):
+        if self.pool is None:
+            self.code(address, 0, 1)
+        else:
+            self.pool.run(self.code.address, address)
+
+    def try_fast(self, arrays):
+        """Run on ``arrays`` if they match this instance's signature (native check); else False."""
+        if not self.lock.acquire(False):
+            return False
+        try:
+            if self.entry(arrays):
+                return False
+            self.launch(self.ctx_address)
+            return True
+        finally:
+            self.lock.release()
+
+    def run(self, arrays):
+        mine = self.lock.acquire(False)
+        ctx = self.ctx if mine else self.layout.template(self.lk.resolved, [k.raw_address for k in self.kernels],
+                                                         self.ctx[0], self.ctx[1])
+        try:
+            i = self.first_array
+            for a in arrays:
+                ctx[i] = a.ctypes.data
+                i += 1
+            ctx[nest.Layout.COUNTER // 8] = 0
+            self.launch(self.ctx_address if mine else ctypes.addressof(ctx))
+        finally:
+            if mine:
+                self.lock.release()
+
+
+def _hook_tree(fns, arrays, names):
+    if not fns:
+        from .trace import Node
+        return Node()
+
+    def all_hooks(*views):
+        for fn in fns:
+            n = _arity(fn)
+            fn(*(views if n is None else views[:n]))
+    return trace(all_hooks, [], arrays, names)
+
+
+# -- bind-time checks: every access stays inside its array, over every iteration ----------------
+
+def _check_calls(lk, spec, arrays, body, init, fini, nthreads):
+    box = {}
+    for k, lp in enumerate(lk.resolved):
+        if lp.trip == 0:
+            body = None                       # the body never runs
+        box[LETTERS[k]] = (lp.start, lp.start + (max(lp.trip, 1) - 1) * lp.step)
+    rows, cols, layers = spec.grid if spec.mode == "grid" else (1, 1, 1)
+    box.update(tid=(0, nthreads - 1), row=(0, rows - 1), col=(0, cols - 1), layer=(0, layers - 1))
+    for tree in (body, init, fini):
+        if tree is None:
+            continue
+        for call in tree.all_calls():
+            _check_call(lk, call, arrays, box)
+
+
+def _check_call(lk, call, arrays, box):
+    count = dict(zip(call.kernel.scalars, call.scalars)).get(call.kernel.desc.count_scalar, 1)
+    needs = list(call.checks)
+    for spec, (arg, offset) in zip(call.kernel.operands, call.args):
+        a = arrays[arg]
+        if spec.writable and not a.flags.writeable:
+            raise ValueError(f"{call.text}: {lk.array_names[arg]} is read-only but the kernel writes it; pass a "
+                             "writable array")
+        item = a.itemsize
+        lo_el = sum(min(0, (d - 1) * s // item) for d, s in zip(a.shape, a.strides))
+        hi_el = sum(max(0, (d - 1) * s // item) for d, s in zip(a.shape, a.strides))
+        extent = sum((d - 1) * s for d, s in zip(spec.full_shape(count), spec.strides))
+        if 0 in a.shape:
+            lo_el, hi_el = 0, -1
+        needs.append((offset, lo_el, hi_el - extent,
+                      f"{call.text}: operand {spec.name} reaches outside {lk.array_names[arg]} {a.shape}"))
+    for expr, lo, hi, message in needs:
+        low, high = expr.bounds(box)
+        if lo <= low and high <= hi:
+            continue
+        bad = _counterexample(expr, lo, hi, call.path, box, lk)
+        if bad is not None:
+            allowed = f">= {lo}" if hi >= 1 << 61 else f"in [{lo}, {hi}]"
+            raise IndexError(f"out of bounds: {message}: {expr} must be {allowed}; fails at {bad}")
+
+
+def _counterexample(expr, lo, hi, path, box, lk):
+    """An iteration where ``lo <= expr <= hi`` fails on the call's path, or None (exact when small)."""
+    loop_vars = list(LETTERS[:len(lk.loops)])
+    uses_thread = expr.vars() | {v for t, _ in path for v in t.expr.vars()}
+    if np.prod([lp.trip for lp in lk.resolved], dtype=float) > 1 << 22 or uses_thread - set(loop_vars):
+        return _describe(expr, box, lk)           # conservative: over the box of index values
+    grids = np.meshgrid(*[np.arange(lp.start, lp.end, lp.step) for lp in lk.resolved], indexing="ij")
+    env = dict(zip(loop_vars, (g.ravel() for g in grids)))
+    mask = np.ones(grids[0].size if grids else 1, bool)
+    for test, outcome in path:
+        mask &= test.holds(env) == outcome
+    vals = np.broadcast_to(expr.evaluate(env), mask.shape)
+    bad = mask & ((vals < lo) | (vals > hi))
+    if not bad.any():
+        return None
+    j = int(np.argmax(bad))
+    return ", ".join(f"{n}={int(env[v][j])}" for n, v in zip(lk.index_names, loop_vars))
+
+
+def _describe(expr, box, lk):
+    names = dict(zip(LETTERS, lk.index_names))
+    return "some iteration (" + ", ".join(f"{names.get(v, v)} in [{box[v][0]}, {box[v][1]}]"
+                                         for v in sorted(expr.vars())) + ")"
+
+
+# -- explain -------------------------------------------------------------------------------
+
+def explain(lk, inst):
+    """Pseudo-code of the nest of ``lk`` (body from the bound instance ``inst`` when given)."""
+    spec, loops = lk.spec, lk.resolved
+    names = {}
+    for lv in spec.levels:
+        names[lv.name] = lk.index_names[lv.loop] if lv.last else f"{lk.index_names[lv.loop]}{lv.occurrence}"
+    T = inst.nthreads if inst else (lk.pool.nthreads if spec.mode != "serial" else 1)
+    head = {"serial": "serial: runs on the calling thread only",
+            "collapse": f"{T} threads; the collapsed loop is split with schedule({spec.schedule[0]}"
+                        f"{',' + str(spec.schedule[1]) if spec.schedule[1] else ''})",
+            "grid": f"{T} threads on a {spec.grid[0]} rows x {spec.grid[1]} cols x {spec.grid[2]} layers grid"}
+    out = [f"# nest {spec.text!r}: {head[spec.mode]}", "def thread_body(tid):"]
+    if spec.mode == "grid":
+        r, c, l = spec.grid
+        out.append(f"  layer, row, col = tid // {r * c}, tid % {r * c} // {c}, tid % {c}   "
+                   f"# threads >= {r * c * l} idle")
+    ind = "  "
+    if inst and inst.init.all_calls() and list(inst.init.all_calls()):
+        out.append(ind + "# init (once per thread)")
+        out += [ind + line for line in inst.init.pretty().splitlines()]
+    i = 0
+    while i < len(spec.levels):
+        lv = spec.levels[i]
+        if spec.mode == "collapse" and i == spec.run[0]:
+            members = spec.levels[spec.run[0]:spec.run[1] + 1]
+            ranges = " x ".join(_range_text(m, loops, names) for m in members)
+            out.append(f"{ind}for ({', '.join(names[m.name] for m in members)}) in share(tid, {ranges}):"
+                       f"   # collapsed parallel{' then barrier' if members[-1].barrier else ''}")
+            i = spec.run[1] + 1
+        elif lv.axis:
+            axis = {"R": "row", "C": "col", "L": "layer"}[lv.axis]
+            out.append(f"{ind}for {names[lv.name]} in block({axis}, {lv.teams}, {_range_text(lv, loops, names)}):"
+                       f"   # grid axis {lv.axis}{' then barrier' if lv.barrier else ''}")
+            i += 1
+        else:
+            out.append(f"{ind}for {names[lv.name]} in {_range_text(lv, loops, names)}:"
+                       f"{'   # then barrier' if lv.barrier else ''}")
+            i += 1
+        ind += "  "
+    body = inst.body.pretty() if inst else f"{lk.__name__}({', '.join(lk.index_names)}, ...)"
+    out += [ind + line for line in body.splitlines()] or [ind + "pass"]
+    if inst and list(inst.fini.all_calls()):
+        out.append("  # fini (once per thread)")
+        out += ["  " + line for line in inst.fini.pretty().splitlines()]
+    if spec.mode == "collapse":
+        out.append("# share(tid, ...): " + {
+            "static": "iterations [tid*N/T, (tid+1)*N/T) of the N collapsed ones" if not spec.schedule[1]
+            else f"chunks of {spec.schedule[1]} iterations, round robin",
+            "dynamic": f"chunks of {spec.schedule[1] or 1} iterations taken from a shared counter (lock xadd)"}
+            [spec.schedule[0]])
+    if spec.mode == "grid":
+        out.append("# block(axis, n, range): the range cut into n contiguous chunks of ceil(len/n); chunk [axis]")
+    out += _shares(spec, loops, names, T)
+    return "\n".join(out)
+
+
+def _shares(spec, loops, names, T):
+    """Per-thread lines for parallel loops whose ranges do not depend on outer loops."""
+    lines = []
+    if spec.mode == "collapse":
+        members = spec.levels[spec.run[0]:spec.run[1] + 1]
+        if any(m.occurrence for m in members):
+            return ["# (the collapsed ranges depend on outer blocks: shares vary per block)"]
+        ranges = [range(loops[m.loop].start, loops[m.loop].end,
+                        loops[m.loop].step if m.last else loops[m.loop].blocks[0]) for m in members]
+        n = 1
+        for r in ranges:
+            n *= len(r)
+        kind, chunk = spec.schedule
+        vars_ = ", ".join(names[m.name] for m in members)
+        for t in range(T):
+            if kind == "dynamic":
+                lines.append(f"# thread {t}: chunks of {chunk or 1} of the {n} iterations as it takes them")
+                continue
+            if chunk:
+                qs = [q for c in range(t, -(-n // chunk), T) for q in range(c * chunk, min(n, c * chunk + chunk))]
+            else:
+                quot, rem = divmod(n, T)
+                start = t * quot + min(t, rem)
+                qs = list(range(start, start + quot + (t < rem)))
+            pts = [_point(q, ranges) for q in qs]
+            shown = ", ".join(map(str, pts[:4])) + (", ..." if len(pts) > 4 else "")
+            lines.append(f"# thread {t}: {len(qs)} of {n} iterations ({vars_}) = {shown}")
+    elif spec.mode == "grid":
+        r, c, l = spec.grid
+        for t in range(T):
+            if t >= r * c * l:
+                lines.append(f"# thread {t}: idle (outside the {r}x{c}x{l} grid)")
+                continue
+            coord = {"L": t // (r * c), "R": t % (r * c) // c, "C": t % c}
+            parts = [f"row {coord['R']}, col {coord['C']}, layer {coord['L']}"]
+            for lv in spec.levels:
+                if lv.axis and lv.occurrence == 0:
+                    lp = loops[lv.loop]
+                    vals = range(lp.start, lp.end, lp.step if lv.last else lp.blocks[0])
+                    size = -(-len(vals) // lv.teams)
+                    mine = vals[coord[lv.axis] * size:(coord[lv.axis] + 1) * size]
+                    parts.append(f"{names[lv.name]} in {list(mine) if len(mine) <= 6 else mine}")
+            lines.append(f"# thread {t}: " + "; ".join(parts))
+    return lines
+
+
+def _point(q, ranges):
+    digits = []
+    for r in reversed(ranges):
+        q, d = divmod(q, len(r))
+        digits.append(r[d])
+    return tuple(reversed(digits))
+
+
+def _range_text(lv, loops, names):
+    lp = loops[lv.loop]
+    stride = lp.step if lv.last else lp.blocks[lv.occurrence]
+    if lv.occurrence == 0:
+        return f"range({lp.start}, {lp.end}, {stride})"
+    prev = names[f"{lv.letter}{lv.occurrence - 1}"]
+    outer = f"{lv.letter}{lv.occurrence - 1}"
+    return f"range({prev}, min({prev} + {lp.blocks[lv.occurrence - 1]}, hi_{outer}), {stride})"
+
+
+__all__ = ["kernel", "LoopKernel", "Loop", "SpecError", "TraceError"]

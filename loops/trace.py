@@ -1,0 +1,558 @@
+"""Symbolic tracing of loop bodies into a tree of TPP calls on affine views of the arguments.
+
+The body runs with :class:`Affine` loop indices and :class:`View` array proxies. Indexing a view
+gives a view whose element offset is affine in the indices; calling a tppasm kernel on views is
+recorded (through ``tppasm.kernel.TRACE_HOOK``) instead of executed. A Python ``if`` on a
+comparison of indices asks the tracer for a decision; the body is re-run once per control path,
+and the paths are merged into a :class:`Node` tree that mirrors the body's branches.
+
+>>> import numpy as np, tppasm.eltwise as ew
+>>> from tppasm.kernel import get_kernel
+>>> relu = get_kernel(ew.Unary("relu", 2, 4))
+>>> def body(i, X, Y):
+...     if i == 0:
+...         relu(X[0:2, :], Y[0:2, :])
+...     relu(X[2 * i:2 * i + 2, :], Y[2 * i:2 * i + 2, :])
+>>> tree = trace(body, ["i"], [np.zeros((8, 4), np.float32)] * 2)
+>>> print(tree.pretty())
+if i == 0:
+  relu(X[0:2, :], Y[0:2, :])
+  relu(X[2*i:2*i + 2, :], Y[2*i:2*i + 2, :])
+else:
+  relu(X[2*i:2*i + 2, :], Y[2*i:2*i + 2, :])
+"""
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import tppasm.kernel as _tk
+from tppasm.operand import OperandError, check
+
+THREAD_VARS = ("tid", "row", "col", "layer")
+MAX_PATHS = 4096
+_local = threading.local()
+
+
+class TraceError(TypeError):
+    """The body does something the tracer cannot compile; the message names the legal alternative."""
+
+
+# -- affine index expressions ----------------------------------------------------------------
+
+class Affine:
+    """``const + sum(coef * var)`` over loop indices and thread coordinates (ints only)."""
+
+    __slots__ = ("terms", "const", "names")
+
+    def __init__(self, terms=(), const=0, names=None):
+        self.terms = tuple(sorted((v, c) for v, c in terms if c))
+        self.const = const
+        self.names = names or {}
+
+    @staticmethod
+    def of(x, names=None):
+        if isinstance(x, Affine):
+            return x
+        if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+            raise TraceError(f"cannot combine a loop index with {type(x).__name__} {x!r}; only ints "
+                             "(and other indices) can be added, subtracted or multiplied")
+        return Affine((), int(x), names)
+
+    @property
+    def is_const(self):
+        return not self.terms
+
+    def vars(self):
+        return {v for v, _ in self.terms}
+
+    def _lin(self, other, sign):
+        other = Affine.of(other)
+        d = dict(self.terms)
+        for v, c in other.terms:
+            d[v] = d.get(v, 0) + sign * c
+        return Affine(d.items(), self.const + sign * other.const, self.names or other.names)
+
+    def __add__(self, other):
+        return self._lin(other, 1)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return self._lin(other, -1)
+
+    def __rsub__(self, other):
+        return Affine.of(other, self.names)._lin(self, -1)
+
+    def __neg__(self):
+        return Affine(((v, -c) for v, c in self.terms), -self.const, self.names)
+
+    def __pos__(self):
+        return self
+
+    def __mul__(self, other):
+        if isinstance(other, Affine):
+            if other.is_const:
+                other = other.const
+            elif self.is_const:
+                return other * self.const
+            else:
+                raise TraceError(f"{self} * {other}: a product of two loop indices is not affine; "
+                                 "offsets must be linear in the indices (multiply by ints only)")
+        k = Affine.of(other).const
+        return Affine(((v, c * k) for v, c in self.terms), self.const * k, self.names)
+
+    __rmul__ = __mul__
+
+    def _not_affine(self, op):
+        raise TraceError(f"'{op}' on loop index {self} is not compilable: offsets must be affine "
+                         "(+, -, * by an int); use a blocked loop (Loop(..., blocks=[...]), letter written "
+                         "twice) or a loop step instead of dividing indices")
+
+    def __floordiv__(self, o):
+        self._not_affine("//")
+
+    __rfloordiv__ = __truediv__ = __rtruediv__ = __mod__ = __rmod__ = __floordiv__
+
+    def __index__(self):
+        raise TraceError(f"loop index {self} used as a Python int (range(), list index, int(), shape, ...); "
+                         "inside a traced body indices may only index array arguments (A[i, j]), appear "
+                         "in affine offsets, or be compared in an 'if'")
+
+    __int__ = __index__
+
+    def __hash__(self):
+        raise TraceError(f"loop index {self} cannot be hashed (dict key, set member); compare it in an 'if' instead")
+
+    def __bool__(self):
+        raise TraceError(f"loop index {self} used as a truth value; write a comparison, e.g. 'if {self} == 0:'")
+
+    def _cmp(self, other, op):
+        if not isinstance(other, (Affine, int, np.integer)) or isinstance(other, bool):
+            return NotImplemented
+        return Cond(self - other, op)
+
+    def __eq__(self, o):
+        return self._cmp(o, "==")
+
+    def __ne__(self, o):
+        return self._cmp(o, "!=")
+
+    def __lt__(self, o):
+        return self._cmp(o, "<")
+
+    def __le__(self, o):
+        return self._cmp(o, "<=")
+
+    def __gt__(self, o):
+        return self._cmp(o, ">")
+
+    def __ge__(self, o):
+        return self._cmp(o, ">=")
+
+    def evaluate(self, env):
+        """Value for ``env`` (var -> int or NumPy array)."""
+        out = self.const
+        for v, c in self.terms:
+            out = out + c * env[v]
+        return out
+
+    def bounds(self, box):
+        """(min, max) over ``box`` (var -> (lo, hi) inclusive)."""
+        lo = hi = self.const
+        for v, c in self.terms:
+            a, b = box[v]
+            lo += min(c * a, c * b)
+            hi += max(c * a, c * b)
+        return lo, hi
+
+    def __repr__(self):
+        parts = []
+        for v, c in self.terms:
+            name = self.names.get(v, v)
+            t = name if abs(c) == 1 else f"{abs(c)}*{name}"
+            parts.append(("- " if c < 0 else "+ ") + t if parts else ("-" if c < 0 else "") + t)
+        if self.const or not parts:
+            parts.append(f"{'- ' if self.const < 0 else '+ '}{abs(self.const)}" if parts else str(self.const))
+        return " ".join(parts)
+
+
+NEGATE = {"==": "!=", "!=": "==", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
+PY_OPS = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
+          ">": np.greater, ">=": np.greater_equal}
+
+
+@dataclass(frozen=True)
+class Compare:
+    """``expr op 0``: one traced decision."""
+
+    expr: Affine
+    op: str
+
+    def key(self):
+        return (self.expr.terms, self.expr.const, self.op)
+
+    def holds(self, env):
+        return PY_OPS[self.op](self.expr.evaluate(env), 0)
+
+    def __repr__(self):
+        e = self.expr
+        rhs = -e.const
+        lhs = Affine(e.terms, 0, e.names) if e.terms else Affine((), e.const)
+        return f"{lhs} {self.op} {rhs if e.terms else 0}"
+
+
+class Cond:
+    """A comparison of indices; its truth is decided by the tracer (both branches are explored)."""
+
+    __slots__ = ("test",)
+
+    def __init__(self, expr, op):
+        self.test = Compare(expr, op)
+
+    def __bool__(self):
+        t = self.test
+        if t.expr.is_const:
+            return bool(PY_OPS[t.op](t.expr.const, 0))
+        return _tracer("an 'if' on loop indices").decide(t)
+
+    def __and__(self, o):
+        raise TraceError("combine index comparisons with 'and'/'or'/'not', not '&'/'|'/'~'")
+
+    __or__ = __rand__ = __ror__ = __invert__ = __and__
+
+
+# -- array proxies ---------------------------------------------------------------------------
+
+class View:
+    """A traced view of argument ``arg``: concrete shape/strides (elements), affine element offset."""
+
+    __slots__ = ("arg", "dtype", "shape", "strides", "offset", "text", "checks")
+
+    def __init__(self, arg, dtype, shape, strides, offset, text, checks=()):
+        self.arg, self.dtype, self.shape, self.strides = arg, dtype, tuple(shape), tuple(strides)
+        self.offset, self.text, self.checks = offset, text, tuple(checks)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        if len(key) > self.ndim:
+            raise TraceError(f"{self.text}: {len(key)} indices for a {self.ndim}-D array")
+        shape, strides, offset, checks, parts = [], [], self.offset, list(self.checks), []
+        for axis, k in enumerate(key):
+            dim, st = self.shape[axis], self.strides[axis]
+            if isinstance(dim, Affine):
+                raise TraceError(f"{self.text}: cannot index the axis whose length depends on a loop index; "
+                                 "slice the other axes first")
+            if isinstance(k, slice):
+                lo, extent, step, text = self._slice(k, dim, axis, checks)
+                offset = offset + lo * st
+                shape.append(extent)
+                strides.append(st * step)
+                parts.append(text)
+            elif isinstance(k, (Affine, int, np.integer)) and not isinstance(k, bool):
+                if isinstance(k, Affine):
+                    checks.append((k, 0, dim - 1, f"{self.text}: index {k} on axis {axis} (length {dim})"))
+                else:
+                    k = int(k) + dim if k < 0 else int(k)
+                    if not 0 <= k < dim:
+                        raise TraceError(f"{self.text}: index {k} out of range for axis {axis} of length {dim}")
+                offset = offset + k * st
+                parts.append(repr(k))
+            else:
+                raise TraceError(f"{self.text}: cannot index with {type(k).__name__} {k!r}; use ints, loop "
+                                 "indices (affine expressions of them) and slices")
+        shape += self.shape[len(key):]
+        strides += self.strides[len(key):]
+        text = f"{self.text}[{', '.join(parts)}]"
+        return View(self.arg, self.dtype, shape, strides, offset, text, checks)
+
+    def _slice(self, k, dim, axis, checks):
+        step = 1 if k.step is None else k.step
+        if isinstance(step, Affine) or not isinstance(step, (int, np.integer)) or step < 1:
+            raise TraceError(f"{self.text}: slice step {step!r} must be a positive int")
+        lo = 0 if k.start is None else k.start
+        hi = dim if k.stop is None else k.stop
+        lo = Affine.of(lo)
+        hi = Affine.of(hi)
+        for e in (lo, hi):
+            if e.is_const and e.const < 0:
+                raise TraceError(f"{self.text}: negative slice bound {e.const} is not supported with traced "
+                                 "indices; write the bound from the start of the axis")
+        extent = hi - lo
+        text = ("" if k.start is None else repr(lo)) + ":" + ("" if k.stop is None else repr(hi))
+        text += "" if step == 1 else f":{step}"
+        if lo.is_const and hi.is_const:
+            if hi.const > dim:
+                hi = Affine.of(dim)
+                extent = hi - lo
+            n = max(0, -(-extent.const // step))
+            return lo, n, step, text
+        checks.append((lo, 0, dim, f"{self.text}: slice start {lo} on axis {axis} (length {dim})"))
+        if extent.is_const:
+            checks.append((hi, 0, dim, f"{self.text}: slice stop {hi} on axis {axis} (length {dim})"))
+            return lo, max(0, -(-extent.const // step)), step, text
+        if k.stop is None and step == 1:
+            return lo, extent, step, text           # length dim - lo: checked against the kernel's need
+        raise TraceError(f"{self.text}: the slice {text} has a length that depends on loop indices; use "
+                         "A[i:i + n] with a constant n, or A[i:] for the rest of the axis")
+
+    def _refuse(self, *a, **k):
+        raise TraceError(f"{self.text} is a traced array: only tppasm kernels can run on it inside a loop "
+                         "body (e.g. tpp.brgemm(...)(A[i], B[j], C[i, j])); NumPy functions, operators and "
+                         "element access cannot be compiled; use kernel.python(...) to run NumPy code")
+
+    __array__ = __add__ = __radd__ = __sub__ = __mul__ = __rmul__ = __matmul__ = __setitem__ = _refuse
+    __iter__ = __len__ = __float__ = __bool__ = _refuse
+
+    def __array_ufunc__(self, *a, **k):
+        self._refuse()
+
+    def __array_function__(self, *a, **k):
+        self._refuse()
+
+    def __repr__(self):
+        return f"<traced {self.text}: shape {self.shape}, offset {self.offset}>"
+
+
+# -- the recorded program --------------------------------------------------------------------
+
+@dataclass
+class Call:
+    """One kernel call: args are (argument index, element offset) per operand."""
+
+    kernel: object
+    args: tuple
+    scalars: tuple
+    text: str
+    checks: tuple         # (affine, lo, hi, message): lo <= affine <= hi must hold where called
+    path: tuple           # (Compare, outcome) decisions that lead here
+
+
+@dataclass
+class Node:
+    """Calls in order, then optionally a branch on ``test``: (then-node, else-node)."""
+
+    calls: list = field(default_factory=list)
+    test: Compare = None
+    then: "Node" = None
+    other: "Node" = None
+
+    def all_calls(self):
+        yield from self.calls
+        if self.test is not None:
+            yield from self.then.all_calls()
+            yield from self.other.all_calls()
+
+    def pretty(self, indent=""):
+        lines = [indent + c.text for c in self.calls]
+        if self.test is not None:
+            lines.append(f"{indent}if {self.test!r}:")
+            lines.append(self.then.pretty(indent + "  ") or indent + "  pass")
+            lines.append(f"{indent}else:")
+            lines.append(self.other.pretty(indent + "  ") or indent + "  pass")
+        return "\n".join(lines)
+
+
+class _Tracer:
+    def __init__(self, names):
+        self.names = names
+        self.decisions, self.events, self.pos, self.known = [], [], 0, {}
+
+    def decide(self, test):
+        if test.key() in self.known:
+            return self.known[test.key()]
+        if self.pos < len(self.decisions):
+            out = self.decisions[self.pos]
+        else:
+            out = True
+            self.decisions.append(out)
+        self.pos += 1
+        self.known[test.key()] = out
+        neg = Compare(test.expr, NEGATE[test.op])
+        self.known[neg.key()] = not out
+        self.events.append(("if", test, out))
+        return out
+
+    def record(self, kernel, arrays, values):
+        specs = kernel.operands
+        count = dict(zip(kernel.scalars, values)).get(kernel.desc.count_scalar, 1)
+        for name, v in zip(kernel.scalars, values):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+                raise TraceError(f"{kernel.desc.kind}: {name}={v!r}; kernel scalars in a loop body must be ints "
+                                 "known when the body is traced, not loop indices")
+        args, checks, texts = [], [], []
+        for spec, v in zip(specs, arrays):
+            if not isinstance(v, View):
+                raise TraceError(f"{kernel.desc.kind}: operand {spec.name} is a {type(v).__name__}; inside a loop "
+                                 "body pass views of the body's array arguments (declare the array as a "
+                                 "parameter of the body instead of using a global)")
+            shape = list(v.shape)
+            if spec.batch and shape and isinstance(shape[0], Affine):
+                checks.append((shape[0], count, 1 << 62,
+                               f"{kernel.desc.kind}: operand {spec.name} = {v.text} holds {shape[0]} blocks "
+                               f"but count={count}"))
+                shape[0] = count
+            if any(isinstance(d, Affine) for d in shape):
+                raise TraceError(f"{v.text}: only the batch axis of a kernel operand may have a length that "
+                                 "depends on a loop index")
+            item = np.dtype(v.dtype).itemsize
+            fake = np.lib.stride_tricks.as_strided(np.empty(1, v.dtype), shape, [s * item for s in v.strides])
+            try:
+                check(spec, fake, count, who=kernel.desc.kind)
+            except OperandError as e:
+                raise OperandError(f"{e} (operand {v.text})") from None
+            args.append((v.arg, v.offset))
+            checks.extend(v.checks)
+            texts.append(v.text)
+        extra = "".join(f", {n}={x}" for n, x in zip(kernel.scalars, values)
+                        if n == kernel.desc.count_scalar or x != 1)
+        name = getattr(kernel.desc, "op", None) or kernel.desc.kind
+        path = tuple((t, o) for kind, t, o in self.events if kind == "if")
+        self.events.append(("call", Call(kernel, tuple(args), tuple(int(x) for x in values),
+                                         f"{name}({', '.join(texts)}{extra})", tuple(checks), path), None))
+
+
+def _tracer(what):
+    t = getattr(_local, "tracer", None)
+    if t is None:
+        raise TraceError(f"{what} outside a traced loop body")
+    return t
+
+
+def _hook(kernel, arrays, values):
+    mode = getattr(_local, "mode", None)
+    if mode == "trace":
+        _local.tracer.record(kernel, arrays, values)
+        return True
+    if mode == "python" and any(isinstance(a, PyArray) for a in arrays):
+        kernel.reference(*(np.asarray(a).view(np.ndarray) for a in arrays),
+                         **dict(zip(kernel.scalars, values)))
+        return True
+    return False
+
+
+class PyArray(np.ndarray):
+    """Arrays passed to a body by ``kernel.python``: kernels called on them run their NumPy reference."""
+
+
+_tk.TRACE_HOOK = _hook
+
+
+# -- thread coordinates ----------------------------------------------------------------------
+
+class ThreadVars:
+    """The calling thread's id and grid coordinates: symbolic while tracing, 0 in ``kernel.python``."""
+
+    __slots__ = ("tid", "row", "col", "layer")
+
+    def __init__(self, values):
+        for k, v in zip(self.__slots__, values):
+            setattr(self, k, v)
+
+
+def thread():
+    """The thread id and grid coordinates, usable in offsets inside a body or init/fini hook.
+
+    >>> from loops import thread
+    >>> thread().tid                 # outside a body: the Python caller, thread 0
+    0
+    """
+    mode = getattr(_local, "mode", None)
+    if mode == "trace":
+        return ThreadVars([Affine(((v, 1),)) for v in THREAD_VARS])
+    return ThreadVars([0, 0, 0, 0])
+
+
+# -- driving the body ------------------------------------------------------------------------
+
+def trace(body, index_names, arrays, arg_names=None):
+    """Trace ``body(*indices, *arrays)`` into a :class:`Node` tree (indices: loop letters a, b, ...).
+
+    ``index_names`` are the body's parameter names for the indices (used in texts and messages);
+    ``arrays`` give the shape, strides and dtype of each array argument.
+
+    >>> import numpy as np, tppasm as tpp
+    >>> zero = tpp.zero(2, 2)
+    >>> print(trace(lambda i, X: zero(X[i]), ["i"], [np.ones((3, 2, 2), np.float32)]).pretty())
+    zero(X[i])
+    """
+    letters = [chr(ord("a") + i) for i in range(len(index_names))]
+    names = dict(zip(letters, index_names))
+    idx = [Affine(((v, 1),), 0, names) for v in letters]
+    if arg_names is None:
+        import inspect
+        params = list(inspect.signature(body).parameters)[len(index_names):]
+        arg_names = params + [f"arg{i}" for i in range(len(params), len(arrays))]
+    views = []
+    for i, a in enumerate(arrays):
+        if not isinstance(a, np.ndarray):
+            raise TraceError(f"array argument {arg_names[i]} is a {type(a).__name__}; pass NumPy arrays")
+        item = a.itemsize
+        if any(s % item for s in a.strides):
+            raise TraceError(f"array argument {arg_names[i]} has strides {a.strides} that are not multiples of "
+                             "its item size; pass np.ascontiguousarray(...)")
+        views.append(View(i, a.dtype, a.shape, [s // item for s in a.strides], Affine((), 0, names), arg_names[i]))
+    paths = []
+    decisions = []
+    while True:
+        tr = _Tracer(names)
+        tr.decisions = decisions
+        _run(tr, body, idx + views)
+        paths.append(tr.events)
+        if len(paths) > MAX_PATHS:
+            raise TraceError(f"the body has more than {MAX_PATHS} control paths; simplify its 'if's")
+        decisions = list(tr.decisions[:tr.pos])
+        while decisions and decisions[-1] is False:
+            decisions.pop()
+        if not decisions:
+            break
+        decisions[-1] = False
+    return merge_paths(paths)
+
+
+def _run(tracer, fn, args):
+    prev = getattr(_local, "mode", None), getattr(_local, "tracer", None)
+    _local.mode, _local.tracer = "trace", tracer
+    try:
+        fn(*args)
+    finally:
+        _local.mode, _local.tracer = prev
+
+
+def run_python(fn, args):
+    """Call ``fn(*args)`` with kernels on :class:`PyArray` arguments running their NumPy references.
+
+    >>> import numpy as np, tppasm as tpp
+    >>> X = np.ones((2, 2), np.float32)
+    >>> run_python(tpp.zero(2, 2), [X.view(PyArray)]); float(X.sum())
+    0.0
+    """
+    prev = getattr(_local, "mode", None), getattr(_local, "tracer", None)
+    _local.mode, _local.tracer = "python", None
+    try:
+        fn(*args)
+    finally:
+        _local.mode, _local.tracer = prev
+
+
+def merge_paths(paths):
+    """Build the tree: each node's calls come from the first path that reaches it."""
+    root = Node()
+    for events in paths:
+        node, fresh = root, not getattr(root, "_filled", False)
+        for kind, a, b in events:
+            if kind == "call":
+                if fresh:
+                    node.calls.append(a)
+            else:
+                node._filled = True
+                if node.test is None:
+                    node.test, node.then, node.other = a, Node(), Node()
+                node = node.then if b else node.other
+                fresh = not getattr(node, "_filled", False)
+        node._filled = True
+    return root

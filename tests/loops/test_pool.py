@@ -1,0 +1,320 @@
+"""The native thread pool: each tid once per region, barriers, Python threads, fork, env, exit."""
+import ctypes
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from isa.x86 import Assembler, Function, OperandError, disassemble, qword, rax, rbx, rcx, rdi, rsi
+from isa.x86.registers import eax, r12, r13, r14, r15
+from loops.pool import Pool, default_threads, get_pool
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# -- native region bodies ----------------------------------------------------------------------
+def count_fn():
+    """fn(counts, tid, n): counts[tid] += 1."""
+    f = Function("count", ["ptr", "i64", "i64"])
+    counts, tid, _ = f.args
+    f.asm.inc(qword[counts + tid * 8])
+    return f.finalize()
+
+
+class PhaseArgs(ctypes.Structure):
+    _fields_ = [("slots", ctypes.c_void_p), ("barrier_fn", ctypes.c_void_p),
+                ("barrier_state", ctypes.c_void_p), ("errors", ctypes.c_void_p), ("rounds", ctypes.c_int64)]
+
+
+def phases_fn():
+    """fn(args, tid, n): for r in 1..rounds: slots[tid] = r; barrier; check every slot == r; barrier.
+
+    Mismatches are counted in *errors; without a working barrier a thread sees stale slots.
+    """
+    f = Function("phases", ["ptr", "i64", "i64"])
+    f.stack(8)
+    a = f.asm
+    args, tid, n, r, slots = rbx, r12, r13, r14, r15
+    for dst, src in zip((args, tid, n), f.args):
+        a.mov(dst, src)
+    a.mov(slots, [args])
+    a.mov(r, 1)
+
+    def barrier():
+        a.mov(rdi, [args + 16])
+        a.mov(rsi, tid)
+        a.call(qword[args + 8])
+
+    loop, check, ok = a.label("loop"), a.label("check"), a.label("ok")
+    a.bind(loop)
+    a.mov([slots + tid * 8], r)
+    barrier()
+    a.mov(rcx, 0)
+    a.bind(check)
+    a.cmp([slots + rcx * 8], r)
+    a.je(ok)
+    a.mov(rax, [args + 24])
+    a.inc(qword[rax], lock=True)
+    a.bind(ok)
+    a.inc(rcx)
+    a.cmp(rcx, n)
+    a.jl(check)
+    barrier()
+    a.inc(r)
+    a.cmp(r, [args + 32])
+    a.jle(loop)
+    return f.finalize()
+
+
+def check_counts(pool, regions):
+    fn = count_fn()
+    counts = (ctypes.c_int64 * pool.nthreads)()
+    for _ in range(regions):
+        pool.run(fn.address, ctypes.addressof(counts))
+    assert list(counts) == [regions] * pool.nthreads
+
+
+def check_phases(pool, regions, rounds):
+    fn = phases_fn()
+    slots = (ctypes.c_int64 * pool.nthreads)()
+    errors = ctypes.c_int64(0)
+    args = PhaseArgs(ctypes.addressof(slots), pool.barrier_fn, pool.barrier_state,
+                     ctypes.addressof(errors), rounds)
+    for _ in range(regions):
+        pool.run(fn.address, ctypes.addressof(args))
+    assert errors.value == 0
+    assert list(slots) == [rounds] * pool.nthreads
+
+
+def start_script(body, env=None):
+    """Start ``body`` in a fresh interpreter with this test module importable."""
+    script = f"import sys; sys.path[:0] = [{ROOT!r}, {HERE!r}]\n" + textwrap.dedent(body)
+    full_env = {k: v for k, v in os.environ.items()
+                if k not in ("TPPASM_NUM_THREADS", "OMP_NUM_THREADS", "TPPASM_SPIN_US")}
+    full_env.update(env or {})
+    return subprocess.Popen([sys.executable, "-c", script], env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def run_script(body, env=None, timeout=30):
+    """Run ``body`` as :func:`start_script` does and wait; returns the finished process."""
+    proc = start_script(body, env)
+    try:
+        proc.stdout_text, proc.stderr_text = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc
+
+
+def ok(proc):
+    assert proc.returncode == 0, proc.stdout_text + proc.stderr_text
+    return proc.stdout_text
+
+
+# -- the assembler's LOCK option -----------------------------------------------------------------
+def test_lock_prefix():
+    a = Assembler()
+    a.xadd([rdi + 64], eax, lock=True)
+    a.inc(qword[rdi], lock=True)
+    a.add([rdi], rax)
+    text = disassemble(a.encode())
+    assert text.count("lock ") == 2 and "lock xadd" in text and "lock inc" in text
+    with pytest.raises(OperandError, match="LOCK"):
+        a.add(rax, rax, lock=True)
+
+
+# -- in process ----------------------------------------------------------------------------------
+def test_singleton_and_threads():
+    pool = get_pool()
+    assert pool is get_pool()
+    assert pool.nthreads == default_threads() >= 1
+
+
+def test_each_tid_once_per_region():
+    pool = get_pool()
+    check_counts(pool, 1)
+    check_counts(pool, 5000)
+
+
+def test_barrier_orders_phases():
+    pool = get_pool()
+    check_phases(pool, regions=1, rounds=2000)
+    check_phases(pool, regions=300, rounds=3)       # back-to-back regions, barriers in each
+
+
+def test_explicit_pools_of_several_sizes():
+    for n in (1, 2, 3, 4):
+        pool = Pool(n)
+        check_counts(pool, 300)
+        check_phases(pool, regions=20, rounds=20)
+        pool._at_exit()                              # join its workers now
+
+
+def test_after_idle_workers_sleep_and_wake():
+    pool = Pool(2, spin_us=1)
+    check_counts(pool, 3)
+    time.sleep(0.01)                                 # well past the spin: the worker is on the futex
+    check_counts(pool, 3)
+    pool._at_exit()
+
+
+def test_concurrent_python_threads():
+    pool, fn = get_pool(), count_fn()
+    arrays = [(ctypes.c_int64 * pool.nthreads)() for _ in range(4)]
+    errors = []
+
+    def caller(counts):
+        try:
+            for _ in range(500):
+                pool.run(fn.address, ctypes.addressof(counts))
+        except Exception as e:          # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=caller, args=(c,)) for c in arrays]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors
+    for counts in arrays:
+        assert list(counts) == [500] * pool.nthreads
+
+
+def test_reentrant_run_is_an_error():
+    pool = get_pool()
+    nop = Function("nop", ["ptr", "i64", "i64"]).finalize()
+    seen = []
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+    def body(arg, tid, n):
+        try:
+            pool.run(nop.address, 0)
+            seen.append((tid, None))
+        except RuntimeError as e:
+            seen.append((tid, str(e)))
+
+    pool.run(ctypes.cast(body, ctypes.c_void_p).value, 0)
+    assert sorted(t for t, _ in seen) == list(range(pool.nthreads))
+    assert all(msg and "inside a parallel region" in msg for _, msg in seen)
+    check_counts(pool, 10)                           # and the pool still works
+
+
+def test_null_function_is_refused():
+    with pytest.raises(ValueError):
+        get_pool().run(0, 0)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_futex_paths_without_spinning(n):
+    """No spinning: every wait (worker, caller, barrier) goes to sleep on the futex at once."""
+    pool = Pool(n, spin_us=0)
+    assert pool.spin_iterations == 1
+    check_counts(pool, 2000)
+    check_phases(pool, regions=20, rounds=100)
+    pool._at_exit()
+
+
+def test_oversubscribed():
+    pool = Pool(len(os.sched_getaffinity(0)) + 1)
+    assert pool.spin_iterations == 1                # the default when threads outnumber CPUs
+    check_counts(pool, 500)
+    check_phases(pool, regions=20, rounds=50)
+    pool._at_exit()
+
+
+def test_thread_count_fallbacks(monkeypatch):
+    for name in ("TPPASM_NUM_THREADS", "OMP_NUM_THREADS", "TPPASM_SPIN_US"):
+        monkeypatch.delenv(name, raising=False)
+    assert default_threads() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "3,2")
+    assert default_threads() == 3
+    monkeypatch.setenv("TPPASM_NUM_THREADS", "5")
+    assert default_threads() == 5
+    for bad in ("zero", "0", "-2"):
+        monkeypatch.setenv("TPPASM_NUM_THREADS", bad)
+        with pytest.raises(ValueError, match="TPPASM_NUM_THREADS"):
+            default_threads()
+    monkeypatch.setenv("TPPASM_SPIN_US", "fast")
+    with pytest.raises(ValueError, match="TPPASM_SPIN_US"):
+        Pool(2)
+
+
+# -- in subprocesses -----------------------------------------------------------------------------
+def test_thread_count_from_env():
+    script = """
+        from loops.pool import get_pool
+        from test_pool import check_counts, check_phases
+        pool = get_pool()
+        check_counts(pool, 300)
+        check_phases(pool, regions=10, rounds=30)
+        print(pool.nthreads)
+    """
+    procs = {n: start_script(script, {"TPPASM_NUM_THREADS": str(n), "OMP_NUM_THREADS": "7"})
+             for n in (1, 2, 3)}
+    for n, proc in procs.items():
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, out + err
+        assert out.split() == [str(n)]
+
+
+def test_fork_child_gets_a_working_pool():
+    ok(run_script("""
+        import os
+        from loops.pool import get_pool
+        from test_pool import check_counts, check_phases
+        pool = get_pool()
+        check_counts(pool, 100)
+        addresses = (pool.barrier_fn, pool.barrier_state)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                assert get_pool() is pool and (pool.barrier_fn, pool.barrier_state) == addresses
+                check_counts(pool, 300)
+                check_phases(pool, regions=10, rounds=30)
+            except BaseException:
+                import traceback; traceback.print_exc()
+                os._exit(1)
+            os._exit(0)
+        check_counts(pool, 300)                      # the parent's pool is untouched
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+    """, env={"TPPASM_NUM_THREADS": "2"}))
+
+
+def test_exit_is_clean_and_quick():
+    start = time.monotonic()
+    out = ok(run_script("""
+        import atexit
+        from loops.pool import get_pool
+        from test_pool import check_counts
+        # registered first, so it runs after the pool's handler: the workers must be joined by then
+        atexit.register(lambda: print("joined" if not get_pool()._threads else "workers left"))
+        check_counts(get_pool(), 100)
+        assert len(get_pool()._threads) == 1
+        print("done")
+    """, env={"TPPASM_NUM_THREADS": "2"}, timeout=20))
+    assert out.split() == ["done", "joined"]
+    assert time.monotonic() - start < 10
+
+
+def test_exit_while_daemon_threads_issue_regions():
+    ok(run_script("""
+        import ctypes, threading, time
+        from loops.pool import get_pool
+        from test_pool import count_fn
+        pool, fn = get_pool(), count_fn()
+        counts = (ctypes.c_int64 * pool.nthreads)()
+        def spam():
+            while True:
+                pool.run(fn.address, ctypes.addressof(counts))
+        for _ in range(2):
+            threading.Thread(target=spam, daemon=True).start()
+        time.sleep(0.2)
+    """, env={"TPPASM_NUM_THREADS": "2"}, timeout=20))

@@ -1,0 +1,309 @@
+"""BRGEMM against its NumPy reference: every dtype x ISA x inner-product variant, random shapes,
+leading dimensions and batch strides, both betas, all three batch kinds, the epilogue; outputs
+poisoned and every element checked; operands sized exactly so the interpreter faults on any read
+past them. Plus the errors bad input raises."""
+import types
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tppasm
+from tppasm.brgemm import BatchedBrgemm, Brgemm, _view
+from tppasm.kernel import get_kernel
+from tppasm.dtypes import dtype as np_dtype
+from tppasm.operand import OperandError
+from tppasm.x86.brgemm import generate_brgemm, target_features
+from tests.support import isa_params, native, run_raw
+
+EPS32 = 2.0 ** -23
+# (isa, dtype, features): None = the target's own; AVX-512 runs both inner products of each dtype;
+# "interp" runs AVX2 code in the interpreter too, where any read past an operand faults
+VARIANTS = [("avx2", "f32", None), ("avx2", "bf16", None), ("avx2", "i8", None),
+            ("avx2", "f32", "interp"), ("avx2", "bf16", "interp"), ("avx2", "i8", "interp"),
+            ("avx512", "f32", None), ("avx512", "bf16", {"avx512_bf16"}), ("avx512", "bf16", set()),
+            ("avx512", "i8", {"avx512_vnni"}), ("avx512", "i8", set())]
+
+
+def _params():
+    marks = {p.values[0]: p for p in isa_params()}
+    out = []
+    for isa, dt, feats in VARIANTS:
+        base = marks["avx512" if feats == "interp" else isa]
+        if feats == "interp":
+            name = f"avx2-interp-{dt}"
+        else:
+            name = f"{base.id}-{dt}" + ("" if feats is None else "-" + ("+".join(sorted(feats)) or "noext"))
+        out.append(pytest.param(isa, dt, feats, id=name, marks=base.marks))
+    return out
+
+
+def _filled(rng, size, dt):
+    if dt == "u8":
+        return rng.integers(0, 256, size, dtype=np.uint8)
+    if dt == "i8":
+        return rng.integers(-128, 128, size, dtype=np.int8)
+    return rng.standard_normal(size).astype(np_dtype(dt))
+
+
+def _strided(rng, spec, count, stride):
+    """``count`` blocks of ``spec`` ``stride`` elements apart in a buffer that ends at the last one."""
+    extent = 1 + sum((d - 1) * s for d, s in zip(spec.shape, spec.strides))
+    buf = _filled(rng, (count - 1) * stride + extent, spec.dtype)
+    es = buf.itemsize
+    return np.ndarray((count,) + spec.shape, buf.dtype, buffer=buf,       # .base is buf: the
+                      strides=[stride * es] + [s * es for s in spec.strides])  # interpreter maps it
+
+
+def _case(desc, count, rng, spare):
+    """(public call arguments, A blocks, B blocks, C, C's padding view, bias)."""
+    spec_a, spec_b = desc.block_specs()
+    blocks = count + spare
+    if desc.batch == "stride":
+        a, b = _strided(rng, spec_a, blocks, desc.stride_a), _strided(rng, spec_b, blocks, desc.stride_b)
+        a_blocks, b_blocks, args = list(a[:count]), list(b[:count]), [a, b]
+    elif desc.batch == "offset":
+        bufs, offs = [], []
+        for spec in (spec_a, spec_b):
+            extent = 1 + sum((d - 1) * s for d, s in zip(spec.shape, spec.strides))
+            buf = _filled(rng, extent + int(rng.integers(0, 40)), spec.dtype)
+            bufs.append(buf)
+            offs.append(rng.integers(0, buf.size - extent + 1, blocks))
+        offsets = np.stack(offs, axis=1).astype(np.int64)
+        a_blocks = [_view(bufs[0], int(o), spec_a) for o in offsets[:count, 0]]
+        b_blocks = [_view(bufs[1], int(o), spec_b) for o in offsets[:count, 1]]
+        args = [bufs[0], bufs[1], None, offsets]
+    else:
+        a_blocks = [_strided(rng, spec_a, 1, 0)[0] for _ in range(blocks)]
+        b_blocks = [_strided(rng, spec_b, 1, 0)[0] for _ in range(blocks)]
+        args = [a_blocks, b_blocks]
+        a_blocks, b_blocks = a_blocks[:count], b_blocks[:count]
+    c_dt = np_dtype(desc.c_dtype)
+    cbuf = np.full((desc.m, desc.ldc), -777 if c_dt.kind == "i" else np.nan, np.float32).astype(c_dt)
+    c = cbuf[:, :desc.n]
+    if desc.beta:
+        c[...] = _filled(rng, c.shape, "i8" if c_dt.kind == "i" else desc.c_dtype).astype(c_dt)
+    if desc.batch == "offset":
+        args[2] = c
+    else:
+        args.append(c)
+    bias = _filled(rng, desc.n, "f32") if desc.bias else None
+    if bias is not None:
+        args.append(bias)
+    return args, a_blocks, b_blocks, c, cbuf[:, desc.n:], bias
+
+
+def _run(desc, isa, features, args, count):
+    """Natively through the public call where possible, else the raw kernel in the interpreter."""
+    interp = features == "interp"
+    if interp:
+        features, isa_run = set(), "avx512"         # AVX2 code, in the interpreter (or natively on AVX-512)
+    else:
+        isa_run = isa
+    if native(isa_run) and features is None:
+        kernel = get_kernel(desc, isa)
+        (kernel if desc.batch == "stride" else BatchedBrgemm(kernel))(*args, count=count)
+        return
+    kernel = types.SimpleNamespace(raw=generate_brgemm(desc, isa, features), isa=isa)
+    if desc.batch != "address":
+        run_raw(kernel, args, [count], isa=isa_run)
+        return
+    from isa.x86.interp import Machine
+    m = Machine()
+    a_blocks, b_blocks, c = args[:3]
+    ptrs = []
+    for blocks in (a_blocks, b_blocks):
+        addrs = []
+        for blk in blocks:
+            root = blk.base if isinstance(blk.base, np.ndarray) else blk
+            while isinstance(root.base, np.ndarray):
+                root = root.base
+            addrs.append(m.map(root) + blk.ctypes.data - root.ctypes.data)
+        ptrs.append(np.array(addrs, np.int64))
+    c_root = c.base
+    c_addr = m.map(c_root)
+    rest = [m.map(x) for x in args[3:]]
+    m.call(kernel.raw.code, args=[m.map(ptrs[0]), m.map(ptrs[1]), c_addr + c.ctypes.data - c_root.ctypes.data]
+           + rest + [count])
+    c_root[...] = m.read(c_addr, like=c_root)
+
+
+def _check(desc, got, pad, a_blocks, b_blocks, c0, bias):
+    exact = desc.dtype == "i8"
+    wide = np.int64 if exact else np.float64
+    want = desc.compute(a_blocks, b_blocks, c0.astype(wide), bias)
+    if desc.c_dtype == "i32":
+        assert (pad == -777).all(), "the kernel wrote past n"
+        np.testing.assert_array_equal(got, want.astype(np.int32))
+        return
+    assert np.isnan(pad.astype(np.float32)).all(), "the kernel wrote past n"
+    # fp32 accumulation in another order: |error| <= (terms) * eps32 * sum of |terms|
+    mag = sum(np.abs(ai.astype(wide)) @ np.abs(_plain(desc, bi).astype(wide)) for ai, bi in zip(a_blocks, b_blocks))
+    mag = mag + (np.abs(c0.astype(wide)) if desc.beta else 0) + (np.abs(bias) if bias is not None else 0)
+    tol = (desc.k * len(a_blocks) + 3) * EPS32 * mag + 1e-30
+    if desc.act in ("gelu", "sigmoid", "tanh"):   # slopes <= 1.13; emitters within 4 ulp (tppasm.x86.math)
+        tol = 1.2 * tol + 8 * EPS32 * np.abs(want) + 1e-37
+    if desc.c_dtype == "bf16":
+        tol = tol + 2.0 ** -8 * np.abs(want)
+    err = np.abs(got.astype(np.float64) - want)
+    assert np.isfinite(got.astype(np.float32)).all(), "non-finite output (poison or unwritten lanes)"
+    assert (err <= tol).all(), f"max error {err.max()} at {np.unravel_index(np.argmax(err - tol), err.shape)}"
+
+
+def _plain(desc, b):
+    return np.swapaxes(b, -1, -2).reshape(desc.k, desc.n) if desc.vnni > 1 else b
+
+
+@st.composite
+def descriptors(draw, dtype, small):
+    f = {"f32": 1, "bf16": 2, "i8": 4}[dtype]
+    top = 24 if small else 70
+    m, n = draw(st.integers(1, top)), draw(st.integers(1, top))
+    k = f * draw(st.integers(1, max(1, top // f)))
+    lda, ldb, ldc = (x + draw(st.sampled_from([0, 0, 1, 5, 16])) for x in (k, n, n))
+    batch = draw(st.sampled_from(["stride", "stride", "offset", "address"]))
+    stride_a = m * lda + draw(st.sampled_from([0, 0, 3, 64]))
+    stride_b = k * ldb + draw(st.sampled_from([0, 0, 4]))
+    beta = draw(st.integers(0, 1))
+    c_dtype = draw(st.sampled_from(["f32", "bf16"])) if dtype == "bf16" else ""
+    bias = dtype != "i8" and draw(st.booleans())
+    act = draw(st.sampled_from([None, "relu"] + ([] if dtype == "i8" else ["gelu", "sigmoid", "tanh"])))
+    return Brgemm(m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc, stride_a=stride_a, stride_b=stride_b,
+                  beta=beta, dtype=dtype, c_dtype=c_dtype, batch=batch, bias=bias, act=act)
+
+
+@pytest.mark.parametrize("isa, dtype, features", _params())
+@given(data=st.data())
+def test_brgemm_matches_reference(isa, dtype, features, data):
+    small = not native(isa) or features == "interp"
+    desc = data.draw(descriptors(dtype, small))
+    desc.validate()
+    count = data.draw(st.integers(1, 3 if small else 4))
+    spare = data.draw(st.integers(0, 1))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+    args, a_blocks, b_blocks, c, pad, bias = _case(desc, count, rng, spare)
+    c0 = c.copy()
+    _run(desc, isa, features, args, count)
+    _check(desc, c, pad, a_blocks, b_blocks, c0, bias)
+
+
+@pytest.mark.parametrize("isa, dtype, features", _params())
+@pytest.mark.parametrize("shape", [(1, 1, 4), (6, 16, 8), (14, 33, 4), (23, 17, 12)])
+def test_brgemm_fixed_shapes(isa, dtype, features, shape):
+    """Edge shapes: 1, exact vector widths, tails, and the largest register blocks."""
+    m, n, k = shape
+    rng = np.random.default_rng(m * 100 + n)
+    for beta in (0, 1):
+        desc = Brgemm(m=m, n=n, k=k, dtype=dtype, beta=beta, ldc=n + 3)
+        args, a_blocks, b_blocks, c, pad, bias = _case(desc, 2, rng, 0)
+        c0 = c.copy()
+        _run(desc, isa, features, args, 2)
+        _check(desc, c, pad, a_blocks, b_blocks, c0, bias)
+
+
+def test_inner_product_dispatch():
+    code = {}
+    for dtype, feats in (("bf16", {"avx512_bf16"}), ("bf16", set()), ("i8", {"avx512_vnni"}), ("i8", set())):
+        desc = Brgemm(m=4, n=16, k=4, dtype=dtype)
+        code[dtype, bool(feats)] = generate_brgemm(desc, "avx512", feats).disassemble()
+    assert "vdpbf16ps" in code["bf16", True] and "vdpbf16ps" not in code["bf16", False]
+    assert "vpdpbusd" in code["i8", True] and "vpmaddwd" in code["i8", False]
+    assert "vpdpbusd" not in generate_brgemm(Brgemm(m=4, n=16, k=4, dtype="i8"), "avx2", set()).disassemble()
+    assert isinstance(target_features("avx2"), frozenset)
+
+
+def test_bf16_output_rounds_to_nearest_even_and_keeps_nan():
+    isa = "avx2"
+    # 1 + 2**-8 is a tie between bf16 1.0 and 1.0078125: even -> 1.0; 1 + 3*2**-8 -> 1.015625
+    a = np.array([[[1.0, 0.0]], [[0.0, 0.0]]], np.float32).astype(np_dtype("bf16"))
+    b = tppasm.vnni_pack(np.array([[[1.0, 1.0, np.inf]], [[0.0, 0.0, 0.0]]], np.float32).repeat(2, 1)
+                         .astype(np_dtype("bf16")), 2)
+    desc = Brgemm(m=1, n=3, k=2, dtype="bf16", c_dtype="bf16", beta=1, bias=True)
+    c = np.zeros((1, 3), np_dtype("bf16"))
+    bias = np.array([2.0 ** -8, 3 * 2.0 ** -8, np.nan], np.float32)
+    _run(desc, isa, None, [a, b, c, bias], 1)
+    assert c[0, 0] == 1.0 and c[0, 1] == np.float32(1.015625) and np.isnan(c[0, 2].astype(np.float32))
+
+
+def test_public_api_and_cache():
+    g = tppasm.brgemm(m=3, n=5, k=2)
+    assert g is tppasm.brgemm(m=3, n=5, k=2)
+    assert "vfmadd231ps" in g.disassemble()
+    a = np.ones((2, 3, 2), np.float32)
+    b = np.ones((2, 2, 5), np.float32)
+    c = np.empty((3, 5), np.float32)
+    g(a, b, c)                                  # count defaults to 1
+    assert (c == 2).all()
+    g(a, b, c, count=2)
+    assert (c == 4).all()
+    c2 = c.copy()
+    g.reference(a, b, c2, count=2)
+    assert (c2 == c).all()
+
+
+def test_fused_activations_are_emitted():
+    for act, name in (("gelu", "vfmadd"), ("sigmoid", "vdivps"), ("tanh", "vfmadd")):
+        assert name in generate_brgemm(Brgemm(m=2, n=9, k=2, act=act, bias=True), "avx2").disassemble()
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(m=0, n=4, k=4), "m=0"), (dict(m=4, n=4, k=4, dtype="f16"), "dtype"),
+    (dict(m=4, n=4, k=3, dtype="bf16"), "multiple of 2"), (dict(m=4, n=4, k=6, dtype="i8"), "multiple of 4"),
+    (dict(m=4, n=4, k=4, lda=3), "lda=3"), (dict(m=4, n=4, k=4, ldc=2), "ldc=2"),
+    (dict(m=4, n=4, k=4, beta=2), "beta"), (dict(m=4, n=4, k=4, beta=0.5), "beta"),
+    (dict(m=4, n=4, k=4, batch="list"), "batch"), (dict(m=4, n=4, k=4, act="swish"), "act"),
+    (dict(m=4, n=4, k=4, c_dtype="bf16"), "c_dtype"), (dict(m=4, n=4, k=4, dtype="i8", bias=True), "bias"),
+    (dict(m=4, n=4, k=4, stride_a=-1), "stride_a"),
+])
+def test_bad_descriptor(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        tppasm.brgemm(**kwargs)
+
+
+def test_bad_operands():
+    g = tppasm.brgemm(m=4, n=8, k=4)
+    a, b, c = np.ones((2, 4, 4), np.float32), np.ones((2, 4, 8), np.float32), np.empty((4, 8), np.float32)
+    with pytest.raises(OperandError, match="shape"):
+        g(a[:, :3], b, c)
+    with pytest.raises(OperandError, match="float32"):
+        g(a.astype(np.float64), b, c)
+    with pytest.raises(OperandError, match="strides"):
+        g(np.ones((2, 4, 8), np.float32)[:, :, ::2], b, c)
+    with pytest.raises(OperandError, match=r"expected \(16, 4, 1\)"):
+        g(np.ones((2, 4, 6), np.float32)[:, :, :4], b, c)
+    wide = np.ones((2, 4, 6), np.float32)[:, :, :4]
+    tppasm.brgemm(m=4, n=8, k=4, lda=6, stride_a=24)(wide, b, c)  # the kernel for that layout
+    assert (c == 4).all()
+    with pytest.raises(OperandError, match="count=3"):
+        g(a, b, c, count=3)
+    with pytest.raises(OperandError, match="read-only"):
+        c.flags.writeable = False
+        g(a, b, c)
+
+
+def test_bad_offsets_and_addresses():
+    g = tppasm.brgemm(m=2, n=8, k=4, batch="offset")
+    a, b, c = np.ones(8 + 5, np.float32), np.ones(32, np.float32), np.empty((2, 8), np.float32)
+    g(a, b, c, np.array([[5, 0]], np.int64))
+    assert (c == 4).all()
+    for offs, words in (([[6, 0]], "offset 6 for operand a.*0..5"), ([[0, 1]], "offset 1 for operand b"),
+                        ([[-1, 0]], "offset -1")):
+        with pytest.raises(OperandError, match=words):
+            g(a, b, c, np.array(offs, np.int64))
+    with pytest.raises(OperandError, match="count=2"):
+        g(a, b, c, np.zeros((1, 2), np.int64), count=2)
+    with pytest.raises(OperandError, match="int64"):
+        g(a, b, c, np.zeros((1, 2), np.int32))
+    with pytest.raises(OperandError, match="C-contiguous"):
+        g(np.ones(26, np.float32)[::2], b, c, np.zeros((1, 2), np.int64))
+    h = tppasm.brgemm(m=2, n=8, k=4, batch="address")
+    blocks_a, blocks_b = [np.ones((2, 4), np.float32)] * 2, [np.ones((4, 8), np.float32)] * 2
+    h(blocks_a, blocks_b, c, count=2)
+    assert (c == 8).all()
+    with pytest.raises(OperandError, match="at least count=3"):
+        h(blocks_a, blocks_b, c, count=3)
+    with pytest.raises(OperandError, match="shape"):
+        h([np.ones((2, 5), np.float32)], blocks_b, c)

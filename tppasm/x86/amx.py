@@ -1,0 +1,517 @@
+"""AMX BRGEMM: bf16 (``tdpbf16ps``, B in VNNI2) and int8 (``tdpbusd``, u8 A x s8 B in VNNI4).
+
+Tiles (palette 1: 8 tiles of at most 16 rows x 64 bytes). C is cut into 16 x 16 blocks; a *macro
+block* of gm x gn blocks (2 x 2 when the shape allows) keeps one fp32/int32 accumulator tile per
+block, gm A tiles (16 rows x 64 bytes: 32 bf16 or 64 int8 of k) and gn B tiles (16 rows of VNNI
+groups, 64 bytes = 16 columns): 4 + 2 + 2 = 8 tiles. Per batch step and k step each A and B tile
+is loaded once and feeds gm x gn dot products (4 ``tdp*`` per 4 ``tileloadd``).
+
+Tails are smaller tiles, never padding: the last macro row / column configures its tiles with the
+remaining rows / columns (``rows``, ``colsb``), and k is cut into equal steps of <= 16 groups when
+it can be; otherwise the remaining groups use a second pair of A / B tiles of the tail width, with
+a 2 x 1 (or 1 x 2) macro block so that it still fits in 8 tiles. Each distinct tile shape set is a
+*region* with its own 64-byte config; a shape with no tails in m and n (or m, n <= 32) has one.
+
+C: beta=0 starts from ``tilezero``; beta=1 loads fp32 / int32 C straight into the accumulators
+(``tileloadd`` with stride ldc), bf16 C through a stack scratch (widened with AVX-512). Results
+go straight to C with ``tilestored`` when there is nothing to do (fp32 / int32, no bias, no act);
+otherwise through the scratch to an AVX-512 epilogue: bias row, activation (relu here; gelu,
+sigmoid and tanh from :mod:`tppasm.x86.math`), bf16 rounding (``vcvtneps2bf16``), masked stores.
+
+Tile state: a kernel built with ``tile_setup=True`` configures (``ldtilecfg`` from its stack) and
+releases (``tilerelease``) the tiles itself. ``tile_setup=False`` kernels are for loop nests that
+call :func:`tileconfig_function` once per thread before (``init``) and :func:`tilerelease_function`
+after (``fini``): they assume the config of their first region is loaded; a shape with several
+regions switches configs inside and restores the first before returning.
+
+Permission: Linux grants AMX tile state per process (``arch_prctl(ARCH_REQ_XCOMP_PERM)``, asked
+once by :func:`isa.cpu.host`), so threads of a pool created before the request use tiles too;
+without it the first tile instruction raises SIGILL, which is why dispatch to ``"amx"`` happens
+only when ``host()`` got the permission.
+
+Generation needs no AMX hardware (the code runs in :mod:`isa.x86.interp` here):
+
+>>> from tppasm.brgemm import Brgemm
+>>> fn = generate(Brgemm(m=32, n=32, k=32, dtype="bf16"))
+>>> text = fn.disassemble()
+>>> text.count("tdpbf16ps"), text.count("tileloadd")
+(4, 4)
+"""
+from dataclasses import dataclass
+
+from isa.x86 import K, TMM, YMM, ZMM, Function, dword, eax, gpr, ptr, rsp
+from isa.x86.function import CALLEE_SAVED, INT_ARGS
+
+ROWS, COLSB = 16, 64                   # palette 1 tile limits
+ES = {"f32": 4, "bf16": 2, "i32": 4}     # C element bytes
+A_ES = {"bf16": 2, "i8": 1}          # A and B element bytes
+DOT = {"bf16": "tdpbf16ps", "i8": "tdpbusd"}
+UNROLL_K = 4                           # k steps unrolled before a runtime loop is used
+ACT_EMITTERS = {"gelu": "emit_gelu_tanh", "sigmoid": "emit_sigmoid", "tanh": "emit_tanh"}
+
+
+# -- planning ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Span:
+    """Consecutive macro rows (or columns) with the same tile shapes: ``count`` of them from
+    ``start`` (rows / columns of C), each made of blocks of ``sizes`` rows (columns)."""
+
+    start: int
+    count: int
+    sizes: tuple
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Tile blocking of one kernel; tile numbers: accumulators, A, B, then A / B of the k tail."""
+
+    gm: int            # row blocks per macro block
+    gn: int            # column blocks per macro block
+    step: int          # k groups (4 bytes of A per row) per full k step
+    steps: int
+    tail: int          # k groups of the last, narrower step (0: none)
+    rows: tuple        # Spans over m
+    cols: tuple        # Spans over n
+
+    def c_tile(self, i, j):
+        return i * self.gn + j
+
+    def a_tile(self, i, tail=False):
+        return self.gm * self.gn + i + (self.gm + self.gn if tail else 0)
+
+    def b_tile(self, j, tail=False):
+        return self.gm * self.gn + self.gm + j + (self.gm + self.gn if tail else 0)
+
+    @property
+    def ntiles(self):
+        return self.gm * self.gn + (self.gm + self.gn) * (2 if self.tail else 1)
+
+    def shapes(self, rspan, cspan):
+        """{tile: (rows, colsb)} of the region (rspan, cspan); unused slots keep full shapes."""
+        r = list(rspan.sizes) + [ROWS] * (self.gm - len(rspan.sizes))
+        c = list(cspan.sizes) + [ROWS] * (self.gn - len(cspan.sizes))
+        out = {}
+        for i in range(self.gm):
+            for j in range(self.gn):
+                out[self.c_tile(i, j)] = (r[i], 4 * c[j])
+        for tail, width in ((False, self.step), (True, self.tail)):
+            if tail and not width:
+                continue
+            for i in range(self.gm):
+                out[self.a_tile(i, tail)] = (r[i], 4 * width)
+            for j in range(self.gn):
+                out[self.b_tile(j, tail)] = (width, 4 * c[j])
+        return out
+
+    def config(self, rspan, cspan):
+        """The 64-byte palette-1 tile config of a region."""
+        return tile_config(self.shapes(rspan, cspan))
+
+    def regions(self):
+        """[(row span, column span, config)] in the order the kernel visits them."""
+        return [(r, c, self.config(r, c)) for r in self.rows for c in self.cols]
+
+
+def tile_config(shapes):
+    """The 64-byte ``ldtilecfg`` operand for palette 1 from ``{tile: (rows, colsb)}``.
+
+    >>> cfg = tile_config({0: (16, 64), 3: (5, 12)})
+    >>> cfg[0], cfg[16], cfg[22], cfg[48], cfg[51]
+    (1, 64, 12, 16, 5)
+    """
+    cfg = bytearray(64)
+    cfg[0] = 1
+    for t, (rows, colsb) in shapes.items():
+        if not (0 <= t < 8 and 1 <= rows <= ROWS and 4 <= colsb <= COLSB and colsb % 4 == 0):
+            raise ValueError(f"tile {t}: {rows} rows x {colsb} bytes is not a palette-1 tile")
+        cfg[16 + 2 * t:18 + 2 * t] = colsb.to_bytes(2, "little")
+        cfg[48 + t] = rows
+    return bytes(cfg)
+
+
+def _spans(total, g):
+    sizes = [ROWS] * (total // ROWS) + ([total % ROWS] if total % ROWS else [])
+    full = (total // ROWS) // g
+    spans = [Span(0, full, (ROWS,) * g)] if full else []
+    rest = sizes[full * g:]
+    if rest:
+        spans.append(Span(full * g * ROWS, 1, tuple(rest)))
+    return tuple(spans)
+
+
+def plan(desc):
+    """The tile blocking for a :class:`tppasm.brgemm.Brgemm` (bf16 or i8).
+
+    >>> from tppasm.brgemm import Brgemm
+    >>> p = plan(Brgemm(m=40, n=20, k=64, dtype="bf16"))
+    >>> (p.gm, p.gn, p.step, p.steps, p.tail), [s.sizes for s in p.rows], [s.sizes for s in p.cols]
+    ((2, 2, 16, 2, 0), [(16, 16), (8,)], [(16, 4)])
+    """
+    groups = desc.k // desc.vnni            # 4 bytes of A (and one B tile row) per group
+    if groups <= ROWS:
+        step, steps, tail = groups, 1, 0
+    else:
+        n = -(-groups // ROWS)
+        if groups % n == 0:
+            step, steps, tail = groups // n, n, 0
+        else:
+            step, steps, tail = ROWS, groups // ROWS, groups % ROWS
+    bm, bn = -(-desc.m // ROWS), -(-desc.n // ROWS)
+    if tail:                                 # 2 extra operand tiles per pair: 2 x 1 or 1 x 2
+        gm, gn = (1, 2) if bm == 1 and bn > 1 else (min(2, bm), 1)
+    else:
+        gm, gn = min(2, bm), min(2, bn)
+    return Plan(gm, gn, step, steps, tail, _spans(desc.m, gm), _spans(desc.n, gn))
+
+
+# -- code generation -----------------------------------------------------------------------------
+
+class _Gen:
+    """One kernel: System V args are the operand pointers (``desc.operands()`` order) and count."""
+
+    def __init__(self, desc):
+        if desc.dtype not in DOT:
+            raise ValueError(f"AMX BRGEMM takes dtype 'bf16' or 'i8', not {desc.dtype!r}")
+        self.d, self.p = desc, plan(desc)
+        names = [op.name for op in desc.operands()] + ["count"]
+        self.fn = Function(f"brgemm_amx_{desc.dtype}_{desc.m}x{desc.n}x{desc.k}",
+                           ["ptr"] * (len(names) - 1) + ["i64"])
+        self.a = self.fn.asm
+        self.es_a, self.es_c = A_ES[desc.dtype], ES[desc.c_dtype]
+        self.arg_slot = {name: 8 * i for i, name in enumerate(names)}
+        self.regions = self.p.regions()
+        self.configs = list(dict.fromkeys(cfg for _, _, cfg in self.regions))
+        self.cfg_base = 64
+        self.scratch = self.cfg_base + 64 * len(self.configs)
+        self.epilogue = desc.bias or desc.act is not None or desc.c_dtype == "bf16"
+        regs = sorted(set(INT_ARGS + CALLEE_SAVED + [gpr(0), gpr(10), gpr(11)]), key=lambda r: r.num)
+        # args are spilled to the stack at entry, so all 15 registers are ours (tmp must be rax)
+        names = ["tmp", "sa", "sb", "arow", "crow", "bcol", "rowctr", "colctr", "bctr", "p", "q",
+                 "a_k", "b_k", "kctr"]
+        self.r = dict(zip(names, regs))
+        self.consts = None
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def arg(self, name):
+        return [rsp + self.arg_slot[name]]
+
+    def mov_imm(self, reg, value):
+        if value == 0:
+            self.a.xor(gpr(reg.num, 32), gpr(reg.num, 32))
+        else:
+            self.a.mov(reg, value)
+
+    def add_imm(self, reg, value):
+        if not value:
+            return
+        if -2**31 <= value < 2**31:
+            self.a.add(reg, value)
+        else:
+            self.a.mov(self.r["tmp"], value)
+            self.a.add(reg, self.r["tmp"])
+
+    def tmm(self, t):
+        return TMM[t]
+
+    # -- the kernel ---------------------------------------------------------------------------------
+    def build(self):
+        d, a = self.d, self.a
+        self.fn.stack(self.scratch + (ROWS * COLSB if self.epilogue or (d.beta and d.c_dtype == "bf16")
+                                      else 0))
+        for name, reg in zip(self.arg_slot, self.fn.args):
+            a.mov([rsp + self.arg_slot[name]], reg)
+        switches = len(self.configs) > 1
+        if d.tile_setup or switches:
+            for i, cfg in enumerate(self.configs):
+                for off in range(0, 64, 4):
+                    v = int.from_bytes(cfg[off:off + 4], "little")
+                    a.mov(dword[rsp + self.cfg_base + 64 * i + off], v - (1 << 32) if v >= 1 << 31 else v)
+        r = self.r
+        self.mov_imm(r["sa"], d.lda * self.es_a)
+        self.mov_imm(r["sb"], d.ldb * 4)
+        loaded = self.configs[0] if not d.tile_setup else None
+        for rspan, cspan, cfg in self.regions:
+            if cfg != loaded:
+                a.ldtilecfg([rsp + self.cfg_base + 64 * self.configs.index(cfg)])
+                loaded = cfg
+            self.region(rspan, cspan)
+        if d.tile_setup:
+            a.tilerelease()
+        elif loaded != self.configs[0]:
+            a.ldtilecfg([rsp + self.cfg_base])
+        if self.consts is not None:
+            if self.consts.stack_bytes() != self.consts.BASE:
+                raise AssertionError("activation constants spilled to the stack")
+            self.consts.finish(self.fn, scratch=ZMM[3])
+        return self.fn.finalize()
+
+    def region(self, rspan, cspan):
+        d, p, a, r = self.d, self.p, self.a, self.r
+        self.mov_imm(r["arow"], rspan.start * d.lda * self.es_a)
+        self.mov_imm(r["crow"], rspan.start * d.ldc * self.es_c)
+        row_loop = a.label()
+        if rspan.count > 1:
+            a.mov(r["rowctr"], rspan.count)
+            a.bind(row_loop)
+        self.mov_imm(r["bcol"], cspan.start * 4)
+        col_loop = a.label()
+        if cspan.count > 1:
+            a.mov(r["colctr"], cspan.count)
+            a.bind(col_loop)
+        self.block(rspan.sizes, cspan.sizes)
+        if cspan.count > 1:
+            a.add(r["bcol"], p.gn * COLSB)
+            a.dec(r["colctr"])
+            a.jnz(col_loop)
+        if rspan.count > 1:
+            self.add_imm(r["arow"], p.gm * ROWS * d.lda * self.es_a)
+            self.add_imm(r["crow"], p.gm * ROWS * d.ldc * self.es_c)
+            a.dec(r["rowctr"])
+            a.jnz(row_loop)
+
+    def c_pointer(self, reg):
+        """reg = address of the macro block's first C element."""
+        a, r = self.a, self.r
+        a.mov(reg, self.arg("c"))
+        a.add(reg, r["crow"])
+        if self.es_c == 4:
+            a.add(reg, r["bcol"])
+        else:
+            a.mov(r["tmp"], r["bcol"])
+            a.shr(r["tmp"], 1)
+            a.add(reg, r["tmp"])
+
+    def c_offset(self, i, j):
+        return i * ROWS * self.d.ldc * self.es_c + j * ROWS * self.es_c
+
+    def block(self, rsizes, csizes):
+        d, p, a, r = self.d, self.p, self.a, self.r
+        cp, stride = r["a_k"], r["b_k"]
+        tiles = [(i, j) for i in range(len(rsizes)) for j in range(len(csizes))]
+        if d.beta:
+            self.c_pointer(cp)
+            if d.c_dtype == "bf16":
+                self.mov_imm(stride, COLSB)
+                for i, j in tiles:
+                    self.widen_bf16(cp, i, j, rsizes[i], csizes[j])
+                    a.tileloadd(self.tmm(p.c_tile(i, j)), [rsp + self.scratch + stride])
+            else:
+                self.mov_imm(stride, d.ldc * self.es_c)
+                for i, j in tiles:
+                    a.tileloadd(self.tmm(p.c_tile(i, j)), [cp + stride + self.c_offset(i, j)])
+        else:
+            for i, j in tiles:
+                a.tilezero(self.tmm(p.c_tile(i, j)))
+        self.batch_loop(len(rsizes), len(csizes))
+        self.c_pointer(cp)
+        if not self.epilogue:
+            self.mov_imm(stride, d.ldc * self.es_c)
+            for i, j in tiles:
+                a.tilestored([cp + stride + self.c_offset(i, j)], self.tmm(p.c_tile(i, j)))
+            return
+        self.mov_imm(stride, COLSB)
+        for i, j in tiles:
+            a.tilestored([rsp + self.scratch + stride], self.tmm(p.c_tile(i, j)))
+            self.store_rows(cp, i, j, rsizes[i], csizes[j])
+
+    # -- batch and k -----------------------------------------------------------------------------
+    def batch_loop(self, gm, gn):
+        d, p, a, r = self.d, self.p, self.a, self.r
+        k_loop = p.steps > UNROLL_K
+        direct = d.batch == "stride" and not k_loop      # step from p, q themselves
+        if d.batch == "stride":
+            a.mov(r["p"], self.arg("a"))
+            a.add(r["p"], r["arow"])
+            a.mov(r["q"], self.arg("b"))
+            a.add(r["q"], r["bcol"])
+        elif d.batch == "offset":
+            a.mov(r["p"], self.arg("offsets"))
+        else:
+            a.mov(r["p"], self.arg("a_ptrs"))
+            a.mov(r["q"], self.arg("b_ptrs"))
+        a.mov(r["bctr"], self.arg("count"))
+        loop = a.label()
+        a.bind(loop)
+        ak, bk = (r["p"], r["q"]) if direct else (r["a_k"], r["b_k"])
+        if d.batch == "stride":
+            if not direct:
+                a.mov(ak, r["p"])
+                a.mov(bk, r["q"])
+        elif d.batch == "offset":
+            for reg, col, base, off in ((ak, 0, "a", r["arow"]), (bk, 8, "b", r["bcol"])):
+                a.mov(reg, [r["p"] + col])           # element offsets; A and B share an element size
+                es = self.es_a
+                if es == 1:
+                    a.add(reg, off)
+                else:
+                    a.lea(reg, [off + reg * es])
+                a.add(reg, self.arg(base))
+        else:
+            a.mov(ak, [r["p"]])
+            a.add(ak, r["arow"])
+            a.mov(bk, [r["q"]])
+            a.add(bk, r["bcol"])
+        a_step, b_step = 4 * p.step, p.step * d.ldb * 4
+        if k_loop:
+            kl = a.label()
+            a.mov(r["kctr"], p.steps)
+            a.bind(kl)
+            self.k_step(ak, bk, 0, 0, gm, gn, False)
+            a.add(ak, a_step)
+            self.add_imm(bk, b_step)
+            a.dec(r["kctr"])
+            a.jnz(kl)
+            if p.tail:
+                self.k_step(ak, bk, 0, 0, gm, gn, True)
+        else:
+            for s in range(p.steps):
+                self.k_step(ak, bk, s * a_step, s * b_step, gm, gn, False)
+            if p.tail:
+                self.k_step(ak, bk, p.steps * a_step, p.steps * b_step, gm, gn, True)
+        if d.batch == "stride":
+            self.add_imm(r["p"], d.stride_a * self.es_a)
+            self.add_imm(r["q"], d.stride_b * self.es_a)
+        elif d.batch == "offset":
+            a.add(r["p"], 16)
+        else:
+            a.add(r["p"], 8)
+            a.add(r["q"], 8)
+        a.dec(r["bctr"])
+        a.jnz(loop)
+
+    def k_step(self, ak, bk, a_off, b_off, gm, gn, tail):
+        """Load each A and B tile once and issue the gm x gn dot products (loads interleaved)."""
+        d, p, a, r = self.d, self.p, self.a, self.r
+        dot = getattr(a, DOT[d.dtype])
+        row_bytes = ROWS * d.lda * self.es_a
+        for i in range(gm):
+            a.tileloadd(self.tmm(p.a_tile(i, tail)), [ak + r["sa"] + (a_off + i * row_bytes)])
+            for j in range(gn):
+                if i == 0:
+                    a.tileloadd(self.tmm(p.b_tile(j, tail)), [bk + r["sb"] + (b_off + j * COLSB)])
+                dot(self.tmm(p.c_tile(i, j)), self.tmm(p.a_tile(i, tail)), self.tmm(p.b_tile(j, tail)))
+
+    # -- C through the scratch -------------------------------------------------------------------------
+    def _mask(self, cols):
+        if cols < ROWS:
+            self.a.mov(eax, (1 << cols) - 1)
+            self.a.kmovw(K[1], eax)
+            return K[1]
+        return None
+
+    def _row_loop(self, rows, body):
+        """Run ``body()`` for ``rows`` rows; the body advances its own pointers."""
+        a, r = self.a, self.r
+        if rows > 1:
+            loop = a.label()
+            a.mov(r["kctr"], rows)
+            a.bind(loop)
+            body()
+            a.dec(r["kctr"])
+            a.jnz(loop)
+        else:
+            body()
+
+    def widen_bf16(self, cp, i, j, rows, cols):
+        """scratch rows (64 bytes apart) = fp32 of bf16 C rows of block (i, j)."""
+        a, r, d = self.a, self.r, self.d
+        src, dst = r["p"], r["q"]
+        k = self._mask(cols)
+        a.lea(src, [cp + self.c_offset(i, j)])
+        a.lea(dst, [rsp + self.scratch])
+        z = ZMM[0]
+        y = YMM[0]
+
+        def body():
+            a.vmovdqu16(y if k is None else y.mask(k, zero=True), [src])
+            a.vpmovzxwd(z, y)
+            a.vpslld(z, z, 16)
+            a.vmovups([dst], z)
+            a.add(src, d.ldc * 2)
+            a.add(dst, COLSB)
+        self._row_loop(rows, body)
+
+    def store_rows(self, cp, i, j, rows, cols):
+        """C rows of block (i, j) = epilogue(scratch rows)."""
+        a, r, d = self.a, self.r, self.d
+        src, dst = r["p"], r["q"]
+        k = self._mask(cols)
+        x, bias, zero = ZMM[0], ZMM[1], ZMM[2]
+        if d.bias:
+            a.mov(dst, self.arg("bias"))
+            a.add(dst, r["bcol"])
+            mem = [dst + j * COLSB]
+            a.vmovups(bias if k is None else bias.mask(k, zero=True), mem)
+        if d.act == "relu":
+            a.vpxord(zero, zero, zero)
+        a.lea(src, [rsp + self.scratch])
+        a.lea(dst, [cp + self.c_offset(i, j)])
+
+        def body():
+            a.vmovups(x, [src])
+            if d.bias:
+                a.vaddps(x, x, bias)
+            if d.act == "relu":
+                if d.dtype == "i8":
+                    a.vpmaxsd(x, x, zero)
+                else:
+                    a.vmaxps(x, zero, x)             # NaN in x stays NaN (second operand wins)
+            out = x if d.act in (None, "relu") else self.activation(x)
+            if d.c_dtype == "bf16":
+                y = YMM[0]
+                a.vcvtneps2bf16(y, out)
+                a.vmovdqu16([dst] if k is None else ptr(dst).mask(k), y)
+            else:
+                a.vmovups([dst] if k is None else ptr(dst).mask(k), out)
+            a.add(src, COLSB)
+            a.add(dst, d.ldc * self.es_c)
+        self._row_loop(rows, body)
+
+    def activation(self, x):
+        """zmm2 = act(x) (the emitters need dst != src); constants live in zmm8..31."""
+        from . import math as xmath
+        from .vector import VectorISA
+        if self.consts is None:
+            self.consts = xmath.Consts(VectorISA("avx512"), regs=ZMM[8:])
+        emit = getattr(xmath, ACT_EMITTERS[self.d.act])
+        emit(self.a, self.consts.v, ZMM[2], x, list(ZMM[3:8]), self.consts)
+        return ZMM[2]
+
+
+def generate(desc):
+    """The raw AMX BRGEMM kernel (a :class:`isa.x86.JitFunction`) for a bf16 / i8 descriptor.
+
+    >>> from tppasm.brgemm import Brgemm
+    >>> "tdpbusd" in generate(Brgemm(m=20, n=8, k=12, dtype="i8", beta=1)).disassemble()
+    True
+    """
+    return _Gen(desc).build()
+
+
+def tileconfig_function(desc):
+    """A no-argument function that loads the tile config ``desc``'s ``tile_setup=False`` kernel expects.
+
+    >>> from tppasm.brgemm import Brgemm
+    >>> tileconfig_function(Brgemm(m=16, n=16, k=32, dtype="bf16")).disassemble().count("ldtilecfg")
+    1
+    """
+    cfg = plan(desc).regions()[0][2]
+    fn = Function("amx_tileconfig", [])
+    fn.stack(64)
+    for off in range(0, 64, 4):
+        v = int.from_bytes(cfg[off:off + 4], "little")
+        fn.asm.mov(dword[rsp + off], v - (1 << 32) if v >= 1 << 31 else v)
+    fn.asm.ldtilecfg([rsp])
+    return fn.finalize()
+
+
+def tilerelease_function():
+    """A no-argument function that releases the tiles (``tilerelease``).
+
+    >>> tilerelease_function().disassemble().count("tilerelease")
+    1
+    """
+    fn = Function("amx_tilerelease", [])
+    fn.asm.tilerelease()
+    return fn.finalize()

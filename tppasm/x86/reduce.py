@@ -1,0 +1,197 @@
+"""x86 generators for row/column reductions (add, max, sum of squares), accumulated in fp32.
+
+``over="cols"`` (one value per row): U vector accumulators walk the row, are combined, then
+reduced across lanes. ``over="rows"`` (one value per column): per block of U column vectors the
+accumulators walk down the rows. Tails load masked lanes; for max they are refilled with -inf.
+
+>>> import numpy as np, tppasm
+>>> x = np.arange(6, dtype=np.float32).reshape(2, 3); out = np.empty(2, np.float32)
+>>> tppasm.reduce("add", 2, 3, over="cols")(x, out); out
+array([ 3., 12.], dtype=float32)
+"""
+from isa.x86 import Function, K, ax, dword, eax, r10, r11, vec, word
+
+from . import math as xm
+from . import register
+from .eltwise import Stream, Tail, _load, _store
+from .vector import VectorISA
+
+INIT = {"add": 0.0, "sumsq": 0.0, "max": float("-inf")}
+
+
+def _accumulate(a, v, op, acc, x):
+    if op == "add":
+        a.vaddps(acc, acc, x)
+    elif op == "max":
+        a.vmaxps(acc, acc, x)
+    else:
+        a.vfmadd231ps(acc, x, x)
+
+
+def _combine(a, op, acc, x):
+    if op == "max":
+        a.vmaxps(acc, acc, x)
+    else:
+        a.vaddps(acc, acc, x)
+
+
+@register("reduce")
+def generate_reduce(desc, isa):
+    v = VectorISA(isa)
+    fn = Function(f"reduce_{desc.op}_{desc.over}", ["ptr", "ptr"])
+    a = fn.asm
+    rx, ro = fn.args
+    x = Stream(rx, "full", desc.dtype, desc.ldi)
+    out = Stream(ro, "full", desc.out_dtype)
+    lanes = v.lanes(4)
+    regs = list(range(v.nregs))
+    tail_n = desc.n % lanes
+    tail = None
+    if tail_n:
+        tail = Tail(tail_n)
+        if v.avx512:
+            v.make_mask(fn, tail_n, k=1)
+            tail.k = K[1]
+        else:
+            tail.ymask = v.reg(regs.pop())
+            v.make_mask(fn, tail_n, reg=tail.ymask)
+    unroll = 4
+    acc = [v.reg(r) for r in regs[:unroll]]
+    ld = [v.reg(r) for r in regs[unroll:2 * unroll]]
+    tmp = [v.reg(r) for r in regs[2 * unroll:2 * unroll + 3]]
+    c = xm.Consts(v, [v.reg(r) for r in regs[2 * unroll + 3:]])
+
+    if desc.over == "cols":
+        _over_cols(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes)
+    else:
+        _over_rows(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes)
+    c.finish(fn, scratch=tmp[0])
+    return fn.finalize()
+
+
+def _ptr(expr):
+    from isa.x86 import ptr
+    return ptr(expr)
+
+
+def _at(s, col, offset=None):
+    def at(i, es, size=None):
+        expr = s.reg + (col + i) * s.es if offset is None else s.reg + offset + (col + i) * s.es
+        return word[expr] if size == 2 else _ptr(expr)
+    return at
+
+
+def _init(a, v, regs, op, c):
+    for r in regs:
+        a.vmovups(r, c.f(INIT[op]))
+
+
+def _over_cols(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes):
+    m, n, op, unroll = desc.m, desc.n, desc.op, len(acc)
+    nfull = n // lanes
+    a.mov(r10, m)
+    top = a.label()
+    a.bind(top)
+    _init(a, v, acc, op, c)
+    blocks = nfull // unroll if nfull >= 2 * unroll else 0
+    base = x
+    if blocks:                                      # r11 = column offset in bytes
+        a.xor(r11, r11)
+        loop = a.label()
+        a.bind(loop)
+        for j in range(unroll):
+            _accumulate(a, v, op, acc[j], _load(a, v, ld[j], x, _at(x, j * lanes, r11), None))
+        a.add(r11, unroll * lanes * x.es)
+        a.cmp(r11, blocks * unroll * lanes * x.es)
+        a.jb(loop)
+        base = r11
+    done = blocks * unroll
+    cols = [((j - done) * lanes, None) for j in range(done, nfull)] + ([((nfull - done) * lanes, tail)] if tail else [])
+    for j, (col, t) in enumerate(cols):
+        r = _load(a, v, ld[j % unroll], x, _at(x, col, r11 if base is r11 else None), t)
+        if op == "max":
+            _max_tail(a, v, r, t, c, tmp[0])
+        _accumulate(a, v, op, acc[j % unroll], r)
+    for j in range(1, unroll):
+        _combine(a, op, acc[0], acc[j])
+    r = acc[0]
+    if v.avx512:
+        a.vextractf64x4(v.half(tmp[0].num), r, 1)
+        _combine(a, op, v.half(r.num), v.half(tmp[0].num))
+    x1, t1 = vec(128, r.num), vec(128, tmp[0].num)
+    a.vextractf128(t1, v.half(r.num) if v.avx512 else r, 1)
+    _combine(a, op, x1, t1)
+    a.vshufps(t1, x1, x1, 0x4E)                   # swap the 64-bit halves
+    _combine(a, op, x1, t1)
+    a.vmovshdup(t1, x1)
+    _combine(a, op, x1, t1)
+    _store_scalar(a, v, out, x1, tmp, c)
+    a.add(out.reg, out.es)
+    a.add(x.reg, x.ld * x.es)
+    a.dec(r10)
+    a.jnz(top)
+
+
+def _max_tail(a, v, r, t, c, tmp):
+    if t is None:
+        return
+    if v.avx512:
+        a.knotw(xm.K7, t.k)
+        a.vmovaps(r.mask(xm.K7), c.into(a, tmp, INIT["max"]))
+    else:
+        a.vblendvps(r, c.into(a, tmp, INIT["max"]), r, t.ymask)
+
+
+def _store_scalar(a, v, out, x1, tmp, c):
+    if out.dtype == "f32":
+        a.vmovss(dword[out.reg], x1)
+        return
+    packed = _to_bf16_1(a, v, x1, tmp, c)
+    a.vmovd(eax, packed)
+    a.mov(word[out.reg], ax)
+
+
+def _to_bf16_1(a, v, x1, tmp, c):
+    from .eltwise import _to_bf16
+    full = v.reg(x1.num)
+    return vec(128, _to_bf16(a, v, full, tmp, c).num)
+
+
+def _over_rows(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes):
+    """Per block of U column vectors (a loop over full blocks, then the rest): the accumulators
+    walk down the m rows; x and out advance by one block each time."""
+    from isa.x86 import r8
+    m, n, op, unroll = desc.m, desc.n, desc.op, len(acc)
+    nfull = n // lanes
+    blocks, rest = divmod(nfull, unroll)
+
+    def block(vecs):
+        _init(a, v, acc[:len(vecs)], op, c)
+        a.mov(r11, x.reg)
+        a.mov(r10, m)
+        top = a.label()
+        a.bind(top)
+        src = Stream(r11, "full", x.dtype, x.ld)
+        for j, (col, t) in enumerate(vecs):
+            r = _load(a, v, ld[j], src, _at(src, col), t)
+            if op == "max":
+                _max_tail(a, v, r, t, c, tmp[0])
+            _accumulate(a, v, op, acc[j], r)
+        a.add(r11, x.ld * x.es)
+        a.dec(r10)
+        a.jnz(top)
+        for j, (col, t) in enumerate(vecs):
+            _store(a, v, out, acc[j], _at(out, col), t, tmp, c)
+
+    if blocks:
+        a.mov(r8, blocks)
+        loop = a.label()
+        a.bind(loop)
+        block([(j * lanes, None) for j in range(unroll)])
+        a.add(x.reg, unroll * lanes * x.es)
+        a.add(out.reg, unroll * lanes * out.es)
+        a.dec(r8)
+        a.jnz(loop)
+    vecs = [(j * lanes, None) for j in range(rest)] + ([(rest * lanes, tail)] if tail else [])
+    if vecs:
+        block(vecs)
