@@ -34,11 +34,11 @@ def gflops(fn, flops, runs):
     calling thread's CPU time (median of the calls in ~0.3 s): on a busy machine it leaves out the
     time other processes held the core; it is only meaningful for 1-thread rows.
     """
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.thread_time()
     fn()
-    once = time.perf_counter() - t
+    once, once_cpu = time.perf_counter() - t, time.thread_time() - c
     if once > 1.0:
-        return flops / once / 1e9
+        return flops / (once_cpu if clock == "cpu" else once) / 1e9
     if clock == "cpu":
         samples = []
         for _ in range(max(runs, int(0.3 / max(once, 1e-6)))):

@@ -2,7 +2,8 @@
 array read or written once), fused bias + gelu vs numpy's two steps, JIT time of every TPP.
 
 ``python -m bench.tpp_eltwise [--json FILE] [--quick]``; ``main(argv)`` is the entry point.
-One kernel call covers the whole (rows x cols) array. Medians of 5 auto-calibrated runs.
+One kernel call covers the whole (rows x cols) array. Medians of 5 auto-calibrated runs, the
+contenders interleaved round by round; ratios are medians of per-round ratios.
 """
 import math
 import sys
@@ -15,7 +16,7 @@ from tppasm.eltwise import (BINARY_OPS, GRAD_OPS, REDUCE_OPS, TRANSFORMS, UNARY_
                             Ternary, Transform, Unary)
 from tppasm.kernel import Kernel
 
-from .common import Report, median_time, write_json
+from .common import Report, write_json
 
 K0, K1 = math.sqrt(2 / math.pi), 0.044715
 
@@ -29,8 +30,40 @@ def _torch():
     return torch
 
 
-def _gbs(nbytes, fn, runs=5):
-    return nbytes / median_time(fn, min_run=0.05, runs=runs) / 1e9
+def _reps(fn, min_run=0.05):
+    fn()
+    reps = 1
+    while True:
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        dt = time.perf_counter() - t
+        if dt >= min_run:
+            return reps
+        reps = max(reps * 2, int(reps * min_run / max(dt, 1e-9) * 1.2))
+
+
+def compare(nbytes, fns, runs=5):
+    """GB/s of each of ``fns`` (None: skipped), timed in interleaved rounds so that a noisy shared
+    host slows all of them alike; returns (median GB/s per fn, median per-round ratio of the first
+    to each other)."""
+    live = [f for f in fns if f is not None]
+    reps = [_reps(f) for f in live]
+    rounds = []
+    for _ in range(runs):
+        row = []
+        for f, r in zip(live, reps):
+            t = time.perf_counter()
+            for _ in range(r):
+                f()
+            row.append(nbytes * r / (time.perf_counter() - t) / 1e9)
+        rounds.append(row)
+    rounds = np.array(rounds)
+    gbs = list(np.median(rounds, axis=0))
+    ratios = [float(np.median(rounds[:, 0] / rounds[:, j])) for j in range(len(live))]
+    it_g, it_r = iter(gbs), iter(ratios)
+    return ([next(it_g) if f is not None else float("nan") for f in fns],
+            [next(it_r) if f is not None else float("nan") for f in fns])
 
 
 def bandwidth(report, rows, cols, label, torch, runs):
@@ -48,10 +81,8 @@ def bandwidth(report, rows, cols, label, torch, runs):
                  t and (lambda: t[2].copy_(t[0]))),
     }
     for name, (nbytes, ours, numpy_fn, torch_fn) in cases.items():
-        g = _gbs(nbytes, ours, runs)
-        gn = _gbs(nbytes, numpy_fn, runs)
-        gt = _gbs(nbytes, torch_fn, runs) if torch_fn else float("nan")
-        report.add(f"{name} {label}", g, gn, gt, g / gn, g / gt if torch_fn else float("nan"))
+        (g, gn, gt), (_, rn, rt) = compare(nbytes, [ours, numpy_fn, torch_fn], runs)
+        report.add(f"{name} {label}", g, gn, gt, rn, rt)
 
 
 def fused_gelu(report, rows, cols, torch, runs):
@@ -65,13 +96,29 @@ def fused_gelu(report, rows, cols, torch, runs):
         np.multiply(0.5 * t, 1 + np.tanh(K0 * (t + K1 * t * t * t)), out=out)
 
     nbytes = 2 * x.nbytes + bias.nbytes
-    g = _gbs(nbytes, lambda: k(x, bias, out), runs)
-    gn = _gbs(nbytes, numpy_two_step, runs)
-    gt = float("nan")
+    torch_fn = None
     if torch:
         tx, tb = torch.from_numpy(x), torch.from_numpy(bias)
-        gt = _gbs(nbytes, lambda: torch.nn.functional.gelu(tx + tb, approximate="tanh"), runs)
-    report.add(f"bias+gelu {rows}x{cols}", g, gn, gt, g / gn, g / gt if torch else float("nan"))
+
+        def torch_fn():
+            torch.nn.functional.gelu(tx + tb, approximate="tanh")
+    (g, gn, gt), (_, rn, rt) = compare(nbytes, [lambda: k(x, bias, out), numpy_two_step, torch_fn], runs)
+    report.add(f"bias+gelu {rows}x{cols}", g, gn, gt, rn, rt)
+
+
+def transpose(report, n, torch, runs):
+    x = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    out = np.empty_like(x)
+    k = tppasm.transform("transpose", n, n)
+    torch_fn = None
+    if torch:
+        tx, to = torch.from_numpy(x), torch.from_numpy(out)
+
+        def torch_fn():
+            to.copy_(tx.t())
+    (g, gn, gt), (_, rn, rt) = compare(2 * x.nbytes, [lambda: k(x, out), lambda: np.copyto(out, x.T),
+                                                      torch_fn], runs)
+    report.add(f"transpose {n}x{n}", g, gn, gt, rn, rt)
 
 
 def jit_times(report):
@@ -83,7 +130,7 @@ def jit_times(report):
              + [Binary("add", m, n, bcast_b="row", post="gelu_erf"), Ternary("muladd", m, n)]
              + [Reduce(op, m, n, over) for op in REDUCE_OPS for over in ("rows", "cols")]
              + [Transform(op, 64, 64, dtype="bf16") for op in TRANSFORMS])
-    Kernel(descs[0], None or tppasm.get_kernel(descs[0]).isa)
+    Kernel(descs[0], tppasm.get_kernel(descs[0]).isa)              # warm imports
     worst = 0.0
     for d in descs:
         samples = []
@@ -111,8 +158,9 @@ def main(argv=None):
     cols = ["op", "tppasm GB/s", "numpy GB/s", "torch GB/s", "vs numpy", "vs torch"]
     l3 = Report("element-wise, 1M fp32 (1024 x 1024, 4 MiB per array)", cols)
     bandwidth(l3, 1024, 1024, "1M", torch, runs)
-    fused = Report("fused bias + gelu (tanh form) vs numpy two-step and torch", cols)
+    fused = Report("fused bias + gelu (tanh form) vs numpy two-step and torch; fp32 transpose", cols)
     fused_gelu(fused, 1024, 1024, torch, runs)
+    transpose(fused, 1000, torch, runs)
     dram = Report("element-wise, 64M fp32 (8192 x 8192, 256 MiB per array)", cols)
     if quick:
         bandwidth(dram, 2048, 8192, "16M", torch, runs)

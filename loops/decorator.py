@@ -213,7 +213,9 @@ class _Instance:
             raise SpecError(f"loop spec {spec.text!r} places loops on a {'x'.join(map(str, spec.grid))} thread grid "
                             f"({spec.nthreads_needed} threads) but the pool has {self.nthreads}; shrink the grid or "
                             "set TPPASM_NUM_THREADS")
-        _check_calls(lk, spec, arrays, self.body, self.init, self.fini, self.nthreads)
+        box = _box(lk, spec, self.nthreads)
+        self.body, self.init, self.fini = (t.simplify(box) for t in (self.body, self.init, self.fini))
+        _check_calls(lk, arrays, self.body, self.init, self.fini, box)
         self.layout = nest.Layout(len(arrays), len(self.kernels), len(lk.loops))
         itemsizes = [a.itemsize for a in arrays]
         self.code = nest.build(spec, lk.resolved, self.body, self.init, self.fini, self.layout, itemsizes,
@@ -300,14 +302,19 @@ def _hook_tree(fns, arrays, names):
 
 # -- bind-time checks: every access stays inside its array, over every iteration ----------------
 
-def _check_calls(lk, spec, arrays, body, init, fini, nthreads):
+def _box(lk, spec, nthreads):
+    """Range (inclusive) of every index and thread coordinate over the run."""
     box = {}
     for k, lp in enumerate(lk.resolved):
-        if lp.trip == 0:
-            body = None                       # the body never runs
         box[LETTERS[k]] = (lp.start, lp.start + (max(lp.trip, 1) - 1) * lp.step)
     rows, cols, layers = spec.grid if spec.mode == "grid" else (1, 1, 1)
     box.update(tid=(0, nthreads - 1), row=(0, rows - 1), col=(0, cols - 1), layer=(0, layers - 1))
+    return box
+
+
+def _check_calls(lk, arrays, body, init, fini, box):
+    if any(lp.trip == 0 for lp in lk.resolved):
+        body = None                           # the body never runs
     for tree in (body, init, fini):
         if tree is None:
             continue

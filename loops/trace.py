@@ -341,6 +341,25 @@ class Node:
     then: "Node" = None
     other: "Node" = None
 
+    def simplify(self, box):
+        """Drop branches whose test is decided over ``box`` (var -> (lo, hi) inclusive); returns a Node.
+
+        >>> i = Affine((("a", 1),))
+        >>> n = Node([], Compare(i, "=="), Node(["then"]), Node(["else"]))
+        >>> n.simplify({"a": (0, 0)}).calls, n.simplify({"a": (0, 3)}).test is not None
+        (['then'], True)
+        """
+        if self.test is None:
+            return Node(list(self.calls))
+        lo, hi = self.test.expr.bounds(box)
+        sure = {"==": (lo == hi == 0, lo > 0 or hi < 0), "!=": (lo > 0 or hi < 0, lo == hi == 0),
+                "<": (hi < 0, lo >= 0), "<=": (hi <= 0, lo > 0), ">": (lo > 0, hi <= 0),
+                ">=": (lo >= 0, hi < 0)}[self.test.op]
+        if sure[0] or sure[1]:
+            rest = (self.then if sure[0] else self.other).simplify(box)
+            return Node(list(self.calls) + rest.calls, rest.test, rest.then, rest.other)
+        return Node(list(self.calls), self.test, self.then.simplify(box), self.other.simplify(box))
+
     def all_calls(self):
         yield from self.calls
         if self.test is not None:

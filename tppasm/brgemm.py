@@ -13,8 +13,8 @@ C is (m, n) with row stride ``ldc``. The batch is addressed three ways (``batch=
 
 dtypes: ``f32``; ``bf16`` (A bf16, B bf16 VNNI2, fp32 accumulation, C ``f32`` or ``bf16`` rounded
 to nearest even); ``i8`` (A uint8, B int8 VNNI4, C int32, exact: sums wrap modulo 2**32 as
-``vpdpbusd`` does). For bf16 and i8, k must be a multiple of f (pad A with zero columns and B
-with zero rows: ``vnni_pack`` pads). Epilogue: ``bias=True`` adds an fp32 row vector of n
+``vpdpbusd`` does). Any k: B has ceil(k/f) row groups, and the padding entries of the last one
+are never used (``vnni_pack`` writes zeros there; any values are ignored). Epilogue: ``bias=True`` adds an fp32 row vector of n
 (f32/bf16), then ``act`` in None, "relu", "gelu" (tanh form), "sigmoid", "tanh".
 
 >>> import numpy as np, tppasm
@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import dtype as np_dtype
 from .kernel import Descriptor, get_kernel
 from .operand import OperandError, OperandSpec, check
 
@@ -78,7 +77,8 @@ class Brgemm(Descriptor):
         if _is_int(self.stride_a) and not self.stride_a and _is_int(self.lda):
             object.__setattr__(self, "stride_a", self.m * self.lda if _is_int(self.m) else 0)
         if _is_int(self.stride_b) and not self.stride_b and _is_int(self.ldb):
-            object.__setattr__(self, "stride_b", self.k * self.ldb if _is_int(self.k) else 0)
+            groups = -(-self.k // VNNI.get(self.dtype, 1)) if _is_int(self.k) else 0
+            object.__setattr__(self, "stride_b", groups * VNNI.get(self.dtype, 1) * self.ldb)
         if not self.c_dtype and self.dtype in C_DTYPES:
             object.__setattr__(self, "c_dtype", C_DTYPES[self.dtype][0])
 
@@ -89,9 +89,6 @@ class Brgemm(Descriptor):
                   "an int >= 1")
         if self.dtype not in VNNI:
             raise ValueError(f"brgemm: dtype={self.dtype!r}; legal values: {', '.join(VNNI)}")
-        f = self.vnni
-        _need(self.k % f == 0, "k", self.k, f"a multiple of {f} for dtype={self.dtype!r} (pad A with "
-              f"zero columns and B with zero rows; tppasm.vnni_pack pads B)")
         for name, least in (("lda", self.k), ("ldb", self.n), ("ldc", self.n)):
             value = getattr(self, name)
             _need(_is_int(value) and value >= least, name, value, f"an int >= {least} (the row width)")
@@ -113,6 +110,11 @@ class Brgemm(Descriptor):
     def vnni(self):
         return VNNI[self.dtype]
 
+    @property
+    def groups(self):
+        """Rows of B in the VNNI layout: ceil(k / f)."""
+        return -(-self.k // self.vnni)
+
     # -- operands -------------------------------------------------------------------------------
     def block_specs(self):
         """(A block, B block) specs, without the batch dimension."""
@@ -121,7 +123,7 @@ class Brgemm(Descriptor):
         if f == 1:
             b = OperandSpec("b", "f32", (self.k, self.n), (self.ldb, 1), ld_name="ldb")
         else:
-            b = OperandSpec("b", B_DTYPE[self.dtype], (self.k // f, self.n, f), (self.ldb * f, f, 1),
+            b = OperandSpec("b", B_DTYPE[self.dtype], (self.groups, self.n, f), (self.ldb * f, f, 1),
                             ld_name="")
         return a, b
 
@@ -167,7 +169,7 @@ class Brgemm(Descriptor):
         acc = c.astype(wide) if self.beta else np.zeros(c.shape, wide)
         for ai, bi in zip(a_blocks, b_blocks):
             if self.vnni > 1:
-                bi = np.swapaxes(bi, -1, -2).reshape(self.k, self.n)
+                bi = np.swapaxes(bi, -1, -2).reshape(self.groups * self.vnni, self.n)[:self.k]
             acc += ai.astype(wide) @ bi.astype(wide)
         if exact:
             acc = ((acc + 2 ** 31) % 2 ** 32 - 2 ** 31)

@@ -178,6 +178,8 @@ def vop(fn, tin, tout=None, *, acc=False, imm=False, aligned=False, full_mem=Fal
         full = (1 << n) - 1
         kregs, nxt = m.k, ins.next_ip
         bits_for = mask_bits
+        if kidx is None and not imm and 1 <= len(reads) <= 3:
+            return _unmasked_step(fn, n, reads, wr, nxt)
 
         def step():
             bits = None
@@ -193,3 +195,26 @@ def vop(fn, tin, tout=None, *, acc=False, imm=False, aligned=False, full_mem=Fal
 
     build.ref = ref
     return build
+
+
+def _unmasked_step(fn, n, reads, wr, nxt):
+    """The hot path (no opmask, no immediate) without per-step list building."""
+    if len(reads) == 1:
+        (r0,) = reads
+
+        def step():
+            wr(fn(n, r0()), None)
+            return nxt
+    elif len(reads) == 2:
+        r0, r1 = reads
+
+        def step():
+            wr(fn(n, r0(), r1()), None)
+            return nxt
+    else:
+        r0, r1, r2 = reads
+
+        def step():
+            wr(fn(n, r0(), r1(), r2()), None)
+            return nxt
+    return step

@@ -314,3 +314,29 @@ def test_enumerator_counts():
     assert len(enumerate_specs("a_0_K,b_1_M,c_1_N")) == 168
     assert len(ALL) == 1040
     assert all(s[0] != s[1] for s in ALL if len(s) > 1)
+
+
+def test_calls_from_several_python_threads():
+    """Concurrent calls of one nest each get their own context block (arrays differ per thread)."""
+    import threading
+    loops = [Loop(0, 3), Loop(0, 5)]
+    k = kernel("aB", *loops)(recording_body(2))
+    nt = k.pool.nthreads
+    results, errors = [], []
+
+    def worker():
+        try:
+            for _ in range(30):
+                cnt = np.zeros((nt, 1, 1), np.int32)
+                order = np.full((3, 5, 1, 1), -1, np.int32)
+                hits = np.zeros((nt, 3, 5, 1, 1), np.int32)
+                k(cnt, order, hits)
+                results.append(int(hits.sum()) == 15 and (hits.sum(0) == 1).all())
+        except Exception as e:                      # pragma: no cover - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 90 and all(results)

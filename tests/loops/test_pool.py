@@ -11,6 +11,7 @@ import pytest
 
 from isa.x86 import Assembler, Function, OperandError, disassemble, qword, rax, rbx, rcx, rdi, rsi
 from isa.x86.registers import eax, r12, r13, r14, r15
+from loops import pool_code
 from loops.pool import Pool, default_threads, get_pool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -158,10 +159,15 @@ def test_explicit_pools_of_several_sizes():
 
 
 def test_after_idle_workers_sleep_and_wake():
-    pool = Pool(2, spin_us=1)
-    check_counts(pool, 3)
-    time.sleep(0.01)                                 # well past the spin: the worker is on the futex
-    check_counts(pool, 3)
+    pool = Pool(3, spin_us=1)
+    sleepers = ctypes.c_uint32.from_address(pool.barrier_state + pool_code.SLEEPERS)
+    for _ in range(3):
+        check_counts(pool, 3)
+        deadline = time.monotonic() + 5
+        while sleepers.value != 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert sleepers.value == 2                   # both workers parked on the futex
+        check_phases(pool, regions=2, rounds=5)
     pool._at_exit()
 
 
@@ -265,26 +271,37 @@ def test_thread_count_from_env():
 
 
 def test_fork_child_gets_a_working_pool():
+    """Children forked while another thread of the parent keeps issuing regions."""
     ok(run_script("""
-        import os
+        import ctypes, os, threading
         from loops.pool import get_pool
-        from test_pool import check_counts, check_phases
-        pool = get_pool()
+        from test_pool import check_counts, check_phases, count_fn
+        pool, fn = get_pool(), count_fn()
         check_counts(pool, 100)
         addresses = (pool.barrier_fn, pool.barrier_state)
-        pid = os.fork()
-        if pid == 0:
-            try:
-                assert get_pool() is pool and (pool.barrier_fn, pool.barrier_state) == addresses
-                check_counts(pool, 300)
-                check_phases(pool, regions=10, rounds=30)
-            except BaseException:
-                import traceback; traceback.print_exc()
-                os._exit(1)
-            os._exit(0)
+        counts, stop = (ctypes.c_int64 * pool.nthreads)(), threading.Event()
+        def spam():
+            while not stop.is_set():
+                pool.run(fn.address, ctypes.addressof(counts))
+        spammer = threading.Thread(target=spam)
+        spammer.start()
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    assert get_pool() is pool and (pool.barrier_fn, pool.barrier_state) == addresses
+                    check_counts(pool, 300)
+                    check_phases(pool, regions=10, rounds=30)
+                except BaseException:
+                    import traceback; traceback.print_exc()
+                    os._exit(1)
+                os._exit(0)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0, status
+        stop.set()
+        spammer.join()
+        assert len(set(counts)) == 1 and counts[0] > 0
         check_counts(pool, 300)                      # the parent's pool is untouched
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0, status
     """, env={"TPPASM_NUM_THREADS": "2"}))
 
 

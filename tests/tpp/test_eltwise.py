@@ -208,7 +208,6 @@ def test_reduce(isa, op, over, dts, shp, seed):
        dt=st.sampled_from(["f32", "bf16", "i8"]), shp=st.data(), seed=st.integers(0, 2 ** 16))
 def test_transform(isa, op, dt, shp, seed):
     m, n, pi, po = shp.draw(shape(isa))
-    m, n = min(m, 24), min(n, 24)
     rng = np.random.default_rng(seed)
     desc = Transform(op, m, n, (n + pi) if not op.startswith("un") else 0,
                      (m + po) if op == "transpose" else (n + po) if op.startswith("un") else 0, dt)
@@ -304,9 +303,9 @@ def test_jit_time_under_5ms():
 
 
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("offset", [0, 1])
+@pytest.mark.parametrize("offset", [0, 1, 4])
 def test_streaming_store_path(isa, offset, monkeypatch):
-    """DRAM-sized contiguous outputs use non-temporal stores when aligned, plain ones otherwise
+    """DRAM-sized contiguous outputs use non-temporal stores when 16-byte aligned, plain ones otherwise
     (threshold lowered here so the path runs on small arrays)."""
     from tppasm.x86 import eltwise as gen
     from tppasm.kernel import Kernel
@@ -317,9 +316,64 @@ def test_streaming_store_path(isa, offset, monkeypatch):
     monkeypatch.setattr(gen, "NT_MIN_BYTES", 64)
     n = 203
     k = Kernel(Binary("add", 1, n), isa)
+    z = Kernel(Unary("zero", 1, n), isa)
     buf = np.arange(2 * n + 16, dtype=np.float32)
     a, b = buf[:n][None], buf[n:2 * n][None]
     out = np.full(n + 16, np.nan, np.float32)[offset:offset + n][None]
     run_raw(k, (a, b, out), isa=isa)
     np.testing.assert_array_equal(out, a + b)
+    run_raw(z, (out,), isa=isa)
+    assert not out.any() and np.isnan(out.base[offset + n:]).all() and np.isnan(out.base[:offset]).all()
     assert "vmovntps" in k.disassemble() and "sfence" in k.disassemble()
+
+
+def _guarded(shape, dt):
+    """An array whose last byte is the last byte before a PROT_NONE page (so an overrun faults)."""
+    import ctypes
+    import mmap
+    nbytes = int(np.prod(shape)) * D(dt).itemsize
+    pages = -(-nbytes // mmap.PAGESIZE) + 1
+    buf = mmap.mmap(-1, pages * mmap.PAGESIZE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    libc = ctypes.CDLL(None)
+    guard = base + (pages - 1) * mmap.PAGESIZE
+    assert libc.mprotect(ctypes.c_void_p(guard), mmap.PAGESIZE, 0) == 0
+    start = (pages - 1) * mmap.PAGESIZE - nbytes
+    arr = np.frombuffer(buf, dtype=np.uint8, count=nbytes, offset=start).view(D(dt)).reshape(shape)
+    return arr, buf
+
+
+@pytest.mark.skipif(not native("avx2"), reason="needs a native AVX2 host")
+def test_tails_never_touch_past_the_operand():
+    """Operands end right before an inaccessible page: any read or write past the last element
+    kills the child process (fp32 vmaskmovps and bf16 per-element tails, bitmask bytes, reductions)."""
+    import multiprocessing as mp
+
+    def child():
+        rng = np.random.default_rng(0)
+        for dt in ("f32", "bf16"):
+            for m, n in ((1, 1), (1, 7), (3, 13), (2, 70), (1, 129)):
+                x, _bx = _guarded((m, n), dt)
+                x[...] = rng.standard_normal((m, n)).astype(np.float32).astype(D(dt))
+                out, _bo = _guarded((m, n), dt)
+                mask, _bm = _guarded((m, -(-n // 8)), "u8")
+                tppasm.relu(m, n, dtype=dt, bitmask=True, isa="avx2")(x, out, mask)
+                tppasm.unary("relu_bwd", m, n, dtype=dt, bitmask=True, isa="avx2")(x, mask, out)
+                tppasm.binary("add", m, n, dtype=dt, bcast_b="row", post="gelu", isa="avx2")(x, x[0], out)
+                tppasm.ternary("muladd", m, n, dtype=dt, isa="avx2")(x, x, out)
+                red, _br = _guarded((m,), dt)
+                tppasm.reduce("max", m, n, over="cols", dtype=dt, out_dtype=dt, isa="avx2")(x, red)
+                red, _br = _guarded((n,), dt)
+                tppasm.reduce("sumsq", m, n, over="rows", dtype=dt, out_dtype=dt, isa="avx2")(x, red)
+                tr, _bt = _guarded((n, m), dt)
+                tppasm.transform("transpose", m, n, dtype=dt, isa="avx2")(x, tr)
+                f = 2 if dt == "bf16" else 1
+                if f == 2:
+                    vn, _bv = _guarded((-(-m // 2), n, 2), dt)
+                    tppasm.transform("vnni2", m, n, dtype=dt, isa="avx2")(x, vn)
+                    tppasm.transform("unvnni2", m, n, dtype=dt, isa="avx2")(vn, out)
+
+    proc = mp.get_context("fork").Process(target=child)
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == 0, f"child exited with {proc.exitcode} (negative: killed by that signal)"

@@ -218,7 +218,8 @@ def compare(case, state):
         keep[sl] = False
         w, g = want[sl].view(np.float32).astype(np.float64), got[sl].view(np.float32).astype(np.float64)
         same = (w == g) | (np.isnan(w) & np.isnan(g))
-        close = np.abs(g - w) <= 2.5 * rel * np.abs(w)  # both within rel of the exact value
+        with np.errstate(invalid="ignore"):  # hardware within 1.5 rel, the model within 1 rel
+            close = np.abs(g - w) <= 2.5 * rel * (1 + 2 ** -10) * np.abs(w)
         assert (same | close).all(), (w, g)
     bad = np.flatnonzero((want != got) & keep)
     assert bad.size == 0, f"{case.name}: first differing byte {bad[0]} " \
@@ -320,8 +321,8 @@ def _vec_cases():
         s = op.replace("PS", "SS")
         cs.append(Case(s, [_v(f"V{s}_XMM_XMM_XMMM32", X0, X1, X2), _v(f"V{s}_XMM_XMM_XMMM32", X3, X1, mem(4))]))
     cs.append(Case("VSQRTPS/SS", [_v("VSQRTPS_YMM_YMMM256", Y0, Y1), _v("VSQRTSS_XMM_XMM_XMMM32", X2, X3, mem(0))]))
-    cs.append(Case("VRCPPS", [_v("VRCPPS_YMM_YMMM256", Y0, Y1)], approx=(0, 1.5 * 2 ** -12)))
-    cs.append(Case("VRSQRTPS", [_v("VRSQRTPS_YMM_YMMM256", Y0, mem(64))], approx=(0, 1.5 * 2 ** -12)))
+    cs.append(Case("VRCPPS", [_v("VRCPPS_YMM_YMMM256", Y0, Y1)], approx=(0, 2 ** -12)))
+    cs.append(Case("VRSQRTPS", [_v("VRSQRTPS_YMM_YMMM256", Y0, mem(64))], approx=(0, 2 ** -12)))
     for kind in ("MADD", "MSUB", "NMADD", "NMSUB"):
         for order in ("132", "213", "231"):
             n = f"VF{kind}{order}"
@@ -398,7 +399,7 @@ CASES = _gpr_cases() + _vec_cases()
 
 @needs_native
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(batch=states())
 def test_differential(case, batch):
     for state in batch:
@@ -411,7 +412,9 @@ def _round_f32(x: Fraction) -> np.float32:
     """Correctly rounded (RNE) float32 of an exact rational (finite range only)."""
     r = np.float32(float(x))
     best = None
-    for c in (np.nextafter(r, np.float32(-np.inf)), r, np.nextafter(r, np.float32(np.inf))):
+    with np.errstate(over="ignore"):
+        cands = (np.nextafter(r, np.float32(-np.inf)), r, np.nextafter(r, np.float32(np.inf)))
+    for c in cands:
         if not np.isfinite(c):
             continue
         d = abs(Fraction(float(c)) - x)
@@ -671,6 +674,55 @@ def test_evex_misc_against_numpy():
     assert (got[6][:8] == 2 * x[:8]).all() and (got[6][8:] == 0).all()
 
 
+@FAST
+@given(seed=ints)
+def test_evex_lane_moves_against_numpy(seed):
+    """vpbroadcastd from a GPR, vextractf32x4, vinsertf64x4, vshuff32x4, vpmovdw, vpdpwssd,
+    vpunpckldq and vpshufb in EVEX form, with zeroing masks from kmovw loaded from memory."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 2 ** 32, 16, dtype=np.uint32)
+    b = rng.integers(0, 2 ** 32, 16, dtype=np.uint32)
+    kmask = np.array([rng.integers(0, 2 ** 16)], np.uint16)
+    imm, r32 = int(rng.integers(0, 256)), int(rng.integers(0, 2 ** 32))
+    out = np.zeros(16 * 8, np.uint32)
+    prog = [_e("VMOVDQU32_ZMM_K1Z_ZMMM512", Z[0], mem(0, R.RDI)), _e("VMOVDQU32_ZMM_K1Z_ZMMM512", Z[1], mem(0, R.RSI)),
+            mk("VEX_KMOVW_KR_KM16", K[5], mem(0, R.RDX)), mk("MOV_R32_IMM32", R.R11D, Imm(r32)),
+            _e("VPBROADCASTD_ZMM_K1Z_R32", Z[2], R.R11D, k=K[5], z=True),
+            _e("VEXTRACTF32X4_XMMM128_K1Z_ZMM_IMM8", R.XMM3, Z[0], Imm(imm & 3)),
+            _e("VINSERTF64X4_ZMM_K1Z_ZMM_YMMM256_IMM8", Z[4], Z[0], R.YMM1, Imm(imm & 1)),
+            _e("VSHUFF32X4_ZMM_K1Z_ZMM_ZMMM512B32_IMM8", Z[5], Z[0], Z[1], Imm(imm)),
+            _e("VPMOVDW_YMMM256_K1Z_ZMM", R.YMM6, Z[0]),
+            _e("VMOVDQA32_ZMM_K1Z_ZMMM512", Z[7], Z[1]), _e("VPDPWSSD_ZMM_K1Z_ZMM_ZMMM512B32", Z[7], Z[0], Z[1], k=K[5]),
+            _e("VPUNPCKLDQ_ZMM_K1Z_ZMM_ZMMM512B32", Z[8], Z[0], Z[1]),
+            _e("VPSHUFB_ZMM_K1Z_ZMM_ZMMM512", Z[9], Z[0], Z[1])]
+    for j, z in enumerate((2, 3, 4, 5, 6, 7, 8, 9)):
+        prog.append(_e("VMOVDQU32_ZMMM512_K1Z_ZMM", mem(64 * j, R.RCX), Z[z]))
+    m, ptrs = run(prog, a, b, kmask, out)
+    got = m.read(ptrs[3], like=out).reshape(8, 16)
+    bits = (int(kmask[0]) >> np.arange(16)) & 1 == 1
+    assert (got[0] == np.where(bits, r32, 0)).all()
+    blk = a.reshape(4, 4)
+    assert (got[1][:4] == blk[imm & 3]).all() and (got[1][4:] == 0).all()
+    ins = a.copy()
+    ins[8 * (imm & 1):8 * (imm & 1) + 8] = b[:8]
+    assert (got[2] == ins).all()
+    bb = b.reshape(4, 4)
+    assert (got[3] == np.concatenate([blk[imm & 3], blk[(imm >> 2) & 3], bb[(imm >> 4) & 3], bb[imm >> 6]])).all()
+    assert (got[4].view(np.uint16)[:16] == a.astype(np.uint16)).all() and (got[4][8:] == 0).all()
+    dp = (a.view(np.int16).astype(np.int64) * b.view(np.int16)).reshape(16, 2).sum(1) + b.view(np.int32)
+    assert (got[5] == np.where(bits, dp.astype(np.int32).view(np.uint32), b)).all()
+    assert (got[6].reshape(4, 4) == np.stack([blk[:, 0], bb[:, 0], blk[:, 1], bb[:, 1]], 1)).all()
+    ab, sb = a.view(np.uint8).reshape(4, 16), b.view(np.uint8).reshape(4, 16)
+    shuf = np.where(sb & 0x80, 0, np.take_along_axis(ab, (sb & 15).astype(np.int64), 1))
+    assert (got[7].view(np.uint8) == shuf.reshape(-1)).all()
+
+
+def test_module_doctests():
+    import doctest
+    import isa.x86.interp as mod
+    assert doctest.testmod(mod).failed == 0
+
+
 def test_refuses_embedded_rounding():
     ins = _e("VADDPS_ZMM_K1Z_ZMM_ZMMM512B32_ER", Z[0], Z[1], Z[2])
     ins.rounding_control = iced_x86.RoundingControl.ROUND_DOWN
@@ -798,6 +850,18 @@ def test_call_into_loaded_code_and_stack_args():
     caller = assemble([mk("PUSH_R64", R.RBX), mk("MOV_R64_RM64", R.RBX, mem(16, R.RSP)),   # 7th arg
                        mk("CALL_RM64", R.R9), mk("ADD_R64_RM64", R.RAX, R.RBX), mk("POP_R64", R.RBX), mk("RETNQ")])
     assert m.call(caller, [40, 2, 0, 0, 0, callee, 100]) == 142
+
+
+def test_step_limit_and_abi_check():
+    from isa.x86.interp import AbiViolation, StepLimit
+    spin = Ins.create_branch(C.JMP_REL32_64, 0x1000)
+    spin.ip = 0x1000
+    with pytest.raises(StepLimit):
+        Machine().call(assemble([spin]), max_steps=1000)
+    with pytest.raises(AbiViolation):
+        run([mk("XOR_R32_RM32", R.EBX, R.EBX)])
+    m = Machine()
+    assert m.call(assemble([mk("XOR_R32_RM32", R.EBX, R.EBX), mk("RETNQ")]), check_abi=False) == 0
 
 
 def test_reference_semantics_listed():

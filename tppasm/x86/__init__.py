@@ -13,9 +13,10 @@ def register(kind):
 
 def generate(desc, isa):
     """The raw kernel for ``desc`` on ``isa`` (a :class:`isa.x86.JitFunction`)."""
-    if not _GENERATORS:
-        from . import brgemm, eltwise  # noqa: F401  (they register themselves)
     gen = _GENERATORS.get(desc.kind)
+    if gen is None:             # import every generator module (one may already be imported alone)
+        from . import brgemm, eltwise  # noqa: F401  (they register themselves)
+        gen = _GENERATORS.get(desc.kind)
     if gen is None:
         raise NotImplementedError(f"no x86 generator for {desc.kind!r}")
     return gen(desc, isa)

@@ -19,11 +19,11 @@ AVX512-VNNI, else the AVX2-style conversions at 512 bits. The target is the host
 >>> "vfmadd231ps" in fn.disassemble()
 True
 """
-import struct
 from dataclasses import dataclass
 
 from isa.cpu import host
-from isa.x86 import Function, K, bcst, dword, gpr, qword, rsp, word
+from isa.x86 import Function, K, bcst, byte, dword, gpr, qword, rsp, vec, word
+from isa.x86.registers import Register
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
 from . import register
@@ -34,6 +34,7 @@ FULL_AVX512 = frozenset({"avx512_bf16", "avx512_vnni"})
 UNROLL_ALL, UNROLL, UNROLL_INSTRUCTIONS = 16, 8, 200
 PREFETCH_B = 8                  # k groups ahead (prefetches never fault)
 L2_BYTES, L2_COUNT = 512 << 10, 16
+FMA_LATENCY = 5                 # cycles, with slack: 4 on Zen 3 and Skylake-X, more blocks hide jitter
 
 
 def _math():
@@ -48,6 +49,14 @@ ACT_EMITTERS = {"gelu": "gelu_tanh", "sigmoid": "sigmoid", "tanh": "tanh"}
 
 def emit_activation(act, a, v, dst, src, tmp, consts):
     getattr(_math(), "emit_" + ACT_EMITTERS[act])(a, v, dst, src, tmp, consts)
+
+
+def desc_has_bf16_tail(desc):
+    return desc.dtype == "bf16" and desc.k % 2
+
+
+def desc_act_heavy(desc):
+    return desc.act in ACT_EMITTERS
 
 
 def activation_tmps(act):
@@ -69,16 +78,17 @@ class Dot:
     ops = chain = 1
     a_ops = b_ops = 0
 
-    def load_b(self, g, regs, mem, mask):
+    def load_b(self, g, regs, mem, mask, keep=None):
         g.v.load(g.a, regs[0], mem, mask)
+        g.keep(regs[0], keep)
 
-    def load_a(self, g, regs, expr):
-        g.a.vpbroadcastd(regs[0], dword[expr])
+    def load_a(self, g, regs, src):
+        g.broadcast(regs[0], src)
 
 
 class F32Fma(Dot):
-    def load_a(self, g, regs, expr):
-        g.a.vbroadcastss(regs[0], dword[expr])
+    def load_a(self, g, regs, src):
+        g.a.vbroadcastss(regs[0], dword[src])
 
     def acc(self, g, c, b, a, t, k):
         g.a.vfmadd231ps(c, b[0], a[0])
@@ -99,22 +109,22 @@ class Bf16Shift(Dot):
     low half off; then two FMAs (bf16 products are exact in fp32)."""
 
     nb = na = 2
-    consts = (0xFFFF0000,)
     ops = chain = 2
     a_ops = b_ops = 2
 
-    def _split(self, g, regs, k):
+    def _split(self, g, regs):
         even, odd = regs
         g.a.vpslld(even, odd, 16)
-        g.and_(odd, odd, k[0])
+        g.and_(odd, odd, g.pool.splat(0xFFFF0000))     # from memory: one register more for C
 
-    def load_b(self, g, regs, mem, mask):
+    def load_b(self, g, regs, mem, mask, keep=None):
         g.v.load(g.a, regs[1], mem, mask)
-        self._split(g, regs, g.const_regs)
+        g.keep(regs[1], keep)
+        self._split(g, regs)
 
-    def load_a(self, g, regs, expr):
-        g.a.vpbroadcastd(regs[1], dword[expr])
-        self._split(g, regs, g.const_regs)
+    def load_a(self, g, regs, src):
+        g.broadcast(regs[1], src)
+        self._split(g, regs)
 
     def acc(self, g, c, b, a, t, k):
         g.a.vfmadd231ps(c, b[0], a[0])
@@ -132,16 +142,17 @@ class I8Madd(Dot):
     ops, chain = 4, 2
     a_ops, b_ops = 2, 3
 
-    def load_b(self, g, regs, mem, mask):
+    def load_b(self, g, regs, mem, mask, keep=None):
         even, odd = regs
         g.v.load(g.a, odd, mem, mask)
+        g.keep(odd, keep)
         g.a.vpsllw(even, odd, 8)
         g.a.vpsraw(even, even, 8)
         g.a.vpsraw(odd, odd, 8)
 
-    def load_a(self, g, regs, expr):
+    def load_a(self, g, regs, src):
         even, odd = regs
-        g.a.vpbroadcastd(odd, dword[expr])
+        g.broadcast(odd, src)
         g.and_(even, odd, g.const_regs[0])
         g.a.vpsrlw(odd, odd, 8)
 
@@ -182,11 +193,12 @@ class Plan:
 
 
 def _tile_cycles(dot, r, v):
-    """Cycles per k group of an r x v tile: FMA ports (2), all vector ports (4), loads (2/cycle),
-    and the latency chain (4 cycles per dependent op) of each accumulator."""
+    """Cycles per k group of an r x v tile: FMA ports (2), all vector ops (~3 per cycle: shifts and
+    logic share ports with the FMAs), loads (2/cycle),
+    and the latency chain (FMA_LATENCY per dependent op) of each accumulator."""
     fma = r * v * dot.ops / 2 if dot.ops <= 2 else r * v * 2 / 2 + r * v * 2 / 4
-    alu = (r * v * dot.ops + r * dot.a_ops + v * dot.b_ops) / 4
-    return max(fma, alu, (r + v) / 2, 4 * dot.chain) + 0.01 * (r + v)
+    alu = (r * v * dot.ops + r * dot.a_ops + v * dot.b_ops) / 3
+    return max(fma, alu, (r + v) / 2, FMA_LATENCY * dot.chain) + 0.01 * (r + v)
 
 
 def plan(desc, v, dot, epilogue_regs):
@@ -196,7 +208,7 @@ def plan(desc, v, dot, epilogue_regs):
     tail = desc.n % lanes
     mask_regs = 1 if tail and not v.avx512 else 0
     loop_regs = v.nregs - mask_regs - dot.na - len(dot.consts) - dot.tmps
-    groups = desc.k // desc.vnni
+    groups = desc.groups
     best = None
     for vecs in range(1, min(nvec, 8) + 1):
         rmax = min((loop_regs - vecs * dot.nb) // vecs, (v.nregs - mask_regs - epilogue_regs) // vecs,
@@ -278,7 +290,7 @@ class Gen:
         self.bf16_out = desc.c_dtype == "bf16"
         epi = 0
         if self.bf16_out or desc.bias or desc.act:
-            epi = 1 + max(3, activation_tmps(desc.act))
+            epi = 2 + max(2, activation_tmps(desc.act))
         self.plan = plan(desc, self.v, self.dot, epi)
         self.lanes = self.v.lanes(4)
 
@@ -313,14 +325,18 @@ class Gen:
     def build(self):
         d, p, a = self.d, self.plan, self.a
         self.gprs()
-        for value in self.dot.consts + ((1, 0x7FFF, 0x40) if self.bf16_out else ()):
+        keep = (0xFFFF,) if desc_has_bf16_tail(self.d) else ()
+        keep += (0xFFFF0000,) if isinstance(self.dot, Bf16Shift) else ()
+        for value in self.dot.consts + ((1, 0x7FFF, 0x40) if self.bf16_out else ()) + keep:
             self.pool.splat(value)                  # every constant is known before the code
-        if p.tail and not self.v.avx512:
-            for lanes in {p.tail, p.tail // 2 if self.bf16_out else 0} - {0}:
+        if not self.v.avx512:
+            wanted = {p.tail, p.tail // 2 if self.bf16_out else 0}
+            for lanes in wanted - {0}:
                 self.pool.add(("mask", lanes), [0xFFFFFFFF if i < lanes else 0 for i in range(8)])
         self.pool.emit(a)
         base = sum(len(d) * 4 for d in self.pool.stores)
-        self.slots = {name: base + 8 * i for i, name in enumerate(("colB", "colC", "colN", "end"))}
+        self.slots = {name: base + 8 * i for i, name in enumerate(("colB", "colC", "colN", "stage"))}
+        self.slots["end"] = self.slots["stage"] + (self.v.nregs * self.v.bytes if desc_act_heavy(self.d) else 0)
         self.math_consts = _math().Consts(self.v)               # activation constants, stack only
         self.math_consts.BASE = (self.slots["end"] + 63) // 64 * 64
         self.mask = None
@@ -482,20 +498,21 @@ class Gen:
         a.bind(loop)
         if d.batch == "stride":
             a.lea(r["a_k"], [r["p"] + r["arow"]])
-            a.mov(r["b_k"], r["q"])
-            a.add(r["b_k"], col)
         elif d.batch == "offset":
             a.mov(r["tmp"], [r["p"]])
             a.lea(r["a_k"], [arg["a"] + r["tmp"] * self.es_a])
             a.add(r["a_k"], r["arow"])
-            a.mov(r["tmp"], [r["p"] + 8])
-            a.lea(r["b_k"], [arg["b"] + r["tmp"] * self.es_b])
-            a.add(r["b_k"], col)
         else:
             a.mov(r["a_k"], [r["p"]])
             a.add(r["a_k"], r["arow"])
+        if d.batch == "stride":
+            a.mov(r["b_k"], r["q"])
+        elif d.batch == "offset":
+            a.mov(r["tmp"], [r["p"] + 8])
+            a.lea(r["b_k"], [arg["b"] + r["tmp"] * self.es_b])
+        else:
             a.mov(r["b_k"], [r["q"]])
-            a.add(r["b_k"], col)
+        a.add(r["b_k"], col)
         self.k_loop(rows, vecs, acc, b, a_regs, tmps, masked)
         if d.batch == "stride":
             self.add_imm(r["p"], d.stride_a * self.es_a)
@@ -510,11 +527,18 @@ class Gen:
 
     def k_loop(self, rows, vecs, acc, b, a_regs, tmps, masked):
         d, a, r = self.d, self.a, self.r
-        groups = d.k // d.vnni
+        groups, part = divmod(d.k, d.vnni)               # full groups; k values in the last one
         row_a, row_b = d.lda * self.es_a, d.ldb * 4
+        step = 4                                          # A bytes per group: 4 in every dtype
+        args = (rows, vecs, acc, b, a_regs, tmps, masked, row_a)
+        if part:                                        # after the full groups, wherever they end
+            tail = lambda u: self.group(u * step, u * row_b, *args, part=part)  # noqa: E731
+        else:
+            tail = lambda u: None  # noqa: E731
         if groups <= UNROLL_ALL and groups * self.group_size(rows, vecs) <= 2 * UNROLL_INSTRUCTIONS:
             for u in range(groups):
-                self.group(u * 4, u * row_b, rows, vecs, acc, b, a_regs, tmps, masked, row_a)
+                self.group(u * step, u * row_b, *args)
+            tail(groups)
             return
         unroll = self.unroll(rows, vecs)
         iters, rem = divmod(groups, unroll)
@@ -522,13 +546,43 @@ class Gen:
         a.mov(r["k"], iters)
         a.bind(loop)
         for u in range(unroll):
-            self.group(u * 4, u * row_b, rows, vecs, acc, b, a_regs, tmps, masked, row_a)
-        a.add(r["a_k"], unroll * 4)
+            self.group(u * step, u * row_b, *args)
+        a.add(r["a_k"], unroll * step)
         self.add_imm(r["b_k"], unroll * row_b)
         a.dec(r["k"])
         a.jnz(loop)
         for u in range(rem):
-            self.group(u * 4, u * row_b, rows, vecs, acc, b, a_regs, tmps, masked, row_a)
+            self.group(u * step, u * row_b, *args)
+        tail(rem)
+
+    def load_partial(self, expr, nbytes):
+        """The first ``nbytes`` (1..3) of the group at ``expr``, zero-extended, in a 32-bit GPR."""
+        a, out = self.a, gpr(self.r["k"].num, 32)      # the k counter is free after the k loop
+        if nbytes == 1:
+            a.movzx(out, byte[expr])
+        else:
+            a.movzx(out, word[expr])
+        if nbytes == 3:
+            a.movzx(gpr(self.r["tmp"].num, 32), byte[expr + 2])
+            a.shl(gpr(self.r["tmp"].num, 32), 16)
+            a.or_(out, gpr(self.r["tmp"].num, 32))
+        return out
+
+    def broadcast(self, reg, src):
+        """reg = the dword at memory ``src``, or in 32-bit GPR ``src``, in every lane."""
+        if isinstance(src, Register):
+            if self.v.avx512:
+                self.a.vpbroadcastd(reg, src)
+            else:
+                self.a.vmovd(vec(128, reg.num), src)
+                self.a.vpbroadcastd(reg, vec(128, reg.num))
+        else:
+            self.a.vpbroadcastd(reg, dword[src])
+
+    def keep(self, reg, bits):
+        """Clear all but ``bits`` of every dword of ``reg`` (None: keep everything)."""
+        if bits is not None:
+            self.and_(reg, reg, self.pool.splat(bits))
 
     def unroll(self, rows, vecs):
         """k groups per loop iteration: up to UNROLL, fewer for long group bodies (JIT time)."""
@@ -539,15 +593,21 @@ class Gen:
         dot = self.dot
         return vecs * (1 + dot.b_ops) + rows * (1 + dot.a_ops) + rows * vecs * dot.ops
 
-    def group(self, a_off, b_off, rows, vecs, acc, b, a_regs, tmps, masked, row_a):
+    def group(self, a_off, b_off, rows, vecs, acc, b, a_regs, tmps, masked, row_a, part=0):
+        """One k group; ``part`` > 0: only its first ``part`` k values exist (A is read up to
+        there, B's padding lanes are cleared for bf16, where 0 * inf would not vanish)."""
         g, dot, r = self, self.dot, self.r
-        if PREFETCH_B:
+        if PREFETCH_B and not part:
             for line in range(0, vecs * self.v.bytes, 64):
                 self.a.prefetcht0([r["b_k"] + b_off + PREFETCH_B * self.d.ldb * 4 + line])
+        keep = (1 << 8 * part * ES[self.d.dtype]) - 1 if part and self.d.dtype == "bf16" else None
         for j in range(vecs):
-            dot.load_b(g, b[j], [r["b_k"] + b_off + j * self.v.bytes], masked[j])
+            dot.load_b(g, b[j], [r["b_k"] + b_off + j * self.v.bytes], masked[j], keep)
         for i in range(rows):
-            dot.load_a(g, a_regs, r["a_k"] + i * row_a + a_off)
+            src = r["a_k"] + i * row_a + a_off
+            if part:
+                src = self.load_partial(src, part * self.es_a)
+            dot.load_a(g, a_regs, src)
             for j in range(vecs):
                 dot.acc(g, acc[i][j], b[j], a_regs, tmps, self.const_regs)
 
@@ -575,37 +635,62 @@ class Gen:
 
     def epilogue(self, rows, vecs, acc, masked, free):
         """bias, activation, conversion and store. Free registers: [bias, zero | activation
-        scratch..., and bf16 scratch after them]."""
-        d, a, v = self.d, self.a, self.v
-        integer = d.dtype == "i8"
-        bias_reg, zero, act_tmp, cvt_tmp = free[0], free[1], free[1:], free[2:4]
+        scratch..., and bf16 scratch after them]. With a transcendental activation the tile goes
+        to the stack first and a loop over its rows finishes it (one copy of the long sequence per
+        vector instead of per accumulator: JIT time and code size)."""
+        d, a, v, r = self.d, self.a, self.v, self.r
+        bias_reg, zero = free[0], free[1]
         if d.act == "relu":
             a.vpxord(zero, zero, zero) if v.avx512 else a.vpxor(zero, zero, zero)
         if d.bias:
-            a.mov(self.r["tmp"], self.arg["bias"])
-            a.add(self.r["tmp"], [rsp + self.slots["colB"]])
-        for j in range(vecs):
-            bias = None
-            if d.bias:
-                mem = [self.r["tmp"] + j * v.bytes]
-                if masked[j] is None:
-                    bias = mem
-                else:
-                    v.load(a, bias_reg, mem, masked[j])
-                    bias = bias_reg
+            a.mov(r["tmp"], self.arg["bias"])
+            a.add(r["tmp"], [rsp + self.slots["colB"]])
+        if d.act in ACT_EMITTERS and rows > 1:
+            stage = self.slots["stage"]
             for i in range(rows):
-                c = acc[i][j]
-                if bias is not None:
-                    a.vaddps(c, c, bias)
-                if d.act == "relu":
-                    (a.vpmaxsd if integer else a.vmaxps)(c, c, zero)
-                elif d.act is not None:              # into a scratch register: dst != src
-                    emit_activation(d.act, a, v, act_tmp[0], c, act_tmp[1:], self.math_consts)
-                    c = act_tmp[0]
-                if self.bf16_out:
-                    self.store_bf16(self.c_mem(i, j), c, masked[j], cvt_tmp)
-                else:
-                    v.store(a, [self.c_mem(i, j)], c, masked[j])
+                for j in range(vecs):
+                    a.vmovups([rsp + stage + (i * vecs + j) * v.bytes], acc[i][j])
+            c_row, s_row, count = r["a_k"], r["b_k"], r["k"]
+            a.mov(c_row, r["crow"])
+            a.lea(s_row, [rsp + stage])
+            a.mov(count, rows)
+            loop = a.label()
+            a.bind(loop)
+            free = [reg for row in acc for reg in row] + free
+            for j in range(vecs):
+                x = free[2]
+                a.vmovups(x, [s_row + j * v.bytes])
+                self.finish(x, j, masked[j], c_row + j * self.lanes * self.es_c, free)
+            self.add_imm(c_row, d.ldc * self.es_c)
+            a.add(s_row, vecs * v.bytes)
+            a.dec(count)
+            a.jnz(loop)
+            return
+        for j in range(vecs):
+            for i in range(rows):
+                self.finish(acc[i][j], j, masked[j], self.c_mem(i, j), free)
+
+    def finish(self, c, j, mask, expr, free):
+        """One vector of C: + bias (column vector j), activation, store at ``expr``; ``c`` dies.
+        ``free``: [bias, zero (relu), activation scratch..., ...], none of them ``c``."""
+        d, a, v = self.d, self.a, self.v
+        scratch = [reg for reg in free[2:] if reg != c]
+        if d.bias:
+            mem = [self.r["tmp"] + j * v.bytes]
+            if mask is None:
+                a.vaddps(c, c, mem)
+            else:
+                v.load(a, free[0], mem, mask)
+                a.vaddps(c, c, free[0])
+        if d.act == "relu":
+            (a.vpmaxsd if d.dtype == "i8" else a.vmaxps)(c, c, free[1])
+        elif d.act is not None:                             # into a scratch register: dst != src
+            emit_activation(d.act, a, v, scratch[0], c, scratch[1:], self.math_consts)
+            c, scratch = scratch[0], scratch[1:]
+        if self.bf16_out:
+            self.store_bf16(expr, c, mask, scratch[:2])
+        else:
+            v.store(a, [expr], c, mask)
 
     def store_bf16(self, expr, c, mask, t):
         """Round fp32 ``c`` to bf16 (nearest even; NaN stays a quiet NaN) and store; ``c`` dies."""
@@ -643,9 +728,9 @@ class Gen:
 
     def bf16_tail(self, count, expr, x, t, load):
         """AVX2: the first ``count`` (< 8) words of xmm ``x`` from/to memory: word pairs under a
-        dword mask, the odd last word through eax. ``t`` is scratch."""
+        dword mask, the odd last word through a GPR. ``t`` is scratch."""
         a, pairs = self.a, count // 2
-        scratch = self.r["k"].num                        # the k counter is dead outside the k loop
+        scratch = self.r["p"].num                # the batch pointer is dead outside the batch loop
         if load:
             a.vpxor(x, x, x)
         if pairs:

@@ -95,6 +95,7 @@ def _relu_bwd(a, v, d, s, t, c):
 
 
 GRAD = {"relu_bwd": (1, _relu_bwd), "gelu_bwd": _grad("gelu_tanh_grad"), "gelu_erf_bwd": _grad("gelu_erf_grad")}
+# max/min follow x86: where either input is NaN the result is ``a`` (np.maximum would give NaN)
 BINARY = {"add": (0, _vop("vaddps")), "sub": (0, _vop("vsubps")), "mul": (0, _vop("vmulps")),
           "div": (0, _vop("vdivps")), "max": (0, _vop("vmaxps", 1)), "min": (0, _vop("vminps", 1))}
 
@@ -177,10 +178,19 @@ def _to_bf16(a, v, src, tmp, c):
     return v.half(q.num)
 
 
-def _store(a, v, s, src, mem_at, tail, tmp, c, nt=False):
+def _store(a, v, s, src, mem_at, tail, tmp, c, nt=None):
+    """Store ``src`` (fp32 lanes) converted to ``s.dtype``; ``nt``: a spare register, to use
+    non-temporal stores (the address is 16-byte aligned)."""
     if s.dtype == "f32":
-        if nt and not tail:
-            a.vmovntps(mem_at(0, 4), src)
+        if nt and not tail:                          # 16-byte aligned streaming stores
+            base = mem_at(0, 4)
+            a.vmovntps(base, vec(128, src.num))
+            for i in range(1, v.bytes // 16):
+                if v.avx512:
+                    a.vextractf32x4(vec(128, nt.num), src, i)
+                else:
+                    a.vextractf128(vec(128, nt.num), src, i)
+                a.vmovntps(ptr(base.expr + 16 * i), vec(128, nt.num))
         elif tail and v.avx512:
             a.vmovups(mem_at(0, 4).mask(tail.k), src)
         else:
@@ -198,7 +208,8 @@ def _store(a, v, s, src, mem_at, tail, tmp, c, nt=False):
 
 # -- the row/column walk ------------------------------------------------------------------------
 IDX, ROWS, BITS = r11, r10, rbx
-NT_MIN_BYTES = 1 << 25          # outputs this large go to DRAM anyway: non-temporal stores
+MATH_TMP, MATH_UNROLL = 3, 1    # transcendental bodies: out-of-order overlap suffices, keep JIT short
+NT_MIN_BYTES = 1 << 25          # contiguous outputs this large go to DRAM anyway: non-temporal stores
 
 
 def _rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
@@ -211,7 +222,8 @@ def _rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
         m, n = 1, m * n                             # contiguous: one long row
     nfull, tail_n = divmod(n, lanes)
     bf16_out = any(s.dtype == "bf16" for s in outs)
-    ntmp = max(ntmp, 3 if bf16_out else 0, 1 if bits else 0)
+    streaming = m == 1 and not bits and n * 4 >= NT_MIN_BYTES and not bf16_out
+    ntmp = max(ntmp, 3 if bf16_out else 0, 1 if bits or streaming else 0)
     nin = sum(s.kind in ("full", "row") for s in ins)
     regs = list(range(v.nregs))
     tail = None
@@ -225,7 +237,7 @@ def _rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
             v.make_mask(fn, tail_n, reg=tail.ymask)
     c_reserve = 2
     per = 1 + nin + ntmp
-    for unroll in (4, 2, 1):
+    for unroll in ((4, 2, 1) if ntmp < MATH_TMP else (MATH_UNROLL,)):
         if unroll * per + sum(s.kind in ("col", "scalar") for s in ins) + c_reserve <= len(regs):
             break
     for s in ins:
@@ -257,8 +269,9 @@ def _rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
         result = body(a, v, dst, loaded, tmp, consts)
         if bits and bits[1] == "out":
             _store_bits(a, v, loaded[0], bits[0], col, count, tmp[0], consts)
+        spare = next(r for r in w if r != result) if nt else None
         for s in outs:
-            _store(a, v, s, result, at(s), t, tmp, consts, nt)
+            _store(a, v, s, result, at(s), t, tmp, consts, spare)
 
     if m > 1:
         a.mov(ROWS, m)
@@ -288,11 +301,11 @@ def _rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
         for u, col in enumerate(rest):
             vector(u % unroll, col, idx, min(lanes, n - done * lanes - col), nt)
 
-    if m == 1 and not bits and n * 4 >= NT_MIN_BYTES and all(s.dtype == "f32" for s in outs):
-        # DRAM-sized output: streaming stores skip the read-for-ownership, if outputs are aligned
+    if streaming:
+        # DRAM-sized output: streaming stores skip the read-for-ownership (16-byte aligned outputs)
         plain, end = a.label(), a.label()
         for s in outs:
-            a.test(s.reg, v.bytes - 1)
+            a.test(s.reg, 15)
             a.jnz(plain)
         walk(nt=True)
         a.sfence()

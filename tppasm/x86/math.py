@@ -28,7 +28,7 @@ True
 """
 import struct
 
-from isa.x86 import Assembler, K, dword, eax, ptr, rsp, vec
+from isa.x86 import Assembler, K, dword, eax, ptr, r10, r11, rsp, vec
 
 K7 = K[7]
 LT, LE, NLT, GE, GT = 1, 2, 5, 13, 14     # vcmpps predicates (NLT: also true for NaN)
@@ -59,7 +59,7 @@ class Consts:
     BASE = 64        # [rsp, rsp+64) stays free for VectorISA's AVX2 mask scratch
 
     def __init__(self, v, regs=()):
-        self.v, self.free, self.table = v, list(regs), {}
+        self.v, self.free, self.table, self.slots = v, list(regs), {}, 0
 
     def i(self, bits):
         """Operand holding the int32 ``bits`` in every lane (a register or memory)."""
@@ -73,7 +73,7 @@ class Consts:
         """Operand holding int32 ``values[j]`` in lane j (always memory)."""
         key = ("lanes", tuple(values))
         if key not in self.table:
-            self.table[key] = ptr(rsp + self.BASE + self._slots() * self.v.bytes)
+            self.table[key] = self._slot()
         return self.table[key]
 
     def into(self, a, reg, value):
@@ -84,36 +84,54 @@ class Consts:
         a.vmovups(reg, op)
         return reg
 
-    def _slots(self):
-        return sum(1 for op in self.table.values() if op.__class__.__name__ != "Register")
+    def _slot(self):
+        self.slots += 1
+        return ptr(rsp + self.BASE + (self.slots - 1) * self.v.bytes)
 
     def _get(self, key):
         op = self.table.get(key)
         if op is None:
-            op = self.free.pop(0) if self.free else ptr(rsp + self.BASE + self._slots() * self.v.bytes)
-            self.table[key] = op
+            op = self.table[key] = self.free.pop(0) if self.free else self._slot()
         return op
 
     def stack_bytes(self):
-        return self.BASE + self._slots() * self.v.bytes
+        return self.BASE + self.slots * self.v.bytes
 
     def finish(self, fn, scratch=None):
-        """Prepend the code that materializes the constants to ``fn``'s body; reserve the stack."""
+        """Prepend the code that materializes the constants to ``fn``'s body; reserve the stack.
+
+        Table constants are written as one dword each, then widened by a short loop (3 emitted
+        instructions per constant would dominate the JIT time of the transcendental kernels).
+        The setup runs first and clobbers rax, r10 and r11: a function with more than 6 integer
+        arguments (args 7-8 arrive in r10/r11) must copy those elsewhere before relying on them."""
         v, pre = self.v, Assembler()
         scratch = scratch or v.reg(v.nregs - 1)
         regs = [(k, op) for k, op in self.table.items() if op.__class__.__name__ == "Register"]
         mems = [(k, op) for k, op in self.table.items() if op.__class__.__name__ != "Register"]
+        dwords = self.stack_bytes()
+        if mems:
+            for key, op in mems:
+                slot = (op.expr.disp - self.BASE) // v.bytes
+                bits = key[1] if key[0] == "i" else 0
+                pre.mov(dword[rsp + dwords + 4 * slot], bits if bits < 1 << 31 else bits - (1 << 32))
+            top = pre.label()
+            pre.xor(r10, r10)
+            pre.bind(top)
+            pre.vbroadcastss(scratch, dword[rsp + r10 * 4 + dwords])
+            pre.mov(r11, r10)
+            pre.shl(r11, (v.bytes // 32).bit_length() + 4)
+            pre.vmovups(ptr(rsp + r11 + self.BASE), scratch)
+            pre.inc(r10)
+            pre.cmp(r10, self.slots)
+            pre.jb(top)
         for key, op in mems:
             if key[0] == "lanes":
                 for j in range(v.lanes(4)):
                     pre.mov(dword[op.expr + 4 * j], key[1][j % len(key[1])])
-            else:
-                _broadcast(pre, v, scratch, key[1])
-                pre.vmovups(op, scratch)
         for key, op in regs:
             _broadcast(pre, v, op, key[1])
         if mems:
-            fn.stack(self.stack_bytes())
+            fn.stack(dwords + 4 * self.slots)
         fn.asm.prepend(pre)
 
 

@@ -1,8 +1,10 @@
 """x86 generators for layout transforms (transpose, VNNI2/VNNI4 pack and unpack).
 
-Element-for-element copies through general registers in three nested loops,
-``out[a*oa + b*ob + c*oc] = x[a*ia + b*ib + c*ic]``, so any element size and shape works and
-nothing outside the operands is touched; rows the VNNI layout pads are written as zeros.
+4-byte transposes move 8x8 blocks through ymm registers (unpack, shuffle, lane permute); everything
+else (edges, 1- and 2-byte elements, VNNI) is an element-for-element copy through general
+registers in three nested loops, ``out[a*oa + b*ob + c*oc] = x[a*ia + b*ib + c*ic]``, so any
+element size and shape works and nothing outside the operands is touched; rows the VNNI layout
+pads are written as zeros.
 
 >>> import numpy as np, tppasm
 >>> x = np.arange(6, dtype=np.float32).reshape(2, 3); out = np.empty((3, 2), np.float32)
@@ -11,7 +13,7 @@ array([[0., 3.],
        [1., 4.],
        [2., 5.]], dtype=float32)
 """
-from isa.x86 import Function, gpr, r8, r9, r10, r11, r12, r13, r14, r15, rax
+from isa.x86 import Function, gpr, r8, r9, r10, r11, r12, r13, r14, r15, rax, rcx, rdx, vec
 
 from ..dtypes import dtype as to_dtype
 from . import register
@@ -26,7 +28,6 @@ def _copy3(a, es, src, dst, counts, istr, ostr, zero=False):
     A, B, C = counts
     if not (A and B and C):
         return
-    loops = []
     a.mov(r8, A)
     la = a.label()
     a.bind(la)
@@ -57,7 +58,6 @@ def _copy3(a, es, src, dst, counts, istr, ostr, zero=False):
     a.add(dst, ostr[0] * es)
     a.dec(r8)
     a.jnz(la)
-    del loops
 
 
 @register("transform")
@@ -67,12 +67,19 @@ def generate_transform(desc, isa):
     x, out = fn.args
     es = to_dtype(desc.dtype).itemsize
     m, n, f = desc.m, desc.n, desc.factor
-    if desc.op == "transpose":
+    if desc.op == "transpose" and es == 4 and m >= 8 and n >= 8:
+        _transpose8(a, x, out, m, n, desc.ldi, desc.ldo)
+    elif desc.op == "transpose":
         _copy3(a, es, x, out, (1, m, n), (0, desc.ldi, 1), (0, 1, desc.ldo))
     elif desc.op.startswith("vnni"):
         full, rem = divmod(m, f)
         # x (k, n) row r = g*f + b -> out[g, col, b]
-        _copy3(a, es, x, out, (full, f, n), (f * desc.ldi, desc.ldi, 1), (n * f, 1, f))
+        if (f, es) in ((2, 2), (4, 1)) and full and n >= 32 // es:
+            _vnni_pack(a, x, out, full, n, desc.ldi, f, es)
+            a.add(x, full * f * desc.ldi * es)
+            a.add(out, full * n * f * es)
+        else:
+            _copy3(a, es, x, out, (full, f, n), (f * desc.ldi, desc.ldi, 1), (n * f, 1, f))
         if rem:
             a.mov(r11, out)
             _copy3(a, es, x, out, (1, rem, n), (0, desc.ldi, 1), (0, 1, f))
@@ -84,3 +91,99 @@ def generate_transform(desc, isa):
         if rem:
             _copy3(a, es, x, out, (1, rem, n), (0, 1, f), (0, desc.ldo, 1))
     return fn.finalize()
+
+
+def _transpose8(a, x, out, m, n, ldi, ldo):
+    """out (n, m) = x (m, n)^T for 4-byte elements: 8x8 register blocks, scalar edges."""
+    mb, nb = m // 8, n // 8
+    y = [vec(256, i) for i in range(16)]
+    a.mov(r8, mb)
+    a.mov(r12, x)
+    a.mov(r13, out)
+    rows = a.label()
+    a.bind(rows)
+    a.mov(r14, r12)
+    a.mov(r15, r13)
+    a.mov(r9, nb)
+    cols = a.label()
+    a.bind(cols)
+    for r in range(8):
+        a.vmovups(y[r], [r14 + r * ldi * 4])
+    for p in range(4):                              # pairs of rows: interleave dwords
+        a.vunpcklps(y[8 + 2 * p], y[2 * p], y[2 * p + 1])
+        a.vunpckhps(y[9 + 2 * p], y[2 * p], y[2 * p + 1])
+    for q, (lo, hi) in enumerate(((8, 10), (9, 11), (12, 14), (13, 15))):   # quads: interleave qwords
+        a.vshufps(y[2 * q], y[lo], y[hi], 0x44)
+        a.vshufps(y[2 * q + 1], y[lo], y[hi], 0xEE)
+    for c in range(4):                              # 128-bit halves: rows 0-3 with rows 4-7
+        a.vperm2f128(y[8 + c], y[c], y[4 + c], 0x20)
+        a.vperm2f128(y[12 + c], y[c], y[4 + c], 0x31)
+    for c in range(8):
+        a.vmovups([r15 + c * ldo * 4], y[8 + c])
+    a.add(r14, 32)
+    a.add(r15, 8 * ldo * 4)
+    a.dec(r9)
+    a.jnz(cols)
+    a.add(r12, 8 * ldi * 4)
+    a.add(r13, 32)
+    a.dec(r8)
+    a.jnz(rows)
+    if n % 8:                                       # right edge: all rows, the last n % 8 columns
+        a.lea(rcx, [x + nb * 8 * 4])
+        a.lea(rdx, [out + nb * 8 * ldo * 4])
+        _copy3(a, 4, rcx, rdx, (1, m, n % 8), (0, ldi, 1), (0, 1, ldo))
+    if m % 8:                                       # bottom edge: the last m % 8 rows
+        a.lea(rcx, [x + mb * 8 * ldi * 4])
+        a.lea(rdx, [out + mb * 8 * 4])
+        _copy3(a, 4, rcx, rdx, (1, m % 8, nb * 8), (0, ldi, 1), (0, 1, ldo))
+
+
+def _vnni_pack(a, x, out, groups, n, ldi, f, es):
+    """The ``groups`` full groups of f rows: 32-byte column chunks interleaved in ymm registers
+    (bf16 pairs: unpack words; int8 quads: unpack bytes then words), scalar right edge."""
+    cols = 32 // es
+    chunks = n // cols
+    y = [vec(256, i) for i in range(12)]
+    a.mov(r8, groups)
+    a.mov(r12, x)
+    a.mov(r13, out)
+    top = a.label()
+    a.bind(top)
+    a.mov(r14, r12)
+    a.mov(r15, r13)
+    a.mov(r9, chunks)
+    inner = a.label()
+    a.bind(inner)
+    for r in range(f):
+        a.vmovdqu(y[r], [r14 + r * ldi * es])
+    if f == 2:
+        a.vpunpcklwd(y[4], y[0], y[1])
+        a.vpunpckhwd(y[5], y[0], y[1])
+        pairs = [(4, 5)]
+    else:
+        a.vpunpcklbw(y[4], y[0], y[1])
+        a.vpunpckhbw(y[5], y[0], y[1])
+        a.vpunpcklbw(y[6], y[2], y[3])
+        a.vpunpckhbw(y[7], y[2], y[3])
+        a.vpunpcklwd(y[8], y[4], y[6])
+        a.vpunpckhwd(y[9], y[4], y[6])
+        a.vpunpcklwd(y[10], y[5], y[7])
+        a.vpunpckhwd(y[11], y[5], y[7])
+        pairs = [(8, 9), (10, 11)]
+    # each register holds columns (lane 0, lane 1) = (c, c + cols/2): reorder the 128-bit halves
+    outs = [(lo, hi, 0x20) for lo, hi in pairs] + [(lo, hi, 0x31) for lo, hi in pairs]
+    for i, (lo, hi, imm) in enumerate(outs):
+        a.vperm2i128(y[i], y[lo], y[hi], imm)
+        a.vmovdqu([r15 + 32 * i], y[i])
+    a.add(r14, 32)
+    a.add(r15, 32 * f)
+    a.dec(r9)
+    a.jnz(inner)
+    a.add(r12, f * ldi * es)
+    a.add(r13, n * f * es)
+    a.dec(r8)
+    a.jnz(top)
+    if n % cols:
+        a.lea(rcx, [x + chunks * cols * es])
+        a.lea(rdx, [out + chunks * cols * f * es])
+        _copy3(a, es, rcx, rdx, (groups, f, n % cols), (f * ldi, ldi, 1), (n * f, 1, f))
