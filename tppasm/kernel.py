@@ -53,7 +53,10 @@ class Kernel:
         self.scalars = tuple(desc.scalars)
         start = time.perf_counter()
         self.raw = _generate(desc, isa)
-        self.entry = build_entry(desc.kind, self.operands, self.scalars, self.raw.address, desc.count_scalar)
+        # the x86 entry stub exists for x86 kernels only; others (sve) take the Python-checked path
+        x86 = isa in ("avx2", "avx512", "amx")
+        self.entry = (build_entry(desc.kind, self.operands, self.scalars, self.raw.address, desc.count_scalar)
+                      if x86 else None)
         self.jit_seconds = time.perf_counter() - start
         functype = ctypes.CFUNCTYPE if desc.work() >= _GIL_RELEASE_WORK else ctypes.PYFUNCTYPE
         self._native = NATIVE_CHECKS and self.entry is not None
@@ -61,8 +64,8 @@ class Kernel:
             self._entry = functype(ctypes.c_int32, ctypes.py_object)(self.entry.address)
         self._n = len(self.operands)
         self._defaults = (1,) * len(self.scalars)
-        self._raw = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(self.operands)),
-                                     *([ctypes.c_int64] * len(self.scalars)))(self.raw.address)
+        self._raw = None if self.raw.address is None else ctypes.CFUNCTYPE(   # None: foreign ISA code
+            None, *([ctypes.c_void_p] * len(self.operands)), *([ctypes.c_int64] * len(self.scalars)))(self.raw.address)
 
     @property
     def raw_address(self):
@@ -96,6 +99,8 @@ class Kernel:
         count = dict(zip(self.scalars, values)).get(self.desc.count_scalar, 1)
         for spec, arr in zip(self.operands, arrays):
             check(spec, arr, count, who=self.desc.kind)
+        if self._raw is None:
+            raise RuntimeError(f"{self.desc.kind}: {self.isa} code cannot run on this host; use an emulator")
         self._raw(*(a.ctypes.data for a in arrays), *values)
 
     def _explain(self, arrays, scalars):

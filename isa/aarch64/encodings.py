@@ -90,6 +90,11 @@ ldr      b8606800 -   Wt [x,x{lsl2}]
 ldr      fd400000 -   Dt [x,u12*8]
 ldr      fc400c00 -   Dt [x,s9]!
 ldr      fc400400 -   Dt [x],s9
+ldr      b8400400 -   Wt [x],s9
+ldrb     39400000 -   Wt [x,u12*1]
+ldrb     38400400 -   Wt [x],s9
+ldrh     79400000 -   Wt [x,u12*2]
+ldrh     78400400 -   Wt [x],s9
 ldur     f8400000 -   Xt [x,s9]
 str      f9000000 -   Xt [x,u12*8]
 str      f8000c00 -   Xt [x,s9]!
@@ -100,6 +105,11 @@ str      b8206800 -   Wt [x,x{lsl2}]
 str      fd000000 -   Dt [x,u12*8]
 str      fc000c00 -   Dt [x,s9]!
 str      fc000400 -   Dt [x],s9
+str      b8000400 -   Wt [x],s9
+strb     39000000 -   Wt [x,u12*1]
+strb     38000400 -   Wt [x],s9
+strh     79000000 -   Wt [x,u12*2]
+strh     78000400 -   Wt [x],s9
 stur     f8000000 -   Xt [x,s9]
 ldp      a9400000 -   Xt Xt2 [x,s7*8]
 ldp      a9c00000 -   Xt Xt2 [x,s7*8]!
@@ -131,6 +141,9 @@ ptrue    2518e000 bhsd  Pd.T pattern
 ptrues   2519e000 bhsd  Pd.T pattern
 pfalse   2518e400 -     Pd.b
 whilelo  25201c00 bhsd  Pd.T Xn Xm16
+punpklo  05304000 -     Pd.h Pn.b
+punpkhi  05314000 -     Pd.h Pn.b
+uzp1     05204800 bhsd  Pd.T Pn.T Pm.T
 whilelo  25200c00 bhsd  Pd.T Wn Wm16
 whilelt  25201400 bhsd  Pd.T Xn Xm16
 cntb     0420e000 -     Xd pattern mul
@@ -174,6 +187,8 @@ st1b     e400e000 -     {Zt.b} Pg [x,s4vl]
 st1b     e4004000 -     {Zt.b} Pg [x,x]
 ldr      85804000 -     Zt [x,s9vl]
 str      e5804000 -     Zt [x,s9vl]
+ldr      85800000 -     Pt [x,s9vl]
+str      e5800000 -     Pt [x,s9vl]
 # ---- SVE floating point
 fmla     65200000 hsd   Zd.T Pg/M Zn.T Zm.T
 fmls     65202000 hsd   Zd.T Pg/M Zn.T Zm.T
@@ -207,6 +222,9 @@ fmin     651f8000 hsd   Zd.T Pg/M =0 #0.0|1.0
 frecpe   650e3000 hsd   Zd.T Zn.T
 frsqrte  650f3000 hsd   Zd.T Zn.T
 fexpa    0420b800 hsd   Zd.T Zn.T
+faddv    65002000 hsd   Vd.T Pg Zn.T
+fmaxv    65062000 hsd   Vd.T Pg Zn.T
+fminv    65072000 hsd   Vd.T Pg Zn.T
 frintn   6500a000 hsd   Zd.T Pg/M Zn.T
 frintp   6501a000 hsd   Zd.T Pg/M Zn.T
 frintm   6502a000 hsd   Zd.T Pg/M Zn.T
@@ -388,6 +406,8 @@ _FIXED = {
     "#0.0": lambda: Choice(0, {0.0: 0}, "#0.0", fmt=lambda v: "#0.0"),
     "[x,u12*8]": lambda: MemKind(scale=8, bits=12, signed=False, fields=[(10, 12)]),
     "[x,u12*4]": lambda: MemKind(scale=4, bits=12, signed=False, fields=[(10, 12)]),
+    "[x,u12*2]": lambda: MemKind(scale=2, bits=12, signed=False, fields=[(10, 12)]),
+    "[x,u12*1]": lambda: MemKind(scale=1, bits=12, signed=False, fields=[(10, 12)]),
     "[x,s9]": lambda: MemKind(bits=9, fields=[(12, 9)]),
     "[x,s9]!": lambda: MemKind(bits=9, fields=[(12, 9)], mode="pre"),
     "[x],s9": lambda: MemKind(bits=9, fields=[(12, 9)], mode="post"),
@@ -438,8 +458,12 @@ def kind(token: str, t: str | None = None) -> Kind:
         return ZIndexed(m[2], width, fields)
     if m := re.fullmatch(r"Z([dnmt])(\d*)(?:\.(\w))?", token):
         return Zr(int(m[2]) if m[2] else POS[m[1]], m[3], role=m[1])
-    if m := re.fullmatch(r"Pd\.(\w)", token):
-        return Pr(0, 4, size=m[1])
+    if m := re.fullmatch(r"P([dnm])\.(\w)", token):
+        return Pr(POS[m[1]], 4, size=m[2])
+    if token == "Pt":
+        return Pr(0, 4)
+    if m := re.fullmatch(r"Vd\.(\w)", token):
+        return Vr(0, m[1], "d")
     if m := re.fullmatch(r"Pg(4)?(?:/([MZ]))?", token):
         return Pr(10, 4 if m[1] else 3, qual=m[2].lower() if m[2] else None)
     if m := re.fullmatch(r"\[x,u6\*(\d)\]", token):

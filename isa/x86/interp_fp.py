@@ -31,7 +31,7 @@ def nonfinite(r: np.ndarray) -> bool:
     z = _ZEROS.get(r.size)
     if z is None:
         z = _ZEROS[r.size] = np.zeros(r.size, f32)
-    return math.isnan(float(r.reshape(-1).dot(z)))
+    return math.isnan(r.dot(z) if r.ndim == 1 else r.reshape(-1).dot(z))
 
 
 def nan_rule(r: np.ndarray, *srcs) -> np.ndarray:

@@ -127,8 +127,15 @@ def writer(m, ins, tout, merge_from=None, aligned=False):
         refuse(ins, "legacy SSE encoding (only VEX/EVEX modelled)")
     width = RegisterExt.size(reg)
     old_view = row[:width].view(tout)
+    full_lanes = width // np.dtype(tout).itemsize
+    upper = row[width:]
 
     def wr(res, bits):
+        if bits is None and len(res) == full_lanes:  # the common case: one copy, no temporaries
+            old_view[...] = res
+            if width < 64:
+                upper[...] = 0
+            return
         if res.dtype != tout or not res.flags.c_contiguous:
             res = np.ascontiguousarray(res).astype(tout, copy=False)
         nb = res.nbytes

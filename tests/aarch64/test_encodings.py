@@ -59,7 +59,7 @@ def unpredictable(form, ops) -> bool:
     if form.mnemonic in ("ldp",) and (ops[0] == ops[1]):
         return True
     mem = ops[-1] if ops else None
-    if getattr(mem, "mode", None) and form.mnemonic in ("ldp", "stp", "ldr", "str") and str(ops[0])[0] in "xw":
+    if getattr(mem, "mode", None) and form.mnemonic in ("ldp", "stp", "ldr", "str", "ldrb", "strb", "ldrh", "strh") and str(ops[0])[0] in "xw":
         return any(o.num == mem.base.num and not mem.base.is_sp for o in ops[:-1])
     return False
 

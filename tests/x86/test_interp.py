@@ -4,43 +4,29 @@ references for what the host cannot run (AVX-512 F/BW/BF16/VNNI, AMX), plus its 
 from __future__ import annotations
 
 import ctypes
-import mmap
-import sys
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import iced_x86
+from iced_x86 import Code as C
+from iced_x86 import Instruction as Ins
+from iced_x86 import MemoryOperand
+from iced_x86 import Register as R
 
-import iced_x86  # noqa: E402
-from iced_x86 import Code as C  # noqa: E402
-from iced_x86 import Instruction as Ins  # noqa: E402
-from iced_x86 import MemoryOperand  # noqa: E402
-from iced_x86 import Register as R  # noqa: E402
-
-from isa.x86.interp import (InvalidOpcode, Machine, MemoryFault, UnsupportedInstruction,  # noqa: E402
-                            reference)
-from isa.x86.interp_fp import fma32, to_bf16  # noqa: E402
+from isa.cpu import host
+from isa.memory import ExecutableMemory
+from isa.x86.interp import InvalidOpcode, Machine, MemoryFault, UnsupportedInstruction, reference
+from isa.x86.interp_fp import fma32, to_bf16
 
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 
 
-def _cpu_flags() -> set:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-NATIVE = sys.platform == "linux" and {"avx2", "fma", "bmi2"} <= _cpu_flags()
-needs_native = pytest.mark.skipif(not NATIVE, reason="host lacks AVX2/FMA/BMI2 (or is not Linux)")
+NATIVE = all(host().has(f) for f in ("avx2", "fma", "bmi2"))  # lzcnt/tzcnt come with these
+needs_native = pytest.mark.skipif(not NATIVE, reason="host lacks AVX2/FMA/BMI2: nothing to compare with")
 
 
 # ---- assembling -------------------------------------------------------------------------------
@@ -89,27 +75,12 @@ def label_loop(body, counter=R.RCX):
     return out + [dec, jnz]
 
 
-# ---- native runner (W^X: written while RW, executed once RX) -------------------------------------
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-
+# ---- native runner: the lead's W^X executable memory, called through ctypes ---------------------
 
 class NativeCode:
     def __init__(self, code: bytes):
-        size = (len(code) + 4095) // 4096 * 4096
-        self.mm = mmap.mmap(-1, size, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        self.mm.write(code)
-        self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
-        if _libc.mprotect(self.address, size, mmap.PROT_READ | mmap.PROT_EXEC) != 0:
-            raise OSError(ctypes.get_errno(), "mprotect")
-        self.fn = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p)(self.address)
-
-
-try:  # the lead's executable memory, when present
-    from isa.memory import ExecutableMemory  # noqa: F401
-except ImportError:
-    ExecutableMemory = None
+        self.mem = ExecutableMemory(code)
+        self.fn = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p)(self.mem.address)
 
 
 # ---- the state harness: registers and memory in one block, loaded and stored around a snippet ---

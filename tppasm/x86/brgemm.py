@@ -304,6 +304,7 @@ class Gen:
         self.arg = dict(zip(names, args))
         free = [r for r in INT_ARGS + CALLEE_SAVED + [gpr(0), gpr(10), gpr(11)] if r not in args]
         free = sorted(set(free), key=lambda r: (r.num in (3, 5, 12, 13, 14, 15), r.num))
+        # 15 usable; the offset kernel with a bias has 6 arguments and needs no "q"
         want = ["tmp", "crow", "arow", "rows", "batch", "a_k", "b_k", "k", "p", "q"]
         self.r = dict(zip(want, free))
 
@@ -759,7 +760,8 @@ def _masked(expr, k):
 
 @register("brgemm")
 def generate(desc, isa):
-    if isa == "amx" and desc.dtype in ("bf16", "i8"):      # tile kernels; fp32 stays on AVX-512
+    # tile kernels; fp32 and k tails (k not a multiple of the VNNI factor) stay on AVX-512
+    if isa == "amx" and desc.dtype in ("bf16", "i8") and desc.k % desc.vnni == 0:
         from .amx import generate as generate_amx
         return generate_amx(desc)
     return generate_brgemm(desc, isa)
