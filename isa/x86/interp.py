@@ -156,11 +156,21 @@ class Machine:
         return self.rdv(address, nbytes).copy()
 
     def write(self, address: int, array) -> None:
-        """Overwrite mapped memory at ``address`` with the bytes of ``array``."""
+        """Overwrite mapped memory at ``address`` with the bytes of ``array``.
+
+        >>> m = Machine(); pa = m.map(np.zeros(2, np.int32)); m.write(pa + 4, np.int32(7))
+        >>> m.read(pa, like=np.zeros(2, np.int32)).tolist()
+        [0, 7]
+        """
         self.wrv(address, np.ascontiguousarray(array).view(np.uint8).reshape(-1))
 
     def load(self, code: bytes) -> int:
-        """Place code (read-only, executable) at a fresh address and return it; same bytes, same address."""
+        """Place code (read-only, executable) at a fresh address and return it; same bytes, same address.
+
+        >>> m = Machine(); f = m.load(bytes.fromhex("89f8c3"))    # mov eax, edi; ret
+        >>> m.load(bytes.fromhex("89f8c3")) == f, m.call(f, [5])
+        (True, 5)
+        """
         code = bytes(code)
         at = self._code_at.get(code)
         if at is None:

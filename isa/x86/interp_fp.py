@@ -76,6 +76,10 @@ _ONE64 = np.uint64(1)
 def fma32(a, b, c, *, prio=None, daz_ftz=False) -> np.ndarray:
     """Correctly rounded float32 a*b + c (one rounding), x86 NaN rules over ``prio`` sources.
 
+    >>> x = np.array([1 + 2 ** -12], f32)          # x*x is a float32 midpoint; c breaks the tie
+    >>> bool(fma32(x, x, np.array([2 ** -60], f32))[0] > 1 + 2 ** -11)
+    True
+
     s = RN64(a*b + c) (the product is exact in float64) rounds to float32 like the exact value
     unless s is a float32 midpoint or lies in the float32 subnormal range: only those lanes need
     the exact error (TwoSum) and round-to-odd, which is rare, so it is done only when present.
@@ -108,7 +112,11 @@ ftz = daz  # denormal results flushed to signed zero: same bit operation
 
 
 def to_bf16(x: np.ndarray) -> np.ndarray:
-    """SDM convert_fp32_to_bfloat16 (uint16 lanes)."""
+    """SDM convert_fp32_to_bfloat16 (uint16 lanes).
+
+    >>> [hex(v) for v in to_bf16(np.array([1.00390625, 1.01171875, 1e-40], f32))]
+    ['0x3f80', '0x3f82', '0x0']
+    """
     u = np.asarray(x, f32).view(u32)
     exp, man = u & 0x7F800000, u & 0x007FFFFF
     rounded = (u + (0x7FFF + ((u >> 16) & 1))) >> 16

@@ -11,7 +11,7 @@ import numpy as np
 from iced_x86 import Mnemonic as Mn
 from iced_x86 import OpKind, Register, RegisterExt
 
-from .interp_base import pack_bits, gpr_writer, operand_rw, refuse, sem, vec_index, with_ref
+from .interp_base import MNEMONIC_NAME, pack_bits, gpr_writer, operand_rw, refuse, sem, vec_index, with_ref
 from .interp_fp import approx, cvt_f32_i32, f32, fbin, fma32, fsqrt, getexp, roundscale, scalef
 from .interp_lanes import mem_reader, reader, vop
 
@@ -347,6 +347,31 @@ def _movdq(m, ins):
     return step
 
 
+def _pinsr(n, imm, a, b):
+    """vpinsr[bwdq]: a's xmm with element imm replaced by the low element of b (GPR or memory)."""
+    r = a[:16 // a.itemsize].copy()
+    r[imm & (len(r) - 1)] = b[0]
+    return r
+
+
+_PEXTR = {Mn.VPEXTRB: u8, Mn.VPEXTRW: u16, Mn.VPEXTRD: u32, Mn.VPEXTRQ: u64}
+
+
+@sem("vpextr[bwdq]: GPR (zero-extended) or memory = xmm element imm")
+def _pextr(m, ins):
+    t = _PEXTR[ins.mnemonic]
+    size = np.dtype(t).itemsize
+    src = m.v[vec_index(ins.op1_register), :16].view(t)
+    j = ins.immediate(2) & (16 // size - 1)
+    _, wr = operand_rw(m, ins, 0, size if ins.op_kind(0) == OpKind.MEMORY else None)
+    nxt = ins.next_ip
+
+    def step():
+        wr(int(src[j]))
+        return nxt
+    return step
+
+
 @sem("vmovmskps/vpmovmskb: GPR = sign bits of the lanes")
 def _movmsk(m, ins):
     t = i32 if ins.mnemonic == Mn.VMOVMSKPS else i8
@@ -520,6 +545,10 @@ def _table():
     add(Mn.VMOVMSKPS, _movmsk)
     add(Mn.VPMOVMSKB, _movmsk)
     add(Mn.VPTEST, _ptest)
+    for mn, ty in _PEXTR.items():
+        add(mn, _pextr)
+        add(getattr(Mn, MNEMONIC_NAME[mn].upper().replace("EXTR", "INSR")),
+            vop(_pinsr, ty, imm=True, ref="dst = a with element imm = low element of b; upper zeroed"))
     add(Mn.VMASKMOVPS, _maskmov)
     add(Mn.VPMASKMOVD, _maskmov)
     add(Mn.VPMASKMOVQ, _maskmov)

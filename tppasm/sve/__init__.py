@@ -1,8 +1,15 @@
-"""SVE TPP generators (vector-length agnostic machine code for AArch64) with NumPy references.
+"""SVE TPP generators (vector-length agnostic machine code for AArch64).
 
-Each generator takes plain parameters and returns the bytes of an AAPCS64 function; the
-signatures are documented in :mod:`tppasm.sve.brgemm` and :mod:`tppasm.sve.eltwise`.
+:func:`generate` is the tppasm backend entry: a descriptor of :mod:`tppasm.brgemm` or
+:mod:`tppasm.eltwise` in, an :class:`SveCode` (``Kernel.raw``) out, taking the descriptor's
+operands in ``operands()`` order, then its int scalars (AAPCS64 x0, x1, ...). The lower-level
+generators keep their own signatures (:mod:`tppasm.sve.brgemm`, :mod:`tppasm.sve.eltwise`).
 
+>>> from tppasm.eltwise import Unary
+>>> from tppasm.kernel import Kernel
+>>> k = Kernel(Unary("relu", 2, 5), "sve")
+>>> "fmax" in k.disassemble()
+True
 >>> from tppasm.sve import brgemm, eltwise
 >>> len(brgemm(m=4, n=4, k=4)) > 0 and len(eltwise("relu", m=2, n=5)) > 0
 True
@@ -10,6 +17,27 @@ True
 from .brgemm import (DTYPES, Plan, brgemm, brgemm_ref, inner_loop, kernel_for, pack_b, pack_b_dot, pack_b_mmla,
                      plan)
 from .eltwise import BCAST, BINARY, UNARY, eltwise, eltwise_ref
+from .raw import SveCode
 
-__all__ = ["DTYPES", "Plan", "brgemm", "brgemm_ref", "inner_loop", "kernel_for", "pack_b", "pack_b_dot", "pack_b_mmla",
-           "plan", "eltwise", "eltwise_ref", "UNARY", "BINARY", "BCAST"]
+__all__ = ["generate", "SveCode", "DTYPES", "Plan", "brgemm", "brgemm_ref", "inner_loop", "kernel_for", "pack_b",
+           "pack_b_dot", "pack_b_mmla", "plan", "eltwise", "eltwise_ref", "UNARY", "BINARY", "BCAST"]
+
+
+def _gen(kind):
+    if kind in ("unary", "binary", "ternary"):
+        from .elementwise import generate
+    elif kind == "reduce":
+        from .reduce import generate
+    elif kind == "transform":
+        from .transform import generate
+    elif kind == "brgemm":
+        from .gemm import generate
+    else:
+        raise NotImplementedError(f"no SVE generator for {kind!r}")
+    return generate
+
+
+def generate(desc, isa="sve") -> SveCode:
+    """The raw SVE kernel of a tppasm descriptor (``isa`` is accepted for the backend signature)."""
+    desc.validate()
+    return SveCode(_gen(desc.kind)(desc), f"{desc.kind}.sve")

@@ -1,0 +1,37 @@
+"""The raw-kernel object the SVE generators return (what :class:`tppasm.kernel.Kernel` keeps as ``raw``).
+
+On an AArch64 host the code is copied into executable memory (``address`` is callable through
+ctypes); elsewhere ``address`` is None and the code runs only under an emulator
+(:mod:`isa.aarch64.emulate`).
+
+>>> from isa.aarch64 import Assembler
+>>> a = Assembler(); a.ret()
+>>> raw = SveCode(a.code(), "ret")
+>>> print(raw.disassemble())
+       0: d65f03c0  ret
+"""
+import platform
+
+from isa.aarch64 import disassemble
+
+AARCH64_HOST = platform.machine() in ("aarch64", "arm64")
+
+
+class SveCode:
+    """AArch64 machine code of one kernel; executable (``address`` set) on an AArch64 host only."""
+
+    def __init__(self, code: bytes, name: str = "sve"):
+        self.name, self.code = name, bytes(code)
+        self.memory = None
+        if AARCH64_HOST:
+            from isa.memory import ExecutableMemory
+            self.memory = ExecutableMemory(self.code)
+        self.address = self.memory.address if self.memory is not None else None
+
+    def disassemble(self) -> str:
+        """The code as text (capstone)."""
+        return disassemble(self.code)
+
+    def __repr__(self):
+        where = f"at {self.address:#x}" if self.address is not None else "(not mapped: foreign host)"
+        return f"<SveCode {self.name} {where}, {len(self.code)} bytes>"
