@@ -18,7 +18,7 @@ import struct
 from functools import lru_cache
 
 from .operands import (ASR, LSL, LSR, Choice, Gpr, Imm, Kind, LabelKind, MemKind, Pr, ShiftKind, Tied,
-                       Vr, ZIndexed, ZList, Zr, imm_text)
+                       Vr, ZIndexed, ZList, ZMemKind, Zr, imm_text)
 
 SIZE_BITS = {"b": 0, "h": 1, "s": 2, "d": 3}
 ESIZE = {"b": 8, "h": 16, "s": 32, "d": 64}
@@ -177,6 +177,16 @@ ld1rqw   a5002000 -     {Zt.s} Pg/Z [x,s4*16]
 ld1rqh   a4802000 -     {Zt.h} Pg/Z [x,s4*16]
 ld1rqh   a4800000 -     {Zt.h} Pg/Z [x,x,lsl1]
 ld1rqb   a4002000 -     {Zt.b} Pg/Z [x,s4*16]
+ld1w     85004000 -     {Zt.s} Pg/Z [x,zs,uxtw]
+ld1h     84804000 -     {Zt.s} Pg/Z [x,zs,uxtw]
+ld1b     84004000 -     {Zt.s} Pg/Z [x,zs,uxtw]
+ld1d     c5c0c000 -     {Zt.d} Pg/Z [x,zd]
+ld1d     a5e0a000 -     {Zt.d} Pg/Z [x,s4vl]
+ld1d     a5e04000 -     {Zt.d} Pg/Z [x,x,lsl3]
+st1d     e5e0e000 -     {Zt.d} Pg [x,s4vl]
+st1d     e5e04000 -     {Zt.d} Pg [x,x,lsl3]
+st1b     e440e000 -     {Zt.s} Pg [x,s4vl]
+st1b     e4404000 -     {Zt.s} Pg [x,x]
 st1w     e540e000 -     {Zt.s} Pg [x,s4vl]
 st1w     e5404000 -     {Zt.s} Pg [x,x,lsl2]
 st1h     e4a0e000 -     {Zt.h} Pg [x,s4vl]
@@ -265,6 +275,8 @@ usmmla   45809800 -     Zd.s Zn.b Zm.b
 ummla    45c09800 -     Zd.s Zn.b Zm.b
 # ---- SVE integer, moves, permutes, compares
 dup      2538c000 bhsd  Zd.T #dup
+index    04204c00 bhs   Zd.T Wn Wm
+index    04e04c00 -     Zd.d Xn Xm
 dup      05203800 bhs   Zd.T Wn|SP
 dup      05e03800 -     Zd.d Xn|SP
 dup      05242000 -     Zd.s Zn.s[dup]
@@ -420,6 +432,9 @@ _FIXED = {
     "[x,s9vl]": lambda: MemKind(bits=9, fields=[(16, 6), (10, 3)], mul_vl=True),
     "[x,s4*16]": lambda: MemKind(scale=16, bits=4, fields=[(16, 4)]),
     "[x,x,lsl2]": lambda: MemKind(shifts={2: 0}, zr_index=False),
+    "[x,x,lsl3]": lambda: MemKind(shifts={3: 0}, zr_index=False),
+    "[x,zs,uxtw]": lambda: ZMemKind("s"),
+    "[x,zd]": lambda: ZMemKind("d"),
     "[x,x,lsl1]": lambda: MemKind(shifts={1: 0}, zr_index=False),
     "[x,x]": lambda: MemKind(shifts={0: 0}, zr_index=False),
 }

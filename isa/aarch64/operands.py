@@ -413,7 +413,7 @@ class MemKind(Kind):
     def match(self, op, ops):
         if not isinstance(op, Mem) or not (op.base.is_sp or (op.base.bits == 64 and op.base.num < 31)):
             return False
-        if op.base.bits != 64:
+        if op.base.bits != 64 or not (op.index is None or isinstance(op.index, GPR)):
             return False
         if self.shifts is not None:
             return (op.index is not None and op.index.bits == 64 and not op.index.is_sp and op.mode is None
@@ -438,3 +438,28 @@ class MemKind(Kind):
         lo, hi = self.imm_range()
         unit = 1 if self.mul_vl else self.scale
         return Mem(base, draw(lo // unit, hi // unit) * unit, mode=self.mode, mul_vl=self.mul_vl)
+
+
+class ZMemKind(Kind):
+    """A gather address ``[Xn|SP, Zm.s, uxtw]`` (32-bit byte offsets, zero-extended) or
+    ``[Xn|SP, Zm.d]`` (64-bit byte offsets): base in bits 5-9, offset vector in bits 16-20. The
+    user writes ``Mem(base, index=z5.s)``."""
+
+    def __init__(self, size: str):
+        self.size = size
+        self.name = f"[Xn|SP, Zm.{size.upper()}" + (", uxtw]" if size == "s" else "]")
+
+    def match(self, op, ops):
+        return (isinstance(op, Mem) and isinstance(op.index, ZReg) and op.index.size == self.size
+                and op.mode is None and not op.mul_vl and op.shift == 0 and op.offset == 0
+                and (op.base.is_sp or (op.base.bits == 64 and op.base.num < 31)))
+
+    def encode(self, op, ops):
+        return (op.base.num << 5) | (op.index.num << 16)
+
+    def text(self, op, pc):
+        return f"[{op.base}, {op.index}" + (", uxtw]" if self.size == "s" else "]")
+
+    def sample(self, draw, ops):
+        n = draw(0, 31)
+        return Mem(GPR(31, 64, True) if n == 31 else GPR(n), index=ZReg(draw(0, 31), self.size))

@@ -36,9 +36,10 @@ def random_fill(rng, dt, size, scale=3.0):
 
 class DescCase:
     """One descriptor run: buffers, the qemu Call, the expected buffers; ``fill(spec, view)`` may
-    overwrite an input's elements (``view`` is a view of its buffer)."""
+    overwrite an input's elements (``view`` is a view of its buffer). ``flat`` maps operand names to
+    a number of blocks: that operand is passed as a flat buffer of that many blocks (BRGEMM offsets)."""
 
-    def __init__(self, desc, seed=0, count=1, fill=None, scale=3.0):
+    def __init__(self, desc, seed=0, count=1, fill=None, scale=3.0, flat=None):
         self.desc, self.count = desc, count
         self.kernel = Kernel(desc, "sve")
         rng = np.random.default_rng(seed)
@@ -46,7 +47,7 @@ class DescCase:
         self.bufs, self.views = [], []
         for spec in self.specs:
             dt = spec.np_dtype
-            size = extent(spec, count)
+            size = extent(spec, count) * (flat or {}).get(spec.name, 1)
             if spec.writable:
                 buf = np.full(size, poison(dt)).astype(dt) if np.dtype(dt).kind in "fV" or dt.name == "bfloat16" \
                     else np.full(size, poison(dt), dt)
@@ -60,10 +61,11 @@ class DescCase:
                 vw[...] = random_fill(rng, dt, vw.shape, scale)
                 if fill is not None:
                     fill(spec, vw, rng)
+            if flat and spec.name in flat:
+                buf[...] = random_fill(rng, dt, buf.shape, scale)
             self.bufs.append(buf)
-            self.views.append(view(buf, spec, count))
         self.expected = [b.copy() for b in self.bufs]
-        ref_views = [view(b, s, count) for b, s in zip(self.expected, self.specs)]
+        ref_views = [b if flat and s.name in flat else view(b, s, count) for b, s in zip(self.expected, self.specs)]
         scalars = {desc.count_scalar: count} if desc.count_scalar else {}
         desc.reference(*ref_views, **scalars)
 
@@ -83,4 +85,40 @@ class DescCase:
         return [(got, self.expected[i]) for got, i in zip(self._call.outputs, self._outs)]
 
 
-__all__ = ["DescCase", "AddressTable", "view", "poison"]
+class AddressCase:
+    """A ``batch="address"`` BRGEMM: the A and B blocks live in two buffers (count blocks each, in a
+    shuffled order) and the kernel gets AddressTables of their addresses."""
+
+    def __init__(self, desc, seed=0, count=1, scale=1.0):
+        self.desc, self.count = desc, count
+        self.kernel = Kernel(desc, "sve")
+        rng = np.random.default_rng(seed)
+        a_spec, b_spec = desc.block_specs()
+        self.blocks, tables = [], []
+        for spec in (a_spec, b_spec):
+            ext = extent(spec, 1)
+            buf = random_fill(rng, spec.np_dtype, ext * count, scale)
+            perm = rng.permutation(count)
+            tables.append(AddressTable(buf, [int(i) * ext * buf.itemsize for i in perm]))
+            self.blocks.append([view(buf[int(i) * ext:], spec, 1) for i in perm])
+        rest = desc.operands()[2:]
+        self.c = np.full(extent(rest[0], 1), poison(rest[0].np_dtype)).astype(rest[0].np_dtype)
+        if desc.beta:
+            view(self.c, rest[0], 1)[...] = random_fill(rng, rest[0].np_dtype, (desc.m, desc.n))
+        self.bias = random_fill(rng, np.float32, desc.n) if desc.bias else None
+        self.tables = tables
+        self.want = self.c.copy()
+        args = [self.bias] if desc.bias else []
+        desc.reference(self.blocks[0], self.blocks[1], view(self.want, rest[0], 1), *args, count=count)
+
+    def call(self):
+        ins = self.tables + ([self.bias] if self.bias is not None else [])
+        order = (0, 1, len(ins)) + ((2,) if self.bias is not None else ())
+        self._call = Call(self.kernel.raw.code, ins, [self.c.copy()], (self.count,), order)
+        return self._call
+
+    def results(self):
+        return [(self._call.outputs[0], self.want)]
+
+
+__all__ = ["DescCase", "AddressCase", "AddressTable", "view", "poison"]

@@ -11,16 +11,16 @@ tanh, sigmoid, both gelu forms and their gradients from exp; reciprocal and rsqr
 ``fdiv``/``fsqrt`` (correctly rounded, resp. within 1 ulp: no estimate + Newton steps).
 
 Accuracy (``ACCURACY``; max ulps vs float64 rounded to fp32, same domains and metric as the x86
-table, measured under qemu on 2^14 samples per domain by tests/aarch64/test_sve_descriptors.py,
-worst seen in parentheses): exp 2 (1), sigmoid 3 (2), tanh 3 (2), gelu_tanh 16 (9),
-gelu_erf 6 (4), gelu_tanh_grad 4 (2), gelu_erf_grad 4 (2), reciprocal 0 (0), rsqrt 1 (1),
-sqrt 0 (0). Specials as on x86: exp(+-inf) = inf/0, tanh(-0) = -0, gelu(-inf) = -0, NaN in NaN out.
+table, enforced by tests/aarch64/test_sve_descriptors.py on 2^16 samples per domain under qemu;
+measured worst in parentheses, identical at VL 256 and 512): exp 2 (1), sigmoid 3 (2), tanh 3 (1),
+gelu_tanh 16 (10), gelu_erf 6 (4), gelu_tanh_grad 4 (1), gelu_erf_grad 4 (1), reciprocal 0 (0),
+rsqrt 1 (1), sqrt 0 (0). Specials as on x86: exp(+-inf) = inf/0, tanh(-0) = -0, gelu(-inf) = -0, NaN in NaN out.
 
->>> from isa.aarch64 import Function, mem, p, z, x
+>>> from isa.aarch64 import Function, vl, p, z, x
 >>> f = Function(nargs=2); a = f.asm; c = Consts(a, x[15], z[20:30], z[30:32])
 >>> a.ptrue(p[7].s); c.setup()
->>> a.ld1w(z[0].s, p[7].z, mem(x[0])); EMITTERS["exp"][1](a, z[1].s, z[0].s, [z[2].s, z[3].s, z[4].s], c)
->>> a.st1w(z[1].s, p[7], mem(x[1])); f.ret(); c.pool()
+>>> a.ld1w(z[0].s, p[7].z, vl(x[0])); EMITTERS["exp"][1](a, z[1].s, z[0].s, [z[2].s, z[3].s, z[4].s], c)
+>>> a.st1w(z[1].s, p[7], vl(x[1])); f.ret(); c.pool()
 >>> len(f.code()) > 80
 True
 """
