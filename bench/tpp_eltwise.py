@@ -16,7 +16,7 @@ from tppasm.eltwise import (BINARY_OPS, GRAD_OPS, REDUCE_OPS, TRANSFORMS, UNARY_
                             Ternary, Transform, Unary)
 from tppasm.kernel import Kernel
 
-from .common import Report, write_json
+from .common import Report, calibrate, write_json
 
 K0, K1 = math.sqrt(2 / math.pi), 0.044715
 
@@ -30,25 +30,12 @@ def _torch():
     return torch
 
 
-def _reps(fn, min_run=0.05):
-    fn()
-    reps = 1
-    while True:
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        dt = time.perf_counter() - t
-        if dt >= min_run:
-            return reps
-        reps = max(reps * 2, int(reps * min_run / max(dt, 1e-9) * 1.2))
-
-
 def compare(nbytes, fns, runs=5):
     """GB/s of each of ``fns`` (None: skipped), timed in interleaved rounds so that a noisy shared
     host slows all of them alike; returns (median GB/s per fn, median per-round ratio of the first
     to each other)."""
     live = [f for f in fns if f is not None]
-    reps = [_reps(f) for f in live]
+    reps = [calibrate(f) for f in live]
     rounds = []
     for _ in range(runs):
         row = []

@@ -17,27 +17,14 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 import tppasm
+from tppasm.timing import calibrate, time_runs
 from isa.cpu import host
 
 
 def timings(fn, min_time=0.2, runs=5):
     """(median, best) per-call seconds of ``fn`` over ``runs`` runs, repetitions calibrated to
     ~``min_time``/``runs`` each. The best run is the figure least disturbed by other processes."""
-    fn()
-    reps = 1
-    while True:
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        if time.perf_counter() - t > min_time / runs:
-            break
-        reps *= 4
-    samples = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        samples.append((time.perf_counter() - t) / reps)
+    samples = time_runs(fn, calibrate(fn, min_time / runs), runs)
     return float(np.median(samples)), min(samples)
 
 

@@ -26,29 +26,10 @@ def info(as_json=False):
         print(f"note      {what}: {why}")
 
 
-def _median_seconds(fn, min_time=0.2):
-    fn()
-    reps = 1
-    while True:
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        dt = time.perf_counter() - t
-        if dt > min_time / 5:
-            break
-        reps *= 4
-    samples = []
-    for _ in range(5):
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        samples.append((time.perf_counter() - t) / reps)
-    return float(np.median(samples))
-
-
 def demo():
     import tppasm as tpp
     from isa.cpu import host
+    from tppasm.timing import median_time
     m = n = k = 64
     count = 16
     rng = np.random.default_rng(0)
@@ -69,8 +50,8 @@ def demo():
     B2 = B.reshape(count * k, n)
     C2 = np.empty((m, n), np.float32)
     flops = 2.0 * m * n * k * count
-    ours = _median_seconds(lambda: gemm(A, B, C, count=count))
-    theirs = _median_seconds(lambda: np.matmul(A2, B2, out=C2))
+    ours = median_time(lambda: gemm(A, B, C, count=count))
+    theirs = median_time(lambda: np.matmul(A2, B2, out=C2))
     print(f"tppasm  {ours * 1e6:8.2f} us/call  {flops / ours / 1e9:7.1f} GFLOP/s")
     print(f"numpy   {theirs * 1e6:8.2f} us/call  {flops / theirs / 1e9:7.1f} GFLOP/s  (one matmul, K={count * k})")
     print(f"ratio   {theirs / ours:.2f}x numpy's speed (1 thread, median of 5)")
