@@ -4,7 +4,6 @@ expected buffers from ``desc.reference`` on views of copies."""
 import numpy as np
 
 from isa.aarch64.emulate import AddressTable, Call
-from tppasm.dtypes import dtype as np_dtype
 from tppasm.kernel import Kernel
 
 POISON_INT = {1: 0x5A, 2: 0x5A5A, 4: 0x5A5A5A5A, 8: 0x5A5A5A5A5A5A5A5A}

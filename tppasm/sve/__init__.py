@@ -2,8 +2,11 @@
 
 :func:`generate` is the tppasm backend entry: a descriptor of :mod:`tppasm.brgemm` or
 :mod:`tppasm.eltwise` in, an :class:`SveCode` (``Kernel.raw``) out, taking the descriptor's
-operands in ``operands()`` order, then its int scalars (AAPCS64 x0, x1, ...). The lower-level
-generators keep their own signatures (:mod:`tppasm.sve.brgemm`, :mod:`tppasm.sve.eltwise`).
+operands in ``operands()`` order, then its int scalars (AAPCS64 x0, x1, ...): Unary / Binary /
+Ternary (:mod:`.elementwise`), Reduce (:mod:`.reduce`), Transform (:mod:`.transform`), Brgemm
+(:mod:`.gemm`: B in the descriptor's x86 VNNI layout via the dot kernels; ``MmlaBrgemm`` selects
+the MMLA kernels and their layout). The lower-level generators keep their own signatures
+(:mod:`tppasm.sve.brgemm`, :mod:`tppasm.sve.eltwise`).
 
 >>> from tppasm.eltwise import Unary
 >>> from tppasm.kernel import Kernel
@@ -21,6 +24,13 @@ from .raw import SveCode
 
 __all__ = ["generate", "SveCode", "DTYPES", "Plan", "brgemm", "brgemm_ref", "inner_loop", "kernel_for", "pack_b",
            "pack_b_dot", "pack_b_mmla", "plan", "eltwise", "eltwise_ref", "UNARY", "BINARY", "BCAST"]
+
+
+def __getattr__(name):
+    if name == "MmlaBrgemm":                    # the BRGEMM descriptor with the SVE MMLA B layout
+        from .gemm import MmlaBrgemm
+        return MmlaBrgemm
+    raise AttributeError(name)
 
 
 def _gen(kind):

@@ -241,7 +241,9 @@ def generate(desc, kernel=None) -> bytes:
 class MmlaBrgemm(Brgemm):
     """A Brgemm whose B uses the SVE MMLA layout (``layout="sve_mmla"``, bf16 / i8 only, f32 /
     int32 C, no bias or act): B block ``(ceil(k/g), 2*ceil(n/2), g)`` with g = 4 (bf16) or 8 (i8),
-    see :func:`tppasm.sve.brgemm.pack_b_mmla`; ``ldb`` counts columns (>= 2*ceil(n/2)).
+    see :func:`tppasm.sve.brgemm.pack_b_mmla`; ``ldb`` counts columns (>= 2*ceil(n/2)). Unlike the
+    VNNI layout, the k padding of the last group is multiplied by zeros, so it must be finite
+    (``pack_b_mmla`` writes zeros).
 
     >>> d = MmlaBrgemm(m=2, n=3, k=5, dtype="bf16")
     >>> d.block_specs()[1].shape

@@ -7,14 +7,17 @@ lanes are computed (governing predicate ``c.pg``, all true); ``c.ptmp`` is clobb
 
 The algorithms are the x86 ones (:mod:`tppasm.x86.math`, same polynomials): exp by Cody-Waite
 reduction, a degree-7 polynomial and ``fscale`` (exact scaling, no two-factor trick needed);
-tanh, sigmoid, both gelu forms and their gradients from exp; reciprocal and rsqrt by IEEE
-``fdiv``/``fsqrt`` (correctly rounded, resp. within 1 ulp: no estimate + Newton steps).
+tanh, sigmoid, both gelu forms and their gradients from exp; reciprocal and rsqrt by the
+``frecpe``/``frsqrte`` estimates and two Newton steps (``frecps``/``frsqrts``; no divide: ``fdiv``
+and ``fsqrt`` are not pipelined on A64FX-class cores); sqrt is ``fsqrt`` (exact).
 
 Accuracy (``ACCURACY``; max ulps vs float64 rounded to fp32, same domains and metric as the x86
 table, enforced by tests/aarch64/test_sve_descriptors.py on 2^16 samples per domain under qemu;
-measured worst in parentheses, identical at VL 256 and 512): exp 2 (1), sigmoid 3 (2), tanh 3 (1),
-gelu_tanh 16 (10), gelu_erf 6 (4), gelu_tanh_grad 4 (1), gelu_erf_grad 4 (1), reciprocal 0 (0),
-rsqrt 1 (1), sqrt 0 (0). Specials as on x86: exp(+-inf) = inf/0, tanh(-0) = -0, gelu(-inf) = -0, NaN in NaN out.
+measured worst in parentheses; per-lane code, so the same at every VL): exp 2 (1), sigmoid 3 (2), tanh 3 (1),
+gelu_tanh 16 (10), gelu_erf 6 (4), gelu_tanh_grad 4 (1), gelu_erf_grad 4 (1), reciprocal 2 (1),
+rsqrt 2 (2; a third Newton step does not lower it), sqrt 0 (0). Specials as on x86 (tested):
+exp(+-inf) = inf/0, tanh(-0) = -0, gelu(-inf) = -0, reciprocal(+-0) = +-inf, rsqrt(0) = inf,
+rsqrt(x<0) = NaN, NaN in NaN out.
 
 >>> from isa.aarch64 import Function, vl, p, z, x
 >>> f = Function(nargs=2); a = f.asm; c = Consts(a, x[15], z[20:30], z[30:32])
@@ -34,7 +37,7 @@ from ..x86.math import (ERFC_MID, ERFC_POLY, EXP_POLY, FLT_MAX, K0, K1, LN2_HI, 
                         TANH_SMALL)
 
 ACCURACY = {"exp": 2, "sigmoid": 3, "tanh": 3, "gelu_tanh": 16, "gelu_erf": 6, "gelu_tanh_grad": 4,
-            "gelu_erf_grad": 4, "reciprocal": 0, "rsqrt": 1, "sqrt": 0}
+            "gelu_erf_grad": 4, "reciprocal": 2, "rsqrt": 2, "sqrt": 0}
 SIGN = 0x80000000
 
 
@@ -274,13 +277,24 @@ def emit_gelu_erf_grad(a, dst, src, tmp, c) -> None:
 
 # -- simple ops ---------------------------------------------------------------------------------
 def emit_reciprocal(a, dst, src, tmp, c) -> None:
-    mov(a, dst, src)
-    a.fdivr(dst, c.pg.m, dst, c.f(1.0))
+    """dst = 1/x: ``frecpe`` (8 bits) and two Newton steps y *= frecps(x, y) = 2 - x y. x = +-0 and
+    +-inf stay exact (frecps(0, inf) is defined as 2). tmp: 1."""
+    t0 = tmp[0]
+    a.frecpe(dst, src)
+    for _ in range(2):
+        a.frecps(t0, src, dst)
+        a.fmul(dst, dst, t0)
 
 
 def emit_rsqrt(a, dst, src, tmp, c) -> None:
-    a.fsqrt(dst, c.pg.m, src)
-    a.fdivr(dst, c.pg.m, dst, c.f(1.0))
+    """dst = 1/sqrt(x): ``frsqrte`` and two steps y *= frsqrts(x, y*y) = (3 - x y^2)/2; with y*y
+    formed first, x = 0 (y = inf) and x = inf (y = 0) hit frsqrts's exact special case. tmp: 1."""
+    t0 = tmp[0]
+    a.frsqrte(dst, src)
+    for _ in range(2):
+        a.fmul(t0, dst, dst)
+        a.frsqrts(t0, src, t0)
+        a.fmul(dst, dst, t0)
 
 
 def _simple(fn):
@@ -295,8 +309,8 @@ EMITTERS = {
     "negate": (0, _simple(lambda a, d, s, c: a.fneg(d, c.pg.m, s))),
     "square": (0, _simple(lambda a, d, s, c: a.fmul(d, s, s))),
     "sqrt": (0, _simple(lambda a, d, s, c: a.fsqrt(d, c.pg.m, s))),
-    "reciprocal": (0, emit_reciprocal),
-    "rsqrt": (0, emit_rsqrt),
+    "reciprocal": (1, emit_reciprocal),
+    "rsqrt": (1, emit_rsqrt),
     "exp": (2, emit_exp),
     "sigmoid": (2, emit_sigmoid),
     "tanh": (4, emit_tanh),
