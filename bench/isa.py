@@ -16,7 +16,7 @@ def main(argv=None):
     p.add_argument("--json")
     args = p.parse_args(argv)
     from isa.x86 import Function, eax, rax, rcx, ymm0, ymm1
-    from tppasm.eltwise import Unary
+    from tppasm.eltwise import Binary, Unary
     from tppasm.kernel import get_kernel
 
     calls = Report("Calling a JIT'd function from Python (1 thread)", ["call", "ns/call", "vs numpy ufunc floor"])
@@ -35,9 +35,12 @@ def main(argv=None):
     t = median_time(lambda: f3.cfunc(x.ctypes.data, y.ctypes.data, z.ctypes.data))
     calls.add("ctypes, 3 arrays via arr.ctypes.data", t * 1e9, t / floor)
     k = get_kernel(Unary("copy", 1, 1))
-    a1, b1 = np.zeros((1, 1), np.float32), np.zeros((1, 1), np.float32)
+    a1, b1, c1 = (np.zeros((1, 1), np.float32) for _ in range(3))
     t = median_time(lambda: k(a1, b1))
     calls.add("tppasm kernel, 2 arrays checked natively (1x1 copy)", t * 1e9, t / floor)
+    add = get_kernel(Binary("add", 1, 1))
+    t = median_time(lambda: add(a1, b1, c1))
+    calls.add("tppasm kernel, 3 arrays checked natively (1x1 add)", t * 1e9, t / floor)
     calls.add("numpy ufunc floor: np.add on 4 floats", floor * 1e9, 1.0)
 
     enc = Report("Encoding", ["function", "instructions", "ms"])

@@ -255,6 +255,10 @@ class _Instance:
         return ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.py_object)(self._entry_code.address)
 
     def launch(self, address):
+        lacking = sorted({k.isa for k in self.kernels if not getattr(k, "runnable", True)})
+        if lacking:
+            raise RuntimeError(f"the nest calls {', '.join(lacking)} kernels this host cannot run; build them "
+                               "for its ISA (leave isa= unset) or run the nest on such a host")
         if self.pool is None:
             self.code(address, 0, 1)
         else:

@@ -447,7 +447,7 @@ def _hook(kernel, arrays, values):
     if mode == "trace":
         _local.tracer.record(kernel, arrays, values)
         return True
-    if mode == "python" and any(isinstance(a, PyArray) for a in arrays):
+    if mode == "python" and (not arrays or any(isinstance(a, PyArray) for a in arrays)):
         kernel.reference(*(np.asarray(a).view(np.ndarray) for a in arrays),
                          **dict(zip(kernel.scalars, values)))
         return True
@@ -536,9 +536,11 @@ def trace(body, index_names, arrays, arg_names=None):
 def _run(tracer, fn, args):
     prev = getattr(_local, "mode", None), getattr(_local, "tracer", None)
     _local.mode, _local.tracer = "trace", tracer
+    _tk.TRACING += 1            # kernels then skip their native fast path and ask the hook
     try:
         fn(*args)
     finally:
+        _tk.TRACING -= 1
         _local.mode, _local.tracer = prev
 
 
@@ -552,9 +554,11 @@ def run_python(fn, args):
     """
     prev = getattr(_local, "mode", None), getattr(_local, "tracer", None)
     _local.mode, _local.tracer = "python", None
+    _tk.TRACING += 1            # kernels then skip their native fast path and ask the hook
     try:
         fn(*args)
     finally:
+        _tk.TRACING -= 1
         _local.mode, _local.tracer = prev
 
 

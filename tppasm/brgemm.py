@@ -264,7 +264,7 @@ def _check_buffer(spec, buf, offsets, who):
 
 
 def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0, beta=0, c_dtype="",
-           batch="stride", bias=False, act=None, isa=None):
+           batch="stride", bias=False, act=None, tile_setup=True, isa=None):
     """A JIT'd BRGEMM kernel: call it as ``gemm(A, B, C, count=c)`` (see the module docstring).
 
     >>> import numpy as np, tppasm
@@ -275,23 +275,53 @@ def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0,
     array([[20, 20]], dtype=int32)
     """
     desc = Brgemm(m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc, stride_a=stride_a, stride_b=stride_b,
-                  beta=beta, dtype=dtype, c_dtype=c_dtype, batch=batch, bias=bias, act=act)
+                  beta=beta, dtype=dtype, c_dtype=c_dtype, batch=batch, bias=bias, act=act,
+                  tile_setup=tile_setup)
     kernel = get_kernel(desc, isa)
     return kernel if desc.batch == "stride" else BatchedBrgemm(kernel)
 
 
-def tileconfig(desc):
-    """The AMX tile-config function that a ``tile_setup=False`` kernel of ``desc`` expects loaded:
-    a loop nest calls it once per thread in ``init`` (and :func:`tilerelease` in ``fini``).
+@dataclass(frozen=True)
+class TileConfig(Descriptor):
+    """Load the AMX tile configuration that ``tile_setup=False`` kernels of ``gemm`` expect."""
 
-    >>> tileconfig(Brgemm(m=32, n=32, k=32, dtype="bf16", tile_setup=False)).name
-    'amx_tileconfig'
+    gemm: Brgemm
+    kind = "amx_tileconfig"
+
+    def operands(self):
+        return ()
+
+    def reference(self):
+        """Tile state has no NumPy counterpart: nothing to do."""
+
+
+@dataclass(frozen=True)
+class TileRelease(Descriptor):
+    """Release the AMX tiles (``tilerelease``)."""
+
+    kind = "amx_tilerelease"
+
+    def operands(self):
+        return ()
+
+    def reference(self):
+        """Tile state has no NumPy counterpart: nothing to do."""
+
+
+def tileconfig(gemm):
+    """The kernel that configures the AMX tiles for ``tile_setup=False`` kernels of ``gemm`` (a
+    :class:`Brgemm` or a kernel built from one); a loop nest calls it once per thread in ``init``
+    and :func:`tilerelease` in ``fini``, as PARLOOPER does:
+
+    >>> import tppasm
+    >>> g = tppasm.brgemm(m=32, n=32, k=32, dtype="bf16", tile_setup=False, isa="amx")
+    >>> tileconfig(g).desc.kind, tilerelease().desc.kind
+    ('amx_tileconfig', 'amx_tilerelease')
     """
-    from .x86.amx import tileconfig_function
-    return tileconfig_function(desc)
+    desc = getattr(gemm, "desc", gemm)
+    return get_kernel(TileConfig(desc), "amx")
 
 
 def tilerelease():
-    """The AMX ``tilerelease`` function (no arguments), for a loop nest's ``fini``."""
-    from .x86.amx import tilerelease_function
-    return tilerelease_function()
+    """The kernel that releases the AMX tiles (for a loop nest's ``fini``)."""
+    return get_kernel(TileRelease(), "amx")

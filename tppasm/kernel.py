@@ -21,6 +21,7 @@ _GIL_RELEASE_WORK = 1 << 20
 # set by loops.trace: called as TRACE_HOOK(kernel, arrays, scalar_values) for calls the native
 # entry refuses (traced views in a loop body); returning True means the call was handled
 TRACE_HOOK = None
+TRACING = 0      # > 0 while some thread traces a loop body: calls then go to TRACE_HOOK first
 
 
 class Descriptor:
@@ -59,7 +60,10 @@ class Kernel:
                       if x86 else None)
         self.jit_seconds = time.perf_counter() - start
         functype = ctypes.CFUNCTYPE if desc.work() >= _GIL_RELEASE_WORK else ctypes.PYFUNCTYPE
-        self._native = NATIVE_CHECKS and self.entry is not None
+        # code for an ISA this host lacks (AVX-512 or AMX generated for the interpreter, say) is
+        # never called: an illegal instruction would kill the process
+        self.runnable = isa in host().levels
+        self._native = NATIVE_CHECKS and self.entry is not None and self.runnable
         if self._native:
             self._entry = functype(ctypes.c_int32, ctypes.py_object)(self.entry.address)
         self._n = len(self.operands)
@@ -72,22 +76,24 @@ class Kernel:
         """Address of the raw kernel: System V args are the operand data pointers, then the scalars."""
         return self.raw.address
 
-    def __call__(self, *arrays, **scalars):
-        if scalars or len(arrays) != self._n:
-            return self._call_with_scalars(arrays, scalars)
-        args = arrays + self._defaults if self._defaults else arrays
-        if not self._native or self._entry(args):
-            self._slow_call(arrays, self._defaults)
-
-    def _call_with_scalars(self, arrays, scalars):
-        if len(arrays) != self._n:
-            self._explain(arrays, scalars)
-        values = tuple(scalars.pop(name, 1) for name in self.scalars)
-        if scalars:
-            raise TypeError(f"{self.desc.kind}: unexpected arguments {sorted(scalars)}; "
-                            f"it takes {', '.join(self.scalars) or 'none'}")
-        if not self._native or self._entry(arrays + values):
-            self._slow_call(arrays, values)
+    def __call__(self, *arrays, count=None):
+        # the hot path: no **kwargs dict, one tuple for the native entry
+        if len(arrays) == self._n and not TRACING:
+            if count is None:
+                args = arrays + self._defaults if self._defaults else arrays
+            elif self.scalars == ("count",):
+                args = arrays + (count,)
+            else:
+                return self._explain(arrays, {"count": count})
+            if not self._native or self._entry(args):
+                self._slow_call(arrays, args[self._n:])
+            return None
+        values = self._defaults if count is None else (count,)
+        if TRACING and TRACE_HOOK is not None and TRACE_HOOK(self, arrays, values):
+            return None                  # recorded by the loop tracer (or run in Python), not run here
+        if len(arrays) != self._n or len(values) != len(self.scalars):
+            return self._explain(arrays, {} if count is None else {"count": count})
+        self._slow_call(arrays, values)
 
     def _slow_call(self, arrays, values):
         """Explain a refusal, or call through pointers for inputs the native check cannot vouch for."""
@@ -99,8 +105,9 @@ class Kernel:
         count = dict(zip(self.scalars, values)).get(self.desc.count_scalar, 1)
         for spec, arr in zip(self.operands, arrays):
             check(spec, arr, count, who=self.desc.kind)
-        if self._raw is None:
-            raise RuntimeError(f"{self.desc.kind}: {self.isa} code cannot run on this host; use an emulator")
+        if self._raw is None or not self.runnable:
+            raise RuntimeError(f"{self.desc.kind}: {self.isa} code cannot run on this host (its levels: "
+                               f"{', '.join(host().levels) or 'none'}); run it in an emulator or interpreter")
         self._raw(*(a.ctypes.data for a in arrays), *values)
 
     def _explain(self, arrays, scalars):

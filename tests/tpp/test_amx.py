@@ -59,7 +59,7 @@ class Env:
         if self.m is None:
             fn(*args)
         else:
-            self.m.call(fn.code, args=list(args))
+            self.m.call(getattr(fn, "raw", fn).code, args=list(args))   # a Kernel or a JitFunction
 
     def sync(self):
         for root, addr in self.roots:

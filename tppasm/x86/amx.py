@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from isa.x86 import K, TMM, YMM, ZMM, Function, dword, eax, gpr, ptr, rsp
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
+from . import register
+
 ROWS, COLSB = 16, 64                   # palette 1 tile limits
 ES = {"f32": 4, "bf16": 2, "i32": 4}     # C element bytes
 A_ES = {"bf16": 2, "i8": 1}          # A and B element bytes
@@ -515,3 +517,13 @@ def tilerelease_function():
     fn = Function("amx_tilerelease", [])
     fn.asm.tilerelease()
     return fn.finalize()
+
+
+@register("amx_tileconfig")
+def _generate_tileconfig(desc, isa):
+    return tileconfig_function(desc.gemm)
+
+
+@register("amx_tilerelease")
+def _generate_tilerelease(desc, isa):
+    return tilerelease_function()
