@@ -33,60 +33,61 @@ def median_seconds(fn, min_time=0.2, runs=5):
     return timings(fn, min_time, runs)[0]
 
 
-def fma_peak(isa=None, accumulators=12, iters=1 << 13):
-    """(median, best) GFLOP/s of a JIT'd loop of independent ``vfmadd231ps`` (ymm on AVX2, zmm
-    on AVX-512): the core's fp32 peak, measured, so no clock frequency is assumed."""
-    from isa.x86 import Function, rax, vec
-    isa = isa or host().isa
-    bits = 512 if isa in ("avx512", "amx") else 256
-    fn = Function("fma_peak", ["i64"])
+def _loop_rate(name, regs, zero, step, units, iters):
+    """(median, best) G``units``/s of a JIT'd loop: ``regs`` zeroed by the ``zero`` instruction,
+    then ``iters`` times 4 copies of ``step(a)``, which does ``units`` of work."""
+    from isa.x86 import Function, rax
+    fn = Function(name, ["i64"])
     a = fn.asm
-    regs = [vec(bits, i) for i in range(accumulators + 2)]
     for r in regs:
-        a.vxorps(r, r, r) if bits == 256 else a.vpxord(r, r, r)
+        getattr(a, zero)(r, r, r)
     loop = a.label()
     a.mov(rax, fn.args[0])
     a.bind(loop)
     for _ in range(4):
-        for r in regs[:accumulators]:
-            a.vfmadd231ps(r, regs[-1], regs[-2])
+        step(a)
     a.dec(rax)
     a.jnz(loop)
-    peak = fn.finalize()
-    flops = iters * 4 * accumulators * bits // 32 * 2
-    med, best = timings(lambda: peak(iters), runs=9)
-    return flops / med / 1e9, flops / best / 1e9
+    f = fn.finalize()
+    work = iters * 4 * units
+    med, best = timings(lambda: f(iters), runs=9)
+    return work / med / 1e9, work / best / 1e9
+
+
+def fma_peak(isa=None, accumulators=12, iters=1 << 13):
+    """(median, best) GFLOP/s of a JIT'd loop of independent ``vfmadd231ps`` (ymm on AVX2, zmm
+    on AVX-512): the core's fp32 peak, measured, so no clock frequency is assumed."""
+    from isa.x86 import vec
+    isa = isa or host().isa
+    bits = 512 if isa in ("avx512", "amx") else 256
+    regs = [vec(bits, i) for i in range(accumulators + 2)]
+
+    def step(a):
+        for r in regs[:accumulators]:
+            a.vfmadd231ps(r, regs[-1], regs[-2])
+    return _loop_rate("fma_peak", regs, "vxorps" if bits == 256 else "vpxord", step,
+                      accumulators * bits // 32 * 2, iters)
 
 
 def int8_peak(accumulators=12, iters=1 << 13):
     """(median, best) int8 GOP/s of the AVX2 int8 inner product's port-limited pair, measured:
     independent ``vpmaddwd`` + ``vpaddd`` (one pair = 16 int8 MACs at 256 bits, 32 at 512 = 2 ops each).
     On VNNI hosts the reference instruction would be ``vpdpbusd``; this host has none."""
-    from isa.x86 import Function, rax, vec
+    from isa.x86 import vec
     isa = host().isa
     bits = 512 if isa in ("avx512", "amx") else 256
-    fn = Function("int8_peak", ["i64"])
-    a = fn.asm
     regs = [vec(bits, i) for i in range(2 * accumulators + 2)] if bits == 512 else \
         [vec(bits, i) for i in range(14)]
     accs = regs[:accumulators] if bits == 512 else regs[:6]
     tmps = regs[accumulators:2 * accumulators] if bits == 512 else regs[6:12]
     x, y = regs[-2], regs[-1]
-    for r in regs:
-        a.vpxord(r, r, r) if bits == 512 else a.vpxor(r, r, r)
-    loop = a.label()
-    a.mov(rax, fn.args[0])
-    a.bind(loop)
-    for _ in range(4):
+
+    def step(a):
         for acc, t in zip(accs, tmps):
             a.vpmaddwd(t, x, y)
             a.vpaddd(acc, acc, t)
-    a.dec(rax)
-    a.jnz(loop)
-    f = fn.finalize()
-    ops = iters * 4 * len(accs) * bits // 16 * 2
-    med, best = timings(lambda: f(iters), runs=9)
-    return ops / med / 1e9, ops / best / 1e9
+    return _loop_rate("int8_peak", regs, "vpxord" if bits == 512 else "vpxor", step,
+                      len(accs) * bits // 16 * 2, iters)
 
 
 def _rand(rng, shape, dtype):

@@ -18,14 +18,20 @@ import threading
 
 import numpy as np
 
+from isa.cpu import host
 from isa.x86 import Function, qword, rax
 from tppasm.dtypes import name_of
 from tppasm.operand import OperandSpec
 from tppasm.x86.entry import NATIVE_CHECKS, build_entry
 
-from . import nest
+from . import nest, nest_aarch64
 from .spec import LETTERS, Loop, SpecError, parse, serial_order
 from .trace import PyArray, TraceError, run_python, trace
+
+
+# The nest generator of the host; AArch64 has no native pool yet: its nests run on the calling thread.
+ON_AARCH64 = host().arch == "aarch64"
+GENERATOR = nest_aarch64 if ON_AARCH64 else nest
 
 
 def kernel(spec, *loops, pool=None):
@@ -207,7 +213,7 @@ class _Instance:
         calls = [c for t in (self.body, self.init, self.fini) for c in t.all_calls()]
         self.kernels = list({id(c.kernel): c.kernel for c in calls}.values())
         self.parallel = spec.mode != "serial"
-        pool = lk.pool if self.parallel else None
+        pool = lk.pool if self.parallel and not ON_AARCH64 else None
         self.nthreads = pool.nthreads if pool else 1
         if spec.mode == "grid" and spec.nthreads_needed > self.nthreads:
             raise SpecError(f"loop spec {spec.text!r} places loops on a {'x'.join(map(str, spec.grid))} thread grid "
@@ -218,7 +224,7 @@ class _Instance:
         _check_calls(lk, arrays, self.body, self.init, self.fini, box)
         self.layout = nest.Layout(len(arrays), len(self.kernels), len(lk.loops))
         itemsizes = [a.itemsize for a in arrays]
-        self.code = nest.build(spec, lk.resolved, self.body, self.init, self.fini, self.layout, itemsizes,
+        self.code = GENERATOR.build(spec, lk.resolved, self.body, self.init, self.fini, self.layout, itemsizes,
                                self.kernels)
         bfn, bstate = (pool.barrier_fn, pool.barrier_state) if pool else (0, 0)
         self.ctx = self.layout.template(lk.resolved, [k.raw_address for k in self.kernels], bfn, bstate)
@@ -235,7 +241,7 @@ class _Instance:
         Reuses the kernels' native entry (:func:`tppasm.x86.entry.build_entry`) with one operand per
         whole array; its "kernel" is a trampoline that writes the pointers into the context block.
         """
-        if not NATIVE_CHECKS or not 0 < len(arrays) <= 6:
+        if not NATIVE_CHECKS or ON_AARCH64 or not 0 < len(arrays) <= 6:
             return None
         try:
             specs = [OperandSpec(f"arg{i}", name_of(a.dtype), a.shape, tuple(s // a.itemsize for s in a.strides),

@@ -5,6 +5,8 @@ operand addresses as base pointer + affine byte offset, evaluates the traced ``i
 calls each kernel through the address table in ``ctx`` (``call [ctx + table + 8*i]``). rbx holds
 ``ctx``, r12 the thread id, r13 the thread count; kernels may clobber everything else.
 
+The walk over the spec is shared with the AArch64 generator (:mod:`loops.nest_plan`).
+
 The context block (int64 slots, see :class:`Layout`): barrier function and state, the
 dynamic-schedule counter (own cache line), the arrays' data pointers, the kernel table, and the
 loop bounds that the spec does not bake.
@@ -20,8 +22,8 @@ import ctypes
 
 from isa.x86 import Function, qword, r8, r8l, r9, r11, r12, r13, rax, rbx, rcx, rdi, rdx, rsi, rsp
 
-from .spec import LETTERS, MAX_BLOCKING
-from .trace import TraceError
+from .nest_plan import AXIS_SLOT, NestWalk
+from .spec import MAX_BLOCKING
 
 ARG_REGS = (rdi, rsi, rdx, rcx, r8, r9)
 JUMP_IF_FALSE = {"==": "jne", "!=": "je", "<": "jge", "<=": "jg", ">": "jle", ">=": "jl"}
@@ -62,30 +64,22 @@ class Layout:
         return ctx
 
 
-def _lock(asm):
-    asm.instructions[-1].has_lock_prefix = True
-
-
-class _Gen:
+class _Gen(NestWalk):
     def __init__(self, spec, loops, layout, itemsizes, kernel_index):
-        self.spec, self.loops, self.lay = spec, loops, layout
-        self.items, self.kidx = itemsizes, kernel_index
+        super().__init__(spec, layout, itemsizes, kernel_index)
+        self.loops = loops
         self.fn = Function(f"nest_{spec.text}", ["ptr", "i64", "i64"])
         self.a = self.fn.asm
-        self.slots = {}
 
     # -- helpers ------------------------------------------------------------------------------
     def slot(self, name):
-        if name not in self.slots:
-            self.slots[name] = 8 * len(self.slots)
-        return qword[rsp + self.slots[name]]
+        return qword[rsp + self.slot_offset(name)]
 
-    def src(self, loop, field):
-        """Immediate when the spec bakes the field, else the ctx slot; field 0-2 start/end/step, 3+ block."""
-        baked = self.spec.bake[loop]
-        k = min(field, 3)
-        value = baked[k] if k < 3 else (baked[3][field - 3] if baked[3] is not None else None)
-        return value if value is not None else qword[rbx + self.lay.loop_field(loop, field)]
+    def operand(self, src):
+        """An immediate, a ctx field or a slot (see :meth:`NestWalk.level_sources`)."""
+        if isinstance(src, int):
+            return src
+        return qword[rbx + src[1]] if src[0] == "ctx" else self.slot(src[1])
 
     def mov(self, reg, src):
         self.a.mov(reg, src)
@@ -97,12 +91,8 @@ class _Gen:
         self.a.add(reg, src)
 
     def var(self, v):
-        if v == "tid":
-            return r12
-        if v in ("row", "col", "layer"):
-            return self.slot(v)
-        k = LETTERS.index(v)
-        return self.slot(f"x{v}{self.spec.occurrences[k] - 1}")
+        name = self.var_slot(v)
+        return r12 if name == "tid" else self.slot(name)
 
     def affine(self, reg, expr, scale=1):
         """reg = scale * expr (uses r11)."""
@@ -139,21 +129,18 @@ class _Gen:
 
     def level_range(self, i):
         """Store lo/hi/stride of level i into slots lo{name}, hi{name}, st{name}."""
-        lv, a = self.spec.levels[i], self.a
-        n = lv.name
-        if lv.occurrence == 0:
-            self.mov(rax, self.src(lv.loop, 0))
-            a.mov(self.slot("lo" + n), rax)
-            self.mov(rax, self.src(lv.loop, 1))
+        a, n = self.a, self.spec.levels[i].name
+        lo, hi, clamp, step = (self.operand(s) if s is not None else None for s in self.level_sources(i))
+        self.mov(rax, lo)
+        a.mov(self.slot("lo" + n), rax)
+        if clamp is None:
+            self.mov(rax, hi)
         else:
-            prev = f"{lv.letter}{lv.occurrence - 1}"
-            a.mov(rax, self.slot("x" + prev))
-            a.mov(self.slot("lo" + n), rax)
-            self.add(rax, self.src(lv.loop, 3 + lv.occurrence - 1))
-            a.cmp(rax, self.slot("hi" + prev))
-            a.cmovg(rax, self.slot("hi" + prev))
+            self.add(rax, hi)
+            a.cmp(rax, clamp)
+            a.cmovg(rax, clamp)
         a.mov(self.slot("hi" + n), rax)
-        self.mov(rax, self.src(lv.loop, 2 if lv.last else 3 + lv.occurrence))
+        self.mov(rax, step)
         a.mov(self.slot("st" + n), rax)
 
     # -- the nest -----------------------------------------------------------------------------
@@ -181,7 +168,7 @@ class _Gen:
         a.jne(skip_fini)
         self.tree(fini)
         a.bind(skip_fini)
-        self.fn.stack(8 * len(self.slots))
+        self.fn.stack(self.frame_size)
         return self.fn.finalize()
 
     def grid_coordinates(self):
@@ -208,24 +195,6 @@ class _Gen:
         a.mov(self.slot("row"), rax)
         a.mov(self.slot("col"), rdx)
         a.bind(done)
-
-    def levels(self, i, body):
-        spec = self.spec
-        if i == len(spec.levels):
-            self.tree(body)
-            return
-        lv = spec.levels[i]
-        if spec.mode == "collapse" and i == spec.run[0]:
-            self.collapse(i, spec.run[1], body)
-            if spec.levels[spec.run[1]].barrier:
-                self.barrier()
-            return
-        if lv.axis:
-            self.team(i, body)
-        else:
-            self.serial(i, body)
-        if lv.barrier:
-            self.barrier()
 
     def serial(self, i, body):
         a, n = self.a, self.spec.levels[i].name
@@ -257,7 +226,7 @@ class _Gen:
         a.mov(rcx, teams)
         a.div(rcx)                                           # rax = chunk
         a.mov(rcx, rax)
-        a.imul(rcx, self.slot({"R": "row", "C": "col", "L": "layer"}[lv.axis]))
+        a.imul(rcx, self.slot(AXIS_SLOT[lv.axis]))
         a.mov(self.slot("q" + n), rcx)
         a.add(rcx, rax)
         a.cmp(rcx, self.slot("n" + n))
@@ -342,8 +311,7 @@ class _Gen:
             a.cmp(rax, -1)
             a.jne(have)
             a.mov(rax, 1)
-            a.xadd(qword[rbx + Layout.COUNTER], rax)
-            _lock(a)
+            a.xadd(qword[rbx + Layout.COUNTER], rax, lock=True)
             a.bind(have)
             a.mov(held, -1)
             a.mov(rcx, base)
@@ -381,28 +349,21 @@ class _Gen:
         a.bind(end)
 
     # -- the body -----------------------------------------------------------------------------
-    def tree(self, node):
+    def branch(self, test, then, other):
         a = self.a
-        for call in node.calls:
-            self.call(call)
-        if node.test is None:
-            return
-        other, done = a.label(), a.label()
-        self.affine(rax, node.test.expr)
+        orelse, done = a.label(), a.label()
+        self.affine(rax, test.expr)
         a.cmp(rax, 0)
-        getattr(a, JUMP_IF_FALSE[node.test.op])(other)
-        self.tree(node.then)
+        getattr(a, JUMP_IF_FALSE[test.op])(orelse)
+        then()
         a.jmp(done)
-        a.bind(other)
-        self.tree(node.other)
+        a.bind(orelse)
+        other()
         a.bind(done)
 
     def call(self, call):
         a = self.a
-        nregs = len(call.args) + len(call.scalars)
-        if nregs > len(ARG_REGS):
-            raise TraceError(f"{call.text}: kernels with more than {len(ARG_REGS)} arguments cannot be called "
-                             "from a loop nest yet")
+        self.check_arity(call, len(ARG_REGS))
         for reg, (arg, offset) in zip(ARG_REGS, call.args):
             item = self.items[arg]
             a.mov(reg, qword[rbx + self.lay.array(arg)])

@@ -40,6 +40,13 @@ class TraceError(TypeError):
 
 # -- affine index expressions ----------------------------------------------------------------
 
+def _comparison(op):
+    """An Affine rich comparison: ``i < 3`` is the Cond ``i - 3 < 0``, for an 'if' to test."""
+    def compare(self, other):
+        return self._cmp(other, op)
+    return compare
+
+
 class Affine:
     """``const + sum(coef * var)`` over loop indices and thread coordinates (ints only)."""
 
@@ -132,23 +139,8 @@ class Affine:
             return NotImplemented
         return Cond(self - other, op)
 
-    def __eq__(self, o):
-        return self._cmp(o, "==")
-
-    def __ne__(self, o):
-        return self._cmp(o, "!=")
-
-    def __lt__(self, o):
-        return self._cmp(o, "<")
-
-    def __le__(self, o):
-        return self._cmp(o, "<=")
-
-    def __gt__(self, o):
-        return self._cmp(o, ">")
-
-    def __ge__(self, o):
-        return self._cmp(o, ">=")
+    __eq__, __ne__, __lt__, __le__, __gt__, __ge__ = (
+        _comparison(op) for op in ("==", "!=", "<", "<=", ">", ">="))
 
     def evaluate(self, env):
         """Value for ``env`` (var -> int or NumPy array)."""
@@ -533,9 +525,10 @@ def trace(body, index_names, arrays, arg_names=None):
     return merge_paths(paths)
 
 
-def _run(tracer, fn, args):
+def _run(tracer, fn, args, mode="trace"):
+    """``fn(*args)`` with kernel calls going to the hook in ``mode`` ("trace" or "python")."""
     prev = getattr(_local, "mode", None), getattr(_local, "tracer", None)
-    _local.mode, _local.tracer = "trace", tracer
+    _local.mode, _local.tracer = mode, tracer
     _tk.TRACING += 1            # kernels then skip their native fast path and ask the hook
     try:
         fn(*args)
@@ -552,14 +545,7 @@ def run_python(fn, args):
     >>> run_python(tpp.zero(2, 2), [X.view(PyArray)]); float(X.sum())
     0.0
     """
-    prev = getattr(_local, "mode", None), getattr(_local, "tracer", None)
-    _local.mode, _local.tracer = "python", None
-    _tk.TRACING += 1            # kernels then skip their native fast path and ask the hook
-    try:
-        fn(*args)
-    finally:
-        _tk.TRACING -= 1
-        _local.mode, _local.tracer = prev
+    _run(None, fn, args, mode="python")
 
 
 def merge_paths(paths):

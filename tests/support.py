@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from isa.cpu import host
+from tppasm.eltwise import GRAD_OPS, UNARY_OPS
 
 X86_ISAS = ("avx2", "avx512")
 
@@ -77,3 +78,44 @@ def poisoned(shape, dtype, ld=None, rng=None, fill=np.nan):
     ld = ld or shape[-1]
     buf = np.full(shape[:-1] + (ld,), fill, dtype=np.float32).astype(dtype)
     return buf[..., :shape[-1]]
+
+
+# -- accuracy of the transcendentals (tests/tpp/test_math_accuracy.py, tests/aarch64/test_sve_descriptors.py)
+LOG_SPACED = {"reciprocal", "rsqrt", "sqrt"}
+
+
+def samples(op, lo, hi, count):
+    """``count`` fp32 points over [lo, hi]: log-spaced for the ops of LOG_SPACED, else linear."""
+    if op in LOG_SPACED:
+        return np.exp(np.linspace(np.log(max(lo, 1e-37)), np.log(hi), count)).astype(np.float32)
+    return np.linspace(lo, hi, count, dtype=np.float32)
+
+
+def ulp_errors(op, x, got):
+    """|got - op(x)| in fp32 ulps of the reference (float64, rounded to fp32); bwd ops count ulps
+    of max(|ref|, 1). NaN where NaN is expected counts 0."""
+    f = UNARY_OPS.get(op) or GRAD_OPS[op]
+    with np.errstate(all="ignore"):
+        ref32 = f(x.astype(np.float64)).astype(np.float32)
+    mag = np.abs(ref32)
+    if op in GRAD_OPS:
+        mag = np.maximum(mag, np.float32(1.0))
+    ulp = np.spacing(np.maximum(mag, np.finfo(np.float32).tiny)).astype(np.float64)
+    err = np.abs(got.astype(np.float64) - ref32.astype(np.float64)) / ulp
+    err[np.isnan(got) & np.isnan(ref32)] = 0
+    return err
+
+
+INF, NAN = np.inf, np.nan
+SPECIALS = {     # (x, f(x)) pairs; NaN in gives NaN out everywhere
+    "exp": [(0.0, 1.0), (-0.0, 1.0), (INF, INF), (-INF, 0.0), (100.0, INF), (-110.0, 0.0)],
+    "sigmoid": [(INF, 1.0), (-INF, 0.0), (0.0, 0.5)],
+    "tanh": [(INF, 1.0), (-INF, -1.0), (0.0, 0.0), (-0.0, -0.0), (20.0, 1.0)],
+    "gelu": [(INF, INF), (-INF, -0.0), (0.0, 0.0)],
+    "gelu_erf": [(INF, INF), (-INF, -0.0), (0.0, 0.0), (-20.0, -0.0)],
+    "gelu_bwd": [(INF, 1.0), (-INF, 0.0), (0.0, 0.5)],
+    "gelu_erf_bwd": [(INF, 1.0), (-INF, 0.0), (0.0, 0.5)],
+    "reciprocal": [(0.0, INF), (-0.0, -INF), (INF, 0.0), (-INF, -0.0)],
+    "rsqrt": [(0.0, INF), (INF, 0.0), (-1.0, NAN)],
+    "sqrt": [(0.0, 0.0), (INF, INF), (-1.0, NAN)],
+}

@@ -212,6 +212,26 @@ def unpack_bits(mask, n):
     return np.unpackbits(mask, axis=1, bitorder="little")[:, :n].astype(bool)
 
 
+def _validate_ab(desc, ops, out_ld):
+    """The checks Binary and Ternary share: op, shape, leading dims, dtypes, broadcasts."""
+    if desc.op not in ops:
+        raise ValueError(f"{desc.kind} op {desc.op!r} is not one of {', '.join(ops)}")
+    _positive(desc, "m", "n")
+    for name in ("lda", "ldb", out_ld):
+        _ld(desc, name, desc.n)
+    _dtypes(desc, "dtype", "out_dtype")
+    for name in ("bcast_a", "bcast_b"):
+        if getattr(desc, name) not in BCASTS:
+            raise ValueError(f"{desc.kind}: {name}={getattr(desc, name)!r}; expected one of {BCASTS}")
+
+
+def _ab_operands(desc, out, out_ld):
+    """Inputs a and b (each possibly broadcast) and the full, written output ``out``."""
+    return (_bspec("a", desc.dtype, desc.bcast_a, desc.m, desc.n, desc.lda, "lda"),
+            _bspec("b", desc.dtype, desc.bcast_b, desc.m, desc.n, desc.ldb, "ldb"),
+            _full(out, desc.out_dtype, desc.m, desc.n, getattr(desc, out_ld), out_ld, writable=True))
+
+
 @dataclass(frozen=True)
 class Binary(Descriptor):
     """out = op(a, b), either input possibly broadcast; ``post`` applies a unary op after
@@ -235,22 +255,12 @@ class Binary(Descriptor):
         _default(self, lda=self.n, ldb=self.n, ldo=self.n, out_dtype=self.dtype)
 
     def validate(self):
-        if self.op not in BINARY_OPS:
-            raise ValueError(f"binary op {self.op!r} is not one of {', '.join(BINARY_OPS)}")
-        _positive(self, "m", "n")
-        for name in ("lda", "ldb", "ldo"):
-            _ld(self, name, self.n)
-        _dtypes(self, "dtype", "out_dtype")
-        for name in ("bcast_a", "bcast_b"):
-            if getattr(self, name) not in BCASTS:
-                raise ValueError(f"binary: {name}={getattr(self, name)!r}; expected one of {BCASTS}")
+        _validate_ab(self, BINARY_OPS, "ldo")
         if self.post is not None and (self.post not in UNARY_OPS or self.post == "zero"):
             raise ValueError(f"binary: post={self.post!r} is not a unary op")
 
     def operands(self):
-        return (_bspec("a", self.dtype, self.bcast_a, self.m, self.n, self.lda, "lda"),
-                _bspec("b", self.dtype, self.bcast_b, self.m, self.n, self.ldb, "ldb"),
-                _full("out", self.out_dtype, self.m, self.n, self.ldo, "ldo", writable=True))
+        return _ab_operands(self, "out", "ldo")
 
     def reference(self, a, b, out):
         with np.errstate(all="ignore"):
@@ -281,20 +291,10 @@ class Ternary(Descriptor):
         _default(self, lda=self.n, ldb=self.n, ldc=self.n, out_dtype=self.dtype)
 
     def validate(self):
-        if self.op not in TERNARY_OPS:
-            raise ValueError(f"ternary op {self.op!r} is not one of {', '.join(TERNARY_OPS)}")
-        _positive(self, "m", "n")
-        for name in ("lda", "ldb", "ldc"):
-            _ld(self, name, self.n)
-        _dtypes(self, "dtype", "out_dtype")
-        for name in ("bcast_a", "bcast_b"):
-            if getattr(self, name) not in BCASTS:
-                raise ValueError(f"ternary: {name}={getattr(self, name)!r}; expected one of {BCASTS}")
+        _validate_ab(self, TERNARY_OPS, "ldc")
 
     def operands(self):
-        return (_bspec("a", self.dtype, self.bcast_a, self.m, self.n, self.lda, "lda"),
-                _bspec("b", self.dtype, self.bcast_b, self.m, self.n, self.ldb, "ldb"),
-                _full("c", self.out_dtype, self.m, self.n, self.ldc, "ldc", writable=True))
+        return _ab_operands(self, "c", "ldc")
 
     def reference(self, a, b, c):
         with np.errstate(all="ignore"):

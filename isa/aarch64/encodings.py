@@ -123,6 +123,8 @@ ldp      6cc00000 -   Dt Dt2 [x],s7*8
 stp      6d000000 -   Dt Dt2 [x,s7*8]
 stp      6d800000 -   Dt Dt2 [x,s7*8]!
 stp      6c800000 -   Dt Dt2 [x],s7*8
+# LSE atomics (ARMv8.1): Xs in bits 16-20 is added to [Xn|SP]; Xt receives the old value
+ldaddal  f8e00000 -   Xm Xt [x]
 # ---- A64 branches and system
 b        14000000 -   label26
 bl       94000000 -   label26
@@ -437,6 +439,7 @@ _FIXED = {
     "[x,zd]": lambda: ZMemKind("d"),
     "[x,x,lsl1]": lambda: MemKind(shifts={1: 0}, zr_index=False),
     "[x,x]": lambda: MemKind(shifts={0: 0}, zr_index=False),
+    "[x]": lambda: _base_only(),
 }
 _INDEXED = {"h": (3, [(22, 1), (19, 2)]), "s": (3, [(19, 2)]), "d": (4, [(20, 1)])}
 
@@ -491,6 +494,12 @@ def kind(token: str, t: str | None = None) -> Kind:
             return Imm([], 0, es - 1, enc=lambda v: _put_tsz(es + v))
         return Imm([], 1, es, enc=lambda v: _put_tsz(2 * es - v))
     raise KeyError(f"unknown operand token {token!r}")
+
+
+def _base_only() -> MemKind:
+    k = MemKind(signed=False)          # no offset field: the immediate range is just 0
+    k.name = "[Xn|SP]"
+    return k
 
 
 def _put_tsz(v: int) -> int:

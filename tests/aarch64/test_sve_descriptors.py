@@ -15,6 +15,7 @@ from tppasm.sve.gemm import MmlaBrgemm
 from tppasm.sve.math import ACCURACY
 from tests.aarch64.marks import needs_qemu
 from tests.aarch64.sve_cases import AddressCase, DescCase
+from tests.support import NAN, SPECIALS, samples, ulp_errors
 
 VLS = (128, 256, 512)
 EXACT = {"copy", "identity", "zero", "relu", "negate", "square", "sqrt", "relu_bwd",
@@ -182,29 +183,12 @@ NAMES = {"gelu": "gelu_tanh", "gelu_bwd": "gelu_tanh_grad", "gelu_erf_bwd": "gel
 SAMPLES = 1 << 16
 
 
-def _samples(op, lo, hi):
-    if op in ("reciprocal", "rsqrt", "sqrt"):
-        return np.exp(np.linspace(np.log(max(lo, 1e-37)), np.log(hi), SAMPLES)).astype(np.float32)
-    return np.linspace(lo, hi, SAMPLES, dtype=np.float32)
-
-
-def max_ulps(op, x, got):
-    f = UNARY_OPS.get(op) or GRAD_OPS[op]
-    with np.errstate(all="ignore"):
-        ref = f(x.astype(np.float64)).astype(np.float32)
-    mag = np.maximum(np.abs(ref), np.float32(1)) if op in GRAD_OPS else np.abs(ref)
-    ulp = np.spacing(np.maximum(mag, np.finfo(np.float32).tiny)).astype(np.float64)
-    err = np.abs(got.astype(np.float64) - ref) / ulp
-    err[np.isnan(got) & np.isnan(ref)] = 0
-    return err
-
-
 @needs_qemu
 def test_transcendental_accuracy():
     from isa.aarch64.emulate import Call
     calls, xs = [], []
     for op, (lo, hi) in BOUNDS:
-        x = _samples(op, lo, hi)
+        x = samples(op, lo, hi, SAMPLES)
         xs.append(x)
         k = Kernel(Unary(op, 1, SAMPLES), "sve")
         ins = [np.ones_like(x), x] if op in GRAD_OPS else [x]
@@ -212,23 +196,9 @@ def test_transcendental_accuracy():
     run_qemu_calls(calls, vl_bits=256)
     worst = {}
     for (op, _), x, call in zip(BOUNDS, xs, calls):
-        err = max_ulps(op, x, call.outputs[0])
+        err = ulp_errors(op, x, call.outputs[0])
         worst[op] = float(err.max())
         assert err.max() <= ACCURACY[NAMES.get(op, op)], f"{op}: {err.max():.1f} ulp at x={x[err.argmax()]!r}"
-
-
-INF, NAN = np.inf, np.nan
-SPECIALS = {
-    "exp": [(0.0, 1.0), (INF, INF), (-INF, 0.0), (100.0, INF), (-110.0, 0.0)],
-    "sigmoid": [(INF, 1.0), (-INF, 0.0), (0.0, 0.5)],
-    "tanh": [(INF, 1.0), (-INF, -1.0), (0.0, 0.0), (-0.0, -0.0), (20.0, 1.0)],
-    "gelu": [(INF, INF), (-INF, -0.0), (0.0, 0.0)],
-    "gelu_erf": [(INF, INF), (-INF, -0.0), (0.0, 0.0), (-20.0, -0.0)],
-    "gelu_bwd": [(INF, 1.0), (-INF, 0.0), (0.0, 0.5)],
-    "gelu_erf_bwd": [(INF, 1.0), (-INF, 0.0), (0.0, 0.5)],
-    "reciprocal": [(0.0, INF), (-0.0, -INF), (INF, 0.0), (-INF, -0.0)],
-    "rsqrt": [(0.0, INF), (INF, 0.0), (-1.0, NAN)],
-}
 
 
 @needs_qemu

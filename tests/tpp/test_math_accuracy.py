@@ -9,7 +9,7 @@ import tppasm
 from tppasm.eltwise import GRAD_OPS, UNARY_OPS
 from tppasm.kernel import get_kernel
 from tppasm.eltwise import Unary
-from tests.support import isa_params, native, run_raw
+from tests.support import NAN, SPECIALS, isa_params, native, run_raw, samples, ulp_errors
 
 # op, domain, max ulps (bwd ops: ulps of max(|ref|, 1), i.e. absolute error in units of 2^-23)
 BOUNDS = [
@@ -24,7 +24,6 @@ BOUNDS = [
     ("rsqrt", (1e-37, 1e37), 2),
     ("sqrt", (0.0, 1e37), 0),
 ]
-LOG_SPACED = {"reciprocal", "rsqrt", "sqrt"}
 
 
 def run(op, x, isa):
@@ -37,25 +36,6 @@ def run(op, x, isa):
     else:
         run_raw(k, args, isa=isa)
     return y[0]
-
-
-def ulp_errors(op, x, got):
-    f = UNARY_OPS.get(op) or GRAD_OPS[op]
-    with np.errstate(all="ignore"):
-        ref32 = f(x.astype(np.float64)).astype(np.float32)
-    mag = np.abs(ref32)
-    if op in GRAD_OPS:
-        mag = np.maximum(mag, np.float32(1.0))
-    ulp = np.spacing(np.maximum(mag, np.finfo(np.float32).tiny)).astype(np.float64)
-    err = np.abs(got.astype(np.float64) - ref32.astype(np.float64)) / ulp
-    err[np.isnan(got) & np.isnan(ref32)] = 0
-    return err
-
-
-def samples(op, lo, hi, count):
-    if op in LOG_SPACED:
-        return np.exp(np.linspace(np.log(max(lo, 1e-37)), np.log(hi), count)).astype(np.float32)
-    return np.linspace(lo, hi, count, dtype=np.float32)
 
 
 @pytest.mark.parametrize("isa", isa_params())
@@ -76,21 +56,6 @@ def test_gelu_tanh_error_follows_conditioning():
     f, x64 = UNARY_OPS["gelu"], x.astype(np.float64)
     cond = np.abs((f(x64 * (1 + 1e-7)) - f(x64)) / 1e-7 / f(x64))
     assert (err / np.maximum(1.0, cond)).max() <= 4
-
-
-INF, NAN = np.inf, np.nan
-SPECIALS = {     # (x, f(x)) pairs; NaN in gives NaN out everywhere
-    "exp": [(0.0, 1.0), (-0.0, 1.0), (INF, INF), (-INF, 0.0), (100.0, INF), (-110.0, 0.0)],
-    "sigmoid": [(INF, 1.0), (-INF, 0.0), (0.0, 0.5)],
-    "tanh": [(INF, 1.0), (-INF, -1.0), (0.0, 0.0), (-0.0, -0.0), (20.0, 1.0)],
-    "gelu": [(INF, INF), (-INF, -0.0), (0.0, 0.0)],
-    "gelu_erf": [(INF, INF), (-INF, -0.0), (0.0, 0.0), (-20.0, -0.0)],
-    "gelu_bwd": [(INF, 1.0), (-INF, 0.0), (0.0, 0.5)],
-    "gelu_erf_bwd": [(INF, 1.0), (-INF, 0.0), (0.0, 0.5)],
-    "reciprocal": [(0.0, INF), (-0.0, -INF), (INF, 0.0), (-INF, -0.0)],
-    "rsqrt": [(0.0, INF), (INF, 0.0), (-1.0, NAN)],
-    "sqrt": [(0.0, 0.0), (INF, INF), (-1.0, NAN)],
-}
 
 
 @pytest.mark.parametrize("isa", isa_params())

@@ -5,25 +5,24 @@
 operands in ``operands()`` order, then its int scalars (AAPCS64 x0, x1, ...): Unary / Binary /
 Ternary (:mod:`.elementwise`), Reduce (:mod:`.reduce`), Transform (:mod:`.transform`), Brgemm
 (:mod:`.gemm`: B in the descriptor's x86 VNNI layout via the dot kernels; ``MmlaBrgemm`` selects
-the MMLA kernels and their layout). The lower-level generators keep their own signatures
-(:mod:`tppasm.sve.brgemm`, :mod:`tppasm.sve.eltwise`).
+the MMLA kernels and their layout). The lower-level BRGEMM generator keeps its own signature
+(:mod:`tppasm.sve.brgemm`).
 
 >>> from tppasm.eltwise import Unary
 >>> from tppasm.kernel import Kernel
 >>> k = Kernel(Unary("relu", 2, 5), "sve")
 >>> "fmax" in k.disassemble()
 True
->>> from tppasm.sve import brgemm, eltwise
->>> len(brgemm(m=4, n=4, k=4)) > 0 and len(eltwise("relu", m=2, n=5)) > 0
+>>> from tppasm.sve import brgemm
+>>> len(brgemm(m=4, n=4, k=4)) > 0
 True
 """
 from .brgemm import (DTYPES, Plan, brgemm, brgemm_ref, inner_loop, kernel_for, pack_b, pack_b_dot, pack_b_mmla,
                      plan)
-from .eltwise import BCAST, BINARY, UNARY, eltwise, eltwise_ref
 from .raw import SveCode
 
 __all__ = ["generate", "SveCode", "DTYPES", "Plan", "brgemm", "brgemm_ref", "inner_loop", "kernel_for", "pack_b",
-           "pack_b_dot", "pack_b_mmla", "plan", "eltwise", "eltwise_ref", "UNARY", "BINARY", "BCAST"]
+           "pack_b_dot", "pack_b_mmla", "plan"]
 
 
 def __getattr__(name):

@@ -216,14 +216,22 @@ class _Gen:
     def a_base(self) -> int:
         return 0 if self.indexed else 28
 
+    c_bytes = 4                                # bytes of a C element
+
     # ---- top level
     def build(self) -> bytes:
         self.f = Function(nargs={"stride": 3, "offset": 5, "address": 3}[self.batch])
+        self.rows()
+        self.f.ret()
+        return self.f.code()
+
+    def rows(self) -> None:
+        """Loop invariants, then all rows: blocks of mr rows, then the rest."""
         a, esz = self.a, self.dt.esize
         a.mov_imm(R_N, self.n)
         a.mov_imm(R_LDA, self.lda * esz)
         a.mov_imm(R_LDB, self.ldb * esz)
-        a.mov_imm(R_LDC, self.ldc * 4)
+        a.mov_imm(R_LDC, self.ldc * self.c_bytes)
         a.ptrue(P_ALL.s)
         if self.k % self.plan.group:
             a.ptrue(P_TAIL.b if esz == 1 else P_TAIL.h, f"vl{self.k % self.plan.group}")
@@ -236,15 +244,13 @@ class _Gen:
             a.bind(top)
             self.row_block(self.plan.mr)
             add_imm(a, R_AOFF, R_AOFF, self.plan.mr * self.lda * esz, R_T)
-            add_imm(a, R_CROW, R_CROW, self.plan.mr * self.ldc * 4, R_T)
+            add_imm(a, R_CROW, R_CROW, self.plan.mr * self.ldc * self.c_bytes, R_T)
             if full > 1:
                 a.mov_imm(R_T, full * self.plan.mr * self.lda * esz)
                 a.cmp(R_AOFF, R_T)
                 a.b_lo(top)
         if rest:
             self.row_block(rest)
-        self.f.ret()
-        return self.f.code()
 
     def row_block(self, rows: int) -> None:
         """All column blocks of ``rows`` rows: full blocks of nv vectors, then a narrower tail."""

@@ -33,7 +33,7 @@ from isa.aarch64 import LSL, Function, mem, p, post, vl, x, z
 from ..brgemm import Brgemm
 from ..operand import OperandSpec
 from .brgemm import (DTYPES, MMLA_GROUP, P_ALL, R_ABASE, R_AITER, R_AOFF, R_BATCH, R_BITER, R_BPTR, R_CROW, R_J, R_K,
-                     R_LDA, R_LDB, R_LDC, R_N, R_T, ROW_PTRS, P_TAIL, _Gen, pack_b_mmla, plan)
+                     R_LDA, R_LDC, R_T, ROW_PTRS, _Gen, pack_b_mmla, plan)
 from .common import add_imm, ceil_div
 from .math import EMITTERS, NTMP, Consts
 
@@ -53,7 +53,7 @@ class _DescGen(_Gen):
 
     def build(self) -> bytes:
         self.f = Function(nargs=self.nops + 1)
-        a, esz = self.a, self.dt.esize
+        a = self.a
         a.mov(R_CNT, x[self.nops])                 # before x5.. are reused
         if self.bias:
             a.mov(R_BIAS, x[self.bias_arg])
@@ -61,29 +61,7 @@ class _DescGen(_Gen):
         if self.transcendental:
             self.c = Consts(a, R_POOL, [], [], P_ALL, P_MATH)
             self.c.setup()
-        a.mov_imm(R_N, self.n)
-        a.mov_imm(R_LDA, self.lda * esz)
-        a.mov_imm(R_LDB, self.ldb * esz)
-        a.mov_imm(R_LDC, self.ldc * self.c_bytes)
-        a.ptrue(P_ALL.s)
-        if self.k % self.plan.group:
-            a.ptrue(P_TAIL.b if esz == 1 else P_TAIL.h, f"vl{self.k % self.plan.group}")
-        a.mov(R_AOFF, 0)
-        a.mov(R_J, 0)
-        a.mov(R_CROW, x[2])
-        full, rest = divmod(self.m, self.plan.mr)
-        if full:
-            top = a.label("rows")
-            a.bind(top)
-            self.row_block(self.plan.mr)
-            add_imm(a, R_AOFF, R_AOFF, self.plan.mr * self.lda * esz, R_T)
-            add_imm(a, R_CROW, R_CROW, self.plan.mr * self.ldc * self.c_bytes, R_T)
-            if full > 1:
-                a.mov_imm(R_T, full * self.plan.mr * self.lda * esz)
-                a.cmp(R_AOFF, R_T)
-                a.b_lo(top)
-        if rest:
-            self.row_block(rest)
+        self.rows()
         self.f.ret()
         if self.c is not None:
             self.c.pool()

@@ -128,6 +128,14 @@ def _inc(a, es, reg, times=1):
     a.emit({1: "incb", 2: "inch", 4: "incw"}[es], reg, "all", times)
 
 
+def _pairwise(first, second, t, *steps):
+    """For each (d1, d2, lo, hi) in ``steps``: d1 = first(lo, hi), d2 = second(lo, hi) on ``t``
+    lanes (zip1/zip2 interleave, uzp1/uzp2 de-interleave)."""
+    for d1, d2, lo, hi in steps:
+        first(getattr(d1, t), getattr(lo, t), getattr(hi, t))
+        second(getattr(d2, t), getattr(lo, t), getattr(hi, t))
+
+
 def _vnni_vector(a, d, es):
     """Pack (zip) or unpack (uzp) f rows at a time; one column block of cnt lanes per iteration."""
     m, n, fac = d.m, d.n, d.factor
@@ -158,18 +166,10 @@ def _vnni_vector(a, d, es):
                 else:
                     a.dup(getattr(v[r], t), 0)
             if fac == 2:
-                outs = [(a.zip1, v[0], v[1]), (a.zip2, v[0], v[1])]
-                for i, (fn, lo, hi) in enumerate(outs):
-                    fn(getattr(q[i], t), getattr(lo, t), getattr(hi, t))
+                _pairwise(a.zip1, a.zip2, t, (q[0], q[1], v[0], v[1]))
             else:
-                a.zip1(getattr(e[0], t), getattr(v[0], t), getattr(v[1], t))
-                a.zip2(getattr(e[1], t), getattr(v[0], t), getattr(v[1], t))
-                a.zip1(getattr(e[2], t), getattr(v[2], t), getattr(v[3], t))
-                a.zip2(getattr(e[3], t), getattr(v[2], t), getattr(v[3], t))
-                a.zip1(getattr(q[0], t2), getattr(e[0], t2), getattr(e[2], t2))
-                a.zip2(getattr(q[1], t2), getattr(e[0], t2), getattr(e[2], t2))
-                a.zip1(getattr(q[2], t2), getattr(e[1], t2), getattr(e[3], t2))
-                a.zip2(getattr(q[3], t2), getattr(e[1], t2), getattr(e[3], t2))
+                _pairwise(a.zip1, a.zip2, t, (e[0], e[1], v[0], v[1]), (e[2], e[3], v[2], v[3]))
+                _pairwise(a.zip1, a.zip2, t2, (q[0], q[1], e[0], e[2]), (q[2], q[3], e[1], e[3]))
             for i in range(fac):
                 a.whilelo(getattr(p[1], t), R_E, R_NF)
                 _st(a, es, q[i], p[1], R_PO, R_E)
@@ -180,17 +180,10 @@ def _vnni_vector(a, d, es):
                 _ld(a, es, q[i], p[1], R_PO, R_E)
                 _inc(a, es, R_E)
             if fac == 2:
-                a.uzp1(getattr(v[0], t), getattr(q[0], t), getattr(q[1], t))
-                a.uzp2(getattr(v[1], t), getattr(q[0], t), getattr(q[1], t))
-            else:
-                a.uzp1(getattr(e[0], t), getattr(q[0], t), getattr(q[1], t))   # rows 0, 2
-                a.uzp2(getattr(e[1], t), getattr(q[0], t), getattr(q[1], t))   # rows 1, 3
-                a.uzp1(getattr(e[2], t), getattr(q[2], t), getattr(q[3], t))
-                a.uzp2(getattr(e[3], t), getattr(q[2], t), getattr(q[3], t))
-                a.uzp1(getattr(v[0], t), getattr(e[0], t), getattr(e[2], t))
-                a.uzp2(getattr(v[2], t), getattr(e[0], t), getattr(e[2], t))
-                a.uzp1(getattr(v[1], t), getattr(e[1], t), getattr(e[3], t))
-                a.uzp2(getattr(v[3], t), getattr(e[1], t), getattr(e[3], t))
+                _pairwise(a.uzp1, a.uzp2, t, (v[0], v[1], q[0], q[1]))
+            else:                                   # e0/e2: rows 0, 2; e1/e3: rows 1, 3
+                _pairwise(a.uzp1, a.uzp2, t, (e[0], e[1], q[0], q[1]), (e[2], e[3], q[2], q[3]))
+                _pairwise(a.uzp1, a.uzp2, t, (v[0], v[2], e[0], e[2]), (v[1], v[3], e[1], e[3]))
             for r in range(valid):
                 _st(a, es, v[r], p[0], ROWS[r], R_J)
         _inc(a, es, R_J)

@@ -43,13 +43,14 @@ from isa.x86 import K, TMM, YMM, ZMM, Function, dword, eax, gpr, ptr, rsp
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
 from . import register
+from .batch import add_imm, next_batch
+from .brgemm import emit_activation
 
 ROWS, COLSB = 16, 64                   # palette 1 tile limits
 ES = {"f32": 4, "bf16": 2, "i32": 4}     # C element bytes
 A_ES = {"bf16": 2, "i8": 1}          # A and B element bytes
 DOT = {"bf16": "tdpbf16ps", "i8": "tdpbusd"}
 UNROLL_K = 4                           # k steps unrolled before a runtime loop is used
-ACT_EMITTERS = {"gelu": "emit_gelu_tanh", "sigmoid": "emit_sigmoid", "tanh": "emit_tanh"}
 
 
 # -- planning ------------------------------------------------------------------------------------
@@ -205,13 +206,7 @@ class _Gen:
             self.a.mov(reg, value)
 
     def add_imm(self, reg, value):
-        if not value:
-            return
-        if -2**31 <= value < 2**31:
-            self.a.add(reg, value)
-        else:
-            self.a.mov(self.r["tmp"], value)
-            self.a.add(reg, self.r["tmp"])
+        add_imm(self.a, reg, value, self.r["tmp"])
 
     def tmm(self, t):
         return TMM[t]
@@ -371,14 +366,7 @@ class _Gen:
                 self.k_step(ak, bk, s * a_step, s * b_step, gm, gn, False)
             if p.tail:
                 self.k_step(ak, bk, p.steps * a_step, p.steps * b_step, gm, gn, True)
-        if d.batch == "stride":
-            self.add_imm(r["p"], d.stride_a * self.es_a)
-            self.add_imm(r["q"], d.stride_b * self.es_a)
-        elif d.batch == "offset":
-            a.add(r["p"], 16)
-        else:
-            a.add(r["p"], 8)
-            a.add(r["q"], 8)
+        next_batch(a, d, r["p"], r["q"], self.es_a, self.es_a, r["tmp"])   # B has A's element size
         a.dec(r["bctr"])
         a.jnz(loop)
 
@@ -476,8 +464,7 @@ class _Gen:
         from .vector import VectorISA
         if self.consts is None:
             self.consts = xmath.Consts(VectorISA("avx512"), regs=ZMM[8:])
-        emit = getattr(xmath, ACT_EMITTERS[self.d.act])
-        emit(self.a, self.consts.v, ZMM[2], x, list(ZMM[3:8]), self.consts)
+        emit_activation(self.d.act, self.a, self.consts.v, ZMM[2], x, list(ZMM[3:8]), self.consts)
         return ZMM[2]
 
 

@@ -27,6 +27,7 @@ from isa.x86.registers import Register
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
 from . import register
+from .batch import add_imm, next_batch
 from .vector import Mask, VectorISA
 
 ES = {"f32": 4, "bf16": 2, "u8": 1, "i8": 1, "i32": 4}
@@ -373,16 +374,21 @@ class Gen:
     def row_blocks(self):
         """Row blocks outermost (A's rows stay in L1 while the column blocks sweep B), then the
         row tail."""
+        self.a.mov(self.r["crow"], self.arg["c"])
+        self.over_rows(self.column_sweep)
+
+    def over_rows(self, block):
+        """``block(rows)`` for each row block, A and C row pointers from row 0 (C's from its current
+        value): a loop over the full blocks, then the row tail."""
         d, p, a, r = self.d, self.plan, self.a, self.r
         full, rt = divmod(d.m, p.rows)
-        a.mov(r["crow"], self.arg["c"])
         a.xor(gpr(r["arow"].num, 32), gpr(r["arow"].num, 32))
         if full:
             loop = a.label()
             if full > 1:
                 a.mov(r["rows"], full)
             a.bind(loop)
-            self.column_sweep(p.rows)
+            block(p.rows)
             if full > 1 or rt:
                 self.add_imm(r["arow"], p.rows * d.lda * self.es_a)
                 self.add_imm(r["crow"], p.rows * d.ldc * self.es_c)
@@ -390,7 +396,25 @@ class Gen:
                 a.dec(r["rows"])
                 a.jnz(loop)
         if rt:
-            self.column_sweep(rt)
+            block(rt)
+
+    def over_columns(self, first, vecs, times, masked, body):
+        """``body()`` for ``times`` column blocks of ``vecs`` vectors from vector ``first``; the
+        column offsets of B and C live in stack slots (colB, colC), the count in colN."""
+        a, sl = self.a, self.slots
+        a.mov(qword[rsp + sl["colB"]], first * self.v.bytes)
+        a.mov(qword[rsp + sl["colC"]], first * self.lanes * self.es_c)
+        columns = a.label()
+        if times > 1:
+            a.mov(qword[rsp + sl["colN"]], times)
+        a.bind(columns)
+        self.masked_last = masked
+        body()
+        if times > 1:
+            a.add(qword[rsp + sl["colB"]], vecs * self.v.bytes)
+            a.add(qword[rsp + sl["colC"]], vecs * self.lanes * self.es_c)
+            a.dec(qword[rsp + sl["colN"]])
+            a.jnz(columns)
 
     def rows_outer(self):
         """Loop order. Rows outer keeps a row block's A panel in L1 while B streams through once
@@ -404,66 +428,26 @@ class Gen:
 
     def column_block(self, first, vecs, times, masked):
         """Columns outer: a loop over ``times`` column blocks, each sweeping all row blocks."""
-        d, p, a, r, sl = self.d, self.plan, self.a, self.r, self.slots
-        full, rt = divmod(d.m, p.rows)
-        a.mov(qword[rsp + sl["colB"]], first * self.v.bytes)
-        a.mov(qword[rsp + sl["colC"]], first * self.lanes * self.es_c)
-        columns = a.label()
-        if times > 1:
-            a.mov(qword[rsp + sl["colN"]], times)
-        a.bind(columns)
-        self.masked_last = masked
-        a.mov(r["crow"], self.arg["c"])
-        a.add(r["crow"], [rsp + sl["colC"]])
-        a.xor(gpr(r["arow"].num, 32), gpr(r["arow"].num, 32))
-        if full:
-            loop = a.label()
-            if full > 1:
-                a.mov(r["rows"], full)
-            a.bind(loop)
-            self.tile(p.rows, vecs)
-            if full > 1 or rt:
-                self.add_imm(r["arow"], p.rows * d.lda * self.es_a)
-                self.add_imm(r["crow"], p.rows * d.ldc * self.es_c)
-            if full > 1:
-                a.dec(r["rows"])
-                a.jnz(loop)
-        if rt:
-            self.tile(rt, vecs)
-        if times > 1:
-            a.add(qword[rsp + sl["colB"]], vecs * self.v.bytes)
-            a.add(qword[rsp + sl["colC"]], vecs * self.lanes * self.es_c)
-            a.dec(qword[rsp + sl["colN"]])
-            a.jnz(columns)
+        a, r, sl = self.a, self.r, self.slots
+
+        def column():
+            a.mov(r["crow"], self.arg["c"])
+            a.add(r["crow"], [rsp + sl["colC"]])
+            self.over_rows(lambda rows: self.tile(rows, vecs))
+        self.over_columns(first, vecs, times, masked, column)
 
     def column_sweep(self, rows):
-        """All column blocks of one row block; the column offsets live in stack slots."""
+        """All column blocks of one row block."""
         a, r, sl = self.a, self.r, self.slots
         for first, vecs, times, masked in self.column_blocks():
-            a.mov(qword[rsp + sl["colB"]], first * self.v.bytes)
-            a.mov(qword[rsp + sl["colC"]], first * self.lanes * self.es_c)
-            columns = a.label()
-            if times > 1:
-                a.mov(qword[rsp + sl["colN"]], times)
-            a.bind(columns)
-            self.masked_last = masked
-            a.add(r["crow"], [rsp + sl["colC"]])
-            self.tile(rows, vecs)
-            a.sub(r["crow"], [rsp + sl["colC"]])
-            if times > 1:
-                a.add(qword[rsp + sl["colB"]], vecs * self.v.bytes)
-                a.add(qword[rsp + sl["colC"]], vecs * self.lanes * self.es_c)
-                a.dec(qword[rsp + sl["colN"]])
-                a.jnz(columns)
+            def column():
+                a.add(r["crow"], [rsp + sl["colC"]])
+                self.tile(rows, vecs)
+                a.sub(r["crow"], [rsp + sl["colC"]])
+            self.over_columns(first, vecs, times, masked, column)
 
     def add_imm(self, reg, value):
-        if not value:
-            return
-        if -2**31 <= value < 2**31:
-            self.a.add(reg, value)
-        else:
-            self.a.mov(self.r["tmp"], value)
-            self.a.add(reg, self.r["tmp"])
+        add_imm(self.a, reg, value, self.r["tmp"])
 
     def tile(self, rows, vecs):
         d, a, r, dot = self.d, self.a, self.r, self.dot
@@ -515,14 +499,7 @@ class Gen:
             a.mov(r["b_k"], [r["q"]])
         a.add(r["b_k"], col)
         self.k_loop(rows, vecs, acc, b, a_regs, tmps, masked)
-        if d.batch == "stride":
-            self.add_imm(r["p"], d.stride_a * self.es_a)
-            self.add_imm(r["q"], d.stride_b * self.es_b)
-        elif d.batch == "offset":
-            a.add(r["p"], 16)
-        else:
-            a.add(r["p"], 8)
-            a.add(r["q"], 8)
+        next_batch(a, d, r["p"], r.get("q"), self.es_a, self.es_b, r["tmp"])   # no q for offsets
         a.dec(r["batch"])
         a.jnz(loop)
 

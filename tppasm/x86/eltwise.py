@@ -131,6 +131,21 @@ class Tail:
         self.count, self.k, self.ymask = count, kmask, ymask
 
 
+def _make_tail(fn, v, n, regs, ymask=True):
+    """The Tail of an ``n``-lane remainder (None for 0): mask k1 on AVX-512; on AVX2, where
+    ``ymask``, a lane-mask register taken from the end of ``regs``."""
+    if not n:
+        return None
+    tail = Tail(n)
+    if v.avx512:
+        v.make_mask(fn, n, k=1)
+        tail.k = K[1]
+    elif ymask:
+        tail.ymask = v.reg(regs.pop())
+        v.make_mask(fn, n, reg=tail.ymask)
+    return tail
+
+
 def _load(a, v, dst, s, mem_at, tail):
     if s.kind in ("col", "scalar"):
         return s.bcast
@@ -226,15 +241,7 @@ def _rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
     ntmp = max(ntmp, 3 if bf16_out else 0, 1 if bits or streaming else 0)
     nin = sum(s.kind in ("full", "row") for s in ins)
     regs = list(range(v.nregs))
-    tail = None
-    if tail_n:
-        tail = Tail(tail_n)
-        if v.avx512:
-            v.make_mask(fn, tail_n, k=1)
-            tail.k = K[1]
-        elif any(s.dtype == "f32" and s.kind in ("full", "row") for s in streams):
-            tail.ymask = v.reg(regs.pop())
-            v.make_mask(fn, tail_n, reg=tail.ymask)
+    tail = _make_tail(fn, v, tail_n, regs, any(s.dtype == "f32" and s.kind in ("full", "row") for s in streams))
     c_reserve = 2
     per = 1 + nin + ntmp
     for unroll in ((4, 2, 1) if ntmp < MATH_TMP else (MATH_UNROLL,)):

@@ -9,11 +9,11 @@ accumulators walk down the rows. Tails load masked lanes; for max they are refil
 >>> tppasm.reduce("add", 2, 3, over="cols")(x, out); out
 array([ 3., 12.], dtype=float32)
 """
-from isa.x86 import Function, K, ax, dword, eax, r10, r11, vec, word
+from isa.x86 import Function, ax, dword, eax, r10, r11, vec, word
 
 from . import math as xm
 from . import register
-from .eltwise import Stream, Tail, _load, _store
+from .eltwise import Stream, _load, _make_tail, _store
 from .vector import VectorISA
 
 INIT = {"add": 0.0, "sumsq": 0.0, "max": float("-inf")}
@@ -45,16 +45,7 @@ def generate_reduce(desc, isa):
     out = Stream(ro, "full", desc.out_dtype)
     lanes = v.lanes(4)
     regs = list(range(v.nregs))
-    tail_n = desc.n % lanes
-    tail = None
-    if tail_n:
-        tail = Tail(tail_n)
-        if v.avx512:
-            v.make_mask(fn, tail_n, k=1)
-            tail.k = K[1]
-        else:
-            tail.ymask = v.reg(regs.pop())
-            v.make_mask(fn, tail_n, reg=tail.ymask)
+    tail = _make_tail(fn, v, desc.n % lanes, regs)
     unroll = 4
     acc = [v.reg(r) for r in regs[:unroll]]
     ld = [v.reg(r) for r in regs[unroll:2 * unroll]]

@@ -93,41 +93,51 @@ def generate_transform(desc, isa):
     return fn.finalize()
 
 
+def _blocks(a, x, out, outer, inner, body, inner_step, outer_step):
+    """``outer`` x ``inner`` calls of ``body()``, which reads at r14 and writes at r15: r12/r13 start
+    at x/out and step by ``outer_step`` (x bytes, out bytes), r14/r15 start at r12/r13 each time
+    and step by ``inner_step``. Both counts must be positive."""
+    a.mov(r8, outer)
+    a.mov(r12, x)
+    a.mov(r13, out)
+    top = a.label()
+    a.bind(top)
+    a.mov(r14, r12)
+    a.mov(r15, r13)
+    a.mov(r9, inner)
+    loop = a.label()
+    a.bind(loop)
+    body()
+    a.add(r14, inner_step[0])
+    a.add(r15, inner_step[1])
+    a.dec(r9)
+    a.jnz(loop)
+    a.add(r12, outer_step[0])
+    a.add(r13, outer_step[1])
+    a.dec(r8)
+    a.jnz(top)
+
+
 def _transpose8(a, x, out, m, n, ldi, ldo):
     """out (n, m) = x (m, n)^T for 4-byte elements: 8x8 register blocks, scalar edges."""
     mb, nb = m // 8, n // 8
     y = [vec(256, i) for i in range(16)]
-    a.mov(r8, mb)
-    a.mov(r12, x)
-    a.mov(r13, out)
-    rows = a.label()
-    a.bind(rows)
-    a.mov(r14, r12)
-    a.mov(r15, r13)
-    a.mov(r9, nb)
-    cols = a.label()
-    a.bind(cols)
-    for r in range(8):
-        a.vmovups(y[r], [r14 + r * ldi * 4])
-    for p in range(4):                              # pairs of rows: interleave dwords
-        a.vunpcklps(y[8 + 2 * p], y[2 * p], y[2 * p + 1])
-        a.vunpckhps(y[9 + 2 * p], y[2 * p], y[2 * p + 1])
-    for q, (lo, hi) in enumerate(((8, 10), (9, 11), (12, 14), (13, 15))):   # quads: interleave qwords
-        a.vshufps(y[2 * q], y[lo], y[hi], 0x44)
-        a.vshufps(y[2 * q + 1], y[lo], y[hi], 0xEE)
-    for c in range(4):                              # 128-bit halves: rows 0-3 with rows 4-7
-        a.vperm2f128(y[8 + c], y[c], y[4 + c], 0x20)
-        a.vperm2f128(y[12 + c], y[c], y[4 + c], 0x31)
-    for c in range(8):
-        a.vmovups([r15 + c * ldo * 4], y[8 + c])
-    a.add(r14, 32)
-    a.add(r15, 8 * ldo * 4)
-    a.dec(r9)
-    a.jnz(cols)
-    a.add(r12, 8 * ldi * 4)
-    a.add(r13, 32)
-    a.dec(r8)
-    a.jnz(rows)
+
+    def block():
+        for r in range(8):
+            a.vmovups(y[r], [r14 + r * ldi * 4])
+        for p in range(4):                              # pairs of rows: interleave dwords
+            a.vunpcklps(y[8 + 2 * p], y[2 * p], y[2 * p + 1])
+            a.vunpckhps(y[9 + 2 * p], y[2 * p], y[2 * p + 1])
+        for q, (lo, hi) in enumerate(((8, 10), (9, 11), (12, 14), (13, 15))):   # quads: interleave qwords
+            a.vshufps(y[2 * q], y[lo], y[hi], 0x44)
+            a.vshufps(y[2 * q + 1], y[lo], y[hi], 0xEE)
+        for c in range(4):                              # 128-bit halves: rows 0-3 with rows 4-7
+            a.vperm2f128(y[8 + c], y[c], y[4 + c], 0x20)
+            a.vperm2f128(y[12 + c], y[c], y[4 + c], 0x31)
+        for c in range(8):
+            a.vmovups([r15 + c * ldo * 4], y[8 + c])
+    _blocks(a, x, out, mb, nb, block, (32, 8 * ldo * 4), (8 * ldi * 4, 32))
     if n % 8:                                       # right edge: all rows, the last n % 8 columns
         a.lea(rcx, [x + nb * 8 * 4])
         a.lea(rdx, [out + nb * 8 * ldo * 4])
@@ -144,45 +154,30 @@ def _vnni_pack(a, x, out, groups, n, ldi, f, es):
     cols = 32 // es
     chunks = n // cols
     y = [vec(256, i) for i in range(12)]
-    a.mov(r8, groups)
-    a.mov(r12, x)
-    a.mov(r13, out)
-    top = a.label()
-    a.bind(top)
-    a.mov(r14, r12)
-    a.mov(r15, r13)
-    a.mov(r9, chunks)
-    inner = a.label()
-    a.bind(inner)
-    for r in range(f):
-        a.vmovdqu(y[r], [r14 + r * ldi * es])
-    if f == 2:
-        a.vpunpcklwd(y[4], y[0], y[1])
-        a.vpunpckhwd(y[5], y[0], y[1])
-        pairs = [(4, 5)]
-    else:
-        a.vpunpcklbw(y[4], y[0], y[1])
-        a.vpunpckhbw(y[5], y[0], y[1])
-        a.vpunpcklbw(y[6], y[2], y[3])
-        a.vpunpckhbw(y[7], y[2], y[3])
-        a.vpunpcklwd(y[8], y[4], y[6])
-        a.vpunpckhwd(y[9], y[4], y[6])
-        a.vpunpcklwd(y[10], y[5], y[7])
-        a.vpunpckhwd(y[11], y[5], y[7])
-        pairs = [(8, 9), (10, 11)]
-    # each register holds columns (lane 0, lane 1) = (c, c + cols/2): reorder the 128-bit halves
-    outs = [(lo, hi, 0x20) for lo, hi in pairs] + [(lo, hi, 0x31) for lo, hi in pairs]
-    for i, (lo, hi, imm) in enumerate(outs):
-        a.vperm2i128(y[i], y[lo], y[hi], imm)
-        a.vmovdqu([r15 + 32 * i], y[i])
-    a.add(r14, 32)
-    a.add(r15, 32 * f)
-    a.dec(r9)
-    a.jnz(inner)
-    a.add(r12, f * ldi * es)
-    a.add(r13, n * f * es)
-    a.dec(r8)
-    a.jnz(top)
+
+    def chunk():
+        for r in range(f):
+            a.vmovdqu(y[r], [r14 + r * ldi * es])
+        if f == 2:
+            a.vpunpcklwd(y[4], y[0], y[1])
+            a.vpunpckhwd(y[5], y[0], y[1])
+            pairs = [(4, 5)]
+        else:
+            a.vpunpcklbw(y[4], y[0], y[1])
+            a.vpunpckhbw(y[5], y[0], y[1])
+            a.vpunpcklbw(y[6], y[2], y[3])
+            a.vpunpckhbw(y[7], y[2], y[3])
+            a.vpunpcklwd(y[8], y[4], y[6])
+            a.vpunpckhwd(y[9], y[4], y[6])
+            a.vpunpcklwd(y[10], y[5], y[7])
+            a.vpunpckhwd(y[11], y[5], y[7])
+            pairs = [(8, 9), (10, 11)]
+        # each register holds columns (lane 0, lane 1) = (c, c + cols/2): reorder the 128-bit halves
+        outs = [(lo, hi, 0x20) for lo, hi in pairs] + [(lo, hi, 0x31) for lo, hi in pairs]
+        for i, (lo, hi, imm) in enumerate(outs):
+            a.vperm2i128(y[i], y[lo], y[hi], imm)
+            a.vmovdqu([r15 + 32 * i], y[i])
+    _blocks(a, x, out, groups, chunks, chunk, (32, 32 * f), (f * ldi * es, n * f * es))
     if n % cols:
         a.lea(rcx, [x + chunks * cols * es])
         a.lea(rdx, [out + chunks * cols * f * es])
