@@ -33,6 +33,8 @@ from .operand import OperandError, OperandSpec, check
 
 A_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "u8"}
 B_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "i8"}
+SIGNS = ("us", "ss", "su", "uu")     # int8 signedness of (A, B); "us" is what vpdpbusd/tdpbusd take
+INT8_DTYPE = {"u": "u8", "s": "i8"}
 C_DTYPES = {"f32": ("f32",), "bf16": ("f32", "bf16"), "i8": ("i32",)}
 VNNI = {"f32": 1, "bf16": 2, "i8": 4}
 BATCHES = ("stride", "offset", "address")
@@ -64,6 +66,7 @@ class Brgemm(Descriptor):
     bias: bool = False
     act: object = None
     tile_setup: bool = True     # AMX: False = no ldtilecfg/tilerelease (see tileconfig())
+    signs: str = "us"           # i8: A and B (u)nsigned or (s)igned: us (u8 x s8), ss, su, uu
 
     kind = "brgemm"
     scalars = ("count",)
@@ -102,6 +105,8 @@ class Brgemm(Descriptor):
         _need(self.bias in (False, True), "bias", self.bias, "True or False")
         _need(self.act in ACTS, "act", self.act, ", ".join(map(repr, ACTS)))
         _need(self.tile_setup in (False, True), "tile_setup", self.tile_setup, "True or False")
+        _need(self.signs in SIGNS if self.dtype == "i8" else self.signs == "us", "signs", self.signs,
+              f"one of {', '.join(map(repr, SIGNS))} (signedness of A and B) for dtype='i8', else 'us'")
         if self.dtype == "i8":
             _need(not self.bias, "bias", self.bias, "False for dtype='i8' (int32 C has no fp32 bias)")
             _need(self.act in (None, "relu"), "act", self.act, "None or 'relu' for dtype='i8'")
@@ -119,11 +124,13 @@ class Brgemm(Descriptor):
     def block_specs(self):
         """(A block, B block) specs, without the batch dimension."""
         f = self.vnni
-        a = OperandSpec("a", A_DTYPE[self.dtype], (self.m, self.k), (self.lda, 1), ld_name="lda")
+        a_dtype, b_dtype = (INT8_DTYPE[c] for c in self.signs) if self.dtype == "i8" else \
+            (A_DTYPE[self.dtype], B_DTYPE[self.dtype])
+        a = OperandSpec("a", a_dtype, (self.m, self.k), (self.lda, 1), ld_name="lda")
         if f == 1:
             b = OperandSpec("b", "f32", (self.k, self.n), (self.ldb, 1), ld_name="ldb")
         else:
-            b = OperandSpec("b", B_DTYPE[self.dtype], (self.groups, self.n, f), (self.ldb * f, f, 1),
+            b = OperandSpec("b", b_dtype, (self.groups, self.n, f), (self.ldb * f, f, 1),
                             ld_name="")
         return a, b
 
@@ -264,7 +271,7 @@ def _check_buffer(spec, buf, offsets, who):
 
 
 def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0, beta=0, c_dtype="",
-           batch="stride", bias=False, act=None, tile_setup=True, isa=None):
+           batch="stride", bias=False, act=None, tile_setup=True, signs="us", isa=None):
     """A JIT'd BRGEMM kernel: call it as ``gemm(A, B, C, count=c)`` (see the module docstring).
 
     >>> import numpy as np, tppasm
@@ -276,7 +283,7 @@ def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0,
     """
     desc = Brgemm(m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc, stride_a=stride_a, stride_b=stride_b,
                   beta=beta, dtype=dtype, c_dtype=c_dtype, batch=batch, bias=bias, act=act,
-                  tile_setup=tile_setup)
+                  tile_setup=tile_setup, signs=signs)
     kernel = get_kernel(desc, isa)
     return kernel if desc.batch == "stride" else BatchedBrgemm(kernel)
 

@@ -157,6 +157,8 @@ def test_brgemm(s):
                                dtype=dtype, c_dtype=c_dtype, batch=batch, bias=bias, act=act)
                     cases.append(_gemm_case(d, count, seed + i))
                     i += 1
+    for j, signs in enumerate(("ss", "uu")):            # sdot / udot beside the default usdot
+        cases.append(_gemm_case(Brgemm(m=m, n=n, k=k, dtype="i8", signs=signs, beta=j), count, seed + i + j))
     cases.append(_gemm_case(MmlaBrgemm(m=m, n=n, k=k, dtype="bf16", beta=1), count, seed))
     cases.append(_gemm_case(MmlaBrgemm(m=m, n=n, k=k, dtype="i8", lda=k + pad), count, seed))
     run_all(cases)

@@ -40,6 +40,7 @@ from .math import EMITTERS, NTMP, Consts
 R_CNT, R_BIAS, R_POOL = x[29], x[30], x[4]
 P_MATH = p[5]
 SVE_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "u8i8"}
+INT8_SVE = {"us": "u8i8", "ss": "i8", "uu": "u8"}      # sdot / udot / usdot by (A, B) signedness
 
 
 class _DescGen(_Gen):
@@ -196,6 +197,11 @@ def generate(desc, kernel=None) -> bytes:
     choice of microkernel ("indexed", "dot" or "mmla")."""
     d = desc
     sdt = SVE_DTYPE[d.dtype]
+    if d.dtype == "i8":
+        if d.signs not in INT8_SVE:
+            raise ValueError(f"brgemm on sve: signs={d.signs!r} is not supported; use one of "
+                             f"{', '.join(map(repr, INT8_SVE))} (swap the roles of A and B for 'su')")
+        sdt = INT8_SVE[d.signs]
     if kernel is None and getattr(d, "layout", "vnni") == "sve_mmla":
         kernel = "mmla"
     if kernel is None:

@@ -50,6 +50,7 @@ ROWS, COLSB = 16, 64                   # palette 1 tile limits
 ES = {"f32": 4, "bf16": 2, "i32": 4}     # C element bytes
 A_ES = {"bf16": 2, "i8": 1}          # A and B element bytes
 DOT = {"bf16": "tdpbf16ps", "i8": "tdpbusd"}
+INT8_DOT = {"us": "tdpbusd", "ss": "tdpbssd", "su": "tdpbsud", "uu": "tdpbuud"}   # (A, B) signedness
 UNROLL_K = 4                           # k steps unrolled before a runtime loop is used
 
 
@@ -373,7 +374,7 @@ class _Gen:
     def k_step(self, ak, bk, a_off, b_off, gm, gn, tail):
         """Load each A and B tile once and issue the gm x gn dot products (loads interleaved)."""
         d, p, a, r = self.d, self.p, self.a, self.r
-        dot = getattr(a, DOT[d.dtype])
+        dot = getattr(a, DOT[d.dtype] if d.dtype == "bf16" else INT8_DOT[d.signs])
         row_bytes = ROWS * d.lda * self.es_a
         for i in range(gm):
             a.tileloadd(self.tmm(p.a_tile(i, tail)), [ak + r["sa"] + (a_off + i * row_bytes)])

@@ -133,9 +133,10 @@ class Bf16Shift(Dot):
 
 
 class I8Madd(Dot):
-    """u8 x s8 quads without VNNI, exactly: split each dword into its even and odd bytes as int16
-    pairs (A zero-extended, B sign-extended), ``vpmaddwd`` each pair of pairs into int32 (no
-    saturation: |255 * -128 * 2| < 2**31), and add both into the accumulator."""
+    """int8 quads without VNNI, exactly: split each dword into its even and odd bytes as int16
+    pairs (sign- or zero-extended as ``signs`` says for A and B), ``vpmaddwd`` each pair of pairs
+    into int32 (no saturation: |2 * 255 * 255| and |2 * 128 * 128| < 2**31), and add both into the
+    accumulator."""
 
     nb = na = 2
     consts = (0x00FF00FF,)
@@ -143,19 +144,27 @@ class I8Madd(Dot):
     ops, chain = 4, 2
     a_ops, b_ops = 2, 3
 
-    def load_b(self, g, regs, mem, mask, keep=None):
+    def __init__(self, signs="us"):
+        self.a_signed, self.b_signed = (c == "s" for c in signs)
+
+    def _split(self, g, regs, signed):
         even, odd = regs
-        g.v.load(g.a, odd, mem, mask)
-        g.keep(odd, keep)
-        g.a.vpsllw(even, odd, 8)
-        g.a.vpsraw(even, even, 8)
-        g.a.vpsraw(odd, odd, 8)
+        if signed:
+            g.a.vpsllw(even, odd, 8)
+            g.a.vpsraw(even, even, 8)
+            g.a.vpsraw(odd, odd, 8)
+        else:
+            g.and_(even, odd, g.const_regs[0])
+            g.a.vpsrlw(odd, odd, 8)
+
+    def load_b(self, g, regs, mem, mask, keep=None):
+        g.v.load(g.a, regs[1], mem, mask)
+        g.keep(regs[1], keep)
+        self._split(g, regs, self.b_signed)
 
     def load_a(self, g, regs, src):
-        even, odd = regs
-        g.broadcast(odd, src)
-        g.and_(even, odd, g.const_regs[0])
-        g.a.vpsrlw(odd, odd, 8)
+        g.broadcast(regs[1], src)
+        self._split(g, regs, self.a_signed)
 
     def acc(self, g, c, b, a, t, k):
         for i in range(2):
@@ -163,16 +172,16 @@ class I8Madd(Dot):
             g.a.vpaddd(c, c, t[0])
 
 
-def choose_dot(dtype, isa, features):
-    """The inner-product strategy for ``dtype`` on ``isa`` with the target's ``features``."""
+def choose_dot(dtype, isa, features, signs="us"):
+    """The inner-product strategy for ``dtype`` (int8: with ``signs``) on ``isa`` with ``features``."""
     wide = isa != "avx2"
     if dtype == "f32":
         return F32Fma()
     if dtype == "bf16":
         return Bf16Dp() if wide and "avx512_bf16" in features else Bf16Shift()
-    if (wide and "avx512_vnni" in features) or (not wide and "avx_vnni" in features):
+    if signs == "us" and ((wide and "avx512_vnni" in features) or (not wide and "avx_vnni" in features)):
         return I8Vnni()
-    return I8Madd()
+    return I8Madd(signs)
 
 
 def target_features(isa):
@@ -281,7 +290,7 @@ class Gen:
     def __init__(self, desc, isa, features):
         self.d, self.v = desc, VectorISA(isa)
         self.features = features
-        self.dot = choose_dot(desc.dtype, isa, features)
+        self.dot = choose_dot(desc.dtype, isa, features, desc.signs)
         self.es_a, self.es_c = ES[{"f32": "f32", "bf16": "bf16", "i8": "u8"}[desc.dtype]], ES[desc.c_dtype]
         self.es_b = ES[desc.dtype]
         self.fn = Function(f"brgemm_{desc.dtype}_{desc.m}x{desc.n}x{desc.k}",
