@@ -77,7 +77,7 @@ def _cpuid_function():
 
 
 def _xgetbv_function():
-    from .x86 import Function, ecx, edx, rax, rdx
+    from .x86 import Function, ecx, rax, rdx
     fn = Function("xgetbv0", [], returns="u64")
     a = fn.asm
     a.xor(ecx, ecx)

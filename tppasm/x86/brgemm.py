@@ -5,7 +5,7 @@ it loops over the batch, and inside over k in *groups* (1 k for fp32, 2 for bf16
 per group it loads V vectors of B's row group, then for each of the R rows broadcasts A's group
 (4 bytes in every dtype) and accumulates. In every dtype one 4-byte lane of a B row group is one
 column of C, so the addressing is the same for all and only the inner product differs: that is a
-small strategy object (:class:`Dot`) per (dtype, instructions available).
+small strategy object (:class:`tppasm.x86.dot.Dot`) per (dtype, instructions available).
 
 Column tails use masks (AVX-512 opmasks, AVX2 ``vmaskmovps``); row tails a smaller tile. The
 blocking (R, V) is chosen per shape by a small throughput model (:func:`plan`).
@@ -22,12 +22,14 @@ True
 from dataclasses import dataclass
 
 from isa.cpu import host
-from isa.x86 import Function, K, bcst, byte, dword, gpr, qword, rsp, vec, word
+from isa.x86 import Function, K, byte, dword, gpr, qword, rsp, vec, word
 from isa.x86.registers import Register
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
 from . import register
 from .batch import add_imm, next_batch
+from .constpool import ConstPool
+from .dot import Bf16Shift, choose_dot
 from .vector import Mask, VectorISA
 
 ES = {"f32": 4, "bf16": 2, "u8": 1, "i8": 1, "i32": 4}
@@ -66,123 +68,6 @@ def activation_tmps(act):
 
 
 # -- inner products ------------------------------------------------------------------------------
-
-class Dot:
-    """How one tile accumulates one k group: ``nb`` registers per B vector, ``na`` per A row,
-    ``consts`` dword patterns kept in registers, ``tmps`` scratch registers; ``ops`` (per
-    accumulator per group) and ``chain`` (dependent ops on one accumulator) feed the blocking model;
-    ``a_ops`` / ``b_ops`` count the extra vector ops per A row / B vector."""
-
-    nb = na = 1
-    consts = ()
-    tmps = 0
-    ops = chain = 1
-    a_ops = b_ops = 0
-
-    def load_b(self, g, regs, mem, mask, keep=None):
-        g.v.load(g.a, regs[0], mem, mask)
-        g.keep(regs[0], keep)
-
-    def load_a(self, g, regs, src):
-        g.broadcast(regs[0], src)
-
-
-class F32Fma(Dot):
-    def load_a(self, g, regs, src):
-        g.a.vbroadcastss(regs[0], dword[src])
-
-    def acc(self, g, c, b, a, t, k):
-        g.a.vfmadd231ps(c, b[0], a[0])
-
-
-class Bf16Dp(Dot):
-    def acc(self, g, c, b, a, t, k):
-        g.a.vdpbf16ps(c, a[0], b[0])
-
-
-class I8Vnni(Dot):
-    def acc(self, g, c, b, a, t, k):
-        g.a.vpdpbusd(c, a[0], b[0])
-
-
-class Bf16Shift(Dot):
-    """bf16 pairs -> two fp32 vectors: the even element by ``<< 16``, the odd one by masking the
-    low half off; then two FMAs (bf16 products are exact in fp32)."""
-
-    nb = na = 2
-    ops = chain = 2
-    a_ops = b_ops = 2
-
-    def _split(self, g, regs):
-        even, odd = regs
-        g.a.vpslld(even, odd, 16)
-        g.and_(odd, odd, g.pool.splat(0xFFFF0000))     # from memory: one register more for C
-
-    def load_b(self, g, regs, mem, mask, keep=None):
-        g.v.load(g.a, regs[1], mem, mask)
-        g.keep(regs[1], keep)
-        self._split(g, regs)
-
-    def load_a(self, g, regs, src):
-        g.broadcast(regs[1], src)
-        self._split(g, regs)
-
-    def acc(self, g, c, b, a, t, k):
-        g.a.vfmadd231ps(c, b[0], a[0])
-        g.a.vfmadd231ps(c, b[1], a[1])
-
-
-class I8Madd(Dot):
-    """int8 quads without VNNI, exactly: split each dword into its even and odd bytes as int16
-    pairs (sign- or zero-extended as ``signs`` says for A and B), ``vpmaddwd`` each pair of pairs
-    into int32 (no saturation: |2 * 255 * 255| and |2 * 128 * 128| < 2**31), and add both into the
-    accumulator."""
-
-    nb = na = 2
-    consts = (0x00FF00FF,)
-    tmps = 1
-    ops, chain = 4, 2
-    a_ops, b_ops = 2, 3
-
-    def __init__(self, signs="us"):
-        self.a_signed, self.b_signed = (c == "s" for c in signs)
-
-    def _split(self, g, regs, signed):
-        even, odd = regs
-        if signed:
-            g.a.vpsllw(even, odd, 8)
-            g.a.vpsraw(even, even, 8)
-            g.a.vpsraw(odd, odd, 8)
-        else:
-            g.and_(even, odd, g.const_regs[0])
-            g.a.vpsrlw(odd, odd, 8)
-
-    def load_b(self, g, regs, mem, mask, keep=None):
-        g.v.load(g.a, regs[1], mem, mask)
-        g.keep(regs[1], keep)
-        self._split(g, regs, self.b_signed)
-
-    def load_a(self, g, regs, src):
-        g.broadcast(regs[1], src)
-        self._split(g, regs, self.a_signed)
-
-    def acc(self, g, c, b, a, t, k):
-        for i in range(2):
-            g.a.vpmaddwd(t[0], b[i], a[i])
-            g.a.vpaddd(c, c, t[0])
-
-
-def choose_dot(dtype, isa, features, signs="us"):
-    """The inner-product strategy for ``dtype`` (int8: with ``signs``) on ``isa`` with ``features``."""
-    wide = isa != "avx2"
-    if dtype == "f32":
-        return F32Fma()
-    if dtype == "bf16":
-        return Bf16Dp() if wide and "avx512_bf16" in features else Bf16Shift()
-    if signs == "us" and ((wide and "avx512_vnni" in features) or (not wide and "avx_vnni" in features)):
-        return I8Vnni()
-    return I8Madd(signs)
-
 
 def target_features(isa):
     """Features the generated code may use: the host's when it runs ``isa``, else full AVX-512."""
@@ -239,51 +124,6 @@ def plan(desc, v, dot, epilogue_regs):
 
 # -- code generation -----------------------------------------------------------------------------
 
-class ConstPool:
-    """dword patterns replicated across a vector, kept in the kernel's stack frame (no data
-    section: the code stays position independent). AVX2 stores the whole vector; AVX-512 reads one
-    dword with an embedded broadcast."""
-
-    def __init__(self, fn, v):
-        self.fn, self.v, self.slots = fn, v, {}
-        self.stores = []
-
-    def add(self, key, dwords):
-        if key not in self.slots:
-            off = sum(len(d) * 4 for d in self.stores)
-            self.slots[key] = off
-            self.stores.append(dwords)
-        return self.slots[key]
-
-    def splat(self, value):
-        """A memory operand holding ``value`` in every dword lane."""
-        value &= 0xFFFFFFFF
-        if self.v.avx512:
-            return bcst(rsp + self.add(value, [value]))
-        return [rsp + self.add(value, [value] * 8)]
-
-    def load(self, a, reg, value):
-        """reg = ``value`` in every dword lane."""
-        value &= 0xFFFFFFFF
-        off = self.add(value, [value] if self.v.avx512 else [value] * 8)
-        if self.v.avx512:
-            a.vpbroadcastd(reg, dword[rsp + off])
-        else:
-            a.vmovdqu(reg, [rsp + off])
-
-    def emit(self, a):
-        """The stores that fill the pool (run once at kernel entry); add nothing after this."""
-        total = sum(len(d) * 4 for d in self.stores)
-        if not total:
-            return
-        self.fn.stack(total)
-        off = 0
-        for dwords in self.stores:
-            for d in dwords:
-                a.mov(dword[rsp + off], d - (1 << 32) if d >= 1 << 31 else d)
-                off += 4
-
-
 class Gen:
     """State of one kernel's generation: assembler, vector ISA, registers, the plan."""
 
@@ -334,7 +174,7 @@ class Gen:
 
     # -- the kernel -----------------------------------------------------------------------------
     def build(self):
-        d, p, a = self.d, self.plan, self.a
+        p, a = self.plan, self.a
         self.gprs()
         keep = (0xFFFF,) if desc_has_bf16_tail(self.d) else ()
         keep += (0xFFFF0000,) if isinstance(self.dot, Bf16Shift) else ()
@@ -459,7 +299,7 @@ class Gen:
         add_imm(self.a, reg, value, self.r["tmp"])
 
     def tile(self, rows, vecs):
-        d, a, r, dot = self.d, self.a, self.r, self.dot
+        d, a, dot = self.d, self.a, self.dot
         acc, b, a_regs, tmps, free = self.vregs(rows, vecs)
         masked = [self.mask if self.masked_last and j == vecs - 1 else None for j in range(vecs)]
         for i in range(rows):
@@ -626,7 +466,7 @@ class Gen:
         to the stack first and a loop over its rows finishes it (one copy of the long sequence per
         vector instead of per accumulator: JIT time and code size)."""
         d, a, v, r = self.d, self.a, self.v, self.r
-        bias_reg, zero = free[0], free[1]
+        zero = free[1]           # free[0] holds the bias row
         if d.act == "relu":
             a.vpxord(zero, zero, zero) if v.avx512 else a.vpxor(zero, zero, zero)
         if d.bias:
