@@ -6,8 +6,11 @@ thing with NumPy (:meth:`reference`). :func:`get_kernel` JITs it once per (descr
 returns the same :class:`Kernel` object afterwards.
 """
 import ctypes
+import operator
 import threading
 import time
+
+import numpy as np
 
 from isa.cpu import host
 
@@ -99,9 +102,7 @@ class Kernel:
         """Explain a refusal, or call through pointers for inputs the native check cannot vouch for."""
         if TRACE_HOOK is not None and TRACE_HOOK(self, arrays, values):
             return
-        for name, value in zip(self.scalars, values):
-            if not isinstance(value, int) or not 1 <= value < 1 << 30:
-                raise OperandError(f"{self.desc.kind}: {name}={value!r}, expected an int >= 1")
+        values = tuple(_scalar(self.desc.kind, name, v) for name, v in zip(self.scalars, values))
         count = dict(zip(self.scalars, values)).get(self.desc.count_scalar, 1)
         for spec, arr in zip(self.operands, arrays):
             check(spec, arr, count, who=self.desc.kind)
@@ -126,6 +127,17 @@ class Kernel:
 
     def __repr__(self):
         return f"<{type(self.desc).__name__} kernel {self.desc} for {self.isa}>"
+
+
+def _scalar(kind, name, value):
+    """``value`` as a Python int in [1, 2**30) (NumPy integers welcome, bools not)."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        v = None
+    if v is None or isinstance(value, (bool, np.bool_)) or not 1 <= v < 1 << 30:
+        raise OperandError(f"{kind}: {name}={value!r}, expected an int from 1 to 2**30 - 1")
+    return v
 
 
 _CACHE = {}
