@@ -27,27 +27,14 @@ from loops.nest import Layout
 from loops.nest_aarch64 import build_aarch64
 from loops.spec import LETTERS, parse, serial_order
 from loops.trace import thread, trace
-from tppasm.kernel import Descriptor, Kernel
-from tppasm.operand import OperandSpec
+from tppasm.kernel import Kernel
 
 from .marks import needs_qemu
 
 # the x86 nest tests' independent oracle of the spec semantics and their spec strategies
-from tests.loops.test_nest import loop_decls, oracle, specs  # noqa: E402
+from tests.loops.test_nest import Record, loop_decls, oracle, specs  # noqa: E402
 
 pytestmark = needs_qemu
-
-
-class Record(Descriptor):
-    kind = op = "rec"
-
-    def operands(self):
-        return [OperandSpec(n, "i32", (1, 1), (1, 1), writable=True) for n in ("counter", "order", "hits")]
-
-    def reference(self, counter, order, hits):
-        order[0, 0] = counter[0, 0]
-        counter[0, 0] += 1
-        hits[0, 0] += 1
 
 
 def _record_kernel():
