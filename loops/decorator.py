@@ -29,7 +29,7 @@ from .spec import LETTERS, Loop, SpecError, parse, serial_order
 from .trace import PyArray, TraceError, run_python, trace
 
 
-# The nest generator of the host; AArch64 has no native pool yet: its nests run on the calling thread.
+# The nest generator of the host; both run on the native pool (loops.pool picks its machine code).
 ON_AARCH64 = host().arch == "aarch64"
 GENERATOR = nest_aarch64 if ON_AARCH64 else nest
 
@@ -213,7 +213,7 @@ class _Instance:
         calls = [c for t in (self.body, self.init, self.fini) for c in t.all_calls()]
         self.kernels = list({id(c.kernel): c.kernel for c in calls}.values())
         self.parallel = spec.mode != "serial"
-        pool = lk.pool if self.parallel and not ON_AARCH64 else None
+        pool = lk.pool if self.parallel else None
         self.nthreads = pool.nthreads if pool else 1
         if spec.mode == "grid" and spec.nthreads_needed > self.nthreads:
             raise SpecError(f"loop spec {spec.text!r} places loops on a {'x'.join(map(str, spec.grid))} thread grid "

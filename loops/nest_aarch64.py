@@ -6,13 +6,11 @@ x19 holds ``ctx``, x20 the thread id, x21 the thread count; every loop value liv
 slot, so kernels (called with ``blr`` through the ctx's table) may clobber x0-x18 and all vector
 registers. The dynamic schedule takes tickets with ``ldaddal`` (ARMv8.1 LSE atomics).
 
-On an AArch64 host :mod:`loops.decorator` builds this nest (:func:`build`, mapped executable)
-but runs it on the calling thread only (``nest(ctx, 0, 1)``): there is no native AArch64 thread
-pool yet (``loops/pool_code.py`` is x86 code), so collapsed parallel specs run single-threaded
-there (same results, no parallel speed-up; barriers are skipped when the ctx has no barrier
-function) and grid specs, which need one thread per grid cell, are refused with the pool-size
-error. On x86 hosts :func:`build_aarch64` returns the code bytes for the emulator tests
-(``tests/aarch64/test_nest_aarch64.py``).
+On an AArch64 host :mod:`loops.decorator` maps this nest executable (:func:`build`) and runs it
+on the native pool (:mod:`loops.pool`, machine code from :mod:`loops.pool_code_aarch64`): collapsed
+parallel and grid specs run on every thread, and barriers call the pool's barrier. On x86 hosts
+:func:`build_aarch64` returns the code bytes for the emulator tests
+(``tests/aarch64/test_nest_aarch64.py``, ``tests/aarch64/test_pool_aarch64.py``).
 
 >>> from loops.spec import Loop, parse
 >>> from loops.trace import Node
@@ -22,8 +20,6 @@ error. On x86 hosts :func:`build_aarch64` returns the code bytes for the emulato
 >>> len(code) % 4, len(code) > 100
 (0, True)
 """
-import ctypes
-
 from isa.aarch64 import Function, mem, sp, x, xzr
 
 from .nest import Layout
@@ -390,22 +386,9 @@ def build_aarch64(spec, loops, body, init, fini, layout, itemsizes, kernels):
     return _Gen(spec, layout, itemsizes, kidx).build(body, init, fini)
 
 
-class NativeNest:
-    """An AArch64 nest in executable memory (AArch64 hosts): ``nest(ctx, tid, nthreads)``.
-
-    The call goes through a ctypes CFUNCTYPE, so the interpreter lock is released while it runs.
-    """
-
-    def __init__(self, code):
-        from isa.memory import ExecutableMemory
-        self.code, self.memory = code, ExecutableMemory(code)
-        self.address = self.memory.address
-        self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(self.address)
-
-    def __call__(self, ctx, tid, nthreads):
-        self._fn(ctx, tid, nthreads)
-
-
 def build(spec, loops, body, init, fini, layout, itemsizes, kernels):
-    """:func:`build_aarch64` mapped executable: what :mod:`loops.decorator` runs on AArch64 hosts."""
-    return NativeNest(build_aarch64(spec, loops, body, init, fini, layout, itemsizes, kernels))
+    """:func:`build_aarch64` mapped executable (AArch64 hosts): ``nest(ctx, tid, nthreads)``, called
+    through ctypes (the interpreter lock is released) or run by the pool."""
+    from .pool_code_aarch64 import NativeFunction
+    code = build_aarch64(spec, loops, body, init, fini, layout, itemsizes, kernels)
+    return NativeFunction("loops.nest", code, ["ptr", "i64", "i64"], None)

@@ -3,7 +3,8 @@
 No Python runs in the workers, and the calling thread runs a whole region (its own share, tid 0,
 included) inside one ctypes call, so the interpreter lock is released for the region.
 
-Policy (see :mod:`loops.pool_code` for the code):
+Policy (see :mod:`loops.pool_code` for the code, :mod:`loops.pool_code_aarch64` on AArch64 hosts:
+same state layout and protocol, ``yield`` in place of ``pause``):
 
 - A region bumps a generation counter; workers spin on it for ``TPPASM_SPIN_US`` microseconds of
   ``pause`` (default 100; 0 when oversubscribed), then sleep on a futex; the caller issues
@@ -37,7 +38,14 @@ import signal
 import threading
 import time
 
+from isa.cpu import host
+
 from . import pool_code as pc
+
+if host().arch == "aarch64":      # the machine code of the host; the state layout (``pc``) is shared
+    from . import pool_code_aarch64 as _code
+else:
+    _code = pc
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -135,7 +143,7 @@ class Pool:
         if nthreads < 1:
             raise ValueError(f"a pool needs at least one thread, not {nthreads}")
         self.nthreads = nthreads
-        self._code = pc.build()
+        self._code = _code.build()
         for jit in self._code.values():
             jit.memory._finalizer.detach()    # never unmapped: a worker may run it until the process ends
         self._run = _RUN(self._code["run"].address)

@@ -125,6 +125,14 @@ stp      6d800000 -   Dt Dt2 [x,s7*8]!
 stp      6c800000 -   Dt Dt2 [x],s7*8
 # LSE atomics (ARMv8.1): Xs in bits 16-20 is added to [Xn|SP]; Xt receives the old value
 ldaddal  f8e00000 -   Xm Xt [x]
+ldaddal  b8e00000 -   Wm Wt [x]
+swpal    f8e08000 -   Xm Xt [x]
+swpal    b8e08000 -   Wm Wt [x]
+# load-acquire / store-release (a release store followed by an acquire load stays in order)
+ldar     c8dffc00 -   Xt [x]
+ldar     88dffc00 -   Wt [x]
+stlr     c89ffc00 -   Xt [x]
+stlr     889ffc00 -   Wt [x]
 # ---- A64 branches and system
 b        14000000 -   label26
 bl       94000000 -   label26
@@ -138,6 +146,7 @@ br       d61f0000 -   Xn
 blr      d63f0000 -   Xn
 svc      d4000001 -   #svc
 nop      d503201f -
+yield    d503203f -
 # ---- SVE predicates, counts, vector length
 ptrue    2518e000 bhsd  Pd.T pattern
 ptrues   2519e000 bhsd  Pd.T pattern

@@ -71,14 +71,15 @@ def _code_of(k):
     return k.code if hasattr(k, "code") else k.raw.code
 
 
-def run_nest(spec_text, loops, body, arrays, nthreads, vl_bits=256, init=None, fini=None):
-    """Trace ``body`` (and the ``init``/``fini`` hooks) on ``arrays``, build the AArch64 nest and run
-    threads 0..T-1 in turn under qemu.
+def nest_image(spec_text, loops, body, arrays, nthreads, init=None, fini=None):
+    """Trace ``body`` (and the ``init``/``fini`` hooks) on ``arrays`` and build the AArch64 nest.
 
-    Fills ``arrays`` in place; returns the number of barrier calls.
+    Returns ``nest`` (code), ``blobs`` and ``slots`` (kernel codes and the ctx slots of their
+    addresses), ``image`` (the data segment: the ctx at offset 0, then the arrays at ``offsets``)
+    and ``nthreads`` (1 for a serial spec, as the decorator runs those on one thread).
     """
     spec = parse(spec_text, len(loops))
-    if spec.mode == "serial":            # as the decorator does: serial specs run on one thread
+    if spec.mode == "serial":
         nthreads = 1
     resolved = spec.resolve(loops)
     params = list(inspect.signature(body).parameters)
@@ -97,47 +98,78 @@ def run_nest(spec_text, loops, body, arrays, nthreads, vl_bits=256, init=None, f
         image += bytes(off - len(image)) + np.ascontiguousarray(a).tobytes()
         offsets.append(off)
         ctx[lay.array(len(offsets) - 1) // 8] = DATA_BASE + off
-    counter = ctx.nbytes                 # barrier count: one int64 after the ctx block
-    ctx[Layout.BARRIER_STATE // 8] = DATA_BASE + counter
     image[:ctx.nbytes] = ctx.tobytes()
+    return SimpleNamespace(nest=nest, blobs=[_code_of(k) for k in kernels], image=image, offsets=offsets,
+                           slots=[lay.kernel(i) for i in range(len(kernels))], nthreads=nthreads)
 
-    stub = Assembler()
-    blobs = [nest, _barrier_stub()] + [_code_of(k) for k in kernels]
-    labels = [stub.label() for _ in blobs]
-    slots = [None, Layout.BARRIER_FN] + [lay.kernel(i) for i in range(len(kernels))]
+
+def store_addresses(stub, labels, slots):
+    """Emit: the address of each label goes to its slot of the data segment (DATA_BASE + slot)."""
     for label, slot in zip(labels, slots):
-        if slot is not None:
-            stub.adr(x[9], label)
-            stub.mov_imm(x[10], DATA_BASE + slot)
-            stub.str(x[9], mem(x[10]))
-    for t in range(nthreads):
-        stub.mov_imm(x[0], DATA_BASE)
-        stub.mov_imm(x[1], t)
-        stub.mov_imm(x[2], nthreads)
-        stub.adr(x[16], labels[0])
-        stub.blr(x[16])
-    for reg, value in ((x[0], 1), (x[1], DATA_BASE), (x[2], len(image)), (x[8], SYS_WRITE)):
+        stub.adr(x[9], label)
+        stub.mov_imm(x[10], DATA_BASE + slot)
+        stub.str(x[9], mem(x[10]))
+
+
+def write_and_exit(stub, length, exit_nr=SYS_EXIT):
+    """Emit: write the first ``length`` bytes of the data segment to stdout, then exit(0)."""
+    for reg, value in ((x[0], 1), (x[1], DATA_BASE), (x[2], length), (x[8], SYS_WRITE)):
         stub.mov_imm(reg, value)
     stub.svc(0)
     stub.mov_imm(x[0], 0)
-    stub.mov_imm(x[8], SYS_EXIT)
+    stub.mov_imm(x[8], exit_nr)
     stub.svc(0)
+
+
+def link(stub, labels, blobs):
+    """The stub's code, then each blob 64-byte aligned at its label."""
     text = bytearray()
     base = (stub.pc + 63) // 64 * 64
     for label, blob in zip(labels, blobs):
         label.offset = base + len(text)
         text += blob + bytes(-len(blob) % 64)
-    elf = write_elf(stub.code().ljust(base, b"\0") + bytes(text), bytes(image))
+    return stub.code().ljust(base, b"\0") + bytes(text)
+
+
+def run_elf(text, image, vl_bits=256):
+    """Run code ``text`` with data ``image`` under qemu; its stdout (the exit status must be 0)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "nest.elf")
         with open(path, "wb") as f:
-            f.write(elf)
+            f.write(write_elf(text, bytes(image)))
         os.chmod(path, 0o755)
         proc = subprocess.run([qemu_path(), "-cpu", f"max,sve{vl_bits}=on", path], capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
-    out = proc.stdout
+    return proc.stdout
+
+
+def read_arrays(out, arrays, offsets):
     for a, off in zip(arrays, offsets):
         a[...] = np.frombuffer(out[off:off + a.nbytes], a.dtype).reshape(a.shape)
+
+
+def run_nest(spec_text, loops, body, arrays, nthreads, vl_bits=256, init=None, fini=None):
+    """Build the nest (:func:`nest_image`) and run threads 0..T-1 in turn under qemu.
+
+    Fills ``arrays`` in place; returns the number of barrier calls.
+    """
+    img = nest_image(spec_text, loops, body, arrays, nthreads, init, fini)
+    image, counter = img.image, len(img.image)        # barrier count: one int64 after the arrays
+    image += bytes(8)
+    image[Layout.BARRIER_STATE:Layout.BARRIER_STATE + 8] = (DATA_BASE + counter).to_bytes(8, "little")
+    stub = Assembler()
+    blobs = [img.nest, _barrier_stub()] + img.blobs
+    labels = [stub.label() for _ in blobs]
+    store_addresses(stub, labels[1:], [Layout.BARRIER_FN] + img.slots)
+    for t in range(img.nthreads):
+        stub.mov_imm(x[0], DATA_BASE)
+        stub.mov_imm(x[1], t)
+        stub.mov_imm(x[2], img.nthreads)
+        stub.adr(x[16], labels[0])
+        stub.blr(x[16])
+    write_and_exit(stub, len(image))
+    out = run_elf(link(stub, labels, blobs), image, vl_bits)
+    read_arrays(out, arrays, img.offsets)
     return int(np.frombuffer(out[counter:counter + 8], np.int64)[0])
 
 
@@ -153,13 +185,13 @@ def recording_body(nloops, shared_counter):
     return body
 
 
-def run_recorded(spec_text, loops, nthreads, shared_counter=True):
+def run_recorded(spec_text, loops, nthreads, shared_counter=True, runner=run_nest):
     eff = parse(spec_text, len(loops)).resolve(loops)      # baked bounds may reach further
     ends = [max(lp.end, lp.start + 1) for lp in eff]
     cnt = np.zeros((nthreads, 1, 1), np.int32)
     order = np.full(tuple(ends) + (1, 1), -1, np.int32)
     hits = np.zeros((nthreads,) + tuple(ends) + (1, 1), np.int32)
-    barriers = run_nest(spec_text, loops, recording_body(len(loops), shared_counter), [cnt, order, hits], nthreads)
+    barriers = runner(spec_text, loops, recording_body(len(loops), shared_counter), [cnt, order, hits], nthreads)
     return order[..., 0, 0], hits[..., 0, 0], barriers
 
 
@@ -206,8 +238,13 @@ def test_random_specs(data):
     check_recorded(text, loops, nthreads)
 
 
-def check_recorded(spec_text, loops, nthreads, barriers_each=None):
-    order, hits, barriers = run_recorded(spec_text, loops, nthreads)
+def check_recorded(spec_text, loops, nthreads, barriers_each=None, runner=run_nest):
+    """Each iteration once, on the thread the oracle says, each thread's share in serial order.
+
+    Threads that run at the same time (``runner`` other than :func:`run_nest`) count tickets on
+    their own counters: the recording kernel's read-modify-write is not atomic.
+    """
+    order, hits, barriers = run_recorded(spec_text, loops, nthreads, runner is run_nest, runner)
     expect = expected_owners(spec_text, loops, nthreads)
     want = np.zeros_like(hits)
     for idx, owner in expect:

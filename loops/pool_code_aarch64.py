@@ -1,0 +1,284 @@
+"""Machine code of the native thread pool for AArch64 (AAPCS64, Linux): the same five functions,
+state layout (:mod:`loops.pool_code`) and protocol as the x86-64 pool.
+
+- ``worker(rec)``, ``run(state, fn, arg)``, ``barrier(state, tid)``, ``quit(state)``, ``spin(n)``:
+  see :mod:`loops.pool_code`. Waits spin ``SPIN`` iterations of ``yield``, then sleep on a futex
+  (``svc #0``, x8 = 98); a waker calls ``FUTEX_WAKE`` only when a sleeper announced itself. One
+  difference: ``SPIN`` = 0 sleeps at once here (the x86 counter would wrap; the pool stores >= 1).
+
+Memory ordering. Every read-modify-write is an LSE atomic with acquire and release semantics
+(``ldaddal``, ``swpal``, always with a real destination register: with wzr the load would lose
+its acquire semantics), and every read that waits for another thread's write is ``ldar``:
+
+- publishing: ``run`` stores FN, ARG and REMAIN, then bumps GEN with a release; a worker reads GEN
+  with an acquire before it reads them. A worker's region writes are released by its REMAIN
+  decrement and acquired by the caller's ``ldar`` that sees 0; barriers likewise (BCOUNT, BGEN).
+- no lost wake-up (Dekker): a sleeper announces itself with a RMW, then re-reads the word; a waker
+  changes the word with a RMW, then reads the sleeper count. The RMW's store is a release and the
+  re-read an acquire (``ldar``), and AArch64 keeps a release followed by an acquire in order
+  (RCsc), so at least one side sees the other's write, as the x86 locked instructions guarantee.
+- plain stores (BCOUNT = 0, QUIT = 1, CALLER_SLEEPS = 0) reach the other threads before the
+  release RMW that follows them, as x86 keeps stores in order.
+
+A system call keeps every register but x0. ``code()`` gives position-independent bytes for the
+emulator tests (``tests/aarch64/test_pool_aarch64.py``); ``build()`` maps them executable on an
+AArch64 host.
+
+>>> blob, entries = code()
+>>> sorted(entries), len(blob) % 64
+(['barrier', 'quit', 'run', 'spin', 'worker'], 0)
+"""
+from isa.aarch64 import Function, disassemble, mem, sp, w, wzr, x, xzr
+from isa.x86.function import JitFunction      # ExecutableMemory + ctypes: nothing x86-specific
+
+from .pool_code import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_SLEEPS, FN, FUTEX_WAIT_PRIVATE,
+                        FUTEX_WAKE_PRIVATE, GEN, NTHREADS, QUIT, REMAIN, SLEEPERS, SPIN, WAKE_ALL)
+
+SYS_FUTEX = 98
+SEEN = w[9]           # the value a wait just read
+WORD = x[10]          # address of the futex word being waited on or woken
+SIGNATURES = {"worker": (["ptr"], "ptr"), "run": (["ptr", "ptr", "ptr"], None),
+              "barrier": (["ptr", "i64"], None), "quit": (["ptr"], None), "spin": (["i64"], None)}
+
+
+def _futex(a, op, value):
+    """futex(WORD, op, value, NULL); clobbers x0-x3 and x8."""
+    a.mov(x[0], WORD)
+    a.mov_imm(x[1], op)
+    if isinstance(value, int):
+        a.mov_imm(x[2], value)
+    else:
+        a.mov(w[2], value)
+    a.mov(x[3], xzr)
+    a.movz(x[8], SYS_FUTEX)
+    a.svc(0)
+
+
+def _fetch_add(a, state, field, value, old):
+    """old = the u32 at state+field, which becomes old + value (ldaddal); clobbers x11, x12."""
+    a.add(x[11], state, field)
+    a.mov_imm(x[12], value)
+    a.ldaddal(w[12], old, mem(x[11]))
+
+
+def _load_acquire(a, dst, state, field):
+    """dst = the u32 at state+field (ldar); clobbers x11."""
+    a.add(x[11], state, field)
+    a.ldar(dst, mem(x[11]))
+
+
+def _wait(a, budget, ready, announce, retire):
+    """Spin ``budget`` iterations, then sleep on the u32 at WORD, until ``ready(label)`` branches.
+
+    ``ready`` emits a branch to its label when SEEN (just read with ``ldar``) is the awaited value;
+    ``announce``/``retire`` emit the sleeper's announcement and its withdrawal. ``budget`` and the
+    registers ``ready`` reads must survive a system call and the helpers (not x0-x3, x8-x12).
+    """
+    spin, asleep, sleep, woke, done = (a.label(n) for n in ("spin", "asleep", "sleep", "woke", "done"))
+    a.bind(spin)
+    a.ldar(SEEN, mem(WORD))
+    ready(done)
+    a.cbz(budget, asleep)
+    a.sub(budget, budget, 1)
+    a.yield_()
+    a.b(spin)
+    a.bind(asleep)
+    announce()
+    a.bind(sleep)
+    a.ldar(SEEN, mem(WORD))                # after the announcing release: Dekker's re-read
+    ready(woke)
+    _futex(a, FUTEX_WAIT_PRIVATE, SEEN)
+    a.b(sleep)                             # woken, EAGAIN or EINTR: look again
+    a.bind(woke)
+    retire()
+    a.bind(done)
+
+
+def _wait_change(a, state, field, seen, budget, sleepers):
+    """Wait until the u32 at state+field != ``seen``; leaves the new value in SEEN."""
+    def ready(label):
+        a.cmp(SEEN, seen)
+        a.b_ne(label)
+    a.add(WORD, state, field)
+    a.ldr(budget, mem(state, SPIN))
+    _wait(a, budget, ready, lambda: _fetch_add(a, state, sleepers, 1, w[12]),
+          lambda: _fetch_add(a, state, sleepers, -1, w[12]))
+
+
+def _wake_if_sleepers(a, state, field, sleepers, count, skip):
+    """FUTEX_WAKE ``count`` sleepers of state+field unless the u32 at state+sleepers is 0."""
+    _load_acquire(a, w[11], state, sleepers)    # after the waker's release RMW: Dekker's read
+    a.cbz(w[11], skip)
+    a.add(WORD, state, field)
+    _futex(a, FUTEX_WAKE_PRIVATE, count)
+
+
+def _worker():
+    f = Function(nargs=1)
+    a, (rec,) = f.asm, f.args
+    state, tid, seen, budget = x[19], x[20], w[21], x[22]
+    a.ldr(state, mem(rec))
+    a.ldr(tid, mem(rec, 8))
+    a.ldr(seen, mem(rec, 16))
+    wait, exit_ = a.label("wait"), a.label("exit")
+    a.bind(wait)
+    _wait_change(a, state, GEN, seen, budget, SLEEPERS)
+    a.mov(seen, SEEN)
+    a.ldr(w[9], mem(state, QUIT))
+    a.cbnz(w[9], exit_)
+    a.ldr(x[0], mem(state, ARG))
+    a.mov(x[1], tid)
+    a.ldr(x[2], mem(state, NTHREADS))
+    a.ldr(x[16], mem(state, FN))
+    a.blr(x[16])
+    _fetch_add(a, state, REMAIN, -1, w[9])      # releases the region's writes to the caller
+    a.cmp(w[9], 1)
+    a.b_ne(wait)                                 # not the last one
+    _wake_if_sleepers(a, state, REMAIN, CALLER_SLEEPS, 1, wait)
+    a.b(wait)
+    a.bind(exit_)
+    a.mov(x[0], xzr)
+    return f.code()
+
+
+def _call(a, fn, arg, nthreads):
+    """fn(arg, 0, nthreads): tid 0 is the caller."""
+    a.mov(x[0], arg)
+    a.mov(x[1], xzr)
+    if isinstance(nthreads, int):
+        a.movz(x[2], nthreads)
+    else:
+        a.ldr(x[2], nthreads)
+    a.blr(fn)
+
+
+def _run():
+    f = Function(nargs=3)
+    a = f.asm
+    state, fn, arg, budget = x[19], x[20], x[21], x[22]
+    for dst, src in zip((state, fn, arg), f.args):
+        a.mov(dst, src)
+    solo, call0, done = a.label("solo"), a.label("call0"), a.label("done")
+    a.ldr(x[9], mem(state, NTHREADS))
+    a.cmp(x[9], 1)
+    a.b_le(solo)
+    a.str(fn, mem(state, FN))
+    a.str(arg, mem(state, ARG))
+    a.sub(w[9], w[9], 1)
+    a.str(w[9], mem(state, REMAIN))
+    _fetch_add(a, state, GEN, 1, w[9])          # releases FN/ARG/REMAIN to the workers
+    _wake_if_sleepers(a, state, GEN, SLEEPERS, WAKE_ALL, call0)
+    a.bind(call0)
+    _call(a, fn, arg, mem(state, NTHREADS))
+    a.add(WORD, state, REMAIN)
+    a.ldr(budget, mem(state, SPIN))
+
+    def announce():
+        a.add(x[11], state, CALLER_SLEEPS)
+        a.movz(w[12], 1)
+        a.swpal(w[12], w[12], mem(x[11]))
+    _wait(a, budget, lambda label: a.cbz(SEEN, label), announce,
+          lambda: a.str(wzr, mem(state, CALLER_SLEEPS)))
+    a.b(done)
+    a.bind(solo)
+    _call(a, fn, arg, 1)
+    a.bind(done)
+    return f.code()
+
+
+def _barrier():
+    f = Function(nargs=2)
+    a = f.asm
+    state, seen, budget = x[13], w[14], x[15]      # caller-saved: the barrier calls nothing
+    a.mov(state, f.args[0])
+    a.ldr(seen, mem(state, BGEN))       # before arriving (the arrival's release keeps it first)
+    _fetch_add(a, state, BCOUNT, 1, w[9])
+    a.add(w[9], w[9], 1)
+    a.ldr(w[10], mem(state, NTHREADS))
+    a.cmp(w[9], w[10])
+    wait, out = a.label("wait"), a.label("out")
+    a.b_ne(wait)
+    a.str(wzr, mem(state, BCOUNT))     # reset before the releasing bump below
+    _fetch_add(a, state, BGEN, 1, w[9])
+    _wake_if_sleepers(a, state, BGEN, BSLEEPERS, WAKE_ALL, out)
+    a.b(out)
+    a.bind(wait)
+    _wait_change(a, state, BGEN, seen, budget, BSLEEPERS)
+    a.bind(out)
+    return f.code()
+
+
+def _quit():
+    f = Function(nargs=1)
+    a = f.asm
+    state = x[13]
+    a.mov(state, f.args[0])
+    a.movz(w[9], 1)
+    a.str(w[9], mem(state, QUIT))
+    _fetch_add(a, state, GEN, 1, w[9])
+    a.add(WORD, state, GEN)
+    _futex(a, FUTEX_WAKE_PRIVATE, WAKE_ALL)
+    return f.code()
+
+
+def _spin():
+    f = Function(nargs=1)
+    a, (n,) = f.asm, f.args
+    loop = a.label("loop")
+    a.bind(loop)
+    a.ldar(SEEN, mem(sp))               # the wait loops' load, so the timing matches theirs
+    a.yield_()
+    a.subs(n, n, 1)
+    a.b_gt(loop)
+    return f.code()
+
+
+def functions():
+    """{name: position-independent code bytes} of the pool's five functions.
+
+    >>> len(functions()["spin"]) // 4        # ldar, yield, subs, b.gt, ret
+    5
+    """
+    return {"worker": _worker(), "run": _run(), "barrier": _barrier(), "quit": _quit(), "spin": _spin()}
+
+
+def code():
+    """The five functions in one position-independent blob, each 64-byte aligned: (bytes, {name: offset}).
+
+    >>> blob, entries = code()
+    >>> entries["worker"], all(offset % 64 == 0 for offset in entries.values())
+    (0, True)
+    """
+    blob, entries = b"", {}
+    for name, body in functions().items():
+        entries[name] = len(blob)
+        blob += body + bytes(-len(body) % 64)
+    return blob, entries
+
+
+class NativeFunction(JitFunction):
+    """AArch64 code in executable memory (the instruction cache synchronized), callable via ctypes.
+
+    >>> from isa.aarch64 import Assembler, x0, x1
+    >>> from isa.cpu import host
+    >>> a = Assembler(); a.add(x0, x0, x1); a.ret()
+    >>> add = NativeFunction("add", a.code(), ["i64", "i64"], "i64")
+    >>> print(add.disassemble())
+           0: 8b010000  add x0, x0, x1
+           4: d65f03c0  ret
+    >>> host().arch != "aarch64" or add(2, 40) == 42
+    True
+    """
+
+    def disassemble(self) -> str:
+        return disassemble(self.code)
+
+
+def build():
+    """JIT the pool's functions on an AArch64 host: {name: NativeFunction}, as :func:`loops.pool_code.build`.
+
+    >>> from isa.cpu import host
+    >>> host().arch != "aarch64" or sorted(build()) == ["barrier", "quit", "run", "spin", "worker"]
+    True
+    """
+    return {name: NativeFunction(f"pool_{name}", body, *SIGNATURES[name]) for name, body in functions().items()}
