@@ -529,11 +529,11 @@ def _run(tracer, fn, args, mode="trace"):
     """``fn(*args)`` with kernel calls going to the hook in ``mode`` ("trace" or "python")."""
     prev = getattr(_local, "mode", None), getattr(_local, "tracer", None)
     _local.mode, _local.tracer = mode, tracer
-    _tk.TRACING += 1            # kernels then skip their native fast path and ask the hook
+    _tk.tracing(+1)             # kernels then skip their native fast path and ask the hook
     try:
         fn(*args)
     finally:
-        _tk.TRACING -= 1
+        _tk.tracing(-1)
         _local.mode, _local.tracer = prev
 
 

@@ -1,9 +1,15 @@
 """The public call path refuses every malformed argument with an explanation, never a crash."""
+import sys
+import threading
+
 import numpy as np
 import pytest
 
 import tppasm as tpp
+import tppasm.kernel as tk
+from tppasm.brgemm import Brgemm
 from tppasm.operand import OperandError
+from tppasm.x86.entry import Vectorcall
 
 G = tpp.brgemm(m=4, n=4, k=4)
 A = np.ones((2, 4, 4), np.float32)
@@ -43,3 +49,68 @@ def test_read_only_output_and_wrong_arity():
         G(A, B, ro, count=1)
     with pytest.raises(TypeError, match="takes 3 arrays"):
         G(A, B)
+
+
+# -- the two native entries: a CPython builtin (3.11+) and the ctypes tuple entry ---------------
+
+def _tuple_entry_kernel(desc):
+    """A kernel built with the ctypes entry, as on Pythons without ``PyObject_Vectorcall``."""
+    previous, tk.builtin_entry = tk.builtin_entry, False
+    try:
+        return tk.Kernel(desc, G.isa)
+    finally:
+        tk.builtin_entry = previous
+
+
+@pytest.mark.skipif(not Vectorcall.available(), reason="this CPython does not export PyObject_Vectorcall")
+def test_kernels_are_entered_as_builtins():
+    assert type(type(G).__dict__["__call__"]).__name__ == "builtin_function_or_method"
+    assert isinstance(G, tk.Kernel)
+
+
+@pytest.mark.parametrize("make", [lambda d: tk.get_kernel(d), _tuple_entry_kernel], ids=["builtin", "tuple"])
+def test_both_entries_compute_and_explain(make):
+    g = make(Brgemm(m=5, n=3, k=7))
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((3, 5, 7), np.float32), rng.standard_normal((3, 7, 3), np.float32)
+    for count, call in ((1, lambda c: g(a, b, c)), (3, lambda c: g(a, b, c, count=3)),
+                        (2, lambda c: g(a, b, c, count=np.int32(2)))):
+        c = np.full((5, 3), np.nan, np.float32)
+        call(c)
+        np.testing.assert_allclose(c, np.einsum("bik,bkj->ij", a[:count], b[:count]), rtol=1e-5, atol=1e-5)
+    with pytest.raises(OperandError, match="count"):
+        g(a, b, np.zeros((5, 3), np.float32), count=4)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        g(a, b, np.zeros((5, 3), np.float32), cnt=1)
+    with pytest.raises(TypeError, match="takes 3 arrays"):
+        g(a, b, np.zeros((5, 3), np.float32), 1)
+
+
+def test_builtin_entry_keeps_reference_counts():
+    c = np.zeros((4, 4), np.float32)
+    before = sys.getrefcount(None), sys.getrefcount(A), sys.getrefcount(c)
+    for _ in range(1000):
+        G(A, B, c, count=2)
+        G(A, B, c)
+    assert (sys.getrefcount(None), sys.getrefcount(A), sys.getrefcount(c)) == before
+
+
+def test_long_calls_release_the_interpreter_lock():
+    """A kernel above the GIL-release size runs in two Python threads at once, correctly."""
+    g = tpp.brgemm(m=128, n=128, k=128)
+    assert g.desc.work() >= tk._GIL_RELEASE_WORK
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((2, 128, 128), np.float32), rng.standard_normal((2, 128, 128), np.float32)
+    want = np.einsum("bik,bkj->ij", a, b)
+    outs = [np.full((128, 128), np.nan, np.float32) for _ in range(2)]
+
+    def work(c):
+        for _ in range(20):
+            g(a, b, c, count=2)
+    threads = [threading.Thread(target=work, args=(c,)) for c in outs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for c in outs:
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)

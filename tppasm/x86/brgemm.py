@@ -7,8 +7,9 @@ per group it loads V vectors of B's row group, then for each of the R rows broad
 column of C, so the addressing is the same for all and only the inner product differs: that is a
 small strategy object (:class:`tppasm.x86.dot.Dot`) per (dtype, instructions available).
 
-Column tails use masks (AVX-512 opmasks, AVX2 ``vmaskmovps``); row tails a smaller tile. The
-blocking (R, V) is chosen per shape by a small throughput model (:func:`plan`).
+Column tails use masks (AVX-512 opmasks, AVX2 ``vmaskmovps``); rows are split into tiles of
+near-equal height (:func:`row_runs`). The blocking (R, V) is chosen per shape by a small
+throughput model (:func:`plan`).
 
 Feature dispatch: AVX-512 uses ``vdpbf16ps`` / ``vpdpbusd`` when the target has AVX512-BF16 /
 AVX512-VNNI, else the AVX2-style conversions at 512 bits. The target is the host when the host runs
@@ -96,6 +97,19 @@ def _tile_cycles(dot, r, v):
     return max(fma, alu, (r + v) / 2, FMA_LATENCY * dot.chain) + 0.01 * (r + v)
 
 
+def row_runs(m, rows):
+    """Row tiles of at most ``rows`` rows covering ``m``, as (rows, times) runs: as few tiles as
+    ``rows`` allows, their heights differing by at most one (64 rows by 6: 9 x 6 + 2 x 5, not
+    10 x 6 + 1 x 4, whose short tile has too few accumulators to hide the FMA latency).
+
+    >>> row_runs(64, 6), row_runs(12, 6), row_runs(3, 6)
+    ([(6, 9), (5, 2)], [(6, 2)], [(3, 1)])
+    """
+    tiles = -(-m // rows)
+    base, tall = divmod(m, tiles)
+    return [(r, t) for r, t in ((base + 1, tall), (base, tiles - tall)) if t]
+
+
 def plan(desc, v, dot, epilogue_regs):
     """Choose R x V minimizing the modelled cycles over all tiles of C."""
     lanes = v.lanes(4)
@@ -109,13 +123,11 @@ def plan(desc, v, dot, epilogue_regs):
         rmax = min((loop_regs - vecs * dot.nb) // vecs, (v.nregs - mask_regs - epilogue_regs) // vecs,
                    desc.m, 16)
         for rows in range(1, rmax + 1):
-            full, rt = divmod(desc.m, rows)
             cost = 0.0
             for j in range(0, nvec, vecs):
                 vt = min(vecs, nvec - j)
-                for r, times in ((rows, full), (rt, 1 if rt else 0)):
-                    if times:
-                        cost += times * (groups * _tile_cycles(dot, r, vt) * 4 + 2 * r * vt + 30)
+                for r, times in row_runs(desc.m, rows):
+                    cost += times * (groups * _tile_cycles(dot, r, vt) * 4 + 2 * r * vt + 30)
             key = (cost, -rows * vecs)
             if best is None or key < best[0]:
                 best = (key, Plan(rows, vecs, nvec, tail))
@@ -228,24 +240,23 @@ class Gen:
 
     def over_rows(self, block):
         """``block(rows)`` for each row block, A and C row pointers from row 0 (C's from its current
-        value): a loop over the full blocks, then the row tail."""
-        d, p, a, r = self.d, self.plan, self.a, self.r
-        full, rt = divmod(d.m, p.rows)
+        value): one loop per run of :func:`row_runs`."""
+        d, a, r = self.d, self.a, self.r
+        runs = row_runs(d.m, self.plan.rows)
         a.xor(gpr(r["arow"].num, 32), gpr(r["arow"].num, 32))
-        if full:
+        for i, (rows, times) in enumerate(runs):
+            last = i == len(runs) - 1
             loop = a.label()
-            if full > 1:
-                a.mov(r["rows"], full)
+            if times > 1:
+                a.mov(r["rows"], times)
             a.bind(loop)
-            block(p.rows)
-            if full > 1 or rt:
-                self.add_imm(r["arow"], p.rows * d.lda * self.es_a)
-                self.add_imm(r["crow"], p.rows * d.ldc * self.es_c)
-            if full > 1:
+            block(rows)
+            if times > 1 or not last:
+                self.add_imm(r["arow"], rows * d.lda * self.es_a)
+                self.add_imm(r["crow"], rows * d.ldc * self.es_c)
+            if times > 1:
                 a.dec(r["rows"])
                 a.jnz(loop)
-        if rt:
-            block(rt)
 
     def over_columns(self, first, vecs, times, masked, body):
         """``body()`` for ``times`` column blocks of ``vecs`` vectors from vector ``first``; the
