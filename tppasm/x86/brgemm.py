@@ -30,7 +30,7 @@ from isa.x86.function import CALLEE_SAVED, INT_ARGS
 from . import register
 from .batch import add_imm, next_batch
 from .constpool import ConstPool
-from .dot import Bf16Shift, choose_dot
+from .dot import choose_dot
 from .vector import Mask, VectorISA
 
 ES = {"f32": 4, "bf16": 2, "u8": 1, "i8": 1, "i32": 4}
@@ -188,8 +188,7 @@ class Gen:
     def build(self):
         p, a = self.plan, self.a
         self.gprs()
-        keep = (0xFFFF,) if desc_has_bf16_tail(self.d) else ()
-        keep += (0xFFFF0000,) if isinstance(self.dot, Bf16Shift) else ()
+        keep = (0xFFFF,) if desc_has_bf16_tail(self.d) and not self.dot.halves else ()
         for value in self.dot.consts + ((1, 0x7FFF, 0x40) if self.bf16_out else ()) + keep:
             self.pool.splat(value)                  # every constant is known before the code
         if not self.v.avx512:
@@ -370,14 +369,19 @@ class Gen:
         step = 4                                          # A bytes per group: 4 in every dtype
         args = (rows, vecs, acc, b, a_regs, tmps, masked, row_a)
         if part:                                        # after the full groups, wherever they end
-            tail = lambda u: self.group(u * step, u * row_b, *args, part=part)  # noqa: E731
+            tail = lambda u, first=False: self.group(u * step, u * row_b, *args, part=part, first=first)  # noqa: E731
         else:
-            tail = lambda u: None  # noqa: E731
+            tail = lambda u, first=False: None  # noqa: E731
         if groups <= UNROLL_ALL and groups * self.group_size(rows, vecs) <= 2 * UNROLL_INSTRUCTIONS:
             for u in range(groups):
-                self.group(u * step, u * row_b, *args)
-            tail(groups)
+                self.group(u * step, u * row_b, *args, first=u == 0)
+            tail(groups, first=groups == 0)
             return
+        if self.dot.halves:                             # the block's first group, split differently
+            self.group(0, 0, *args, first=True)
+            a.add(r["a_k"], step)
+            self.add_imm(r["b_k"], row_b)
+            groups -= 1
         unroll = self.unroll(rows, vecs)
         iters, rem = divmod(groups, unroll)
         loop = a.label()
@@ -431,13 +435,17 @@ class Gen:
         dot = self.dot
         return vecs * (1 + dot.b_ops) + rows * (1 + dot.a_ops) + rows * vecs * dot.ops
 
-    def group(self, a_off, b_off, rows, vecs, acc, b, a_regs, tmps, masked, row_a, part=0):
+    def group(self, a_off, b_off, rows, vecs, acc, b, a_regs, tmps, masked, row_a, part=0, first=False):
         """One k group; ``part`` > 0: only its first ``part`` k values exist (A is read up to
-        there, B's padding lanes are cleared for bf16, where 0 * inf would not vanish)."""
+        there, B's padding lanes are cleared for bf16, where 0 * inf would not vanish);
+        ``first``: the first group of a batch block (nothing of the operand lies before it)."""
         g, dot, r = self, self.dot, self.r
         if PREFETCH_B and not part:
             for line in range(0, vecs * self.v.bytes, 64):
                 self.a.prefetcht0([r["b_k"] + b_off + PREFETCH_B * self.d.ldb * 4 + line])
+        if dot.halves:
+            self.group_halves(a_off, b_off, rows, vecs, acc, b, a_regs, masked, row_a, part, first)
+            return
         keep = (1 << 8 * part * ES[self.d.dtype]) - 1 if part and self.d.dtype == "bf16" else None
         for j in range(vecs):
             dot.load_b(g, b[j], [r["b_k"] + b_off + j * self.v.bytes], masked[j], keep)
@@ -448,6 +456,20 @@ class Gen:
             dot.load_a(g, a_regs, src)
             for j in range(vecs):
                 dot.acc(g, acc[i][j], b[j], a_regs, tmps, self.const_regs)
+
+    def group_halves(self, a_off, b_off, rows, vecs, acc, b, a_regs, masked, row_a, part, first):
+        """A bf16 group as its even k step, then (unless ``part``) its odd one: fp32 FMAs each."""
+        dot, r = self.dot, self.r
+        for half in range(1 if part else 2):
+            for j in range(vecs):
+                dot.load_b_half(self, b[j][0], r["b_k"] + b_off + j * self.v.bytes, masked[j], half, first)
+            for i in range(rows):
+                src = r["a_k"] + i * row_a + a_off
+                if part and first:
+                    src = self.load_partial(src, part * self.es_a)
+                dot.load_a_half(self, a_regs[0], src, half, first)
+                for j in range(vecs):
+                    self.a.vfmadd231ps(acc[i][j], b[j][0], a_regs[0])
 
     # -- C ----------------------------------------------------------------------------------------
     def c_mem(self, i, j):
