@@ -2,11 +2,10 @@
 leading dimensions and batch strides, both betas, all three batch kinds, the epilogue; outputs
 poisoned and every element checked; operands sized exactly so the interpreter faults on any read
 past them. Plus the errors bad input raises."""
-import types
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tppasm
@@ -14,6 +13,7 @@ from tppasm.brgemm import BatchedBrgemm, Brgemm, _view
 from tppasm.kernel import get_kernel
 from tppasm.dtypes import dtype as np_dtype
 from tppasm.operand import OperandError
+from tppasm.x86 import brgemm as x86_brgemm
 from tppasm.x86.brgemm import generate_brgemm, target_features
 from tests.support import isa_params, native
 
@@ -171,7 +171,6 @@ def _plain(desc, b):
 
 @st.composite
 def descriptors(draw, dtype, small):
-    f = {"f32": 1, "bf16": 2, "i8": 4}[dtype]
     top = 24 if small else 70
     m, n = draw(st.integers(1, top)), draw(st.integers(1, top))
     k = draw(st.integers(1, top))
@@ -199,6 +198,26 @@ def test_brgemm_matches_reference(isa, dtype, features, data):
     args, a_blocks, b_blocks, c, pad, bias = _case(desc, count, rng, spare)
     c0 = c.copy()
     _run(desc, isa, features, args, count)
+    _check(desc, c, pad, a_blocks, b_blocks, c0, bias)
+
+
+@pytest.mark.parametrize("isa, dtype, features", _params())
+@settings(max_examples=12)
+@given(data=st.data())
+def test_brgemm_in_batch_chunks(isa, dtype, features, data):
+    """Batch chunks of 1 or 2 blocks (what large counts of large blocks get): the tiles take one
+    chunk at a time, C carries the partial sums, beta and the epilogue apply once."""
+    feats, where = features
+    small = not native(isa) or where == "interp"
+    desc = data.draw(descriptors(dtype, small))
+    count = data.draw(st.integers(2, 5))
+    per_chunk = data.draw(st.integers(1, 2))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+    args, a_blocks, b_blocks, c, pad, bias = _case(desc, count, rng, 0)
+    c0 = c.copy()
+    with pytest.MonkeyPatch.context() as mp:      # fresh code (not the kernel cache), chunked
+        mp.setattr(x86_brgemm.Gen, "chunk_size", lambda self: 0 if self.bf16_out else per_chunk)
+        _run(desc, isa, (tuple(target_features(isa)) if feats is None else feats, where), args, count)
     _check(desc, c, pad, a_blocks, b_blocks, c0, bias)
 
 

@@ -38,6 +38,7 @@ FULL_AVX512 = frozenset({"avx512_bf16", "avx512_vnni"})
 UNROLL_ALL, UNROLL, UNROLL_INSTRUCTIONS = 16, 8, 200
 PREFETCH_B = 8                  # k groups ahead (prefetches never fault)
 L2_BYTES, L2_COUNT = 512 << 10, 16
+CHUNK_BYTES = 192 << 10         # A and B bytes of one chunk of the batch: well inside L2
 FMA_LATENCY = 5                 # cycles, with slack: 4 on Zen 3 and Skylake-X, more blocks hide jitter
 
 
@@ -197,7 +198,8 @@ class Gen:
                 self.pool.add(("mask", lanes), [0xFFFFFFFF if i < lanes else 0 for i in range(8)])
         self.pool.emit(a)
         base = sum(len(d) * 4 for d in self.pool.stores)
-        self.slots = {name: base + 8 * i for i, name in enumerate(("colB", "colC", "colN", "stage"))}
+        names = ("colB", "colC", "colN", "left", "first", "last", "stage")
+        self.slots = {name: base + 8 * i for i, name in enumerate(names)}
         self.slots["end"] = self.slots["stage"] + (self.v.nregs * self.v.bytes if desc_act_heavy(self.d) else 0)
         self.math_consts = _math().Consts(self.v)               # activation constants, stack only
         self.math_consts.BASE = (self.slots["end"] + 63) // 64 * 64
@@ -209,15 +211,66 @@ class Gen:
                 reg = self.v.reg(self.v.nregs - 1)
                 a.vmovdqu(reg, [rsp + self.pool.add(("mask", p.tail), None)])
                 self.mask = Mask(reg, p.tail, 4)
+        self.chunk = self.chunk_size()
+        if self.chunk:
+            self.over_chunks(self.all_tiles)
+        else:
+            self.all_tiles()
+        self.fn.stack(self.slots["end"])
+        if self.math_consts.table:
+            self.math_consts.finish(self.fn)
+        return self.fn.finalize()
+
+    def all_tiles(self):
         if self.rows_outer():
             self.row_blocks()
         else:
             for block in self.column_blocks():
                 self.column_block(*block)
-        self.fn.stack(self.slots["end"])
-        if self.math_consts.table:
-            self.math_consts.finish(self.fn)
-        return self.fn.finalize()
+
+    def chunk_size(self):
+        """Batch blocks per chunk, 0 for none. Every tile sweeps its batch blocks, so when they
+        overflow L2 each tile would fetch them from L3 again; in chunks that fit, all tiles take
+        one chunk (C keeping the partial sums) before the next. Not with bf16 C (partial sums
+        need fp32)."""
+        d = self.d
+        block = d.m * d.k * self.es_a + d.k * d.n * self.es_b
+        return 0 if self.bf16_out else max(1, CHUNK_BYTES // block)
+
+    def over_chunks(self, body):
+        """``body()`` once per chunk of ``chunk`` batch blocks (the last one shorter), with the
+        count register holding the chunk's blocks, the batch operands advanced, and the stack
+        flags ``first`` / ``last`` telling whether C starts from ``beta`` and gets the epilogue."""
+        a, sl, arg, tmp = self.a, self.slots, self.arg, self.r["tmp"]
+        count = arg["count"]
+        a.mov([rsp + sl["left"]], count)
+        a.mov(qword[rsp + sl["first"]], 1)
+        loop, go, done = a.label(), a.label(), a.label()
+        a.bind(loop)
+        a.mov(qword[rsp + sl["last"]], 1)
+        a.mov(count, [rsp + sl["left"]])
+        a.cmp(count, self.chunk)
+        a.jbe(go)
+        a.mov(count, self.chunk)
+        a.mov(qword[rsp + sl["last"]], 0)
+        a.bind(go)
+        body()
+        a.mov(qword[rsp + sl["first"]], 0)
+        a.mov(tmp, [rsp + sl["left"]])
+        a.sub(tmp, self.chunk)
+        a.jbe(done)
+        a.mov([rsp + sl["left"]], tmp)
+        d, n = self.d, self.chunk
+        if d.batch == "stride":
+            self.add_imm(arg["a"], n * d.stride_a * self.es_a)
+            self.add_imm(arg["b"], n * d.stride_b * self.es_b)
+        elif d.batch == "offset":
+            self.add_imm(arg["offsets"], n * 16)
+        else:
+            self.add_imm(arg["a_ptrs"], n * 8)
+            self.add_imm(arg["b_ptrs"], n * 8)
+        a.jmp(loop)
+        a.bind(done)
 
     def column_blocks(self):
         """(first vector, vectors, repeats, last vector masked) for each run of column blocks:
@@ -278,10 +331,10 @@ class Gen:
     def rows_outer(self):
         """Loop order. Rows outer keeps a row block's A panel in L1 while B streams through once
         per row block; columns outer keeps a column panel of B in L2 while A streams once per
-        column block. Rows outer unless A and B of ~16 batch blocks overflow a 512 KiB L2 and
-        columns outer moves fewer bytes."""
+        column block. Rows outer unless A and B of a chunk (else of ~16 batch blocks) overflow a
+        512 KiB L2 and columns outer moves fewer bytes."""
         d, p = self.d, self.plan
-        footprint = (d.m * d.k * self.es_a + d.k * d.n * self.es_b) * L2_COUNT
+        footprint = (d.m * d.k * self.es_a + d.k * d.n * self.es_b) * min(self.chunk or L2_COUNT, L2_COUNT)
         row_blocks, col_blocks = -(-d.m // p.rows), -(-p.nvec // p.vecs)
         return footprint <= L2_BYTES or d.n * self.es_b * row_blocks <= d.m * self.es_a * col_blocks
 
@@ -312,17 +365,35 @@ class Gen:
         d, a, dot = self.d, self.a, self.dot
         acc, b, a_regs, tmps, free = self.vregs(rows, vecs)
         masked = [self.mask if self.masked_last and j == vecs - 1 else None for j in range(vecs)]
-        for i in range(rows):
-            for j in range(vecs):
-                if d.beta:
-                    self.load_c(acc[i][j], self.c_mem(i, j), masked[j], free)
-                else:
-                    a.vpxord(acc[i][j], acc[i][j], acc[i][j]) if self.v.avx512 and acc[i][j].num >= 16 \
-                        else a.vxorps(acc[i][j], acc[i][j], acc[i][j])
+        if d.beta:
+            self.init_c(rows, vecs, acc, masked, free, load=True)
+        elif self.chunk:                            # later chunks continue from C
+            load, done = a.label(), a.label()
+            a.cmp(qword[rsp + self.slots["first"]], 0)
+            a.je(load)
+            self.init_c(rows, vecs, acc, masked, free, load=False)
+            a.jmp(done)
+            a.bind(load)
+            self.init_c(rows, vecs, acc, masked, free, load=True)
+            a.bind(done)
+        else:
+            self.init_c(rows, vecs, acc, masked, free, load=False)
         for reg, value in zip(self.const_regs, dot.consts):
             self.pool.load(a, reg, value)
         self.batch_loop(rows, vecs, acc, b, a_regs, tmps, masked)
         self.epilogue(rows, vecs, acc, masked, free)
+
+    def init_c(self, rows, vecs, acc, masked, free, load):
+        """Accumulators = the C tile (``load``) or zero."""
+        a = self.a
+        for i in range(rows):
+            for j in range(vecs):
+                if load:
+                    self.load_c(acc[i][j], self.c_mem(i, j), masked[j], free)
+                elif self.v.avx512 and acc[i][j].num >= 16:
+                    a.vpxord(acc[i][j], acc[i][j], acc[i][j])
+                else:
+                    a.vxorps(acc[i][j], acc[i][j], acc[i][j])
 
     # -- batch and k loops ----------------------------------------------------------------------
     def batch_loop(self, rows, vecs, acc, b, a_regs, tmps, masked):
@@ -494,6 +565,23 @@ class Gen:
         a.vpslld(reg, reg, 16)
 
     def epilogue(self, rows, vecs, acc, masked, free):
+        """Store the tile: with the epilogue after the last chunk, as plain partial sums before."""
+        d, a = self.d, self.a
+        if not (self.chunk and (d.bias or d.act)):
+            self.finish_tile(rows, vecs, acc, masked, free)
+            return
+        full, done = a.label(), a.label()
+        a.cmp(qword[rsp + self.slots["last"]], 0)
+        a.jne(full)
+        for j in range(vecs):
+            for i in range(rows):
+                self.v.store(a, [self.c_mem(i, j)], acc[i][j], masked[j])
+        a.jmp(done)
+        a.bind(full)
+        self.finish_tile(rows, vecs, acc, masked, free)
+        a.bind(done)
+
+    def finish_tile(self, rows, vecs, acc, masked, free):
         """bias, activation, conversion and store. Free registers: [bias, zero | activation
         scratch..., and bf16 scratch after them]. With a transcendental activation the tile goes
         to the stack first and a loop over its rows finishes it (one copy of the long sequence per
