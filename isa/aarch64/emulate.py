@@ -5,7 +5,8 @@ which has no BF16/I8MM).
 Arguments are passed as AAPCS64 integer registers: pointers to ``inputs``, then to ``outputs``,
 then ``scalar_args``; an :class:`AddressTable` input becomes a pointer to a table of addresses. Outputs are copied in (so a kernel may read them, e.g. beta=1) and read
 back. Every array is surrounded by guard bytes; a kernel that writes outside its outputs, or into
-an input, raises :class:`EmulationError`.
+an input, raises :class:`EmulationError`. :mod:`isa.aarch64.native` runs the same :class:`Call` lists
+natively on an SVE host (``run_calls`` picks native or qemu).
 
 >>> import numpy as np
 >>> from isa.aarch64 import Assembler, mem, x0, x1
@@ -128,6 +129,14 @@ def _layout(calls: list[Call], base: int):
     return lay, args, writable, outs
 
 
+def _arguments(base: int, ptrs: list, scalar_args) -> list[int]:
+    """x0.. of one call: the data addresses (``base`` + offset), then the scalars as 64-bit patterns."""
+    args = [base + p for p in ptrs] + [int(s) & (2**64 - 1) for s in scalar_args]
+    if len(args) > 8:
+        raise ValueError("at most 8 integer arguments (x0-x7)")
+    return args
+
+
 def _scatter(result: bytes, original: bytes, writable, outs) -> None:
     """Copy outputs back; fail when any byte outside the outputs changed."""
     if len(result) != len(original):
@@ -152,8 +161,7 @@ def run_qemu_calls(calls: list[Call], vl_bits: int = 256, timeout: float = 60) -
         raise EmulationError(reason)
     lay, ptrs, writable, outs = _layout(calls, DATA_BASE)
     data = lay.finish()
-    prog_calls = [(c.code, [DATA_BASE + p for p in pp] + [int(s) for s in c.scalar_args])
-                  for c, pp in zip(calls, ptrs)]
+    prog_calls = [(c.code, _arguments(DATA_BASE, pp, c.scalar_args)) for c, pp in zip(calls, ptrs)]
     elf = test_program(prog_calls, data, (0, len(data)))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "kernel.elf")
@@ -209,9 +217,7 @@ def run_unicorn(func_code: bytes, inputs: list, outputs: list, scalar_args=(), v
     uc.cpr_write(3, 6, 1, 1, 2, 1 << 8)                          # CPTR_EL3.EZ: SVE not trapped to EL3
     for op1 in (0, 4, 6):                                        # ZCR_EL1, ZCR_EL2, ZCR_EL3
         uc.cpr_write(3, op1, 1, 2, 0, vl_bits // 128 - 1)
-    args = [_UC_DATA + p for p in ptrs] + [int(s) & (2**64 - 1) for s in scalar_args]
-    if len(args) > 8:
-        raise ValueError("at most 8 integer arguments (x0-x7)")
+    args = _arguments(_UC_DATA, ptrs, scalar_args)
     for i, value in enumerate(args):
         uc.reg_write(A.UC_ARM64_REG_X0 + i, value)
     ret = _UC_CODE + len(func_code)

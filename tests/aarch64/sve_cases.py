@@ -1,12 +1,27 @@
-"""Helpers for running tppasm descriptors' SVE kernels under qemu: operand buffers built from the
-descriptor's OperandSpecs (NaN / sentinel poisoned, padding included), one Call per kernel, and the
-expected buffers from ``desc.reference`` on views of copies."""
+"""Helpers for running tppasm descriptors' SVE kernels (``isa.aarch64.native.run_calls``: natively
+or under qemu): operand buffers built from the descriptor's OperandSpecs (NaN / sentinel poisoned,
+padding included), one Call per kernel, and the expected buffers from ``desc.reference`` on views
+of copies."""
+import functools
+
 import numpy as np
+from hypothesis import seed
 
 from isa.aarch64.emulate import AddressTable, Call
 from tppasm.kernel import Kernel
 
 POISON_INT = {1: 0x5A, 2: 0x5A5A, 4: 0x5A5A5A5A, 8: 0x5A5A5A5A5A5A5A5A}
+
+
+# hypothesis draws other examples for each pytest param (its seed digest includes the node id); a
+# fixed seed draws the same shapes at every VL, so each kernel is generated once (sve_kernel)
+same_examples_at_every_vl = seed(0)
+
+
+@functools.lru_cache(maxsize=1024)
+def sve_kernel(desc):
+    """``Kernel(desc, "sve")``, generated once for all the VLs it runs at."""
+    return Kernel(desc, "sve")
 
 
 def poison(dt):
@@ -34,13 +49,13 @@ def random_fill(rng, dt, size, scale=3.0):
 
 
 class DescCase:
-    """One descriptor run: buffers, the qemu Call, the expected buffers; ``fill(spec, view)`` may
+    """One descriptor run: buffers, the Call, the expected buffers; ``fill(spec, view)`` may
     overwrite an input's elements (``view`` is a view of its buffer). ``flat`` maps operand names to
     a number of blocks: that operand is passed as a flat buffer of that many blocks (BRGEMM offsets)."""
 
     def __init__(self, desc, seed=0, count=1, fill=None, scale=3.0, flat=None):
         self.desc, self.count = desc, count
-        self.kernel = Kernel(desc, "sve")
+        self.kernel = sve_kernel(desc)
         rng = np.random.default_rng(seed)
         self.specs = desc.operands()
         self.bufs, self.views = [], []
@@ -90,7 +105,7 @@ class AddressCase:
 
     def __init__(self, desc, seed=0, count=1, scale=1.0):
         self.desc, self.count = desc, count
-        self.kernel = Kernel(desc, "sve")
+        self.kernel = sve_kernel(desc)
         rng = np.random.default_rng(seed)
         a_spec, b_spec = desc.block_specs()
         self.blocks, tables = [], []
@@ -120,4 +135,4 @@ class AddressCase:
         return [(self._call.outputs[0], self.want)]
 
 
-__all__ = ["DescCase", "AddressCase", "AddressTable", "view", "poison"]
+__all__ = ["DescCase", "AddressCase", "AddressTable", "view", "poison", "same_examples_at_every_vl", "sve_kernel"]

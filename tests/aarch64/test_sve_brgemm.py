@@ -1,17 +1,19 @@
-"""SVE BRGEMM generators against NumPy under qemu at VL 128, 256 and 512.
+"""SVE BRGEMM generators against NumPy at VL 128, 256 and 512: natively on an SVE host that runs
+that length, else under qemu.
 
 Each hypothesis example draws a few shapes (tails in m and n, k=1, count=1 included) and runs them
-all in one qemu process per vector length; C is poisoned (NaN / sentinel) where beta=0 and every
-element of C, including the padding between ldc and n, is checked.
+all in one batch (one qemu process) per vector length; C is poisoned (NaN / sentinel) where beta=0
+and every element of C, including the padding between ldc and n, is checked.
 """
 import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from isa.aarch64.emulate import AddressTable, Call, run_qemu_calls, run_unicorn
+from isa.aarch64.emulate import AddressTable, Call, run_unicorn
+from isa.aarch64.native import run_calls
 from tppasm.sve.brgemm import brgemm, brgemm_ref, pack_b
-from tests.aarch64.marks import needs_qemu, needs_unicorn
+from tests.aarch64.marks import needs_unicorn, vl_params
 
 VLS = (128, 256, 512)
 COMBOS = [("f32", "indexed"), ("f32", "dot"), ("bf16", "dot"), ("bf16", "mmla"), ("i8", "dot"), ("i8", "mmla"),
@@ -96,40 +98,38 @@ class Case:
             np.testing.assert_array_equal(got, want, err_msg=label)
 
 
-def run_cases(cases, vls=VLS):
-    for bits in vls:
-        calls = [c.call() for c in cases]
-        run_qemu_calls(calls, vl_bits=bits)
-        for c in cases:
-            c.check(f"VL {bits}")
+def run_cases(cases, bits):
+    run_calls([c.call() for c in cases], vl_bits=bits)
+    for c in cases:
+        c.check(f"VL {bits}")
 
 
-@needs_qemu
+@pytest.mark.parametrize("bits", vl_params(VLS))
 @pytest.mark.parametrize("dtype,kernel", COMBOS)
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(shapes, min_size=2, max_size=3))
-def test_brgemm_stride(dtype, kernel, drawn):
-    run_cases([Case(dtype, kernel, "stride", **s) for s in drawn])
+def test_brgemm_stride(dtype, kernel, bits, drawn):
+    run_cases([Case(dtype, kernel, "stride", **s) for s in drawn], bits)
 
 
-@needs_qemu
+@pytest.mark.parametrize("bits", vl_params(VLS))
 @pytest.mark.parametrize("dtype,kernel", [("f32", "indexed"), ("bf16", "mmla"), ("i8", "dot")])
 @pytest.mark.parametrize("batch", ["offset", "address"])
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(shapes, min_size=2, max_size=2))
-def test_brgemm_offset_and_address_batches(dtype, kernel, batch, drawn):
-    run_cases([Case(dtype, kernel, batch, **s) for s in drawn])
+def test_brgemm_offset_and_address_batches(dtype, kernel, batch, bits, drawn):
+    run_cases([Case(dtype, kernel, batch, **s) for s in drawn], bits)
 
 
-@needs_qemu
-def test_brgemm_edge_shapes():
+@pytest.mark.parametrize("bits", vl_params(VLS + (1024, 2048)))
+def test_brgemm_edge_shapes(bits):
     """k=1, count=1, m=1, n=1, a wide n and large strides, at every VL up to 2048 bits."""
     edges = [dict(m=1, n=1, k=1, count=1, beta=0, pad=0, seed=1),
              dict(m=13, n=100, k=1, count=1, beta=1, pad=1, seed=2),
              dict(m=6, n=64, k=4, count=1, beta=0, pad=0, seed=3),
              dict(m=19, n=20, k=35, count=2, beta=1, pad=1100, seed=4)]   # strides beyond add #imm12
     run_cases([Case(dt, kn, "stride", **e) for dt, kn in [("f32", "auto"), ("i8", "mmla"), ("bf16", "dot")]
-               for e in edges], vls=VLS + (1024, 2048))
+               for e in edges], bits)
 
 
 def test_brgemm_rejects_bad_parameters():

@@ -1,20 +1,21 @@
 """tppasm descriptors on the SVE backend: every kind x dtype built through ``Kernel(desc, "sve")``,
-run under qemu at VL 128, 256 and 512 against ``desc.reference``. Shapes (with tails and padded
-leading dimensions) are drawn by hypothesis; every operand buffer is poisoned (NaN / sentinel)
-outside the elements the reference writes, and every byte of every written buffer is checked.
-All kernels of one example run in a single qemu process per vector length."""
+run at VL 128, 256 and 512 against ``desc.reference``, natively on an SVE host that runs that length,
+else under qemu. Shapes (with tails and padded leading dimensions) are drawn by hypothesis; every
+operand buffer is poisoned (NaN / sentinel) outside the elements the reference writes, and every
+byte of every written buffer is checked. All kernels of one example run in one batch (one qemu
+process) per vector length."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from isa.aarch64.emulate import run_qemu_calls
+from isa.aarch64.native import run_calls
 from tppasm.brgemm import Brgemm
 from tppasm.eltwise import GRAD_OPS, UNARY_OPS, Binary, Reduce, Ternary, Transform, Unary
 from tppasm.kernel import Kernel
 from tppasm.sve.gemm import MmlaBrgemm
 from tppasm.sve.math import ACCURACY
-from tests.aarch64.marks import needs_qemu
-from tests.aarch64.sve_cases import AddressCase, DescCase
+from tests.aarch64.marks import needs_sve_runner, vl_params
+from tests.aarch64.sve_cases import AddressCase, DescCase, same_examples_at_every_vl
 from tests.support import NAN, SPECIALS, samples, ulp_errors
 
 VLS = (128, 256, 512)
@@ -54,25 +55,24 @@ def tolerance(case):
     return (2e-5, 1e-4) if op in GRAD_OPS else (2e-5, 1e-6)
 
 
-def run_all(cases):
-    for bits in VLS:
-        calls = [c.call() for c in cases]
-        run_qemu_calls(calls, vl_bits=bits)
-        for c in cases:
-            rtol, atol = tolerance(c)
-            for got, want in c.results():
-                if got.dtype.kind in "iu":
-                    bad = np.flatnonzero(got != want)
-                else:
-                    bad = close(got, want, rtol, atol)
-                assert not bad.size, (f"VL {bits}: {c.desc}: {bad.size} elements differ, first at flat "
-                                      f"{bad[0]}: got {got[bad[0]]!r}, expected {want[bad[0]]!r}")
+def run_all(cases, bits):
+    run_calls([c.call() for c in cases], vl_bits=bits)
+    for c in cases:
+        rtol, atol = tolerance(c)
+        for got, want in c.results():
+            if got.dtype.kind in "iu":
+                bad = np.flatnonzero(got != want)
+            else:
+                bad = close(got, want, rtol, atol)
+            assert not bad.size, (f"VL {bits}: {c.desc}: {bad.size} elements differ, first at flat "
+                                  f"{bad[0]}: got {got[bad[0]]!r}, expected {want[bad[0]]!r}")
 
 
-@needs_qemu
+@pytest.mark.parametrize("bits", vl_params(VLS))
+@same_examples_at_every_vl
 @settings(**SETTINGS)
 @given(shape)
-def test_unary(s):
+def test_unary(bits, s):
     m, n, pad, seed = s["m"], s["n"], s["pad"], s["seed"]
     cases = []
     for i, op in enumerate([*UNARY_OPS, *GRAD_OPS]):
@@ -81,13 +81,14 @@ def test_unary(s):
                               seed=seed + i))
     cases.append(DescCase(Unary("relu", m, n, ldi=n + pad, bitmask=True), seed=seed))
     cases.append(DescCase(Unary("relu_bwd", m, n, ldo=n + pad, bitmask=True, dtype="bf16"), seed=seed))
-    run_all(cases)
+    run_all(cases, bits)
 
 
-@needs_qemu
+@pytest.mark.parametrize("bits", vl_params(VLS))
+@same_examples_at_every_vl
 @settings(**SETTINGS)
 @given(shape, st.sampled_from([None, "row", "col", "scalar"]), st.sampled_from([None, "row", "col", "scalar"]))
-def test_binary_ternary(s, bcast_a, bcast_b):
+def test_binary_ternary(bits, s, bcast_a, bcast_b):
     m, n, pad, seed = s["m"], s["n"], s["pad"], s["seed"]
     cases = []
     for i, op in enumerate(["add", "sub", "mul", "div", "max", "min"]):
@@ -99,13 +100,14 @@ def test_binary_ternary(s, bcast_a, bcast_b):
     for i, (dt, out) in enumerate(DTYPES):
         cases.append(DescCase(Ternary("muladd", m, n, lda=n + pad, ldc=n + pad, dtype=dt, out_dtype=out,
                                       bcast_a=bcast_a, bcast_b=bcast_b), seed=seed + i))
-    run_all(cases)
+    run_all(cases, bits)
 
 
-@needs_qemu
+@pytest.mark.parametrize("bits", vl_params(VLS))
+@same_examples_at_every_vl
 @settings(**SETTINGS)
 @given(shape)
-def test_reduce_transform(s):
+def test_reduce_transform(bits, s):
     m, n, pad, seed = s["m"], s["n"], s["pad"], s["seed"]
     cases = []
     for i, (op, over) in enumerate([(o, v) for o in ("add", "max", "sumsq") for v in ("rows", "cols")]):
@@ -119,7 +121,7 @@ def test_reduce_transform(s):
         ldo = m + pad if op == "transpose" else n + pad if op.startswith("un") else 0
         cases.append(DescCase(Transform(op, m + 2, n, ldi=ldi if op != "transpose" else n + pad,
                                         ldo=ldo + 2 * (op == "transpose"), dtype=dt), seed=seed + i))
-    run_all(cases)
+    run_all(cases, bits)
 
 
 gemm_shape = st.fixed_dictionaries({
@@ -141,10 +143,11 @@ def _gemm_case(d, count, seed):
     return DescCase(d, seed=seed, count=count, fill=fill, flat=flat, scale=1.0)
 
 
-@needs_qemu
+@pytest.mark.parametrize("bits", vl_params(VLS))
+@same_examples_at_every_vl
 @settings(**SETTINGS)
 @given(gemm_shape)
-def test_brgemm(s):
+def test_brgemm(bits, s):
     m, n, k, count, pad, seed = (s[key] for key in ("m", "n", "k", "count", "pad", "seed"))
     cases, i = [], 0
     for dtype, c_dtypes in (("f32", ("f32",)), ("bf16", ("f32", "bf16")), ("i8", ("i32",))):
@@ -161,20 +164,21 @@ def test_brgemm(s):
         cases.append(_gemm_case(Brgemm(m=m, n=n, k=k, dtype="i8", signs=signs, beta=j), count, seed + i + j))
     cases.append(_gemm_case(MmlaBrgemm(m=m, n=n, k=k, dtype="bf16", beta=1), count, seed))
     cases.append(_gemm_case(MmlaBrgemm(m=m, n=n, k=k, dtype="i8", lda=k + pad), count, seed))
-    run_all(cases)
+    run_all(cases, bits)
 
 
-@needs_qemu
+@pytest.mark.parametrize("bits", vl_params(VLS))
+@same_examples_at_every_vl
 @settings(**SETTINGS)
 @given(gemm_shape)
-def test_brgemm_address_batch(s):
+def test_brgemm_address_batch(bits, s):
     m, n, k, count, pad, seed = (s[key] for key in ("m", "n", "k", "count", "pad", "seed"))
     cases = []
     for i, (dtype, c_dtype) in enumerate([("f32", "f32"), ("bf16", "bf16"), ("bf16", "f32"), ("i8", "i32")]):
         d = Brgemm(m=m, n=n, k=k, lda=k + pad, ldc=n + pad, beta=i % 2, dtype=dtype, c_dtype=c_dtype,
                    batch="address", bias=dtype != "i8" and i % 2 == 0, act="tanh" if dtype == "bf16" else None)
         cases.append(AddressCase(d, seed=seed + i, count=count))
-    run_all(cases)
+    run_all(cases, bits)
 
 
 # -- accuracy of the transcendentals, x86's domains and metric (tests/tpp/test_math_accuracy.py)
@@ -185,7 +189,7 @@ NAMES = {"gelu": "gelu_tanh", "gelu_bwd": "gelu_tanh_grad", "gelu_erf_bwd": "gel
 SAMPLES = 1 << 16
 
 
-@needs_qemu
+@needs_sve_runner(256)
 def test_transcendental_accuracy():
     from isa.aarch64.emulate import Call
     calls, xs = [], []
@@ -195,7 +199,7 @@ def test_transcendental_accuracy():
         k = Kernel(Unary(op, 1, SAMPLES), "sve")
         ins = [np.ones_like(x), x] if op in GRAD_OPS else [x]
         calls.append(Call(k.raw.code, ins, [np.full(SAMPLES, np.nan, np.float32)]))
-    run_qemu_calls(calls, vl_bits=256)
+    run_calls(calls, vl_bits=256)
     worst = {}
     for (op, _), x, call in zip(BOUNDS, xs, calls):
         err = ulp_errors(op, x, call.outputs[0])
@@ -203,7 +207,7 @@ def test_transcendental_accuracy():
         assert err.max() <= ACCURACY[NAMES.get(op, op)], f"{op}: {err.max():.1f} ulp at x={x[err.argmax()]!r}"
 
 
-@needs_qemu
+@needs_sve_runner(128)
 def test_specials():
     from isa.aarch64.emulate import Call
     calls, wants = [], []
@@ -213,7 +217,7 @@ def test_specials():
         k = Kernel(Unary(op, 1, x.size), "sve")
         ins = [np.ones_like(x)[None], x[None]] if op in GRAD_OPS else [x[None]]
         calls.append(Call(k.raw.code, ins, [np.full((1, x.size), 7.0, np.float32)]))
-    run_qemu_calls(calls, vl_bits=128)
+    run_calls(calls, vl_bits=128)
     for op, want, call in zip(SPECIALS, wants, calls):
         got = call.outputs[0][0]
         np.testing.assert_array_equal(got, want, err_msg=op)
