@@ -29,7 +29,6 @@ from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
 from . import register
 from .batch import add_imm, next_batch
-from .constpool import ConstPool
 from .dot import choose_dot
 from .vector import Mask, VectorISA
 
@@ -149,7 +148,6 @@ class Gen:
         self.fn = Function(f"brgemm_{desc.dtype}_{desc.m}x{desc.n}x{desc.k}",
                            ["ptr"] * len(desc.operands()) + ["i64"])
         self.a = self.fn.asm
-        self.pool = ConstPool(self.fn, self.v)
         self.bf16_out = desc.c_dtype == "bf16"
         epi = 0
         if self.bf16_out or desc.bias or desc.act:
@@ -189,27 +187,18 @@ class Gen:
     def build(self):
         p, a = self.plan, self.a
         self.gprs()
-        keep = (0xFFFF,) if desc_has_bf16_tail(self.d) and not self.dot.halves else ()
-        for value in self.dot.consts + ((1, 0x7FFF, 0x40) if self.bf16_out else ()) + keep:
-            self.pool.splat(value)                  # every constant is known before the code
-        if not self.v.avx512:
-            wanted = {p.tail, p.tail // 2 if self.bf16_out else 0}
-            for lanes in wanted - {0}:
-                self.pool.add(("mask", lanes), [0xFFFFFFFF if i < lanes else 0 for i in range(8)])
-        self.pool.emit(a)
-        base = sum(len(d) * 4 for d in self.pool.stores)
         names = ("colB", "colC", "colN", "left", "first", "last", "stage")
-        self.slots = {name: base + 8 * i for i, name in enumerate(names)}
+        self.slots = {name: 8 * i for i, name in enumerate(names)}
         self.slots["end"] = self.slots["stage"] + (self.v.nregs * self.v.bytes if desc_act_heavy(self.d) else 0)
-        self.math_consts = _math().Consts(self.v)               # activation constants, stack only
-        self.math_consts.BASE = (self.slots["end"] + 63) // 64 * 64
+        self.consts = _math().Consts(self.v)         # every vector constant, in the stack frame
+        self.consts.BASE = (self.slots["end"] + 63) // 64 * 64
         self.mask = None
         if p.tail:
             if self.v.avx512:
                 self.mask = self.v.make_mask(self.fn, p.tail, es=4, k=1)
             else:
                 reg = self.v.reg(self.v.nregs - 1)
-                a.vmovdqu(reg, [rsp + self.pool.add(("mask", p.tail), None)])
+                a.vmovdqu(reg, self.lane_mask(p.tail))
                 self.mask = Mask(reg, p.tail, 4)
         self.chunk = self.chunk_size()
         if self.chunk:
@@ -217,9 +206,13 @@ class Gen:
         else:
             self.all_tiles()
         self.fn.stack(self.slots["end"])
-        if self.math_consts.table:
-            self.math_consts.finish(self.fn)
+        if self.consts.table:
+            self.consts.finish(self.fn)
         return self.fn.finalize()
+
+    def lane_mask(self, lanes):
+        """AVX2: memory holding all-ones in the first ``lanes`` dwords, zero in the others."""
+        return self.consts.lanes([0xFFFFFFFF if i < lanes else 0 for i in range(8)])
 
     def all_tiles(self):
         if self.rows_outer():
@@ -379,7 +372,7 @@ class Gen:
         else:
             self.init_c(rows, vecs, acc, masked, free, load=False)
         for reg, value in zip(self.const_regs, dot.consts):
-            self.pool.load(a, reg, value)
+            a.vmovups(reg, self.consts.i(value))
         self.batch_loop(rows, vecs, acc, b, a_regs, tmps, masked)
         self.epilogue(rows, vecs, acc, masked, free)
 
@@ -495,7 +488,7 @@ class Gen:
     def keep(self, reg, bits):
         """Clear all but ``bits`` of every dword of ``reg`` (None: keep everything)."""
         if bits is not None:
-            self.and_(reg, reg, self.pool.splat(bits))
+            self.and_(reg, reg, self.consts.i(bits))
 
     def unroll(self, rows, vecs):
         """k groups per loop iteration: up to UNROLL, fewer for long group bodies (JIT time)."""
@@ -633,7 +626,7 @@ class Gen:
         if d.act == "relu":
             (a.vpmaxsd if d.dtype == "i8" else a.vmaxps)(c, c, free[1])
         elif d.act is not None:                             # into a scratch register: dst != src
-            emit_activation(d.act, a, v, scratch[0], c, scratch[1:], self.math_consts)
+            emit_activation(d.act, a, v, scratch[0], c, scratch[1:], self.consts)
             c, scratch = scratch[0], scratch[1:]
         if self.bf16_out:
             self.store_bf16(expr, c, mask, scratch[:2])
@@ -642,27 +635,27 @@ class Gen:
 
     def store_bf16(self, expr, c, mask, t):
         """Round fp32 ``c`` to bf16 (nearest even; NaN stays a quiet NaN) and store; ``c`` dies."""
-        a, v, pool = self.a, self.v, self.pool
+        a, v, splat = self.a, self.v, self.consts.i
         t0, t3 = t
         if v.avx512 and "avx512_bf16" in self.features:
             out = v.half(c.num)
             a.vcvtneps2bf16(out, c)
         else:
             a.vpsrld(t0, c, 16)                             # t0 = c + 0x7FFF + lsb(c >> 16), >> 16
-            self.and_(t0, t0, pool.splat(1))
+            self.and_(t0, t0, splat(1))
             a.vpaddd(t0, t0, c)
-            a.vpaddd(t0, t0, pool.splat(0x7FFF))
+            a.vpaddd(t0, t0, splat(0x7FFF))
             a.vpsrld(t0, t0, 16)
             if v.avx512:                                    # NaN lanes: (c >> 16) | quiet bit
                 k2 = K[2]
                 a.vcmpps(k2, c, c, 3)
                 a.vpsrld(t0.mask(k2), c, 16)
-                a.vpord(t0.mask(k2), t0, pool.splat(0x40))
+                a.vpord(t0.mask(k2), t0, splat(0x40))
                 a.vpmovdw(v.half(t0.num), t0)
             else:
                 a.vcmpps(t3, c, c, 3)
                 a.vpsrld(c, c, 16)
-                a.vpor(c, c, pool.splat(0x40))
+                a.vpor(c, c, splat(0x40))
                 a.vblendvps(t0, t0, c, t3)
                 a.vpackusdw(t0, t0, t0)                     # words within each 128-bit lane
                 a.vpermq(t0, t0, 0x08)
@@ -682,7 +675,7 @@ class Gen:
         if load:
             a.vpxor(x, x, x)
         if pairs:
-            a.vmovdqu(t, [rsp + self.pool.add(("mask", pairs), None)])
+            a.vmovdqu(t, self.lane_mask(pairs))
             if load:
                 a.vmaskmovps(x, t, [expr])
             else:
