@@ -1,4 +1,5 @@
-"""``python -m bench SUITE [--json FILE] [...]``: suites are isa, tpp, gemm, pool, sve-static, amx-static, all."""
+"""``python -m bench SUITE [--json FILE] [...]``: suites are isa, tpp, gemm, pool, sve-static, amx-static,
+x86-static, all."""
 import importlib
 import sys
 
@@ -9,6 +10,7 @@ SUITES = {
     "pool": ["bench.pool"],
     "sve-static": ["bench.sve_static"],
     "amx-static": ["bench.amx_static"],
+    "x86-static": ["bench.x86_static"],
 }
 
 
