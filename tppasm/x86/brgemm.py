@@ -34,7 +34,7 @@ from .vector import Mask, VectorISA
 
 ES = {"f32": 4, "bf16": 2, "u8": 1, "i8": 1, "i32": 4}
 FULL_AVX512 = frozenset({"avx512_bf16", "avx512_vnni"})
-UNROLL_ALL, UNROLL, UNROLL_INSTRUCTIONS = 16, 8, 200
+UNROLL_ALL, UNROLL, UNROLL_INSTRUCTIONS = 16, 8, 120
 PREFETCH_B = 8                  # k groups ahead (prefetches never fault)
 L2_BYTES, L2_COUNT = 512 << 10, 16
 CHUNK_BYTES = 192 << 10         # A and B bytes of one chunk of the batch: well inside L2
@@ -427,7 +427,7 @@ class Gen:
         a.jnz(loop)
 
     def k_loop(self, rows, vecs, acc, b, a_regs, tmps, masked):
-        d, a, r = self.d, self.a, self.r
+        d = self.d
         groups, part = divmod(d.k, d.vnni)               # full groups; k values in the last one
         row_a, row_b = d.lda * self.es_a, d.ldb * 4
         step = 4                                          # A bytes per group: 4 in every dtype
@@ -443,23 +443,33 @@ class Gen:
             return
         if self.dot.halves:                             # the block's first group, split differently
             self.group(0, 0, *args, first=True)
-            a.add(r["a_k"], step)
-            self.add_imm(r["b_k"], row_b)
+            self.advance(1, step, row_b)
             groups -= 1
         unroll = self.unroll(rows, vecs)
         iters, rem = divmod(groups, unroll)
+        self.k_steps(unroll, iters, step, row_b, args)
+        if rem > 1:                                     # a loop of one group: JIT time and code size
+            self.k_steps(1, rem, step, row_b, args)
+            rem = 0
+        for u in range(rem):
+            self.group(u * step, u * row_b, *args)
+        tail(rem)
+
+    def k_steps(self, unroll, iters, step, row_b, args):
+        """A loop of ``iters`` iterations of ``unroll`` k groups, advancing the k pointers."""
+        a, r = self.a, self.r
         loop = a.label()
         a.mov(r["k"], iters)
         a.bind(loop)
         for u in range(unroll):
             self.group(u * step, u * row_b, *args)
-        a.add(r["a_k"], unroll * step)
-        self.add_imm(r["b_k"], unroll * row_b)
+        self.advance(unroll, step, row_b)
         a.dec(r["k"])
         a.jnz(loop)
-        for u in range(rem):
-            self.group(u * step, u * row_b, *args)
-        tail(rem)
+
+    def advance(self, groups, step, row_b):
+        self.a.add(self.r["a_k"], groups * step)
+        self.add_imm(self.r["b_k"], groups * row_b)
 
     def load_partial(self, expr, nbytes):
         """The first ``nbytes`` (1..3) of the group at ``expr``, zero-extended, in a 32-bit GPR."""
