@@ -47,6 +47,7 @@ def _operand_signature(op):
 
 _CREATE = {}
 _FORM_CACHE = {}     # (mnemonic, mask flags, operand signatures) -> (form, iced constructor)
+_REGS_CACHE = {}     # (mnemonic, registers) -> (opcode, iced constructor, iced registers): the hot path
 
 
 def _create_kinds(form, ops):
@@ -101,6 +102,15 @@ class Assembler:
         ``lock=True`` adds the LOCK prefix (``a.xadd([rdi], eax, lock=True)``); only forms that
         accept it (a memory destination of an atomic read-modify-write) do.
         """
+        try:
+            hit = _REGS_CACHE.get((mnemonic, operands))    # registers hash by identity: no signatures
+        except TypeError:                                  # a list operand ([rax + 8]): never cached
+            hit = None
+        if hit is not None and not lock:
+            code, create, iced = hit
+            self.instructions.append(create(code, *iced))
+            self.used.update(operands)
+            return
         mask = None
         ops = []
         for op in operands:
@@ -129,6 +139,8 @@ class Assembler:
         self._append(form, create, ops, mask)
         if lock:
             self.instructions[-1].has_lock_prefix = True
+        elif mask is None and ops and all(type(op) is Register for op in ops):
+            _REGS_CACHE[(mnemonic, tuple(ops))] = (form.code, create, tuple(op.iced for op in ops))
 
     def _select(self, mnemonic, ops, mask):
         candidates = forms(mnemonic)
