@@ -44,7 +44,7 @@ from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
 from . import register
 from .batch import add_imm, next_batch
-from .brgemm import emit_activation
+from .ctile import emit_activation
 
 ROWS, COLSB = 16, 64                   # palette 1 tile limits
 ES = {"f32": 4, "bf16": 2, "i32": 4}     # C element bytes

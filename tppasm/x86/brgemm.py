@@ -8,8 +8,9 @@ column of C, so the addressing is the same for all and only the inner product di
 small strategy object (:class:`tppasm.x86.dot.Dot`) per (dtype, instructions available).
 
 Column tails use masks (AVX-512 opmasks, AVX2 ``vmaskmovps``); rows are split into tiles of
-near-equal height (:func:`row_runs`). The blocking (R, V) is chosen per shape by a small
-throughput model (:func:`plan`).
+near-equal height. The blocking (R, V) is chosen per shape by a small throughput model
+(:mod:`tppasm.x86.blocking`); the C side (starting value, epilogue, stores) is in
+:mod:`tppasm.x86.ctile`.
 
 Feature dispatch: AVX-512 uses ``vdpbf16ps`` / ``vpdpbusd`` when the target has AVX512-BF16 /
 AVX512-VNNI, else the AVX2-style conversions at 512 bits. The target is the host when the host runs
@@ -20,15 +21,15 @@ AVX512-VNNI, else the AVX2-style conversions at 512 bits. The target is the host
 >>> "vfmadd231ps" in fn.disassemble()
 True
 """
-from dataclasses import dataclass
-
 from isa.cpu import host
-from isa.x86 import Function, K, byte, dword, gpr, qword, rsp, vec, word
+from isa.x86 import Function, byte, dword, gpr, qword, rsp, vec, word
 from isa.x86.registers import Register
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
 from . import register
 from .batch import add_imm, next_batch
+from .blocking import plan, row_runs
+from .ctile import CTile, _math, activation_tmps, desc_act_heavy
 from .dot import choose_dot
 from .vector import Mask, VectorISA
 
@@ -38,34 +39,6 @@ UNROLL_ALL, UNROLL, UNROLL_INSTRUCTIONS = 16, 8, 120
 PREFETCH_B = 8                  # k groups ahead (prefetches never fault)
 L2_BYTES, L2_COUNT = 512 << 10, 16
 CHUNK_BYTES = 192 << 10         # A and B bytes of one chunk of the batch: well inside L2
-FMA_LATENCY = 5                 # cycles, with slack: 4 on Zen 3 and Skylake-X, more blocks hide jitter
-
-
-def _math():
-    from . import math
-    return math
-
-
-# activation -> emitter in tppasm.x86.math (``emit_<name>(a, v, dst, src, tmp, consts)``);
-# gelu is the tanh form, as in the NumPy reference
-ACT_EMITTERS = {"gelu": "gelu_tanh", "sigmoid": "sigmoid", "tanh": "tanh"}
-
-
-def emit_activation(act, a, v, dst, src, tmp, consts):
-    getattr(_math(), "emit_" + ACT_EMITTERS[act])(a, v, dst, src, tmp, consts)
-
-
-def desc_has_bf16_tail(desc):
-    return desc.dtype == "bf16" and desc.k % 2
-
-
-def desc_act_heavy(desc):
-    return desc.act in ACT_EMITTERS
-
-
-def activation_tmps(act):
-    """Scratch registers of the activation, its destination included."""
-    return 1 + _math().NTMP[ACT_EMITTERS[act]] if act in ACT_EMITTERS else 1
 
 
 # -- inner products ------------------------------------------------------------------------------
@@ -78,65 +51,9 @@ def target_features(isa):
     return FULL_AVX512 if isa != "avx2" else frozenset()
 
 
-# -- blocking ------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Plan:
-    rows: int          # R: rows per full tile
-    vecs: int          # V: vectors per full column block
-    nvec: int          # vectors across n
-    tail: int          # columns in the last vector (0: full)
-
-
-def _tile_cycles(dot, r, v):
-    """Cycles per k group of an r x v tile: FMA ports (2), all vector ops (~3 per cycle: shifts and
-    logic share ports with the FMAs), loads (2/cycle),
-    and the latency chain (FMA_LATENCY per dependent op) of each accumulator."""
-    fma = r * v * dot.ops / 2 if dot.ops <= 2 else r * v * 2 / 2 + r * v * 2 / 4
-    alu = (r * v * dot.ops + r * dot.a_ops + v * dot.b_ops) / 3
-    return max(fma, alu, (r + v) / 2, FMA_LATENCY * dot.chain) + 0.01 * (r + v)
-
-
-def row_runs(m, rows):
-    """Row tiles of at most ``rows`` rows covering ``m``, as (rows, times) runs: as few tiles as
-    ``rows`` allows, their heights differing by at most one (64 rows by 6: 9 x 6 + 2 x 5, not
-    10 x 6 + 1 x 4, whose short tile has too few accumulators to hide the FMA latency).
-
-    >>> row_runs(64, 6), row_runs(12, 6), row_runs(3, 6)
-    ([(6, 9), (5, 2)], [(6, 2)], [(3, 1)])
-    """
-    tiles = -(-m // rows)
-    base, tall = divmod(m, tiles)
-    return [(r, t) for r, t in ((base + 1, tall), (base, tiles - tall)) if t]
-
-
-def plan(desc, v, dot, epilogue_regs):
-    """Choose R x V minimizing the modelled cycles over all tiles of C."""
-    lanes = v.lanes(4)
-    nvec = -(-desc.n // lanes)
-    tail = desc.n % lanes
-    mask_regs = 1 if tail and not v.avx512 else 0
-    loop_regs = v.nregs - mask_regs - dot.na - len(dot.consts) - dot.tmps
-    groups = desc.groups
-    best = None
-    for vecs in range(1, min(nvec, 8) + 1):
-        rmax = min((loop_regs - vecs * dot.nb) // vecs, (v.nregs - mask_regs - epilogue_regs) // vecs,
-                   desc.m, 16)
-        for rows in range(1, rmax + 1):
-            cost = 0.0
-            for j in range(0, nvec, vecs):
-                vt = min(vecs, nvec - j)
-                for r, times in row_runs(desc.m, rows):
-                    cost += times * (groups * _tile_cycles(dot, r, vt) * 4 + 2 * r * vt + 30)
-            key = (cost, -rows * vecs)
-            if best is None or key < best[0]:
-                best = (key, Plan(rows, vecs, nvec, tail))
-    return best[1]
-
-
 # -- code generation -----------------------------------------------------------------------------
 
-class Gen:
+class Gen(CTile):
     """State of one kernel's generation: assembler, vector ISA, registers, the plan."""
 
     def __init__(self, desc, isa, features):
@@ -376,18 +293,6 @@ class Gen:
         self.batch_loop(rows, vecs, acc, b, a_regs, tmps, masked)
         self.epilogue(rows, vecs, acc, masked, free)
 
-    def init_c(self, rows, vecs, acc, masked, free, load):
-        """Accumulators = the C tile (``load``) or zero."""
-        a = self.a
-        for i in range(rows):
-            for j in range(vecs):
-                if load:
-                    self.load_c(acc[i][j], self.c_mem(i, j), masked[j], free)
-                elif self.v.avx512 and acc[i][j].num >= 16:
-                    a.vpxord(acc[i][j], acc[i][j], acc[i][j])
-                else:
-                    a.vxorps(acc[i][j], acc[i][j], acc[i][j])
-
     # -- batch and k loops ----------------------------------------------------------------------
     def batch_loop(self, rows, vecs, acc, b, a_regs, tmps, masked):
         d, a, r = self.d, self.a, self.r
@@ -544,169 +449,6 @@ class Gen:
                 dot.load_a_half(self, a_regs[0], src, half, first)
                 for j in range(vecs):
                     self.a.vfmadd231ps(acc[i][j], b[j][0], a_regs[0])
-
-    # -- C ----------------------------------------------------------------------------------------
-    def c_mem(self, i, j):
-        return self.r["crow"] + i * self.d.ldc * self.es_c + j * self.lanes * self.es_c
-
-    def load_c(self, reg, expr, mask, free):
-        a, v = self.a, self.v
-        if not self.bf16_out:
-            v.load(a, reg, [expr], mask)
-            return
-        half = v.half(reg.num)
-        if v.avx512:
-            if mask is None:
-                a.vmovdqu16(half, [expr])
-            else:
-                a.vmovdqu16(half.mask(mask.reg, zero=True), [expr])
-        elif mask is None:
-            a.vmovdqu(half, [expr])
-        else:
-            self.bf16_tail(mask.count, expr, half, v.half(free[0].num), load=True)
-        a.vpmovzxwd(reg, half)
-        a.vpslld(reg, reg, 16)
-
-    def epilogue(self, rows, vecs, acc, masked, free):
-        """Store the tile: with the epilogue after the last chunk, as plain partial sums before."""
-        d, a = self.d, self.a
-        if not (self.chunk and (d.bias or d.act)):
-            self.finish_tile(rows, vecs, acc, masked, free)
-            return
-        full, done = a.label(), a.label()
-        a.cmp(qword[rsp + self.slots["last"]], 0)
-        a.jne(full)
-        for j in range(vecs):
-            for i in range(rows):
-                self.v.store(a, [self.c_mem(i, j)], acc[i][j], masked[j])
-        a.jmp(done)
-        a.bind(full)
-        self.finish_tile(rows, vecs, acc, masked, free)
-        a.bind(done)
-
-    def finish_tile(self, rows, vecs, acc, masked, free):
-        """bias, activation, conversion and store. Free registers: [bias, zero | activation
-        scratch..., and bf16 scratch after them]. With a transcendental activation the tile goes
-        to the stack first and a loop over its rows finishes it (one copy of the long sequence per
-        vector instead of per accumulator: JIT time and code size)."""
-        d, a, v, r = self.d, self.a, self.v, self.r
-        zero = free[1]           # free[0] holds the bias row
-        if d.act == "relu":
-            a.vpxord(zero, zero, zero) if v.avx512 else a.vpxor(zero, zero, zero)
-        if d.bias:
-            a.mov(r["tmp"], self.arg["bias"])
-            a.add(r["tmp"], [rsp + self.slots["colB"]])
-        if d.act in ACT_EMITTERS and rows > 1:
-            stage = self.slots["stage"]
-            for i in range(rows):
-                for j in range(vecs):
-                    a.vmovups([rsp + stage + (i * vecs + j) * v.bytes], acc[i][j])
-            c_row, s_row, count = r["a_k"], r["b_k"], r["k"]
-            a.mov(c_row, r["crow"])
-            a.lea(s_row, [rsp + stage])
-            a.mov(count, rows)
-            loop = a.label()
-            a.bind(loop)
-            free = [reg for row in acc for reg in row] + free
-            for j in range(vecs):
-                x = free[2]
-                a.vmovups(x, [s_row + j * v.bytes])
-                self.finish(x, j, masked[j], c_row + j * self.lanes * self.es_c, free)
-            self.add_imm(c_row, d.ldc * self.es_c)
-            a.add(s_row, vecs * v.bytes)
-            a.dec(count)
-            a.jnz(loop)
-            return
-        for j in range(vecs):
-            for i in range(rows):
-                self.finish(acc[i][j], j, masked[j], self.c_mem(i, j), free)
-
-    def finish(self, c, j, mask, expr, free):
-        """One vector of C: + bias (column vector j), activation, store at ``expr``; ``c`` dies.
-        ``free``: [bias, zero (relu), activation scratch..., ...], none of them ``c``."""
-        d, a, v = self.d, self.a, self.v
-        scratch = [reg for reg in free[2:] if reg != c]
-        if d.bias:
-            mem = [self.r["tmp"] + j * v.bytes]
-            if mask is None:
-                a.vaddps(c, c, mem)
-            else:
-                v.load(a, free[0], mem, mask)
-                a.vaddps(c, c, free[0])
-        if d.act == "relu":
-            (a.vpmaxsd if d.dtype == "i8" else a.vmaxps)(c, c, free[1])
-        elif d.act is not None:                             # into a scratch register: dst != src
-            emit_activation(d.act, a, v, scratch[0], c, scratch[1:], self.consts)
-            c, scratch = scratch[0], scratch[1:]
-        if self.bf16_out:
-            self.store_bf16(expr, c, mask, scratch[:2])
-        else:
-            v.store(a, [expr], c, mask)
-
-    def store_bf16(self, expr, c, mask, t):
-        """Round fp32 ``c`` to bf16 (nearest even; NaN stays a quiet NaN) and store; ``c`` dies."""
-        a, v, splat = self.a, self.v, self.consts.i
-        t0, t3 = t
-        if v.avx512 and "avx512_bf16" in self.features:
-            out = v.half(c.num)
-            a.vcvtneps2bf16(out, c)
-        else:
-            a.vpsrld(t0, c, 16)                             # t0 = c + 0x7FFF + lsb(c >> 16), >> 16
-            self.and_(t0, t0, splat(1))
-            a.vpaddd(t0, t0, c)
-            a.vpaddd(t0, t0, splat(0x7FFF))
-            a.vpsrld(t0, t0, 16)
-            if v.avx512:                                    # NaN lanes: (c >> 16) | quiet bit
-                k2 = K[2]
-                a.vcmpps(k2, c, c, 3)
-                a.vpsrld(t0.mask(k2), c, 16)
-                a.vpord(t0.mask(k2), t0, splat(0x40))
-                a.vpmovdw(v.half(t0.num), t0)
-            else:
-                a.vcmpps(t3, c, c, 3)
-                a.vpsrld(c, c, 16)
-                a.vpor(c, c, splat(0x40))
-                a.vblendvps(t0, t0, c, t3)
-                a.vpackusdw(t0, t0, t0)                     # words within each 128-bit lane
-                a.vpermq(t0, t0, 0x08)
-            out = v.half(t0.num)
-        if v.avx512:
-            a.vmovdqu16([expr] if mask is None else _masked(expr, mask.reg), out)
-        elif mask is None:
-            a.vmovdqu([expr], out)
-        else:
-            self.bf16_tail(mask.count, expr, out, v.half(t3.num), load=False)
-
-    def bf16_tail(self, count, expr, x, t, load):
-        """AVX2: the first ``count`` (< 8) words of xmm ``x`` from/to memory: word pairs under a
-        dword mask, the odd last word through a GPR. ``t`` is scratch."""
-        a, pairs = self.a, count // 2
-        scratch = self.r["p"].num                # the batch pointer is dead outside the batch loop
-        if load:
-            a.vpxor(x, x, x)
-        if pairs:
-            a.vmovdqu(t, self.lane_mask(pairs))
-            if load:
-                a.vmaskmovps(x, t, [expr])
-            else:
-                a.vmaskmovps([expr], t, x)
-        if count % 2:
-            last = expr + 2 * (count - 1)
-            if load:
-                a.movzx(gpr(scratch, 32), word[last])
-                a.vmovd(t, gpr(scratch, 32))
-                a.vpslldq(t, t, 2 * (count - 1))
-                a.vpor(x, x, t)
-            else:
-                a.vpsrldq(t, x, 2 * (count - 1))
-                a.vmovd(gpr(scratch, 32), t)
-                a.mov(word[last], gpr(scratch, 16))
-
-
-def _masked(expr, k):
-    from isa.x86 import ptr
-    return ptr(expr).mask(k)
-
 
 @register("brgemm")
 def generate(desc, isa):

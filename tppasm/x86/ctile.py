@@ -1,0 +1,208 @@
+"""The C side of the x86 BRGEMM kernels (a mixin of :class:`tppasm.x86.brgemm.Gen`): a register
+tile's starting value (zero or C) and its epilogue (bias, activation, bf16 rounding, store), and
+the activation emitters the epilogues share with the AMX kernels.
+
+>>> activation_tmps("gelu") > activation_tmps("relu") == 1
+True
+"""
+from isa.x86 import K, gpr, qword, rsp, word
+
+
+def _math():
+    from . import math
+    return math
+
+
+# activation -> emitter in tppasm.x86.math (``emit_<name>(a, v, dst, src, tmp, consts)``);
+# gelu is the tanh form, as in the NumPy reference
+ACT_EMITTERS = {"gelu": "gelu_tanh", "sigmoid": "sigmoid", "tanh": "tanh"}
+
+
+def emit_activation(act, a, v, dst, src, tmp, consts):
+    getattr(_math(), "emit_" + ACT_EMITTERS[act])(a, v, dst, src, tmp, consts)
+
+
+def desc_act_heavy(desc):
+    return desc.act in ACT_EMITTERS
+
+
+def activation_tmps(act):
+    """Scratch registers of the activation, its destination included."""
+    return 1 + _math().NTMP[ACT_EMITTERS[act]] if act in ACT_EMITTERS else 1
+
+
+class CTile:
+    """Methods of :class:`tppasm.x86.brgemm.Gen` that read and write C."""
+
+    def init_c(self, rows, vecs, acc, masked, free, load):
+        """Accumulators = the C tile (``load``) or zero."""
+        a = self.a
+        for i in range(rows):
+            for j in range(vecs):
+                if load:
+                    self.load_c(acc[i][j], self.c_mem(i, j), masked[j], free)
+                elif self.v.avx512 and acc[i][j].num >= 16:
+                    a.vpxord(acc[i][j], acc[i][j], acc[i][j])
+                else:
+                    a.vxorps(acc[i][j], acc[i][j], acc[i][j])
+
+    def c_mem(self, i, j):
+        return self.r["crow"] + i * self.d.ldc * self.es_c + j * self.lanes * self.es_c
+
+    def load_c(self, reg, expr, mask, free):
+        a, v = self.a, self.v
+        if not self.bf16_out:
+            v.load(a, reg, [expr], mask)
+            return
+        half = v.half(reg.num)
+        if v.avx512:
+            if mask is None:
+                a.vmovdqu16(half, [expr])
+            else:
+                a.vmovdqu16(half.mask(mask.reg, zero=True), [expr])
+        elif mask is None:
+            a.vmovdqu(half, [expr])
+        else:
+            self.bf16_tail(mask.count, expr, half, v.half(free[0].num), load=True)
+        a.vpmovzxwd(reg, half)
+        a.vpslld(reg, reg, 16)
+
+    def epilogue(self, rows, vecs, acc, masked, free):
+        """Store the tile: with the epilogue after the last chunk, as plain partial sums before."""
+        d, a = self.d, self.a
+        if not (self.chunk and (d.bias or d.act)):
+            self.finish_tile(rows, vecs, acc, masked, free)
+            return
+        full, done = a.label(), a.label()
+        a.cmp(qword[rsp + self.slots["last"]], 0)
+        a.jne(full)
+        for j in range(vecs):
+            for i in range(rows):
+                self.v.store(a, [self.c_mem(i, j)], acc[i][j], masked[j])
+        a.jmp(done)
+        a.bind(full)
+        self.finish_tile(rows, vecs, acc, masked, free)
+        a.bind(done)
+
+    def finish_tile(self, rows, vecs, acc, masked, free):
+        """bias, activation, conversion and store. Free registers: [bias, zero | activation
+        scratch..., and bf16 scratch after them]. With a transcendental activation the tile goes
+        to the stack first and a loop over its rows finishes it (one copy of the long sequence per
+        vector instead of per accumulator: JIT time and code size)."""
+        d, a, v, r = self.d, self.a, self.v, self.r
+        zero = free[1]           # free[0] holds the bias row
+        if d.act == "relu":
+            a.vpxord(zero, zero, zero) if v.avx512 else a.vpxor(zero, zero, zero)
+        if d.bias:
+            a.mov(r["tmp"], self.arg["bias"])
+            a.add(r["tmp"], [rsp + self.slots["colB"]])
+        if d.act in ACT_EMITTERS and rows > 1:
+            stage = self.slots["stage"]
+            for i in range(rows):
+                for j in range(vecs):
+                    a.vmovups([rsp + stage + (i * vecs + j) * v.bytes], acc[i][j])
+            c_row, s_row, count = r["a_k"], r["b_k"], r["k"]
+            a.mov(c_row, r["crow"])
+            a.lea(s_row, [rsp + stage])
+            a.mov(count, rows)
+            loop = a.label()
+            a.bind(loop)
+            free = [reg for row in acc for reg in row] + free
+            for j in range(vecs):
+                x = free[2]
+                a.vmovups(x, [s_row + j * v.bytes])
+                self.finish(x, j, masked[j], c_row + j * self.lanes * self.es_c, free)
+            self.add_imm(c_row, d.ldc * self.es_c)
+            a.add(s_row, vecs * v.bytes)
+            a.dec(count)
+            a.jnz(loop)
+            return
+        for j in range(vecs):
+            for i in range(rows):
+                self.finish(acc[i][j], j, masked[j], self.c_mem(i, j), free)
+
+    def finish(self, c, j, mask, expr, free):
+        """One vector of C: + bias (column vector j), activation, store at ``expr``; ``c`` dies.
+        ``free``: [bias, zero (relu), activation scratch..., ...], none of them ``c``."""
+        d, a, v = self.d, self.a, self.v
+        scratch = [reg for reg in free[2:] if reg != c]
+        if d.bias:
+            mem = [self.r["tmp"] + j * v.bytes]
+            if mask is None:
+                a.vaddps(c, c, mem)
+            else:
+                v.load(a, free[0], mem, mask)
+                a.vaddps(c, c, free[0])
+        if d.act == "relu":
+            (a.vpmaxsd if d.dtype == "i8" else a.vmaxps)(c, c, free[1])
+        elif d.act is not None:                             # into a scratch register: dst != src
+            emit_activation(d.act, a, v, scratch[0], c, scratch[1:], self.consts)
+            c, scratch = scratch[0], scratch[1:]
+        if self.bf16_out:
+            self.store_bf16(expr, c, mask, scratch[:2])
+        else:
+            v.store(a, [expr], c, mask)
+
+    def store_bf16(self, expr, c, mask, t):
+        """Round fp32 ``c`` to bf16 (nearest even; NaN stays a quiet NaN) and store; ``c`` dies."""
+        a, v, splat = self.a, self.v, self.consts.i
+        t0, t3 = t
+        if v.avx512 and "avx512_bf16" in self.features:
+            out = v.half(c.num)
+            a.vcvtneps2bf16(out, c)
+        else:
+            a.vpsrld(t0, c, 16)                             # t0 = c + 0x7FFF + lsb(c >> 16), >> 16
+            self.and_(t0, t0, splat(1))
+            a.vpaddd(t0, t0, c)
+            a.vpaddd(t0, t0, splat(0x7FFF))
+            a.vpsrld(t0, t0, 16)
+            if v.avx512:                                    # NaN lanes: (c >> 16) | quiet bit
+                k2 = K[2]
+                a.vcmpps(k2, c, c, 3)
+                a.vpsrld(t0.mask(k2), c, 16)
+                a.vpord(t0.mask(k2), t0, splat(0x40))
+                a.vpmovdw(v.half(t0.num), t0)
+            else:
+                a.vcmpps(t3, c, c, 3)
+                a.vpsrld(c, c, 16)
+                a.vpor(c, c, splat(0x40))
+                a.vblendvps(t0, t0, c, t3)
+                a.vpackusdw(t0, t0, t0)                     # words within each 128-bit lane
+                a.vpermq(t0, t0, 0x08)
+            out = v.half(t0.num)
+        if v.avx512:
+            a.vmovdqu16([expr] if mask is None else _masked(expr, mask.reg), out)
+        elif mask is None:
+            a.vmovdqu([expr], out)
+        else:
+            self.bf16_tail(mask.count, expr, out, v.half(t3.num), load=False)
+
+    def bf16_tail(self, count, expr, x, t, load):
+        """AVX2: the first ``count`` (< 8) words of xmm ``x`` from/to memory: word pairs under a
+        dword mask, the odd last word through a GPR. ``t`` is scratch."""
+        a, pairs = self.a, count // 2
+        scratch = self.r["p"].num                # the batch pointer is dead outside the batch loop
+        if load:
+            a.vpxor(x, x, x)
+        if pairs:
+            a.vmovdqu(t, self.lane_mask(pairs))
+            if load:
+                a.vmaskmovps(x, t, [expr])
+            else:
+                a.vmaskmovps([expr], t, x)
+        if count % 2:
+            last = expr + 2 * (count - 1)
+            if load:
+                a.movzx(gpr(scratch, 32), word[last])
+                a.vmovd(t, gpr(scratch, 32))
+                a.vpslldq(t, t, 2 * (count - 1))
+                a.vpor(x, x, t)
+            else:
+                a.vpsrldq(t, x, 2 * (count - 1))
+                a.vmovd(gpr(scratch, 32), t)
+                a.mov(word[last], gpr(scratch, 16))
+
+
+def _masked(expr, k):
+    from isa.x86 import ptr
+    return ptr(expr).mask(k)
