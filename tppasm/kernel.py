@@ -101,7 +101,9 @@ class Kernel:
         self._stub = build_entry(self.desc.kind, self.operands, self.scalars, self.raw.address,
                                  self.desc.count_scalar, call=call)
         if self._stub is not None:
-            builtin, self._method_def = make_builtin(self.desc.kind, self._stub, Kernel.__call__.__doc__)
+            # the builtin holds the fallback, hence this kernel, its stub and the method def
+            builtin, self._method_def = make_builtin(self.desc.kind, self._stub, self._fallback,
+                                                     Kernel.__call__.__doc__)
             self.__class__ = type(type(self).__name__, (type(self),), {"__call__": builtin})
 
     def __call__(self, *arrays, count=None):

@@ -268,13 +268,14 @@ class MethodDef(ctypes.Structure):
 _new_builtin = None
 
 
-def make_builtin(name, stub, doc=None):
+def make_builtin(name, stub, owner, doc=None):
     """A CPython builtin function whose C implementation is ``stub`` (from :func:`build_entry`
-    with ``call``); returns (builtin, method_def): keep both alive as long as the builtin."""
+    with ``call``) and whose ``__self__`` is ``owner`` (which it keeps alive: make it the object that
+    owns the stub's memory); returns (builtin, method_def): keep the method_def alive with it."""
     global _new_builtin
     if _new_builtin is None:
         _new_builtin = ctypes.pythonapi.PyCFunction_NewEx
         _new_builtin.restype = ctypes.py_object
         _new_builtin.argtypes = (ctypes.c_void_p, ctypes.py_object, ctypes.py_object)
     ml = MethodDef(name.encode(), stub.address, METH_FASTCALL_KEYWORDS, doc.encode() if doc else None)
-    return _new_builtin(ctypes.addressof(ml), None, None), ml
+    return _new_builtin(ctypes.addressof(ml), owner, None), ml
