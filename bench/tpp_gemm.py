@@ -50,8 +50,36 @@ def _loop_rate(name, regs, zero, step, units, iters):
     a.jnz(loop)
     f = fn.finalize()
     work = iters * 4 * units
-    med, best = timings(lambda: f(iters), runs=9)
+    LOOPS[name] = (lambda: f(iters), work)
+    med, best = timings(LOOPS[name][0], runs=9)
     return work / med / 1e9, work / best / 1e9
+
+
+LOOPS = {}      # name -> (call, work units per call) of the last peak loop measured
+
+
+def interleaved_ratio(fn, work, loop, rounds=15, seconds=0.01):
+    """Median over ``rounds`` of (``fn``'s rate) / (the peak ``loop``'s rate), the two timed back to
+    back in every round, so the host's drift (other machines on it, the clock) cancels in each ratio.
+
+    >>> r = interleaved_ratio(lambda: sum(range(300)), 1, (lambda: sum(range(300)), 1), rounds=3, seconds=0.001)
+    >>> 0.3 < r < 3
+    True
+    """
+    ref, ref_work = loop
+    reps, ref_reps = calibrate(fn, seconds), calibrate(ref, seconds)
+    ratios = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        ours = (time.perf_counter() - t) / reps
+        t = time.perf_counter()
+        for _ in range(ref_reps):
+            ref()
+        peak = (time.perf_counter() - t) / ref_reps
+        ratios.append((work / ours) / (ref_work / peak))
+    return float(np.median(ratios))
 
 
 def fma_peak(isa=None, accumulators=12, iters=1 << 13):
@@ -99,8 +127,9 @@ def _rand(rng, shape, dtype):
     return x.astype(tppasm.dtypes.dtype(dtype))
 
 
-def bench_brgemm(size, count, dtype, rng, torch=None):
-    """One record: tppasm BRGEMM vs numpy's one-matmul equivalent (fp32 operands for bf16/int8)."""
+def bench_brgemm(size, count, dtype, rng, torch=None, loop=None):
+    """One record: tppasm BRGEMM vs numpy's one-matmul equivalent (fp32 operands for bf16/int8);
+    with ``loop`` (a peak loop of :data:`LOOPS`) also its interleaved fraction of that peak."""
     m = n = k = size
     tppasm.brgemm(m=1, n=1, k=4, dtype=dtype)          # warm the assembler's tables
     t = time.process_time()
@@ -113,6 +142,7 @@ def bench_brgemm(size, count, dtype, rng, torch=None):
     C = np.empty((m, n), tppasm.dtypes.dtype(gemm.desc.c_dtype))
     flops = 2.0 * m * n * k * count
     ours, ours_best = timings(lambda: gemm(A, B, C, count=count))
+    interleaved = None if loop is None else interleaved_ratio(lambda: gemm(A, B, C, count=count), flops, loop)
     # numpy: the same sum as one (m, count*k) @ (count*k, n) matmul, in fp32 (its fastest type)
     A2 = np.ascontiguousarray(A.astype(np.float32).transpose(1, 0, 2).reshape(m, count * k))
     B2 = np.ascontiguousarray(Bp.astype(np.float32).reshape(count * k, n))
@@ -121,6 +151,8 @@ def bench_brgemm(size, count, dtype, rng, torch=None):
     rec = {"what": f"brgemm {dtype}", "m": m, "n": n, "k": k, "count": count, "jit_ms": jit_ms,
            "gflops": flops / ours / 1e9, "best_gflops": flops / ours_best / 1e9,
            "numpy_gflops": flops / theirs / 1e9}
+    if interleaved is not None:
+        rec["pct_peak_interleaved"] = 100 * interleaved
     if torch is not None:
         ta, tb = torch.from_numpy(A2), torch.from_numpy(B2)
         rec["torch_gflops"] = flops / median_seconds(lambda: torch.matmul(ta, tb)) / 1e9
@@ -156,7 +188,8 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     peak, peak_best = fma_peak()
     print(f"host {host().isa}; fp32 FMA peak measured on 1 core: median {peak:.1f}, best {peak_best:.1f} "
-          f"GFLOP/s. %peak: median vs median and best vs best (other processes share this machine)")
+          f"GFLOP/s. %peak: median vs median and best vs best; %pk il: median of the kernel/peak ratios "
+          f"timed back to back (other processes share this machine)")
     shapes = [(64, 16, "f32")] if args.quick else [(32, 16, "f32"), (48, 16, "f32"), (64, 16, "f32"),
                                                    (80, 16, "f32"), (64, 16, "bf16"), (64, 16, "i8")]
     records = [{"what": "fma peak", "gflops": peak, "best_gflops": peak_best}]
@@ -164,19 +197,19 @@ def main(argv=None):
     print(f"int8 peak of the vpmaddwd+vpaddd pair: median {i8_peak:.1f}, best {i8_peak_best:.1f} GOP/s; "
           f"bf16 on {host().isa} is converted to fp32, so its peak is the fp32 one")
     records.append({"what": "int8 peak", "gops": i8_peak, "best_gops": i8_peak_best})
-    print(f"{'kernel':<12}{'m=n=k':>6}{'count':>6}{'GFLOP/s':>9}{'%peak':>7}{'best':>7}{'%best':>7}"
+    print(f"{'kernel':<12}{'m=n=k':>6}{'count':>6}{'GFLOP/s':>9}{'%peak':>7}{'best':>7}{'%best':>7}{'%pk il':>7}"
           f"{'numpy':>8}{'ratio':>7}{'torch':>8}{'JIT ms':>8}")  # JIT: CPU ms
     for size, count, dtype in shapes:
         # the peak is re-measured next to each kernel: the load from other processes drifts
         ref, ref_best = int8_peak() if dtype == "i8" else fma_peak()
-        rec = bench_brgemm(size, count, dtype, rng, torch)
+        rec = bench_brgemm(size, count, dtype, rng, torch, LOOPS["int8_peak" if dtype == "i8" else "fma_peak"])
         rec["peak_gflops"], rec["best_peak_gflops"] = ref, ref_best
         rec["pct_peak"] = 100 * rec["gflops"] / ref
         rec["best_pct_peak"] = 100 * rec["best_gflops"] / ref_best
         records.append(rec)
         tt = rec.get("torch_bf16_bmm_gflops", rec.get("torch_gflops"))
         print(f"{rec['what']:<12}{size:>6}{count:>6}{rec['gflops']:>9.1f}{rec['pct_peak']:>6.0f}%"
-              f"{rec['best_gflops']:>7.1f}{rec['best_pct_peak']:>6.0f}%"
+              f"{rec['best_gflops']:>7.1f}{rec['best_pct_peak']:>6.0f}%{rec['pct_peak_interleaved']:>6.0f}%"
               f"{rec['numpy_gflops']:>8.1f}{rec['gflops'] / rec['numpy_gflops']:>6.2f}x"
               f"{(f'{tt:.1f}' if tt else '-'):>8}{rec['jit_ms']:>8.2f}")
     call = bench_call_overhead(rng)
