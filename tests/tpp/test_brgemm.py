@@ -221,6 +221,22 @@ def test_brgemm_in_batch_chunks(isa, dtype, features, data):
     _check(desc, c, pad, a_blocks, b_blocks, c0, bias)
 
 
+@pytest.mark.parametrize("isa, dtype, features", _params())
+@pytest.mark.parametrize("groups", [1, 2, 3, 5])
+def test_looped_k_with_few_groups(isa, dtype, features, groups):
+    """The looped k path with fewer groups than one unrolled iteration (what long groups of large
+    tiles get): the peeled first group, the loop and the remainder run every group exactly once."""
+    feats, where = features
+    f = {"f32": 1, "bf16": 2, "i8": 4}[dtype]
+    desc = Brgemm(m=7, n=20, k=groups * f + (1 if f > 1 else 0), dtype=dtype, batch="address")
+    args, a_blocks, b_blocks, c, pad, bias = _case(desc, 2, np.random.default_rng(groups), 0)
+    c0 = c.copy()
+    with pytest.MonkeyPatch.context() as mp:      # fresh code, never fully unrolled, unroll 2
+        mp.setattr(x86_brgemm, "UNROLL_INSTRUCTIONS", 1)
+        _run(desc, isa, (tuple(target_features(isa)) if feats is None else feats, where), args, 2)
+    _check(desc, c, pad, a_blocks, b_blocks, c0, bias)
+
+
 @pytest.mark.parametrize("isa, dtype, features", [p for p in _params() if p.values[1] != "f32"])
 @pytest.mark.parametrize("k", [1, 2, 3, 5, 7])
 def test_vnni_k_tail_ignores_padding(isa, dtype, features, k):

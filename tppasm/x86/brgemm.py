@@ -352,7 +352,8 @@ class Gen(CTile):
             groups -= 1
         unroll = self.unroll(rows, vecs)
         iters, rem = divmod(groups, unroll)
-        self.k_steps(unroll, iters, step, row_b, args)
+        if iters:
+            self.k_steps(unroll, iters, step, row_b, args)
         if rem > 1:                                     # a loop of one group: JIT time and code size
             self.k_steps(1, rem, step, row_b, args)
             rem = 0
@@ -361,7 +362,7 @@ class Gen(CTile):
         tail(rem)
 
     def k_steps(self, unroll, iters, step, row_b, args):
-        """A loop of ``iters`` iterations of ``unroll`` k groups, advancing the k pointers."""
+        """A loop of ``iters`` (>= 1) iterations of ``unroll`` k groups, advancing the k pointers."""
         a, r = self.a, self.r
         loop = a.label()
         a.mov(r["k"], iters)
