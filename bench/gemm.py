@@ -94,8 +94,8 @@ def dsl_gemm(M, N, K, dtype, pool, spec="aBC", bm=BLOCK, bn=None, bk=BLOCK):
     b = rng.standard_normal((K, N), np.float32)
     A = tpp.block(a.astype(tpp.dtypes.dtype(dtype)), bm, bk)
     Bb = tpp.block(b.astype(tpp.dtypes.dtype(dtype)), bk, bn, outer="n")
-    B = np.ascontiguousarray(tpp.vnni_pack(Bb, 2)) if dtype == "bf16" else Bb
-    C = np.empty((Mb, Nb, bm, bn), np.float32)
+    B = tpp.vnni_pack(Bb, 2) if dtype == "bf16" else Bb
+    C = tpp.empty((Mb, Nb, bm, bn))
     kstep = min(Kb, KSTEP)
     brgemm = tpp.brgemm(m=bm, n=bn, k=bk, dtype=dtype, beta=1)
     zero = tpp.zero(bm, bn)
@@ -194,12 +194,12 @@ def dsl_mlp(T, C, layers, dtype, pool, bm=BLOCK, bc=None):
     rng = np.random.default_rng(1)
     dt = tpp.dtypes.dtype(dtype)
     acts = [tpp.block(rng.standard_normal((T, C), np.float32).astype(dt), bm, bc)]
-    acts += [np.empty((Tb, Cb, bm, bc), dt) for _ in range(layers)]
+    acts += [tpp.empty((Tb, Cb, bm, bc), dt) for _ in range(layers)]
     weights, biases = [], []
     for _ in range(layers):
         w = (rng.standard_normal((C, C), np.float32) / np.sqrt(C)).astype(dt)
         wb = tpp.block(w, bc, bc, outer="n")
-        weights.append(np.ascontiguousarray(tpp.vnni_pack(wb, 2)) if dtype == "bf16" else wb)
+        weights.append(tpp.vnni_pack(wb, 2) if dtype == "bf16" else wb)
         biases.append(rng.standard_normal((Cb, bc), np.float32))
     fc = tpp.brgemm(m=bm, n=bc, k=bc, dtype=dtype, c_dtype=dtype, bias=True, act="relu")
 

@@ -54,9 +54,10 @@ def compare(nbytes, fns, runs=5):
 
 
 def bandwidth(report, rows, cols, label, torch, runs):
-    x = np.random.default_rng(0).standard_normal((rows, cols), dtype=np.float32)
-    y = np.random.default_rng(1).standard_normal((rows, cols), dtype=np.float32)
-    out = np.empty_like(x)
+    # every contender works on the same cache-line-aligned arrays
+    x = tppasm.aligned(np.random.default_rng(0).standard_normal((rows, cols), dtype=np.float32))
+    y = tppasm.aligned(np.random.default_rng(1).standard_normal((rows, cols), dtype=np.float32))
+    out = tppasm.empty(x.shape)
     nb = x.nbytes
     t = torch and (torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(out))
     cases = {
@@ -75,7 +76,7 @@ def bandwidth(report, rows, cols, label, torch, runs):
 def fused_gelu(report, rows, cols, torch, runs):
     x = np.random.default_rng(0).standard_normal((rows, cols), dtype=np.float32)
     bias = np.random.default_rng(1).standard_normal(cols, dtype=np.float32)
-    out = np.empty_like(x)
+    x, out = tppasm.aligned(x), tppasm.empty(x.shape)
     k = tppasm.binary("add", rows, cols, bcast_b="row", post="gelu")
 
     def numpy_two_step():
@@ -94,8 +95,8 @@ def fused_gelu(report, rows, cols, torch, runs):
 
 
 def transpose(report, n, torch, runs):
-    x = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
-    out = np.empty_like(x)
+    x = tppasm.aligned(np.random.default_rng(0).standard_normal((n, n), dtype=np.float32))
+    out = tppasm.empty(x.shape)
     k = tppasm.transform("transpose", n, n)
     torch_fn = None
     if torch:

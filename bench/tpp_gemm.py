@@ -119,12 +119,14 @@ def int8_peak(accumulators=12, iters=1 << 13):
 
 
 def _rand(rng, shape, dtype):
+    """Random operand, cache-line aligned (:func:`tppasm.empty`), as a kernel library's user allocates."""
     if dtype == "i8":
-        return rng.integers(-128, 128, shape, dtype=np.int8)
-    if dtype == "u8":
-        return rng.integers(0, 256, shape, dtype=np.uint8)
-    x = rng.standard_normal(shape, dtype=np.float32)
-    return x.astype(tppasm.dtypes.dtype(dtype))
+        x = rng.integers(-128, 128, shape, dtype=np.int8)
+    elif dtype == "u8":
+        x = rng.integers(0, 256, shape, dtype=np.uint8)
+    else:
+        x = rng.standard_normal(shape, dtype=np.float32).astype(tppasm.dtypes.dtype(dtype))
+    return tppasm.aligned(x)
 
 
 def bench_brgemm(size, count, dtype, rng, torch=None, loop=None):
@@ -139,7 +141,7 @@ def bench_brgemm(size, count, dtype, rng, torch=None, loop=None):
     A = _rand(rng, (count, m, k), a_dt)
     Bp = _rand(rng, (count, k, n), {"f32": "f32", "bf16": "bf16", "i8": "i8"}[dtype])
     B = Bp if dtype == "f32" else tppasm.vnni_pack(Bp, gemm.desc.vnni)
-    C = np.empty((m, n), tppasm.dtypes.dtype(gemm.desc.c_dtype))
+    C = tppasm.empty((m, n), gemm.desc.c_dtype)
     flops = 2.0 * m * n * k * count
     ours, ours_best = timings(lambda: gemm(A, B, C, count=count))
     interleaved = None if loop is None else interleaved_ratio(lambda: gemm(A, B, C, count=count), flops, loop)
@@ -167,7 +169,7 @@ def bench_call_overhead(rng):
     """A single 32x32x32 fp32 GEMM called from Python: microseconds per call, tppasm vs numpy."""
     gemm = tppasm.brgemm(m=32, n=32, k=32)
     A, B = _rand(rng, (1, 32, 32), "f32"), _rand(rng, (1, 32, 32), "f32")
-    C = np.empty((32, 32), np.float32)
+    C = tppasm.empty((32, 32))
     ours, ours_best = timings(lambda: gemm(A, B, C))
     a2, b2 = A[0], B[0]
     theirs, theirs_best = timings(lambda: np.matmul(a2, b2, out=C))

@@ -4,9 +4,20 @@ tile holds, chosen per shape by a small throughput model, and how rows split int
 >>> row_runs(64, 6)
 [(6, 9), (5, 2)]
 """
+import functools
+import math
 from dataclasses import dataclass
 
 FMA_LATENCY = 5                 # cycles, with slack: 4 on Zen 3 and Skylake-X, more blocks hide jitter
+# Memory side of a k group: its loads and broadcasts issue at LOADS_PER_CYCLE, and each 64-byte
+# line of B or A it brings in (B outgrows L1 and streams from L2 once per row tile) adds
+# LINE_CYCLES. Fitted on Zen 3 to four tiles that the FMA count alone ranks equal, in fractions of
+# the FMA peak: 6x2 on 48 columns 0.95 (one B line per group), 4x3 on 48 0.72-0.90 (96 of every
+# 192 bytes: two lines), 2x5 on 40 0.68, 14x1 on 72 0.63 (15 loads); from L1 alone 14x1 runs at
+# 0.85, hence 1.8 loads per cycle. AVX-512 parts move twice Zen 3's 32 bytes per cycle from L2:
+# half the line cost (not measured: no such host here).
+LOADS_PER_CYCLE = 1.8
+LINE_CYCLES = {256: 1.5, 512: 0.75}
 
 
 @dataclass(frozen=True)
@@ -17,13 +28,27 @@ class Plan:
     tail: int          # columns in the last vector (0: full)
 
 
-def _tile_cycles(dot, r, v):
+def _tile_cycles(dot, r, v, lines=0.0):
     """Cycles per k group of an r x v tile: FMA ports (2), all vector ops (~3 per cycle: shifts and
-    logic share ports with the FMAs), loads (2/cycle),
-    and the latency chain (FMA_LATENCY per dependent op) of each accumulator."""
+    logic share ports with the FMAs), loads, the latency chain (FMA_LATENCY per dependent
+    op) of each accumulator, and ``lines``: the cache-line cost of the operand bytes it reads."""
     fma = r * v * dot.ops / 2 if dot.ops <= 2 else r * v * 2 / 2 + r * v * 2 / 4
     alu = (r * v * dot.ops + r * dot.a_ops + v * dot.b_ops) / 3
-    return max(fma, alu, (r + v) / 2, FMA_LATENCY * dot.chain) + 0.01 * (r + v)
+    return max(fma, alu, (r + v) / LOADS_PER_CYCLE + lines, FMA_LATENCY * dot.chain) + 0.01 * (r + v)
+
+
+@functools.lru_cache(maxsize=4096)
+def lines_per_row(offset, width, stride, line=64):
+    """Cache lines of ``line`` bytes per row that a sweep down rows ``stride`` bytes apart brings in,
+    reading ``width`` bytes from ``offset`` in each (the first row line-aligned, as
+    :func:`tppasm.empty` allocates); lines shared by neighbouring rows count once.
+
+    >>> lines_per_row(0, 64, 192), lines_per_row(0, 96, 192), lines_per_row(0, 96, 96), lines_per_row(64, 32, 96)
+    (1.0, 2.0, 1.5, 1.0)
+    """
+    rows = line // math.gcd(stride, line) * 2         # a whole period of alignments, twice
+    starts = [r * stride + offset for r in range(rows)]
+    return len({i for s in starts for i in range(s // line, (s + width - 1) // line + 1)}) / rows
 
 
 def row_runs(m, rows):
@@ -47,6 +72,7 @@ def plan(desc, v, dot, epilogue_regs):
     mask_regs = 1 if tail and not v.avx512 else 0
     loop_regs = v.nregs - mask_regs - dot.na - len(dot.consts) - dot.tmps
     groups = desc.groups
+    row_b, line_cycles = desc.ldb * 4, LINE_CYCLES[v.bytes * 8]
     best = None
     for vecs in range(1, min(nvec, 8) + 1):
         rmax = min((loop_regs - vecs * dot.nb) // vecs, (v.nregs - mask_regs - epilogue_regs) // vecs,
@@ -55,8 +81,10 @@ def plan(desc, v, dot, epilogue_regs):
             cost = 0.0
             for j in range(0, nvec, vecs):
                 vt = min(vecs, nvec - j)
+                b_lines = lines_per_row(j * v.bytes, vt * v.bytes, row_b)
                 for r, times in row_runs(desc.m, rows):
-                    cost += times * (groups * _tile_cycles(dot, r, vt) * 4 + 2 * r * vt + 30)
+                    lines = (b_lines + r * 4 / 64) * line_cycles
+                    cost += times * (groups * _tile_cycles(dot, r, vt, lines) * 4 + 2 * r * vt + 30)
             key = (cost, -rows * vecs)
             if best is None or key < best[0]:
                 best = (key, Plan(rows, vecs, nvec, tail))

@@ -1,0 +1,76 @@
+"""The layout helpers: cache-line-aligned allocation, blocking and VNNI packing against naive references."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import tppasm
+from tppasm.dtypes import DTYPES
+
+dims = st.integers(0, 9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=st.lists(dims, min_size=0, max_size=3), name=st.sampled_from(sorted(DTYPES)),
+       align=st.sampled_from([1, 16, 64, 256, 4096]))
+def test_empty_is_aligned_and_writable(shape, name, align):
+    x = tppasm.empty(shape, name, align)
+    assert x.shape == tuple(shape) and x.dtype == DTYPES[name] and x.flags.c_contiguous and x.flags.writeable
+    assert x.ctypes.data % align == 0
+    x[...] = 3
+    assert (x.astype(np.float64) == 3).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 9), cols=st.integers(1, 9), start=st.integers(0, 3), step=st.integers(1, 2))
+def test_aligned_copies_only_when_needed(rows, cols, start, step):
+    base = np.arange(rows * (cols * step + start), dtype=np.float32).reshape(rows, cols * step + start)
+    view = base[:, start::step][:, :cols]
+    out = tppasm.aligned(view)
+    assert out.ctypes.data % 64 == 0 and out.flags.c_contiguous and (out == view).all()
+    assert tppasm.aligned(out) is out
+
+
+@pytest.mark.parametrize("align", [0, 3, 48, -64, 2.0, True])
+def test_bad_alignment_says_what_is_legal(align):
+    with pytest.raises(ValueError, match="power of two"):
+        tppasm.empty((2, 2), "f32", align)
+
+
+def test_bad_shape_and_dtype():
+    with pytest.raises(ValueError, match="non-negative"):
+        tppasm.empty((2, -1))
+    with pytest.raises(TypeError):
+        tppasm.empty((2,), "no-such-type")
+
+
+@settings(max_examples=40, deadline=None)
+@given(mb=st.integers(1, 4), kb=st.integers(1, 4), bm=st.integers(1, 5), bk=st.integers(1, 5),
+       outer=st.sampled_from("mn"))
+def test_block_and_unblock(mb, kb, bm, bk, outer):
+    x = np.random.default_rng(0).standard_normal((mb * bm, kb * bk)).astype(np.float32)
+    xb = tppasm.block(x, bm, bk, outer=outer)
+    assert xb.ctypes.data % 64 == 0
+    for i in range(mb):
+        for j in range(kb):
+            got = xb[i, j] if outer == "m" else xb[j, i]
+            assert (got == x[i * bm:(i + 1) * bm, j * bk:(j + 1) * bk]).all()
+    back = tppasm.unblock(xb, outer=outer)
+    assert back.ctypes.data % 64 == 0 and (back == x).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(lead=st.lists(st.integers(1, 3), max_size=2), k=st.integers(1, 11), n=st.integers(1, 7),
+       factor=st.sampled_from([1, 2, 4]))
+def test_vnni_pack_matches_naive(lead, k, n, factor):
+    b = np.random.default_rng(1).integers(-100, 100, tuple(lead) + (k, n)).astype(np.int8)
+    out = tppasm.vnni_pack(b, factor)
+    groups = -(-k // factor)
+    assert out.shape == tuple(lead) + (groups, n, factor) and out.ctypes.data % 64 == 0
+    for idx in np.ndindex(*lead):
+        for g in range(groups):
+            for c in range(n):
+                for f in range(factor):
+                    row = g * factor + f
+                    assert out[idx + (g, c, f)] == (b[idx + (row, c)] if row < k else 0)
+    back = tppasm.vnni_unpack(out, k)
+    assert back.ctypes.data % 64 == 0 and (back == b).all()
