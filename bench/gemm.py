@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 import tppasm as tpp
+import bench.tpp_gemm as tg
 from bench.common import Report, median_time, write_json
 from loops import Loop, kernel
 from loops.pool import Pool, get_pool
@@ -143,8 +144,12 @@ def _torch():
 
 def bench_gemm(sizes, threads, dtypes, spec, quick, tune=0):
     torch = _torch()
-    rep = Report(f"GEMM GFLOP/s, {clock} clock (DSL = loops.kernel around tppasm.brgemm)",
-                 ["dtype", "M x N x K", "threads", "DSL", "numpy", "torch", "DSL/numpy", "DSL/torch", "DSL 2T/1T"])
+    rep = Report(f"GEMM GFLOP/s, {clock} clock (DSL = loops.kernel around tppasm.brgemm); % of the FMA "
+                 f"peak on 1 thread: median / 90th percentile of 15 ratios timed back to back with the peak loop",
+                 ["dtype", "M x N x K", "threads", "DSL", "numpy", "torch", "DSL/numpy", "DSL/torch", "DSL 2T/1T",
+                  "DSL %pk", "DSL q90", "numpy %pk", "numpy q90"])
+    tg.fma_peak()
+    peak_loop = tg.LOOPS["fma_peak"]
     runs = 3 if quick else 5
     for dtype in dtypes:
         for M, N, K in sizes:
@@ -165,11 +170,18 @@ def bench_gemm(sizes, threads, dtypes, spec, quick, tune=0):
                 flops = 2 * M * N * K
                 ours = gflops(run, flops, runs)
                 np_g = th_g = float("nan")
+                pct = [float("nan")] * 4
+                if nt == 1:
+                    pct[:2] = (100 * x for x in tg.ratio_stats(tg.interleaved_ratios(run, flops, peak_loop, 15, 0.05)))
                 if dtype == "f32":
                     a = np.random.rand(M, K).astype(np.float32)
                     b = np.random.rand(K, N).astype(np.float32)
+                    c = np.empty((M, N), np.float32)
                     with blas_threads(nt):
                         np_g = gflops(lambda: a @ b, flops, runs)
+                        if nt == 1:
+                            pct[2:] = (100 * x for x in tg.ratio_stats(
+                                tg.interleaved_ratios(lambda: np.matmul(a, b, out=c), flops, peak_loop, 15, 0.05)))
                 if torch is not None and (dtype == "f32" or M * N * K <= 1024 ** 3 or _has_bf16()):
                     torch.set_num_threads(nt)
                     td = torch.float32 if dtype == "f32" else torch.bfloat16
@@ -178,7 +190,7 @@ def bench_gemm(sizes, threads, dtypes, spec, quick, tune=0):
                         th_g = gflops(lambda: ta @ tb, flops, runs)
                 one = ours if nt == threads[0] else one
                 rep.add(dtype, f"{M}x{N}x{K}", nt, ours, np_g, th_g, ours / np_g, ours / th_g,
-                        ours / one if nt != threads[0] else float("nan"))
+                        ours / one if nt != threads[0] else float("nan"), *pct)
     return rep
 
 

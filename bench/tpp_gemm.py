@@ -58,13 +58,19 @@ def _loop_rate(name, regs, zero, step, units, iters):
 LOOPS = {}      # name -> (call, work units per call) of the last peak loop measured
 
 
-def interleaved_ratio(fn, work, loop, rounds=15, seconds=0.01):
-    """Median over ``rounds`` of (``fn``'s rate) / (the peak ``loop``'s rate), the two timed back to
-    back in every round, so the host's drift (other machines on it, the clock) cancels in each ratio.
+def interleaved_ratios(fn, work, loop, rounds=31, seconds=0.01):
+    """Per-round ratios of ``fn``'s rate to the peak ``loop``'s rate, the two timed back to back
+    in every round, so the host's drift (the clock, other machines on it) cancels in each ratio.
 
-    >>> r = interleaved_ratio(lambda: sum(range(300)), 1, (lambda: sum(range(300)), 1), rounds=3, seconds=0.001)
-    >>> 0.3 < r < 3
-    True
+    On this VM the ratios are bimodal, switching every few seconds: a kernel whose data is in L1
+    runs at 0.97-1.00 of the FMA loop for a while, then at 0.80-0.87 (another tenant on the core's
+    SMT sibling competes for loads and the op cache, which the register-only FMA loop does not
+    use). :func:`ratio_stats` reports the median and the 90th percentile, the latter being the
+    figure when the core is not shared.
+
+    >>> r = interleaved_ratios(lambda: sum(range(300)), 1, (lambda: sum(range(300)), 1), rounds=3, seconds=0.001)
+    >>> len(r), all(0.3 < x < 3 for x in r)
+    (3, True)
     """
     ref, ref_work = loop
     reps, ref_reps = calibrate(fn, seconds), calibrate(ref, seconds)
@@ -79,7 +85,16 @@ def interleaved_ratio(fn, work, loop, rounds=15, seconds=0.01):
             ref()
         peak = (time.perf_counter() - t) / ref_reps
         ratios.append((work / ours) / (ref_work / peak))
-    return float(np.median(ratios))
+    return ratios
+
+
+def ratio_stats(ratios):
+    """(median, 90th percentile) of :func:`interleaved_ratios`.
+
+    >>> ratio_stats([0.8, 0.82, 0.85, 0.97, 0.99])
+    (0.85, 0.982)
+    """
+    return round(float(np.median(ratios)), 6), round(float(np.percentile(ratios, 90)), 6)
 
 
 def fma_peak(isa=None, accumulators=12, iters=1 << 13):
@@ -144,17 +159,21 @@ def bench_brgemm(size, count, dtype, rng, torch=None, loop=None):
     C = tppasm.empty((m, n), gemm.desc.c_dtype)
     flops = 2.0 * m * n * k * count
     ours, ours_best = timings(lambda: gemm(A, B, C, count=count))
-    interleaved = None if loop is None else interleaved_ratio(lambda: gemm(A, B, C, count=count), flops, loop)
+    interleaved = None if loop is None else ratio_stats(interleaved_ratios(lambda: gemm(A, B, C, count=count), flops, loop))
     # numpy: the same sum as one (m, count*k) @ (count*k, n) matmul, in fp32 (its fastest type)
     A2 = np.ascontiguousarray(A.astype(np.float32).transpose(1, 0, 2).reshape(m, count * k))
     B2 = np.ascontiguousarray(Bp.astype(np.float32).reshape(count * k, n))
     C2 = np.empty((m, n), np.float32)
     theirs = median_seconds(lambda: np.matmul(A2, B2, out=C2))
+    if loop is not None:        # numpy gets the same treatment (its peak: the fp32 FMA loop)
+        fp32_loop = LOOPS["fma_peak"] if dtype == "i8" else loop
+        np_stats = ratio_stats(interleaved_ratios(lambda: np.matmul(A2, B2, out=C2), flops, fp32_loop))
     rec = {"what": f"brgemm {dtype}", "m": m, "n": n, "k": k, "count": count, "jit_ms": jit_ms,
            "gflops": flops / ours / 1e9, "best_gflops": flops / ours_best / 1e9,
            "numpy_gflops": flops / theirs / 1e9}
     if interleaved is not None:
-        rec["pct_peak_interleaved"] = 100 * interleaved
+        rec["pct_peak_interleaved"], rec["pct_peak_interleaved_q90"] = (100 * x for x in interleaved)
+        rec["numpy_pct_fp32_peak_interleaved"], rec["numpy_pct_fp32_peak_interleaved_q90"] = (100 * x for x in np_stats)
     if torch is not None:
         ta, tb = torch.from_numpy(A2), torch.from_numpy(B2)
         rec["torch_gflops"] = flops / median_seconds(lambda: torch.matmul(ta, tb)) / 1e9
@@ -190,8 +209,9 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     peak, peak_best = fma_peak()
     print(f"host {host().isa}; fp32 FMA peak measured on 1 core: median {peak:.1f}, best {peak_best:.1f} "
-          f"GFLOP/s. %peak: median vs median and best vs best; %pk il: median of the kernel/peak ratios "
-          f"timed back to back (other processes share this machine)")
+          f"GFLOP/s. %peak: median vs median and best vs best; %pk il / q90: median / 90th percentile "
+          f"of 31 kernel/peak ratios timed back to back (other tenants share this machine: the q90 is the "
+          f"figure when they leave the core alone); np q90: numpy's matmul the same way, vs the fp32 peak")
     shapes = [(64, 16, "f32")] if args.quick else [(32, 16, "f32"), (48, 16, "f32"), (64, 16, "f32"),
                                                    (80, 16, "f32"), (64, 16, "bf16"), (64, 16, "i8")]
     records = [{"what": "fma peak", "gflops": peak, "best_gflops": peak_best}]
@@ -200,7 +220,7 @@ def main(argv=None):
           f"bf16 on {host().isa} is converted to fp32, so its peak is the fp32 one")
     records.append({"what": "int8 peak", "gops": i8_peak, "best_gops": i8_peak_best})
     print(f"{'kernel':<12}{'m=n=k':>6}{'count':>6}{'GFLOP/s':>9}{'%peak':>7}{'best':>7}{'%best':>7}{'%pk il':>7}"
-          f"{'numpy':>8}{'ratio':>7}{'torch':>8}{'JIT ms':>8}")  # JIT: CPU ms
+          f"{'q90':>6}{'numpy':>8}{'np q90':>7}{'ratio':>7}{'torch':>8}{'JIT ms':>8}")  # JIT: CPU ms
     for size, count, dtype in shapes:
         # the peak is re-measured next to each kernel: the load from other processes drifts
         ref, ref_best = int8_peak() if dtype == "i8" else fma_peak()
@@ -212,7 +232,8 @@ def main(argv=None):
         tt = rec.get("torch_bf16_bmm_gflops", rec.get("torch_gflops"))
         print(f"{rec['what']:<12}{size:>6}{count:>6}{rec['gflops']:>9.1f}{rec['pct_peak']:>6.0f}%"
               f"{rec['best_gflops']:>7.1f}{rec['best_pct_peak']:>6.0f}%{rec['pct_peak_interleaved']:>6.0f}%"
-              f"{rec['numpy_gflops']:>8.1f}{rec['gflops'] / rec['numpy_gflops']:>6.2f}x"
+              f"{rec['pct_peak_interleaved_q90']:>5.0f}%{rec['numpy_gflops']:>8.1f}"
+              f"{rec['numpy_pct_fp32_peak_interleaved_q90']:>6.0f}%{rec['gflops'] / rec['numpy_gflops']:>6.2f}x"
               f"{(f'{tt:.1f}' if tt else '-'):>8}{rec['jit_ms']:>8.2f}")
     call = bench_call_overhead(rng)
     records.append(call)
