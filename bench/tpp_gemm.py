@@ -63,10 +63,10 @@ def interleaved_ratios(fn, work, loop, rounds=31, seconds=0.01):
     in every round, so the host's drift (the clock, other machines on it) cancels in each ratio.
 
     On this VM the ratios are bimodal, switching every few seconds: a kernel whose data is in L1
-    runs at 0.97-1.00 of the FMA loop for a while, then at 0.80-0.87 (another tenant on the core's
-    SMT sibling competes for loads and the op cache, which the register-only FMA loop does not
-    use). :func:`ratio_stats` reports the median and the 90th percentile, the latter being the
-    figure when the core is not shared.
+    runs at 0.97-1.00 of the FMA loop for a while, then at 0.80-0.87 (presumably another tenant on
+    the core's SMT sibling, competing for loads and the front end, which the register-only FMA loop
+    hardly uses). :func:`ratio_stats` reports the median and the 90th percentile, the latter being
+    the figure when the core is not shared.
 
     >>> r = interleaved_ratios(lambda: sum(range(300)), 1, (lambda: sum(range(300)), 1), rounds=3, seconds=0.001)
     >>> len(r), all(0.3 < x < 3 for x in r)

@@ -38,7 +38,11 @@ def empty(shape, dtype="f32", align=ALIGN):
     >>> x.ctypes.data % 64, x.shape, x.dtype.name, x.flags.c_contiguous
     (0, (3, 5), 'bfloat16', True)
     """
-    dt = np.dtype(DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
+    try:
+        dt = np.dtype(DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
+    except TypeError:
+        raise TypeError(f"empty: dtype {dtype!r} is not a dtype; use a tppasm name "
+                        f"({', '.join(DTYPES)}) or a NumPy dtype") from None
     if isinstance(align, bool) or not isinstance(align, (int, np.integer)) or align < 1 or align & (align - 1):
         raise ValueError(f"empty: align={align!r} must be a power of two number of bytes, e.g. 64")
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)

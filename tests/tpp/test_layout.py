@@ -39,7 +39,7 @@ def test_bad_alignment_says_what_is_legal(align):
 def test_bad_shape_and_dtype():
     with pytest.raises(ValueError, match="non-negative"):
         tppasm.empty((2, -1))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="tppasm name"):
         tppasm.empty((2,), "no-such-type")
 
 
