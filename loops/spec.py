@@ -20,11 +20,14 @@ counts that do not divide run the remainder iterations.
 ('collapse', (3, 4))
 """
 import re
+
+import numpy as np
 from dataclasses import dataclass, field
 
 AXES = {"R": "row", "C": "col", "L": "layer"}
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 MAX_BLOCKING = 5
+LOOP_LIMIT = 1 << 61      # bounds, steps, spans, blocks, chunks: int64 sums of two never overflow
 
 
 class SpecError(ValueError):
@@ -49,15 +52,29 @@ class Loop:
     parallel: bool = True
 
     def __post_init__(self):
+        if isinstance(self.blocks, (int, str)) or not hasattr(self.blocks, "__iter__"):
+            raise SpecError(f"Loop blocks={self.blocks!r} must be a list of block sizes, e.g. blocks=[{self.blocks!r}]")
         object.__setattr__(self, "blocks", tuple(self.blocks))
         for name in ("start", "end", "step"):
-            if not isinstance(getattr(self, name), int):
-                raise SpecError(f"Loop {name}={getattr(self, name)!r} must be an int")
+            value = getattr(self, name)
+            if isinstance(value, np.integer):
+                object.__setattr__(self, name, int(value))
+            elif not isinstance(value, int) or isinstance(value, bool):
+                raise SpecError(f"Loop {name}={value!r} must be an int")
         if self.step < 1:
             raise SpecError(f"Loop step={self.step} must be >= 1")
+        for name in ("start", "end", "step"):      # the native nest computes in int64, with headroom
+            if abs(getattr(self, name)) >= LOOP_LIMIT:
+                raise SpecError(f"Loop {name}={getattr(self, name)} is out of range: loop bounds and steps "
+                                f"must lie within +-2**61 (native loops count in 64-bit integers)")
+        if abs(self.end - self.start) >= LOOP_LIMIT:
+            raise SpecError(f"Loop({self.start}, {self.end}) spans {self.end - self.start} values; less than "
+                            f"2**61 (native loops count in 64-bit integers)")
         for b in self.blocks:
-            if not isinstance(b, int) or b < 1 or b % self.step:
-                raise SpecError(f"Loop block size {b!r} must be a positive multiple of step={self.step}")
+            if not isinstance(b, int) or isinstance(b, bool) or b < 1 or b % self.step or b >= LOOP_LIMIT:
+                raise SpecError(f"Loop block size {b!r} must be a positive multiple of step={self.step}, below 2**61")
+        if not isinstance(self.parallel, bool):
+            raise SpecError(f"Loop parallel={self.parallel!r} must be True or False")
 
     @property
     def trip(self):
@@ -169,8 +186,9 @@ def parse(text, nloops):
             _fail(text, at, f"cannot read {text[at:]!r}",
                   "write '@schedule(static)', '@schedule(static,N)', '@schedule(dynamic)' or '@schedule(dynamic,N)'")
         chunk = int(m.group(2) or 0)
-        if m.group(2) is not None and chunk < 1:
-            _fail(text, at + m.start(2), "the schedule chunk must be >= 1", "write a positive chunk size")
+        if m.group(2) is not None and not 1 <= chunk < LOOP_LIMIT:
+            _fail(text, at + m.start(2), f"the schedule chunk must be in 1..2**61, not {chunk}",
+                  "write a positive chunk size")
         schedule, body = (m.group(1), chunk), text[:at]
     raw = []                       # [letter, pos, bake, axis, teams, barrier]
     bake = [[None, None, None, None] for _ in range(nloops)]

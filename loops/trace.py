@@ -31,6 +31,7 @@ from tppasm.operand import OperandError, check
 
 THREAD_VARS = ("tid", "row", "col", "layer")
 MAX_PATHS = 4096
+MAX_TESTS = 10_000           # index comparisons evaluated in one pass over the body
 _local = threading.local()
 
 
@@ -372,8 +373,14 @@ class _Tracer:
     def __init__(self, names):
         self.names = names
         self.decisions, self.events, self.pos, self.known = [], [], 0, {}
+        self.tests = 0
 
     def decide(self, test):
+        self.tests += 1
+        if self.tests > MAX_TESTS:      # a comparison is decided once per path, so this is a while loop
+            raise TraceError(f"the body compared loop indices more than {MAX_TESTS} times in one pass: a "
+                             f"'while' on a loop index ({test!r}) never ends while tracing, since each "
+                             "comparison has one value per path; use 'if', or a loop over constants")
         if test.key() in self.known:
             return self.known[test.key()]
         if self.pos < len(self.decisions):
@@ -390,11 +397,19 @@ class _Tracer:
 
     def record(self, kernel, arrays, values):
         specs = kernel.operands
-        count = dict(zip(kernel.scalars, values)).get(kernel.desc.count_scalar, 1)
+        if not getattr(kernel.desc, "checked_call", True):
+            raise TraceError(f"{kernel.desc.kind} with batch={kernel.desc.batch!r} cannot run in a loop body: its "
+                             "offsets or addresses are checked in Python on each call; in a body use "
+                             "batch='stride' with views of the blocks (A[i, k0:k1] and count=...)")
         for name, v in zip(kernel.scalars, values):
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+            if isinstance(v, Affine):
                 raise TraceError(f"{kernel.desc.kind}: {name}={v!r}; kernel scalars in a loop body must be ints "
                                  "known when the body is traced, not loop indices")
+        try:
+            values = tuple(_tk._scalar(kernel.desc.kind, name, v) for name, v in zip(kernel.scalars, values))
+        except OperandError as e:
+            raise TraceError(str(e)) from None
+        count = dict(zip(kernel.scalars, values)).get(kernel.desc.count_scalar, 1)
         args, checks, texts = [], [], []
         for spec, v in zip(specs, arrays):
             if not isinstance(v, View):

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernel import Descriptor, get_kernel
+from . import kernel as _kernel
+from .kernel import Descriptor, _scalar, get_kernel
 from .operand import OperandError, OperandSpec, check
 
 A_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "u8"}
@@ -73,6 +74,7 @@ class Brgemm(Descriptor):
     count_scalar = "count"
 
     def __post_init__(self):
+        self._normalize()
         dense = {"lda": self.k, "ldb": self.n, "ldc": self.n}
         for name, value in dense.items():
             if _is_int(getattr(self, name)) and not getattr(self, name):
@@ -110,6 +112,11 @@ class Brgemm(Descriptor):
         if self.dtype == "i8":
             _need(not self.bias, "bias", self.bias, "False for dtype='i8' (int32 C has no fp32 bias)")
             _need(self.act in (None, "relu"), "act", self.act, "None or 'relu' for dtype='i8'")
+
+    @property
+    def checked_call(self):
+        """Only stride batches are checked natively; :class:`BatchedBrgemm` checks the others."""
+        return self.batch == "stride"
 
     @property
     def vnni(self):
@@ -222,8 +229,11 @@ class BatchedBrgemm:
     def __call__(self, a, b, c, *rest, count=1):
         d = self.desc
         who = "brgemm"
-        if not isinstance(count, int) or not 1 <= count < 1 << 30:
-            raise OperandError(f"{who}: count={count!r}, expected an int >= 1")
+        if _kernel.TRACING and not all(isinstance(x, (np.ndarray, list, tuple)) for x in (a, b, c)):
+            raise TypeError(f"{who} with batch={d.batch!r} cannot run in a loop body: its offsets or addresses "
+                            "are checked in Python on each call; in a body use batch='stride' with views of "
+                            "the blocks (A[i, k0:k1] and count=...)")
+        count = _scalar(who, "count", count)
         spec_a, spec_b = d.block_specs()
         ops = {s.name: s for s in self.kernel.operands}
         check(ops["c"], c, who=who)
@@ -231,18 +241,21 @@ class BatchedBrgemm:
         if d.batch == "offset":
             offsets = rest.pop(0) if rest else None
             check(ops["offsets"], offsets, count, who=who)
+            offsets = offsets[:count].copy()       # what is checked is what runs, whatever other threads do
             for spec, buf, col in ((spec_a, a, 0), (spec_b, b, 1)):
-                _check_buffer(spec, buf, offsets[:count, col], who)
+                _check_buffer(spec, buf, offsets[:, col], who)
             args = [a, b, c, offsets]
         else:
-            ptrs = []
+            ptrs, held = [], []
             for spec, blocks in ((spec_a, a), (spec_b, b)):
-                if isinstance(blocks, np.ndarray) or len(blocks) < count:
+                if not isinstance(blocks, (list, tuple)) or len(blocks) < count:
                     raise OperandError(f"{who}: operand {spec.name} must be a sequence of at least "
                                        f"count={count} blocks {spec.shape} for batch='address'")
-                for blk in blocks[:count]:
+                blocks = list(blocks[:count])      # held until the call returns
+                for blk in blocks:
                     check(spec, blk, who=who)
-                ptrs.append(np.array([blk.ctypes.data for blk in blocks[:count]], np.int64))
+                ptrs.append(np.array([blk.ctypes.data for blk in blocks], np.int64))
+                held.append(blocks)
             args = ptrs + [c]
         if d.bias:
             if not rest:
@@ -263,6 +276,9 @@ def _check_buffer(spec, buf, offsets, who):
         raise OperandError(f"{who}: with batch='offset', operand {spec.name} must be a C-contiguous "
                            f"{spec.np_dtype} array (offsets count elements from its start)")
     extent = 1 + sum((d - 1) * s for d, s in zip(spec.shape, spec.strides))
+    if buf.size < extent:
+        raise OperandError(f"{who}: operand {spec.name} holds {buf.size} elements, fewer than one block "
+                           f"{spec.shape} spans ({extent})")
     if len(offsets) and (offsets.min() < 0 or offsets.max() > buf.size - extent):
         bad = int(offsets[(offsets < 0) | (offsets > buf.size - extent)][0])
         raise OperandError(f"{who}: offset {bad} for operand {spec.name} is out of range: a block "

@@ -157,6 +157,7 @@ class Unary(Descriptor):
     kind = "unary"
 
     def __post_init__(self):
+        self._normalize()
         _default(self, ldi=self.n, ldo=self.n, out_dtype=self.dtype)
 
     def validate(self):
@@ -252,6 +253,7 @@ class Binary(Descriptor):
     kind = "binary"
 
     def __post_init__(self):
+        self._normalize()
         _default(self, lda=self.n, ldb=self.n, ldo=self.n, out_dtype=self.dtype)
 
     def validate(self):
@@ -288,6 +290,7 @@ class Ternary(Descriptor):
     kind = "ternary"
 
     def __post_init__(self):
+        self._normalize()
         _default(self, lda=self.n, ldb=self.n, ldc=self.n, out_dtype=self.dtype)
 
     def validate(self):
@@ -319,6 +322,7 @@ class Reduce(Descriptor):
     kind = "reduce"
 
     def __post_init__(self):
+        self._normalize()
         _default(self, ldi=self.n, out_dtype=self.dtype)
 
     def validate(self):
@@ -360,6 +364,7 @@ class Transform(Descriptor):
     kind = "transform"
 
     def __post_init__(self):
+        self._normalize()
         _default(self, ldi=self.n if not self.op.startswith("un") else 0,
                  ldo=self.m if self.op == "transpose" else self.n if self.op.startswith("un") else 0)
 

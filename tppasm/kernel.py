@@ -6,6 +6,7 @@ thing with NumPy (:meth:`reference`). :func:`get_kernel` JITs it once per (descr
 returns the same :class:`Kernel` object afterwards.
 """
 import ctypes
+import dataclasses
 import operator
 import threading
 import time
@@ -43,9 +44,38 @@ class Descriptor:
     kind = ""
     scalars = ()
     count_scalar = None
+    checked_call = True     # False: the native entry cannot vouch for a call (offset or address batches)
 
     def operands(self):
         raise NotImplementedError
+
+    def _normalize(self):
+        """Called first by every descriptor's ``__post_init__``: NumPy scalars become Python ones, and
+        a field whose value has the wrong type (a bool for an int, a list, ...) raises ValueError.
+
+        >>> import numpy as np
+        >>> from tppasm.eltwise import Unary
+        >>> type(Unary("relu", np.int64(2), 3).m)
+        <class 'int'>
+        """
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type is bool:
+                value = bool(value) if isinstance(value, np.bool_) else value
+                ok, legal = isinstance(value, bool), "True or False"
+            elif f.type is int:
+                value = int(value) if isinstance(value, np.integer) else value
+                ok, legal = isinstance(value, int) and not isinstance(value, bool), "an int"
+            elif f.type is str:
+                ok, legal = isinstance(value, str) or (value is None and f.default is None), "a string"
+            else:
+                try:
+                    ok, legal = hash(value) is not None, "a hashable value"
+                except TypeError:
+                    ok, legal = False, "a hashable value (not a list or array)"
+            if not ok:
+                raise ValueError(f"{self.kind}: {f.name}={value!r}; expected {legal}")
+            object.__setattr__(self, f.name, value)
 
     def reference(self, *arrays, **scalars):
         raise NotImplementedError
@@ -66,6 +96,7 @@ class Kernel:
         self.operands = tuple(desc.operands())
         self.scalars = tuple(desc.scalars)
         start = time.perf_counter()
+        self.checked_call = desc.checked_call
         self.raw = _generate(desc, isa)
         # code for an ISA this host lacks (AVX-512 or AMX generated for the interpreter, say) is
         # never called: an illegal instruction would kill the process
@@ -73,9 +104,9 @@ class Kernel:
         # the x86 entry stub exists for x86 kernels only; others (sve) take the Python-checked path
         x86 = isa in ("avx2", "avx512", "amx")
         self.entry = self._stub = None
-        if x86 and self.runnable and builtin_entry and Vectorcall.available():
+        if x86 and self.runnable and builtin_entry and Vectorcall.available() and self.checked_call:
             self._become_builtin()
-        if x86 and self._stub is None:
+        if x86 and self._stub is None and self.checked_call:
             self.entry = build_entry(desc.kind, self.operands, self.scalars, self.raw.address, desc.count_scalar)
         self.jit_seconds = time.perf_counter() - start
         functype = ctypes.CFUNCTYPE if desc.work() >= _GIL_RELEASE_WORK else ctypes.PYFUNCTYPE
@@ -120,16 +151,19 @@ class Kernel:
                 self._slow_call(arrays, args[self._n:])
             return None
         values = self._defaults if count is None else (count,)
-        if TRACING and TRACE_HOOK is not None and TRACE_HOOK(self, arrays, values):
-            return None                  # recorded by the loop tracer (or run in Python), not run here
         if len(arrays) != self._n or len(values) != len(self.scalars):
             return self._explain(arrays, {} if count is None else {"count": count})
+        if TRACING and TRACE_HOOK is not None and TRACE_HOOK(self, arrays, values):
+            return None                  # recorded by the loop tracer (or run in Python), not run here
         self._slow_call(arrays, values)
 
     def _slow_call(self, arrays, values):
         """Explain a refusal, or call through pointers for inputs the native check cannot vouch for."""
         if TRACE_HOOK is not None and TRACE_HOOK(self, arrays, values):
             return
+        if not self.checked_call:
+            raise TypeError(f"{self.desc.kind}: this raw kernel (batch={self.desc.batch!r}) does not check its "
+                            "offsets or addresses; call the object tppasm.brgemm(...) returns, which does")
         values = tuple(_scalar(self.desc.kind, name, v) for name, v in zip(self.scalars, values))
         count = dict(zip(self.scalars, values)).get(self.desc.count_scalar, 1)
         for spec, arr in zip(self.operands, arrays):
@@ -199,4 +233,11 @@ def _generate(desc, isa):
         from .sve import generate
     else:
         raise RuntimeError(f"no code generator for ISA {isa!r}")
-    return generate(desc, isa)
+    try:
+        return generate(desc, isa)
+    except (TypeError, ValueError) as e:
+        if not any(abs(v) >= 1 << 25 for v in vars(desc).values() if isinstance(v, int)):
+            raise
+        raise ValueError(f"{desc.kind}: {desc} needs an address offset the {isa} code cannot encode (x86 "
+                         "displacements and immediates are 32-bit): keep leading dimensions, rows and "
+                         "strides under 2 GiB, or split the operand into smaller calls") from e

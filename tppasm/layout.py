@@ -43,11 +43,12 @@ def empty(shape, dtype="f32", align=ALIGN):
     except TypeError:
         raise TypeError(f"empty: dtype {dtype!r} is not a dtype; use a tppasm name "
                         f"({', '.join(DTYPES)}) or a NumPy dtype") from None
-    if isinstance(align, bool) or not isinstance(align, (int, np.integer)) or align < 1 or align & (align - 1):
-        raise ValueError(f"empty: align={align!r} must be a power of two number of bytes, e.g. 64")
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    if any(not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
-        raise ValueError(f"empty: shape {shape!r} must be non-negative integers")
+    _check_align("empty", align)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else shape
+    if not isinstance(shape, (tuple, list)) or any(
+            not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 0 for d in shape):
+        raise ValueError(f"empty: shape {shape!r} must be non-negative integers, e.g. (64, 64)")
+    shape = tuple(int(d) for d in shape)
     count = math.prod(shape)
     raw = np.empty((max(count, 1) * dt.itemsize) + align, np.uint8)
     start = -raw.ctypes.data % align
@@ -64,12 +65,18 @@ def aligned(x, align=ALIGN):
     >>> x.ctypes.data % 64, float(x[0]), aligned(x) is x
     (0, 1.0, True)
     """
+    _check_align("aligned", align)
     x = np.asarray(x)
     if x.flags.c_contiguous and x.ctypes.data % align == 0:
         return x
     out = empty(x.shape, x.dtype, align)
     out[...] = x
     return out
+
+
+def _check_align(who, align):
+    if isinstance(align, bool) or not isinstance(align, (int, np.integer)) or align < 1 or align & (align - 1):
+        raise ValueError(f"{who}: align={align!r} must be a power of two number of bytes, e.g. 64")
 
 
 def block(x, bm, bk, outer="m"):
@@ -108,6 +115,8 @@ def unblock(xb, outer="m"):
     xb = np.asarray(xb)
     if xb.ndim != 4:
         raise ValueError(f"unblock: expected a 4-D blocked array, got shape {xb.shape}")
+    if outer not in ("m", "n"):
+        raise ValueError(f"unblock: outer={outer!r}; expected 'm' or 'n', as given to block()")
     if outer == "n":
         xb = xb.transpose(1, 0, 2, 3)
     mb, kb, bm, bk = xb.shape

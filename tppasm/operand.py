@@ -52,15 +52,17 @@ def check(spec: OperandSpec, arr, count=1, who="kernel"):
         raise OperandError(f"{where} must be a NumPy array, not {type(arr).__name__}")
     want = spec.np_dtype
     if arr.dtype != want:
-        raise OperandError(f"{where} has dtype {arr.dtype}, expected {want} ('{spec.dtype}'); "
-                           f"convert with .astype({want.name})" + (f" or build the kernel with dtype='{_short(arr.dtype)}'"
-                                                             if _short(arr.dtype) else ""))
+        raise OperandError(f"{where} has dtype {arr.dtype}, expected {want} ('{spec.dtype}', as the kernel "
+                           f"was built); convert with .astype({want.name}) or build a kernel for {arr.dtype}")
     nd = len(spec.shape) + spec.batch
     if arr.ndim != nd:
+        vnni = (f"; B of a bf16 or int8 BRGEMM is in the VNNI layout: pass tppasm.vnni_pack(B, {spec.shape[-1]})"
+                if spec.name == "b" and len(spec.shape) == 3 else "")
         raise OperandError(f"{where} has {arr.ndim} dimensions {arr.shape}, expected {nd}: "
-                           f"{_shape_text(spec)}")
+                           f"{_shape_text(spec)}{vnni}")
     if spec.batch and arr.shape[0] < count:
-        raise OperandError(f"{where} holds {arr.shape[0]} blocks but count={count}; pass count<={arr.shape[0]}")
+        raise OperandError(f"{where} holds {arr.shape[0]} blocks but count={count}; "
+                           + (f"pass count<={arr.shape[0]}" if arr.shape[0] else "pass at least one block"))
     if tuple(arr.shape[spec.batch:]) != tuple(spec.shape):
         raise OperandError(f"{where} has shape {arr.shape}, expected {_shape_text(spec)}")
     es = arr.itemsize
@@ -68,20 +70,17 @@ def check(spec: OperandSpec, arr, count=1, who="kernel"):
     dims = arr.shape
     for axis, (g, w, d) in enumerate(zip(got, spec.strides, dims)):
         if d > 1 and g != w:
-            hint = (f"; build the kernel with {spec.ld_name}={g}" if spec.ld_name and axis == nd - 2 and
-                    isinstance(g, int) and g >= spec.shape[-1] else "; pass np.ascontiguousarray(...)"
-                    if axis == nd - 1 else "")
+            if spec.ld_name and axis == nd - 2 and isinstance(g, int) and g >= spec.shape[-1]:
+                hint = f"; build the kernel with {spec.ld_name}={g}"
+            elif spec.batch and axis == 0 and spec.name in ("a", "b") and isinstance(g, int) and g > 0:
+                hint = f"; build the kernel with stride_{spec.name}={g}, or pass np.ascontiguousarray(...)"
+            else:
+                hint = "; pass np.ascontiguousarray(...)"
             raise OperandError(f"{where} has strides {got} (elements), expected {spec.strides} on axis "
                                f"{axis}{hint}")
     if spec.writable and not arr.flags.writeable:
         raise OperandError(f"{where} is read-only but the kernel writes it; pass a writable array")
 
 
-def _short(dt):
-    from .dtypes import NAMES
-    return NAMES.get(dt, "")
-
-
 def _shape_text(spec):
-    lead = "(count, " if spec.batch else "("
-    return lead + ", ".join(map(str, spec.shape)) + ")"
+    return "(count, " + ", ".join(map(str, spec.shape)) + ")" if spec.batch else str(tuple(spec.shape))

@@ -237,6 +237,7 @@ class MmlaBrgemm(Brgemm):
     layout: str = "sve_mmla"
 
     def __post_init__(self):
+        self._normalize()
         if not self.ldb and isinstance(self.n, int):
             object.__setattr__(self, "ldb", 2 * ceil_div(self.n, 2))
         if not self.stride_b and isinstance(self.k, int) and self.dtype in ("bf16", "i8"):

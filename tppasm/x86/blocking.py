@@ -51,6 +51,26 @@ def lines_per_row(offset, width, stride, line=64):
     return len({i for s in starts for i in range(s // line, (s + width - 1) // line + 1)}) / rows
 
 
+def column_blocks(nvec, vecs, vbytes, line=64):
+    """The blocks of ``vecs`` vectors (``vbytes`` each) across ``nvec`` as (first byte modulo the
+    line, vectors, how many): blocks whose start lies alike in a cache line cost alike, so the
+    model's work does not grow with n.
+
+    >>> column_blocks(10, 2, 32), column_blocks(7, 3, 32)
+    ([(0, 2, 5)], [(0, 3, 1), (32, 3, 1), (0, 1, 1)])
+    """
+    full, rest = divmod(nvec, vecs)
+    period = line // math.gcd(vecs * vbytes, line)          # blocks until the alignment repeats
+    out = {}
+    for j in range(min(full, period)):
+        key = (j * vecs * vbytes % line, vecs)
+        out[key] = out.get(key, 0) + len(range(j, full, period))
+    if rest:
+        key = (full * vecs * vbytes % line, rest)
+        out[key] = out.get(key, 0) + 1
+    return [(offset, vt, n) for (offset, vt), n in out.items()]
+
+
 def row_runs(m, rows):
     """Row tiles of at most ``rows`` rows covering ``m``, as (rows, times) runs: as few tiles as
     ``rows`` allows, their heights differing by at most one (64 rows by 6: 9 x 6 + 2 x 5, not
@@ -79,12 +99,11 @@ def plan(desc, v, dot, epilogue_regs):
                    desc.m, 16)
         for rows in range(1, rmax + 1):
             cost = 0.0
-            for j in range(0, nvec, vecs):
-                vt = min(vecs, nvec - j)
-                b_lines = lines_per_row(j * v.bytes, vt * v.bytes, row_b)
+            for offset, vt, blocks in column_blocks(nvec, vecs, v.bytes):
+                b_lines = lines_per_row(offset, vt * v.bytes, row_b)
                 for r, times in row_runs(desc.m, rows):
                     lines = (b_lines + r * 4 / 64) * line_cycles
-                    cost += times * (groups * _tile_cycles(dot, r, vt, lines) * 4 + 2 * r * vt + 30)
+                    cost += blocks * times * (groups * _tile_cycles(dot, r, vt, lines) * 4 + 2 * r * vt + 30)
             key = (cost, -rows * vecs)
             if best is None or key < best[0]:
                 best = (key, Plan(rows, vecs, nvec, tail))
