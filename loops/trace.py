@@ -398,15 +398,13 @@ class _Tracer:
     def record(self, kernel, arrays, values):
         specs = kernel.operands
         if not getattr(kernel.desc, "checked_call", True):
-            raise TraceError(f"{kernel.desc.kind} with batch={kernel.desc.batch!r} cannot run in a loop body: its "
-                             "offsets or addresses are checked in Python on each call; in a body use "
-                             "batch='stride' with views of the blocks (A[i, k0:k1] and count=...)")
+            raise TraceError(_tk.unchecked_in_body(kernel.desc))
         for name, v in zip(kernel.scalars, values):
             if isinstance(v, Affine):
                 raise TraceError(f"{kernel.desc.kind}: {name}={v!r}; kernel scalars in a loop body must be ints "
                                  "known when the body is traced, not loop indices")
         try:
-            values = tuple(_tk._scalar(kernel.desc.kind, name, v) for name, v in zip(kernel.scalars, values))
+            values = tuple(_tk.scalar_arg(kernel.desc.kind, name, v) for name, v in zip(kernel.scalars, values))
         except OperandError as e:
             raise TraceError(str(e)) from None
         count = dict(zip(kernel.scalars, values)).get(kernel.desc.count_scalar, 1)

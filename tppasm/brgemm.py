@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import kernel as _kernel
-from .kernel import Descriptor, _scalar, get_kernel
+from .kernel import Descriptor, get_kernel, scalar_arg, unchecked_in_body
 from .operand import OperandError, OperandSpec, check
 
 A_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "u8"}
@@ -230,10 +230,8 @@ class BatchedBrgemm:
         d = self.desc
         who = "brgemm"
         if _kernel.TRACING and not all(isinstance(x, (np.ndarray, list, tuple)) for x in (a, b, c)):
-            raise TypeError(f"{who} with batch={d.batch!r} cannot run in a loop body: its offsets or addresses "
-                            "are checked in Python on each call; in a body use batch='stride' with views of "
-                            "the blocks (A[i, k0:k1] and count=...)")
-        count = _scalar(who, "count", count)
+            raise TypeError(unchecked_in_body(d))
+        count = scalar_arg(who, "count", count)
         spec_a, spec_b = d.block_specs()
         ops = {s.name: s for s in self.kernel.operands}
         check(ops["c"], c, who=who)

@@ -164,7 +164,7 @@ class Kernel:
         if not self.checked_call:
             raise TypeError(f"{self.desc.kind}: this raw kernel (batch={self.desc.batch!r}) does not check its "
                             "offsets or addresses; call the object tppasm.brgemm(...) returns, which does")
-        values = tuple(_scalar(self.desc.kind, name, v) for name, v in zip(self.scalars, values))
+        values = tuple(scalar_arg(self.desc.kind, name, v) for name, v in zip(self.scalars, values))
         count = dict(zip(self.scalars, values)).get(self.desc.count_scalar, 1)
         for spec, arr in zip(self.operands, arrays):
             check(spec, arr, count, who=self.desc.kind)
@@ -191,7 +191,15 @@ class Kernel:
         return f"<{type(self.desc).__name__} kernel {self.desc} for {self.isa}>"
 
 
-def _scalar(kind, name, value):
+def unchecked_in_body(desc):
+    """Why a kernel whose native entry cannot vouch for its calls (``desc.checked_call`` False)
+    is refused in a loop body."""
+    return (f"{desc.kind} with batch={desc.batch!r} cannot run in a loop body: its offsets or addresses "
+            "are checked in Python on each call; in a body use batch='stride' with views of the blocks "
+            "(A[i, k0:k1] and count=...)")
+
+
+def scalar_arg(kind, name, value):
     """``value`` as a Python int in [1, 2**30) (NumPy integers welcome, bools not)."""
     try:
         v = operator.index(value)

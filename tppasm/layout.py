@@ -139,12 +139,9 @@ def vnni_pack(b, factor):
         raise ValueError(f"vnni_pack: b must be at least 2-D (..., k, n), got shape {b.shape}")
     k, n = b.shape[-2:]
     groups = -(-k // f)
-    out = empty(b.shape[:-2] + (groups, n, f), b.dtype)
-    out[..., :k // f, :, :] = np.swapaxes(b[..., :k // f * f, :].reshape(b.shape[:-2] + (k // f, f, n)), -1, -2)
-    if k % f:
-        out[..., -1, :, :] = 0
-        out[..., -1, :, :k % f] = np.swapaxes(b[..., k // f * f:, :], -1, -2)
-    return out
+    padded = np.zeros(b.shape[:-2] + (groups * f, n), b.dtype)
+    padded[..., :k, :] = b
+    return aligned(np.swapaxes(padded.reshape(b.shape[:-2] + (groups, f, n)), -1, -2))
 
 
 def vnni_unpack(bv, k=None):
