@@ -20,9 +20,8 @@ are never used (``vnni_pack`` writes zeros there; any values are ignored). Epilo
 >>> import numpy as np, tppasm
 >>> gemm = tppasm.brgemm(m=2, n=3, k=4)
 >>> A = np.ones((2, 2, 4), np.float32); B = np.ones((2, 4, 3), np.float32)
->>> C = np.empty((2, 3), np.float32); gemm(A, B, C, count=2); C
-array([[8., 8., 8.],
-       [8., 8., 8.]], dtype=float32)
+>>> C = np.empty((2, 3), np.float32); gemm(A, B, C, count=2); C.tolist()
+[[8.0, 8.0, 8.0], [8.0, 8.0, 8.0]]
 """
 from dataclasses import dataclass
 
@@ -292,8 +291,8 @@ def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0,
     >>> g = tppasm.brgemm(m=1, n=2, k=4, dtype="i8", batch="offset")
     >>> A = np.array([[1, 2, 3, 4]], np.uint8); B = tppasm.vnni_pack(np.ones((4, 2), np.int8), 4)
     >>> C = np.empty((1, 2), np.int32)
-    >>> g(A, B, C, np.zeros((2, 2), np.int64), count=2); C
-    array([[20, 20]], dtype=int32)
+    >>> g(A, B, C, np.zeros((2, 2), np.int64), count=2); C.tolist()
+    [[20, 20]]
     """
     desc = Brgemm(m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc, stride_a=stride_a, stride_b=stride_b,
                   beta=beta, dtype=dtype, c_dtype=c_dtype, batch=batch, bias=bias, act=act,

@@ -9,8 +9,8 @@ row, ``"col"`` one value per row (m values), ``"scalar"`` one value (shape (1,))
 >>> import numpy as np
 >>> from tppasm.kernel import get_kernel
 >>> x = np.array([[-1.0, 2.0]], np.float32); y = np.empty_like(x)
->>> get_kernel(Unary(op="relu", m=1, n=2))(x, y); y
-array([[0., 2.]], dtype=float32)
+>>> get_kernel(Unary(op="relu", m=1, n=2))(x, y); y.tolist()
+[[0.0, 2.0]]
 """
 import math
 from dataclasses import dataclass
@@ -412,8 +412,8 @@ def unary(op, m, n, ldi=0, ldo=0, dtype="f32", out_dtype="", bitmask=False, isa=
 
     >>> import numpy as np, tppasm
     >>> k = tppasm.unary("exp", 1, 3); out = np.empty((1, 3), np.float32)
-    >>> k(np.zeros((1, 3), np.float32), out); out
-    array([[1., 1., 1.]], dtype=float32)
+    >>> k(np.zeros((1, 3), np.float32), out); out.tolist()
+    [[1.0, 1.0, 1.0]]
     """
     from .kernel import get_kernel
     return get_kernel(Unary(op, m, n, ldi, ldo, dtype, out_dtype, bitmask), isa)
@@ -423,8 +423,8 @@ def zero(m, n, dtype="f32", ldo=0, isa=None):
     """The kernel ``out[...] = 0`` (it takes only ``out``).
 
     >>> import numpy as np, tppasm
-    >>> out = np.ones((2, 2), np.float32); tppasm.zero(2, 2)(out); out.sum()
-    np.float32(0.0)
+    >>> out = np.ones((2, 2), np.float32); tppasm.zero(2, 2)(out); out.tolist()
+    [[0.0, 0.0], [0.0, 0.0]]
     """
     return unary("zero", m, n, ldo=ldo, dtype=dtype, out_dtype=dtype, isa=isa)
 
@@ -434,8 +434,8 @@ def relu(m, n, ldi=0, ldo=0, dtype="f32", bitmask=False, isa=None):
 
     >>> import numpy as np, tppasm
     >>> x = np.array([[-1, 2, -3]], np.float32); out = np.empty_like(x)
-    >>> mask = np.empty((1, 1), np.uint8); tppasm.relu(1, 3, bitmask=True)(x, out, mask); mask
-    array([[2]], dtype=uint8)
+    >>> mask = np.empty((1, 1), np.uint8); tppasm.relu(1, 3, bitmask=True)(x, out, mask); mask.tolist()
+    [[2]]
     """
     return unary("relu", m, n, ldi, ldo, dtype, dtype, bitmask, isa)
 
@@ -445,8 +445,8 @@ def copy(m, n, ldi=0, ldo=0, dtype="f32", out_dtype="", isa=None):
 
     >>> import numpy as np, tppasm
     >>> out = np.empty((1, 2), tppasm.dtypes.dtype("bf16"))
-    >>> tppasm.copy(1, 2, out_dtype="bf16")(np.array([[1.0, 3.0]], np.float32), out); out
-    array([[1, 3]], dtype=bfloat16)
+    >>> tppasm.copy(1, 2, out_dtype="bf16")(np.array([[1.0, 3.0]], np.float32), out); out.astype(np.float32).tolist()
+    [[1.0, 3.0]]
     """
     return unary("copy", m, n, ldi, ldo, dtype, out_dtype, isa=isa)
 
@@ -459,9 +459,8 @@ def binary(op, m, n, lda=0, ldb=0, ldo=0, dtype="f32", out_dtype="", bcast_a=Non
     >>> import numpy as np, tppasm
     >>> out = np.empty((2, 2), np.float32)
     >>> a, b = np.array([1, 2], np.float32), np.ones((2, 2), np.float32)
-    >>> tppasm.binary("mul", 2, 2, bcast_a="col")(a, b, out); out
-    array([[1., 1.],
-           [2., 2.]], dtype=float32)
+    >>> tppasm.binary("mul", 2, 2, bcast_a="col")(a, b, out); out.tolist()
+    [[1.0, 1.0], [2.0, 2.0]]
     """
     from .kernel import get_kernel
     return get_kernel(Binary(op, m, n, lda, ldb, ldo, dtype, out_dtype, bcast_a, bcast_b, post), isa)
@@ -473,8 +472,8 @@ def ternary(op, m, n, lda=0, ldb=0, ldc=0, dtype="f32", out_dtype="", bcast_a=No
     >>> import numpy as np, tppasm
     >>> c = np.ones((1, 2), np.float32)
     >>> a, b = np.array([[1, 2]], np.float32), np.array([3], np.float32)
-    >>> tppasm.ternary("muladd", 1, 2, bcast_b="scalar")(a, b, c); c
-    array([[4., 7.]], dtype=float32)
+    >>> tppasm.ternary("muladd", 1, 2, bcast_b="scalar")(a, b, c); c.tolist()
+    [[4.0, 7.0]]
     """
     from .kernel import get_kernel
     return get_kernel(Ternary(op, m, n, lda, ldb, ldc, dtype, out_dtype, bcast_a, bcast_b), isa)
@@ -486,8 +485,8 @@ def reduce(op, m, n, over="cols", ldi=0, dtype="f32", out_dtype="", isa=None):
 
     >>> import numpy as np, tppasm
     >>> out = np.empty(3, np.float32)
-    >>> tppasm.reduce("max", 2, 3, over="rows")(np.eye(2, 3, dtype=np.float32), out); out
-    array([1., 1., 0.], dtype=float32)
+    >>> tppasm.reduce("max", 2, 3, over="rows")(np.eye(2, 3, dtype=np.float32), out); out.tolist()
+    [1.0, 1.0, 0.0]
     """
     from .kernel import get_kernel
     return get_kernel(Reduce(op, m, n, over, ldi, dtype, out_dtype), isa)
@@ -499,9 +498,9 @@ def transform(op, m, n, ldi=0, ldo=0, dtype="f32", isa=None):
     >>> import numpy as np, tppasm
     >>> from tppasm.dtypes import dtype
     >>> b = np.arange(4, dtype=np.float32).reshape(2, 2).astype(dtype("bf16"))
-    >>> out = np.empty((1, 2, 2), b.dtype); tppasm.transform("vnni2", 2, 2, dtype="bf16")(b, out); out[0]
-    array([[0, 2],
-           [1, 3]], dtype=bfloat16)
+    >>> out = np.empty((1, 2, 2), b.dtype); tppasm.transform("vnni2", 2, 2, dtype="bf16")(b, out)
+    >>> out[0].astype(np.float32).tolist()
+    [[0.0, 2.0], [1.0, 3.0]]
     """
     from .kernel import get_kernel
     return get_kernel(Transform(op, m, n, ldi, ldo, dtype), isa)

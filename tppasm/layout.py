@@ -8,13 +8,10 @@ such arrays.
 
 >>> import numpy as np
 >>> x = np.arange(16).reshape(4, 4)
->>> block(x, 2, 2)[1, 0]
-array([[ 8,  9],
-       [12, 13]])
->>> vnni_pack(np.arange(6).reshape(2, 3), 2)[0]
-array([[0, 3],
-       [1, 4],
-       [2, 5]])
+>>> block(x, 2, 2)[1, 0].tolist()
+[[8, 9], [12, 13]]
+>>> vnni_pack(np.arange(6).reshape(2, 3), 2)[0].tolist()
+[[0, 3], [1, 4], [2, 5]]
 """
 import math
 

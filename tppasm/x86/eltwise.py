@@ -10,9 +10,8 @@ quiet). What happens between load and store comes from the op tables below: op n
 
 >>> import numpy as np, tppasm
 >>> k = tppasm.binary("add", 2, 3, bcast_b="row")
->>> out = np.empty((2, 3), np.float32); k(np.ones((2, 3), np.float32), np.arange(3, dtype=np.float32), out); out
-array([[1., 2., 3.],
-       [1., 2., 3.]], dtype=float32)
+>>> out = np.empty((2, 3), np.float32); k(np.ones((2, 3), np.float32), np.arange(3, dtype=np.float32), out); out.tolist()
+[[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]
 """
 from isa.x86 import Function, K, al, ax, byte, dword, eax, ptr, r10, r11, rbx, vec, word
 

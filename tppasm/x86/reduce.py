@@ -6,8 +6,8 @@ accumulators walk down the rows. Tails load masked lanes; for max they are refil
 
 >>> import numpy as np, tppasm
 >>> x = np.arange(6, dtype=np.float32).reshape(2, 3); out = np.empty(2, np.float32)
->>> tppasm.reduce("add", 2, 3, over="cols")(x, out); out
-array([ 3., 12.], dtype=float32)
+>>> tppasm.reduce("add", 2, 3, over="cols")(x, out); out.tolist()
+[3.0, 12.0]
 """
 from isa.x86 import Function, ax, dword, eax, r10, r11, vec, word
 

@@ -8,10 +8,8 @@ pads are written as zeros.
 
 >>> import numpy as np, tppasm
 >>> x = np.arange(6, dtype=np.float32).reshape(2, 3); out = np.empty((3, 2), np.float32)
->>> tppasm.transform("transpose", 2, 3)(x, out); out
-array([[0., 3.],
-       [1., 4.],
-       [2., 5.]], dtype=float32)
+>>> tppasm.transform("transpose", 2, 3)(x, out); out.tolist()
+[[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
 """
 from isa.x86 import Function, gpr, r8, r9, r10, r11, r12, r13, r14, r15, rax, rcx, rdx, vec
 
