@@ -15,7 +15,7 @@ import argparse
 import json
 from collections import Counter
 
-from tppasm.sve.brgemm import inner_loop
+from tppasm.sve.microkernel import inner_loop
 
 KERNELS = [("f32", "indexed"), ("f32", "dot"), ("bf16", "dot"), ("bf16", "mmla"), ("i8", "dot"), ("i8", "mmla"),
            ("u8i8", "dot"), ("u8i8", "mmla")]

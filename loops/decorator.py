@@ -24,14 +24,17 @@ from tppasm.dtypes import name_of
 from tppasm.operand import OperandSpec
 from tppasm.x86.entry import NATIVE_CHECKS, build_entry
 
-from . import nest, nest_aarch64
+from .aarch64 import nest as nest_aarch64
+from .nest_plan import Layout
+from .x86 import nest as nest_x86
+from .signature import signature
 from .spec import LETTERS, Loop, SpecError, parse, serial_order
 from .trace import PyArray, TraceError, run_python, trace
 
 
 # The nest generator of the host; both run on the native pool (loops.pool picks its machine code).
 ON_AARCH64 = host().arch == "aarch64"
-GENERATOR = nest_aarch64 if ON_AARCH64 else nest
+GENERATOR = nest_aarch64 if ON_AARCH64 else nest_x86
 
 
 def kernel(spec, *loops, pool=None):
@@ -124,7 +127,7 @@ class LoopKernel:
         fast = self._fast
         if fast is not None and fast.try_fast(arrays):
             return
-        key = _signature(arrays)
+        key = signature(arrays)
         best = self._tuned.get(key)
         if best is not None and best != self.spec.text:
             self._fast = None
@@ -176,7 +179,7 @@ class LoopKernel:
             for i in range(0, 2, 1):
               k(i, j, ...)
         """
-        inst = self._bind(arrays, _signature(arrays)) if arrays else self._last
+        inst = self._bind(arrays, signature(arrays)) if arrays else self._last
         return explain(self, inst)
 
     def tune(self, *arrays, **options):
@@ -193,13 +196,6 @@ def _arity(fn):
     if any(p.kind == p.VAR_POSITIONAL for p in params):
         return None
     return len(params)
-
-
-def _signature(arrays):
-    if not all(type(a) is np.ndarray for a in arrays):
-        bad = [type(a).__name__ for a in arrays if type(a) is not np.ndarray]
-        raise TypeError(f"loop kernels take NumPy arrays (np.ndarray, not subclasses); got {', '.join(bad)}")
-    return tuple((a.shape, a.strides, a.dtype, a.flags.writeable) for a in arrays)
 
 
 class _Instance:
@@ -222,7 +218,7 @@ class _Instance:
         box = _box(lk, spec, self.nthreads)
         self.body, self.init, self.fini = (t.simplify(box) for t in (self.body, self.init, self.fini))
         _check_calls(lk, arrays, self.body, self.init, self.fini, box)
-        self.layout = nest.Layout(len(arrays), len(self.kernels), len(lk.loops))
+        self.layout = Layout(len(arrays), len(self.kernels), len(lk.loops))
         itemsizes = [a.itemsize for a in arrays]
         self.code = GENERATOR.build(spec, lk.resolved, self.body, self.init, self.fini, self.layout, itemsizes,
                                self.kernels)
@@ -253,7 +249,7 @@ class _Instance:
         st.mov(rax, self.ctx_address)
         for i, reg in enumerate(store.args):
             st.mov(qword[rax + self.layout.array(i)], reg)
-        st.mov(qword[rax + nest.Layout.COUNTER], 0)
+        st.mov(qword[rax + Layout.COUNTER], 0)
         self._store = store.finalize()
         self._entry_code = build_entry("loops", specs, (), self._store.address)
         if self._entry_code is None:
@@ -291,7 +287,7 @@ class _Instance:
             for a in arrays:
                 ctx[i] = a.ctypes.data
                 i += 1
-            ctx[nest.Layout.COUNTER // 8] = 0
+            ctx[Layout.COUNTER // 8] = 0
             self.launch(self.ctx_address if mine else ctypes.addressof(ctx))
         finally:
             if mine:

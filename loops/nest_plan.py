@@ -13,10 +13,47 @@ The partitioning arithmetic the backends emit is written here once in Python too
 >>> team_share(5, 2, 1)
 (3, 5)
 """
-from .spec import LETTERS
+import ctypes
+
+from .spec import LETTERS, MAX_BLOCKING
 from .trace import TraceError
 
 AXIS_SLOT = {"R": "row", "C": "col", "L": "layer"}
+LOOP_FIELDS = 3 + MAX_BLOCKING        # start, end, step, blocks...
+
+
+class Layout:
+    """Byte offsets of the fields of the per-call context block."""
+
+    BARRIER_FN, BARRIER_STATE, COUNTER, ARRAYS = 0, 8, 64, 128
+
+    def __init__(self, nargs, nkernels, nloops):
+        self.nargs, self.nkernels, self.nloops = nargs, nkernels, nloops
+        self.kernels = self.ARRAYS + 8 * nargs
+        self.loops = self.kernels + 8 * nkernels
+        self.size = self.loops + 8 * LOOP_FIELDS * nloops
+
+    def array(self, i):
+        return self.ARRAYS + 8 * i
+
+    def kernel(self, i):
+        return self.kernels + 8 * i
+
+    def loop_field(self, loop, k):
+        return self.loops + 8 * (LOOP_FIELDS * loop + k)
+
+    def template(self, loops, kernel_addresses, barrier_fn=0, barrier_state=0):
+        """A ctypes int64 array with everything but the array pointers filled in."""
+        ctx = (ctypes.c_int64 * (self.size // 8))()
+        ctx[0], ctx[1] = barrier_fn, barrier_state
+        for i, addr in enumerate(kernel_addresses):
+            ctx[self.kernel(i) // 8] = addr
+        for i, lp in enumerate(loops):
+            base = self.loop_field(i, 0) // 8
+            ctx[base:base + 3] = [lp.start, lp.end, lp.step]
+            for j, b in enumerate(lp.blocks[:MAX_BLOCKING]):
+                ctx[base + 3 + j] = b
+        return ctx
 
 
 def static_share(n, nthreads, tid):

@@ -3,7 +3,7 @@
 No Python runs in the workers, and the calling thread runs a whole region (its own share, tid 0,
 included) inside one ctypes call, so the interpreter lock is released for the region.
 
-Policy (see :mod:`loops.pool_code` for the code, :mod:`loops.pool_code_aarch64` on AArch64 hosts:
+Policy (see :mod:`loops.x86.pool_code` for the code, :mod:`loops.aarch64.pool_code` on AArch64 hosts:
 same state layout and protocol, ``yield`` in place of ``pause``):
 
 - A region bumps a generation counter; workers spin on it for ``TPPASM_SPIN_US`` microseconds of
@@ -40,12 +40,12 @@ import time
 
 from isa.cpu import host
 
-from . import pool_code as pc
+from . import pool_state as pc
 
 if host().arch == "aarch64":      # the machine code of the host; the state layout (``pc``) is shared
-    from . import pool_code_aarch64 as _code
+    from .aarch64 import pool_code as _code
 else:
-    _code = pc
+    from .x86 import pool_code as _code
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p

@@ -25,6 +25,7 @@ import time
 import numpy as np
 
 from .enumerate import enumerate_union
+from .signature import signature
 from .spec import LETTERS, SpecError
 from .trace import TraceError
 
@@ -65,7 +66,6 @@ def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4):
 
     ``lk.last_tuning`` holds (spec, seconds or None, note) per candidate after the call.
     """
-    from .decorator import _signature
     specs = list(specs) if specs is not None else candidates(lk, budget)
     writable = [i for i, a in enumerate(arrays) if a.flags.writeable]
     lk(*arrays)
@@ -86,7 +86,7 @@ def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4):
     if not timed:
         raise RuntimeError("no candidate spec ran: " + "; ".join(f"{s}: {n}" for s, _, n in results[:3]))
     best = min(timed, key=lambda r: r[1])[0]
-    lk._tuned[_signature(arrays)] = best
+    lk._tuned[signature(arrays)] = best
     lk._fast = None
     lk.last_tuning = results
     for i, e in zip(writable, expect):

@@ -16,6 +16,7 @@ import numpy as np
 
 from isa.cpu import host
 
+from . import backends
 from .operand import OperandError, check
 from .x86.entry import NATIVE_CHECKS, Vectorcall, build_entry, make_builtin
 
@@ -235,14 +236,8 @@ def get_kernel(desc, isa=None):
 
 
 def _generate(desc, isa):
-    if isa in ("avx2", "avx512", "amx"):
-        from .x86 import generate
-    elif isa == "sve":
-        from .sve import generate
-    else:
-        raise RuntimeError(f"no code generator for ISA {isa!r}")
     try:
-        return generate(desc, isa)
+        return backends.generate(desc, isa)
     except (TypeError, ValueError) as e:
         if not any(abs(v) >= 1 << 25 for v in vars(desc).values() if isinstance(v, int)):
             raise

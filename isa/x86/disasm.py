@@ -1,8 +1,7 @@
 """Disassembly of x86-64 machine code to Intel-syntax text, by iced-x86's formatter.
 
->>> print(disassemble(bytes.fromhex("488d4701c3")))
-0000  488d4701              lea rax,[rdi+1]
-0004  c3                    ret
+>>> [line.split()[:3] for line in disassemble(bytes.fromhex("488d4701c3")).splitlines()]
+[['0000', '488d4701', 'lea'], ['0004', 'c3', 'ret']]
 """
 import iced_x86 as ix
 

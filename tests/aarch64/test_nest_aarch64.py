@@ -23,8 +23,8 @@ from isa.aarch64.emulate import qemu_path
 from loops import Loop
 from loops.decorator import _box
 from loops.enumerate import enumerate_union
-from loops.nest import Layout
-from loops.nest_aarch64 import build_aarch64
+from loops.nest_plan import Layout
+from loops.aarch64.nest import build_aarch64
 from loops.spec import LETTERS, parse, serial_order
 from loops.trace import thread, trace
 from tppasm.kernel import Kernel

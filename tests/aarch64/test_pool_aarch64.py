@@ -1,4 +1,4 @@
-"""The AArch64 thread pool (loops/pool_code_aarch64.py) under qemu-aarch64, with real threads.
+"""The AArch64 thread pool (loops/aarch64/pool_code.py) under qemu-aarch64, with real threads.
 
 One static ELF per case: the data segment holds the test's data, the pool state (filled as
 ``Pool._start`` does), a count of live workers and the workers' stacks. The entry stub starts
@@ -13,9 +13,9 @@ import pytest
 
 from isa.aarch64 import Assembler, Function, Label, mem, x, xzr
 from isa.aarch64.elf import DATA_BASE
-from loops.nest import Layout
-from loops.pool_code import NTHREADS, RECORD_SIZE, RECORDS, SPIN, state_size
-from loops.pool_code_aarch64 import code as pool_code
+from loops.nest_plan import Layout
+from loops.pool_state import NTHREADS, RECORD_SIZE, RECORDS, SPIN, state_size
+from loops.aarch64.pool_code import code as pool_code
 from loops.spec import parse
 
 from .marks import needs_qemu

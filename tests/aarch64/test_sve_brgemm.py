@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from isa.aarch64.emulate import AddressTable, Call, run_unicorn
 from isa.aarch64.native import run_calls
-from tppasm.sve.brgemm import brgemm, brgemm_ref, pack_b
+from tppasm.sve.microkernel import brgemm, brgemm_ref, pack_b
 from tests.aarch64.marks import needs_unicorn, vl_params
 
 VLS = (128, 256, 512)

@@ -12,7 +12,7 @@ from isa.aarch64.native import run_calls
 from tppasm.brgemm import Brgemm
 from tppasm.eltwise import GRAD_OPS, UNARY_OPS, Binary, Reduce, Ternary, Transform, Unary
 from tppasm.kernel import Kernel
-from tppasm.sve.gemm import MmlaBrgemm
+from tppasm.sve.brgemm import MmlaBrgemm
 from tppasm.sve.math import ACCURACY
 from tests.aarch64.marks import needs_sve_runner, vl_params
 from tests.aarch64.sve_cases import AddressCase, DescCase, same_examples_at_every_vl

@@ -11,7 +11,7 @@ import pytest
 
 from isa.x86 import Assembler, Function, OperandError, disassemble, qword, rax, rbx, rcx, rdi, rsi
 from isa.x86.registers import eax, r12, r13, r14, r15
-from loops import pool_code
+from loops import pool_state
 from loops.pool import Pool, default_threads, get_pool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -160,7 +160,7 @@ def test_explicit_pools_of_several_sizes():
 
 def test_after_idle_workers_sleep_and_wake():
     pool = Pool(3, spin_us=1)
-    sleepers = ctypes.c_uint32.from_address(pool.barrier_state + pool_code.SLEEPERS)
+    sleepers = ctypes.c_uint32.from_address(pool.barrier_state + pool_state.SLEEPERS)
     for _ in range(3):
         check_counts(pool, 3)
         deadline = time.monotonic() + 5

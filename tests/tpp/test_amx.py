@@ -1,7 +1,7 @@
 """AMX BRGEMM (bf16, int8) against the NumPy reference, without AMX hardware.
 
 Every kernel is generated for "amx", decoded back by iced-x86 and executed by the interpreter
-(isa.x86.interp, AMX semantics in interp_amx.py), natively where the host has AMX. Operands live
+(isa.x86.interp, AMX semantics in isa/x86/interp/amx.py), natively where the host has AMX. Operands live
 in poisoned buffers that end at their last element, so any read or write outside them faults
 (MemoryFault) or shows up as NaN / a changed pad. Also: the emitted tile configs are valid
 palette-1 configs, the no-setup variant runs under the loop nest's tileconfig()/tilerelease(),

@@ -20,7 +20,7 @@ from iced_x86 import Register as R
 from isa.cpu import host
 from isa.memory import ExecutableMemory
 from isa.x86.interp import InvalidOpcode, Machine, MemoryFault, UnsupportedInstruction, reference
-from isa.x86.interp_fp import fma32, to_bf16
+from isa.x86.interp.fp import fma32, to_bf16
 
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -703,8 +703,8 @@ def test_evex_lane_moves_against_numpy(seed):
 def test_module_doctests():
     import doctest
     import isa.x86.interp
-    import isa.x86.interp_fp
-    for mod in (isa.x86.interp, isa.x86.interp_fp):
+    import isa.x86.interp.fp
+    for mod in (isa.x86.interp.machine, isa.x86.interp.fp):
         assert doctest.testmod(mod).failed == 0
 
 

@@ -33,8 +33,8 @@ import struct
 
 from isa.aarch64 import mem, p, z
 
-from ..x86.math import (ERFC_MID, ERFC_POLY, EXP_POLY, FLT_MAX, K0, K1, LN2_HI, LN2_LO, LOG2E, TANH_POLY,
-                        TANH_SMALL)
+from ..approx import (ERFC_MID, ERFC_POLY, EXP_POLY, FLT_MAX, K0, K1, LN2_HI, LN2_LO, LOG2E, TANH_POLY,
+                      TANH_SMALL)
 
 ACCURACY = {"exp": 2, "sigmoid": 3, "tanh": 3, "gelu_tanh": 16, "gelu_erf": 6, "gelu_tanh_grad": 4,
             "gelu_erf_grad": 4, "reciprocal": 2, "rsqrt": 2, "sqrt": 0}

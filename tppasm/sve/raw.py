@@ -7,12 +7,14 @@ ctypes); elsewhere ``address`` is None and the code runs only under an emulator
 >>> from isa.aarch64 import Assembler
 >>> a = Assembler(); a.ret()
 >>> raw = SveCode(a.code(), "ret")
->>> print(raw.disassemble())
-       0: d65f03c0  ret
+>>> raw.disassemble().split()[1:]
+['d65f03c0', 'ret']
 """
 import platform
 
 from isa.aarch64 import disassemble
+
+from ..backends import register
 
 AARCH64_HOST = platform.machine() in ("aarch64", "arm64")
 
@@ -35,3 +37,12 @@ class SveCode:
     def __repr__(self):
         where = f"at {self.address:#x}" if self.address is not None else "(not mapped: foreign host)"
         return f"<SveCode {self.name} {where}, {len(self.code)} bytes>"
+
+
+def register_sve(generate, *kinds):
+    """Register ``generate(desc) -> bytes`` as the SVE generator of ``kinds``; the registry gets its
+    code as an :class:`SveCode` (what ``Kernel.raw`` keeps)."""
+    @register("sve", *kinds)
+    def tpp(desc, isa="sve"):
+        return SveCode(generate(desc), f"{desc.kind}.sve")
+    return tpp

@@ -13,6 +13,7 @@ True
 from isa.aarch64 import Function, mem, p, v, x, z
 
 from .common import add_imm
+from .raw import register_sve
 
 U = 2
 P_LANE, P_ONE, P_ALL = (p[0], p[1]), p[6], p[7]
@@ -126,3 +127,6 @@ def generate(d) -> bytes:
 
 
 __all__ = ["generate"]
+
+
+register_sve(generate, "reduce")

@@ -16,6 +16,7 @@ True
 from isa.aarch64 import Function, mem, p, post, w, x, xzr, wzr, z
 
 from .common import add_imm, ceil_div
+from .raw import register_sve
 
 R_IN, R_OUT, R_PI, R_PO, R_J, R_G, R_STEP, R_S, R_V = x[9], x[10], x[11], x[12], x[13], x[14], x[15], x[16], x[17]
 LOADS = {1: "ldrb", 2: "ldrh", 4: "ldr", 8: "ldr"}
@@ -235,3 +236,6 @@ def _transpose_gather(a, d, es):
 def _zmem(base, zoff):
     from isa.aarch64 import Mem
     return Mem(base, index=zoff)
+
+
+register_sve(generate, "transform")

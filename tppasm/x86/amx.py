@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from isa.x86 import K, TMM, YMM, ZMM, Function, dword, eax, gpr, ptr, qword, rsp
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
-from . import register
+from ..backends import register
 from .amx_pipe import Pipeline
 from .batch import add_imm
 from .ctile import emit_activation
@@ -498,11 +498,11 @@ def tilerelease_function():
     return fn.finalize()
 
 
-@register("amx_tileconfig")
+@register("x86", "amx_tileconfig")
 def _generate_tileconfig(desc, isa):
     return tileconfig_function(desc.gemm)
 
 
-@register("amx_tilerelease")
+@register("x86", "amx_tilerelease")
 def _generate_tilerelease(desc, isa):
     return tilerelease_function()

@@ -26,7 +26,7 @@ from isa.x86 import Function, byte, dword, gpr, qword, rsp, vec, word
 from isa.x86.registers import Register
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
-from . import register
+from ..backends import register
 from .batch import add_imm, next_batch
 from .blocking import plan, row_runs
 from .ctile import CTile, _math, activation_tmps, desc_act_heavy
@@ -451,7 +451,7 @@ class Gen(CTile):
                 for j in range(vecs):
                     self.a.vfmadd231ps(acc[i][j], b[j][0], a_regs[0])
 
-@register("brgemm")
+@register("x86", "brgemm")
 def generate(desc, isa):
     # tile kernels for bf16 and int8 (any k: a partial last group is padded inside); fp32 on AVX-512
     if isa == "amx" and desc.dtype in ("bf16", "i8"):

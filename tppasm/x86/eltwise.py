@@ -16,10 +16,10 @@ quiet). What happens between load and store comes from the op tables below: op n
 from isa.x86 import Function, K, al, ax, byte, dword, eax, ptr, r10, r11, rbx, vec, word
 
 from . import math as xm
-from . import register
+from ..backends import register
+from .stream import Stream, Tail, load, make_tail, store, stream
 from .vector import VectorISA
 
-ES = {"f32": 4, "bf16": 2}
 BITS_LANES = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
@@ -108,118 +108,6 @@ def _muladd(a, v, d, s, t, c):                      # s = (a, b, c)
 TERNARY = {"muladd": (0, _muladd)}
 
 
-class Stream:
-    """How the kernel walks one operand: ``kind`` full (m x n, row stride ld), row (n values
-    reused by every row), col (one value per row), scalar, bits (1 bit per element)."""
-
-    def __init__(self, reg, kind, dtype, ld=0):
-        self.reg, self.kind, self.dtype, self.ld = reg, kind, dtype, ld
-        self.es = ES.get(dtype, 1)
-        self.bcast = None            # vector register holding a col/scalar value
-
-
-def _stream(reg, bcast, dtype, ld):
-    return Stream(reg, bcast or "full", dtype, ld)
-
-
-# -- loads and stores with conversion and tails -------------------------------------------------
-class Tail:
-    """The masks of the tail vector (count < lanes)."""
-
-    def __init__(self, count, kmask=None, ymask=None):
-        self.count, self.k, self.ymask = count, kmask, ymask
-
-
-def _make_tail(fn, v, n, regs, ymask=True):
-    """The Tail of an ``n``-lane remainder (None for 0): mask k1 on AVX-512; on AVX2, where
-    ``ymask``, a lane-mask register taken from the end of ``regs``."""
-    if not n:
-        return None
-    tail = Tail(n)
-    if v.avx512:
-        v.make_mask(fn, n, k=1)
-        tail.k = K[1]
-    elif ymask:
-        tail.ymask = v.reg(regs.pop())
-        v.make_mask(fn, n, reg=tail.ymask)
-    return tail
-
-
-def _load(a, v, dst, s, mem_at, tail):
-    if s.kind in ("col", "scalar"):
-        return s.bcast
-    count = tail.count if tail else v.lanes(4)
-    if s.dtype == "f32":
-        v.load(a, dst, mem_at(0, 4), tail and _mask(v, tail))
-        return dst
-    half = v.half(dst.num)
-    if tail is None:
-        a.vpmovzxwd(dst, mem_at(0, 2, size=v.bytes // 2))
-    elif v.avx512:
-        a.vmovdqu16(half.mask(tail.k, zero=True), mem_at(0, 2))
-        a.vpmovzxwd(dst, half)
-    else:
-        x = vec(128, dst.num)
-        a.vpxor(x, x, x)
-        for i in range(count):
-            a.vpinsrw(x, x, mem_at(i, 2, size=2), i)
-        a.vpmovzxwd(dst, x)
-    a.vpslld(dst, dst, 16)
-    return dst
-
-
-def _mask(v, tail):
-    from .vector import Mask
-    return Mask(tail.k if v.avx512 else tail.ymask, tail.count, 4)
-
-
-def _to_bf16(a, v, src, tmp, c):
-    """Round fp32 lanes of ``src`` to bf16 (nearest even; NaN quieted), packed in ``tmp[0]``'s low
-    half; ``src`` is kept."""
-    t, q, u = tmp[:3]
-    a.vpsrld(t, src, 16)
-    xm.vand(a, v, t, t, c.i(1))
-    a.vpaddd(t, t, c.i(0x7FFF))
-    a.vpaddd(t, t, src)
-    xm.vor(a, v, q, src, c.i(0x00400000))
-    xm.select(a, v, t, src, src, 3, q, t, u)       # unordered (NaN): keep the quieted input
-    a.vpsrld(t, t, 16)
-    if v.avx512:
-        a.vpmovdw(v.half(q.num), t)
-    else:
-        a.vextracti128(vec(128, q.num), t, 1)
-        a.vpackusdw(vec(128, q.num), vec(128, t.num), vec(128, q.num))
-    return v.half(q.num)
-
-
-def _store(a, v, s, src, mem_at, tail, tmp, c, nt=None):
-    """Store ``src`` (fp32 lanes) converted to ``s.dtype``; ``nt``: a spare register, to use
-    non-temporal stores (the address is 16-byte aligned)."""
-    if s.dtype == "f32":
-        if nt and not tail:                          # 16-byte aligned streaming stores
-            base = mem_at(0, 4)
-            a.vmovntps(base, vec(128, src.num))
-            for i in range(1, v.bytes // 16):
-                if v.avx512:
-                    a.vextractf32x4(vec(128, nt.num), src, i)
-                else:
-                    a.vextractf128(vec(128, nt.num), src, i)
-                a.vmovntps(ptr(base.expr + 16 * i), vec(128, nt.num))
-        elif tail and v.avx512:
-            a.vmovups(mem_at(0, 4).mask(tail.k), src)
-        else:
-            v.store(a, mem_at(0, 4), src, tail and _mask(v, tail))
-        return
-    packed = _to_bf16(a, v, src, tmp, c)
-    if tail is None:
-        a.vmovdqu16(mem_at(0, 2), packed) if v.avx512 else a.vmovdqu(mem_at(0, 2), packed)
-    elif v.avx512:
-        a.vmovdqu16(mem_at(0, 2).mask(tail.k), packed)
-    else:
-        for i in range(tail.count):
-            a.vpextrw(mem_at(i, 2, size=2), packed, i)
-
-
 # -- the row/column walk ------------------------------------------------------------------------
 IDX, ROWS, BITS = r11, r10, rbx
 MATH_TMP, MATH_UNROLL = 3, 1    # transcendental bodies: out-of-order overlap suffices, keep JIT short
@@ -240,7 +128,7 @@ def _rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
     ntmp = max(ntmp, 3 if bf16_out else 0, 1 if bits or streaming else 0)
     nin = sum(s.kind in ("full", "row") for s in ins)
     regs = list(range(v.nregs))
-    tail = _make_tail(fn, v, tail_n, regs, any(s.dtype == "f32" and s.kind in ("full", "row") for s in streams))
+    tail = make_tail(fn, v, tail_n, regs, any(s.dtype == "f32" and s.kind in ("full", "row") for s in streams))
     c_reserve = 2
     per = 1 + nin + ntmp
     for unroll in ((4, 2, 1) if ntmp < MATH_TMP else (MATH_UNROLL,)):
@@ -268,7 +156,7 @@ def _rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
             return mem_at
         loaded, it = [], iter(srcs)
         for s in ins:
-            loaded.append(_load(a, v, next(it) if s.kind in ("full", "row") else None, s, at(s), t))
+            loaded.append(load(a, v, next(it) if s.kind in ("full", "row") else None, s, at(s), t))
         if bits and bits[1] == "in":
             _load_bits(a, v, tmp[0], bits[0], col, count, consts)
             loaded.append(tmp[0])
@@ -277,7 +165,7 @@ def _rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
             _store_bits(a, v, loaded[0], bits[0], col, count, tmp[0], consts)
         spare = next(r for r in w if r != result) if nt else None
         for s in outs:
-            _store(a, v, s, result, at(s), t, tmp, consts, spare)
+            store(a, v, s, result, at(s), t, tmp, consts, spare)
 
     if m > 1:
         a.mov(ROWS, m)
@@ -387,7 +275,7 @@ def _relu_bwd_bits(a, v, d, s, t, c):               # s = (dy, keep mask)
 
 
 # -- generators ---------------------------------------------------------------------------------
-@register("unary")
+@register("x86", "unary")
 def generate_unary(desc, isa):
     v = VectorISA(isa)
     ops = desc.operands()
@@ -412,12 +300,12 @@ def generate_unary(desc, isa):
     return fn.finalize()
 
 
-@register("binary")
+@register("x86", "binary")
 def generate_binary(desc, isa):
     v = VectorISA(isa)
     fn = Function(f"binary_{desc.op}", ["ptr"] * 3)
     ra, rb, ro = list(fn.args)
-    ins = [_stream(ra, desc.bcast_a, desc.dtype, desc.lda), _stream(rb, desc.bcast_b, desc.dtype, desc.ldb)]
+    ins = [stream(ra, desc.bcast_a, desc.dtype, desc.lda), stream(rb, desc.bcast_b, desc.dtype, desc.ldb)]
     ntmp, body = BINARY[desc.op]
     if desc.post:                                   # op into a scratch, then post into dst
         pt, post = UNARY[desc.post]
@@ -429,15 +317,13 @@ def generate_binary(desc, isa):
     return fn.finalize()
 
 
-@register("ternary")
+@register("x86", "ternary")
 def generate_ternary(desc, isa):
     v = VectorISA(isa)
     fn = Function(f"ternary_{desc.op}", ["ptr"] * 3)
     ra, rb, rc = list(fn.args)
     c = Stream(rc, "full", desc.out_dtype, desc.ldc)
-    ins = [_stream(ra, desc.bcast_a, desc.dtype, desc.lda), _stream(rb, desc.bcast_b, desc.dtype, desc.ldb), c]
+    ins = [stream(ra, desc.bcast_a, desc.dtype, desc.lda), stream(rb, desc.bcast_b, desc.dtype, desc.ldb), c]
     _rows(fn, v, desc.m, desc.n, ins, [c], TERNARY[desc.op][1], TERNARY[desc.op][0])
     return fn.finalize()
 
-
-from . import reduce, transform  # noqa: E402,F401  (they register themselves)

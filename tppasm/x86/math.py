@@ -30,6 +30,9 @@ import struct
 
 from isa.x86 import Assembler, K, dword, eax, ptr, r10, r11, rsp, vec
 
+from ..approx import (ERFC_MID, ERFC_POLY, EXP_POLY, FLT_MAX, K0, K1, LN2_HI, LN2_LO, LOG2E, MAGIC,  # noqa: F401
+                      TANH_POLY, TANH_SMALL)
+
 K7 = K[7]
 LT, LE, NLT, GE, GT = 1, 2, 5, 13, 14     # vcmpps predicates (NLT: also true for NaN)
 SIGN, ABS = -0x80000000, 0x7FFFFFFF
@@ -201,10 +204,6 @@ def horner(a, dst, x, coeffs, c):
 
 
 # -- exp --------------------------------------------------------------------------------------
-LOG2E = 1.4426950408889634
-LN2_HI, LN2_LO = 0.693145751953125, 1.4286068203094172e-06     # LN2_HI has 16 trailing zero bits
-MAGIC = 12582912.0                                              # 1.5 * 2^23: adding it rounds to int
-EXP_POLY = [1 / 5040, 1 / 720, 1 / 120, 1 / 24, 1 / 6, 0.5, 1.0, 1.0]   # Taylor, |r| <= ln2/2
 
 
 def emit_exp(a, v, dst, src, tmp, c):
@@ -255,17 +254,6 @@ def emit_sigmoid(a, v, dst, src, tmp, c):
     a.vdivps(dst, c.into(a, tmp[0], 1.0), dst)
 
 
-TANH_SMALL = 0.55
-def _fit_tanh():
-    """tanh(x)/x as a polynomial in x^2 on [0, TANH_SMALL] (least squares on Chebyshev nodes)."""
-    import numpy as np
-    s = (np.cos(np.linspace(0, np.pi, 2000)) + 1) * 0.5 * TANH_SMALL ** 2
-    x = np.sqrt(s)
-    y = np.where(x > 0, np.tanh(x) / np.where(x > 0, x, 1), 1.0)
-    return [float(k) for k in np.polyfit(s, y, 5)]
-
-
-TANH_POLY = _fit_tanh()
 
 
 def emit_tanh(a, v, dst, src, tmp, c):
@@ -286,9 +274,6 @@ def emit_tanh(a, v, dst, src, tmp, c):
 
 
 # -- gelu --------------------------------------------------------------------------------------
-K0 = 0.7978845608028654          # sqrt(2/pi)
-K1 = 0.044715
-FLT_MAX = 3.4028234663852886e38
 
 
 def emit_gelu_tanh(a, v, dst, src, tmp, c):
@@ -327,22 +312,6 @@ def emit_gelu_tanh_grad(a, v, dst, src, tmp, c):
     keep_if(a, v, dst, src, c.f(-10.0), NLT, t0)   # below, |f'| < 4e-36: 0 (and 0 at -inf)
 
 
-ERFC_MID = 7 / 12                 # t = 1/(1 + a/2) in [1/6, 1] for a = |x|/sqrt(2) in [0, 10]
-
-
-def _fit_erfc():
-    """P with erfc(a) = t exp(P(t - ERFC_MID) - a^2), least squares on Chebyshev nodes in t."""
-    import math
-
-    import numpy as np
-    lo, hi = 1 / 6, 1.0
-    t = (np.cos(np.linspace(0, np.pi, 3000)) * 0.5 + 0.5) * (hi - lo) + lo
-    a = 2 * (1 / t - 1)
-    y = np.log(np.array([math.erfc(z) for z in a]) / t) + a * a
-    return [float(k) for k in np.polyfit(t - ERFC_MID, y, 10)]
-
-
-ERFC_POLY = _fit_erfc()
 
 
 def _phi(a, v, dst, src, tmp, c):

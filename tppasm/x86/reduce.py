@@ -12,8 +12,8 @@ accumulators walk down the rows. Tails load masked lanes; for max they are refil
 from isa.x86 import Function, ax, dword, eax, r10, r11, vec, word
 
 from . import math as xm
-from . import register
-from .eltwise import Stream, _load, _make_tail, _store
+from ..backends import register
+from .stream import Stream, load, make_tail, store, to_bf16
 from .vector import VectorISA
 
 INIT = {"add": 0.0, "sumsq": 0.0, "max": float("-inf")}
@@ -35,7 +35,7 @@ def _combine(a, op, acc, x):
         a.vaddps(acc, acc, x)
 
 
-@register("reduce")
+@register("x86", "reduce")
 def generate_reduce(desc, isa):
     v = VectorISA(isa)
     fn = Function(f"reduce_{desc.op}_{desc.over}", ["ptr", "ptr"])
@@ -45,7 +45,7 @@ def generate_reduce(desc, isa):
     out = Stream(ro, "full", desc.out_dtype)
     lanes = v.lanes(4)
     regs = list(range(v.nregs))
-    tail = _make_tail(fn, v, desc.n % lanes, regs)
+    tail = make_tail(fn, v, desc.n % lanes, regs)
     unroll = 4
     acc = [v.reg(r) for r in regs[:unroll]]
     ld = [v.reg(r) for r in regs[unroll:2 * unroll]]
@@ -91,7 +91,7 @@ def _over_cols(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes):
         loop = a.label()
         a.bind(loop)
         for j in range(unroll):
-            _accumulate(a, v, op, acc[j], _load(a, v, ld[j], x, _at(x, j * lanes, r11), None))
+            _accumulate(a, v, op, acc[j], load(a, v, ld[j], x, _at(x, j * lanes, r11), None))
         a.add(r11, unroll * lanes * x.es)
         a.cmp(r11, blocks * unroll * lanes * x.es)
         a.jb(loop)
@@ -99,7 +99,7 @@ def _over_cols(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes):
     done = blocks * unroll
     cols = [((j - done) * lanes, None) for j in range(done, nfull)] + ([((nfull - done) * lanes, tail)] if tail else [])
     for j, (col, t) in enumerate(cols):
-        r = _load(a, v, ld[j % unroll], x, _at(x, col, r11 if base is r11 else None), t)
+        r = load(a, v, ld[j % unroll], x, _at(x, col, r11 if base is r11 else None), t)
         if op == "max":
             _max_tail(a, v, r, t, c, tmp[0])
         _accumulate(a, v, op, acc[j % unroll], r)
@@ -143,9 +143,8 @@ def _store_scalar(a, v, out, x1, tmp, c):
 
 
 def _to_bf16_1(a, v, x1, tmp, c):
-    from .eltwise import _to_bf16
     full = v.reg(x1.num)
-    return vec(128, _to_bf16(a, v, full, tmp, c).num)
+    return vec(128, to_bf16(a, v, full, tmp, c).num)
 
 
 def _over_rows(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes):
@@ -164,7 +163,7 @@ def _over_rows(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes):
         a.bind(top)
         src = Stream(r11, "full", x.dtype, x.ld)
         for j, (col, t) in enumerate(vecs):
-            r = _load(a, v, ld[j], src, _at(src, col), t)
+            r = load(a, v, ld[j], src, _at(src, col), t)
             if op == "max":
                 _max_tail(a, v, r, t, c, tmp[0])
             _accumulate(a, v, op, acc[j], r)
@@ -172,7 +171,7 @@ def _over_rows(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes):
         a.dec(r10)
         a.jnz(top)
         for j, (col, t) in enumerate(vecs):
-            _store(a, v, out, acc[j], _at(out, col), t, tmp, c)
+            store(a, v, out, acc[j], _at(out, col), t, tmp, c)
 
     if blocks:
         a.mov(r8, blocks)

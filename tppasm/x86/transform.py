@@ -14,7 +14,7 @@ pads are written as zeros.
 from isa.x86 import Function, gpr, r8, r9, r10, r11, r12, r13, r14, r15, rax, rcx, rdx, vec
 
 from ..dtypes import dtype as to_dtype
-from . import register
+from ..backends import register
 
 SIZE_BITS = {1: 8, 2: 16, 4: 32, 8: 64}
 
@@ -58,7 +58,7 @@ def _copy3(a, es, src, dst, counts, istr, ostr, zero=False):
     a.jnz(la)
 
 
-@register("transform")
+@register("x86", "transform")
 def generate_transform(desc, isa):
     fn = Function(f"transform_{desc.op}", ["ptr", "ptr"])
     a = fn.asm

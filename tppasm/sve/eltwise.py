@@ -21,6 +21,7 @@ from isa.aarch64 import Function, disassemble, mem, p, sp, vl, x, z
 
 from .common import add_imm
 from .math import EMITTERS, NTMP, Consts, mov
+from .raw import register_sve
 
 __all__ = ["generate", "disassemble"]
 
@@ -269,3 +270,6 @@ class _Elt:
 def generate(desc) -> bytes:
     """Machine code for a Unary, Binary or Ternary descriptor (see the module docstring)."""
     return _Elt(desc).build()
+
+
+register_sve(generate, "unary", "binary", "ternary")

@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 import iced_x86
 import numpy as np
 
-from .interp_amx import AMX
-from .interp_avx512 import AVX512
-from .interp_base import (M64, MNEMONIC_NAME, InterpError, InvalidOpcode, MemoryFault,
+from .amx import AMX
+from .avx512 import AVX512
+from .base import (M64, MNEMONIC_NAME, InterpError, InvalidOpcode, MemoryFault,
                           UnsupportedInstruction, refuse, text_of)
-from .interp_gpr import GPR
-from .interp_vec import VEC
+from .gpr import GPR
+from .vec import VEC
 
 __all__ = ["Machine", "MemoryFault", "UnsupportedInstruction", "InvalidOpcode", "InterpError",
            "StepLimit", "AbiViolation", "SEMANTICS", "reference"]

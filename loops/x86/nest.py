@@ -5,12 +5,13 @@ operand addresses as base pointer + affine byte offset, evaluates the traced ``i
 calls each kernel through the address table in ``ctx`` (``call [ctx + table + 8*i]``). rbx holds
 ``ctx``, r12 the thread id, r13 the thread count; kernels may clobber everything else.
 
-The walk over the spec is shared with the AArch64 generator (:mod:`loops.nest_plan`).
+The walk over the spec and the context block are shared with the AArch64 generator (:mod:`loops.nest_plan`).
 
 The context block (int64 slots, see :class:`Layout`): barrier function and state, the
 dynamic-schedule counter (own cache line), the arrays' data pointers, the kernel table, and the
-loop bounds that the spec does not bake.
+loop bounds that the spec does not bake (:class:`loops.nest_plan.Layout`).
 
+>>> from loops.nest_plan import Layout
 >>> from loops.spec import Loop, parse
 >>> from loops.trace import Node
 >>> lay = Layout(nargs=1, nkernels=0, nloops=1)
@@ -18,50 +19,12 @@ loop bounds that the spec does not bake.
 >>> code.address > 0
 True
 """
-import ctypes
-
 from isa.x86 import Function, qword, r8, r8l, r9, r11, r12, r13, rax, rbx, rcx, rdi, rdx, rsi, rsp
 
-from .nest_plan import AXIS_SLOT, NestWalk
-from .spec import MAX_BLOCKING
+from ..nest_plan import AXIS_SLOT, Layout, NestWalk
 
 ARG_REGS = (rdi, rsi, rdx, rcx, r8, r9)
 JUMP_IF_FALSE = {"==": "jne", "!=": "je", "<": "jge", "<=": "jg", ">": "jle", ">=": "jl"}
-LOOP_FIELDS = 3 + MAX_BLOCKING        # start, end, step, blocks...
-
-
-class Layout:
-    """Byte offsets of the fields of the per-call context block."""
-
-    BARRIER_FN, BARRIER_STATE, COUNTER, ARRAYS = 0, 8, 64, 128
-
-    def __init__(self, nargs, nkernels, nloops):
-        self.nargs, self.nkernels, self.nloops = nargs, nkernels, nloops
-        self.kernels = self.ARRAYS + 8 * nargs
-        self.loops = self.kernels + 8 * nkernels
-        self.size = self.loops + 8 * LOOP_FIELDS * nloops
-
-    def array(self, i):
-        return self.ARRAYS + 8 * i
-
-    def kernel(self, i):
-        return self.kernels + 8 * i
-
-    def loop_field(self, loop, k):
-        return self.loops + 8 * (LOOP_FIELDS * loop + k)
-
-    def template(self, loops, kernel_addresses, barrier_fn=0, barrier_state=0):
-        """A ctypes int64 array with everything but the array pointers filled in."""
-        ctx = (ctypes.c_int64 * (self.size // 8))()
-        ctx[0], ctx[1] = barrier_fn, barrier_state
-        for i, addr in enumerate(kernel_addresses):
-            ctx[self.kernel(i) // 8] = addr
-        for i, lp in enumerate(loops):
-            base = self.loop_field(i, 0) // 8
-            ctx[base:base + 3] = [lp.start, lp.end, lp.step]
-            for j, b in enumerate(lp.blocks[:MAX_BLOCKING]):
-                ctx[base + 3 + j] = b
-        return ctx
 
 
 class _Gen(NestWalk):

@@ -1,6 +1,5 @@
-"""Machine code of the native thread pool (x86-64 System V), and the layout of its shared state.
-
-The state is one block of plain read+write memory (data only); these functions read and write it:
+"""Machine code of the native thread pool (x86-64 System V) over its shared state
+(:mod:`loops.pool_state`); these functions read and write it:
 
 - ``worker(rec)``: a ``pthread_create`` start routine. It waits for the region generation to change,
   calls ``fn(arg, tid, nthreads)``, counts itself done, and waits again, until ``QUIT`` is set.
@@ -24,31 +23,10 @@ from isa.x86 import Function
 from isa.x86.registers import (dword, eax, ebx, edx, esi, qword, r8, r9d, r10d, r12, r13, r14, r15,
                                rcx, rdi, rdx, rsi, rsp)
 
-# State layout: byte offsets. Fields written by different parties sit on different cache lines.
-GEN = 0            # u32 region generation; futex word the idle workers sleep on
-FN = 8             # u64 address of the region's function
-ARG = 16           # u64 its argument
-NTHREADS = 24      # u64 threads of a region (the caller included)
-QUIT = 32          # u32 nonzero: workers return at the next generation
-SPIN = 40          # u64 pause iterations before sleeping
-SLEEPERS = 64      # u32 workers asleep on GEN
-REMAIN = 128       # u32 workers that have not finished the region; futex word of the caller
-CALLER_SLEEPS = 192  # u32 the caller is (about to be) asleep on REMAIN
-BCOUNT = 256       # u32 threads arrived at the current barrier
-BGEN = 320         # u32 barrier generation; futex word of barrier sleepers
-BSLEEPERS = 384    # u32 threads asleep on BGEN
-RECORDS = 512      # per-worker start records: u64 state, u64 tid, u32 initial generation
-RECORD_SIZE = 32
+from ..pool_state import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_SLEEPS, FN, FUTEX_WAIT_PRIVATE,
+                          FUTEX_WAKE_PRIVATE, GEN, NTHREADS, QUIT, REMAIN, SLEEPERS, SPIN, WAKE_ALL)
 
 SYS_FUTEX = 202
-FUTEX_WAIT_PRIVATE = 0 | 128
-FUTEX_WAKE_PRIVATE = 1 | 128
-WAKE_ALL = 0x7FFFFFFF
-
-
-def state_size(nthreads):
-    """Bytes of state for a pool of ``nthreads`` (worker records included)."""
-    return RECORDS + RECORD_SIZE * max(nthreads, 1)
 
 
 def _futex(a, state, field, op, value):

@@ -10,7 +10,7 @@ from iced_x86 import ConditionCode as CC
 from iced_x86 import Mnemonic as Mn
 from iced_x86 import OpKind, RegisterExt
 
-from .interp_base import (M64, MNEMONIC_NAME, addr_fn, gpr_reader, gpr_writer, operand_rw, operand_size,
+from .base import (M64, MNEMONIC_NAME, addr_fn, gpr_reader, gpr_writer, operand_rw, operand_size,
                           refuse, sem, with_ref)
 
 _COND = {

@@ -1,20 +1,20 @@
 """AArch64 code generation of the per-thread nest: ``void nest(void *ctx, int64 tid, int64 nthreads)``.
 
-Same context block (:class:`loops.nest.Layout`), same traced program and same semantics as the
+Same context block (:class:`loops.nest_plan.Layout`), same traced program and same semantics as the
 x86-64 generator; the walk over the spec is shared (:class:`loops.nest_plan.NestWalk`). AAPCS64:
 x19 holds ``ctx``, x20 the thread id, x21 the thread count; every loop value lives in a stack
 slot, so kernels (called with ``blr`` through the ctx's table) may clobber x0-x18 and all vector
 registers. The dynamic schedule takes tickets with ``ldaddal`` (ARMv8.1 LSE atomics).
 
 On an AArch64 host :mod:`loops.decorator` maps this nest executable (:func:`build`) and runs it
-on the native pool (:mod:`loops.pool`, machine code from :mod:`loops.pool_code_aarch64`): collapsed
+on the native pool (:mod:`loops.pool`, machine code from :mod:`loops.aarch64.pool_code`): collapsed
 parallel and grid specs run on every thread, and barriers call the pool's barrier. On x86 hosts
 :func:`build_aarch64` returns the code bytes for the emulator tests
 (``tests/aarch64/test_nest_aarch64.py``, ``tests/aarch64/test_pool_aarch64.py``).
 
 >>> from loops.spec import Loop, parse
 >>> from loops.trace import Node
->>> from loops.nest import Layout
+>>> from loops.nest_plan import Layout
 >>> code = build_aarch64(parse("A", 1), (Loop(0, 4),), Node(), Node(), Node(),
 ...                      Layout(nargs=1, nkernels=0, nloops=1), [4], [])
 >>> len(code) % 4, len(code) > 100
@@ -22,8 +22,7 @@ parallel and grid specs run on every thread, and barriers call the pool's barrie
 """
 from isa.aarch64 import Function, mem, sp, x, xzr
 
-from .nest import Layout
-from .nest_plan import AXIS_SLOT, NestWalk
+from ..nest_plan import AXIS_SLOT, Layout, NestWalk
 
 CTX, TID, NT = x[19], x[20], x[21]
 T0, T1, T2, T3, T4 = x[9], x[10], x[11], x[12], x[13]
@@ -379,7 +378,7 @@ class _Gen(NestWalk):
 def build_aarch64(spec, loops, body, init, fini, layout, itemsizes, kernels):
     """The AArch64 nest of ``spec`` around the traced trees, as position-independent code bytes.
 
-    Same arguments as :func:`loops.nest.build` (``loops`` is accepted for symmetry: only baked
+    Same arguments as :func:`loops.x86.nest.build` (``loops`` is accepted for symmetry: only baked
     fields of the spec become constants); ``kernels`` gives the ctx table order.
     """
     kidx = {id(k): i for i, k in enumerate(kernels)}
@@ -389,6 +388,6 @@ def build_aarch64(spec, loops, body, init, fini, layout, itemsizes, kernels):
 def build(spec, loops, body, init, fini, layout, itemsizes, kernels):
     """:func:`build_aarch64` mapped executable (AArch64 hosts): ``nest(ctx, tid, nthreads)``, called
     through ctypes (the interpreter lock is released) or run by the pool."""
-    from .pool_code_aarch64 import NativeFunction
+    from .pool_code import NativeFunction
     code = build_aarch64(spec, loops, body, init, fini, layout, itemsizes, kernels)
     return NativeFunction("loops.nest", code, ["ptr", "i64", "i64"], None)

@@ -23,8 +23,8 @@ import numpy as np
 from iced_x86 import Mnemonic as Mn
 from iced_x86 import Register, RegisterExt
 
-from .interp_base import M64, InvalidOpcode, MemoryFault, gpr_index, refuse, with_ref
-from .interp_fp import daz, f32, fma32, from_bf16, ftz
+from .base import M64, InvalidOpcode, MemoryFault, gpr_index, refuse, with_ref
+from .fp import daz, f32, fma32, from_bf16, ftz
 
 _MAX_ROWS, _MAX_COLSB = 16, 64
 
@@ -63,7 +63,7 @@ def _sib(m, ins):
 
 
 def _ldtilecfg(m, ins):
-    from .interp_base import addr_fn
+    from .base import addr_fn
     a, nxt = addr_fn(m, ins), ins.next_ip
 
     def step():
@@ -89,7 +89,7 @@ def _ldtilecfg(m, ins):
 
 
 def _sttilecfg(m, ins):
-    from .interp_base import addr_fn
+    from .base import addr_fn
     a, nxt = addr_fn(m, ins), ins.next_ip
 
     def step():

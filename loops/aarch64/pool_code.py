@@ -1,8 +1,8 @@
 """Machine code of the native thread pool for AArch64 (AAPCS64, Linux): the same five functions,
-state layout (:mod:`loops.pool_code`) and protocol as the x86-64 pool.
+state layout (:mod:`loops.pool_state`) and protocol as the x86-64 pool.
 
 - ``worker(rec)``, ``run(state, fn, arg)``, ``barrier(state, tid)``, ``quit(state)``, ``spin(n)``:
-  see :mod:`loops.pool_code`. Waits spin ``SPIN`` iterations of ``yield``, then sleep on a futex
+  see :mod:`loops.x86.pool_code`. Waits spin ``SPIN`` iterations of ``yield``, then sleep on a futex
   (``svc #0``, x8 = 98); a waker calls ``FUTEX_WAKE`` only when a sleeper announced itself. One
   difference: ``SPIN`` = 0 sleeps at once here (the x86 counter would wrap; the pool stores >= 1).
 
@@ -31,7 +31,7 @@ AArch64 host.
 from isa.aarch64 import Function, disassemble, mem, sp, w, wzr, x, xzr
 from isa.x86.function import JitFunction      # ExecutableMemory + ctypes: nothing x86-specific
 
-from .pool_code import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_SLEEPS, FN, FUTEX_WAIT_PRIVATE,
+from ..pool_state import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_SLEEPS, FN, FUTEX_WAIT_PRIVATE,
                         FUTEX_WAKE_PRIVATE, GEN, NTHREADS, QUIT, REMAIN, SLEEPERS, SPIN, WAKE_ALL)
 
 SYS_FUTEX = 98
@@ -275,7 +275,7 @@ class NativeFunction(JitFunction):
 
 
 def build():
-    """JIT the pool's functions on an AArch64 host: {name: NativeFunction}, as :func:`loops.pool_code.build`.
+    """JIT the pool's functions on an AArch64 host: {name: NativeFunction}, as :func:`loops.x86.pool_code.build`.
 
     >>> from isa.cpu import host
     >>> host().arch != "aarch64" or sorted(build()) == ["barrier", "quit", "run", "spin", "worker"]

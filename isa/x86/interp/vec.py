@@ -11,9 +11,9 @@ import numpy as np
 from iced_x86 import Mnemonic as Mn
 from iced_x86 import OpKind, Register, RegisterExt
 
-from .interp_base import MNEMONIC_NAME, pack_bits, gpr_writer, operand_rw, refuse, sem, vec_index, with_ref
-from .interp_fp import approx, cvt_f32_i32, f32, fbin, fma32, fsqrt, getexp, roundscale, scalef
-from .interp_lanes import mem_reader, reader, vop
+from .base import MNEMONIC_NAME, pack_bits, gpr_writer, operand_rw, refuse, sem, vec_index, with_ref
+from .fp import approx, cvt_f32_i32, f32, fbin, fma32, fsqrt, getexp, roundscale, scalef
+from .lanes import mem_reader, reader, vop
 
 u8, i8, u16, i16, u32, i32, u64, i64 = (np.uint8, np.int8, np.uint16, np.int16, np.uint32,
                                         np.int32, np.uint64, np.int64)
@@ -404,7 +404,7 @@ def _maskmov(m, ins):
     st = i64 if t is u64 else i32
     if ins.op_kind(0) == OpKind.MEMORY:  # store: [mem], mask, src
         mk, src = reader(m, ins, 1, st), reader(m, ins, 2, t)
-        from .interp_lanes import writer
+        from .lanes import writer
         wr = writer(m, ins, t)
         nxt = ins.next_ip
 

@@ -3,7 +3,7 @@
 The bf16 model follows the SDM pseudo-code: ``vcvtneps2bf16`` is convert_fp32_to_bfloat16
 (denormals to signed zero, RNE, NaN quieted); ``vdpbf16ps`` does, per fp32 lane, two fused
 multiply-adds in sequence (odd bf16 pair first, then even) with DAZ on inputs, FTZ on the result
-and RNE, each exactly rounded once (see ``interp_fp.fma32``).
+and RNE, each exactly rounded once (see ``fp.fma32``).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import numpy as np
 from iced_x86 import Mnemonic as Mn
 from iced_x86 import OpKind, RegisterExt
 
-from .interp_base import IMM_KINDS, MNEMONIC_NAME, imm_of, operand_rw, with_ref
-from .interp_fp import f32, fma32, from_bf16, to_bf16
-from .interp_lanes import vop
-from .interp_vec import _ident, _sat
+from .base import IMM_KINDS, MNEMONIC_NAME, imm_of, operand_rw, with_ref
+from .fp import f32, fma32, from_bf16, to_bf16
+from .lanes import vop
+from .vec import _ident, _sat
 
 u8, i8, u16, i16, u32, i32, u64, i64 = (np.uint8, np.int8, np.uint16, np.int16, np.uint32,
                                         np.int32, np.uint64, np.int64)

@@ -15,7 +15,7 @@ import iced_x86
 import numpy as np
 from iced_x86 import EncodingKind, OpKind, Register, RegisterExt
 
-from .interp_base import (IMM_KINDS, MemoryFault, addr_fn, gpr_reader, imm_of, mask_bits, pack_bits,
+from .base import (IMM_KINDS, MemoryFault, addr_fn, gpr_reader, imm_of, mask_bits, pack_bits,
                           refuse, vec_index)
 
 MS = iced_x86.MemorySizeExt

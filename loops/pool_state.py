@@ -1,0 +1,35 @@
+"""The thread pool's shared state: one block of plain read+write memory, the same on every ISA.
+
+Byte offsets of its fields (fields written by different parties sit on different cache lines),
+the futex operations the pools' machine code uses on its words, and its size. The machine code that
+reads and writes it is per ISA (:mod:`loops.x86.pool_code`, :mod:`loops.aarch64.pool_code`); the
+protocol is described there.
+
+>>> state_size(2) - state_size(1) == RECORD_SIZE
+True
+"""
+
+# State layout: byte offsets. Fields written by different parties sit on different cache lines.
+GEN = 0            # u32 region generation; futex word the idle workers sleep on
+FN = 8             # u64 address of the region's function
+ARG = 16           # u64 its argument
+NTHREADS = 24      # u64 threads of a region (the caller included)
+QUIT = 32          # u32 nonzero: workers return at the next generation
+SPIN = 40          # u64 pause iterations before sleeping
+SLEEPERS = 64      # u32 workers asleep on GEN
+REMAIN = 128       # u32 workers that have not finished the region; futex word of the caller
+CALLER_SLEEPS = 192  # u32 the caller is (about to be) asleep on REMAIN
+BCOUNT = 256       # u32 threads arrived at the current barrier
+BGEN = 320         # u32 barrier generation; futex word of barrier sleepers
+BSLEEPERS = 384    # u32 threads asleep on BGEN
+RECORDS = 512      # per-worker start records: u64 state, u64 tid, u32 initial generation
+RECORD_SIZE = 32
+
+FUTEX_WAIT_PRIVATE = 0 | 128
+FUTEX_WAKE_PRIVATE = 1 | 128
+WAKE_ALL = 0x7FFFFFFF
+
+
+def state_size(nthreads):
+    """Bytes of state for a pool of ``nthreads`` (worker records included)."""
+    return RECORDS + RECORD_SIZE * max(nthreads, 1)

@@ -1,0 +1,50 @@
+"""The arithmetic behind the transcendental TPPs, independent of the ISA: range-reduction
+constants, polynomial coefficients (fitted once, at import) and limits. The x86 emitters
+(:mod:`tppasm.x86.math`) and the SVE ones (:mod:`tppasm.sve.math`) evaluate the same formulas.
+
+>>> abs(sum(EXP_POLY[-3:]) - 2.5) < 1e-12 and len(TANH_POLY) == 6 and len(ERFC_POLY) == 11
+True
+"""
+import math
+
+import numpy as np
+
+# exp: x = n ln2 + r, |r| <= ln2/2; 2^n built in the exponent bits
+LOG2E = 1.4426950408889634
+LN2_HI, LN2_LO = 0.693145751953125, 1.4286068203094172e-06     # LN2_HI has 16 trailing zero bits
+MAGIC = 12582912.0                                              # 1.5 * 2^23: adding it rounds to int
+EXP_POLY = [1 / 5040, 1 / 720, 1 / 120, 1 / 24, 1 / 6, 0.5, 1.0, 1.0]   # Taylor, |r| <= ln2/2
+
+# tanh: a polynomial below TANH_SMALL, 1 - 2/(exp(2a)+1) above
+TANH_SMALL = 0.55
+
+
+def _fit_tanh():
+    """tanh(x)/x as a polynomial in x^2 on [0, TANH_SMALL] (least squares on Chebyshev nodes)."""
+    s = (np.cos(np.linspace(0, np.pi, 2000)) + 1) * 0.5 * TANH_SMALL ** 2
+    x = np.sqrt(s)
+    y = np.where(x > 0, np.tanh(x) / np.where(x > 0, x, 1), 1.0)
+    return [float(k) for k in np.polyfit(s, y, 5)]
+
+
+TANH_POLY = _fit_tanh()
+
+# gelu (tanh form): 0.5 x (1 + tanh(K0 (x + K1 x^3)))
+K0 = 0.7978845608028654          # sqrt(2/pi)
+K1 = 0.044715
+FLT_MAX = 3.4028234663852886e38
+
+# gelu (erf form) through erfc
+ERFC_MID = 7 / 12                 # t = 1/(1 + a/2) in [1/6, 1] for a = |x|/sqrt(2) in [0, 10]
+
+
+def _fit_erfc():
+    """P with erfc(a) = t exp(P(t - ERFC_MID) - a^2), least squares on Chebyshev nodes in t."""
+    lo, hi = 1 / 6, 1.0
+    t = (np.cos(np.linspace(0, np.pi, 3000)) * 0.5 + 0.5) * (hi - lo) + lo
+    a = 2 * (1 / t - 1)
+    y = np.log(np.array([math.erfc(z) for z in a]) / t) + a * a
+    return [float(k) for k in np.polyfit(t - ERFC_MID, y, 10)]
+
+
+ERFC_POLY = _fit_erfc()

@@ -1,0 +1,122 @@
+"""One registry of code generators, keyed by (ISA family, TPP kind).
+
+A backend is a package of generator modules (``tppasm.x86``, ``tppasm.sve``); each generator
+registers itself with ``@register(family, kind, ...)`` as ``fn(desc, isa) -> raw kernel``. The
+kernel layer asks :func:`generate` and knows no backend by name: the first lookup of a family
+imports every module of its package, so a new backend or TPP is one decorated function. The same
+registry gives the version of the code a kernel was made by (:func:`source_version`), which
+names a kernel in memory, on disk and in the tuner's results.
+
+>>> generator("avx512", "brgemm") is generator("amx", "brgemm")      # one x86 family
+True
+>>> ("sve", "reduce") in registered()
+True
+"""
+import hashlib
+import importlib
+import pathlib
+import pkgutil
+import threading
+
+FAMILIES = {"avx2": "x86", "avx512": "x86", "amx": "x86", "sve": "sve"}
+PACKAGES = {"x86": "tppasm.x86", "sve": "tppasm.sve"}
+# sources whose change can change generated code besides the family's own package: the
+# descriptors (tppasm/*.py) and the machine-code layer (isa/)
+_SHARED_SOURCES = ("tppasm/*.py", "isa/**/*.py")
+
+_GENERATORS = {}
+_LOADED = set()
+_LOCK = threading.RLock()
+
+
+def register(family, *kinds):
+    """Decorator: make ``fn(desc, isa)`` the ``family`` generator of each of ``kinds``.
+
+    >>> @register("x86", "doc_example_kind")
+    ... def gen(desc, isa): return None
+    >>> generator("avx2", "doc_example_kind") is gen
+    True
+    """
+    if family not in PACKAGES:
+        raise ValueError(f"unknown backend family {family!r}; known: {', '.join(PACKAGES)}")
+
+    def wrap(fn):
+        for kind in kinds:
+            _GENERATORS[(family, kind)] = fn
+        return fn
+    return wrap
+
+
+def family(isa):
+    """The backend family of an ISA level (``"avx512"`` -> ``"x86"``); ValueError names the levels.
+
+    >>> family("amx")
+    'x86'
+    """
+    try:
+        return FAMILIES[isa]
+    except (KeyError, TypeError):
+        raise ValueError(f"isa={isa!r}: expected one of {', '.join(map(repr, FAMILIES))} "
+                         "(or None for the host's level)") from None
+
+
+def _load(fam):
+    """Import every module of ``fam``'s package once (each registers its generators)."""
+    if fam in _LOADED:
+        return
+    with _LOCK:
+        if fam in _LOADED:
+            return
+        package = importlib.import_module(PACKAGES[fam])
+        for info in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"{package.__name__}.{info.name}")
+        _LOADED.add(fam)
+
+
+def generator(isa, kind):
+    """The registered generator of ``kind`` for ``isa``'s family (NotImplementedError if none)."""
+    fam = family(isa)
+    fn = _GENERATORS.get((fam, kind))
+    if fn is None:
+        _load(fam)
+        fn = _GENERATORS.get((fam, kind))
+    if fn is None:
+        have = sorted(k for f, k in registered() if f == fam)
+        raise NotImplementedError(f"no {fam} generator for {kind!r} (it has: {', '.join(have)})")
+    return fn
+
+
+def generate(desc, isa):
+    """The raw kernel of ``desc`` on ``isa`` from the registered generator."""
+    desc.validate()
+    return generator(isa, desc.kind)(desc, isa)
+
+
+def registered():
+    """Every (family, kind) pair, all backends loaded."""
+    for fam in PACKAGES:
+        _load(fam)
+    return sorted(_GENERATORS)
+
+
+_VERSIONS = {}
+
+
+def source_version(isa):
+    """SHA-256 (hex, 16 digits) of every source that can change ``isa``'s generated code: the
+    family's package, the descriptors and the ``isa`` layer. Computed once per process.
+
+    >>> len(source_version("avx2")) == 16 and source_version("avx2") == source_version("amx")
+    True
+    """
+    fam = family(isa)
+    version = _VERSIONS.get(fam)
+    if version is None:
+        root = pathlib.Path(__file__).resolve().parent.parent
+        package = PACKAGES[fam].replace(".", "/") + "/**/*.py"
+        files = sorted({p for pattern in (package, *_SHARED_SOURCES) for p in root.glob(pattern)})
+        h = hashlib.sha256()
+        for p in files:
+            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
+        version = _VERSIONS[fam] = h.hexdigest()[:16]
+    return version
