@@ -182,6 +182,8 @@ shapes = dict(m=st.integers(1, 40), n=st.integers(1, 40), count=st.integers(1, 3
          beta=0, pads=(0, 0, 0), setup=True)                       # k = 63: padded inside, A ends at k
 @example(groups=1, c_dtype="f32", bias=False, act=None, ktail=1, m=5, n=3, count=2, batch="stride",
          beta=1, pads=(0, 0, 0), setup=True)                       # k = 1
+@example(groups=83, c_dtype="bf16", bias=False, act="relu", ktail=1, m=20, n=36, count=2, batch="address",
+         beta=1, pads=(1, 0, 2), setup=True)                       # k loop + a padded tail step
 def test_bf16(m, n, groups, ktail, count, batch, beta, c_dtype, bias, act, pads, setup):
     k = 2 * groups - ktail
     d = Brgemm(m=m, n=n, k=k, lda=k + pads[0], ldb=n + pads[1], ldc=n + pads[2],
@@ -201,6 +203,7 @@ def test_bf16(m, n, groups, ktail, count, batch, beta, c_dtype, bias, act, pads,
 @example(groups=35, act=None, ktail=3, m=40, n=24, count=2, batch="address", beta=1, pads=(1, 2, 3), setup=True)
 @example(groups=17, act="relu", ktail=1, m=9, n=40, count=2, batch="stride", beta=0, pads=(0, 0, 0), setup=False)
 @example(groups=32, act=None, ktail=2, m=32, n=32, count=2, batch="offset", beta=0, pads=(0, 0, 0), setup=True)
+@example(groups=83, act=None, ktail=2, m=17, n=48, count=3, batch="stride", beta=1, pads=(0, 1, 0), setup=True)
 def test_int8(m, n, groups, ktail, count, batch, beta, act, pads, setup):
     k = 4 * groups - ktail
     d = Brgemm(m=m, n=n, k=k, lda=k + pads[0], ldb=n + pads[1], ldc=n + pads[2],
@@ -262,6 +265,25 @@ def test_no_setup_kernel_needs_the_nest_config():
     assert env.m.tilecfg is not None and env.m.tilecfg == _cfg_tuple(plan(d).regions()[0][2])
     single = Brgemm(m=32, n=32, k=32, dtype="i8", tile_setup=False)
     assert "ldtilecfg" not in generate(single).disassemble()
+
+
+def test_a_kernel_configures_only_when_another_config_is_loaded():
+    if NATIVE:
+        pytest.skip("counts executed instructions: interpreter only")
+    one, other = Brgemm(m=32, n=32, k=64, dtype="bf16"), Brgemm(m=16, n=16, k=64, dtype="i8")
+    two_regions = Brgemm(m=40, n=20, k=64, dtype="bf16")
+    env = Env()
+    calls = []
+    for d in (one, one, other, one, two_regions, two_regions):
+        rng = np.random.default_rng(0)
+        a, b, c, _ = _operands(rng, d, 1)
+        env.m.stats.reset()
+        env.call(generate(d), [env.ptr(a), env.ptr(b), env.ptr(c), 1])
+        calls.append(env.m.stats.counts["ldtilecfg"])
+        assert env.m.stats.counts["sttilecfg"] == 1 and env.m.stats.counts["tilerelease"] == 0
+    # the first call configures, the second finds its config; another kernel's config forces a
+    # load; a kernel of two regions switches inside and leaves its second loaded
+    assert calls == [1, 0, 1, 1, 2, 2]
 
 
 class Noop:
