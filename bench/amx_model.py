@@ -17,7 +17,8 @@ Tiles: an instruction starts once the tiles it reads are ready. ``renaming=False
 the conservative reading) also makes a write to a tile wait until every earlier reader of it has
 finished, so an operand tile cannot be reloaded while a ``tdp`` still reads it; ``renaming=True``
 drops those write-after-read waits (as if tiles were renamed like vector registers). The front end
-runs at most ``WINDOW`` tile instructions ahead of the oldest unfinished one (the reorder buffer).
+runs at most ``WINDOW`` micro-ops ahead of the oldest unfinished instruction (the reorder buffer;
+a tile load or store counts ``UOPS`` 16, one per row, a ``tdp*`` or a prefetch one).
 
 Caches: least-recently-used L1 (48 KiB) and L2 (2 MiB) of 64-byte lines, warmed by one run of
 the same trace (a benchmark calls a kernel again and again on the same operands). Latencies and
@@ -44,7 +45,8 @@ STORE_CYCLES = 16
 SERIAL = {"ldtilecfg": 204, "tilerelease": 13}
 L1_BYTES, L2_BYTES = 48 << 10, 2 << 20
 L2_BW, L3_BW = 48.0, 16.0
-WINDOW = 32
+WINDOW = 512                                 # Golden Cove's reorder buffer
+UOPS = {"tileloadd": 16, "tileloaddt1": 16, "tilestored": 16}
 TDP_WORK = {"bf16": 16 * 16 * 32 * 2, "i8": 16 * 16 * 64 * 2}   # work of a full tile product
 
 
@@ -105,9 +107,13 @@ def simulate(ops, renaming=False, in_order=False, window=WINDOW, warm=True):
     ready = [0.0] * 8                  # when each tile's value is available
     read_until = [0.0] * 8             # when its last reader so far has finished reading it
     tmul = load = store = fill = last_start = 0.0
-    finish = []
+    finish, cum, rmax = [], [], []        # completion, micro-ops so far, in-order retirement times
+    oldest = -1
     for i, (name, writes, reads, addr, stride, colsb, rows) in enumerate(ops):
-        issue = finish[i - window] if i >= window else 0.0
+        total = (cum[-1] if cum else 0) + UOPS.get(name, 1)
+        while total - (cum[oldest] if oldest >= 0 else 0) > window:
+            oldest += 1                       # ops up to ``oldest`` must retire before this one issues
+        issue = rmax[oldest] if oldest >= 0 else 0.0
         issue = max(issue, finish[-1] if finish and name in SERIAL else 0.0)
         start = max([issue] + [ready[t] for t in reads])
         if not renaming:
@@ -169,5 +175,7 @@ def simulate(ops, renaming=False, in_order=False, window=WINDOW, warm=True):
             ready[t] = done
             read_until[t] = 0.0 if renaming else read_until[t]
         finish.append(max(end, done))
+        cum.append(total)
+        rmax.append(max(rmax[-1], finish[-1]) if rmax else finish[-1])
     res.cycles = max(finish + [tmul, load, store]) if finish else 0.0
     return res
