@@ -54,7 +54,7 @@ from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
 from ..backends import register
 from .amx_pipe import Pipeline
-from .batch import add_imm
+from .batch import add_imm, mem_imm
 from .ctile import emit_activation
 
 ROWS, COLSB = 16, 64                   # palette 1 tile limits
@@ -234,18 +234,10 @@ class _Gen:
         return qword[rsp + self.slots[name]]
 
     def set_var(self, name, value):
-        if -2 ** 31 <= value < 2 ** 31:
-            self.a.mov(self.var(name), value)
-        else:
-            self.a.mov(self.r["tmp"], value)
-            self.a.mov(self.var(name), self.r["tmp"])
+        mem_imm(self.a, "mov", self.var(name), value, self.r["tmp"])
 
     def add_var(self, name, value):
-        if -2 ** 31 <= value < 2 ** 31:
-            self.a.add(self.var(name), value)
-        else:
-            self.a.mov(self.r["tmp"], value)
-            self.a.add(self.var(name), self.r["tmp"])
+        mem_imm(self.a, "add", self.var(name), value, self.r["tmp"])
 
     # -- the kernel ---------------------------------------------------------------------------------
     def build(self):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from isa.x86 import K, TMM, ZMM, qword, rsp
 
-from .batch import add_imm
+from .batch import add_imm, mem_imm
 
 COLSB, ROWS = 64, 16
 UNROLL_K = 4                           # k steps unrolled before a runtime k loop is used
@@ -274,12 +274,12 @@ class Pipeline:
             a.dec(t)
             _mul_imm(a, t, unit, r["tmp"])
             a.add(cur, t)
-            _store_imm(a, [rsp + sl[slot]], -unit, r["tmp"])
+            mem_imm(a, "mov", qword[rsp + sl[slot]], -unit, r["tmp"])
         a.jmp(done)
         a.bind(fwd)
         for cur, unit, slot in ((c0, u0, "da"), (c1, u1, "db")):
             if cur is not None:
-                _store_imm(a, [rsp + sl[slot]], unit, r["tmp"])
+                mem_imm(a, "mov", qword[rsp + sl[slot]], unit, r["tmp"])
         a.bind(done)
         if d.batch == "stride":
             a.add(r["ak"], [rsp + sl["arow"]])
@@ -353,11 +353,3 @@ def _mul_imm(a, reg, value, tmp):
     else:
         a.mov(tmp, value)
         a.imul(reg, tmp)
-
-
-def _store_imm(a, mem, value, tmp):
-    if -2 ** 31 <= value < 2 ** 31:
-        a.mov(qword[mem[0]], value)
-    else:
-        a.mov(tmp, value)
-        a.mov(mem, tmp)
