@@ -11,7 +11,8 @@ scoreboard of four units and the tile registers:
   and no earlier than the lines missing in L1 arrive through the fill path, which moves
   ``L2_BW`` / ``L3_BW`` bytes per cycle (shared with prefetches);
 - the tile-store pipe takes a ``tilestored`` per 16 cycles;
-- ``ldtilecfg`` (204 cycles) and ``tilerelease`` (13) wait for everything before them.
+- ``ldtilecfg`` (204 cycles), ``sttilecfg`` (19) and ``tilerelease`` (13) wait for everything
+  before them, and everything after waits for them.
 
 Tiles: an instruction starts once the tiles it reads are ready. ``renaming=False`` (the default,
 the conservative reading) also makes a write to a tile wait until every earlier reader of it has
@@ -23,7 +24,7 @@ a tile load or store counts ``UOPS`` 16, one per row, a ``tdp*`` or a prefetch o
 Caches: least-recently-used L1 (48 KiB) and L2 (2 MiB) of 64-byte lines, warmed by one run of
 the same trace (a benchmark calls a kernel again and again on the same operands). Latencies and
 throughputs are the figures of Intel's optimization manual (AMX chapter: ``tdp*`` 16 / 52,
-``tileloadd`` 8 / 45, ``tilestored`` 16, ``ldtilecfg`` 204, ``tilerelease`` 13); the cache
+``tileloadd`` 8 / 45, ``tilestored`` 16, ``ldtilecfg`` 204, ``sttilecfg`` 19, ``tilerelease`` 13); the cache
 bandwidths (L2 48 B/cycle sustained of 64 peak, L3 16 B/cycle per core) and the window are
 assumptions.
 
@@ -42,7 +43,7 @@ TDP_CYCLES, TDP_LATENCY = 16, 52
 LOAD_ROW_CYCLES = 0.5
 LOAD_LATENCY = {1: 45, 2: 56, 3: 145}        # from L1; + the L2 (11) / L3 (100) extra latency
 STORE_CYCLES = 16
-SERIAL = {"ldtilecfg": 204, "tilerelease": 13}
+SERIAL = {"ldtilecfg": 204, "sttilecfg": 19, "tilerelease": 13}
 L1_BYTES, L2_BYTES = 48 << 10, 2 << 20
 L2_BW, L3_BW = 48.0, 16.0
 WINDOW = 512                                 # Golden Cove's reorder buffer
@@ -106,7 +107,7 @@ def simulate(ops, renaming=False, in_order=False, window=WINDOW, warm=True):
     res = Result()
     ready = [0.0] * 8                  # when each tile's value is available
     read_until = [0.0] * 8             # when its last reader so far has finished reading it
-    tmul = load = store = fill = last_start = 0.0
+    tmul = load = store = fill = last_start = barrier = 0.0
     finish, cum, rmax = [], [], []        # completion, micro-ops so far, in-order retirement times
     oldest = -1
     for i, (name, writes, reads, addr, stride, colsb, rows) in enumerate(ops):
@@ -114,7 +115,7 @@ def simulate(ops, renaming=False, in_order=False, window=WINDOW, warm=True):
         while total - (cum[oldest] if oldest >= 0 else 0) > window:
             oldest += 1                       # ops up to ``oldest`` must retire before this one issues
         issue = rmax[oldest] if oldest >= 0 else 0.0
-        issue = max(issue, finish[-1] if finish and name in SERIAL else 0.0)
+        issue = max(issue, barrier)           # nothing passes a configuration instruction
         start = max([issue] + [ready[t] for t in reads])
         if not renaming:
             start = max([start] + [read_until[t] for t in writes] + [ready[t] for t in writes])
@@ -122,7 +123,7 @@ def simulate(ops, renaming=False, in_order=False, window=WINDOW, warm=True):
             start = max(start, last_start)
         if name in SERIAL:
             start = max([start] + finish)
-            end = start + SERIAL[name]
+            end = barrier = start + SERIAL[name]
             res.serial += SERIAL[name]
             done = end
         elif name == "tdp":

@@ -101,6 +101,7 @@ def _sttilecfg(m, ins):
                 raw[16 + 2 * i:18 + 2 * i] = colsb[i].to_bytes(2, "little")
                 raw[48 + i] = rows[i]
         m.wrv(a(), np.frombuffer(bytes(raw), np.uint8))
+        m.stats.tile_ops.append(("sttilecfg", (), (), 0, 0, 0, 0))
         return nxt
     return step
 
