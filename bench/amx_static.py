@@ -14,7 +14,8 @@ tile instructions and prefetches in order (``tile_ops``). From these:
 These are MODELLED figures, not measurements: the latencies and throughputs are the optimization
 manual's, the cache bandwidths assumptions (see :mod:`bench.amx_model`).
 
-``python -m bench amx-static [--json FILE] [--quick]``
+``python -m bench amx-static [--json FILE] [--quick] [--choices]`` (``--choices``: the synthetic
+comparison of blockings and ``tdp*`` orders of :mod:`bench.amx_choices` that chose the kernel's)
 """
 import argparse
 import time
@@ -121,6 +122,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench amx-static")
     p.add_argument("--json")
     p.add_argument("--quick", action="store_true", help="three kernels only")
+    p.add_argument("--choices", action="store_true", help="also score candidate blockings and tdp orders "
+                   "on synthetic traces (bench.amx_choices)")
     args = p.parse_args(argv)
     from tppasm.brgemm import Brgemm
     from tppasm.x86.amx import plan
@@ -148,7 +151,17 @@ def main(argv=None):
                 len(repeated_loads(stats.tile_ops, blocks)), res.prefetches,
                 "/".join(str(res.lines[lv]) for lv in (1, 2, 3)),
                 round(pct["in-order"], 1), round(pct["ooo"], 1), round(pct["renamed"], 1), round(jit * 1e3, 1))
-    write_json(args.json, [rep])
+    reports = [rep]
+    if args.choices:
+        from .amx_choices import compare
+        rows = compare()
+        cols = list(rows[0])
+        choice = Report("Candidate blockings, 64 k steps, loads right after their tile's last reader: "
+                        "MODELLED fraction of cycles the TMUL is busy", cols)
+        for row in rows:
+            choice.add(*row.values())
+        reports.append(choice)
+    write_json(args.json, reports)
     return 0
 
 
