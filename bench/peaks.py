@@ -54,6 +54,8 @@ def units(dtype, isa=None):
     >>> units("f32")
     ('FMA',)
     """
+    if dtype not in ("f32", "bf16", "i8"):
+        raise ValueError(f"peaks: dtype={dtype!r}; expected 'f32', 'bf16' or 'i8'")
     isa = isa or host().isa
     f = _features(isa)
     wide = isa in ("avx512", "amx")
@@ -65,8 +67,6 @@ def units(dtype, isa=None):
     if dtype == "i8" and ("avx512_vnni" if wide else "avx_vnni") in f:
         out.append("VNNI")
     out.append("madd" if dtype == "i8" else "FMA")
-    if dtype not in ("f32", "bf16", "i8"):
-        raise ValueError(f"peaks: dtype={dtype!r}; expected 'f32', 'bf16' or 'i8'")
     return tuple(out)
 
 
