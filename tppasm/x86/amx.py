@@ -256,7 +256,8 @@ class _Gen:
         self.mov_imm(r["sb"], d.ldb * 4)
         if self.partial:
             self.mov_imm(r["s64"], COLSB)
-            valid = d.k * self.es_a - Pipeline(self, (ROWS,), (ROWS,)).steps[-1].a_off
+            last = self.p.steps if self.p.tail else self.p.steps - 1       # the step holding the partial group
+            valid = d.k * self.es_a - last * 4 * self.p.step                   # its A bytes per row
             a.mov(r["tmp"], (1 << valid) - 1 if valid < 64 else -1)
             a.kmovq(K[2], r["tmp"])
         self.set_var("dir", 1)                 # flipped before each macro block: the first walks forward
