@@ -65,7 +65,7 @@ class Brgemm(Descriptor):
     batch: str = "stride"
     bias: bool = False
     act: object = None
-    tile_setup: bool = True     # AMX: False = no ldtilecfg/tilerelease (see tileconfig())
+    tile_setup: bool = True     # AMX: True = load its config when another is loaded; False = a nest's (tileconfig())
     signs: str = "us"           # i8: A and B (u)nsigned or (s)igned: us (u8 x s8), ss, su, uu
 
     kind = "brgemm"
