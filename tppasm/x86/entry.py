@@ -67,7 +67,8 @@ def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=No
 
     With ``call`` (a :class:`Vectorcall`), the stub is instead the C function of a CPython builtin
     (``METH_FASTCALL | METH_KEYWORDS``) taking the arrays and, by keyword only, the scalars
-    (default 1); it returns None, and hands every call it cannot vouch for to ``call.fallback``.
+    (default 1, except ``count_scalar``: a call without it goes to the fallback, which infers it
+    from the operands); it returns None, and hands every call it cannot vouch for to ``call.fallback``.
     """
     n_args = len(operands) + len(scalars)
     if n_args > len(INT_ARGS):
@@ -98,7 +99,7 @@ def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=No
         a.add(items, TUPLE_ITEMS)
         _load_scalars(a, items, operands, scalars, regs, fail_label)
     else:
-        _vectorcall_head(a, fn, call, operands, scalars, regs, fail_label)
+        _vectorcall_head(a, fn, call, operands, scalars, regs, fail_label, count_scalar)
     count = regs[len(operands) + scalars.index(count_scalar)] if count_scalar else None
     for i, spec in enumerate(operands):
         fail = fail_label(i)
@@ -192,9 +193,10 @@ def _capi(name):
     return ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
 
 
-def _vectorcall_head(a, fn, call, operands, scalars, regs, fail_label):
+def _vectorcall_head(a, fn, call, operands, scalars, regs, fail_label, count_scalar=None):
     """Save (args, nargs, kwnames); divert while the flag is set; accept exactly the arrays
-    positionally plus either no keywords (scalars = 1) or the scalars' names as keywords."""
+    positionally plus either no keywords (scalars = 1; with a ``count_scalar``, the fallback)
+    or the scalars' names as keywords."""
     args, nargs, kwnames = fn.args[1:]
     items, ptr = r11, r10
     a.mov([rsp + SAVED_ARGS], args)
@@ -209,6 +211,8 @@ def _vectorcall_head(a, fn, call, operands, scalars, regs, fail_label):
     keywords, loaded = a.label(), a.label()
     a.test(kwnames, kwnames)
     a.jnz(keywords)
+    if count_scalar in scalars:
+        a.jmp(fail_label(-1))                       # count left out: inferred by the fallback
     for j in range(len(scalars)):
         a.mov(gpr(regs[len(operands) + j].num, 32), 1)
     a.jmp(loaded)
