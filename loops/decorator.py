@@ -15,6 +15,7 @@ True
 import ctypes
 import inspect
 import threading
+import weakref
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from tppasm.dtypes import name_of
 from tppasm.operand import OperandSpec
 from tppasm.x86.entry import NATIVE_CHECKS, build_entry
 
+from . import display, pool as pool_module
 from .aarch64 import nest as nest_aarch64
 from .nest_plan import Layout
 from .x86 import nest as nest_x86
@@ -53,6 +55,19 @@ def kernel(spec, *loops, pool=None):
     return wrap
 
 
+_ALL = weakref.WeakSet()       # every loop kernel: set_num_threads drops their compiled nests
+
+
+def _forget_nests():
+    for lk in list(_ALL):
+        if lk.pool_override is None:
+            lk._bound.clear()
+            lk._fast = lk._last = None
+
+
+pool_module.ON_NEW_POOL.append(_forget_nests)
+
+
 class LoopKernel:
     """A traced-and-compiled loop nest; call it on arrays. See :func:`kernel`."""
 
@@ -73,6 +88,7 @@ class LoopKernel:
         self._tuned = tuned if tuned is not None else {}
         self._bound, self._variants, self._last, self._fast = {}, {}, None, None
         self.__name__, self.__doc__ = body.__name__, body.__doc__
+        _ALL.add(self)
 
     # -- hooks and variants -------------------------------------------------------------------
     def init(self, fn):
@@ -188,7 +204,10 @@ class LoopKernel:
         return tune(self, arrays, **options)
 
     def __repr__(self):
-        return f"<loops.kernel {self.__name__} {self.spec.text!r}>"
+        return display.loop_kernel_repr(self)
+
+    def _repr_html_(self):
+        return display.loop_kernel_html(self)
 
 
 def _arity(fn):

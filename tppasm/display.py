@@ -24,15 +24,18 @@ def call_text(desc):
     if desc.kind not in CONSTRUCTORS or not dataclasses.is_dataclass(desc):
         return repr(desc)
     fields = dataclasses.fields(desc)
-    required = [f for f in fields if f.default is dataclasses.MISSING]
-    try:
-        base = type(desc)(**{f.name: getattr(desc, f.name) for f in required})
-    except (TypeError, ValueError):
-        base = None
+    required = {f.name: getattr(desc, f.name) for f in fields if f.default is dataclasses.MISSING}
+    given = {f.name: getattr(desc, f.name) for f in fields
+             if f.name not in required and getattr(desc, f.name) != f.default}
+    for name in list(given):              # left out where the constructor derives it (ld = n, ...)
+        rest = {k: v for k, v in given.items() if k != name}
+        try:
+            if type(desc)(**required, **rest) == desc:
+                given = rest
+        except (TypeError, ValueError):
+            pass
     public = getattr(desc, "public_names", {})
-    args = [repr(getattr(desc, f.name)) for f in required]
-    args += [f"{public.get(f.name, f.name)}={getattr(desc, f.name)!r}" for f in fields
-             if f not in required and (base is None or getattr(base, f.name) != getattr(desc, f.name))]
+    args = [repr(v) for v in required.values()] + [f"{public.get(k, k)}={v!r}" for k, v in given.items()]
     return f"tppasm.{desc.kind}({', '.join(args)})"
 
 

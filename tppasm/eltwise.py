@@ -160,6 +160,7 @@ class Unary(Descriptor):
     bitmask: bool = False
 
     kind = "unary"
+    public_names = PUBLIC_NAMES
 
     def __post_init__(self):
         self._normalize()
@@ -326,6 +327,7 @@ class Reduce(Descriptor):
     out_dtype: str = ""
 
     kind = "reduce"
+    public_names = PUBLIC_NAMES
 
     def __post_init__(self):
         self._normalize()
@@ -368,6 +370,7 @@ class Transform(Descriptor):
     dtype: str = "f32"
 
     kind = "transform"
+    public_names = PUBLIC_NAMES
 
     def __post_init__(self):
         self._normalize()

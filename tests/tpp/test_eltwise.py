@@ -263,7 +263,7 @@ def test_public_call_path_and_errors():
         ro.flags.writeable = False
         k(x, ro)
     with pytest.raises(TypeError, match="takes 2 arrays"):
-        k(x)
+        k()
     b = tppasm.binary("add", 3, 5, bcast_b="row")
     with pytest.raises(OperandError, match=r"expected \(5,\)"):
         b(x, np.zeros(3, np.float32), out)
