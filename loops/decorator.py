@@ -198,6 +198,36 @@ class LoopKernel:
         inst = self._bind(arrays, signature(arrays)) if arrays else self._last
         return explain(self, inst)
 
+    def accesses(self, *arrays):
+        """How the nest uses each array (by parameter name): "read", "written" or "read and
+        written", from the operands of the kernel calls in its body and hooks. An array only
+        written (no call reads it) is an output that every run overwrites.
+
+        >>> import numpy as np, tppasm as tpp
+        >>> from loops import Loop, kernel
+        >>> relu = tpp.relu(1, 4)
+        >>> @kernel("A", Loop(0, 3))
+        ... def k(i, X, Y):
+        ...     relu(X[i:i + 1], Y[i:i + 1])
+        >>> X = np.zeros((3, 4), np.float32)
+        >>> k.accesses(X, np.empty_like(X))
+        {'X': 'read', 'Y': 'written'}
+        """
+        key = signature(arrays)
+        inst = self._bound.get(key) or self._bind(arrays, key)
+        read, written = set(), set()
+        for tree in (inst.body, inst.init, inst.fini):
+            for call in tree.all_calls():
+                alloc = set(call.kernel.desc.allocated())
+                for spec, (arg, _) in zip(call.kernel.operands, call.args):
+                    if spec.writable:
+                        written.add(arg)
+                    if not spec.writable or spec.name not in alloc:
+                        read.add(arg)
+        words = {(True, False): "read", (False, True): "written", (True, True): "read and written",
+                 (False, False): "unused"}
+        return {name: words[i in read, i in written] for i, name in enumerate(self.array_names)}
+
     def tune(self, *arrays, **options):
         """Time candidate specs on ``arrays`` and remember the fastest for these shapes; see :func:`loops.tune.tune`."""
         from .tune import tune

@@ -158,6 +158,10 @@ class Brgemm(Descriptor):
     def work(self):
         return 2 * self.m * self.n * self.k + sum(s.nbytes() for s in self.operands())
 
+    def allocated(self):
+        """C, when the kernel only writes it (beta=0, stride batch): ``C = gemm(A, B)``."""
+        return ("c",) if not self.beta and self.batch == "stride" else ()
+
     # -- reference ------------------------------------------------------------------------------
     def reference(self, a, b, c, *rest, count=1):
         """NumPy BRGEMM on the same arguments as the public call, in place on ``c``.

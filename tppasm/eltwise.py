@@ -303,6 +303,9 @@ class Ternary(Descriptor):
     def validate(self):
         _validate_ab(self, TERNARY_OPS, "ldc")
 
+    def allocated(self):
+        return ()                     # c is read, then written: the caller always passes it
+
     def operands(self):
         return _ab_operands(self, "c", "ldc")
 

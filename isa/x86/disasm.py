@@ -58,20 +58,26 @@ def main_instruction(code: bytes, gemm=False) -> str:
     accumulators"``, ``"tdpbf16ps tmm, 4 accumulators"``).
     """
     fmt = _formatter()
-    counts, dests, widths = Counter(), {}, {}
+    counts, moves, dests, widths = Counter(), Counter(), {}, {}
     for ins in ix.Decoder(64, code):
         mn = fmt.format_mnemonic(ins)
-        if not mn.startswith(("v", "t")) or mn.startswith(NOT_WORK) or _is_zeroing(ins) or not ins.op_count:
+        if not mn.startswith(("v", "t")) or _is_zeroing(ins) or not ins.op_count:
             continue
-        if ins.op_kind(0) != ix.OpKind.REGISTER:
+        regs = [fmt.format_register(ins.op_register(i)) for i in range(ins.op_count)
+                if ins.op_kind(i) == ix.OpKind.REGISTER]
+        vector = [r for r in regs if r.startswith(("xmm", "ymm", "zmm", "tmm"))]
+        if not vector:
             continue
-        reg = fmt.format_register(ins.op0_register)
-        if not reg.startswith(("xmm", "ymm", "zmm", "tmm")):
+        widths.setdefault(mn, vector[0][:3])
+        if mn.startswith(NOT_WORK) or ins.op_kind(0) != ix.OpKind.REGISTER:
+            moves[mn] += 1
             continue
         counts[mn] += 1
-        dests.setdefault(mn, set()).add(reg)
-        widths.setdefault(mn, reg[:3])
+        dests.setdefault(mn, set()).add(regs[0])
     if not counts:
+        if moves:
+            mn = max(moves, key=moves.__getitem__)
+            return f"{mn} {widths[mn]} (data movement)"
         return "scalar code"
     accumulating = [mn for mn in counts if mn.startswith(ACCUMULATING)] if gemm else []
     if accumulating:
