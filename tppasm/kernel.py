@@ -8,6 +8,7 @@ returns the same :class:`Kernel` object afterwards.
 import ctypes
 import dataclasses
 import operator
+import sys
 import threading
 import time
 import types
@@ -48,14 +49,15 @@ DTYPE_FIELDS = ("dtype", "out_dtype", "c_dtype")
 
 def _dtype_like(value):
     """A string, or something NumPy (or torch) reads as a dtype: what a dtype field may hold."""
-    if isinstance(value, str):
+    torch = sys.modules.get("torch")
+    if isinstance(value, str) or (torch is not None and isinstance(value, torch.dtype)):
         return True
     try:
         hash(value)
         np.dtype(value)
         return not isinstance(value, bool)
     except (TypeError, ValueError):
-        return type(value).__name__ == "dtype"          # torch.dtype
+        return False
 
 
 class Descriptor:
@@ -80,7 +82,9 @@ class Descriptor:
         """
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name in DTYPE_FIELDS and value not in ("", None) and _dtype_like(value):
+            if f.name in DTYPE_FIELDS and value is None and f.default == "":
+                value = ""                                     # None: the default, as ""
+            if f.name in DTYPE_FIELDS and value != "" and _dtype_like(value):
                 value = name_of(value, self.kind, f.name)     # every spelling: np.float32, "float32", ...
             if f.type is bool:
                 value = bool(value) if isinstance(value, np.bool_) else value
@@ -245,9 +249,9 @@ class Kernel:
             shape = getattr(arr, "shape", None)
             if spec.batch and shape is not None and len(shape) == len(spec.shape) + 1:
                 counts[spec.name] = shape[0]
-        values = set(counts.values())
-        if len(values) == 1 and isinstance(next(iter(values)), (int, np.integer)):
-            return int(next(iter(values)))
+        known = [n for n in counts.values() if isinstance(n, (int, np.integer))]
+        if counts and len(known) == len(counts) and len(set(known)) == 1:
+            return int(known[0])
         if not counts:
             return 1                  # no batched operand has its batch axis: the operand check explains
         held = " and ".join(f"{name} holds {n}" for name, n in counts.items())

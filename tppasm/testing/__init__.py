@@ -184,14 +184,18 @@ def _compare(name, got, want, rtol, atol):
     return [f"{name}: {len(bad)} of {ok.size} elements differ from the reference{tol}: {shown}"]
 
 
-def _case(names, arrays, count):
-    """The arrays as code to paste, when they are small."""
+def _case(names, arrays, only, count):
+    """The arrays as code to paste, when they are small (write-only outputs as ``np.empty``)."""
     if sum(np.asarray(a).size for a in arrays if isinstance(a, np.ndarray)) > 256:
         return "arrays: " + ", ".join(f"{n} {a.dtype}{a.shape}" for n, a in zip(names, arrays)
                                       if isinstance(a, np.ndarray))
-    lines = [f"{n} = np.array({np.asarray(a).astype(np.float32).tolist() if a.dtype.name == 'bfloat16' else a.tolist()!r}"
-             f", {'ml_dtypes.bfloat16' if a.dtype.name == 'bfloat16' else 'np.' + a.dtype.name})"
-             for n, a in zip(names, arrays) if isinstance(a, np.ndarray)]
+    lines = []
+    for i, (n, a) in enumerate(zip(names, arrays)):
+        if not isinstance(a, np.ndarray):
+            continue
+        dt = "ml_dtypes.bfloat16" if a.dtype.name == "bfloat16" else "np." + a.dtype.name
+        values = a.astype(np.float32).tolist() if a.dtype.name == "bfloat16" else a.tolist()
+        lines.append(f"{n} = np.empty({a.shape}, {dt})" if i in only else f"{n} = np.array({values!r}, {dt})")
     return "case:\n  " + "\n  ".join(lines) + (f"\n  count = {count}" if count is not None else "")
 
 
@@ -235,7 +239,7 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
         elif not np.array_equal(_bits(np.ascontiguousarray(first.view)), _bits(np.ascontiguousarray(arrays[i]))):
             problems.append(f"{names[i]}: an input was changed by the kernel")
     if problems:
-        problems.append(_case(names, arrays, count))
+        problems.append(_case(names, arrays, only, count))
     return problems
 
 
