@@ -72,3 +72,7 @@ class Listing(str):
 
     def _repr_html_(self):
         return highlight_html(self)
+
+    def _repr_pretty_(self, printer, cycle):
+        """IPython's plain-text view: the lines themselves, not a quoted string."""
+        printer.text(str(self))

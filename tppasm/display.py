@@ -82,7 +82,7 @@ def operand_rows(kernel):
 def call_forms(kernel):
     """How to call the kernel, e.g. ``"k(x, out) or out = k(x)"``."""
     names = [s.name for s in kernel.operands]
-    count = ", count=n" if kernel.desc.count_scalar else ""
+    count = "[, count=n]" if kernel.desc.count_scalar else ""
     forms = [f"k({', '.join(names)}{count})"]
     alloc = set(kernel.desc.allocated())
     if alloc:

@@ -103,9 +103,9 @@ def arrays(draw, dtype, shape, ld=None, align=None, specials=False):
     else:
         buf.view(np.uint8)[...] = 0x5A
     item = dt.itemsize
-    strides = [item]
-    for d in reversed(shape[:-1]):
-        strides.insert(0, (ld if len(strides) == 1 else strides[0] // item * d) * item)
+    strides = [ld * item, item] if len(shape) >= 2 else [item]
+    for axis in range(len(shape) - 3, -1, -1):      # outer axes: dense over the rows below them
+        strides.insert(0, strides[0] * shape[axis + 1])
     view = np.lib.stride_tricks.as_strided(buf, shape, strides[-len(shape):] if shape else ())
     view[...] = _fill(draw, dt, shape, specials)
     return view
