@@ -109,6 +109,8 @@ def test_count_is_inferred_from_the_blocks():
         g(A, A[:8], C)
     with pytest.raises(OperandError, match="count"):
         g(A, A, C, count=17)
+    with pytest.raises(OperandError, match="count=0"):
+        g(A[:0], A[:0], C)
 
 
 def test_count_inference_in_loop_bodies():

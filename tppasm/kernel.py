@@ -159,6 +159,7 @@ class Kernel:
         self._defaults = (1,) * len(self.scalars)
         # count left out: inferred from the batched operands (never silently 1)
         self._infer = desc.count_scalar in self.scalars and any(s.batch for s in self.operands)
+        self._batched = tuple((i, len(s.shape) + 1) for i, s in enumerate(self.operands) if s.batch)
         alloc = set(desc.allocated())
         self._alloc = tuple(i for i, s in enumerate(self.operands) if s.name in alloc)
         self._raw = None if self.raw.address is None else ctypes.CFUNCTYPE(   # None: foreign ISA code
@@ -244,17 +245,19 @@ class Kernel:
     def _count_of(self, arrays):
         """``count`` when the call leaves it out: the number of blocks the batched operands hold, if
         they all hold the same (known) number; else TypeError asking for ``count=``."""
-        counts = {}
-        for spec, arr in zip(self.operands, arrays):
-            shape = getattr(arr, "shape", None)
-            if spec.batch and shape is not None and len(shape) == len(spec.shape) + 1:
-                counts[spec.name] = shape[0]
-        known = [n for n in counts.values() if isinstance(n, (int, np.integer))]
-        if counts and len(known) == len(counts) and len(set(known)) == 1:
-            return int(known[0])
+        counts = []
+        for i, rank in self._batched:
+            shape = getattr(arrays[i], "shape", None)
+            if shape is not None and len(shape) == rank:
+                counts.append(shape[0])
+        if counts and counts.count(counts[0]) == len(counts) and type(counts[0]) is int:
+            return counts[0]
         if not counts:
             return 1                  # no batched operand has its batch axis: the operand check explains
-        held = " and ".join(f"{name} holds {n}" for name, n in counts.items())
+        if all(isinstance(n, (int, np.integer)) for n in counts) and len(set(counts)) == 1:
+            return int(counts[0])
+        held = " and ".join(f"{self.operands[i].name} holds {getattr(arrays[i], 'shape', (None,))[0]}"
+                            for i, _ in self._batched)
         raise TypeError(f"{self.desc.kind}: pass count= (how many blocks to reduce over): it is inferred only "
                         f"when the batched operands hold the same number of blocks, and {held}")
 

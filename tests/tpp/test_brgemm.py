@@ -370,4 +370,4 @@ def test_bad_offsets_and_addresses():
     with pytest.raises(OperandError, match="at least count=3"):
         h(blocks_a, blocks_b, c, count=3)
     with pytest.raises(OperandError, match="shape"):
-        h([np.ones((2, 5), np.float32)], blocks_b, c)
+        h([np.ones((2, 5), np.float32)], blocks_b, c, count=1)
