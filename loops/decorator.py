@@ -88,6 +88,8 @@ class LoopKernel:
         self._tuned = tuned if tuned is not None else {}
         self._bound, self._variants, self._last, self._fast = {}, {}, None, None
         self.__name__, self.__doc__ = body.__name__, body.__doc__
+        P = inspect.Parameter           # what inspect.signature(loop_kernel) shows: the arrays
+        self.__signature__ = inspect.Signature([P(n, P.POSITIONAL_ONLY) for n in self.array_names])
         _ALL.add(self)
 
     # -- hooks and variants -------------------------------------------------------------------

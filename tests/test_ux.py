@@ -198,6 +198,7 @@ def test_loop_kernel_repr_and_html():
     html = blocks._repr_html_()
     assert "def thread_body(tid)" in html and "last tuning" in html and "ReluKernel" in html
     assert "tuned:" in repr(blocks)
+    assert str(inspect.signature(blocks)) == "(X, Y, /)"
     assert blocks.accesses(X, Y) == {"X": "read", "Y": "written"}
 
 

@@ -14,7 +14,7 @@ import dataclasses
 import html
 import inspect
 
-from isa.listing import Listing, mnemonic_class
+from isa.listing import Listing
 
 CONSTRUCTORS = ("unary", "binary", "ternary", "reduce", "transform", "brgemm")
 
@@ -167,12 +167,9 @@ def instructions(kernel):
             from isa.x86.disasm import main_instruction
             cached = main_instruction(code, gemm=kernel.desc.kind == "brgemm")
         else:
-            counts = {}
-            for line in kernel.raw.disassemble().splitlines():
-                parts = line.split()
-                if len(parts) >= 3 and mnemonic_class(parts[2]) == "cmp":
-                    counts[parts[2]] = counts.get(parts[2], 0) + 1
-            cached = max(counts, key=counts.get) + " (sve)" if counts else "scalar code"
+            mix = kernel.instruction_mix()     # SVE: floating-point and dot-product ops do the work
+            work = [mn for mn in mix if mn.startswith(("f", "bf")) or mn.endswith(("dot", "mmla"))]
+            cached = f"{work[0]} (sve)" if work else "data movement (sve)"
         kernel._instructions = cached
     return cached
 

@@ -16,11 +16,9 @@ import types
 import numpy as np
 
 from isa.cpu import host
-
-from . import backends
 from isa.listing import Listing
 
-from . import display
+from . import backends, display
 from .dtypes import name_of
 from .operand import OperandError, check
 from .x86.entry import NATIVE_CHECKS, Vectorcall, build_entry, make_builtin
@@ -131,7 +129,7 @@ class Kernel:
     """
 
     # defaults for kernels assembled by hand (tests build some with Kernel.__new__)
-    _infer, _alloc, _stub, jit_seconds, runnable = False, (), None, 0.0, True
+    _infer, _alloc, _stub, _builtin, jit_seconds, runnable = False, (), None, None, 0.0, True
 
     def __init__(self, desc, isa):
         self.desc, self.isa = desc, isa
@@ -164,7 +162,7 @@ class Kernel:
         self._alloc = tuple(i for i, s in enumerate(self.operands) if s.name in alloc)
         self._raw = None if self.raw.address is None else ctypes.CFUNCTYPE(   # None: foreign ISA code
             None, *([ctypes.c_void_p] * len(self.operands)), *([ctypes.c_int64] * len(self.scalars)))(self.raw.address)
-        self._present(getattr(self, "_builtin", None))
+        self._present(self._builtin)
 
     @property
     def raw_address(self):
@@ -250,12 +248,10 @@ class Kernel:
             shape = getattr(arrays[i], "shape", None)
             if shape is not None and len(shape) == rank:
                 counts.append(shape[0])
-        if counts and counts.count(counts[0]) == len(counts) and type(counts[0]) is int:
-            return counts[0]
         if not counts:
             return 1                  # no batched operand has its batch axis: the operand check explains
         if all(isinstance(n, (int, np.integer)) for n in counts) and len(set(counts)) == 1:
-            return int(counts[0])
+            return int(counts[0])     # (a traced length that depends on a loop index is not an int)
         held = " and ".join(f"{self.operands[i].name} holds {getattr(arrays[i], 'shape', (None,))[0]}"
                             for i, _ in self._batched)
         raise TypeError(f"{self.desc.kind}: pass count= (how many blocks to reduce over): it is inferred only "
@@ -272,7 +268,7 @@ class Kernel:
         full, made = [], []
         for i, spec in enumerate(self.operands):
             if i in self._alloc:
-                made.append(empty(spec.full_shape(1), spec.np_dtype))
+                made.append(empty(spec.shape, spec.np_dtype))
                 full.append(made[-1])
             else:
                 full.append(next(given))
@@ -322,7 +318,7 @@ class Kernel:
             from isa.x86.disasm import instruction_mix
             return instruction_mix(self.raw.code)
         counts = {}
-        for line in self.raw.disassemble().splitlines():
+        for line in self.raw.disassemble().splitlines():     # AArch64: "offset: word  mnemonic ..."
             parts = line.split()
             if len(parts) >= 3:
                 counts[parts[2]] = counts.get(parts[2], 0) + 1
