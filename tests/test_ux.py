@@ -52,6 +52,8 @@ def test_integer_and_torch_spellings(monkeypatch):
     assert tpp.brgemm(2, 3, 4, dtype=np.int8, c_dtype=np.int32) is g
     assert tpp.brgemm(2, 3, 4, dtype="int8", c_dtype="int32") is g
     assert tpp.transform("transpose", 2, 3, dtype=np.uint8).desc.dtype == "u8"
+    assert tpp.vnni_pack(np.ones((4, 2), np.int8), np.int8).shape == tpp.vnni_pack(np.ones((4, 2)), "i8").shape
+    assert tpp.empty((2,), "bfloat16").dtype == BF16 and tpp.empty((2,), np.int32).dtype == np.int32
 
     class FakeDtype:                     # torch.dtype stand-in: torch is not a test dependency
         def __init__(self, name):

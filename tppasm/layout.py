@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from .dtypes import NUMPY_NAMES, numpy_dtype
+from .dtypes import NUMPY_NAMES, name_of, numpy_dtype
 
 VNNI_FACTORS = {"bf16": 2, "i8": 4}
 ALIGN = 64      # bytes: a cache line, and an AVX-512 vector
@@ -161,6 +161,11 @@ def vnni_unpack(bv, k=None):
 
 
 def _factor(factor):
+    if not isinstance(factor, (int, np.integer)) or isinstance(factor, bool):
+        try:
+            factor = name_of(factor)            # any dtype spelling: "bfloat16", np.int8, ...
+        except TypeError:
+            pass
     f = VNNI_FACTORS.get(factor, factor)
     if f not in (1, 2, 4):
         raise ValueError(f"vnni factor {factor!r}: expected 2 (bf16), 4 (int8) or one of {list(VNNI_FACTORS)}")
