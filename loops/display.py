@@ -10,6 +10,8 @@ loops, the nest as pseudo-code per thread, the kernels it calls and its last tun
 """
 import html
 
+from tppasm.display import html_table
+
 
 def loop_text(lp):
     """``Loop(0, 8, blocks=[4])``: a loop as it is declared, defaults left out."""
@@ -44,13 +46,6 @@ def tuning_rows(lk):
     return [(s, f"{t * 1e3:.3f}" if t is not None else "", note) for s, t, note in timed + rest]
 
 
-def _table(rows, head):
-    top = "<tr>" + "".join(f"<th style='text-align:left'>{html.escape(h)}</th>" for h in head) + "</tr>"
-    body = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(str(c))}</td>" for c in row)
-                   + "</tr>" for row in rows)
-    return f"<table>{top}{body}</table>"
-
-
 def loop_kernel_html(lk):
     loops = [(name, lp.start, lp.end, lp.step, list(lp.blocks) or "", "yes" if lp.parallel else "no")
              for name, lp in zip(lk.index_names, lk.loops)]
@@ -60,14 +55,14 @@ def loop_kernel_html(lk):
         nest = f"(no pseudo-code: {e})"
     parts = [f"<div><b>{html.escape(lk.__name__)}</b>({html.escape(', '.join(lk.array_names))}) "
              f"&mdash; spec <code>{html.escape(lk.spec.text)}</code>, {lk.spec.mode}, {_threads(lk)} thread(s)",
-             _table(loops, ("index", "start", "end", "step", "blocks", "parallel")),
+             html_table(loops, ("index", "start", "end", "step", "blocks", "parallel")),
              "<details open><summary>nest (pseudo-code per thread)</summary>"
              f"<pre>{html.escape(nest)}</pre></details>"]
     inst = lk._last
     if inst is not None:
-        parts.append(_table([(repr(k),) for k in inst.kernels], ("kernels called",)))
+        parts.append(html_table([(repr(k),) for k in inst.kernels], ("kernels called",)))
     rows = tuning_rows(lk)
     if rows:
         parts.append("<details open><summary>last tuning (fastest first)</summary>"
-                     + _table(rows, ("spec", "ms", "note")) + "</details>")
+                     + html_table(rows, ("spec", "ms", "note")) + "</details>")
     return "".join(parts) + "</div>"

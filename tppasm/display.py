@@ -185,7 +185,8 @@ def kernel_repr(kernel):
             f"{_size(len(code))}, JIT {kernel.jit_seconds * 1e3:.1f} ms>")
 
 
-def _table(rows, head=None):
+def html_table(rows, head=None):
+    """``rows`` (sequences of values) as an HTML table, with a header row if ``head`` is given."""
     cells = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(str(c))}</td>" for c in row)
                     + "</tr>" for row in rows)
     top = "<tr>" + "".join(f"<th style='text-align:left'>{html.escape(h)}</th>" for h in head) + "</tr>" \
@@ -202,8 +203,8 @@ def kernel_html(kernel):
     if not kernel.runnable:
         facts.append(("runs", f"not on this host (no {kernel.isa}): in the interpreter or an emulator"))
     listing = Listing(kernel.disassemble())
-    return (f"<div><b>{html.escape(type(kernel).__name__)}</b>{_table(facts)}"
-            f"{_table(operand_rows(kernel), ('operand', 'dtype', 'shape', 'access', 'layout'))}"
+    return (f"<div><b>{html.escape(type(kernel).__name__)}</b>{html_table(facts)}"
+            f"{html_table(operand_rows(kernel), ('operand', 'dtype', 'shape', 'access', 'layout'))}"
             f"<details><summary>machine code ({len(listing.splitlines())} instructions)</summary>"
             f"{listing._repr_html_()}</details></div>")
 
