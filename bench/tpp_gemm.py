@@ -8,14 +8,12 @@ time of a 32x32x32 GEMM from Python and the JIT time of each kernel. Every peak 
 independent accumulators on that unit, so no clock frequency is assumed.
 """
 import argparse
+import contextlib
 import json
-import os
 import sys
 import time
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")        # one core each: tppasm kernels are single-threaded
-import numpy as np  # noqa: E402
+import numpy as np
 
 import tppasm
 from tppasm.timing import calibrate, time_runs
@@ -141,6 +139,20 @@ def main(argv=None):
         torch.set_num_threads(1)
     except ImportError:
         torch = None
+    with _one_blas_thread():            # one core each: tppasm kernels are single-threaded
+        return _run(args, torch)
+
+
+def _one_blas_thread():
+    """numpy's BLAS limited to one thread for the duration (no-op without threadpoolctl)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1)
+
+
+def _run(args, torch):
     rng = np.random.default_rng(0)
     isa = host().isa
     records = []
