@@ -14,6 +14,7 @@ True
 """
 import hashlib
 import importlib
+import os
 import pathlib
 import pkgutil
 import threading
@@ -27,6 +28,14 @@ _SHARED_SOURCES = ("tppasm/*.py", "isa/**/*.py")
 _GENERATORS = {}
 _LOADED = set()
 _LOCK = threading.RLock()
+
+
+def _after_fork_in_child():
+    global _LOCK
+    _LOCK = threading.RLock()          # its holder, a thread of the parent, does not exist here
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def register(family, *kinds):
