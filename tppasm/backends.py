@@ -30,12 +30,28 @@ _LOADED = set()
 _LOCK = threading.RLock()
 
 
+_FORK_WAIT_S = 10.0
+_fork_held = False
+
+
+def _before_fork():
+    global _fork_held       # a thread importing generator modules finishes first (at most _FORK_WAIT_S)
+    _fork_held = _LOCK.acquire(timeout=_FORK_WAIT_S)
+
+
+def _after_fork_in_parent():
+    global _fork_held
+    if _fork_held:
+        _fork_held = False
+        _LOCK.release()
+
+
 def _after_fork_in_child():
-    global _LOCK
-    _LOCK = threading.RLock()          # its holder, a thread of the parent, does not exist here
+    global _LOCK, _fork_held
+    _LOCK, _fork_held = threading.RLock(), False     # its holder, a thread of the parent, is not here
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 def register(family, *kinds):

@@ -292,9 +292,28 @@ def cache_clear():
     _CACHE.clear()
 
 
+_FORK_WAIT_S = 10.0
+_fork_held = False
+
+
+def _before_fork():
+    """Wait (at most _FORK_WAIT_S) until no other thread generates a kernel: one that is importing
+    a generator module at the fork would leave the child a half-imported module and its import lock."""
+    global _fork_held
+    _fork_held = _LOCK.acquire(timeout=_FORK_WAIT_S)
+
+
+def _after_fork_in_parent():
+    global _fork_held
+    if _fork_held:
+        _fork_held = False
+        _LOCK.release()
+
+
 def _after_fork_in_child():
-    """Run in a forked child (``os.register_at_fork``): the threads that held locks at the fork do
-    not exist in it, so every lock of the process is replaced by a fresh one:
+    """Run in a forked child (``os.register_at_fork``; before the fork, :func:`_before_fork` waits
+    for a kernel being generated): the threads that held locks at the fork do not exist in the
+    child, so every lock of the process is replaced by a fresh one:
 
     - ``tppasm.kernel._LOCK`` (kernel generation) and the in-process cache's (here);
     - ``tppasm.backends._LOCK`` (generator registry loading; :mod:`tppasm.backends`);
@@ -305,12 +324,12 @@ def _after_fork_in_child():
     - the thread pool and its lock: a child gets a fresh pool that starts its own workers
       (:mod:`loops.pool`; it never waits on the parent's threads).
     """
-    global _LOCK
-    _LOCK = threading.Lock()
+    global _LOCK, _fork_held
+    _LOCK, _fork_held = threading.Lock(), False
     _CACHE.after_fork_in_child()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 def _generate(desc, isa):
