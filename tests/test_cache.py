@@ -6,6 +6,7 @@ import json
 import os
 import stat
 import struct
+import types
 import warnings
 
 import numpy as np
@@ -81,7 +82,11 @@ def test_second_process_loads_every_kernel(tmp_path):
     first = _kernels(tmp_path)
     assert first == {"from_disk": 0, "kernels": 7}
     assert stat.S_IMODE(os.stat(tmp_path).st_mode) == 0o700
+    index = os.stat(tmp_path / "index.json")
     assert _kernels(tmp_path) == {"from_disk": 7, "kernels": 7}
+    again = os.stat(tmp_path / "index.json")                # a process that only loads leaves the index
+    assert (again.st_ino, again.st_mtime_ns) == (index.st_ino, index.st_mtime_ns)
+    assert json.loads((tmp_path / "stats.json").read_text())["hits"] >= 7
 
 
 def test_cache_off_writes_nothing(tmp_path):
@@ -225,7 +230,7 @@ def test_size_cap_evicts_least_recently_used(tmp_path):
         store.put(f"kernel/{i}", bytes([i]) * 1000, {})
     store.flush()
     assert store.get("kernel/0") is not None             # 0 becomes the most recently used
-    store._touched["kernel/0"] += 100
+    store._touched["kernel/0"] += 2 * disk.TOUCH_S     # used again, later than the others
     store.flush()
     for i in range(8, 12):
         store.put(f"kernel/{i}", bytes([i]) * 1000, {})
@@ -235,6 +240,18 @@ def test_size_cap_evicts_least_recently_used(tmp_path):
     assert all(store.get(f"kernel/{i}")[0] == bytes([i]) * 1000 for i in kept)
     on_disk = sum(p.stat().st_size for p in _data_files(tmp_path))
     assert on_disk <= 2 * 10_000                           # evicted bytes are reclaimed by compaction
+
+
+def test_segments_are_ragged_mmaps_of_the_stored_blobs(tmp_path):
+    from mmap_ninja.ragged import RaggedMmap
+    store = disk.DiskStore(tmp_path, cap_bytes=1 << 20)
+    blobs = {f"kernel/{i}": os.urandom(10 + 7 * i) for i in range(5)}
+    for key, blob in blobs.items():
+        store.put(key, blob, {})
+    store.flush()
+    for key, entry in store._index["entries"].items():
+        seg = RaggedMmap(tmp_path / entry["seg"])
+        assert seg.starts[entry["i"]] == entry["start"] and bytes(seg[entry["i"]]) == blobs[key]
 
 
 def test_many_flushes_keep_few_segments(tmp_path):
@@ -332,10 +349,13 @@ def test_key_covers_every_field_and_the_features(monkeypatch):
                    dict(op="tanh")):
         keys.add(code.raw_key(Unary(**{**vars(base), **change}), "avx2"))
     keys.add(code.raw_key(base, "avx512"))
-    from tppasm.x86 import brgemm
-    monkeypatch.setattr(brgemm, "target_features", lambda isa: frozenset({"avx2", "fma"}))
+    real = kernels.host()
+    fewer = dict(real.features, avx512f=not real.features.get("avx512f"))
+    monkeypatch.setattr(kernels, "host", lambda: types.SimpleNamespace(levels=real.levels, features=fewer))
     keys.add(code.raw_key(base, "avx2"))
-    assert len(keys) == 10
+    monkeypatch.setattr(kernels, "host", lambda: types.SimpleNamespace(levels=(), features=real.features))
+    keys.add(code.raw_key(base, "avx2"))
+    assert len(keys) == 11
 
 
 def test_descriptor_without_faithful_text_is_not_stored():

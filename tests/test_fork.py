@@ -158,7 +158,8 @@ def child():
     tc.flush()
 fork_and_check(child)
 tc.flush()
-index = json.load(open(os.path.join(os.environ["TPPASM_CACHE_DIR"], "index.json")))
-print("stores", index["stats"]["stores"], "kernels", sum(k.startswith("kernel/") for k in index["entries"]))
+root = os.environ["TPPASM_CACHE_DIR"]
+index, stats = (json.load(open(os.path.join(root, name))) for name in ("index.json", "stats.json"))
+print("stores", stats["stores"], "kernels", sum(k.startswith("kernel/") for k in index["entries"]))
 """, {"TPPASM_CACHE_DIR": str(tmp_path)})
     assert "stores 3 kernels 2" in out, out     # parent: sigmoid + its stub; child: exp (same stub)

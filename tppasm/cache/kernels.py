@@ -2,7 +2,8 @@
 
 A raw kernel's key is the SHA-256 of the descriptor (every field, recursively, with its class),
 the ISA, the generators' source version (:func:`tppasm.backends.source_version`), tppasm's
-version, the machine and the host features the generator reads (``target_features``). Only
+version, the machine, the host's features and whether it runs the ISA (all that
+``target_features`` reads, without importing the generators). Only
 position-independent code (:mod:`.position`) is stored; the raw kernel comes back through the
 same constructor the generator used (:class:`isa.x86.function.JitFunction`,
 :class:`tppasm.sve.raw.SveCode`). Entry stubs are stored as templates (:mod:`.stubs`) keyed by
@@ -17,6 +18,7 @@ import warnings
 
 import numpy as np
 
+from isa.cpu import host
 from isa.x86.function import JitFunction
 
 from .. import backends
@@ -59,19 +61,11 @@ def describe(value):
 _HEADS = {}      # dataclass -> (qualified name, field names)
 
 
-_FEATURES = {}
-
-
 def _features(isa):
-    """The host features ``isa``'s generators read (``target_features``), as text."""
-    if backends.family(isa) != "x86":
-        return ""
-    from ..x86 import brgemm
-    fn = brgemm.target_features                     # looked up each time: tests may replace it
-    text = _FEATURES.get((isa, fn))
-    if text is None:
-        text = _FEATURES[(isa, fn)] = ",".join(sorted(fn(isa)))
-    return text
+    """What of the host code generation can read: its features and whether it runs ``isa``
+    (``tppasm.x86.brgemm.target_features`` is a function of these)."""
+    h = host()
+    return f"{isa in h.levels}:" + ",".join(sorted(f for f, on in h.features.items() if on))
 
 
 def _digest(*parts):
