@@ -133,6 +133,19 @@ def test_blob_with_wrong_hash_is_discarded(cache_dir):
     assert "kernel/x" not in json.loads((cache_dir / "index.json").read_text())["entries"]
 
 
+def test_entry_with_unusable_metadata_is_replaced(cache_dir):
+    code = tc.kernel_code()
+    desc = Unary("relu", 2, 9)
+    key = code.raw_key(desc, "avx2")
+    code.store.put(key, b"\xc3", {"type": "from the future"})
+    code.store.flush()
+    raw, from_disk = code.raw(desc, "avx2", backends.generate)
+    assert not from_disk and raw.code != b"\xc3"
+    code.store.flush()
+    again, from_disk = kernels.KernelCode(disk.DiskStore(cache_dir, 1 << 20)).raw(desc, "avx2", None)
+    assert from_disk and again.code == raw.code
+
+
 def test_unsafe_directory_is_refused_with_the_fix(tmp_path, monkeypatch):
     os.chmod(tmp_path, 0o775)
     with pytest.warns(RuntimeWarning, match="chmod 700"):

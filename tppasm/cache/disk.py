@@ -45,6 +45,7 @@ import numpy as np
 FORMAT = 1
 FLUSH_BLOBS, FLUSH_BYTES, FLUSH_SECONDS = 256, 8 << 20, 2.0
 MAX_SEGMENTS = 8
+MAX_ENTRIES = 20_000                # the index is one JSON file: ~6 MB, ~40 ms to read, at this size
 TOUCH_S = 600.0                     # last-use times are kept to this resolution
 LOCK_TIMEOUT_S, LOCK_RETRY_S = 10.0, 30.0
 _STATS = ("hits", "misses", "stores", "evicted", "discarded")
@@ -194,6 +195,13 @@ class DiskStore:
         self._dropped[key] = entry.get("sha256")
         self.stats["discarded"] += 1
 
+    def discard(self, key):
+        """Forget ``key`` (its blob verified but its metadata unusable): removed at the next flush."""
+        with self._lock:
+            entry = self._index["entries"].get(key)
+            if entry is not None:
+                self._drop(key, entry)
+
     # -- writing -------------------------------------------------------------------------------
     def put(self, key, blob, meta):
         """Keep ``blob`` (non-empty bytes) with ``meta`` (JSON-able) under ``key``; written by a later flush."""
@@ -242,7 +250,7 @@ class DiskStore:
             except _LockTimeout:
                 self._retry_at = time.monotonic() + LOCK_RETRY_S     # keep what is pending for later
                 return
-            except (OSError, ValueError) as e:
+            except Exception as e:          # noqa: BLE001  (disk full, read-only, ...: kernels still get made)
                 self.failure = e
                 warnings.warn(f"tppasm: cannot write the kernel cache in {self.root} ({e}); kernels are generated "
                               "in memory from now on in this process. Fix the directory, or set TPPASM_CACHE=0",
@@ -286,16 +294,19 @@ class DiskStore:
         index["segments"][name] = {"blobs": len(items), "bytes": ends[-1]}
 
     def _evict(self, index):
-        """Drop least-recently-used entries and records until they fit in 80% of the cap."""
+        """Drop least-recently-used entries and records until they fit in 80% of the cap (bytes, and
+        MAX_ENTRIES)."""
         tables = (index["entries"], index["records"])
         total = sum(e.get("size", 0) for t in tables for e in t.values())
-        if total <= self.cap:
+        count = sum(len(t) for t in tables)
+        if total <= self.cap and count <= MAX_ENTRIES:
             return
         by_age = sorted(((e.get("used", 0), key, t) for t in tables for key, e in t.items()), key=lambda x: x[:2])
         for _, key, table in by_age:
-            if total <= 0.8 * self.cap:
+            if total <= 0.8 * self.cap and count <= 0.8 * MAX_ENTRIES:
                 break
             total -= table.pop(key).get("size", 0)
+            count -= 1
             self.stats["evicted"] += 1
 
     def _compact(self, index):

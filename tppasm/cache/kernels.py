@@ -24,6 +24,7 @@ from isa.x86.function import JitFunction
 from .. import backends
 from ..version import __version__
 from ..sve.raw import SveCode
+from ..x86.entry import build_entry
 from . import stubs
 from .position import audit
 
@@ -102,6 +103,7 @@ class KernelCode:
                 raw = _rebuild(*hit)
                 if raw is not None:
                     return raw, True
+                self.store.discard(key)
         raw = generate(desc, isa)
         if key is not None:
             self._save(key, raw, desc, isa)
@@ -138,7 +140,7 @@ class KernelCode:
                 try:
                     t = stubs.Template.from_meta(*hit)
                 except ValueError:
-                    t = None
+                    self.store.discard(key)
             if t is None:
                 t = stubs.template(kind, operands, scalars, count_scalar, form)
                 if t is not None:
@@ -146,8 +148,7 @@ class KernelCode:
             if len(self._templates) >= 4096:
                 self._templates.clear()
             self._templates[key] = t
-        if t is None:
-            from ..x86.entry import build_entry          # not templatable: build it here, as without a cache
+        if t is None:                                   # not templatable: built here, as without a cache
             return build_entry(kind, operands, scalars, addresses.raw(), count_scalar, call=addresses.call)
         return stubs.instantiate(t, addresses)
 
