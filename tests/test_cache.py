@@ -231,6 +231,42 @@ def test_writer_killed_mid_flush_leaves_a_usable_cache(tmp_path, where):
     assert _count_segments(tmp_path) == len(json.loads((tmp_path / "index.json").read_text())["segments"])
 
 
+def test_lock_held_elsewhere_delays_writing_without_losing_it(tmp_path, monkeypatch):
+    import fcntl
+    monkeypatch.setattr(disk, "LOCK_TIMEOUT_S", 0.2)
+    store = disk.DiskStore(tmp_path, 1 << 20)
+    store.put("kernel/a", b"\x90\xc3", {})
+    fd = os.open(tmp_path / "lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)                       # another writer, stuck
+    try:
+        store.flush()
+        assert "kernel/a" in store._pending and not (tmp_path / "index.json").exists()
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    store._retry_at = 0
+    store.flush()
+    assert disk.DiskStore(tmp_path, 1 << 20).get("kernel/a")[0] == b"\x90\xc3"
+
+
+def test_write_failure_warns_once_and_kernels_still_come(cache_dir, monkeypatch):
+    def full(*args):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(disk.DiskStore, "_write_json", full)
+    store = tc.store()
+    store.put("kernel/a", b"\xc3", {})
+    with pytest.warns(RuntimeWarning, match="No space left"):
+        store.flush()
+    assert store.failure is not None
+    k = tk.Kernel(Unary("relu", 2, 13), tk.host().isa, code_cache=tc.kernel_code())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        store.flush()
+    x = -np.ones((2, 13), np.float32)
+    k(x, x)
+    assert not x.any()
+
+
 def _count_segments(root):
     return len([p for p in root.iterdir() if p.name.startswith("seg-")])
 

@@ -95,7 +95,7 @@ class DiskStore:
         self._index, self._index_id = _empty_index(), None
         self._segments = {}                 # name -> file descriptor of its data.ninja, or None if unreadable
         self._reset_process_state()
-        self.failure = None                 # why writing stopped (an OSError), if it did
+        self.failure = None                 # why writing stopped (the exception), if it did
         self._retry_at = 0.0                # after a lock timeout: no flush before this (monotonic)
         atexit.register(_flush_at_exit, weakref.ref(self))
 
@@ -252,13 +252,11 @@ class DiskStore:
                 return
             except Exception as e:          # noqa: BLE001  (disk full, read-only, ...: kernels still get made)
                 self.failure = e
-                warnings.warn(f"tppasm: cannot write the kernel cache in {self.root} ({e}); kernels are generated "
-                              "in memory from now on in this process. Fix the directory, or set TPPASM_CACHE=0",
-                              RuntimeWarning, stacklevel=2)
-                return
-            finally:
-                self._reset_process_state()
-            if index_too:
+                warnings.warn(f"tppasm: cannot write the kernel cache in {self.root} ({e}); this process writes "
+                              "nothing more there (kernels are generated as usual). Fix the directory, or set "
+                              "TPPASM_CACHE=0", RuntimeWarning, stacklevel=2)
+            self._reset_process_state()
+            if index_too and self.failure is None:
                 self._index, self._index_id = self._load_index()
 
     def _merge(self, index, now):
