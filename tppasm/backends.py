@@ -14,10 +14,12 @@ True
 """
 import hashlib
 import importlib
-import os
 import pathlib
 import pkgutil
+import sys
 import threading
+
+from . import forking
 
 FAMILIES = {"avx2": "x86", "avx512": "x86", "amx": "x86", "sve": "sve"}
 PACKAGES = {"x86": "tppasm.x86", "sve": "tppasm.sve"}
@@ -31,27 +33,7 @@ _LOCK = threading.RLock()
 
 
 _FORK_WAIT_S = 10.0
-_fork_held = False
-
-
-def _before_fork():
-    global _fork_held       # a thread importing generator modules finishes first (at most _FORK_WAIT_S)
-    _fork_held = _LOCK.acquire(timeout=_FORK_WAIT_S)
-
-
-def _after_fork_in_parent():
-    global _fork_held
-    if _fork_held:
-        _fork_held = False
-        _LOCK.release()
-
-
-def _after_fork_in_child():
-    global _LOCK, _fork_held
-    _LOCK, _fork_held = threading.RLock(), False     # its holder, a thread of the parent, is not here
-
-
-os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
+forking.guard(sys.modules[__name__], "_LOCK", threading.RLock)     # see tppasm.forking
 
 
 def register(family, *kinds):

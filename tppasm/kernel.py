@@ -11,6 +11,7 @@ import ctypes
 import dataclasses
 import operator
 import os
+import sys
 import threading
 import time
 import types
@@ -19,7 +20,7 @@ import numpy as np
 
 from isa.cpu import host
 
-from . import backends
+from . import backends, forking
 from .cache import kernel_code
 from .cache.lru import DEFAULT_LIMIT, KernelLRU, check_limit
 from .operand import OperandError, check
@@ -293,43 +294,8 @@ def cache_clear():
 
 
 _FORK_WAIT_S = 10.0
-_fork_held = False
-
-
-def _before_fork():
-    """Wait (at most _FORK_WAIT_S) until no other thread generates a kernel: one that is importing
-    a generator module at the fork would leave the child a half-imported module and its import lock."""
-    global _fork_held
-    _fork_held = _LOCK.acquire(timeout=_FORK_WAIT_S)
-
-
-def _after_fork_in_parent():
-    global _fork_held
-    if _fork_held:
-        _fork_held = False
-        _LOCK.release()
-
-
-def _after_fork_in_child():
-    """Run in a forked child (``os.register_at_fork``; before the fork, :func:`_before_fork` waits
-    for a kernel being generated): the threads that held locks at the fork do not exist in the
-    child, so every lock of the process is replaced by a fresh one:
-
-    - ``tppasm.kernel._LOCK`` (kernel generation) and the in-process cache's (here);
-    - ``tppasm.backends._LOCK`` (generator registry loading; :mod:`tppasm.backends`);
-    - the disk cache's lock, pending writes and counts (:func:`tppasm.cache.after_fork_in_child`);
-    - the tracer's count of traces in progress, ``TRACING`` (:mod:`loops.trace`: only the
-      forking thread's own traces go on in the child);
-    - every loop nest's context lock (:mod:`loops.decorator`);
-    - the thread pool and its lock: a child gets a fresh pool that starts its own workers
-      (:mod:`loops.pool`; it never waits on the parent's threads).
-    """
-    global _LOCK, _fork_held
-    _LOCK, _fork_held = threading.Lock(), False
-    _CACHE.after_fork_in_child()
-
-
-os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
+forking.guard(sys.modules[__name__], "_LOCK", threading.Lock)     # every lock at a fork: tppasm.forking
+os.register_at_fork(after_in_child=_CACHE.after_fork_in_child)
 
 
 def _generate(desc, isa):
