@@ -346,11 +346,21 @@ def test_cli_info_and_clear(tmp_path):
 # -- what is stored --------------------------------------------------------------------------
 
 def test_every_generator_emits_position_independent_code():
-    """The audit passes every golden descriptor on every ISA (x86 and SVE), so all are cached."""
+    """The audit passes every golden descriptor on every ISA (x86 and SVE), the AMX tile
+    configuration and SVE's MMLA BRGEMM: every registered generator, so every kernel is cached."""
+    from tppasm.brgemm import Brgemm, TileConfig, TileRelease
+    from tppasm.sve.brgemm import MmlaBrgemm
+    extra = {"amx": [TileConfig(Brgemm(32, 32, 32, dtype="bf16", tile_setup=False)), TileRelease()],
+             "sve": [MmlaBrgemm(m=5, n=7, k=9, dtype="bf16"), MmlaBrgemm(m=8, n=8, k=16, dtype="i8")]}
+    kinds = set()
     for isa in ("avx2", "avx512", "amx", "sve"):
-        for desc in descriptors():
+        for desc in descriptors() + extra.get(isa, []):
             code = backends.generate(desc, isa).code
             assert position.audit(code, backends.family(isa)) is None, (isa, desc)
+            kinds.add((backends.family(isa), desc.kind))
+    generators = {k for k in backends.registered()                 # not those a docstring example adds
+                  if backends._GENERATORS[k].__module__.startswith(("tppasm.x86.", "tppasm.sve."))}
+    assert kinds == generators
 
 
 def _x86(emit):
