@@ -126,7 +126,8 @@ def main(argv=None):
         code.raw_key(desc, "avx2")
         miss.add("key (descriptor text + SHA-256)", median_time(lambda: code.raw_key(desc, "avx2")) * 1e6)
         key = code.raw_key(desc, "avx2")
-        miss.add("store lookup, absent (index dict + stat of index.json)", median_time(lambda: code.store.get(key)) * 1e6)
+        miss.add("store lookup, absent (index dict + stat of index.json)",
+                 median_time(lambda: code.store.get(key)) * 1e6)
 
     stub = Report("Native entry stub of a kernel (in process, µs)", ["how", "µs"])
     import ctypes
@@ -142,8 +143,8 @@ def main(argv=None):
     addresses = Addresses(ops, (), 0x7F0000001000, call)
     stub.add("patched from its template (instantiate)", median_time(lambda: stubs.instantiate(t, addresses)) * 1e6)
 
-    mem = Report("After 2,000 distinct kernels, all dropped (one process each)", ["in-process cache", "executable MiB",
-                                                                                  "RSS growth MiB"])
+    mem = Report("After 2,000 distinct kernels, all dropped (one process each)",
+                 ["in-process cache", "executable MiB", "RSS growth MiB"])
     for mode, label in (("memory-unbounded", "unbounded (as before)"), ("memory", "bounded: 512 kernels (default)")):
         mem.add(label, memory[mode]["exec_bytes"] / 2 ** 20, memory[mode]["rss_bytes"] / 2 ** 20)
     write_json(args.json, [rep, miss, stub, mem])

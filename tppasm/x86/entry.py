@@ -16,8 +16,9 @@ ctypes), and the stub hands any call it cannot vouch for to the Python path.
 The stub holds this process's addresses (of ``numpy.ndarray``, the dtype objects, the raw kernel)
 as 64-bit immediates, every one of them asked of an :class:`Addresses` object: the kernel cache
 (:mod:`tppasm.cache.stubs`) builds a stub once with placeholders and patches them in each process;
-the raw kernel stays position independent. The CPython and NumPy object layouts it relies on are verified once at import
-(:data:`NATIVE_CHECKS`); if they do not hold, every call takes the Python path.
+the raw kernel stays position independent. The CPython and NumPy object layouts it relies on are
+verified once at import (:data:`NATIVE_CHECKS`); if they do not hold, every call takes the Python
+path.
 """
 import ctypes
 import sys
