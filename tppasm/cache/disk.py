@@ -2,10 +2,12 @@
 
 Layout of the directory (created with mode 0700; see :func:`check_directory`)::
 
-    index.json     what is stored: key -> segment, offsets, size, SHA-256, metadata, last use
+    index.json     what is stored: key -> segment, offset, size, SHA-256, last use
     stats.json     hit, miss, store, eviction and discard counts of every process so far
     lock           flock(2) target: one writer at a time, across processes
-    seg-<id>/      an immutable mmap-ninja RaggedMmap of uint8 blobs (written whole, then renamed)
+    seg-<id>/      an immutable mmap-ninja RaggedMmap of uint8 records (written whole, then renamed):
+                   each is a 4-byte length, the JSON metadata, then the blob, so the SHA-256 in
+                   the index vouches for the metadata as well as for the code
 
 Writers batch: :meth:`DiskStore.put` keeps blobs in memory and :meth:`~DiskStore.flush` (every
 256 blobs or 8 MiB or 2 s, and at exit) takes the lock, rereads the index, writes the blobs no
@@ -115,18 +117,18 @@ class DiskStore:
         with self._lock:
             if key in self._pending:
                 self.stats["hits"] += 1
-                return self._pending[key]
+                return _unpack(self._pending[key])
             for attempt in (0, 1):
                 entry = self._index["entries"].get(key)
                 if entry is None and self._refresh():
                     entry = self._index["entries"].get(key)
                 if entry is None:
                     break
-                blob = self._read(entry)
-                if blob is not None:
+                found = _unpack(self._read(entry))
+                if found is not None:
                     self.stats["hits"] += 1
                     self._touched[key] = time.time()
-                    return blob, entry["meta"]
+                    return found
                 if attempt == 0 and self._refresh():      # compacted away by another process
                     continue
                 self._drop(key, entry)
@@ -207,10 +209,11 @@ class DiskStore:
         """Keep ``blob`` (non-empty bytes) with ``meta`` (JSON-able) under ``key``; written by a later flush."""
         if not blob:
             raise ValueError("the disk store keeps non-empty blobs only")
+        record = _pack(blob, meta)
         with self._lock:
             if key not in self._pending:
-                self._pending[key] = (bytes(blob), meta)
-                self._pending_bytes += len(blob)
+                self._pending[key] = record
+                self._pending_bytes += len(record)
                 self.stats["stores"] += 1
             self._first_pending = self._first_pending or time.monotonic()
             due = (len(self._pending) >= FLUSH_BLOBS or self._pending_bytes >= FLUSH_BYTES
@@ -264,7 +267,7 @@ class DiskStore:
         for key, sha in self._dropped.items():          # found bad here: its replacement may be pending
             if key in entries and entries[key].get("sha256") == sha:
                 del entries[key]
-        new = [(k, blob, meta) for k, (blob, meta) in self._pending.items() if k not in entries]
+        new = [(k, record) for k, record in self._pending.items() if k not in entries]
         if new:
             self._write_segment(index, new, now)
         for key, record in self._records.items():
@@ -275,20 +278,20 @@ class DiskStore:
                     table[key]["used"] = max(table[key].get("used", 0), used)
 
     def _write_segment(self, index, items, now):
-        """Write ``items`` [(key, blob, meta)] as a new segment and point their entries at it."""
+        """Write ``items`` [(key, record)] as a new segment and point their entries at it."""
         from mmap_ninja.ragged import RaggedMmap
         name = f"seg-{uuid.uuid4().hex[:16]}"
         tmp = os.path.join(self.root, "tmp-" + name)
-        RaggedMmap.from_lists(tmp, [np.frombuffer(blob, np.uint8) for _, blob, _ in items], dtype=np.uint8)
+        RaggedMmap.from_lists(tmp, [np.frombuffer(record, np.uint8) for _, record in items], dtype=np.uint8)
         os.rename(tmp, os.path.join(self.root, name))
         seg = RaggedMmap(os.path.join(self.root, name))
         starts, ends = seg.starts.tolist(), seg.ends.tolist()
         del seg
-        for i, (key, blob, meta) in enumerate(items):
-            if ends[i] - starts[i] != len(blob):
-                raise ValueError(f"segment {name}: blob {i} has {ends[i] - starts[i]} bytes, not {len(blob)}")
-            index["entries"][key] = {"seg": name, "i": i, "start": starts[i], "size": len(blob),
-                                     "sha256": hashlib.sha256(blob).hexdigest(), "meta": meta, "used": now}
+        for i, (key, record) in enumerate(items):
+            if ends[i] - starts[i] != len(record):
+                raise ValueError(f"segment {name}: record {i} has {ends[i] - starts[i]} bytes, not {len(record)}")
+            index["entries"][key] = {"seg": name, "i": i, "start": starts[i], "size": len(record),
+                                     "sha256": hashlib.sha256(record).hexdigest(), "used": now}
         index["segments"][name] = {"blobs": len(items), "bytes": ends[-1]}
 
     def _evict(self, index):
@@ -325,17 +328,17 @@ class DiskStore:
         items = []
         for key, e in list(index["entries"].items()):
             if e.get("seg") in merge:
-                blob = self._read(e)
-                if blob is None:
+                record = self._read(e)
+                if record is None:
                     del index["entries"][key]
                 else:
-                    items.append((key, blob, e["meta"], e.get("used", 0)))
+                    items.append((key, record, e.get("used", 0)))
         for name in merge:
             del segments[name]
             self._close_segment(name)
         if items:
-            self._write_segment(index, [i[:3] for i in items], 0)
-            for key, _, _, used in items:
+            self._write_segment(index, [i[:2] for i in items], 0)
+            for key, _, used in items:
                 index["entries"][key]["used"] = used
 
     def _write_json(self, name, value):
@@ -419,6 +422,25 @@ def _flush_at_exit(ref):
     if store is not None and store._lock.acquire(timeout=LOCK_TIMEOUT_S):     # a daemon thread may hold it
         store._lock.release()
         store.flush()
+
+
+def _pack(blob, meta):
+    """The stored record of ``blob`` and its JSON-able ``meta``."""
+    text = json.dumps(meta, separators=(",", ":")).encode()
+    return len(text).to_bytes(4, "little") + text + bytes(blob)
+
+
+def _unpack(record):
+    """(blob, meta) of a record from :func:`_pack`; None if it is not one."""
+    if record is None or len(record) < 4:
+        return None
+    n = int.from_bytes(record[:4], "little")
+    try:
+        meta = json.loads(record[4:4 + n])
+    except ValueError:
+        return None
+    blob = record[4 + n:]
+    return (blob, meta) if blob and n <= len(record) - 4 else None
 
 
 def _empty_index():

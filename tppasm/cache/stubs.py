@@ -22,12 +22,15 @@ from dataclasses import dataclass
 
 from isa.x86.function import JitFunction
 
-from ..x86.entry import Addresses, Vectorcall, build_entry
+from ..x86.entry import CAPI, Addresses, Vectorcall, build_entry
 from .position import audit
 
 FORMS = ("entry", "call", "call-nogil")     # the ctypes entry; the builtin entry, holding or releasing the GIL
 _BASE = 0x7E57_AB1E_0000_0000               # placeholder i is _BASE + 16 * i: never a user-space address
-SYMBOLS = frozenset(("raw", "ndarray", "dtype", "int", "keyword", "none", "capi", "divert", "fallback"))
+# what a placeholder may stand for: Addresses method -> whether its argument is valid
+SYMBOLS = {"raw": None, "ndarray": None, "int": None, "none": None, "divert": None, "fallback": None,
+           "dtype": lambda i: isinstance(i, int) and 0 <= i < 8, "keyword": lambda j: isinstance(j, int) and 0 <= j < 8,
+           "capi": lambda name: name in CAPI}
 
 
 class Placeholders(Addresses):
@@ -91,8 +94,11 @@ class Template:
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"malformed stub template metadata: {e}") from None
         for off, sym in relocs:
-            if not (sym and sym[0] in SYMBOLS and 2 <= off <= len(code) - 8 and _is_imm64_slot(code, off)):
+            if not (2 <= off <= len(code) - 8 and _is_imm64_slot(code, off)):
                 raise ValueError(f"stub template relocation {off}, {sym} is not a mov r64, imm64 slot")
+            if not (sym and sym[0] in SYMBOLS and (len(sym) == 1 if SYMBOLS[sym[0]] is None
+                                                    else len(sym) == 2 and SYMBOLS[sym[0]](sym[1]))):
+                raise ValueError(f"stub template relocation {off}: {sym} names no address")
         return t
 
 

@@ -226,10 +226,10 @@ class Vectorcall:
     @staticmethod
     def available():
         """The CPython functions the stub calls are exported (3.11 and later: ``PyObject_Vectorcall``)."""
-        return NATIVE_CHECKS and all(hasattr(ctypes.pythonapi, f) for f in _CAPI)
+        return NATIVE_CHECKS and all(hasattr(ctypes.pythonapi, f) for f in CAPI)
 
 
-_CAPI = ("PyObject_Vectorcall", "Py_IncRef", "PyEval_SaveThread", "PyEval_RestoreThread",
+CAPI = ("PyObject_Vectorcall", "Py_IncRef", "PyEval_SaveThread", "PyEval_RestoreThread",
          "PyCFunction_NewEx")
 
 
