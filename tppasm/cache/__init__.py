@@ -40,8 +40,8 @@ import re
 import threading
 import warnings
 
-from .kernels import KernelCode
 from .disk import DiskStore, check_directory
+from .kernels import KernelCode
 
 DEFAULT_MB = 256
 RESERVED = ("kernel", "stub")          # namespaces of the kernel cache itself
