@@ -14,6 +14,7 @@ True
 """
 import ctypes
 import inspect
+import os
 import threading
 import weakref
 
@@ -249,6 +250,17 @@ def _arity(fn):
     return len(params)
 
 
+_INSTANCES = weakref.WeakSet()      # every compiled nest: its context lock is renewed in a forked child
+
+
+def _after_fork_in_child():
+    for inst in list(_INSTANCES):
+        inst.lock = threading.Lock()   # a parent's thread held it at the fork: it would stay taken
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class _Instance:
     """One compiled nest for one array signature: trace, checks, code, context template."""
 
@@ -278,6 +290,7 @@ class _Instance:
         self.ctx_address = ctypes.addressof(self.ctx)
         self.pool = pool
         self.lock = threading.Lock()
+        _INSTANCES.add(self)
         self.first_array = self.layout.array(0) // 8
         writes = {arg for c in calls for spec, (arg, _) in zip(c.kernel.operands, c.args) if spec.writable}
         self.entry = self._fast_entry(arrays, writes)

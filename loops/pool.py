@@ -37,6 +37,7 @@ import os
 import signal
 import threading
 import time
+import weakref
 
 from isa.cpu import host
 
@@ -160,6 +161,7 @@ class Pool:
         self._stale = True          # workers must be (re)started before the next region
         self._closed = False        # set at interpreter exit
         self._pid = os.getpid()
+        _POOLS.add(self)
 
     def run(self, fn, arg):
         """Run native ``fn(arg, tid, nthreads)`` on every thread; return when all have returned.
@@ -252,17 +254,21 @@ _pool = None
 _pool_lock = threading.Lock()
 
 
-def _reset_pool_lock():
+_POOLS = weakref.WeakSet()          # every pool: a forked child restarts their workers
+
+
+def _after_fork_in_child():
     global _pool_lock
     _pool_lock = threading.Lock()       # a thread of the parent may have held it at the fork
+    for pool in list(_POOLS):
+        pool._after_fork_in_child()
 
 
-os.register_at_fork(after_in_child=_reset_pool_lock)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _new_pool(nthreads):
-    pool = Pool(nthreads)
-    os.register_at_fork(after_in_child=pool._after_fork_in_child)
+    pool = Pool(nthreads)              # a forked child restarts it (_POOLS)
     atexit.register(pool._at_exit)
     return pool
 

@@ -21,6 +21,7 @@ if i == 0:
 else:
   relu(X[2*i:2*i + 2, :], Y[2*i:2*i + 2, :])
 """
+import os
 import threading
 from dataclasses import dataclass, field
 
@@ -542,12 +543,23 @@ def _run(tracer, fn, args, mode="trace"):
     """``fn(*args)`` with kernel calls going to the hook in ``mode`` ("trace" or "python")."""
     prev = getattr(_local, "mode", None), getattr(_local, "tracer", None)
     _local.mode, _local.tracer = mode, tracer
+    _local.depth = getattr(_local, "depth", 0) + 1
     _tk.tracing(+1)             # kernels then skip their native fast path and ask the hook
     try:
         fn(*args)
     finally:
         _tk.tracing(-1)
+        _local.depth -= 1
         _local.mode, _local.tracer = prev
+
+
+def _after_fork_in_child():
+    """Only the forking thread's traces go on in a child: other threads' counts must not keep
+    every kernel call on the slow path forever."""
+    _tk.tracing(getattr(_local, "depth", 0) - _tk.TRACING)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def run_python(fn, args):

@@ -1,4 +1,7 @@
+import atexit
 import os
+import shutil
+import tempfile
 
 from hypothesis import HealthCheck, settings
 
@@ -9,6 +12,10 @@ settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True
 settings.register_profile("dev", max_examples=60, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# The suite never reads or fills the user's kernel cache: a fresh one per run (subprocesses inherit it).
+os.environ["TPPASM_CACHE_DIR"] = tempfile.mkdtemp(prefix="tppasm-test-cache-")
+atexit.register(shutil.rmtree, os.environ["TPPASM_CACHE_DIR"], True)
 
 _OUTSIDE = differences()
 

@@ -4,9 +4,8 @@
 >>> isinstance(tppasm.__version__, str)
 True
 """
-__version__ = "0.1.0"       # setup.cfg reads it from here
-
-from .kernel import get_kernel  # noqa: F401,E402
-from .brgemm import brgemm, tileconfig, tilerelease  # noqa: F401,E402
-from .layout import aligned, block, empty, unblock, vnni_pack, vnni_unpack  # noqa: F401,E402
+from .version import __version__  # noqa: F401
+from .kernel import cache_clear, get_kernel, set_kernel_cache_limit  # noqa: F401
+from .brgemm import brgemm, tileconfig, tilerelease  # noqa: F401
+from .layout import aligned, block, empty, unblock, vnni_pack, vnni_unpack  # noqa: F401
 from .eltwise import binary, copy, reduce, relu, ternary, transform, unary, zero  # noqa: F401,E402

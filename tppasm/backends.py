@@ -16,7 +16,10 @@ import hashlib
 import importlib
 import pathlib
 import pkgutil
+import sys
 import threading
+
+from . import forking
 
 FAMILIES = {"avx2": "x86", "avx512": "x86", "amx": "x86", "sve": "sve"}
 PACKAGES = {"x86": "tppasm.x86", "sve": "tppasm.sve"}
@@ -27,6 +30,10 @@ _SHARED_SOURCES = ("tppasm/*.py", "isa/**/*.py")
 _GENERATORS = {}
 _LOADED = set()
 _LOCK = threading.RLock()
+
+
+_FORK_WAIT_S = 10.0
+forking.guard(sys.modules[__name__], "_LOCK", threading.RLock)     # see tppasm.forking
 
 
 def register(family, *kinds):

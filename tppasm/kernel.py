@@ -3,11 +3,14 @@
 Every descriptor is a frozen dataclass that says which arrays the kernel takes
 (:meth:`operands`), which integer scalars follow them (``scalars``), and how to compute the same
 thing with NumPy (:meth:`reference`). :func:`get_kernel` JITs it once per (descriptor, ISA) and
-returns the same :class:`Kernel` object afterwards.
+returns the same :class:`Kernel` object afterwards, while the kernel is among the
+:func:`set_kernel_cache_limit` most recently used ones or referenced elsewhere; its code comes
+from the disk cache (:mod:`tppasm.cache`) when an earlier process generated it.
 """
 import ctypes
 import dataclasses
 import operator
+import os
 import sys
 import threading
 import time
@@ -18,10 +21,12 @@ import numpy as np
 from isa.cpu import host
 from isa.listing import Listing
 
-from . import backends, display
+from . import backends, display, forking
+from .cache import kernel_code
+from .cache.lru import DEFAULT_LIMIT, KernelLRU, check_limit
 from .dtypes import name_of
 from .operand import OperandError, check
-from .x86.entry import NATIVE_CHECKS, Vectorcall, build_entry, make_builtin
+from .x86.entry import NATIVE_CHECKS, Addresses, Vectorcall, build_entry, make_builtin
 
 # kernels whose work is below this many bytes+flops hold the interpreter lock during the call
 # (entering with the lock held is ~0.1 µs cheaper; releasing it matters only for long calls)
@@ -126,18 +131,25 @@ class Kernel:
     outputs it only writes are then allocated (64-byte aligned) and returned. A batched kernel's
     ``count`` defaults to the number of blocks its batched operands hold. Kernels pickle as their
     descriptor and ISA and are rebuilt (from the cache) on load.
+
+    ``code_cache`` (a :class:`tppasm.cache.kernels.KernelCode`, what :func:`get_kernel` passes)
+    loads the code from the disk cache and stores what it generates; without it the code is
+    generated here (``from_disk`` tells which happened).
     """
 
     # defaults for kernels assembled by hand (tests build some with Kernel.__new__)
     _infer, _alloc, _stub, _builtin, jit_seconds, runnable = False, (), None, None, 0.0, True
 
-    def __init__(self, desc, isa):
+    def __init__(self, desc, isa, *, code_cache=None):
         self.desc, self.isa = desc, isa
         self.operands = tuple(desc.operands())
         self.scalars = tuple(desc.scalars)
         start = time.perf_counter()
         self.checked_call = desc.checked_call
-        self.raw = _generate(desc, isa)
+        if code_cache is None:
+            self.raw, self.from_disk = _generate(desc, isa), False
+        else:
+            self.raw, self.from_disk = code_cache.raw(desc, isa, _generate)
         # code for an ISA this host lacks (AVX-512 or AMX generated for the interpreter, say) is
         # never called: an illegal instruction would kill the process
         self.runnable = isa in host().levels
@@ -145,9 +157,9 @@ class Kernel:
         x86 = isa in ("avx2", "avx512", "amx")
         self.entry = self._stub = None
         if x86 and self.runnable and builtin_entry and Vectorcall.available() and self.checked_call:
-            self._become_builtin()
+            self._become_builtin(code_cache)
         if x86 and self._stub is None and self.checked_call:
-            self.entry = build_entry(desc.kind, self.operands, self.scalars, self.raw.address, desc.count_scalar)
+            self.entry = _entry_stub(code_cache, desc, self.operands, self.scalars, self.raw.address)
         self.jit_seconds = time.perf_counter() - start
         functype = ctypes.CFUNCTYPE if desc.work() >= _GIL_RELEASE_WORK else ctypes.PYFUNCTYPE
         self._native = NATIVE_CHECKS and self.entry is not None and self.runnable
@@ -169,14 +181,13 @@ class Kernel:
         """Address of the raw kernel: System V args are the operand data pointers, then the scalars."""
         return self.raw.address
 
-    def _become_builtin(self):
+    def _become_builtin(self, code_cache):
         """Make calls enter the native stub directly: this object's class becomes a subclass whose
         ``__call__`` is a CPython builtin implemented by the stub (about 0.5 µs less per call than
         a Python method calling ctypes); whatever the stub refuses goes to the Python path."""
         self._fallback = types.MethodType(Kernel.__call__, self)
         call = Vectorcall(self._fallback, ctypes.addressof(_DIVERT), self.desc.work() >= _GIL_RELEASE_WORK)
-        self._stub = build_entry(self.desc.kind, self.operands, self.scalars, self.raw.address,
-                                 self.desc.count_scalar, call=call)
+        self._stub = _entry_stub(code_cache, self.desc, self.operands, self.scalars, self.raw.address, call)
         if self._stub is not None:
             # the builtin holds the fallback, hence this kernel, its stub and the method def
             sig = display.signature(self)
@@ -352,12 +363,32 @@ def scalar_arg(kind, name, value):
     return v
 
 
-_CACHE = {}
+def _entry_stub(code_cache, desc, operands, scalars, raw_address, call=None):
+    """The native entry of a kernel (see :func:`tppasm.x86.entry.build_entry`): from a stored
+    template with ``code_cache``, else assembled here."""
+    if code_cache is None:
+        return build_entry(desc.kind, operands, scalars, raw_address, desc.count_scalar, call=call)
+    form = "entry" if call is None else "call-nogil" if call.release_gil else "call"
+    return code_cache.stub(desc.kind, operands, scalars, desc.count_scalar, form,
+                           Addresses(operands, scalars, raw_address, call))
+
+
+def _limit_from_env():
+    text = os.environ.get("TPPASM_KERNEL_CACHE", "").strip()
+    try:
+        return check_limit(int(text)) if text else DEFAULT_LIMIT
+    except ValueError:
+        raise ValueError(f"TPPASM_KERNEL_CACHE={text!r}: expected the number of kernels to keep, an int >= 0 "
+                         f"(default {DEFAULT_LIMIT})") from None
+
+
+_CACHE = KernelLRU(_limit_from_env())
 _LOCK = threading.Lock()
 
 
 def get_kernel(desc, isa=None):
-    """The kernel for ``desc`` on ``isa`` (default: the host's level), JIT'd once per process.
+    """The kernel for ``desc`` on ``isa`` (default: the host's level), JIT'd once per process (or
+    loaded from the disk cache, :mod:`tppasm.cache`).
 
     >>> from tppasm.eltwise import Unary
     >>> k = get_kernel(Unary(op="relu", m=2, n=3))
@@ -372,8 +403,38 @@ def get_kernel(desc, isa=None):
         with _LOCK:
             kernel = _CACHE.get(key)
             if kernel is None:
-                kernel = _CACHE[key] = Kernel(desc, isa)
+                kernel = Kernel(desc, isa, code_cache=kernel_code())
+                _CACHE.put(key, kernel)
     return kernel
+
+
+def set_kernel_cache_limit(n):
+    """Keep at most ``n`` kernels (the most recently used) in this process's cache; 512 unless
+    ``TPPASM_KERNEL_CACHE`` says otherwise. Kernels beyond it stay valid while referenced, and
+    their executable memory is freed once nothing references them.
+
+    >>> set_kernel_cache_limit(64); _CACHE.limit
+    64
+    >>> set_kernel_cache_limit(DEFAULT_LIMIT)
+    """
+    _CACHE.set_limit(n)
+
+
+def cache_clear():
+    """Drop every kernel this process keeps (see :func:`set_kernel_cache_limit`; the disk cache
+    stays: ``python -m tppasm cache clear`` empties that).
+
+    >>> from tppasm.eltwise import Unary
+    >>> k = get_kernel(Unary("relu", 2, 5)); cache_clear()
+    >>> get_kernel(Unary("relu", 2, 5)) is k          # still referenced here: the same kernel
+    True
+    """
+    _CACHE.clear()
+
+
+_FORK_WAIT_S = 10.0
+forking.guard(sys.modules[__name__], "_LOCK", threading.Lock)     # every lock at a fork: tppasm.forking
+os.register_at_fork(after_in_child=_CACHE.after_fork_in_child)
 
 
 def _generate(desc, isa):

@@ -258,7 +258,9 @@ class _Gen:
             self.mov_imm(r["s64"], COLSB)
             last = self.p.steps if self.p.tail else self.p.steps - 1       # the step holding the partial group
             valid = d.k * self.es_a - last * 4 * self.p.step                   # its A bytes per row
-            a.mov(r["tmp"], (1 << valid) - 1 if valid < 64 else -1)
+            a.mov(r["tmp"], -1)                 # (1 << valid) - 1 without a 64-bit immediate
+            if valid < 64:
+                a.shr(r["tmp"], 64 - valid)
             a.kmovq(K[2], r["tmp"])
         self.set_var("dir", 1)                 # flipped before each macro block: the first walks forward
         loaded = self.configs[0]
@@ -284,12 +286,11 @@ class _Gen:
         """Load ``cfg`` unless it is the configuration loaded now (``sttilecfg`` and a compare:
         ~20 cycles where ``ldtilecfg`` takes ~200). The tiles stay configured on return, as
         after a nest's ``tileconfig()``; tile data is never assumed, only the shapes."""
-        a, tmp = self.a, self.r["tmp"]
+        a = self.a
         load, done = a.label(), a.label()
         a.sttilecfg([rsp + self.cfg_now])
-        for off in range(0, 64, 8):
-            a.mov(tmp, int.from_bytes(cfg[off:off + 8], "little", signed=True))
-            a.cmp([rsp + self.cfg_now + off], tmp)
+        for off in range(0, 64, 4):         # dword compares: no 64-bit immediates (cacheable code)
+            a.cmp(dword[rsp + self.cfg_now + off], int.from_bytes(cfg[off:off + 4], "little", signed=True))
             a.jne(load)
         a.jmp(done)
         a.bind(load)

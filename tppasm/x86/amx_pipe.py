@@ -117,9 +117,9 @@ class Pipeline:
             return
         for j, cols in enumerate(self.csizes):
             full = (1 << 2 * cols) - 1
-            a.mov(r["tmp"], full)
+            a.mov(_r32(r["tmp"]), full)                    # 32-bit moves: no 64-bit immediates
             a.kmovd(K[3], _r32(r["tmp"]))
-            a.mov(r["tmp"], full & 0x55555555)            # the even bf16 of each pair: the last group
+            a.mov(_r32(r["tmp"]), full & 0x55555555)      # the even bf16 of each pair: the last group
             a.kmovd(K[4], _r32(r["tmp"]))
             a.mov(t, base[1])
             add_imm(a, t, step.b_off - adv[1] + j * COLSB, r["tmp"])
