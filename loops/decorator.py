@@ -13,8 +13,10 @@
 True
 """
 import ctypes
+import functools
 import inspect
 import threading
+import warnings
 
 import numpy as np
 
@@ -25,7 +27,9 @@ from tppasm.operand import OperandSpec
 from tppasm.x86.entry import NATIVE_CHECKS, build_entry
 
 from .aarch64 import nest as nest_aarch64
+from . import races as _races
 from .nest_plan import Layout
+from .pool import Pool
 from .x86 import nest as nest_x86
 from .signature import signature
 from .spec import LETTERS, Loop, SpecError, parse, serial_order
@@ -37,10 +41,14 @@ ON_AARCH64 = host().arch == "aarch64"
 GENERATOR = nest_aarch64 if ON_AARCH64 else nest_x86
 
 
-def kernel(spec, *loops, pool=None):
+def kernel(spec, *loops, pool=None, races="refuse"):
     """Decorate ``body(i_a, i_b, ..., *arrays)``: loop ``a`` is ``loops[0]`` and so on.
 
-    ``pool`` overrides the process's thread pool (:func:`loops.pool.get_pool`).
+    ``pool`` overrides the process's thread pool (:func:`loops.pool.get_pool`). ``races`` says what
+    the first call does when the spec lets two iterations that may run at the same time touch the
+    same block, one writing (:mod:`loops.races`): ``"refuse"`` raises :class:`loops.races.RaceError`
+    naming the pair and the fixes, ``"warn"`` issues a :class:`loops.races.RaceWarning` and runs,
+    ``"allow"`` skips the analysis (for bodies that synchronize themselves, e.g. atomic kernels).
 
     >>> from loops import Loop, kernel
     >>> @kernel("a", Loop(0, 3))
@@ -48,15 +56,49 @@ def kernel(spec, *loops, pool=None):
     ...     pass
     >>> nothing()
     """
+    _check_pool(pool)
+    _check_races(races)
+
     def wrap(body):
-        return LoopKernel(spec, loops, body, pool=pool)
+        return LoopKernel(spec, loops, body, pool=pool, races=races)
     return wrap
+
+
+def _check_pool(pool):
+    if pool is not None and not isinstance(pool, Pool):
+        raise TypeError(f"pool={pool!r}: expected a loops.pool.Pool (e.g. Pool(4)) or None for the process's "
+                        "pool (loops.pool.get_pool())")
+
+
+def _check_races(races):
+    if races not in _races.MODES:
+        raise ValueError(f"races={races!r}: expected one of {', '.join(map(repr, _races.MODES))}")
+
+
+def _check_body(body):
+    """Refuse bodies whose call would not run the loop body: generators, coroutines, non-callables."""
+    fn = body
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if not callable(fn):
+        raise TypeError(f"a loop body must be a function, not {type(body).__name__} {body!r}")
+    target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(type(fn), "__call__", fn)
+    for test, what in ((inspect.isgeneratorfunction, "a generator function (it has 'yield')"),
+                       (inspect.iscoroutinefunction, "an 'async def' coroutine function"),
+                       (inspect.isasyncgenfunction, "an async generator function")):
+        if test(fn) or test(target):
+            raise TypeError(f"loop body {getattr(body, '__name__', body)!r} is {what}: calling it runs nothing; "
+                            "write the body as a plain 'def' that calls the kernels directly (no yield, "
+                            "async or await)")
 
 
 class LoopKernel:
     """A traced-and-compiled loop nest; call it on arrays. See :func:`kernel`."""
 
-    def __init__(self, spec, loops, body, pool=None, hooks=None, tuned=None):
+    def __init__(self, spec, loops, body, pool=None, hooks=None, tuned=None, races="refuse"):
+        _check_body(body)
+        _check_pool(pool)
+        _check_races(races)
         for lp in loops:
             if not isinstance(lp, Loop):
                 raise SpecError(f"loop declarations must be Loop(start, end, step=1, blocks=[...]), got {lp!r}")
@@ -64,7 +106,7 @@ class LoopKernel:
         if len(params) < len(loops):
             raise SpecError(f"{body.__name__} declares {len(params)} parameters but {len(loops)} loops: its first "
                             f"{len(loops)} parameters receive the loop indices, the rest the arrays")
-        self.body, self.loops, self.pool_override = body, tuple(loops), pool
+        self.body, self.loops, self.pool_override, self.races = body, tuple(loops), pool, races
         self.index_names, self.array_names = params[:len(loops)], params[len(loops):]
         self.spec = parse(spec, len(loops))
         self.resolved = self.spec.resolve(self.loops)
@@ -99,7 +141,7 @@ class LoopKernel:
             member._bound.clear()
             member._fast = member._last = None
 
-    def with_spec(self, spec, pool=None):
+    def with_spec(self, spec, pool=None, races=None):
         """The same body and loops instantiated with another spec (cached per spec).
 
         >>> from loops import Loop, kernel
@@ -108,11 +150,12 @@ class LoopKernel:
         >>> k.with_spec("ba").spec.text
         'ba'
         """
-        key = (spec, pool)
+        races = self.races if races is None else races
+        key = (spec, pool, races)
         v = self._variants.get(key)
         if v is None:
             v = self._variants[key] = LoopKernel(spec, self.loops, self.body, pool or self.pool_override,
-                                                 self.hooks, self._tuned)
+                                                 self.hooks, self._tuned, races)
         return v
 
     @property
@@ -136,10 +179,13 @@ class LoopKernel:
         self._fast = inst if inst.entry is not None else None
         inst.run(arrays)
 
-    def _bind(self, arrays, key):
+    def _check_count(self, arrays):
         if len(arrays) != len(self.array_names):
             raise TypeError(f"{self.__name__} takes {len(self.array_names)} arrays "
                             f"({', '.join(self.array_names)}), got {len(arrays)}")
+
+    def _bind(self, arrays, key):
+        self._check_count(arrays)
         inst = self._bound[key] = _Instance(self, arrays)
         self._last = inst
         return inst
@@ -158,6 +204,8 @@ class LoopKernel:
         >>> X = np.ones((3, 2), np.float32); clear.python(X); float(X.sum())
         0.0
         """
+        self._check_count(arrays)
+        signature(arrays)                     # TypeError unless NumPy arrays
         views = [a.view(PyArray) for a in arrays]
         for fn in self.hooks["init"]:
             run_python(fn, views[:_arity(fn)])
@@ -203,21 +251,18 @@ class _Instance:
 
     def __init__(self, lk, arrays):
         self.lk, spec = lk, lk.spec
-        self.body = trace(lk.body, lk.index_names, arrays, lk.array_names)
-        self.init = _hook_tree(lk.hooks["init"], arrays, lk.array_names)
-        self.fini = _hook_tree(lk.hooks["fini"], arrays, lk.array_names)
-        calls = [c for t in (self.body, self.init, self.fini) for c in t.all_calls()]
-        self.kernels = list({id(c.kernel): c.kernel for c in calls}.values())
         self.parallel = spec.mode != "serial"
         pool = lk.pool if self.parallel else None
         self.nthreads = pool.nthreads if pool else 1
-        if spec.mode == "grid" and spec.nthreads_needed > self.nthreads:
-            raise SpecError(f"loop spec {spec.text!r} places loops on a {'x'.join(map(str, spec.grid))} thread grid "
-                            f"({spec.nthreads_needed} threads) but the pool has {self.nthreads}; shrink the grid or "
-                            "set TPPASM_NUM_THREADS")
-        box = _box(lk, spec, self.nthreads)
-        self.body, self.init, self.fini = (t.simplify(box) for t in (self.body, self.init, self.fini))
+        _check_grid(spec, self.nthreads)
+        traced = traced_trees(lk, arrays)
+        calls = [c for t in traced for c in t.all_calls()]
+        self.kernels = list({id(c.kernel): c.kernel for c in calls}.values())
+        box = _box_of(lk.resolved, spec, self.nthreads)
+        self.body, self.init, self.fini = (t.simplify(box) for t in traced)
         _check_calls(lk, arrays, self.body, self.init, self.fini, box)
+        if lk.races != "allow":
+            _check_races_of(lk, arrays, self)
         self.layout = Layout(len(arrays), len(self.kernels), len(lk.loops))
         itemsizes = [a.itemsize for a in arrays]
         self.code = GENERATOR.build(spec, lk.resolved, self.body, self.init, self.fini, self.layout, itemsizes,
@@ -294,6 +339,41 @@ class _Instance:
                 self.lock.release()
 
 
+def _check_grid(spec, nthreads):
+    if spec.mode == "grid" and spec.nthreads_needed > nthreads:
+        raise SpecError(f"loop spec {spec.text!r} places loops on a {'x'.join(map(str, spec.grid))} thread grid "
+                        f"({spec.nthreads_needed} threads) but the pool has {nthreads}; shrink the grid or "
+                        "set TPPASM_NUM_THREADS")
+
+
+def traced_trees(lk, arrays):
+    """The traced body, init and fini trees of ``lk`` on ``arrays`` (one tree per control path set)."""
+    return (trace(lk.body, lk.index_names, arrays, lk.array_names),
+            _hook_tree(lk.hooks["init"], arrays, lk.array_names),
+            _hook_tree(lk.hooks["fini"], arrays, lk.array_names))
+
+
+def bound_trees(lk, spec, loops, arrays, nthreads):
+    """:func:`traced_trees` simplified over the values the indices and thread coordinates take
+    under ``spec`` (``loops``: its resolved loops) on ``nthreads`` threads."""
+    _check_grid(spec, nthreads)
+    box = _box_of(loops, spec, nthreads)
+    return tuple(t.simplify(box) for t in traced_trees(lk, arrays))
+
+
+def _check_races_of(lk, arrays, inst):
+    found = _races.analyze(lk.spec, lk.resolved, inst.nthreads, arrays, lk.index_names, lk.array_names,
+                           inst.body, inst.init, inst.fini, first_only=True)
+    if not found:
+        return
+    fixes = _races.fixes(lk, arrays, found[0], inst.nthreads)
+    message = _races.describe(lk.spec, found[0], inst.nthreads, fixes)
+    if lk.races == "warn":
+        warnings.warn(message, _races.RaceWarning, stacklevel=5)
+        return
+    raise _races.RaceError(message, found, fixes)
+
+
 def _hook_tree(fns, arrays, names):
     if not fns:
         from .trace import Node
@@ -308,10 +388,10 @@ def _hook_tree(fns, arrays, names):
 
 # -- bind-time checks: every access stays inside its array, over every iteration ----------------
 
-def _box(lk, spec, nthreads):
+def _box_of(loops, spec, nthreads):
     """Range (inclusive) of every index and thread coordinate over the run."""
     box = {}
-    for k, lp in enumerate(lk.resolved):
+    for k, lp in enumerate(loops):
         box[LETTERS[k]] = (lp.start, lp.start + (max(lp.trip, 1) - 1) * lp.step)
     rows, cols, layers = spec.grid if spec.mode == "grid" else (1, 1, 1)
     box.update(tid=(0, nthreads - 1), row=(0, rows - 1), col=(0, cols - 1), layer=(0, layers - 1))
