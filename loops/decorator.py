@@ -87,7 +87,8 @@ def _check_body(body):
                        (inspect.iscoroutinefunction, "an 'async def' coroutine function"),
                        (inspect.isasyncgenfunction, "an async generator function")):
         if test(fn) or test(target):
-            raise TypeError(f"loop body {getattr(body, '__name__', body)!r} is {what}: calling it runs nothing; "
+            raise TypeError(f"loop body {getattr(body, '__name__', type(body).__name__)!r} is {what}: calling it "
+                            "runs nothing; "
                             "write the body as a plain 'def' that calls the kernels directly (no yield, "
                             "async or await)")
 
@@ -102,9 +103,10 @@ class LoopKernel:
         for lp in loops:
             if not isinstance(lp, Loop):
                 raise SpecError(f"loop declarations must be Loop(start, end, step=1, blocks=[...]), got {lp!r}")
+        name = getattr(body, "__name__", type(body).__name__)
         params = list(inspect.signature(body).parameters)
         if len(params) < len(loops):
-            raise SpecError(f"{body.__name__} declares {len(params)} parameters but {len(loops)} loops: its first "
+            raise SpecError(f"{name} declares {len(params)} parameters but {len(loops)} loops: its first "
                             f"{len(loops)} parameters receive the loop indices, the rest the arrays")
         self.body, self.loops, self.pool_override, self.races = body, tuple(loops), pool, races
         self.index_names, self.array_names = params[:len(loops)], params[len(loops):]
@@ -114,7 +116,7 @@ class LoopKernel:
         self.hooks["family"].append(self)         # every variant: a new hook invalidates all their nests
         self._tuned = tuned if tuned is not None else {}
         self._bound, self._variants, self._last, self._fast = {}, {}, None, None
-        self.__name__, self.__doc__ = body.__name__, body.__doc__
+        self.__name__, self.__doc__ = name, body.__doc__
 
     # -- hooks and variants -------------------------------------------------------------------
     def init(self, fn):
@@ -126,12 +128,14 @@ class LoopKernel:
         >>> @k.init
         ... def setup(): pass
         """
+        _check_body(fn)
         self.hooks["init"].append(fn)
         self._invalidate()
         return fn
 
     def fini(self, fn):
         """Register ``fn(*arrays)`` to run once per thread after the nest."""
+        _check_body(fn)
         self.hooks["fini"].append(fn)
         self._invalidate()
         return fn
@@ -387,6 +391,11 @@ def _hook_tree(fns, arrays, names):
 
 
 # -- bind-time checks: every access stays inside its array, over every iteration ----------------
+
+def _box(lk, spec, nthreads):
+    """Range (inclusive) of every index and thread coordinate over the run of ``lk`` under ``spec``."""
+    return _box_of(lk.resolved, spec, nthreads)
+
 
 def _box_of(loops, spec, nthreads):
     """Range (inclusive) of every index and thread coordinate over the run."""

@@ -39,14 +39,17 @@ overrides). Aliasing arguments (two arrays sharing memory) are compared by byte 
 []
 """
 import itertools
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from .schedule import THREAD_VARS, Schedule
+from .signature import signature
 from .spec import LETTERS, SpecError, parse
 from .trace import Affine
 
+LISTED = 1 << 22            # loops up to this many iterations have their values listed
 BUDGET = 1 << 20            # iteration pairs the exhaustive part of the search may evaluate
 _CHUNK = 1 << 16            # pairs per NumPy batch
 _WINDOW = 4096              # largest window of index differences enumerated per loop
@@ -100,12 +103,11 @@ class Conflict:
 
 
 class Undecided(Conflict):
-    """A pair the bounded search could neither clear nor confirm."""
+    """A pair the bounded search could neither clear nor confirm (``why`` says what bound it hit)."""
 
     def __str__(self):
         return (f"{self.first.text} and {self.second.text} may touch the same block of {self.array} from "
-                f"iterations that run at the same time, and proving otherwise needs more than {BUDGET} "
-                f"iteration pairs; {self.why}")
+                f"iterations that run at the same time, and the analysis could not rule it out ({self.why})")
 
 
 def _place(acc, at):
@@ -135,11 +137,20 @@ def check(lk, arrays, spec=None, nthreads=None):
     >>> check(k, (X, X.copy()), "Ab", nthreads=2)
     []
     """
-    from .decorator import bound_trees          # the decorator imports this module
-    spec = lk.spec if spec is None else parse(spec, len(lk.loops)) if isinstance(spec, str) else spec
+    from .decorator import LoopKernel, bound_trees          # the decorator imports this module
+    if not isinstance(lk, LoopKernel):
+        raise TypeError(f"check(lk, ...): lk={lk!r}; pass a loop kernel (what @loops.kernel(...) returns)")
+    if spec is not None and not isinstance(spec, str):
+        raise TypeError(f"check(..., spec={spec!r}): pass a loop spec string such as 'aBC', or None for the "
+                        "kernel's own")
+    spec = lk.spec if spec is None else parse(spec, len(lk.loops))
     loops = spec.resolve(lk.loops)
     if nthreads is None:
         nthreads = lk.pool.nthreads if spec.mode != "serial" else 1
+    if not isinstance(nthreads, int) or isinstance(nthreads, bool) or nthreads < 1:
+        raise TypeError(f"check(..., nthreads={nthreads!r}): pass a thread count >= 1, or None for the pool's")
+    lk._check_count(arrays)
+    signature(arrays)                           # TypeError unless NumPy arrays
     body, init, fini = bound_trees(lk, spec, loops, arrays, nthreads)
     return analyze(spec, loops, nthreads, arrays, lk.index_names, lk.array_names, body, init, fini)
 
@@ -227,15 +238,12 @@ def _flat_access(acc, arrays):
     """The access as one byte range of the shared buffer (a superset of its elements)."""
     a = arrays[acc.arg]
     base = a.__array_interface__["data"][0]
-    start = Affine.of(base)
-    hi = 0
+    start, extent = Affine.of(base), a.itemsize
     for (s, n, step), stride in zip(acc.box, a.strides):
-        start = start + s * stride
         span = (n - 1) * step * stride
-        hi += span if span > 0 else 0
-        start = start + (span if span < 0 else 0)
-    item = a.itemsize
-    return Access(acc.arg, acc.write, ((start, hi + item, 1),), acc.path, acc.text + " (as bytes of the shared "
+        start = start + s * stride + min(span, 0)
+        extent += abs(span)
+    return Access(acc.arg, acc.write, ((start, extent, 1),), acc.path, acc.text + " (as bytes of the shared "
                   "buffer)", acc.operand, acc.where)
 
 
@@ -286,11 +294,11 @@ def _pair(sched, first, second, names, label):
         return None                                    # the last barrier precedes every fini hook
     loops = sched.loops
     L = len(loops)
-    if any(lp.trip > 1 << 24 for lp in loops):
-        return _undecided(first, second, label, names, "a loop of more than 2**24 iterations")
-    ranges = [np.arange(lp.start, lp.end, lp.step, dtype=np.int64) for lp in loops]
-    U = [np.ones(len(r), bool) for r in ranges]          # values of x_k the first access's path admits
-    V = [np.ones(len(r), bool) for r in ranges]          # ... of x'_k for the second access
+    # loops too long to list take part in the proof only (their conditions are left out, which
+    # can only add pairs); a search over them reports the pair as unproven
+    ranges = [np.arange(lp.start, lp.end, lp.step, dtype=np.int64) if lp.trip <= LISTED else None for lp in loops]
+    U = [np.ones(len(r), bool) if r is not None else None for r in ranges]   # x_k the first's path admits
+    V = [np.ones(len(r), bool) if r is not None else None for r in ranges]   # x'_k the second's path admits
     window = [None] * L                                  # allowed x_k - x'_k (array) or None: any
     coupled, uses_threads = set(), False
 
@@ -303,7 +311,8 @@ def _pair(sched, first, second, names, label):
             return True
         if len(lv) == 1:
             k = LETTERS.index(next(iter(lv)))
-            side_masks[k] &= test({next(iter(lv)): ranges[k]})
+            if ranges[k] is not None:
+                side_masks[k] &= test({next(iter(lv)): ranges[k]})
             return True
         if not lv:
             return bool(np.all(test({})))
@@ -319,7 +328,7 @@ def _pair(sched, first, second, names, label):
                 return None
     axes = list(zip(first.box, second.box))
     for (s1, n1, d1), (s2, n2, d2) in axes:
-        l1, l2 = _loop_vars(s1), _loop_vars(s2) if hook is None else set()
+        l1, l2 = _loop_vars(s1), _loop_vars(s2)
         t1, t2 = _thread_vars(s1), _thread_vars(s2)
         if t1 or t2:
             uses_threads = True
@@ -334,11 +343,13 @@ def _pair(sched, first, second, names, label):
             continue
         if len(l1) == 1 and not l2:
             k = LETTERS.index(next(iter(l1)))
-            U[k] &= ap_meet(s1.evaluate({next(iter(l1)): ranges[k]}), n1, d1, s2.const, n2, d2)
+            if ranges[k] is not None:
+                U[k] &= ap_meet(s1.evaluate({next(iter(l1)): ranges[k]}), n1, d1, s2.const, n2, d2)
             continue
         if len(l2) == 1 and not l1:
             k = LETTERS.index(next(iter(l2)))
-            V[k] &= ap_meet(s1.const, n1, d1, s2.evaluate({next(iter(l2)): ranges[k]}), n2, d2)
+            if ranges[k] is not None:
+                V[k] &= ap_meet(s1.const, n1, d1, s2.evaluate({next(iter(l2)): ranges[k]}), n2, d2)
             continue
         if len(l1) == 1 and l1 == l2:
             v = next(iter(l1))
@@ -352,7 +363,7 @@ def _pair(sched, first, second, names, label):
                         return None
                     continue
         coupled |= {LETTERS.index(v) for v in l1 | l2}
-    if any(not U[k].any() for k in range(L)) or (hook is None and any(not V[k].any() for k in range(L))):
+    if any(m is not None and not m.any() for m in U + (V if hook is None else [])):
         return None
     return _search(sched, first, second, hook, ranges, U, V, window, coupled, uses_threads, names, label)
 
@@ -387,9 +398,11 @@ def _search(sched, first, second, hook, ranges, U, V, window, coupled, uses_thre
         equal = {k for k in range(L)
                  if (window[k] is not None and window[k].tolist() == [0])
                  or sched.in_prefix(k)
-                 or (U[k].sum() == 1 and V[k].sum() == 1 and np.array_equal(U[k], V[k]))}
+                 or (U[k] is not None and U[k].sum() == 1 and V[k].sum() == 1 and np.array_equal(U[k], V[k]))}
         if set(sched.pinned_when_equal()) <= equal:
             return None
+    if any(r is None for r in ranges):
+        return _undecided(first, second, label, f"a loop of more than {LISTED} iterations")
     joint = sorted(role | coupled)
     if not joint:
         return None                                      # nothing decides a thread: one thread runs all
@@ -433,7 +446,7 @@ def _search(sched, first, second, hook, ranges, U, V, window, coupled, uses_thre
         if nx == 0 or ny == 0:
             return None
         if bounded and nx * ny * len(tpairs) > BUDGET:
-            return _undecided(first, second, label, names, _fix_hint(sched))
+            return _undecided(first, second, label, f"the search needs more than {BUDGET} iteration pairs")
         for x, y in _pairs(attempt_x, attempt_c, joint, ranges, V):
             full_x = {LETTERS[k]: x[i] for i, k in enumerate(joint)}
             full_y = {LETTERS[k]: y[i] for i, k in enumerate(joint)}
@@ -558,7 +571,7 @@ def _search_hook(sched, body, hook_acc, hook, joint, values, rep, names, label):
     for attempt, bounded in ((samples, False), (values, True)):
         total = int(np.prod([len(v) for v in attempt], dtype=float)) * sched.active * sched.T
         if bounded and total > BUDGET:
-            return _undecided(body, hook_acc, label, names, _fix_hint(sched))
+            return _undecided(body, hook_acc, label, f"the search needs more than {BUDGET} iterations")
         hit = _scan_hook(sched, body, hook_acc, hook, joint, attempt, rep, names, label)
         if hit is not None:
             return hit
@@ -647,12 +660,8 @@ def _conflict(sched, first, second, x, y, j, tp, names, label):
     return Conflict(label, first, second, at_x, at_y, why)
 
 
-def _undecided(first, second, label, names, hint):
-    return Undecided(label, first, second, {}, {}, hint)
-
-
-def _fix_hint(sched):
-    return "pass races='allow' to kernel() if the body is known to be safe"
+def _undecided(first, second, label, reason):
+    return Undecided(label, first, second, {}, {}, reason)
 
 
 # -- messages and fixes ----------------------------------------------------------------------------
@@ -686,9 +695,14 @@ def fixes(lk, arrays, conflict, nthreads, limit=3):
                 out.append(text)
         except (SpecError, TypeError, ValueError, IndexError):
             continue
-        if len(out) == limit:
-            break
-    return out
+    out.sort(key=lambda t: not _parallel(t))                # fixes that keep threads busy first
+    return out[:limit]
+
+
+def _parallel(text):
+    """True when ``text`` has an upper-case loop letter (grid axes and bounds aside)."""
+    letters = re.sub(r"\{[^}]*\}|\[[^\]]*\]|@.*", "", text)
+    return any(c.isupper() for c in letters)
 
 
 def _candidates(spec, differ):
@@ -716,7 +730,7 @@ def _candidates(spec, differ):
                 [t for i, t in enumerate(tokens) if i not in mine]
         for cand in (serial, moved):
             joined = "".join(cand)
-            yield joined + (tail if any(c.isupper() for c in joined if c.isalpha() and c not in "RCL") else "")
+            yield joined + (tail if _parallel(joined) else "")
 
 
 def _serial_token(token):

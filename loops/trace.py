@@ -21,6 +21,7 @@ if i == 0:
 else:
   relu(X[2*i:2*i + 2, :], Y[2*i:2*i + 2, :])
 """
+import inspect
 import threading
 from dataclasses import dataclass, field
 
@@ -565,7 +566,6 @@ def trace(body, index_names, arrays, arg_names=None):
     names = dict(zip(letters, index_names))
     idx = [Affine(((v, 1),), 0, names) for v in letters]
     if arg_names is None:
-        import inspect
         params = list(inspect.signature(body).parameters)[len(index_names):]
         arg_names = params + [f"arg{i}" for i in range(len(params), len(arrays))]
     views = []
@@ -601,10 +601,16 @@ def _run(tracer, fn, args, mode="trace"):
     _local.mode, _local.tracer = mode, tracer
     _tk.tracing(+1)             # kernels then skip their native fast path and ask the hook
     try:
-        fn(*args)
+        result = fn(*args)
     finally:
         _tk.tracing(-1)
         _local.mode, _local.tracer = prev
+    if inspect.isgenerator(result) or inspect.iscoroutine(result) or inspect.isasyncgen(result) \
+            or inspect.isawaitable(result):
+        if hasattr(result, "close"):
+            result.close()          # never started: nothing of the body ran
+        raise TraceError(f"the loop body returned a {type(result).__name__}: its kernel calls never ran; write "
+                         "the body as a plain 'def' that calls the kernels directly (no yield, async or await)")
 
 
 def run_python(fn, args):

@@ -223,7 +223,8 @@ def get_kernel(desc, isa=None):
     >>> k is get_kernel(Unary(op="relu", m=2, n=3))
     True
     """
-    isa = isa or host().isa
+    _check_descriptor(desc)
+    isa = backends.level(isa)
     key = (desc, isa)
     kernel = _CACHE.get(key)
     if kernel is None:
@@ -233,6 +234,16 @@ def get_kernel(desc, isa=None):
             if kernel is None:
                 kernel = _CACHE[key] = Kernel(desc, isa)
     return kernel
+
+
+def _check_descriptor(desc):
+    if isinstance(desc, Descriptor):
+        return
+    if isinstance(desc, Kernel):
+        raise TypeError(f"get_kernel({desc!r}): this is already a kernel; call it directly")
+    raise TypeError(f"get_kernel(desc): desc={desc!r} is not a TPP descriptor; pass one such as "
+                    "tppasm.brgemm.Brgemm(m, n, k) or tppasm.eltwise.Unary('relu', m, n), or build the kernel "
+                    "with a constructor: tppasm.brgemm(m, n, k), tppasm.relu(m, n), tppasm.unary('relu', m, n), ...")
 
 
 def _generate(desc, isa):

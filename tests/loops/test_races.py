@@ -17,6 +17,7 @@ from loops import Loop, SpecError, kernel, thread
 from loops.pool import Pool, get_pool
 from loops.races import RaceError, RaceWarning, check
 from loops.spec import LETTERS, parse
+from tests.support import kernel_level, native_levels
 
 BLOCK = (2, 4)
 _POOLS = {}
@@ -137,7 +138,7 @@ def footprints(body, kernels, arrays, names, idx, tid):
     return log
 
 
-def oracle_races(lk, arrays, spec, nthreads):
+def oracle_races(lk, arrays, spec, nthreads, kernels):
     """Pairs (iteration, iteration) that may run at once and touch one element, one writing."""
     spec = parse(spec, len(lk.loops))
     loops = spec.resolve(lk.loops)
@@ -149,7 +150,7 @@ def oracle_races(lk, arrays, spec, nthreads):
     prints = {}
     for i, (idx, owner, _, _) in enumerate(runs):
         for t in tids:
-            prints[i, t] = footprints(lk.body, KERNELS, arrays, lk.array_names, idx, owner if t is None else t)
+            prints[i, t] = footprints(lk.body, kernels, arrays, lk.array_names, idx, owner if t is None else t)
     found = []
     for i, j in itertools.combinations(range(len(runs)), 2):
         a, b = runs[i], runs[j]
@@ -180,8 +181,16 @@ def _touch(p, q):
 # -- bodies --------------------------------------------------------------------------------------
 
 TID = [None]
-KERNELS = {"zero": tpp.zero(*BLOCK), "relu": tpp.relu(*BLOCK), "add": tpp.binary("add", *BLOCK),
-           "gemm": tpp.brgemm(BLOCK[0], BLOCK[1], BLOCK[0], lda=BLOCK[1], beta=1)}
+_KERNELS = {}
+
+
+def kernels_at(level):
+    """The kernels the generated bodies call, built for ``level`` (a dict the oracle may patch)."""
+    if level not in _KERNELS:
+        with kernel_level(level):
+            _KERNELS[level] = {"zero": tpp.zero(*BLOCK), "relu": tpp.relu(*BLOCK), "add": tpp.binary("add", *BLOCK),
+                               "gemm": tpp.brgemm(BLOCK[0], BLOCK[1], BLOCK[0], lda=BLOCK[1], beta=1)}
+    return _KERNELS[level]
 
 
 def tid():
@@ -209,7 +218,7 @@ def _index(pattern, values):
     return tuple(out)
 
 
-def make_body(nloops, program):
+def make_body(nloops, program, kernels):
     names = [f"i{LETTERS[k]}" for k in range(nloops)]
 
     def body(*args):
@@ -222,7 +231,7 @@ def make_body(nloops, program):
                 if not hit:
                     continue
             o, i = _index(out, values), _index(inp, values)
-            k = KERNELS[kind]
+            k = kernels[kind]
             if kind == "zero":
                 k(Y[o])
             elif kind == "relu":
@@ -241,6 +250,7 @@ def make_body(nloops, program):
 
 @st.composite
 def cases(draw, max_trip=4):
+    """(loops, program, thread count, spec, ISA level): a body of kernel calls on blocks of X and Y."""
     nloops = draw(st.integers(1, 3))
     loops = []
     for _ in range(nloops):
@@ -255,7 +265,7 @@ def cases(draw, max_trip=4):
     seq = draw(st.permutations(seq))
     mode = draw(st.sampled_from(["collapse", "collapse", "grid"]))
     text = _spec_text(draw, seq, mode, nthreads)
-    return loops, program, nthreads, text
+    return loops, program, nthreads, text, draw(st.sampled_from(native_levels()))
 
 
 def _spec_text(draw, seq, mode, nthreads):
@@ -303,14 +313,15 @@ def arrays_for(loops, seed=0):
 @settings(max_examples=60)
 @given(cases())
 def test_the_analysis_finds_a_race_exactly_when_the_oracle_does(case):
-    loops, program, nthreads, text = case
-    lk = kernel(text, *loops, races="allow")(make_body(len(loops), program))
+    loops, program, nthreads, text, level = case
+    kernels = kernels_at(level)
+    lk = kernel(text, *loops, races="allow")(make_body(len(loops), program, kernels))
     X, Y = arrays_for(loops)
     try:
         found = check(lk, (X, Y), nthreads=nthreads)
     except (SpecError, IndexError):
         return                                          # a grid too large, or a shifted index past the end
-    expect = oracle_races(lk, (X, Y), text, nthreads)
+    expect = oracle_races(lk, (X, Y), text, nthreads, kernels)
     assert bool(found) == bool(expect), (text, program, [str(c) for c in found], expect[:3])
     names = lk.index_names
     pairs = {frozenset([a, b]) for a, b in expect}
@@ -323,11 +334,11 @@ def test_the_analysis_finds_a_race_exactly_when_the_oracle_does(case):
 @settings(max_examples=25)
 @given(cases())
 def test_accepted_specs_compute_the_serial_result_on_threads(case):
-    loops, program, nthreads, text = case
+    loops, program, nthreads, text, level = case
     if any(form == "tid" for op in program for form, _, _ in op[1] + op[2]) or \
             any(op[3] and op[3][2][0] == "tid" for op in program):
         return                                          # .python() runs every iteration as thread 0
-    body = make_body(len(loops), program)
+    body = make_body(len(loops), program, kernels_at(level))
     lk = kernel(text, *loops, pool=pool_of(nthreads))(body)
     X, Y0 = arrays_for(loops)
     expect = Y0.copy()
@@ -375,7 +386,7 @@ def _operands():
     return A, B, np.full((MB, NB, 8, 8), np.nan, np.float32)
 
 
-def test_dynamic_schedule_over_a_k_loop_is_refused_with_the_pair_and_the_fixes():
+def test_dynamic_schedule_over_a_k_loop_is_refused_with_the_pair_and_the_fixes(isa_level):
     A, B, C = _operands()
     mm = _gemm("aBC@schedule(dynamic,1)", pool=pool_of(2))
     with pytest.raises(RaceError) as e:
@@ -393,7 +404,7 @@ def test_dynamic_schedule_over_a_k_loop_is_refused_with_the_pair_and_the_fixes()
 
 @pytest.mark.parametrize("spec", ["aBC", "aBC|@schedule(dynamic,1)", "aBC@schedule(static,1)", "aB{R:2}C{C:1}",
                                   "aBC|@schedule(dynamic)", "BCa", "Bac"])
-def test_gemm_specs_without_races_run(spec):
+def test_gemm_specs_without_races_run(spec, isa_level):
     A, B, C = _operands()
     mm = _gemm(spec, pool=pool_of(2))
     ref = np.einsum("mkab,nkbc->mnac", A, B)
