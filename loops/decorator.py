@@ -17,6 +17,7 @@ import functools
 import inspect
 import threading
 import warnings
+import weakref
 
 import numpy as np
 
@@ -26,8 +27,8 @@ from tppasm.dtypes import name_of
 from tppasm.operand import OperandSpec
 from tppasm.x86.entry import NATIVE_CHECKS, build_entry
 
+from . import display, pool as pool_module, races as _races
 from .aarch64 import nest as nest_aarch64
-from . import races as _races
 from .nest_plan import Layout
 from .pool import Pool
 from .x86 import nest as nest_x86
@@ -93,6 +94,19 @@ def _check_body(body):
                             "async or await)")
 
 
+_ALL = weakref.WeakSet()       # every loop kernel: set_num_threads drops their compiled nests
+
+
+def _forget_nests():
+    for lk in list(_ALL):
+        if lk.pool_override is None:
+            lk._bound.clear()
+            lk._fast = lk._last = None
+
+
+pool_module.ON_NEW_POOL.append(_forget_nests)
+
+
 class LoopKernel:
     """A traced-and-compiled loop nest; call it on arrays. See :func:`kernel`."""
 
@@ -117,6 +131,9 @@ class LoopKernel:
         self._tuned = tuned if tuned is not None else {}
         self._bound, self._variants, self._last, self._fast = {}, {}, None, None
         self.__name__, self.__doc__ = name, body.__doc__
+        P = inspect.Parameter           # what inspect.signature(loop_kernel) shows: the arrays
+        self.__signature__ = inspect.Signature([P(n, P.POSITIONAL_ONLY) for n in self.array_names])
+        _ALL.add(self)
 
     # -- hooks and variants -------------------------------------------------------------------
     def init(self, fn):
@@ -234,13 +251,46 @@ class LoopKernel:
         inst = self._bind(arrays, signature(arrays)) if arrays else self._last
         return explain(self, inst)
 
+    def accesses(self, *arrays):
+        """How the nest uses each array (by parameter name): "read", "written" or "read and
+        written", from the operands of the kernel calls in its body and hooks. An array only
+        written (no call reads it) is an output that every run overwrites.
+
+        >>> import numpy as np, tppasm as tpp
+        >>> from loops import Loop, kernel
+        >>> relu = tpp.relu(1, 4)
+        >>> @kernel("A", Loop(0, 3))
+        ... def k(i, X, Y):
+        ...     relu(X[i:i + 1], Y[i:i + 1])
+        >>> X = np.zeros((3, 4), np.float32)
+        >>> k.accesses(X, np.empty_like(X))
+        {'X': 'read', 'Y': 'written'}
+        """
+        key = signature(arrays)
+        inst = self._bound.get(key) or self._bind(arrays, key)
+        read, written = set(), set()
+        for tree in (inst.body, inst.init, inst.fini):
+            for call in tree.all_calls():
+                alloc = set(call.kernel.desc.allocated())
+                for spec, (arg, _) in zip(call.kernel.operands, call.args):
+                    if spec.writable:
+                        written.add(arg)
+                    if not spec.writable or spec.name not in alloc:
+                        read.add(arg)
+        words = {(True, False): "read", (False, True): "written", (True, True): "read and written",
+                 (False, False): "unused"}
+        return {name: words[i in read, i in written] for i, name in enumerate(self.array_names)}
+
     def tune(self, *arrays, **options):
         """Time candidate specs on ``arrays`` and remember the fastest for these shapes; see :func:`loops.tune.tune`."""
         from .tune import tune
         return tune(self, arrays, **options)
 
     def __repr__(self):
-        return f"<loops.kernel {self.__name__} {self.spec.text!r}>"
+        return display.loop_kernel_repr(self)
+
+    def _repr_html_(self):
+        return display.loop_kernel_html(self)
 
 
 def _arity(fn):

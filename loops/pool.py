@@ -70,6 +70,10 @@ _ASYNC_SIGNALS = signal.valid_signals() - {signal.SIGSEGV, signal.SIGBUS, signal
                                            signal.SIGTRAP, signal.SIGABRT}
 
 
+MAX_SPIN_US = 1e6            # a second of spinning before sleeping is already far past useful
+MAX_THREADS = 4096
+
+
 def _env_int(name):
     text = os.environ.get(name, "").split(",")[0].strip()
     if not text:
@@ -94,10 +98,6 @@ def default_threads():
         if value is not None:
             return value
     return len(os.sched_getaffinity(0))
-
-
-MAX_SPIN_US = 1e6            # a second of spinning before sleeping is already far past useful
-MAX_THREADS = 4096
 
 
 def _spin_us(nthreads):
@@ -272,8 +272,16 @@ def _reset_pool_lock():
 os.register_at_fork(after_in_child=_reset_pool_lock)
 
 
+def _new_pool(nthreads):
+    pool = Pool(nthreads)
+    os.register_at_fork(after_in_child=pool._after_fork_in_child)
+    atexit.register(pool._at_exit)
+    return pool
+
+
 def get_pool():
-    """The process's pool (created on first use; threads from :func:`default_threads`).
+    """The process's pool (created on first use; threads from :func:`default_threads`, or the
+    last :func:`set_num_threads`).
 
     >>> get_pool() is get_pool()
     True
@@ -282,8 +290,43 @@ def get_pool():
     if _pool is None:
         with _pool_lock:
             if _pool is None:
-                pool = Pool(default_threads())
-                os.register_at_fork(after_in_child=pool._after_fork_in_child)
-                atexit.register(pool._at_exit)
-                _pool = pool
+                _pool = _new_pool(default_threads())
     return _pool
+
+
+# called after set_num_threads replaced the pool (loops.decorator drops nests compiled for the old one)
+ON_NEW_POOL = []
+
+
+def get_num_threads():
+    """How many threads parallel loop nests run on (the caller included).
+
+    >>> get_num_threads() == get_pool().nthreads
+    True
+    """
+    return _pool.nthreads if _pool is not None else default_threads()
+
+
+def set_num_threads(n):
+    """Run parallel loop nests on ``n`` threads from now on (like ``torch.set_num_threads``): the
+    pool is replaced, the old one's workers are joined once its region in flight (if any) ends,
+    and nests compile again for the new count on their next call. Loop kernels built with their
+    own ``pool=`` keep it.
+
+    >>> before = get_num_threads(); set_num_threads(1); get_num_threads()
+    1
+    >>> set_num_threads(before)
+    """
+    global _pool
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"set_num_threads({n!r}): expected an int >= 1 (threads, the caller included)")
+    with _pool_lock:
+        old = _pool
+        if old is not None and old.nthreads == n:
+            return
+        _pool = _new_pool(n)
+    if old is not None:
+        with old._lock:              # a region in flight on the old pool finishes first
+            old._stop()
+    for callback in ON_NEW_POOL:
+        callback()

@@ -1,5 +1,5 @@
 """``python -m tppasm info [--json]`` describes the host; ``python -m tppasm demo`` JITs a BRGEMM,
-checks it against NumPy and times it beside numpy's matmul."""
+checks it against NumPy and times it beside numpy's matmul; ``python -m tppasm`` alone says so."""
 import argparse
 import json
 import sys
@@ -30,8 +30,9 @@ def info(as_json=False):
         print(f"sve       {h.sve_vector_bits}-bit vectors")
     on = [k for k, v in h.features.items() if v]
     off = [k for k, v in h.features.items() if not v]
-    print(f"features  {' '.join(on)}")
-    print(f"absent    {' '.join(off)}")
+    print(f"features  {' '.join(on) or 'none detected'}")
+    if off:
+        print(f"absent    {' '.join(off)}")
     for what, why in h.notes.items():
         print(f"note      {what}: {why}")
 
@@ -78,12 +79,18 @@ def demo():
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m tppasm")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    import tppasm
+    p = argparse.ArgumentParser(prog="python -m tppasm",
+                                description=f"tppasm {tppasm.__version__}: TPP kernels and loop nests JIT'd from Python")
+    p.add_argument("--version", action="version", version=f"tppasm {tppasm.__version__}")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
     pi = sub.add_parser("info", help="describe the host CPU and the ISA tppasm targets")
     pi.add_argument("--json", action="store_true", help="machine-readable output")
     sub.add_parser("demo", help="JIT a BRGEMM, check it against NumPy, time it beside numpy")
     args = p.parse_args(argv)
+    if args.cmd is None:
+        p.print_help()
+        return 0
     if args.cmd == "info":
         return info(args.json)
     return demo()

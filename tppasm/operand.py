@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import dtype as to_dtype
+from .dtypes import dtype as to_dtype, name_of
+
+FLOATS = ("f32", "bf16")
 
 
 class OperandError(ValueError):
@@ -20,7 +22,8 @@ class OperandSpec:
     """One array argument: ``shape`` and ``strides`` (in elements) as the kernel was built for.
 
     ``batch=True`` adds a leading dimension of at least ``count`` entries whose stride is
-    ``strides[0]``. ``ld_name`` names the descriptor parameter that sets the row stride, for messages.
+    ``strides[0]``. ``ld_name`` names the constructor parameter that sets the row stride, and
+    ``dtype_param`` the one that sets the dtype where f32 and bf16 are both legal, for messages.
     """
 
     name: str
@@ -30,6 +33,7 @@ class OperandSpec:
     writable: bool = False
     batch: bool = False
     ld_name: str = ""
+    dtype_param: str = ""
 
     @property
     def np_dtype(self):
@@ -53,7 +57,7 @@ def check(spec: OperandSpec, arr, count=1, who="kernel"):
     want = spec.np_dtype
     if arr.dtype != want:
         raise OperandError(f"{where} has dtype {arr.dtype}, expected {want} ('{spec.dtype}', as the kernel "
-                           f"was built); convert with .astype({want.name}) or build a kernel for {arr.dtype}")
+                           f"was built); {_dtype_fix(spec, arr.dtype)}")
     nd = len(spec.shape) + spec.batch
     if arr.ndim != nd:
         vnni = (f"; B of a bf16 or int8 BRGEMM is in the VNNI layout: pass tppasm.vnni_pack(B, {spec.shape[-1]})"
@@ -80,6 +84,21 @@ def check(spec: OperandSpec, arr, count=1, who="kernel"):
                                f"{axis}{hint}")
     if spec.writable and not arr.flags.writeable:
         raise OperandError(f"{where} is read-only but the kernel writes it; pass a writable array")
+
+
+def _dtype_fix(spec, got):
+    """How to pass what ``spec`` expects: convert, or (where the kernel family has one) build the
+    kernel for ``got``; never a kernel that does not exist (float64, int32 offsets)."""
+    want = spec.np_dtype
+    module = "ml_dtypes" if spec.dtype == "bf16" else "np"
+    fix = f"convert with .astype({module}.{want.name})"
+    try:
+        short = name_of(got)
+    except TypeError:
+        short = None
+    if spec.dtype_param and short in FLOATS and spec.dtype in FLOATS:
+        fix += f", or build the kernel with {spec.dtype_param}={short!r}"
+    return fix
 
 
 def _shape_text(spec):

@@ -67,7 +67,9 @@ def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=No
 
     With ``call`` (a :class:`Vectorcall`), the stub is instead the C function of a CPython builtin
     (``METH_FASTCALL | METH_KEYWORDS``) taking the arrays and, by keyword only, the scalars
-    (default 1); it returns None, and hands every call it cannot vouch for to ``call.fallback``.
+    (default 1, except ``count_scalar``: left out, it is the number of blocks the batched operands
+    hold, when they all hold the same number); it returns None, and hands every call it cannot
+    vouch for to ``call.fallback``.
     """
     n_args = len(operands) + len(scalars)
     if n_args > len(INT_ARGS):
@@ -98,7 +100,7 @@ def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=No
         a.add(items, TUPLE_ITEMS)
         _load_scalars(a, items, operands, scalars, regs, fail_label)
     else:
-        _vectorcall_head(a, fn, call, operands, scalars, regs, fail_label)
+        _vectorcall_head(a, fn, call, operands, scalars, regs, fail_label, count_scalar)
     count = regs[len(operands) + scalars.index(count_scalar)] if count_scalar else None
     for i, spec in enumerate(operands):
         fail = fail_label(i)
@@ -192,9 +194,10 @@ def _capi(name):
     return ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
 
 
-def _vectorcall_head(a, fn, call, operands, scalars, regs, fail_label):
+def _vectorcall_head(a, fn, call, operands, scalars, regs, fail_label, count_scalar=None):
     """Save (args, nargs, kwnames); divert while the flag is set; accept exactly the arrays
-    positionally plus either no keywords (scalars = 1) or the scalars' names as keywords."""
+    positionally plus either no keywords (scalars = 1, ``count_scalar`` inferred) or the
+    scalars' names as keywords."""
     args, nargs, kwnames = fn.args[1:]
     items, ptr = r11, r10
     a.mov([rsp + SAVED_ARGS], args)
@@ -209,8 +212,11 @@ def _vectorcall_head(a, fn, call, operands, scalars, regs, fail_label):
     keywords, loaded = a.label(), a.label()
     a.test(kwnames, kwnames)
     a.jnz(keywords)
-    for j in range(len(scalars)):
-        a.mov(gpr(regs[len(operands) + j].num, 32), 1)
+    for j, name in enumerate(scalars):
+        if name == count_scalar:
+            _infer_count(a, items, operands, regs[len(operands) + j], fail_label(-1))
+        else:
+            a.mov(gpr(regs[len(operands) + j].num, 32), 1)
     a.jmp(loaded)
     a.bind(keywords)
     if not scalars:
@@ -224,6 +230,34 @@ def _vectorcall_head(a, fn, call, operands, scalars, regs, fail_label):
             a.jne(fail_label(-1))
         _load_scalars(a, items, operands, scalars, regs, fail_label)
     a.bind(loaded)
+
+
+def _infer_count(a, items, operands, count, fail):
+    """``count`` left out: the number of blocks the batched operands hold, when they all hold the
+    same number in [1, 2**30); anything else goes to ``fail`` (the fallback infers or explains)."""
+    item, ptr = rax, r10
+    first = True
+    for i, spec in enumerate(operands):
+        if not spec.batch:
+            continue
+        a.mov(item, [items + 8 * i])
+        a.mov(ptr, id(np.ndarray))
+        a.cmp([item + OB_TYPE], ptr)
+        a.jne(fail)
+        a.cmp(dword[item + NDIM], len(spec.shape) + 1)
+        a.jne(fail)
+        a.mov(ptr, [item + DIMS])
+        a.mov(ptr, [ptr])
+        if first:
+            a.mov(count, ptr)
+            a.cmp(count, 1)
+            a.jl(fail)
+            a.cmp(count, LONG_MAX)
+            a.jg(fail)
+            first = False
+        else:
+            a.cmp(ptr, count)
+            a.jne(fail)
 
 
 def _vectorcall_tail(a, fn, call, raw_address, fails):
