@@ -29,12 +29,13 @@ from tppasm.x86.entry import NATIVE_CHECKS, build_entry
 
 from . import display, pool as pool_module, races as _races
 from .aarch64 import nest as nest_aarch64
+from .bind import arity, box_of, check_grid, traced_trees
 from .nest_plan import Layout
 from .pool import Pool
 from .x86 import nest as nest_x86
 from .signature import signature
 from .spec import LETTERS, Loop, SpecError, parse, serial_order
-from .trace import PyArray, TraceError, run_python, trace
+from .trace import PyArray, TraceError, run_python
 
 
 # The nest generator of the host; both run on the native pool (loops.pool picks its machine code).
@@ -229,11 +230,11 @@ class LoopKernel:
         signature(arrays)                     # TypeError unless NumPy arrays
         views = [a.view(PyArray) for a in arrays]
         for fn in self.hooks["init"]:
-            run_python(fn, views[:_arity(fn)])
+            run_python(fn, views[:arity(fn)])
         for idx in serial_order(self.spec, self.loops):
             run_python(self.body, list(idx) + views)
         for fn in self.hooks["fini"]:
-            run_python(fn, views[:_arity(fn)])
+            run_python(fn, views[:arity(fn)])
 
     def explain(self, *arrays):
         """The nest as pseudo-code for each thread (traced on ``arrays``, else on the last call's).
@@ -293,13 +294,6 @@ class LoopKernel:
         return display.loop_kernel_html(self)
 
 
-def _arity(fn):
-    params = inspect.signature(fn).parameters.values()
-    if any(p.kind == p.VAR_POSITIONAL for p in params):
-        return None
-    return len(params)
-
-
 class _Instance:
     """One compiled nest for one array signature: trace, checks, code, context template."""
 
@@ -308,11 +302,11 @@ class _Instance:
         self.parallel = spec.mode != "serial"
         pool = lk.pool if self.parallel else None
         self.nthreads = pool.nthreads if pool else 1
-        _check_grid(spec, self.nthreads)
+        check_grid(spec, self.nthreads)
         traced = traced_trees(lk, arrays)
         calls = [c for t in traced for c in t.all_calls()]
         self.kernels = list({id(c.kernel): c.kernel for c in calls}.values())
-        box = _box_of(lk.resolved, spec, self.nthreads)
+        box = box_of(lk.resolved, spec, self.nthreads)
         self.body, self.init, self.fini = (t.simplify(box) for t in traced)
         _check_calls(lk, arrays, self.body, self.init, self.fini, box)
         if lk.races != "allow":
@@ -393,28 +387,6 @@ class _Instance:
                 self.lock.release()
 
 
-def _check_grid(spec, nthreads):
-    if spec.mode == "grid" and spec.nthreads_needed > nthreads:
-        raise SpecError(f"loop spec {spec.text!r} places loops on a {'x'.join(map(str, spec.grid))} thread grid "
-                        f"({spec.nthreads_needed} threads) but the pool has {nthreads}; shrink the grid or "
-                        "set TPPASM_NUM_THREADS")
-
-
-def traced_trees(lk, arrays):
-    """The traced body, init and fini trees of ``lk`` on ``arrays`` (one tree per control path set)."""
-    return (trace(lk.body, lk.index_names, arrays, lk.array_names),
-            _hook_tree(lk.hooks["init"], arrays, lk.array_names),
-            _hook_tree(lk.hooks["fini"], arrays, lk.array_names))
-
-
-def bound_trees(lk, spec, loops, arrays, nthreads):
-    """:func:`traced_trees` simplified over the values the indices and thread coordinates take
-    under ``spec`` (``loops``: its resolved loops) on ``nthreads`` threads."""
-    _check_grid(spec, nthreads)
-    box = _box_of(loops, spec, nthreads)
-    return tuple(t.simplify(box) for t in traced_trees(lk, arrays))
-
-
 def _check_races_of(lk, arrays, inst):
     found = _races.analyze(lk.spec, lk.resolved, inst.nthreads, arrays, lk.index_names, lk.array_names,
                            inst.body, inst.init, inst.fini, first_only=True)
@@ -428,33 +400,11 @@ def _check_races_of(lk, arrays, inst):
     raise _races.RaceError(message, found, fixes)
 
 
-def _hook_tree(fns, arrays, names):
-    if not fns:
-        from .trace import Node
-        return Node()
-
-    def all_hooks(*views):
-        for fn in fns:
-            n = _arity(fn)
-            fn(*(views if n is None else views[:n]))
-    return trace(all_hooks, [], arrays, names)
-
-
 # -- bind-time checks: every access stays inside its array, over every iteration ----------------
 
 def _box(lk, spec, nthreads):
     """Range (inclusive) of every index and thread coordinate over the run of ``lk`` under ``spec``."""
-    return _box_of(lk.resolved, spec, nthreads)
-
-
-def _box_of(loops, spec, nthreads):
-    """Range (inclusive) of every index and thread coordinate over the run."""
-    box = {}
-    for k, lp in enumerate(loops):
-        box[LETTERS[k]] = (lp.start, lp.start + (max(lp.trip, 1) - 1) * lp.step)
-    rows, cols, layers = spec.grid if spec.mode == "grid" else (1, 1, 1)
-    box.update(tid=(0, nthreads - 1), row=(0, rows - 1), col=(0, cols - 1), layer=(0, layers - 1))
-    return box
+    return box_of(lk.resolved, spec, nthreads)
 
 
 def _check_calls(lk, arrays, body, init, fini, box):

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .bind import bound_trees
 from .schedule import THREAD_VARS, Schedule
 from .signature import signature
 from .spec import LETTERS, SpecError, parse
@@ -137,8 +138,7 @@ def check(lk, arrays, spec=None, nthreads=None):
     >>> check(k, (X, X.copy()), "Ab", nthreads=2)
     []
     """
-    from .decorator import LoopKernel, bound_trees          # the decorator imports this module
-    if not isinstance(lk, LoopKernel):
+    if not all(hasattr(lk, a) for a in ("spec", "loops", "body", "hooks", "index_names", "array_names")):
         raise TypeError(f"check(lk, ...): lk={lk!r}; pass a loop kernel (what @loops.kernel(...) returns)")
     if spec is not None and not isinstance(spec, str):
         raise TypeError(f"check(..., spec={spec!r}): pass a loop spec string such as 'aBC', or None for the "
