@@ -667,10 +667,20 @@ def _undecided(first, second, label, reason):
 # -- messages and fixes ----------------------------------------------------------------------------
 
 def describe(spec, conflict, nthreads, fixes=()):
-    """The RaceError message: the spec, the pair, why they overlap in time, and what to write."""
-    head = (f"loop spec {spec.text!r} has a data race on {nthreads} threads: {conflict}"
-            if not isinstance(conflict, Undecided) else
-            f"loop spec {spec.text!r} cannot be shown race-free on {nthreads} threads: {conflict}")
+    """The RaceError message: the spec, the pair, the loops they differ in, why they overlap in
+    time, and what to write instead."""
+    if isinstance(conflict, Undecided):
+        head = f"loop spec {spec.text!r} cannot be shown race-free on {nthreads} threads: {conflict}"
+    else:
+        differ = [name for name, v in conflict.at_first.items()
+                  if name != "thread" and conflict.at_second.get(name, v) != v]
+        roles = []
+        for name in differ:
+            k = list(conflict.at_first).index(name)
+            letters = [spec.text[lv.pos] for lv in spec.levels if lv.loop == k]
+            roles.append(f"{name} (loop {LETTERS[k]!r}, written {''.join(letters)!r})")
+        head = (f"loop spec {spec.text!r} has a data race on {nthreads} threads: {conflict}"
+                + (f"; the two iterations differ in {', '.join(roles)}" if roles else ""))
     if fixes:
         todo = "fix: write " + " or ".join(repr(f) for f in fixes) + " (checked race-free)"
     else:
