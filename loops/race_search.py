@@ -206,9 +206,10 @@ def difference_window(a, c1, n1, d1, c2, n2, d2):
     """The differences ``x - x'`` for which ``a*x + c1 + d1*[0,n1)`` meets ``a*x' + c2 + d2*[0,n2)``;
     None when there are too many to list."""
     lo, hi = c2 - c1 - d1 * (n1 - 1), c2 - c1 + d2 * (n2 - 1)     # a*delta must lie in [lo, hi]
-    if a < 0:
-        a, lo, hi = -a, -hi, -lo
-    first, last = -(-lo // a), hi // a
+    if a > 0:
+        first, last = -(-lo // a), hi // a
+    else:
+        first, last = -(-hi // a), lo // a
     if last - first > _WINDOW:
         return None
     deltas = np.arange(first, last + 1, dtype=np.int64)

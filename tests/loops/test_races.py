@@ -197,24 +197,26 @@ def tid():
     return thread().tid if TID[0] is None else TID[0]
 
 
-INDEX = st.sampled_from(["v", "v", "v+1", "0", "tid", "v+w"])
+INDEX = st.sampled_from(["v", "v", "v+1", "0", "tid", "v+w", "2v", "rev", "rev-1"])
 
 
 @st.composite
 def ops(draw, nloops):
-    """One kernel call: (kind, output index, input index, condition)."""
+    """One kernel call: (kind, output index, input index, condition, input array)."""
     kind = draw(st.sampled_from(["zero", "relu", "add", "gemm"]))
     loop = st.integers(0, nloops - 1)
     idx = lambda: tuple((draw(INDEX), draw(loop), draw(loop)) for _ in range(2))
     cond = draw(st.sampled_from([None, None, ("==", 0), ("<", 1), ("==w", 0), ("tid", 0)]))
-    return kind, idx(), idx(), (draw(loop), draw(loop), cond) if cond else None
+    source = draw(st.sampled_from(["X", "Y"])) if kind in ("relu", "add") else "X"   # Y: a stencil on the output
+    return kind, idx(), idx(), (draw(loop), draw(loop), cond) if cond else None, source
 
 
-def _index(pattern, values):
+def _index(pattern, values, size):
     out = []
     for form, k, k2 in pattern:
         v, w = values[k], values[k2]
-        out.append({"v": v, "v+1": v + 1, "0": 0, "tid": tid(), "v+w": v + w}[form])
+        out.append({"v": v, "v+1": v + 1, "0": 0, "tid": tid(), "v+w": v + w, "2v": 2 * v,
+                    "rev": size - 1 - v, "rev-1": size - 2 - v}[form])
     return tuple(out)
 
 
@@ -223,21 +225,21 @@ def make_body(nloops, program, kernels):
 
     def body(*args):
         values, (X, Y) = args[:nloops], args[nloops:]
-        for kind, out, inp, cond in program:
+        for kind, out, inp, cond, source in program:
             if cond is not None:
                 k, k2, (op, c) = cond
                 hit = {"==": values[k] == c, "<": values[k] < c, "==w": values[k] == values[k2],
                        "tid": op == "tid" and tid() == c}[op]
                 if not hit:
                     continue
-            o, i = _index(out, values), _index(inp, values)
-            k = kernels[kind]
+            o, i = _index(out, values, Y.shape[0]), _index(inp, values, X.shape[0])
+            k, S = kernels[kind], (X if source == "X" else Y)
             if kind == "zero":
                 k(Y[o])
             elif kind == "relu":
-                k(X[i], Y[o])
+                k(S[i], Y[o])
             elif kind == "add":
-                k(X[i], Y[o], Y[o])
+                k(S[i], Y[o], Y[o])
             else:
                 a, b = i[0], i[1]
                 k(X[a, b:b + 1, :, :BLOCK[0]], X[a, b:b + 1], Y[o], count=1)
@@ -517,3 +519,38 @@ def test_the_analysis_costs_milliseconds_for_large_trip_counts():
         t = time.perf_counter()
         found = check(k, (A, A, C), nthreads=2)
         assert bool(found) == racy and time.perf_counter() - t < 2.0, spec
+
+
+# -- the arithmetic under the analysis -----------------------------------------------------------
+
+@settings(max_examples=200)
+@given(st.integers(-20, 20), st.integers(1, 6), st.integers(1, 5), st.integers(-20, 20), st.integers(1, 6),
+       st.integers(1, 5))
+def test_progressions_meet_exactly_when_they_share_a_value(s1, n1, d1, s2, n2, d2):
+    from loops.race_search import ap_meet
+    expect = bool({s1 + d1 * t for t in range(n1)} & {s2 + d2 * t for t in range(n2)})
+    assert bool(ap_meet(s1, n1, d1, s2, n2, d2)) == expect
+    assert ap_meet(np.array([s1, s1]), n1, d1, s2, n2, d2).tolist() == [expect, expect]
+
+
+@settings(max_examples=200)
+@given(st.sampled_from([-3, -2, -1, 1, 2, 4]), st.integers(-6, 6), st.integers(1, 4), st.integers(1, 3),
+       st.integers(-6, 6), st.integers(1, 4), st.integers(1, 3))
+def test_difference_windows_list_every_overlapping_shift(a, c1, n1, d1, c2, n2, d2):
+    from loops.race_search import difference_window
+    got = difference_window(a, c1, n1, d1, c2, n2, d2).tolist()
+    first = {c1 + d1 * t for t in range(n1)}
+    # x - x' = delta: the first block, at a*delta + c1, meets the second, at c2 (x' = 0)
+    expect = [delta for delta in range(-40, 41)
+              if {a * delta + v for v in first} & {c2 + d2 * t for t in range(n2)}]
+    assert got == expect
+
+
+def test_a_shifted_stencil_races_in_either_direction():
+    """Y[i] from Y[i + 1] (or, reversed, Y[n-1-i] from Y[n-2-i]): iteration i reads what i + 1 writes."""
+    relu = tpp.relu(*BLOCK)
+    Y = np.zeros((9,) + BLOCK, np.float32)
+    for body in (lambda i, Y: relu(Y[i + 1], Y[i]), lambda i, Y: relu(Y[7 - i], Y[8 - i])):
+        found = check(kernel("A", Loop(0, 8))(body), (Y,), nthreads=2)
+        assert found and abs(found[0].at_first["i"] - found[0].at_second["i"]) == 1
+        assert check(kernel("a", Loop(0, 8))(body), (Y,), nthreads=2) == []
