@@ -35,12 +35,18 @@ def isa_level(request):
 _LEVEL_RUNS = collections.Counter()        # (level, "native" | "interpreter" | "emulator", outcome)
 
 
+_ISA_TESTS = ("tests/tpp/", "tests/loops/", "tests/x86/", "tests/test_demo.py")
+
+
 def _levels_of(nodeid):
+    """(level, how) of a test: from its parameters (``avx512``, ``avx512-interp``) or its file."""
     tokens = set(nodeid.replace("[", "-").replace("]", "-").split("-"))
     if nodeid.startswith("tests/aarch64/"):
         return [("sve", "native" if "sve" in host().levels else "emulator")]
     if nodeid.startswith("tests/tpp/test_amx.py") or nodeid.startswith("tests/loops/test_amx_nest.py"):
         return [("amx", "native" if "amx" in host().levels else "interpreter")]
+    if not nodeid.startswith(_ISA_TESTS):
+        return []
     how = "interpreter" if "interp" in tokens else "native"
     return [(level, how) for level in X86_LEVELS if level in tokens]
 

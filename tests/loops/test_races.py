@@ -502,7 +502,9 @@ def test_arguments_that_alias_are_one_array():
         kernel("A", Loop(0, 3), pool=pool_of(2))(lambda i, X, Y: relu(X[i], Y[i]))(X, X[1:])
 
 
-def test_the_analysis_costs_milliseconds_for_large_trip_counts():
+def test_the_analysis_does_not_enumerate_iterations():
+    """A GEMM of 1024^3 blocks: the analysis reasons per loop (milliseconds here); listing the 2**30
+    iterations would take minutes, which the generous bound catches."""
     import time
     zero, gemm = tpp.zero(8, 8), tpp.brgemm(8, 8, 8, beta=1)
 
@@ -518,7 +520,7 @@ def test_the_analysis_costs_milliseconds_for_large_trip_counts():
         k = kernel(spec, Loop(0, n), Loop(0, n), Loop(0, n), races="allow")(body)
         t = time.perf_counter()
         found = check(k, (A, A, C), nthreads=2)
-        assert bool(found) == racy and time.perf_counter() - t < 2.0, spec
+        assert bool(found) == racy and time.perf_counter() - t < 30, spec
 
 
 # -- the arithmetic under the analysis -----------------------------------------------------------
