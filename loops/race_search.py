@@ -361,18 +361,24 @@ def _pairs(xs, cands, joint, ranges, V):
             yield [v[keep] for v in X], [v[keep] for v in Y]
 
 
-def holds(sched, first, second, x, y, tp):
-    """Which pairs overlap on every axis, follow both paths, share an epoch and may run together."""
-    tx = _tvars(sched, x, tp[0] if tp else None)
-    ty = _tvars(sched, y, tp[1] if tp else None)
-    ex, ey = dict(x, **tx), dict(y, **ty)
-    ok = np.ones(len(next(iter(x.values()))), bool)
+def meet(first, ex, second, ey, n):
+    """Where ``first`` at the values ``ex`` (var -> array) and ``second`` at ``ey`` both follow their
+    paths and their blocks share an element (a bool array of ``n``)."""
+    ok = np.ones(n, bool)
     for test, outcome in first.path:
         ok &= test.holds(ex) == outcome
     for test, outcome in second.path:
         ok &= test.holds(ey) == outcome
     for (s1, n1, d1), (s2, n2, d2) in zip(first.box, second.box):
         ok &= ap_meet(s1.evaluate(ex), n1, d1, s2.evaluate(ey), n2, d2)
+    return ok
+
+
+def holds(sched, first, second, x, y, tp):
+    """Which pairs overlap on every axis, follow both paths, share an epoch and may run together."""
+    tx = _tvars(sched, x, tp[0] if tp else None)
+    ty = _tvars(sched, y, tp[1] if tp else None)
+    ok = meet(first, dict(x, **tx), second, dict(y, **ty), len(next(iter(x.values()))))
     for a, b in zip(sched.epoch(x), sched.epoch(y)):
         ok &= a == b
     if sched.mode == "collapse" and sched.kind == "dynamic":
@@ -420,14 +426,7 @@ def _scan_hook(sched, body, hook_acc, hook, joint, values, rep, names, label):
                 continue
             tb = sched.hook_tvars(np.full(n, u, np.int64)) if dynamic else sched.tvars(x)
             th = sched.hook_tvars(np.full(n, t, np.int64))
-            ex, eh = dict(x, **tb), th
-            ok = np.ones(n, bool)
-            for test, outcome in body.path:
-                ok &= test.holds(ex) == outcome
-            for test, outcome in hook_acc.path:
-                ok &= test.holds(eh) == outcome
-            for (s1, n1, d1), (s2, n2, d2) in zip(body.box, hook_acc.box):
-                ok &= ap_meet(s1.evaluate(ex), n1, d1, s2.evaluate(eh), n2, d2)
+            ok = meet(body, dict(x, **tb), hook_acc, th, n)
             if hook == "init":
                 for e, want in zip(sched.epoch(x), first_epoch):
                     ok &= e == want
@@ -452,16 +451,7 @@ def _hooks_pair(sched, first, second, label):
         for u in range(T):
             if t == u:
                 continue
-            ex = sched.hook_tvars(np.array([t]))
-            ey = sched.hook_tvars(np.array([u]))
-            ok = np.ones(1, bool)
-            for test, outcome in first.path:
-                ok &= test.holds(ex) == outcome
-            for test, outcome in second.path:
-                ok &= test.holds(ey) == outcome
-            for (s1, n1, d1), (s2, n2, d2) in zip(first.box, second.box):
-                ok &= ap_meet(s1.evaluate(ex), n1, d1, s2.evaluate(ey), n2, d2)
-            if ok.all():
+            if meet(first, sched.hook_tvars(np.array([t])), second, sched.hook_tvars(np.array([u])), 1).all():
                 return Conflict(label, first, second, {"thread": t}, {"thread": u},
                                 "hooks of different threads run at the same time; index per-thread blocks "
                                 "with thread().tid")

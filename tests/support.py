@@ -38,6 +38,19 @@ def kernel_level(isa):
         h.isa = old
 
 
+_POOLS = {}
+
+
+def pool_of(n):
+    """The process's pool when it has ``n`` threads, else a pool of ``n`` made once (short spins)."""
+    from loops.pool import Pool, get_pool
+    if n == get_pool().nthreads:
+        return get_pool()
+    if n not in _POOLS:
+        _POOLS[n] = Pool(n, spin_us=5)
+    return _POOLS[n]
+
+
 def interp_available():
     try:
         import isa.x86.interp  # noqa: F401

@@ -14,9 +14,10 @@ from hypothesis import given, settings, strategies as st
 from isa.x86 import Function, dword, eax, qword, rdi, rdx, rsi
 from loops import Loop, SpecError, kernel, thread
 from loops.enumerate import enumerate_specs, enumerate_union
-from loops.pool import Pool, get_pool
+from loops.pool import get_pool
 from tppasm.kernel import Descriptor, Kernel
 from tppasm.operand import OperandSpec
+from tests.support import pool_of
 
 LETTERS = "abcd"
 
@@ -51,15 +52,6 @@ def _record_kernel():
 
 
 REC = _record_kernel()
-_POOLS = {}
-
-
-def pool_of(n):
-    if n == get_pool().nthreads:
-        return get_pool()
-    if n not in _POOLS:
-        _POOLS[n] = Pool(n, spin_us=5)
-    return _POOLS[n]
 
 
 def recording_body(nloops, shared_counter=False):

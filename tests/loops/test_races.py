@@ -14,21 +14,12 @@ from hypothesis import given, settings, strategies as st
 
 import tppasm as tpp
 from loops import Loop, SpecError, kernel, thread
-from loops.pool import Pool, get_pool
 from loops.races import RaceError, RaceWarning, check
 from loops.spec import LETTERS, parse
-from tests.support import kernel_level, native_levels
+from tests.loops.test_nest import specs
+from tests.support import kernel_level, native_levels, pool_of
 
 BLOCK = (2, 4)
-_POOLS = {}
-
-
-def pool_of(n):
-    if n == get_pool().nthreads:
-        return get_pool()
-    if n not in _POOLS:
-        _POOLS[n] = Pool(n, spin_us=5)
-    return _POOLS[n]
 
 
 # -- the oracle ----------------------------------------------------------------------------------
@@ -261,45 +252,8 @@ def cases(draw, max_trip=4):
         loops.append(Loop(start, start + trip * step, step, blocks))
     program = draw(st.lists(ops(nloops), min_size=1, max_size=3))
     nthreads = draw(st.sampled_from([2, 3]))
-    seq = []
-    for k, lp in enumerate(loops):
-        seq += [LETTERS[k]] * draw(st.integers(1, len(lp.blocks) + 1))
-    seq = draw(st.permutations(seq))
-    mode = draw(st.sampled_from(["collapse", "collapse", "grid"]))
-    text = _spec_text(draw, seq, mode, nthreads)
+    text = draw(specs(loops, nthreads).filter(lambda s: s[2] != "serial"))[0]   # tests/loops/test_nest.py's
     return loops, program, nthreads, text, draw(st.sampled_from(native_levels()))
-
-
-def _spec_text(draw, seq, mode, nthreads):
-    n = len(seq)
-    par, axes = set(), {}
-    if mode == "collapse":
-        i = draw(st.integers(0, n - 1))
-        j = i
-        while j + 1 < n and seq[j + 1] not in seq[i:j + 1] and draw(st.booleans()):
-            j += 1
-        par = set(range(i, j + 1))
-        run_end = j
-    else:
-        chosen = draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=2, unique=True))
-        budget = nthreads
-        for pos, axis in zip(chosen, draw(st.permutations("RC"))):
-            teams = draw(st.integers(1, max(1, budget)))
-            budget //= teams
-            par.add(pos)
-            axes[pos] = (axis, teams)
-        run_end = min(par)
-    first = min(par)
-    text = ""
-    for pos, c in enumerate(seq):
-        text += c.upper() if pos in par else c
-        if pos in axes:
-            text += "{%s:%d}" % axes[pos]
-        if (pos < first or pos == run_end) and draw(st.integers(0, 3)) == 0:
-            text += "|"
-    if mode == "collapse":
-        text += draw(st.sampled_from(["", "", "@schedule(static,1)", "@schedule(dynamic)", "@schedule(dynamic,2)"]))
-    return text
 
 
 def arrays_for(loops, seed=0):
@@ -318,7 +272,7 @@ def test_the_analysis_finds_a_race_exactly_when_the_oracle_does(case):
     loops, program, nthreads, text, level = case
     kernels = kernels_at(level)
     lk = kernel(text, *loops, races="allow")(make_body(len(loops), program, kernels))
-    X, Y = arrays_for(loops)
+    X, Y = arrays_for(lk.resolved)
     try:
         found = check(lk, (X, Y), nthreads=nthreads)
     except (SpecError, IndexError):
@@ -342,7 +296,7 @@ def test_accepted_specs_compute_the_serial_result_on_threads(case):
         return                                          # .python() runs every iteration as thread 0
     body = make_body(len(loops), program, kernels_at(level))
     lk = kernel(text, *loops, pool=pool_of(nthreads))(body)
-    X, Y0 = arrays_for(loops)
+    X, Y0 = arrays_for(lk.resolved)
     expect = Y0.copy()
     try:
         lk.python(X, expect)
