@@ -471,7 +471,8 @@ def _conflict(sched, first, second, x, y, j, tp, names, label):
     else:
         at_x["thread"] = int(sched.thread(one(x))[0])
         at_y["thread"] = int(sched.thread(one(y))[0])
-        how = {"grid": "the thread grid", "collapse": f"schedule(static{',' + str(sched.chunk) if sched.chunk else ''})"}
+        chunk = f",{sched.chunk}" if sched.chunk else ""
+        how = {"grid": "the thread grid", "collapse": f"schedule(static{chunk})"}
         why = f"{how[sched.mode]} puts them on different threads"
     why += (", and no barrier ('|') separates them" if not sched.barriers else
             ", and they lie between the same two barriers")

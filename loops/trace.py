@@ -40,6 +40,12 @@ class TraceError(TypeError):
     """The body does something the tracer cannot compile; the message names the legal alternative."""
 
 
+class ViewAttributeError(TraceError, AttributeError):
+    """An attribute a traced view does not have (``X[i].T``, ``.reshape``): a :class:`TraceError`
+    naming the alternative, and an AttributeError, so ``hasattr``/``getattr(..., default)`` probes
+    still read it as absent."""
+
+
 # -- affine index expressions ----------------------------------------------------------------
 
 def _comparison(op):
@@ -357,10 +363,10 @@ class View:
             raise AttributeError(name)
         hint = _ALTERNATIVES.get(name)
         if hint is None:
-            raise TraceError(f"{self.text}.{name}: a traced array in a loop body only supports indexing and "
-                             "slicing (X[i, j:j + 4]) and .shape, .ndim and .dtype; pass it to a tppasm kernel, "
-                             "or run NumPy code with kernel.python(...)")
-        raise TraceError(f"{self.text}.{name} inside a loop body: {hint}")
+            raise ViewAttributeError(f"{self.text}.{name}: a traced array in a loop body only supports indexing "
+                                     "and slicing (X[i, j:j + 4]) and .shape, .ndim and .dtype; pass it to a "
+                                     "tppasm kernel, or run NumPy code with kernel.python(...)")
+        raise ViewAttributeError(f"{self.text}.{name} inside a loop body: {hint}")
 
     def __repr__(self):
         return f"<traced {self.text}: shape {self.shape}, offset {self.offset}>"

@@ -247,7 +247,8 @@ def cases(draw, max_trip=4):
     nloops = draw(st.integers(1, 3))
     loops = []
     for _ in range(nloops):
-        trip, step, start = draw(st.integers(1, max_trip)), draw(st.sampled_from([1, 1, 2])), draw(st.sampled_from([0, 0, 1]))
+        trip, step = draw(st.integers(1, max_trip)), draw(st.sampled_from([1, 1, 2]))
+        start = draw(st.sampled_from([0, 0, 1]))
         blocks = draw(st.lists(st.integers(1, max(3, max_trip // 2)).map(lambda b: b * step), max_size=1))
         loops.append(Loop(start, start + trip * step, step, blocks))
     program = draw(st.lists(ops(nloops), min_size=1, max_size=3))
