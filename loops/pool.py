@@ -71,6 +71,10 @@ _ASYNC_SIGNALS = signal.valid_signals() - {signal.SIGSEGV, signal.SIGBUS, signal
                                            signal.SIGTRAP, signal.SIGABRT}
 
 
+MAX_SPIN_US = 1e6            # a second of spinning before sleeping is already far past useful
+MAX_THREADS = 4096
+
+
 def _env_int(name):
     text = os.environ.get(name, "").split(",")[0].strip()
     if not text:
@@ -79,8 +83,8 @@ def _env_int(name):
         value = int(text)
     except ValueError:
         raise ValueError(f"{name}={os.environ[name]!r}: expected a positive integer") from None
-    if value < 1:
-        raise ValueError(f"{name}={os.environ[name]!r}: expected a positive integer")
+    if not 1 <= value <= MAX_THREADS:
+        raise ValueError(f"{name}={os.environ[name]!r}: expected a number of threads from 1 to {MAX_THREADS}")
     return value
 
 
@@ -107,8 +111,8 @@ def _spin_us(nthreads):
         value = float(text) if text else default
     except ValueError:
         value = -1.0
-    if not value >= 0:
-        raise ValueError(f"TPPASM_SPIN_US={text!r}: expected a number of microseconds >= 0")
+    if not 0 <= value <= MAX_SPIN_US:          # NaN and infinity fail too
+        raise ValueError(f"TPPASM_SPIN_US={text!r}: expected a number of microseconds from 0 to {MAX_SPIN_US:g}")
     return value
 
 
@@ -141,8 +145,16 @@ class Pool:
     """
 
     def __init__(self, nthreads, spin_us=None):
-        if nthreads < 1:
-            raise ValueError(f"a pool needs at least one thread, not {nthreads}")
+        if not isinstance(nthreads, int) or isinstance(nthreads, bool):
+            raise TypeError(f"Pool(nthreads={nthreads!r}): expected an int number of threads, e.g. Pool(4)")
+        if not 1 <= nthreads <= MAX_THREADS:
+            raise ValueError(f"Pool(nthreads={nthreads}): a pool has 1 to {MAX_THREADS} threads")
+        if spin_us is not None:
+            if isinstance(spin_us, bool) or not isinstance(spin_us, (int, float)):
+                raise TypeError(f"Pool(spin_us={spin_us!r}): expected microseconds as a number, or None for "
+                                "TPPASM_SPIN_US / the default")
+            if not 0 <= spin_us <= MAX_SPIN_US:
+                raise ValueError(f"Pool(spin_us={spin_us}): expected 0 to {MAX_SPIN_US:g} microseconds")
         self.nthreads = nthreads
         self._code = _code.build()
         for jit in self._code.values():

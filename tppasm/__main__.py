@@ -10,13 +10,23 @@ import numpy as np
 
 
 def info(as_json=False):
-    from isa.cpu import host
+    from isa.cpu import host, verification
     h = host()
     if as_json:
         print(json.dumps(h.as_dict(), indent=2))
         return
+    v = verification(h)
     print(f"arch      {h.arch} ({h.vendor})")
     print(f"isa       {h.isa} (best available: {h.best_isa}; levels: {', '.join(h.levels) or 'none'})")
+    print(f"native    {' '.join(v['native']) or 'none'} (code of these levels runs on this CPU; the tests run "
+          "the TPP, loop and demo tests at each)")
+    if v["interpreter"]:
+        print(f"interp    {' '.join(v['interpreter'])} (the host lacks them: their kernels are tested in "
+              "isa.x86.interp, which interprets the generated code)")
+    if v["emulator"]:
+        how = [f"qemu-aarch64 ({v['qemu']})" if v["qemu"] else f"qemu-aarch64 {v['runners']['qemu-aarch64']}",
+               "unicorn for fp32" if v["runners"]["unicorn"] is None else f"unicorn: {v['runners']['unicorn']}"]
+        print(f"emulated  {' '.join(v['emulator'])} (tested under {'; '.join(how)})")
     if h.sve_vector_bits:
         print(f"sve       {h.sve_vector_bits}-bit vectors")
     on = [k for k, v in h.features.items() if v]

@@ -67,6 +67,25 @@ def family(isa):
                          "(or None for the host's level)") from None
 
 
+def level(isa):
+    """The ISA level ``isa`` names, spelled as ``TPPASM_ISA`` accepts it (any case, spaces around);
+    None is the host's level. ValueError names the levels.
+
+    >>> level(" AVX2 "), level(None) == __import__("isa.cpu").cpu.host().isa
+    ('avx2', True)
+    """
+    if isa is None:
+        from isa.cpu import host
+        return host().isa
+    name = isa.strip().lower() if isinstance(isa, str) else isa
+    if name not in FAMILIES:
+        from isa.cpu import host
+        raise ValueError(f"isa={isa!r}: expected one of {', '.join(map(repr, FAMILIES))} (this host runs "
+                         f"{', '.join(host().levels) or 'none'} natively), or None for the host's level "
+                         f"({host().isa})")
+    return name
+
+
 def _load(fam):
     """Import every module of ``fam``'s package once (each registers its generators)."""
     if fam in _LOADED:

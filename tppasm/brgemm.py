@@ -372,6 +372,9 @@ def tileconfig(gemm):
     ('amx_tileconfig', 'amx_tilerelease')
     """
     desc = getattr(gemm, "desc", gemm)
+    if not isinstance(desc, Brgemm):
+        raise TypeError(f"tileconfig(gemm): gemm={gemm!r}; pass the AMX BRGEMM (tppasm.brgemm(..., isa='amx', "
+                        "tile_setup=False)) whose tile configuration the nest needs")
     return get_kernel(TileConfig(desc), "amx")
 
 

@@ -395,7 +395,8 @@ def get_kernel(desc, isa=None):
     >>> k is get_kernel(Unary(op="relu", m=2, n=3))
     True
     """
-    isa = isa or host().isa
+    _check_descriptor(desc)
+    isa = backends.level(isa)
     key = (desc, isa)
     kernel = _CACHE.get(key)
     if kernel is None:
@@ -435,6 +436,16 @@ def cache_clear():
 _FORK_WAIT_S = 10.0
 forking.guard(sys.modules[__name__], "_LOCK", threading.Lock)     # every lock at a fork: tppasm.forking
 os.register_at_fork(after_in_child=_CACHE.after_fork_in_child)
+
+
+def _check_descriptor(desc):
+    if isinstance(desc, Descriptor):
+        return
+    if isinstance(desc, Kernel):
+        raise TypeError(f"get_kernel({desc!r}): this is already a kernel; call it directly")
+    raise TypeError(f"get_kernel(desc): desc={desc!r} is not a TPP descriptor; pass one such as "
+                    "tppasm.brgemm.Brgemm(m, n, k) or tppasm.eltwise.Unary('relu', m, n), or build the kernel "
+                    "with a constructor: tppasm.brgemm(m, n, k), tppasm.relu(m, n), tppasm.unary('relu', m, n), ...")
 
 
 def _generate(desc, isa):
