@@ -13,7 +13,6 @@ import tppasm as tpp
 from loops import Loop, kernel
 from loops.spec import SpecError
 from loops.trace import TraceError
-from tppasm.brgemm import Brgemm
 from tppasm.operand import OperandError
 
 
