@@ -1,0 +1,231 @@
+"""x86 generators (AVX2, AVX-512) for the row-wise normalizations of :mod:`tppasm.norm`.
+
+Each row is read in passes while it sits in L1: softmax takes the row maximum of ``scale*x + mask``,
+then sums ``exp(. - max)`` (writing the exponentials when the output is fp32), then scales by
+1/sum (a bf16 output recomputes the exponentials instead of rounding twice); layer norm takes the
+mean, then the variance around it (two passes: no cancellation), then writes
+``(x - mean) * rstd * gamma + beta``; RMSNorm the mean square, then ``x * rstd * gamma``. Masked
+tail lanes are kept out of every sum and maximum. 1/sqrt is a true square root and division, not
+an estimate.
+
+>>> import numpy as np, tppasm
+>>> x = np.array([[1.0, 2.0, 3.0]], np.float32); out = np.empty_like(x)
+>>> tppasm.rmsnorm(1, 3)(x, np.ones(3, np.float32), out); bool(np.allclose(out, x / np.sqrt(14 / 3)))
+True
+"""
+from isa.x86 import Function, r10
+
+from . import math as xm
+from . import register
+from .eltwise import Stream, _load, _make_tail, _store
+from .rows import at, combine, hreduce, next_row, walk, zero_tail, fill_tail
+from .vector import VectorISA
+
+ROWS = r10
+
+
+class _Regs:
+    """Vector registers handed out in order; the rest become constant registers."""
+
+    def __init__(self, fn, v, n):
+        self.v, self.free = v, list(range(v.nregs))
+        self.tail = _make_tail(fn, v, n % v.lanes(4), self.free)
+
+    def take(self, k):
+        out, self.free = [self.v.reg(r) for r in self.free[:k]], self.free[k:]
+        return out
+
+    def consts(self):
+        return xm.Consts(self.v, [self.v.reg(r) for r in self.free])
+
+
+def _row_loop(a, m, emit_row, streams):
+    """Emit ``for each of m rows: emit_row(); advance streams``."""
+    a.mov(ROWS, m)
+    top = a.label()
+    a.bind(top)
+    emit_row()
+    next_row(a, streams)
+    a.dec(ROWS)
+    a.jnz(top)
+
+
+def _sum_pass(a, v, n, acc, tail, load_term):
+    """acc[0] (every lane) = sum over the row of ``load_term(u, col, idx, t)``'s lanes."""
+    for r in acc:
+        a.vxorps(r, r, r) if r.num < 16 else a.vpxord(r, r, r)
+
+    def vector(u, col, idx, t):
+        a.vaddps(acc[u], acc[u], load_term(u, col, idx, t))
+    walk(a, v, n, len(acc), vector, tail)
+    combine(a, acc, "add")
+
+
+@register("softmax")
+def generate_softmax(desc, isa):
+    v = VectorISA(isa)
+    fn = Function("softmax", ["ptr"] * len(desc.operands()))
+    a, args = fn.asm, list(fn.args)
+    x = Stream(args[0], "full", desc.dtype, desc.ldi)
+    mask = Stream(args[1], "row", "f32") if desc.mask else None
+    out = Stream(args[-1], "full", desc.out_dtype, desc.ldo)
+    R = _Regs(fn, v, desc.n)
+    tail, U, W = R.tail, (4 if v.avx512 else 2), (2 if v.avx512 else 1)
+    acc, (mx, inv) = R.take(U), R.take(2)
+    work = [R.take(5) for _ in range(W)]          # src, dst and exp's 3 temporaries per vector
+    flat = [r for w in work for r in w]
+    c = R.consts()
+
+    def logits(dst, spare, col, idx, t):
+        """dst = scale * x (+ mask) for this vector (``spare`` holds the mask)."""
+        _load(a, v, dst, x, at(x, col, idx), t)
+        if desc.scale != 1.0:
+            a.vmulps(dst, dst, c.f(desc.scale))
+        if mask:
+            a.vaddps(dst, dst, _load(a, v, spare, mask, at(mask, col, idx), t))
+        return dst
+
+    def exp_of(u, col, idx, t):
+        src, dst, *tmp = work[u % W]
+        logits(src, dst, col, idx, t)
+        a.vsubps(src, src, mx)
+        xm.emit_exp(a, v, dst, src, tmp, c)
+        zero_tail(a, v, dst, t)
+        return dst
+
+    def row():
+        for r in acc:
+            a.vmovups(r, c.f(float("-inf")))
+
+        def maximum(u, col, idx, t):
+            y = logits(flat[u], flat[U + u], col, idx, t)
+            fill_tail(a, v, y, t, c.into(a, flat[-1], float("-inf")))
+            a.vmaxps(acc[u], acc[u], y)
+        walk(a, v, desc.n, U, maximum, tail)
+        combine(a, acc, "max")
+        hreduce(a, v, acc[0], acc[1], "max")
+        a.vmovaps(mx, acc[0])
+
+        def exp_sum(u, col, idx, t):
+            e = exp_of(u, col, idx, t)
+            if out.dtype == "f32":
+                _store(a, v, out, e, at(out, col, idx), t, work[u % W][2:], c)
+            return e
+        _sum_pass(a, v, desc.n, acc[:W], tail, exp_sum)
+        hreduce(a, v, acc[0], acc[1], "add")
+        a.vmovups(inv, c.f(1.0))
+        a.vdivps(inv, inv, acc[0])
+
+        def scale(u, col, idx, t):
+            if out.dtype == "f32":
+                y = _load(a, v, work[u % W][1], out, at(out, col, idx), t)
+            else:
+                y = exp_of(u, col, idx, t)
+            a.vmulps(y, y, inv)
+            _store(a, v, out, y, at(out, col, idx), t, work[u % W][2:], c)
+        walk(a, v, desc.n, W, scale, tail)
+
+    _row_loop(a, desc.m, row, [x, out])
+    c.finish(fn, scratch=acc[0])
+    return fn.finalize()
+
+
+def _root_mean(a, c, acc, n, eps):
+    """acc = sqrt(acc / n + eps) in every lane (acc holds the row's sum in every lane)."""
+    a.vmulps(acc, acc, c.f(1.0 / n))
+    a.vaddps(acc, acc, c.f(eps))
+    a.vsqrtps(acc, acc)
+
+
+def _invert(a, dst, src, c):
+    """dst = 1 / src (correctly rounded division)."""
+    a.vmovups(dst, c.f(1.0))
+    a.vdivps(dst, dst, src)
+
+
+@register("layernorm")
+def generate_layernorm(desc, isa):
+    v = VectorISA(isa)
+    fn = Function("layernorm", ["ptr"] * 4)
+    a = fn.asm
+    rx, rg, rb, ro = fn.args
+    x = Stream(rx, "full", desc.dtype, desc.ldi)
+    gamma, beta = Stream(rg, "row", "f32"), Stream(rb, "row", "f32")
+    out = Stream(ro, "full", desc.out_dtype, desc.ldo)
+    R = _Regs(fn, v, desc.n)
+    tail, U = R.tail, (4 if v.avx512 else 2)
+    acc, (mean, rstd) = R.take(U), R.take(2)
+    work = [R.take(3) for _ in range(U)]
+    tmp = R.take(3)
+    c = R.consts()
+
+    def centered(u, col, idx, t):
+        d = _load(a, v, work[u][0], x, at(x, col, idx), t)
+        a.vsubps(d, d, mean)
+        zero_tail(a, v, d, t)
+        return d
+
+    def row():
+        _sum_pass(a, v, desc.n, acc, tail, lambda u, col, idx, t: _load(a, v, work[u][0], x, at(x, col, idx), t))
+        hreduce(a, v, acc[0], acc[1], "add")
+        a.vmulps(mean, acc[0], c.f(1.0 / desc.n))
+
+        def square(u, col, idx, t):
+            d = centered(u, col, idx, t)
+            a.vmulps(d, d, d)
+            return d
+        _sum_pass(a, v, desc.n, acc, tail, square)
+        hreduce(a, v, acc[0], acc[1], "add")
+        _root_mean(a, c, acc[0], desc.n, desc.eps)
+        _invert(a, rstd, acc[0], c)
+
+        def write(u, col, idx, t):
+            d = centered(u, col, idx, t)
+            a.vmulps(d, d, rstd)
+            g = _load(a, v, work[u][1], gamma, at(gamma, col, idx), t)
+            b = _load(a, v, work[u][2], beta, at(beta, col, idx), t)
+            a.vfmadd213ps(d, g, b)
+            _store(a, v, out, d, at(out, col, idx), t, tmp, c)
+        walk(a, v, desc.n, U, write, tail)
+
+    _row_loop(a, desc.m, row, [x, out])
+    c.finish(fn, scratch=acc[0])
+    return fn.finalize()
+
+
+@register("rmsnorm")
+def generate_rmsnorm(desc, isa):
+    v = VectorISA(isa)
+    fn = Function("rmsnorm", ["ptr"] * 3)
+    a = fn.asm
+    rx, rg, ro = fn.args
+    x = Stream(rx, "full", desc.dtype, desc.ldi)
+    gamma = Stream(rg, "row", "f32")
+    out = Stream(ro, "full", desc.out_dtype, desc.ldo)
+    R = _Regs(fn, v, desc.n)
+    tail, U = R.tail, (4 if v.avx512 else 2)
+    acc, (rstd,) = R.take(U), R.take(1)
+    work = [R.take(2) for _ in range(U)]
+    tmp = R.take(3)
+    c = R.consts()
+
+    def row():
+        def square(u, col, idx, t):
+            d = _load(a, v, work[u][0], x, at(x, col, idx), t)
+            a.vmulps(d, d, d)
+            return d
+        _sum_pass(a, v, desc.n, acc, tail, square)
+        hreduce(a, v, acc[0], acc[1], "add")
+        _root_mean(a, c, acc[0], desc.n, desc.eps)
+        _invert(a, rstd, acc[0], c)
+
+        def write(u, col, idx, t):
+            d = _load(a, v, work[u][0], x, at(x, col, idx), t)
+            a.vmulps(d, d, rstd)
+            a.vmulps(d, d, _load(a, v, work[u][1], gamma, at(gamma, col, idx), t))
+            _store(a, v, out, d, at(out, col, idx), t, tmp, c)
+        walk(a, v, desc.n, U, write, tail)
+
+    _row_loop(a, desc.m, row, [x, out])
+    c.finish(fn, scratch=acc[0])
+    return fn.finalize()
