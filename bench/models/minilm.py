@@ -34,6 +34,8 @@ from isa.cpu import host
 from loops import Loop, kernel, thread
 from loops.pool import get_pool
 
+from .attention import Attention
+
 HIDDEN, HEADS, HEAD_DIM, FFN, LAYERS, EPS = 384, 12, 32, 1536, 6, 1e-12
 MAX_LEN = 256           # sentence-transformers' max_seq_length for this model
 PAD = 16                # sequence lengths padded to a multiple of this (masked)
@@ -70,8 +72,9 @@ def tokenizer(path=None):
 
 
 def column_block():
-    """Columns per weight block: two fp32 vectors of the host (32 on AVX-512, 16 on AVX2)."""
-    return 32 if host().isa in ("avx512", "amx") else 16
+    """Columns per weight block: 64 on AVX-512 (4 vectors; measured 5-15% faster than 32 in bf16,
+    the same in fp32), 16 on AVX2 (two vectors)."""
+    return 64 if host().isa in ("avx512", "amx") else 16
 
 
 class MiniLM:
@@ -208,11 +211,6 @@ class _Plan:
         H = tpp.empty((T, HIDDEN))
         Hb = tpp.empty((T, HIDDEN), "bf16") if bf16 else None
         self.mask = tpp.empty((B, Lp))
-        QKV = tpp.empty((1, T, 3 * HIDDEN))
-        KT = tpp.empty((nt, 1, HEAD_DIM, Lp))
-        S = tpp.empty((nt, 1, Lp, Lp))
-        Ctx = tpp.empty((1, T, HIDDEN))
-        Ctxb = tpp.empty((1, T, HIDDEN), "bf16") if bf16 else None
         inter = tpp.empty((nt, bm, FFN), dt)
         I4 = np.lib.stride_tricks.as_strided(inter, (nt, FFN // HIDDEN, bm, HIDDEN),
                                              (bm * FFN * inter.itemsize, HIDDEN * inter.itemsize,
@@ -221,12 +219,9 @@ class _Plan:
         self.to_bf16 = tpp.copy(T, HIDDEN, out_dtype="bf16")
         nq, no, n1 = 3 * HIDDEN // bn, HIDDEN // bn, FFN // bn
         WO, W1, W2 = nq, nq + no, nq + no + n1                       # first block of each weight
-        qkv = tpp.brgemm(bm, bn, HIDDEN, dt, lda=HIDDEN, ldc=3 * HIDDEN, bias=True)
-        transpose = tpp.transform("transpose", Lp, HEAD_DIM, ldi=3 * HIDDEN, ldo=Lp)
-        scores = tpp.brgemm(Lp, Lp, HEAD_DIM, lda=3 * HIDDEN, ldb=Lp, ldc=Lp)
-        softmax = tpp.softmax(Lp, Lp, scale=HEAD_DIM ** -0.5, mask=True)
-        context = tpp.brgemm(Lp, HEAD_DIM, Lp, lda=Lp, ldb=3 * HIDDEN, ldc=HIDDEN)
-        ctx_bf16 = tpp.copy(Lp, HEAD_DIM, ldi=HIDDEN, ldo=HIDDEN, out_dtype="bf16")
+        self.QKV, self.Ctx = tpp.empty((T, 3 * HIDDEN), dt), tpp.empty((T, HIDDEN), dt)
+        self.attend = Attention(B, Lp, HEADS, HEAD_DIM, dt, pool)
+        qkv = tpp.brgemm(bm, bn, HIDDEN, dt, lda=HIDDEN, ldc=3 * HIDDEN, c_dtype=dt, bias=True)
         row_bf16 = tpp.copy(bm, HIDDEN, out_dtype="bf16")
         out_proj = tpp.brgemm(bm, bn, HIDDEN, dt, lda=HIDDEN, ldc=HIDDEN, beta=1, bias=True)
         norm = tpp.layernorm(bm, HIDDEN, eps=EPS)
@@ -240,16 +235,6 @@ class _Plan:
         def qkv_nest(im, jn, X, W, Par, QKV):
             r = im * bm
             qkv(X[:, r:r + bm], W[jn:jn + 1], QKV[0, r:r + bm, jn * bn:jn * bn + bn], Par[jn * bn:jn * bn + bn])
-
-        @kernel("AB", Loop(0, B), Loop(0, HEADS), pool=pool)
-        def attention(b, h, QKV, KT, S, Mask, Ctx, Ctxb):
-            t, r, c = thread().tid, b * Lp, h * HEAD_DIM
-            transpose(QKV[0, r:r + Lp, HIDDEN + c:HIDDEN + c + HEAD_DIM], KT[t, 0])
-            scores(QKV[:, r:r + Lp, c:c + HEAD_DIM], KT[t], S[t, 0])
-            softmax(S[t, 0], Mask[b], S[t, 0])
-            context(S[t], QKV[:, r:r + Lp, 2 * HIDDEN + c:2 * HIDDEN + c + HEAD_DIM], Ctx[0, r:r + Lp, c:c + HEAD_DIM])
-            if bf16:
-                ctx_bf16(Ctx[0, r:r + Lp, c:c + HEAD_DIM], Ctxb[0, r:r + Lp, c:c + HEAD_DIM])
 
         def vec(Par, name, j=0, size=bn):
             return Par[P[name] + j * size:P[name] + j * size + size]
@@ -274,12 +259,10 @@ class _Plan:
             norm(rows, vec(Par, "ln2_g", size=HIDDEN), vec(Par, "ln2_b", size=HIDDEN), rows)
             if bf16:
                 row_bf16(rows, X[0, r:r + bm])
-        self.qkv_nest, self.attention, self.rest = qkv_nest, attention, rest
-        self.QKV, self.KT, self.S, self.Ctx, self.I4 = QKV, KT, S, Ctx, I4
-        self.Ctxb = Ctxb if bf16 else Ctx
+        self.qkv_nest, self.rest, self.I4 = qkv_nest, rest, I4
         self.X = (self.Hb if bf16 else self.H)[None]
 
     def run_layer(self, weights, params):
-        self.qkv_nest(self.X, weights, params, self.QKV)
-        self.attention(self.QKV, self.KT, self.S, self.mask, self.Ctx, self.Ctxb)
-        self.rest(self.Ctxb, weights, params, self.H[None], self.X, self.I4)
+        self.qkv_nest(self.X, weights, params, self.QKV[None])
+        self.attend(self.QKV, self.mask, self.Ctx)
+        self.rest(self.Ctx[None], weights, params, self.H[None], self.X, self.I4)
