@@ -5,3 +5,5 @@ from .layout import aligned, block, empty, unblock, vnni_pack, vnni_unpack  # no
 from .eltwise import binary, copy, reduce, relu, ternary, transform, unary, zero  # noqa: F401,E402
 from .norm import layernorm, rmsnorm, softmax  # noqa: F401,E402
 from .rotary import rope_tables, rotary  # noqa: F401,E402
+from .quant import dequant, quantize  # noqa: F401,E402
+from .glu import swiglu  # noqa: F401,E402

@@ -32,6 +32,9 @@ def _real(desc, name, positive=False):
     object.__setattr__(desc, name, value)
 
 
+MASKS = (None, "row", "full")
+
+
 def _vector(name, n):
     return OperandSpec(name, "f32", (n,), (1,))
 
@@ -58,9 +61,10 @@ class _RowOp(Descriptor):
 
 @dataclass(frozen=True)
 class Softmax(_RowOp):
-    """out[i] = softmax(scale * x[i] + mask) over each row; ``mask=True`` adds an fp32 row of n
-    values (0 to keep a column, -inf to drop it: attention's padding mask). Every row needs one
-    finite value after masking, else its output is NaN."""
+    """out[i] = softmax(scale * x[i] + mask) over each row. ``mask="row"`` adds one fp32 row of n
+    values to every row (0 keeps a column, -inf drops it: a padding mask); ``mask="full"`` adds an
+    fp32 (m, n) operand with row stride ``ldm`` (a causal mask). Every row needs one finite value
+    after masking, else its output is NaN."""
 
     m: int
     n: int
@@ -69,22 +73,33 @@ class Softmax(_RowOp):
     dtype: str = "f32"
     out_dtype: str = ""
     scale: float = 1.0
-    mask: bool = False
+    mask: str = None
+    ldm: int = 0
 
     kind = "softmax"
 
     def __post_init__(self):
         self._post("scale")
+        _default(self, ldm=self.n)
+
+    def validate(self):
+        super().validate()
+        if self.mask not in MASKS:
+            raise ValueError(f"softmax: mask={self.mask!r}; expected None, 'row' (n values for every row) "
+                             "or 'full' (an (m, n) array)")
+        _ld(self, "ldm", self.n)
 
     def operands(self):
         x, out = self._io()
+        if self.mask == "full":
+            return (x, OperandSpec("mask", "f32", (self.m, self.n), (self.ldm, 1), ld_name="ldm"), out)
         return (x, _vector("mask", self.n), out) if self.mask else (x, out)
 
     def reference(self, x, *rest):
         out = rest[-1]
         y = _to_f64(x) * np.float64(np.float32(self.scale))
         if self.mask:
-            y = y + _to_f64(rest[0])[None, :]
+            y = y + _to_f64(rest[0])[None, :] if self.mask == "row" else y + _to_f64(rest[0])
         with np.errstate(all="ignore"):
             e = np.exp(y - y.max(axis=1, keepdims=True))
             _store(out, e / e.sum(axis=1, keepdims=True))
@@ -147,17 +162,18 @@ class RMSNorm(_RowOp):
             _store(out, x / np.sqrt((x * x).mean(axis=1, keepdims=True) + self.eps) * _to_f64(gamma))
 
 
-def softmax(m, n, ldi=0, ldo=0, dtype="f32", out_dtype="", scale=1.0, mask=False, isa=None):
-    """The kernel ``out = softmax(scale * x (+ mask))`` over each of m rows; with ``mask=True`` it
-    takes (x, mask, out), the mask an fp32 row of n additive values (0 or -inf).
+def softmax(m, n, ldi=0, ldo=0, dtype="f32", out_dtype="", scale=1.0, mask=None, ldm=0, isa=None):
+    """The kernel ``out = softmax(scale * x (+ mask))`` over each of m rows; with a mask it takes
+    (x, mask, out): additive fp32 values (0 or -inf), one row of n (``mask="row"``) or (m, n)
+    (``mask="full"``, row stride ``ldm``).
 
     >>> import numpy as np, tppasm
     >>> x = np.zeros((1, 3), np.float32); out = np.empty_like(x)
     >>> mask = np.array([0, 0, -np.inf], np.float32)
-    >>> tppasm.softmax(1, 3, mask=True)(x, mask, out); out.tolist()
+    >>> tppasm.softmax(1, 3, mask="row")(x, mask, out); out.tolist()
     [[0.5, 0.5, 0.0]]
     """
-    return get_kernel(Softmax(m, n, ldi, ldo, dtype, out_dtype, scale, mask), isa)
+    return get_kernel(Softmax(m, n, ldi, ldo, dtype, out_dtype, scale, mask, ldm), isa)
 
 
 def layernorm(m, n, ldi=0, ldo=0, dtype="f32", out_dtype="", eps=1e-5, isa=None):

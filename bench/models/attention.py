@@ -37,7 +37,7 @@ class Attention:
             self.KT = tpp.empty((nt, 1, d, L))
             transpose = tpp.transform("transpose", L, d, ldi=ld, ldo=L)
             scores = tpp.brgemm(L, L, d, lda=ld, ldb=L, ldc=L)
-            softmax = tpp.softmax(L, L, scale=d ** -0.5, mask=True)
+            softmax = tpp.softmax(L, L, scale=d ** -0.5, mask="row")
             context = tpp.brgemm(L, d, L, lda=L, ldb=ld, ldc=hidden)
 
             @kernel("AB", Loop(0, B), Loop(0, heads), pool=pool)
@@ -57,7 +57,7 @@ class Attention:
         transpose = tpp.transform("transpose", L, half, ldi=ld // 2, ldo=L, dtype="i32")
         pack = tpp.transform("vnni2", L, d, ldi=ld, dtype="bf16")
         scores = tpp.brgemm(L, L, d, "bf16", lda=ld, ldb=L)
-        softmax = tpp.softmax(L, L, scale=d ** -0.5, mask=True, out_dtype="bf16")
+        softmax = tpp.softmax(L, L, scale=d ** -0.5, mask="row", out_dtype="bf16")
         context = tpp.brgemm(L, d, L, "bf16", lda=L, ldc=hidden, c_dtype="bf16")
 
         @kernel("AB", Loop(0, B), Loop(0, heads), pool=pool)

@@ -52,21 +52,25 @@ def pads_untouched(arr):
 
 
 @pytest.mark.parametrize("isa", ISAS)
-@given(dts=DTYPES, masked=st.booleans(), scale=st.sampled_from([1.0, 0.125, 2.5]), shp=st.data(),
-       seed=st.integers(0, 2 ** 16))
-def test_softmax(isa, dts, masked, scale, shp, seed):
+@given(dts=DTYPES, masked=st.sampled_from([None, "row", "full"]), scale=st.sampled_from([1.0, 0.125, 2.5]),
+       shp=st.data(), seed=st.integers(0, 2 ** 16), pm=st.integers(0, 5))
+def test_softmax(isa, dts, masked, scale, shp, seed, pm):
     m, n, pi, po = shp.draw(shape(isa))
     dt, odt = dts
     rng = np.random.default_rng(seed)
-    k = get_kernel(Softmax(m, n, n + pi, n + po, dt, odt, scale, masked), isa)
+    k = get_kernel(Softmax(m, n, n + pi, n + po, dt, odt, scale, masked, n + pm), isa)
     x = operand(rng, m, n, dt, n + pi)
     out = poisoned((m, n), D(odt), n + po)
-    mask = np.where(rng.random(n) < 0.4, -np.inf, 0.0).astype(np.float32)
-    mask[rng.integers(n)] = 0.0                       # one column kept in every row
+    rows = m if masked == "full" else 1
+    mask = poisoned((rows, n), np.float32, n + pm)
+    mask[...] = np.where(rng.random((rows, n)) < 0.4, -np.inf, 0.0)
+    mask[np.arange(rows), rng.integers(n, size=rows)] = 0.0     # one column kept in every row
+    mask = mask[0] if masked == "row" else mask
     want = run(k, (x, mask, out) if masked else (x, out), isa)
     assert_close(out, want, odt)
     if masked:
-        assert (out[:, mask == -np.inf].astype(np.float32) == 0).all(), "a masked column got weight"
+        assert (out.astype(np.float32)[np.broadcast_to(mask, out.shape) == -np.inf] == 0).all(), \
+            "a masked column got weight"
     pads_untouched(out)
 
 
@@ -139,6 +143,8 @@ def test_in_place(isa):
 @pytest.mark.parametrize("make, message", [
     (lambda: Softmax(2, 3, scale=float("nan")), "finite"),
     (lambda: Softmax(2, 3, scale="1"), "finite float"),
+    (lambda: Softmax(2, 3, mask="col"), "mask"),
+    (lambda: Softmax(2, 3, mask="full", ldm=2), "ldm"),
     (lambda: LayerNorm(2, 3, eps=0.0), "> 0"),
     (lambda: RMSNorm(2, 3, ldi=2), "ldi"),
     (lambda: LayerNorm(2, 3, dtype="i8"), "dtype"),

@@ -67,7 +67,7 @@ def generate_softmax(desc, isa):
     fn = Function("softmax", ["ptr"] * len(desc.operands()))
     a, args = fn.asm, list(fn.args)
     x = Stream(args[0], "full", desc.dtype, desc.ldi)
-    mask = Stream(args[1], "row", "f32") if desc.mask else None
+    mask = Stream(args[1], desc.mask, "f32", desc.ldm) if desc.mask else None
     out = Stream(args[-1], "full", desc.out_dtype, desc.ldo)
     R = _Regs(fn, v, desc.n)
     tail, U, W = R.tail, (4 if v.avx512 else 2), (2 if v.avx512 else 1)
@@ -125,7 +125,7 @@ def generate_softmax(desc, isa):
             _store(a, v, out, y, at(out, col, idx), t, work[u % W][2:], c)
         walk(a, v, desc.n, W, scale, tail)
 
-    _row_loop(a, desc.m, row, [x, out])
+    _row_loop(a, desc.m, row, [x, out] + ([mask] if desc.mask == "full" else []))
     c.finish(fn, scratch=acc[0])
     return fn.finalize()
 
