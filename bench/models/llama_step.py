@@ -1,0 +1,206 @@
+"""The buffers and nests of one LLaMA layer step: a prompt of T rows (prefill) or one token at a
+position whose key range is padded to ``keys`` (decode). See :mod:`bench.models.llama`.
+
+>>> from bench.models.llama import LlamaLayer
+>>> from bench.models.llama_weights import Config, random_weights
+>>> import numpy as np
+>>> layer = LlamaLayer(Config.small(), random_weights(Config.small()), "i8")
+>>> _ = layer.prefill(np.ones((2, 128), np.float32)); layer.decode(np.ones((1, 128), np.float32), 2).shape
+(1, 128)
+"""
+import numpy as np
+
+import tppasm as tpp
+from loops import Loop, kernel, thread
+
+from .llama import BN, linear_nest, row_block
+
+
+def _strided_k(a, kc):
+    """(T, K) -> the (K/kc, T, kc) view that batch-reduces over K chunks."""
+    T, K = a.shape
+    return np.lib.stride_tricks.as_strided(a, (K // kc, T, kc), (kc * a.itemsize, a.strides[0], a.itemsize))
+
+
+class Step:
+    def __init__(self, layer, T, keys):
+        cfg, dt, pool = layer.cfg, layer.dtype, layer.pool
+        self.layer, self.T, self.keys, self.i8 = layer, T, keys, dt == "i8"
+        nt = pool.nthreads
+        D, F, d, KV, G = cfg.hidden, cfg.ffn, cfg.head_dim, cfg.kv_heads, cfg.group
+        half = d // 2
+        bm = row_block(T, nt)
+        self.H = tpp.empty((T, D))
+        self.xn, self.hn = tpp.empty((T, D), "bf16"), tpp.empty((T, D), "bf16")
+        self.QKV, self.Ctx = tpp.empty((T, cfg.qkv_dim), "bf16"), tpp.empty((T, D), "bf16")
+        self.A = tpp.empty((T, F), "bf16")
+        self.GU = tpp.empty((nt, 2, bm, BN))
+        self.none_u8, self.none_f32 = tpp.empty((1, 1), "u8"), tpp.empty(1)        # unused arguments in bf16
+        lins = {"qkv": layer.qkv, "o": layer.o, "gu": layer.gu, "down": layer.down}
+        if self.i8:
+            self.q = {n: tpp.empty((T, lin.k), "u8") for n, lin in lins.items()}
+            self.sc = {n: tpp.aligned(np.concatenate([np.ones(T, np.float32), lin.scale])) for n, lin in lins.items()}
+            self.Ci = tpp.empty((nt, 2, bm, BN), "i32")
+        # -- norms (and the residual copy, and int8 quantization of the normed rows) ----------------
+        norm = tpp.rmsnorm(bm, D, out_dtype="bf16", eps=cfg.eps)
+        keep = tpp.copy(bm, D)
+        quant = {n: tpp.quantize(bm, lin.k, dtype="bf16") for n, lin in lins.items()}
+
+        @kernel("A", Loop(0, T // bm), pool=pool)
+        def norm1(im, X, Gm, XN, H, XQ, Sc):
+            r = im * bm
+            keep(X[r:r + bm], H[r:r + bm])
+            norm(X[r:r + bm], Gm, XN[r:r + bm])
+            if self.i8:
+                quant["qkv"](XN[r:r + bm], XQ[r:r + bm], Sc[r:r + bm])
+
+        @kernel("A", Loop(0, T // bm), pool=pool)
+        def norm2(im, H, Gm, HN, HQ, Sc):
+            r = im * bm
+            norm(H[r:r + bm], Gm, HN[r:r + bm])
+            if self.i8:
+                quant["gu"](HN[r:r + bm], HQ[r:r + bm], Sc[r:r + bm])
+
+        def quantizer(name):
+            @kernel("A", Loop(0, T // bm), pool=pool)
+            def nest(im, X, Q, Sc):
+                r = im * bm
+                quant[name](X[r:r + bm], Q[r:r + bm], Sc[r:r + bm])
+            return nest
+        self.norm1, self.norm2 = norm1, norm2
+        self.quant_o, self.quant_down = (quantizer("o"), quantizer("down")) if self.i8 else (None, None)
+        # -- projections ---------------------------------------------------------------------------
+        self.proj_qkv = linear_nest(T, layer.qkv, dt, "bf16", pool)
+        self.proj_o = linear_nest(T, layer.o, dt, "f32", pool, beta=1)
+        self.proj_down = linear_nest(T, layer.down, dt, "f32", pool, beta=1)
+        self.gate_up = self._gate_up(T, bm, layer.gu, dt, pool)
+        # -- rope, cache, attention ----------------------------------------------------------------
+        ld = cfg.qkv_dim
+        rot_q = tpp.rotary(bm, D, d, ldi=ld, ldo=ld, dtype="bf16")
+        rot_k = tpp.rotary(bm, cfg.kv_dim, d, ldi=ld, ldo=ld, dtype="bf16")
+
+        @kernel("A", Loop(0, T // bm), pool=pool)
+        def rope(im, QKV, Cos, Sin):
+            r = im * bm
+            rot_q(QKV[r:r + bm, 0:D], Cos[r:r + bm], Sin[r:r + bm], QKV[r:r + bm, 0:D])
+            rot_k(QKV[r:r + bm, D:D + cfg.kv_dim], Cos[r:r + bm], Sin[r:r + bm], QKV[r:r + bm, D:D + cfg.kv_dim])
+        self.rope = rope
+        k32, v0 = D // 2, D + cfg.kv_dim
+        self.KT32 = layer.KT.view(np.int32).reshape(KV, half, cfg.max_len)
+        transpose = tpp.transform("transpose", T, half, ldi=ld // 2, ldo=cfg.max_len, dtype="i32")
+        if keys is None:
+            pack = tpp.transform("vnni2", T, d, ldi=ld, dtype="bf16")
+
+            @kernel("A", Loop(0, KV), pool=pool)
+            def cache(g, QKV, QKV32, KT32, V):
+                transpose(QKV32[:, k32 + g * half:k32 + g * half + half], KT32[g, :, 0:T])
+                pack(QKV[:, v0 + g * d:v0 + g * d + d], V[g, 0, 0:-(-T // 2)])
+            self.cache = cache
+            self.attention = self._prefill_attention(cfg, T, pool, nt)
+        else:
+            put_v = tpp.copy(d, 1, ldi=1, ldo=2, dtype="bf16")
+
+            @kernel("A", Loop(0, KV), pool=pool)
+            def cache(g, QKV32, KT32, QKVt, V):
+                transpose(QKV32[:, k32 + g * half:k32 + g * half + half], KT32[g])
+                put_v(QKVt[v0 + g * d:v0 + g * d + d], V[g])
+            self.cache = cache
+            self.attention = self._decode_attention(cfg, keys, pool)
+            self.mask = tpp.empty(keys)
+        self.bm = bm
+
+    def _gate_up(self, T, bm, lin, dt, pool):
+        """Gate and up panels j of the interleaved weight, then SwiGLU into A's columns of panel j."""
+        swiglu = tpp.swiglu(bm, BN, ldo=lin.n // 2, dtype="f32", out_dtype="bf16")
+        nb = lin.n // (2 * BN)
+        if dt == "bf16":
+            gemm = tpp.brgemm(bm, BN, lin.k, "bf16", lda=lin.k)
+
+            @kernel("BA", Loop(0, T // bm), Loop(0, nb), pool=pool)
+            def gate_up(im, j, X, W, GU, A):
+                t, r = thread().tid, im * bm
+                gemm(X[:, r:r + bm], W[2 * j:2 * j + 1], GU[t, 0])
+                gemm(X[:, r:r + bm], W[2 * j + 1:2 * j + 2], GU[t, 1])
+                swiglu(GU[t, 0], GU[t, 1], A[r:r + bm, j * BN:j * BN + BN])
+            return gate_up
+        gemm = tpp.brgemm(bm, BN, lin.k, "i8", lda=lin.k)
+        deq = tpp.dequant(bm, BN)
+
+        @kernel("BA", Loop(0, T // bm), Loop(0, nb), pool=pool)
+        def gate_up_i8(im, j, X, W, Sc, Off, Ci, GU, A):
+            t, r = thread().tid, im * bm
+            for half in range(2):
+                c = (2 * j + half) * BN
+                gemm(X[:, r:r + bm], W[2 * j + half:2 * j + half + 1], Ci[t, half])
+                deq(Ci[t, half], Off[c:c + BN], Sc[r:r + bm], Sc[T + c:T + c + BN], GU[t, half])
+            swiglu(GU[t, 0], GU[t, 1], A[r:r + bm, j * BN:j * BN + BN])
+        return gate_up_i8
+
+    def _prefill_attention(self, cfg, T, pool, nt):
+        d, D = cfg.head_dim, cfg.hidden
+        self.S, self.P = tpp.empty((nt, T, T)), tpp.empty((nt, 1, T, T), "bf16")
+        self.causal = tpp.aligned(np.triu(np.full((T, T), -np.inf, np.float32), 1))
+        scores = tpp.brgemm(T, T, d, "bf16", lda=cfg.qkv_dim, ldb=cfg.max_len)
+        softmax = tpp.softmax(T, T, scale=d ** -0.5, mask="full", out_dtype="bf16")
+        context = tpp.brgemm(T, d, T, "bf16", lda=T, ldc=D, c_dtype="bf16")
+
+        @kernel("AB", Loop(0, cfg.kv_heads), Loop(0, cfg.group), pool=pool)
+        def attention(g, j, QKV, KT, V, S, P, Mask, Ctx):
+            t, c = thread().tid, (g * cfg.group + j) * d
+            scores(QKV[:, :, c:c + d], KT[g, :, :, 0:T], S[t])
+            softmax(S[t], Mask, P[t, 0])
+            context(P[t], V[g, :, 0:-(-T // 2)], Ctx[:, c:c + d])
+        return attention
+
+    def _decode_attention(self, cfg, keys, pool):
+        d, G, KV = cfg.head_dim, cfg.group, cfg.kv_heads
+        self.S, self.P = tpp.empty((KV, G, keys)), tpp.empty((KV, 1, G, keys), "bf16")
+        scores = tpp.brgemm(G, keys, d, "bf16", ldb=cfg.max_len)
+        softmax = tpp.softmax(G, keys, scale=d ** -0.5, mask="row", out_dtype="bf16")
+        context = tpp.brgemm(G, d, keys, "bf16", c_dtype="bf16")
+
+        @kernel("A", Loop(0, KV), pool=pool)
+        def attention(g, Q, KT, V, S, P, Mask, Ctx):
+            scores(Q[g:g + 1], KT[g, :, :, 0:keys], S[g])
+            softmax(S[g], Mask, P[g, 0])
+            context(P[g], V[g, :, 0:keys // 2], Ctx[g])
+        return attention
+
+    # -- running -------------------------------------------------------------------------------------
+    def run(self, x, pos):
+        L, T = self.layer, self.T
+        cfg = L.cfg
+        i8 = self.i8
+        q, sc = (self.q, self.sc) if i8 else ({}, {})
+        self.norm1(x, L.rms1, self.xn, self.H, q.get("qkv", self.none_u8), sc.get("qkv", self.none_f32))
+        self._linear(self.proj_qkv, "qkv", L.qkv, self.xn, self.QKV)
+        self.rope(self.QKV, L.cos[pos:pos + T], L.sin[pos:pos + T])
+        qkv32 = self.QKV.view(np.int32)
+        d = cfg.head_dim
+        if self.keys is None:
+            self.cache(self.QKV, qkv32, self.KT32, L.V)
+            self.attention(self.QKV[None], L.KT, L.V, self.S, self.P, self.causal, self.Ctx)
+        else:
+            self.cache(qkv32, self.KT32[:, :, pos:pos + 1], self.QKV.reshape(-1, 1),
+                       L.V[:, 0, pos // 2, :, pos % 2:pos % 2 + 1])
+            self.mask[...] = np.where(np.arange(self.keys) <= pos, 0.0, -np.inf)
+            Q = self.QKV[0, :cfg.hidden].reshape(cfg.kv_heads, cfg.group, d)
+            self.attention(Q, L.KT, L.V, self.S, self.P, self.mask,
+                           self.Ctx.reshape(cfg.kv_heads, cfg.group, d))
+        if i8:
+            self.quant_o(self.Ctx, q["o"], sc["o"])
+        self._linear(self.proj_o, "o", L.o, self.Ctx, self.H)
+        self.norm2(self.H, L.rms2, self.hn, q.get("gu", self.none_u8), sc.get("gu", self.none_f32))
+        if i8:
+            self.gate_up(q["gu"][None], L.gu.blocks, sc["gu"], L.gu.offset, self.Ci, self.GU, self.A)
+            self.quant_down(self.A, q["down"], sc["down"])
+        else:
+            self.gate_up(self.hn[None], L.gu.blocks, self.GU, self.A)
+        self._linear(self.proj_down, "down", L.down, self.A, self.H)
+        return self.H.copy()
+
+    def _linear(self, nest, name, lin, a, out):
+        if self.i8:
+            nest(_strided_k(self.q[name], lin.kc), lin.blocks, self.sc[name], lin.offset, self.Ci[:, 0], out)
+        else:
+            nest(_strided_k(a, lin.kc), lin.blocks, out)
