@@ -1,14 +1,15 @@
 """all-MiniLM-L6-v2 on tppasm (:class:`bench.models.minilm.MiniLM`) against torch, in the same run.
 
-``python -m bench bert [--shapes 1x32,8x128] [--threads 1,2] [--dtypes f32,bf16] [--runs N] [--json FILE]``
+``python -m bench bert [--shapes 1x32,8x128] [--threads 1,2] [--dtypes f32,bf16] [--runs N] [--clock wall|cpu]
+[--json FILE]``
 
 Each row times ``model.forward(input_ids, attention_mask)`` (the last hidden state, the encoder
 only: tokenization aside) beside the same checkpoint as Hugging Face's ``BertModel`` in
 ``torch.inference_mode()`` (bf16 under ``torch.autocast("cpu", dtype=torch.bfloat16)``), on random
-token ids with a full mask, ``runs`` times interleaved (ours, torch, ours, ...), each time the
-median of a calibrated number of calls. Printed: medians in ms per batch and the median of the
-per-pair ratios torch/ours (> 1: tppasm faster); threads are our pool's size and
-``torch.set_num_threads``. Before timing, both outputs are compared (max abs difference).
+token ids with a full mask, ``runs`` rounds interleaved (ours, torch, ours, ...), each a calibrated
+number of calls (:mod:`bench.interleave`; ``--clock cpu``: the calling thread's CPU time, 1 thread).
+Printed: medians in ms per batch and the median of the per-round ratios torch/ours (> 1: tppasm
+faster); threads are our pool's size and ``torch.set_num_threads``. Before timing, both outputs are compared (max abs difference).
 
 >>> from bench.bert import MiniLM
 >>> MiniLM.load("f32").encode(["tppasm"]).shape
@@ -21,9 +22,9 @@ import time
 import numpy as np
 
 from bench.common import Report, write_json
+from bench.interleave import add_clock_option, check_clock, interleaved
 from bench.models.minilm import MiniLM, model_dir  # noqa: F401  (MiniLM: the public entry)
 from loops.pool import Pool, get_pool
-from tppasm.timing import calibrate, time_runs
 
 
 def parse_shapes(text):
@@ -48,21 +49,11 @@ def torch_model(dtype):
     return net, run
 
 
-def interleaved(ours, theirs, runs, min_run=0.2):
-    """Per-call seconds of ``ours`` and ``theirs`` timed alternately ``runs`` times."""
-    reps = [calibrate(f, min_run / 4) for f in (ours, theirs)]
-    a, b = [], []
-    for _ in range(runs):
-        a += time_runs(ours, reps[0], 1)
-        b += time_runs(theirs, reps[1], 1)
-    return np.array(a), np.array(b)
-
-
 def _pool(n):
     return get_pool() if get_pool().nthreads == n else Pool(n)
 
 
-def bench_bert(shapes, threads, dtypes, runs):
+def bench_bert(shapes, threads, dtypes, runs, clock="wall"):
     import torch
     rep = Report("all-MiniLM-L6-v2 encoder forward, ms per batch (median of interleaved runs); "
                  "torch = HF BertModel, inference_mode (bf16: autocast)",
@@ -79,7 +70,8 @@ def bench_bert(shapes, threads, dtypes, runs):
                 mask = np.ones((B, L), np.int64)
                 tid, tmask = torch.from_numpy(ids), torch.from_numpy(mask)
                 diff = float(np.abs(model.forward(ids, mask) - run_torch(tid, tmask).float().numpy()).max())
-                ours, theirs = interleaved(lambda: model.forward(ids, mask), lambda: run_torch(tid, tmask), runs)
+                ours, theirs = interleaved([lambda: model.forward(ids, mask), lambda: run_torch(tid, tmask)], runs,
+                                           clock=clock)
                 rep.add(dtype, f"{B}x{L}", nt, 1e3 * float(np.median(ours)), 1e3 * float(np.median(theirs)),
                         float(np.median(theirs / ours)), diff)
     return rep
@@ -91,8 +83,10 @@ def main(argv=None):
     p.add_argument("--threads", default="1,2")
     p.add_argument("--dtypes", default="f32,bf16")
     p.add_argument("--runs", type=int, default=7, help="interleaved timing runs per row")
+    add_clock_option(p)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    check_clock(p, args)
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -101,7 +95,7 @@ def main(argv=None):
         return 1
     start = time.perf_counter()
     rep = bench_bert(parse_shapes(args.shapes), [int(t) for t in args.threads.split(",")],
-                     args.dtypes.split(","), args.runs)
+                     args.dtypes.split(","), args.runs, args.clock)
     print(f"\n({time.perf_counter() - start:.0f} s)")
     write_json(args.json, [rep])
     return 0

@@ -25,11 +25,11 @@ import numpy as np
 
 import tppasm as tpp
 from bench.common import Report, write_json
+from bench.interleave import add_clock_option, check_clock, interleaved
 from bench.models.llama import LlamaLayer
 from bench.models.llama_weights import Config, random_weights
 from loops import Loop, kernel
 from loops.pool import Pool, get_pool
-from tppasm.timing import calibrate
 
 
 def _pool(n):
@@ -116,24 +116,9 @@ class TorchLayer:
             return h + self.lin["w2"](F.silu(self.lin["w1"](hn)) * self.lin["w3"](hn))
 
 
-def interleaved(fns, runs, min_run=0.05):
-    """Per-call seconds of each of ``fns``, timed in turn ``runs`` times (arrays, one per fn); the
-    clock is :data:`CLOCK` (wall, or the calling thread's CPU time for 1-thread rows)."""
-    reps = [calibrate(f, min_run) for f in fns]
-    out = [[] for _ in fns]
-    for _ in range(runs):
-        for f, r, acc in zip(fns, reps, out):
-            t = CLOCK()
-            for _ in range(r):
-                f()
-            acc.append((CLOCK() - t) / r)
-    return [np.array(a) for a in out]
 
 
-CLOCK = time.perf_counter
-
-
-def bench_llm(cfg, prompt, threads, dtypes, runs):
+def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
     import torch
     rep = Report(f"LLaMA-style layer (hidden {cfg.hidden}, {cfg.heads}/{cfg.kv_heads} heads, MLP {cfg.ffn}): "
                  f"first token = prompt of {prompt}, next token at position {prompt}; ms, interleaved medians",
@@ -152,12 +137,13 @@ def bench_llm(cfg, prompt, threads, dtypes, runs):
             tx, tx1 = torch.from_numpy(x), torch.from_numpy(x1)
             ours, theirs = layer.prefill(x), peer.run(tx, 0).float().numpy()
             diff = float(np.abs(ours - theirs).max() / np.abs(theirs).max())
-            a, b = interleaved([lambda: layer.prefill(x), lambda: peer.run(tx, 0)], runs)
+            a, b = interleaved([lambda: layer.prefill(x), lambda: peer.run(tx, 0)], runs, clock=clock)
             rep.add(dtype, nt, "first token", 1e3 * np.median(a), 1e3 * np.median(b), float(np.median(b / a)),
                     float("nan"), float("nan"), float("nan"), diff)
             ours, theirs = layer.decode(x1, prompt), peer.run(tx1, prompt).float().numpy()
             diff = float(np.abs(ours - theirs).max() / np.abs(theirs).max())
-            a, b, c = interleaved([lambda: layer.decode(x1, prompt), lambda: peer.run(tx1, prompt), sweep], runs)
+            a, b, c = interleaved([lambda: layer.decode(x1, prompt), lambda: peer.run(tx1, prompt), sweep], runs,
+                                  clock=clock)
             gbs, bw = weight_bytes(layer) / a / 1e9, swept / c / 1e9
             rep.add(dtype, nt, "next token", 1e3 * np.median(a), 1e3 * np.median(b), float(np.median(b / a)),
                     float(np.median(gbs)), 100 * float(np.median(gbs / bw)), float(np.median(bw)), diff)
@@ -171,8 +157,7 @@ def main(argv=None):
     p.add_argument("--dtypes", default="bf16,i8")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--small", action="store_true", help="the test shape (hidden 128) instead of the 1B-class one")
-    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
-                   help="wall time, or the calling thread's CPU time (a busy machine; needs --threads 1)")
+    add_clock_option(p)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     try:
@@ -180,13 +165,11 @@ def main(argv=None):
     except ImportError:
         print("torch is needed for the comparison: pip install -e .[bench]")
         return 1
-    if args.clock == "cpu" and args.threads != "1":
-        p.error("--clock cpu measures the calling thread only: use it with --threads 1")
-    global CLOCK
-    CLOCK = time.thread_time if args.clock == "cpu" else time.perf_counter
+    check_clock(p, args)
     cfg = Config.small() if args.small else Config()
     start = time.perf_counter()
-    rep = bench_llm(cfg, args.prompt, [int(t) for t in args.threads.split(",")], args.dtypes.split(","), args.runs)
+    rep = bench_llm(cfg, args.prompt, [int(t) for t in args.threads.split(",")], args.dtypes.split(","), args.runs,
+                    args.clock)
     print(f"\n({time.perf_counter() - start:.0f} s)")
     write_json(args.json, [rep])
     return 0
