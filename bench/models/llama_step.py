@@ -41,6 +41,11 @@ class Step:
             self.q = {n: tpp.empty((T, lin.k), "u8") for n, lin in lins.items()}
             self.sc = {n: tpp.aligned(np.concatenate([np.ones(T, np.float32), lin.scale])) for n, lin in lins.items()}
             self.Ci = tpp.empty((nt, 2, bm, BN), "i32")
+            # gate/up: the int32 tiles, then the column offsets as rows of BN (one array argument fewer)
+            self.CiOff = tpp.empty((nt * 2 * bm + layer.gu.n // BN, BN), "i32")
+            self.CiOff[nt * 2 * bm:] = layer.gu.offset.reshape(-1, BN)
+        srcs = {"qkv": self.xn, "o": self.Ctx, "gu": self.hn, "down": self.A}
+        self.a3 = {n: _strided_k(self.q[n] if self.i8 else srcs[n], lin.kc) for n, lin in lins.items()}
         # -- norms (and the residual copy, and int8 quantization of the normed rows) ----------------
         norm = tpp.rmsnorm(bm, D, out_dtype="bf16", eps=cfg.eps)
         keep = tpp.copy(bm, D)
@@ -106,7 +111,6 @@ class Step:
                 put_v(QKVt[v0 + g * d:v0 + g * d + d], V[g])
             self.cache = cache
             self.attention = self._decode_attention(cfg, keys, pool)
-            self.mask = tpp.empty(keys)
         self.bm = bm
 
     def _gate_up(self, T, bm, lin, dt, pool):
@@ -125,44 +129,46 @@ class Step:
             return gate_up
         gemm = tpp.brgemm(bm, BN, lin.k, "i8", lda=lin.k)
         deq = tpp.dequant(bm, BN)
+        off = pool.nthreads * 2 * bm
 
         @kernel("BA", Loop(0, T // bm), Loop(0, nb), pool=pool)
-        def gate_up_i8(im, j, X, W, Sc, Off, Ci, GU, A):
+        def gate_up_i8(im, j, X, W, Sc, CiOff, GU, A):
             t, r = thread().tid, im * bm
             for half in range(2):
-                c = (2 * j + half) * BN
-                gemm(X[:, r:r + bm], W[2 * j + half:2 * j + half + 1], Ci[t, half])
-                deq(Ci[t, half], Off[c:c + BN], Sc[r:r + bm], Sc[T + c:T + c + BN], GU[t, half])
+                p, ci = 2 * j + half, (2 * t + half) * bm
+                gemm(X[:, r:r + bm], W[p:p + 1], CiOff[ci:ci + bm])
+                deq(CiOff[ci:ci + bm], CiOff[off + p], Sc[r:r + bm], Sc[T + p * BN:T + p * BN + BN], GU[t, half])
             swiglu(GU[t, 0], GU[t, 1], A[r:r + bm, j * BN:j * BN + BN])
         return gate_up_i8
 
     def _prefill_attention(self, cfg, T, pool, nt):
         d, D = cfg.head_dim, cfg.hidden
-        self.S, self.P = tpp.empty((nt, T, T)), tpp.empty((nt, 1, T, T), "bf16")
-        self.causal = tpp.aligned(np.triu(np.full((T, T), -np.inf, np.float32), 1))
+        self.S, self.P = tpp.empty((nt + 1, T, T)), tpp.empty((nt, 1, T, T), "bf16")
+        self.S[nt] = np.triu(np.full((T, T), -np.inf, np.float32), 1)          # the causal mask
         scores = tpp.brgemm(T, T, d, "bf16", lda=cfg.qkv_dim, ldb=cfg.max_len)
         softmax = tpp.softmax(T, T, scale=d ** -0.5, mask="full", out_dtype="bf16")
         context = tpp.brgemm(T, d, T, "bf16", lda=T, ldc=D, c_dtype="bf16")
 
         @kernel("AB", Loop(0, cfg.kv_heads), Loop(0, cfg.group), pool=pool)
-        def attention(g, j, QKV, KT, V, S, P, Mask, Ctx):
+        def attention(g, j, QKV, KT, V, S, P, Ctx):
             t, c = thread().tid, (g * cfg.group + j) * d
             scores(QKV[:, :, c:c + d], KT[g, :, :, 0:T], S[t])
-            softmax(S[t], Mask, P[t, 0])
+            softmax(S[t], S[nt], P[t, 0])
             context(P[t], V[g, :, 0:-(-T // 2)], Ctx[:, c:c + d])
         return attention
 
     def _decode_attention(self, cfg, keys, pool):
         d, G, KV = cfg.head_dim, cfg.group, cfg.kv_heads
-        self.S, self.P = tpp.empty((KV, G, keys)), tpp.empty((KV, 1, G, keys), "bf16")
+        self.S, self.P = tpp.empty((KV + 1, G, keys)), tpp.empty((KV, 1, G, keys), "bf16")
+        self.mask = self.S[KV, 0]                   # the key mask rides in the scores array
         scores = tpp.brgemm(G, keys, d, "bf16", ldb=cfg.max_len)
         softmax = tpp.softmax(G, keys, scale=d ** -0.5, mask="row", out_dtype="bf16")
         context = tpp.brgemm(G, d, keys, "bf16", c_dtype="bf16")
 
         @kernel("A", Loop(0, KV), pool=pool)
-        def attention(g, Q, KT, V, S, P, Mask, Ctx):
+        def attention(g, Q, KT, V, S, P, Ctx):
             scores(Q[g:g + 1], KT[g, :, :, 0:keys], S[g])
-            softmax(S[g], Mask, P[g, 0])
+            softmax(S[g], S[KV, 0], P[g, 0])
             context(P[g], V[g, :, 0:keys // 2], Ctx[g])
         return attention
 
@@ -173,34 +179,33 @@ class Step:
         i8 = self.i8
         q, sc = (self.q, self.sc) if i8 else ({}, {})
         self.norm1(x, L.rms1, self.xn, self.H, q.get("qkv", self.none_u8), sc.get("qkv", self.none_f32))
-        self._linear(self.proj_qkv, "qkv", L.qkv, self.xn, self.QKV)
+        self._linear(self.proj_qkv, "qkv", L.qkv, self.QKV)
         self.rope(self.QKV, L.cos[pos:pos + T], L.sin[pos:pos + T])
         qkv32 = self.QKV.view(np.int32)
         d = cfg.head_dim
         if self.keys is None:
             self.cache(self.QKV, qkv32, self.KT32, L.V)
-            self.attention(self.QKV[None], L.KT, L.V, self.S, self.P, self.causal, self.Ctx)
+            self.attention(self.QKV[None], L.KT, L.V, self.S, self.P, self.Ctx)
         else:
             self.cache(qkv32, self.KT32[:, :, pos:pos + 1], self.QKV.reshape(-1, 1),
                        L.V[:, 0, pos // 2, :, pos % 2:pos % 2 + 1])
             self.mask[...] = np.where(np.arange(self.keys) <= pos, 0.0, -np.inf)
             Q = self.QKV[0, :cfg.hidden].reshape(cfg.kv_heads, cfg.group, d)
-            self.attention(Q, L.KT, L.V, self.S, self.P, self.mask,
-                           self.Ctx.reshape(cfg.kv_heads, cfg.group, d))
+            self.attention(Q, L.KT, L.V, self.S, self.P, self.Ctx.reshape(cfg.kv_heads, cfg.group, d))
         if i8:
             self.quant_o(self.Ctx, q["o"], sc["o"])
-        self._linear(self.proj_o, "o", L.o, self.Ctx, self.H)
+        self._linear(self.proj_o, "o", L.o, self.H)
         self.norm2(self.H, L.rms2, self.hn, q.get("gu", self.none_u8), sc.get("gu", self.none_f32))
         if i8:
-            self.gate_up(q["gu"][None], L.gu.blocks, sc["gu"], L.gu.offset, self.Ci, self.GU, self.A)
+            self.gate_up(self.a3["gu"], L.gu.blocks, sc["gu"], self.CiOff, self.GU, self.A)
             self.quant_down(self.A, q["down"], sc["down"])
         else:
-            self.gate_up(self.hn[None], L.gu.blocks, self.GU, self.A)
-        self._linear(self.proj_down, "down", L.down, self.A, self.H)
+            self.gate_up(self.a3["gu"], L.gu.blocks, self.GU, self.A)
+        self._linear(self.proj_down, "down", L.down, self.H)
         return self.H.copy()
 
-    def _linear(self, nest, name, lin, a, out):
+    def _linear(self, nest, name, lin, out):
         if self.i8:
-            nest(_strided_k(self.q[name], lin.kc), lin.blocks, self.sc[name], lin.offset, self.Ci[:, 0], out)
+            nest(self.a3[name], lin.blocks, self.sc[name], lin.offset, self.Ci[:, 0], out)
         else:
-            nest(_strided_k(a, lin.kc), lin.blocks, out)
+            nest(self.a3[name], lin.blocks, out)
