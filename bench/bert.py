@@ -9,7 +9,8 @@ only: tokenization aside) beside the same checkpoint as Hugging Face's ``BertMod
 token ids with a full mask, ``runs`` rounds interleaved (ours, torch, ours, ...), each a calibrated
 number of calls (:mod:`bench.interleave`; ``--clock cpu``: the calling thread's CPU time, 1 thread).
 Printed: medians in ms per batch and the median of the per-round ratios torch/ours (> 1: tppasm
-faster); threads are our pool's size and ``torch.set_num_threads``. Before timing, both outputs are compared (max abs difference).
+faster); threads are our pool's size and ``torch.set_num_threads``. Before timing, both outputs are
+compared (max abs difference).
 
 >>> from bench.bert import MiniLM
 >>> MiniLM.load("f32").encode(["tppasm"]).shape

@@ -64,7 +64,6 @@ class TorchLayer:
     def __init__(self, cfg, w, dtype):
         import torch
         self.torch, self.cfg = torch, cfg
-        D, F = cfg.hidden, cfg.ffn
         if dtype == "bf16":
             self.dt = torch.bfloat16
             t = {k: torch.from_numpy(np.ascontiguousarray(v.T)).to(self.dt) for k, v in w.items() if v.ndim == 2}
@@ -85,7 +84,6 @@ class TorchLayer:
         self.cos, self.sin = (torch.from_numpy(np.concatenate([c, c], 1)).to(self.dt) for c in (cos, sin))
         self.k = torch.zeros(1, cfg.kv_heads, cfg.max_len, cfg.head_dim, dtype=self.dt)
         self.v = torch.zeros_like(self.k)
-        del D, F
 
     def _rope(self, x, pos):                     # x (1, heads, T, d)
         torch = self.torch

@@ -39,8 +39,16 @@ def _vector(name, n):
     return OperandSpec(name, "f32", (n,), (1,))
 
 
+@dataclass(frozen=True)
 class _RowOp(Descriptor):
-    """Shared checks of the row-wise descriptors (fields m, n, ldi, ldo, dtype, out_dtype)."""
+    """The fields and checks the row-wise descriptors share (their own fields follow these)."""
+
+    m: int
+    n: int
+    ldi: int = 0
+    ldo: int = 0
+    dtype: str = "f32"
+    out_dtype: str = ""
 
     def _post(self, *floats, positive=()):
         self._normalize()
@@ -66,12 +74,6 @@ class Softmax(_RowOp):
     fp32 (m, n) operand with row stride ``ldm`` (a causal mask). Every row needs one finite value
     after masking, else its output is NaN."""
 
-    m: int
-    n: int
-    ldi: int = 0
-    ldo: int = 0
-    dtype: str = "f32"
-    out_dtype: str = ""
     scale: float = 1.0
     mask: str = None
     ldm: int = 0
@@ -106,22 +108,19 @@ class Softmax(_RowOp):
 
 
 @dataclass(frozen=True)
-class LayerNorm(_RowOp):
-    """out[i] = (x[i] - mean) / sqrt(var + eps) * gamma + beta, mean and (biased) variance over
-    the row; gamma and beta are fp32 (n,)."""
-
-    m: int
-    n: int
-    ldi: int = 0
-    ldo: int = 0
-    dtype: str = "f32"
-    out_dtype: str = ""
+class _Norm(_RowOp):
     eps: float = 1e-5
-
-    kind = "layernorm"
 
     def __post_init__(self):
         self._post("eps", positive=("eps",))
+
+
+@dataclass(frozen=True)
+class LayerNorm(_Norm):
+    """out[i] = (x[i] - mean) / sqrt(var + eps) * gamma + beta, mean and (biased) variance over
+    the row; gamma and beta are fp32 (n,)."""
+
+    kind = "layernorm"
 
     def operands(self):
         x, out = self._io()
@@ -136,21 +135,12 @@ class LayerNorm(_RowOp):
 
 
 @dataclass(frozen=True)
-class RMSNorm(_RowOp):
+class RMSNorm(_Norm):
     """out[i] = x[i] / sqrt(mean(x[i]**2) + eps) * gamma (LLaMA's RMSNorm); gamma is fp32 (n,)."""
 
-    m: int
-    n: int
-    ldi: int = 0
-    ldo: int = 0
-    dtype: str = "f32"
-    out_dtype: str = ""
     eps: float = 1e-6
 
     kind = "rmsnorm"
-
-    def __post_init__(self):
-        self._post("eps", positive=("eps",))
 
     def operands(self):
         x, out = self._io()

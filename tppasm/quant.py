@@ -26,16 +26,13 @@ ZERO_POINT = 128
 
 
 @dataclass(frozen=True)
-class Quantize(Descriptor):
-    """x (m, n) f32/bf16 -> q (m, n) uint8 and scale (m,) f32, per row (see the module)."""
+class _Rows(Descriptor):
+    """m rows of n in, m rows of n out, with their row strides."""
 
     m: int
     n: int
     ldi: int = 0
     ldo: int = 0
-    dtype: str = "f32"
-
-    kind = "quantize"
 
     def __post_init__(self):
         self._normalize()
@@ -45,6 +42,18 @@ class Quantize(Descriptor):
         _positive(self, "m", "n")
         _ld(self, "ldi", self.n)
         _ld(self, "ldo", self.n)
+
+
+@dataclass(frozen=True)
+class Quantize(_Rows):
+    """x (m, n) f32/bf16 -> q (m, n) uint8 and scale (m,) f32, per row (see the module)."""
+
+    dtype: str = "f32"
+
+    kind = "quantize"
+
+    def validate(self):
+        super().validate()
         _dtypes(self, "dtype")
 
     def operands(self):
@@ -61,26 +70,16 @@ class Quantize(Descriptor):
 
 
 @dataclass(frozen=True)
-class Dequant(Descriptor):
+class Dequant(_Rows):
     """out (m, n) = beta*out + (c + offset) * row_scale * col_scale, c int32 (see the module)."""
 
-    m: int
-    n: int
-    ldi: int = 0
-    ldo: int = 0
     out_dtype: str = "f32"
     beta: int = 0
 
     kind = "dequant"
 
-    def __post_init__(self):
-        self._normalize()
-        _default(self, ldi=self.n, ldo=self.n)
-
     def validate(self):
-        _positive(self, "m", "n")
-        _ld(self, "ldi", self.n)
-        _ld(self, "ldo", self.n)
+        super().validate()
         _dtypes(self, "out_dtype")
         if self.beta not in (0, 1):
             raise ValueError(f"dequant: beta={self.beta!r}; expected 0 (overwrite out) or 1 (add to out)")

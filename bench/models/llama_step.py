@@ -27,7 +27,7 @@ class Step:
         cfg, dt, pool = layer.cfg, layer.dtype, layer.pool
         self.layer, self.T, self.keys, self.i8 = layer, T, keys, dt == "i8"
         nt = pool.nthreads
-        D, F, d, KV, G = cfg.hidden, cfg.ffn, cfg.head_dim, cfg.kv_heads, cfg.group
+        D, F, d, KV = cfg.hidden, cfg.ffn, cfg.head_dim, cfg.kv_heads
         half = d // 2
         bm = row_block(T, nt)
         self.H = tpp.empty((T, D))

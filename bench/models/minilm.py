@@ -102,7 +102,8 @@ class MiniLM:
     def _layer(self, w, p):
         att, bn = p + "attention.", self.bn
         qkv = np.concatenate([w[att + f"self.{x}.weight"] for x in ("query", "key", "value")]).T
-        wo, w1, w2 = w[att + "output.dense.weight"].T, w[p + "intermediate.dense.weight"].T, w[p + "output.dense.weight"].T
+        wo = w[att + "output.dense.weight"].T
+        w1, w2 = w[p + "intermediate.dense.weight"].T, w[p + "output.dense.weight"].T
         blocks = [_column_blocks(qkv, bn), _column_blocks(wo, bn), _column_blocks(w1, bn)]
         down = _column_blocks(w2, bn)                                  # (HIDDEN/bn, FFN, bn)
         blocks.append(down.reshape(-1, FFN // HIDDEN, HIDDEN, bn).reshape(-1, HIDDEN, bn))

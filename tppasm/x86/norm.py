@@ -41,13 +41,16 @@ class _Regs:
         return xm.Consts(self.v, [self.v.reg(r) for r in self.free])
 
 
-def _row_loop(a, m, emit_row, streams):
-    """Emit ``for each of m rows: emit_row(); advance streams``."""
+def _row_loop(a, m, emit_row, streams, scalars=()):
+    """Emit ``for each of m rows: emit_row(); advance streams`` (and the fp32 per-row ``scalars``
+    pointers by one element)."""
     a.mov(ROWS, m)
     top = a.label()
     a.bind(top)
     emit_row()
     next_row(a, streams)
+    for reg in scalars:
+        a.add(reg, 4)
     a.dec(ROWS)
     a.jnz(top)
 
@@ -175,17 +178,15 @@ def _softmax_in_registers(fn, v, desc, x, mask, out):
     return fn.finalize()
 
 
-def _root_mean(a, c, acc, n, eps):
-    """acc = sqrt(acc / n + eps) in every lane (acc holds the row's sum in every lane)."""
-    a.vmulps(acc, acc, c.f(1.0 / n))
-    a.vaddps(acc, acc, c.f(eps))
-    a.vsqrtps(acc, acc)
-
-
-def _invert(a, dst, src, c):
-    """dst = 1 / src (correctly rounded division)."""
-    a.vmovups(dst, c.f(1.0))
-    a.vdivps(dst, dst, src)
+def _rstd(a, v, c, desc, acc, tail, square, rstd):
+    """rstd = 1 / sqrt(sum over the row of ``square``'s lanes / n + eps), in every lane."""
+    _sum_pass(a, v, desc.n, acc, tail, square)
+    hreduce(a, v, acc[0], acc[1], "add")
+    a.vmulps(acc[0], acc[0], c.f(1.0 / desc.n))
+    a.vaddps(acc[0], acc[0], c.f(desc.eps))
+    a.vsqrtps(acc[0], acc[0])
+    a.vmovups(rstd, c.f(1.0))
+    a.vdivps(rstd, rstd, acc[0])
 
 
 @register("layernorm")
@@ -219,10 +220,7 @@ def generate_layernorm(desc, isa):
             d = centered(u, col, idx, t)
             a.vmulps(d, d, d)
             return d
-        _sum_pass(a, v, desc.n, acc, tail, square)
-        hreduce(a, v, acc[0], acc[1], "add")
-        _root_mean(a, c, acc[0], desc.n, desc.eps)
-        _invert(a, rstd, acc[0], c)
+        _rstd(a, v, c, desc, acc, tail, square, rstd)
 
         def write(u, col, idx, t):
             d = centered(u, col, idx, t)
@@ -259,10 +257,7 @@ def generate_rmsnorm(desc, isa):
             d = _load(a, v, work[u][0], x, at(x, col, idx), t)
             a.vmulps(d, d, d)
             return d
-        _sum_pass(a, v, desc.n, acc, tail, square)
-        hreduce(a, v, acc[0], acc[1], "add")
-        _root_mean(a, c, acc[0], desc.n, desc.eps)
-        _invert(a, rstd, acc[0], c)
+        _rstd(a, v, c, desc, acc, tail, square, rstd)
 
         def write(u, col, idx, t):
             d = _load(a, v, work[u][0], x, at(x, col, idx), t)

@@ -11,12 +11,12 @@ offsets, ``vcvtdq2ps``, two multiplies, and an add of the output for beta=1.
 >>> tppasm.quantize(1, 20)(x, q, s); int(q.min()), int(q.max())
 (1, 255)
 """
-from isa.x86 import Function, byte, dword, qword, r10, vec
+from isa.x86 import Function, byte, dword, qword, vec
 
 from . import math as xm
 from . import register
 from .eltwise import Stream, _load, _store
-from .norm import _Regs
+from .norm import _Regs, _row_loop
 from .rows import at, combine, hreduce, walk
 from .vector import VectorISA
 
@@ -63,25 +63,19 @@ def generate_quantize(desc, isa):
             for i in range(count):
                 a.vpextrb(_byte(mem(i, 1)), lo, i)
 
-    a.mov(r10, desc.m)
-    top = a.label()
-    a.bind(top)
-    for r in acc:
-        a.vxorps(r, r, r) if r.num < 16 else a.vpxord(r, r, r)
-    walk(a, v, desc.n, U, amax, tail)
-    combine(a, acc, "max")
-    hreduce(a, v, acc[0], acc[1], "max")
-    a.vmaxps(acc[0], acc[0], c.f(1e-30))
-    a.vmovups(inv, c.f(127.0))
-    a.vdivps(inv, inv, acc[0])
-    a.vdivps(acc[0], acc[0], c.f(127.0))
-    a.vmovss(dword[rs], vec(128, acc[0].num))
-    walk(a, v, desc.n, U, store, tail)
-    a.add(rs, 4)
-    for s in (x, q):
-        a.add(s.reg, s.ld * s.es)
-    a.dec(r10)
-    a.jnz(top)
+    def row():
+        for r in acc:
+            a.vxorps(r, r, r) if r.num < 16 else a.vpxord(r, r, r)
+        walk(a, v, desc.n, U, amax, tail)
+        combine(a, acc, "max")
+        hreduce(a, v, acc[0], acc[1], "max")
+        a.vmaxps(acc[0], acc[0], c.f(1e-30))
+        a.vmovups(inv, c.f(127.0))
+        a.vdivps(inv, inv, acc[0])
+        a.vdivps(acc[0], acc[0], c.f(127.0))
+        a.vmovss(dword[rs], vec(128, acc[0].num))
+        walk(a, v, desc.n, U, store, tail)
+    _row_loop(a, desc.m, row, [x, q], [rs])
     c.finish(fn, scratch=acc[0])
     return fn.finalize()
 
@@ -115,16 +109,10 @@ def generate_dequant(desc, isa):
             a.vaddps(r, r, _load(a, v, o, out, at(out, col_, idx), t))
         _store(a, v, out, r, at(out, col_, idx), t, tmp, c)
 
-    a.mov(r10, desc.m)
-    top = a.label()
-    a.bind(top)
-    a.vbroadcastss(rs, dword[rrow])
-    walk(a, v, desc.n, U, vector, tail)
-    a.add(rrow, 4)
-    for s in (cs, out):
-        a.add(s.reg, s.ld * s.es)
-    a.dec(r10)
-    a.jnz(top)
+    def row():
+        a.vbroadcastss(rs, dword[rrow])
+        walk(a, v, desc.n, U, vector, tail)
+    _row_loop(a, desc.m, row, [cs, out], [rrow])
     c.finish(fn, scratch=tmp[0])
     return fn.finalize()
 
