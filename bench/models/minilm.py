@@ -161,12 +161,9 @@ class MiniLM:
         ids_p = np.zeros((B, Lp), np.int64)
         ids_p[:, :L] = ids
         np.take(self.word, ids_p.reshape(-1), axis=0, out=plan.H)
-        plan.H.reshape(B, Lp, HIDDEN)[...] += self.pos_type[:Lp]
         plan.mask[...] = -np.inf
         plan.mask[:, :L][keep] = 0.0
-        plan.embed_norm(plan.H, self.emb_ln[0], self.emb_ln[1], plan.H)
-        if plan.Hb is not None:
-            plan.to_bf16(plan.H, plan.Hb)
+        plan.embed(plan.H.reshape(B, Lp, HIDDEN), self.pos_type, self.emb_ln, plan.X.reshape(B, Lp, HIDDEN))
         for weights, params in self.layers:
             plan.run_layer(weights, params)
         return plan.H.reshape(B, Lp, HIDDEN)[:, :L].copy()
@@ -216,8 +213,17 @@ class _Plan:
         I4 = np.lib.stride_tricks.as_strided(inter, (nt, FFN // HIDDEN, bm, HIDDEN),
                                              (bm * FFN * inter.itemsize, HIDDEN * inter.itemsize,
                                               FFN * inter.itemsize, inter.itemsize))
-        self.embed_norm = tpp.layernorm(T, HIDDEN, eps=EPS)
-        self.to_bf16 = tpp.copy(T, HIDDEN, out_dtype="bf16")
+        add_positions = tpp.binary("add", Lp, HIDDEN)
+        seq_norm = tpp.layernorm(Lp, HIDDEN, eps=EPS)
+        seq_bf16 = tpp.copy(Lp, HIDDEN, out_dtype="bf16")
+
+        @kernel("A", Loop(0, B), pool=pool)
+        def embed(b, H, Pos, Ln, X):
+            add_positions(H[b], Pos[0:Lp], H[b])
+            seq_norm(H[b], Ln[0], Ln[1], H[b])
+            if bf16:
+                seq_bf16(H[b], X[b])
+        self.embed = embed
         nq, no, n1 = 3 * HIDDEN // bn, HIDDEN // bn, FFN // bn
         WO, W1, W2 = nq, nq + no, nq + no + n1                       # first block of each weight
         self.QKV, self.Ctx = tpp.empty((T, 3 * HIDDEN), dt), tpp.empty((T, HIDDEN), dt)
