@@ -52,6 +52,56 @@ def read_sweep(pool, mib=512):
     return (lambda: sweep(x, out)), x.nbytes
 
 
+def int8_inner_loops(runs=7, reps=200):
+    """GB/s of int8 weights two inner loops consume from L1, 1 thread: ``vpdpbusd`` (u8 activations
+    x s8 weights, the design used) against dequantizing in registers (``vpmovsxbd`` + ``vcvtdq2ps``
+    + an fp32 FMA per 16 weights). The second cannot outrun DRAM, so it was not taken. AVX-512
+    hosts with VNNI only (else None)."""
+    from isa.cpu import host
+    from isa.x86 import Function, ptr, rax, vec, xword
+    if host().isa not in ("avx512", "amx") or not host().features.get("avx512_vnni"):
+        return None
+    buf = tpp.empty(16384, "i8")
+    buf[...] = 1
+
+    def build(kind):
+        fn = Function("int8_" + kind, ["ptr", "i64"])
+        a, (src, iters) = fn.asm, fn.args
+        acc, tmp, x = [vec(512, i) for i in range(8)], [vec(512, 8 + i) for i in range(8)], vec(512, 20)
+        for r in acc + [x]:
+            a.vpxord(r, r, r)
+        outer, top = a.label(), a.label()
+        a.bind(outer)
+        a.xor(rax, rax)
+        a.bind(top)
+        for i in range(8):
+            if kind == "dequant":
+                a.vpmovsxbd(tmp[i], xword[src + rax + 16 * i])
+                a.vcvtdq2ps(tmp[i], tmp[i])
+                a.vfmadd231ps(acc[i], tmp[i], x)
+            else:
+                a.vpdpbusd(acc[i], x, ptr(src + rax + 64 * i))
+        a.add(rax, 128 if kind == "dequant" else 512)
+        a.cmp(rax, buf.nbytes)
+        a.jb(top)
+        a.dec(iters)
+        a.jnz(outer)
+        return fn.finalize()
+    out = {}
+    for kind in ("vpdpbusd", "dequant"):
+        f = build(kind)
+        f(buf.ctypes.data, reps)
+        best = min(_timed(lambda: f(buf.ctypes.data, reps)) for _ in range(runs))
+        out[kind] = buf.nbytes * reps / best / 1e9
+    return out
+
+
+def _timed(fn):
+    t = time.thread_time()
+    fn()
+    return time.thread_time() - t
+
+
 def weight_bytes(layer):
     lins = (layer.qkv, layer.o, layer.gu, layer.down)
     extra = sum(lin.scale.nbytes + lin.offset.nbytes for lin in lins) if layer.dtype == "i8" else 0
@@ -168,6 +218,11 @@ def main(argv=None):
     start = time.perf_counter()
     rep = bench_llm(cfg, args.prompt, [int(t) for t in args.threads.split(",")], args.dtypes.split(","), args.runs,
                     args.clock)
+    loops = int8_inner_loops()
+    if loops:
+        print(f"\nint8 weights consumed from L1 by one core: vpdpbusd {loops['vpdpbusd']:.0f} GB/s, dequantized in "
+              f"registers (vpmovsxbd + vcvtdq2ps + FMA) {loops['dequant']:.0f} GB/s: the latter is no faster than "
+              "DRAM, hence u8 x s8 BRGEMMs with a dequant epilogue")
     print(f"\n({time.perf_counter() - start:.0f} s)")
     write_json(args.json, [rep])
     return 0
