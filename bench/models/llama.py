@@ -28,12 +28,11 @@ multiple of ``KEY_BLOCK`` (masked) so kernels are rebuilt once per block of posi
 import numpy as np
 
 import tppasm as tpp
-from loops import Loop, kernel, thread
 from loops.pool import get_pool
 
+from .llama_step import BN, Step
 from .llama_weights import Linear
 
-BN = 64              # output columns per weight panel (one head of 64, or two of 32)
 KC = 512             # K chunk of the down projection's batch-reduce
 KEY_BLOCK = 64       # decode pads the key range to a multiple of this
 
@@ -95,41 +94,5 @@ class LlamaLayer:
         key = (T, keys)
         step = self._steps.get(key)
         if step is None:
-            from .llama_step import Step
             step = self._steps[key] = Step(self, T, keys)
         return step
-
-
-def row_block(T, nt):
-    """Rows per block: the largest of 64..1 dividing T (leaving work for ``nt`` threads if it can)."""
-    sizes = [b for b in (64, 32, 16, 8, 4, 2, 1) if T % b == 0]
-    return next((b for b in sizes if T // b >= nt), sizes[-1])
-
-
-def linear_nest(T, lin, dtype, out_dtype, pool, beta=0):
-    """A nest computing ``Out (+)= A @ W`` over (column panel, row block), panels outermost.
-
-    bf16 arrays: (A3, W, Out) with A3 the (K/kc, T, kc) view of A. int8: (Aq3, W, Sc, Off, Ci, Out)
-    with ``Sc`` = [row scales of A (T), column scales (N)] fp32, ``Off`` the column offsets (N)
-    int32 and Ci the (threads, bm, BN) int32 scratch."""
-    bm = row_block(T, pool.nthreads)
-    nb, count = lin.n // BN, lin.k // lin.kc
-    lda = lin.k
-    if dtype == "bf16":
-        gemm = tpp.brgemm(bm, BN, lin.kc, "bf16", lda=lda, ldc=lin.n, stride_a=lin.kc, beta=beta,
-                          c_dtype=out_dtype if not beta else "f32")
-
-        @kernel("BA", Loop(0, T // bm), Loop(0, nb), pool=pool)
-        def nest(im, jn, A, W, Out):
-            r, c = im * bm, jn * BN
-            gemm(A[:, r:r + bm], W[jn * count:jn * count + count], Out[r:r + bm, c:c + BN], count=count)
-        return nest
-    gemm = tpp.brgemm(bm, BN, lin.kc, "i8", lda=lda, stride_a=lin.kc)
-    deq = tpp.dequant(bm, BN, ldo=lin.n, out_dtype=out_dtype, beta=beta)
-
-    @kernel("BA", Loop(0, T // bm), Loop(0, nb), pool=pool)
-    def nest_i8(im, jn, A, W, Sc, Off, Ci, Out):
-        t, r, c = thread().tid, im * bm, jn * BN
-        gemm(A[:, r:r + bm], W[jn * count:jn * count + count], Ci[t], count=count)
-        deq(Ci[t], Off[c:c + BN], Sc[r:r + bm], Sc[T + c:T + c + BN], Out[r:r + bm, c:c + BN])
-    return nest_i8

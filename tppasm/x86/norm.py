@@ -15,48 +15,16 @@ an estimate.
 >>> tppasm.rmsnorm(1, 3)(x, np.ones(3, np.float32), out); bool(np.allclose(out, x / np.sqrt(14 / 3)))
 True
 """
-from isa.x86 import Function, r10
+from isa.x86 import Function
 
 from . import math as xm
 from . import register
-from .eltwise import Stream, _load, _make_tail, _store
-from .rows import at, combine, hreduce, next_row, walk, zero_tail, fill_tail
+from .eltwise import Stream, _load, _store
+from .rows import Regs, at, combine, fill_tail, hreduce, row_loop, walk, zero_tail
 from .vector import VectorISA
 
-ROWS = r10
-
-
-class _Regs:
-    """Vector registers handed out in order; the rest become constant registers."""
-
-    def __init__(self, fn, v, n):
-        self.v, self.free = v, list(range(v.nregs))
-        self.tail = _make_tail(fn, v, n % v.lanes(4), self.free)
-
-    def take(self, k):
-        out, self.free = [self.v.reg(r) for r in self.free[:k]], self.free[k:]
-        return out
-
-    def consts(self):
-        return xm.Consts(self.v, [self.v.reg(r) for r in self.free])
-
-
-def _row_loop(a, m, emit_row, streams, scalars=()):
-    """Emit ``for each of m rows: emit_row(); advance streams`` (and the fp32 per-row ``scalars``
-    pointers by one element)."""
-    a.mov(ROWS, m)
-    top = a.label()
-    a.bind(top)
-    emit_row()
-    next_row(a, streams)
-    for reg in scalars:
-        a.add(reg, 4)
-    a.dec(ROWS)
-    a.jnz(top)
-
-
 def _sum_pass(a, v, n, acc, tail, load_term):
-    """acc[0] (every lane) = sum over the row of ``load_term(u, col, idx, t)``'s lanes."""
+    """acc[0] = lane-wise sums over the row of ``load_term(u, col, idx, t)`` (then :func:`hreduce`)."""
     for r in acc:
         a.vxorps(r, r, r) if r.num < 16 else a.vpxord(r, r, r)
 
@@ -79,7 +47,7 @@ def generate_softmax(desc, isa):
     out = Stream(args[-1], "full", desc.out_dtype, desc.ldo)
     if -(-desc.n // v.lanes(4)) <= CACHED[v.avx512]:
         return _softmax_in_registers(fn, v, desc, x, mask, out)
-    R = _Regs(fn, v, desc.n)
+    R = Regs(fn, v, desc.n)
     tail, U, W = R.tail, (4 if v.avx512 else 2), (2 if v.avx512 else 1)
     acc, (mx, inv) = R.take(U), R.take(2)
     work = [R.take(5) for _ in range(W)]          # src, dst and exp's 3 temporaries per vector
@@ -135,7 +103,7 @@ def generate_softmax(desc, isa):
             _store(a, v, out, y, at(out, col, idx), t, work[u % W][2:], c)
         walk(a, v, desc.n, W, scale, tail)
 
-    _row_loop(a, desc.m, row, [x, out] + ([mask] if desc.mask == "full" else []))
+    row_loop(a, desc.m, row, [x, out] + ([mask] if desc.mask == "full" else []))
     c.finish(fn, scratch=acc[0])
     return fn.finalize()
 
@@ -144,7 +112,7 @@ def _softmax_in_registers(fn, v, desc, x, mask, out):
     """Softmax of rows that fit in registers: one load, one exp per element (the tail's dead lanes
     are -inf, so their exp is 0 and the sums need no mask)."""
     a, lanes = fn.asm, v.lanes(4)
-    R = _Regs(fn, v, desc.n)
+    R = Regs(fn, v, desc.n)
     E = R.take(-(-desc.n // lanes))
     acc, total, *tmp = R.take(5)
     c = R.consts()
@@ -173,7 +141,7 @@ def _softmax_in_registers(fn, v, desc, x, mask, out):
             a.vmulps(e, e, acc)
             _store(a, v, out, e, at(out, col, None), t, tmp, c)
 
-    _row_loop(a, desc.m, row, [x, out] + ([mask] if desc.mask == "full" else []))
+    row_loop(a, desc.m, row, [x, out] + ([mask] if desc.mask == "full" else []))
     c.finish(fn, scratch=acc)
     return fn.finalize()
 
@@ -198,7 +166,7 @@ def generate_layernorm(desc, isa):
     x = Stream(rx, "full", desc.dtype, desc.ldi)
     gamma, beta = Stream(rg, "row", "f32"), Stream(rb, "row", "f32")
     out = Stream(ro, "full", desc.out_dtype, desc.ldo)
-    R = _Regs(fn, v, desc.n)
+    R = Regs(fn, v, desc.n)
     tail, U = R.tail, (4 if v.avx512 else 2)
     acc, (mean, rstd) = R.take(U), R.take(2)
     work = [R.take(3) for _ in range(U)]
@@ -231,7 +199,7 @@ def generate_layernorm(desc, isa):
             _store(a, v, out, d, at(out, col, idx), t, tmp, c)
         walk(a, v, desc.n, U, write, tail)
 
-    _row_loop(a, desc.m, row, [x, out])
+    row_loop(a, desc.m, row, [x, out])
     c.finish(fn, scratch=acc[0])
     return fn.finalize()
 
@@ -245,7 +213,7 @@ def generate_rmsnorm(desc, isa):
     x = Stream(rx, "full", desc.dtype, desc.ldi)
     gamma = Stream(rg, "row", "f32")
     out = Stream(ro, "full", desc.out_dtype, desc.ldo)
-    R = _Regs(fn, v, desc.n)
+    R = Regs(fn, v, desc.n)
     tail, U = R.tail, (4 if v.avx512 else 2)
     acc, (rstd,) = R.take(U), R.take(1)
     work = [R.take(2) for _ in range(U)]
@@ -266,6 +234,6 @@ def generate_rmsnorm(desc, isa):
             _store(a, v, out, d, at(out, col, idx), t, tmp, c)
         walk(a, v, desc.n, U, write, tail)
 
-    _row_loop(a, desc.m, row, [x, out])
+    row_loop(a, desc.m, row, [x, out])
     c.finish(fn, scratch=acc[0])
     return fn.finalize()

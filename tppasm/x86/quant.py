@@ -16,8 +16,7 @@ from isa.x86 import Function, byte, dword, qword, vec
 from . import math as xm
 from . import register
 from .eltwise import Stream, _load, _store
-from .norm import _Regs, _row_loop
-from .rows import at, combine, hreduce, walk
+from .rows import Regs, at, combine, hreduce, row_loop, walk
 from .vector import VectorISA
 
 @register("quantize")
@@ -28,7 +27,7 @@ def generate_quantize(desc, isa):
     rx, rq, rs = fn.args
     x = Stream(rx, "full", desc.dtype, desc.ldi)
     q = Stream(rq, "full", "u8", desc.ldo)
-    R = _Regs(fn, v, desc.n)
+    R = Regs(fn, v, desc.n)
     tail, U = R.tail, (4 if v.avx512 else 2)
     acc, work, (inv, t0) = R.take(U), R.take(U), R.take(2)
     c = R.consts()
@@ -75,7 +74,7 @@ def generate_quantize(desc, isa):
         a.vdivps(acc[0], acc[0], c.f(127.0))
         a.vmovss(dword[rs], vec(128, acc[0].num))
         walk(a, v, desc.n, U, store, tail)
-    _row_loop(a, desc.m, row, [x, q], [rs])
+    row_loop(a, desc.m, row, [x, q], [rs])
     c.finish(fn, scratch=acc[0])
     return fn.finalize()
 
@@ -93,7 +92,7 @@ def generate_dequant(desc, isa):
     cs = Stream(rc, "full", "f32", desc.ldi)                 # int32 bits, loaded as they are
     off, col = Stream(roff, "row", "f32"), Stream(rcol, "row", "f32")
     out = Stream(ro, "full", desc.out_dtype, desc.ldo)
-    R = _Regs(fn, v, desc.n)
+    R = Regs(fn, v, desc.n)
     tail, U = R.tail, (4 if v.avx512 else 2)
     work, (rs,), tmp = [R.take(3) for _ in range(U)], R.take(1), R.take(3)
     c = R.consts()
@@ -112,7 +111,7 @@ def generate_dequant(desc, isa):
     def row():
         a.vbroadcastss(rs, dword[rrow])
         walk(a, v, desc.n, U, vector, tail)
-    _row_loop(a, desc.m, row, [cs, out], [rrow])
+    row_loop(a, desc.m, row, [cs, out], [rrow])
     c.finish(fn, scratch=tmp[0])
     return fn.finalize()
 

@@ -14,8 +14,7 @@ from isa.x86 import Function, r8, r9, r10, rax
 
 from . import register
 from .eltwise import Stream, _load, _store
-from .norm import _Regs
-from .rows import at, walk
+from .rows import Regs, at, walk
 from .vector import VectorISA
 
 
@@ -29,7 +28,7 @@ def generate_rotary(desc, isa):
     x, out = Stream(rx, "full", desc.dtype, desc.ldi), Stream(ro, "full", desc.out_dtype, desc.ldo)
     cos, sin = Stream(rc, "full", "f32", desc.ldt), Stream(rs, "full", "f32", desc.ldt)
     xh, oh = Stream(r8, "full", desc.dtype), Stream(r9, "full", desc.out_dtype)   # this head
-    R = _Regs(fn, v, half)
+    R = Regs(fn, v, half)
     U = 4 if v.avx512 else 2
     work = [R.take(5) for _ in range(U)]
     tmp = R.take(3)

@@ -1,6 +1,7 @@
-"""Building blocks of row-wise x86 kernels (softmax, layer norm, RMSNorm, rotary): a walk over the
-columns of a row in blocks of U vectors, addressing, horizontal reductions that leave the result in
-every lane, and masking of the tail vector's lanes.
+"""Building blocks of row-wise x86 kernels (softmax, layer norm, RMSNorm, rotary, quantization): a
+loop over rows, a walk over the columns of a row in blocks of U vectors, addressing, horizontal
+reductions that leave the result in every lane, masking of the tail vector's lanes, and the
+hand-out of vector registers (the ones left over hold constants).
 
 A column walk emits a loop over whole blocks of U vectors (index register ``IDX`` in elements, so
 one register addresses operands of any element size), then the remaining vectors and the masked
@@ -13,9 +14,12 @@ tail with constant displacements; ``vector(u, col, idx, tail)`` emits the work o
 >>> cols
 [(0, None), (8, None), (16, 't')]
 """
-from isa.x86 import ptr, r11, word
+from isa.x86 import ptr, r10, r11, word
 
-IDX = r11
+from . import math as xm
+from .eltwise import _make_tail
+
+IDX, ROWS = r11, r10
 
 
 def at(stream, col, idx):
@@ -100,3 +104,32 @@ def next_row(a, streams):
     """Advance the pointer of every (m, n) stream to its next row."""
     for s in streams:
         a.add(s.reg, s.ld * s.es)
+
+
+class Regs:
+    """Vector registers handed out in order; the rest become constant registers."""
+
+    def __init__(self, fn, v, n):
+        self.v, self.free = v, list(range(v.nregs))
+        self.tail = _make_tail(fn, v, n % v.lanes(4), self.free)
+
+    def take(self, k):
+        out, self.free = [self.v.reg(r) for r in self.free[:k]], self.free[k:]
+        return out
+
+    def consts(self):
+        return xm.Consts(self.v, [self.v.reg(r) for r in self.free])
+
+
+def row_loop(a, m, emit_row, streams, scalars=()):
+    """Emit ``for each of m rows: emit_row(); advance streams`` (and the fp32 per-row ``scalars``
+    pointers by one element)."""
+    a.mov(ROWS, m)
+    top = a.label()
+    a.bind(top)
+    emit_row()
+    next_row(a, streams)
+    for reg in scalars:
+        a.add(reg, 4)
+    a.dec(ROWS)
+    a.jnz(top)
