@@ -1,5 +1,5 @@
 """``python -m bench SUITE [--json FILE] [...]``: suites are isa, tpp, gemm, pool, cache, sve-static,
-amx-static, x86-static, all."""
+amx-static, x86-static, bert, llm, all."""
 import importlib
 import sys
 
@@ -12,6 +12,8 @@ SUITES = {
     "sve-static": ["bench.sve_static"],
     "amx-static": ["bench.amx_static"],
     "x86-static": ["bench.x86_static"],
+    "bert": ["bench.bert"],
+    "llm": ["bench.llm"],
 }
 
 

@@ -17,7 +17,7 @@ import tppasm as tpp
 import tppasm.cache as tc
 from isa.memory import mapped
 from isa.x86 import Function, rax
-from tests.golden import descriptors
+from tests.golden import descriptors, generated
 from tests.scripts import run
 from tppasm import backends, kernel as tk
 from tppasm.cache import disk, kernels, position, stubs
@@ -43,7 +43,7 @@ def test_every_generator_emits_position_independent_code():
              "sve": [MmlaBrgemm(m=5, n=7, k=9, dtype="bf16"), MmlaBrgemm(m=8, n=8, k=16, dtype="i8")]}
     kinds = set()
     for isa in ("avx2", "avx512", "amx", "sve"):
-        for desc in descriptors() + extra.get(isa, []):
+        for desc in generated(isa) + extra.get(isa, []):
             code = backends.generate(desc, isa).code
             assert position.audit(code, backends.family(isa)) is None, (isa, desc)
             kinds.add((backends.family(isa), desc.kind))

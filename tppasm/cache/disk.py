@@ -210,6 +210,7 @@ class DiskStore:
         if not blob:
             raise ValueError("the disk store keeps non-empty blobs only")
         record = _pack(blob, meta)
+        _ragged_mmap()        # imported now: importing it in the at-exit flush fails (it registers atexit)
         with self._lock:
             if key not in self._pending:
                 self._pending[key] = record
@@ -279,7 +280,7 @@ class DiskStore:
 
     def _write_segment(self, index, items, now):
         """Write ``items`` [(key, record)] as a new segment and point their entries at it."""
-        from mmap_ninja.ragged import RaggedMmap
+        RaggedMmap = _ragged_mmap()
         name = f"seg-{uuid.uuid4().hex[:16]}"
         tmp = os.path.join(self.root, "tmp-" + name)
         RaggedMmap.from_lists(tmp, [np.frombuffer(record, np.uint8) for _, record in items], dtype=np.uint8)
@@ -415,6 +416,12 @@ class DiskStore:
                 self._close_segment(name)
             self._index, self._index_id = _empty_index(), None
             self._reset_process_state()
+
+
+def _ragged_mmap():
+    """mmap-ninja's RaggedMmap, imported on first use (about 50 ms: only processes that store pay it)."""
+    from mmap_ninja.ragged import RaggedMmap
+    return RaggedMmap
 
 
 def _flush_at_exit(ref):
