@@ -1,0 +1,102 @@
+"""Shared by the workload benches (conv, spmm): measured peaks per dtype, ours-vs-torch timing
+interleaved round by round, geometric means.
+
+On a shared VM the speed of a core drifts by 10-20% within seconds (other tenants), so two
+figures measured a second apart do not compare. :func:`versus` therefore times the two callables
+in alternating rounds and reports the median of the per-round time ratios next to the median
+times: the ratio is the figure to trust, the times set the scale.
+
+>>> t_ours, t_theirs, ratio = versus(lambda: sum(range(200)), lambda: sum(range(400)), rounds=3, seconds=0.002)
+>>> t_ours > 0 and t_theirs > 0 and ratio > 0
+True
+"""
+import math
+import time
+
+import numpy as np
+
+from isa.cpu import host
+from tppasm.timing import calibrate
+
+_PEAKS = {}
+
+
+def _bf16_peak(accumulators=12, iters=1 << 13):
+    """(median, best) GFLOP/s of a JIT'd loop of independent ``vdpbf16ps zmm`` (32 bf16 pairs,
+    64 FLOP each), or None without AVX512-BF16."""
+    if not host().features.get("avx512_bf16"):
+        return None
+    import bench.tpp_gemm as tg
+    from isa.x86 import vec
+    regs = [vec(512, i) for i in range(accumulators + 2)]
+
+    def step(a):
+        for r in regs[:accumulators]:
+            a.vdpbf16ps(r, regs[-1], regs[-2])
+    return tg._loop_rate("bf16_peak", regs, "vpxord", step, accumulators * 64, iters)
+
+
+def peak(dtype):
+    """Measured GFLOP/s of one core for ``dtype`` ("f32": FMA loop; "bf16": ``vdpbf16ps`` loop
+    where the host has it, else the FMA loop, which is what bf16 kernels are converted to); the
+    best of timed runs (the least disturbed by other processes), measured once per process.
+
+    >>> peak("f32") > 0
+    True
+    """
+    if dtype not in _PEAKS:
+        import bench.tpp_gemm as tg
+        rate = _bf16_peak() if dtype == "bf16" else None
+        _PEAKS[dtype] = (rate or tg.fma_peak())[1]
+    return _PEAKS[dtype]
+
+
+def versus(ours, theirs, rounds=11, seconds=0.02, peak_loop=None):
+    """(median seconds of ``ours``, median seconds of ``theirs``, median of the per-round ratios
+    theirs/ours): the two timed back to back in each of ``rounds`` rounds of ~``seconds`` each
+    (so > 1 means ours is faster). With ``peak_loop`` (from :func:`peak_loop`) a fourth value:
+    the median per-round fraction of the peak that ``ours`` reaches, the peak loop timed in the
+    same rounds."""
+    fns = [ours, theirs] + ([peak_loop[0]] if peak_loop else [])
+    reps = [calibrate(fn, seconds) for fn in fns]
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, n, out in zip(fns, reps, times):
+            t = time.perf_counter()
+            for _ in range(n):
+                fn()
+            out.append((time.perf_counter() - t) / n)
+    ta, tb = times[0], times[1]
+    out = (float(np.median(ta)), float(np.median(tb)), float(np.median([b / a for a, b in zip(ta, tb)])))
+    if peak_loop:
+        out += (float(np.median([peak_loop[1] * tp / a for a, tp in zip(ta, times[2])])),)
+    return out
+
+
+def peak_loop(dtype, work, threads=1):
+    """(callable, factor) for :func:`versus`: the JIT'd peak loop of ``dtype`` (see :func:`peak`)
+    and how many of its calls ``work`` FLOPs on ``threads`` cores at peak would take (the loop runs
+    on one core, so the fraction assumes every core reaches the same peak)."""
+    peak(dtype)
+    import bench.tpp_gemm as tg
+    fn, loop_work = tg.LOOPS["bf16_peak" if dtype == "bf16" and "bf16_peak" in tg.LOOPS else "fma_peak"]
+    return fn, work / (loop_work * threads)
+
+
+def geomean(values):
+    """Geometric mean of the positive finite ``values`` (NaN when there are none).
+
+    >>> geomean([1.0, 4.0]), math.isnan(geomean([]))
+    (2.0, True)
+    """
+    vals = [v for v in values if v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else float("nan")
+
+
+def torch_or_none():
+    """torch, or None when the ``bench`` extra is not installed."""
+    try:
+        import torch
+        return torch
+    except ImportError:
+        return None
