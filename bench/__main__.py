@@ -1,5 +1,5 @@
 """``python -m bench SUITE [--json FILE] [...]``: suites are isa, tpp, gemm, pool, sve-static, amx-static,
-x86-static, conv, all."""
+x86-static, conv, spmm, all."""
 import importlib
 import sys
 
@@ -12,6 +12,7 @@ SUITES = {
     "amx-static": ["bench.amx_static"],
     "x86-static": ["bench.x86_static"],
     "conv": ["bench.conv"],
+    "spmm": ["bench.spmm"],
 }
 
 
