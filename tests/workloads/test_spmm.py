@@ -6,7 +6,7 @@ past one faults); outputs poisoned with NaN. Bad index arrays are refused with a
 public call and poison C (never a read outside the operands) in the raw kernel."""
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import tppasm as tpp
@@ -15,6 +15,7 @@ from tppasm.operand import OperandError
 from tppasm.spmm import BlockSpmm, bcsr, check_bcsr, random_block_sparse
 from tppasm.x86.brgemm import target_features
 from tppasm.x86.spmm import generate
+from isa.cpu import host
 from tests.support import interp_available, native
 
 BF16 = tpp.dtypes.dtype("bf16")
@@ -65,11 +66,18 @@ def _case(rng, bm, bk, n, kb, mb, sparsity, dtype, ldb, ldc, beta):
 
 def _run_row(desc, isa, feats, where, rowptr, colidx, values, b, c, count):
     """One block row through the public call, the raw code natively, or the raw code in the interpreter."""
-    if where == "native" and feats is None:
+    if isa == "amx":
+        code = generate(desc, "amx")
+        if "amx" in host().levels:
+            code(*(x.ctypes.data for x in (rowptr, colidx, values, b, c)), count)
+            return
+        where = "interp"
+    elif where == "native" and feats is None:
         tpp.block_spmm(desc.bm, desc.bk, desc.n, desc.kb, desc.dtype, ldb=desc.ldb, ldc=desc.ldc, beta=desc.beta,
                        isa=isa)(rowptr, colidx, values, b, c, count=count)
         return
-    code = generate(desc, isa, feats)
+    else:
+        code = generate(desc, isa, feats)
     arrays = (rowptr, colidx, values, b, c)
     if where == "native":
         code(*(x.ctypes.data for x in arrays), count)
@@ -91,17 +99,15 @@ def _run_row(desc, isa, feats, where, rowptr, colidx, values, b, c, count):
 
 @pytest.mark.parametrize("isa, dtype, feats, where", _params())
 @settings(max_examples=12)
-@given(data=st.data())
-def test_block_rows_match_numpy(isa, dtype, feats, where, data):
-    even = 2 if dtype == "bf16" else 1
-    bm = data.draw(st.sampled_from([1, 3, 4, 8, 16, 32]), "bm")
-    bk = data.draw(st.sampled_from([4, 8, 16, 32, 6 * even]), "bk")
-    n = data.draw(st.integers(1, 80), "n")
-    kb, mb = data.draw(st.integers(1, 4), "kb"), data.draw(st.integers(1, 3), "mb")
-    sparsity = data.draw(st.sampled_from([0.0, 0.3, 0.7, 1.0]), "sparsity")
-    ldb, ldc = n + data.draw(st.integers(0, 9), "ldb pad"), n + data.draw(st.integers(0, 9), "ldc pad")
-    beta = data.draw(st.integers(0, 1), "beta")
-    rng = np.random.default_rng(data.draw(st.integers(0, 99), "seed"))
+@given(bm=st.sampled_from([1, 3, 4, 8, 16, 32]), bk=st.sampled_from([2, 4, 8, 16, 32, 36]), n=st.integers(1, 80),
+       kb=st.integers(1, 4), mb=st.integers(1, 3), sparsity=st.sampled_from([0.0, 0.3, 0.7, 1.0]),
+       pads=st.tuples(st.integers(0, 9), st.integers(0, 9)), beta=st.integers(0, 1), seed=st.integers(0, 99))
+@example(bm=32, bk=32, n=80, kb=3, mb=2, sparsity=0.0, pads=(3, 5), beta=1, seed=0)   # k loop, masked tail
+@example(bm=3, bk=36, n=17, kb=2, mb=3, sparsity=0.3, pads=(0, 0), beta=0, seed=1)    # k loop + remainder
+@example(bm=8, bk=4, n=64, kb=4, mb=2, sparsity=1.0, pads=(0, 0), beta=0, seed=2)     # empty: C = 0
+def test_block_rows_match_numpy(isa, dtype, feats, where, bm, bk, n, kb, mb, sparsity, pads, beta, seed):
+    ldb, ldc = n + pads[0], n + pads[1]
+    rng = np.random.default_rng(seed)
     (rowptr, colidx, values, b, cbuf), ref = _case(rng, bm, bk, n, kb, mb, sparsity, dtype, ldb, ldc, beta)
     desc = BlockSpmm(bm=bm, bk=bk, n=n, kb=kb, ldb=ldb, ldc=ldc, dtype=dtype, beta=beta)
     for i in range(mb):
@@ -110,6 +116,38 @@ def test_block_rows_match_numpy(isa, dtype, feats, where, data):
     assert not np.isnan(got).any(), "an element of C was not written"
     assert np.isnan(cbuf[..., n:]).all(), "the kernel wrote past n"
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.sqrt(kb * bk) * (np.abs(ref).max() + 1))
+
+
+@pytest.mark.skipif(not interp_available() and "amx" not in host().levels, reason="no AMX and no interpreter")
+@settings(max_examples=12)
+@given(bm=st.sampled_from([1, 4, 8, 16, 20, 32]), bk=st.sampled_from([2, 4, 8, 16, 32]), tiles=st.integers(1, 5),
+       kb=st.integers(1, 3), mb=st.integers(1, 2), sparsity=st.sampled_from([0.0, 0.5, 1.0]),
+       pads=st.tuples(st.sampled_from([0, 16]), st.sampled_from([0, 3])), beta=st.integers(0, 1),
+       seed=st.integers(0, 99))
+@example(bm=32, bk=32, tiles=5, kb=2, mb=2, sparsity=0.0, pads=(16, 3), beta=1, seed=0)   # 2 tile rows, 2+2+1 columns
+@example(bm=20, bk=4, tiles=4, kb=3, mb=1, sparsity=0.5, pads=(0, 0), beta=0, seed=1)     # a 4-row second tile row
+@example(bm=8, bk=16, tiles=4, kb=2, mb=2, sparsity=0.0, pads=(0, 0), beta=0, seed=2)     # 3 + 1 columns
+def test_amx_block_rows_match_numpy(bm, bk, tiles, kb, mb, sparsity, pads, beta, seed):
+    """bf16 on AMX tiles (natively on an AMX host, else in the interpreter): 1 or 2 tile rows,
+    column groups of 3 or 2 tiles and their remainders, beta 0 and 1."""
+    n = 16 * tiles
+    ldb, ldc = n + pads[0], n + pads[1]
+    rng = np.random.default_rng(seed)
+    (rowptr, colidx, values, b, cbuf), ref = _case(rng, bm, bk, n, kb, mb, sparsity, "bf16", ldb, ldc, beta)
+    desc = BlockSpmm(bm=bm, bk=bk, n=n, kb=kb, ldb=ldb, ldc=ldc, dtype="bf16", beta=beta)
+    assert "tdpbf16ps" in generate(desc, "amx").disassemble()
+    for i in range(mb):
+        _run_row(desc, "amx", None, "interp", rowptr[i:i + 2], colidx, values, b, cbuf[i, :, :n], len(colidx))
+    got = cbuf[..., :n].reshape(mb * bm, n)
+    assert not np.isnan(got).any() and np.isnan(cbuf[..., n:]).all()
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.sqrt(kb * bk) * (np.abs(ref).max() + 1))
+
+
+def test_amx_falls_back_to_avx512_where_tiles_do_not_fit():
+    for desc in (BlockSpmm(bm=4, bk=4, n=24, kb=2, dtype="bf16"), BlockSpmm(bm=40, bk=4, n=16, kb=2, dtype="bf16"),
+                 BlockSpmm(bm=4, bk=4, n=16, kb=2)):
+        text = generate(desc, "amx").disassemble()
+        assert "tdpbf16ps" not in text and "zmm" in text
 
 
 BAD_INDICES = [   # (rowptr, colidx entry 1, message)
@@ -133,12 +171,15 @@ def test_bad_indices_are_refused_or_poison_c(rowptr, col, message):
     with pytest.raises(ValueError, match=message):
         spmm.reference(rp, ci, values, b, c, count=2)
     assert (c == 0).all()
-    for isa, where in (("avx512", "native"), ("avx2", "native"), ("avx512", "interp")):
+    for isa, where, d in (("avx512", "native", desc), ("avx2", "native", desc), ("avx512", "interp", desc),
+                          ("amx", "interp", BlockSpmm(bm=4, bk=4, n=16, kb=3, dtype="bf16"))):
         if (where == "native" and not native(isa)) or (where == "interp" and not interp_available()):
             continue
-        c[...] = 0
-        _run_row(desc, isa, (), where, _exact(rp), _exact(ci), _exact(values), _exact(b), c, 2)
-        assert np.isnan(c).all(), f"{isa} {where}: the raw kernel did not poison C"
+        vals = _exact(values.astype(tpp.dtypes.dtype(d.dtype)))
+        bb = _exact(tpp.vnni_pack(b[:, :16].astype(BF16), 2)) if d.dtype == "bf16" else _exact(b)
+        cc = np.zeros((4, d.n), np.float32)
+        _run_row(d, isa, (), where, _exact(rp), _exact(ci), vals, bb, cc, 2)
+        assert np.isnan(cc).all(), f"{isa} {where}: the raw kernel did not poison C"
 
 
 def test_operand_errors_name_the_fix():

@@ -1,4 +1,4 @@
-"""x86 generator of the block-sparse x dense TPP (:class:`tppasm.spmm.BlockSpmm`), AVX2 and AVX-512.
+"""x86 generators of the block-sparse x dense TPP (:class:`tppasm.spmm.BlockSpmm`): AVX2, AVX-512, AMX.
 
 The kernel first reads its block row's ``[start, end)`` from ``rowptr`` and checks it against
 ``count``, then every block column in ``colidx[start:end]`` against ``kb`` (unsigned compares,
@@ -10,6 +10,13 @@ multiply the block's panel of B (``colidx[p] * bk`` rows down) one k group at a 
 inner products of the BRGEMM (:mod:`tppasm.x86.dot`: fp32 FMA, bf16 ``vdpbf16ps`` or the
 shift-free fp32 split). Column tails are masked, never padded.
 
+AMX (bf16, n a multiple of 16, blocks of at most 32 x 32; other shapes run the AVX-512 code):
+after the same checks, C is swept in macro blocks of gm x gn 16 x 16 fp32 tiles (gm = 1 or 2
+tile rows cover the block's bm rows; gn = 3 or 2 tile columns), and for every stored block its
+A tiles (the block's rows, 2*bk bytes each) and gn B tiles (bk/2 VNNI rows of 16 columns) are
+loaded and multiplied into the accumulators with ``tdpbf16ps``. The kernel
+loads its tile configuration itself and releases the tiles before returning.
+
 >>> from tppasm.spmm import BlockSpmm
 >>> fn = generate(BlockSpmm(bm=4, bk=4, n=32, kb=2), "avx2")
 >>> "vfmadd231ps" in fn.disassemble()
@@ -17,7 +24,8 @@ True
 """
 from types import SimpleNamespace
 
-from isa.x86 import Function, dword, eax, gpr, rax, rbp, rbx, rcx, rdi, rdx, rsi, r8, r9, r11, r12, r14, r15, vec
+from isa.x86 import (TMM, Function, dword, eax, gpr, r8, r9, r10, r11, r12, r14, r15, rax, rbp, rbx, rcx, rdi,
+                     rdx, rsi, rsp, vec)
 from isa.x86.registers import Register
 
 from . import register
@@ -285,9 +293,124 @@ class SpmmGen:
         a.jnz(loop)
 
 
+class AmxSpmmGen(SpmmGen):
+    """The AMX kernel: the index checks and the poison path of :class:`SpmmGen`, tiles for the rest."""
+
+    ROWS, COLSB = 16, 64
+
+    def __init__(self, desc):
+        super().__init__(desc, "avx512", frozenset({"avx512_bf16"}))
+        self.gm = 1 if desc.bm <= self.ROWS else 2
+        self.gn = 3 if self.gm == 1 else 2
+        self.tile_rows = [min(desc.bm, self.ROWS), desc.bm - self.ROWS][:self.gm]
+        self.sa, self.sb, self.sc = r9, r10, r15
+
+    @staticmethod
+    def fits(desc):
+        """Shapes the AMX kernel takes: bf16, whole 16-column tiles, blocks of at most 32 x 32."""
+        return desc.dtype == "bf16" and desc.n % 16 == 0 and desc.bm <= 32 and desc.bk <= 32
+
+    def c_tile(self, i, j):
+        return TMM[i * self.gn + j]
+
+    def a_tile(self, i):
+        return TMM[self.gm * self.gn + i]
+
+    def b_tile(self, j):
+        return TMM[self.gm * self.gn + self.gm + j]
+
+    def config(self):
+        """The 64-byte palette-1 ``ldtilecfg`` operand."""
+        cfg = bytearray(64)
+        cfg[0] = 1
+        shapes = {}
+        for i, rows in enumerate(self.tile_rows):
+            for j in range(self.gn):
+                shapes[self.c_tile(i, j).num] = (rows, self.COLSB)
+            shapes[self.a_tile(i).num] = (rows, 2 * self.d.bk)
+        for j in range(self.gn):
+            shapes[self.b_tile(j).num] = (self.d.bk // 2, self.COLSB)
+        for t, (rows, colsb) in shapes.items():
+            cfg[16 + 2 * t:18 + 2 * t] = colsb.to_bytes(2, "little")
+            cfg[48 + t] = rows
+        return bytes(cfg)
+
+    def build(self):
+        a, d = self.a, self.d
+        self.fn.stack(64)
+        poison = a.label()
+        self.check_indices(poison)
+        cfg = self.config()
+        for off in range(0, 64, 4):
+            v = int.from_bytes(cfg[off:off + 4], "little")
+            a.mov(dword[rsp + off], v - (1 << 32) if v >= 1 << 31 else v)
+        a.ldtilecfg([rsp])
+        a.mov(self.sa, 2 * d.bk)
+        a.mov(self.sb, d.ldb * 4)
+        a.mov(self.sc, d.ldc * 4)
+        times, rest = divmod(d.n // self.ROWS, self.gn)
+        if times:
+            loop = a.label()
+            a.mov(self.cols, times)
+            a.bind(loop)
+            self.macro_block(self.gn)
+            add_imm(a, self.b, self.gn * self.COLSB, self.tmp)
+            add_imm(a, self.c, self.gn * self.COLSB, self.tmp)
+            a.dec(self.cols)
+            a.jnz(loop)
+        if rest:
+            self.macro_block(rest)
+        a.tilerelease()
+        self.fn.ret()
+        a.bind(poison)
+        self.poison()
+        return self.fn.finalize()
+
+    def macro_block(self, gn):
+        a, d = self.a, self.d
+        tiles = [(i, j) for i in range(self.gm) for j in range(gn)]
+        c_row = self.ROWS * d.ldc * 4
+        for i, j in tiles:
+            if d.beta:
+                a.tileloadd(self.c_tile(i, j), [self.c + self.sc + (i * c_row + j * self.COLSB)])
+            else:
+                a.tilezero(self.c_tile(i, j))
+        done, blocks = a.label(), a.label()
+        a.mov(self.cnt, self.nblk)
+        a.test(self.cnt, self.cnt)
+        a.jz(done)
+        a.mov(self.ci, self.ci0)
+        a.mov(self.ablk, self.vals)
+        a.bind(blocks)
+        a.mov(gpr(self.bkp.num, 32), dword[self.ci])
+        a.imul(self.bkp, self.bkp, d.bk * d.ldb * 2)          # the block's VNNI panel of B
+        a.add(self.bkp, self.b)
+        for i in range(self.gm):
+            a.tileloadd(self.a_tile(i), [self.ablk + self.sa + i * self.ROWS * 2 * d.bk])
+            for j in range(gn):
+                if i == 0:
+                    a.tileloadd(self.b_tile(j), [self.bkp + self.sb + j * self.COLSB])
+                a.tdpbf16ps(self.c_tile(i, j), self.a_tile(i), self.b_tile(j))
+        add_imm(a, self.ablk, self.block_bytes, self.tmp)
+        a.add(self.ci, 4)
+        a.dec(self.cnt)
+        a.jnz(blocks)
+        a.bind(done)
+        for i, j in tiles:
+            a.tilestored([self.c + self.sc + (i * c_row + j * self.COLSB)], self.c_tile(i, j))
+
+
 @register("block_spmm")
 def generate(desc, isa, features=None):
-    """The raw kernel for ``desc`` on ``isa`` (AMX hosts run the AVX-512 code); ``features``
-    overrides the target's (as for the BRGEMM)."""
+    """The raw kernel for ``desc`` on ``isa``; ``features`` overrides the target's (as for the
+    BRGEMM). On "amx" the shapes :meth:`AmxSpmmGen.fits` takes use tiles, the others AVX-512.
+
+    >>> from tppasm.spmm import BlockSpmm
+    >>> text = generate(BlockSpmm(bm=32, bk=32, n=64, kb=4, dtype="bf16"), "amx").disassemble()
+    >>> text.count("tdpbf16ps"), text.count("ldtilecfg")
+    (4, 1)
+    """
+    if isa == "amx" and AmxSpmmGen.fits(desc):
+        return AmxSpmmGen(desc).build()
     base = "avx512" if isa == "amx" else isa
     return SpmmGen(desc, base, target_features(base) if features is None else frozenset(features)).build()
