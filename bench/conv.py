@@ -1,13 +1,13 @@
 """ResNet-50 v1.5 forward convolutions as BRGEMMs in the loop DSL, against torch in the same run.
 
 ``python -m bench conv [--batch 1,8] [--dtypes f32,bf16] [--threads N] [--layers a,b,...] [--quick]
-[--json FILE]``
+[--clock wall|cpu] [--json FILE]``
 
 Every distinct convolution of ResNet-50 v1.5 (the 7x7/2 stem, the 1x1 and 3x3 bottleneck layers,
 the strided 3x3 and 1x1 downsampling ones: 23 shapes) runs as :class:`bench.conv_nest.ConvNest`,
 the paper's 7-loop nest over blocked layouts with the input pre-padded. Per layer, batch and dtype
 the blocking knobs are enumerated by hand (channel block ``bk``, the BRGEMM batch axis, output
-pixels per BRGEMM), each timed with a default spec; the two fastest are then given to the loop
+pixels per BRGEMM, the filter columns in k or not), each timed with a default spec; the two fastest are then given to the loop
 kernel's tuner (``lk.tune``) with the candidate specs of :func:`spec_candidates`, and the best
 (blocking, spec) is kept. The result is checked against ``torch.nn.functional.conv2d`` (fp32; for
 bf16 against fp32 torch on the same bf16-rounded operands) and timed against torch's fastest of
@@ -32,7 +32,7 @@ import numpy as np
 import tppasm as tpp
 from bench.common import Report, write_json
 from bench.conv_nest import Blocking, Conv, ConvNest
-from bench.versus import geomean, peak, peak_loop, torch_or_none, versus
+from bench.versus import geomean, now, peak, peak_loop, set_clock, torch_or_none, versus
 from isa.cpu import host
 from loops.pool import Pool, get_pool
 from tppasm.conv_layout import block_activations, block_weights, unblock_activations
@@ -81,17 +81,24 @@ def layer(name, n):
 def blockings(shape, dtype, quick=False):
     """The hand-enumerated knobs tried for ``shape``: channel blocks of 64 (the stem: its C, made
     even for bf16's VNNI pairs), output-channel blocks of 32 and 64, every BRGEMM batch axis the
-    filter has, and a whole or half output row per BRGEMM.
+    filter has, with and without the filter columns folded into k, and a whole or half output row
+    per BRGEMM.
 
     >>> [str(b) for b in blockings(layer("res2a_branch2a", 1), "f32", quick=True)]
     ['bc=64 bk=64 bw=56 batch=c cstep=0']
+    >>> len(blockings(layer("conv1", 1), "bf16"))
+    20
     """
     bc = 64 if shape.c >= 64 else shape.c + (shape.c % 2 if dtype == "bf16" else 0)
     bks = [64] if quick else [32, 64]
-    axes = ["c"] + (["r", "s"] if shape.r > 1 and not quick else ["s"] if shape.r > 1 else [])
+    if shape.r == 1:
+        axes = [("c", False)]
+    else:
+        axes = [("r", True)] if quick else [("c", False), ("c", True), ("r", False), ("r", True), ("s", False)]
     q = shape.q
     widths = [q] + ([q // 2] if q >= 56 and q % 2 == 0 and not quick else [])
-    return [Blocking(bc=bc, bk=bk, bw=bw, batch=ax) for bk, ax, bw in itertools.product(bks, axes, widths)]
+    return [Blocking(bc=bc, bk=bk, bw=bw, batch=ax, fold=fold)
+            for bk, (ax, fold), bw in itertools.product(bks, axes, widths)]
 
 
 def spec_candidates(shape, threads):
@@ -121,17 +128,17 @@ def quick_seconds(fn, seconds=0.01, runs=3):
     reps = max(1, min(1000, _calibrate(fn, seconds)))
     times = []
     for _ in range(runs):
-        t = time.perf_counter()
+        t = now()
         for _ in range(reps):
             fn()
-        times.append((time.perf_counter() - t) / reps)
+        times.append((now() - t) / reps)
     return float(np.median(times))
 
 
 def _calibrate(fn, seconds):
-    t = time.perf_counter()
+    t = now()
     fn()
-    return int(seconds / max(time.perf_counter() - t, 1e-6)) + 1
+    return int(seconds / max(now() - t, 1e-6)) + 1
 
 
 def tune_layer(shape, dtype, x, w, pool, threads, quick=False):
@@ -216,6 +223,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=0, help="threads for ours and torch (default: all CPUs)")
     p.add_argument("--layers", default="", help="comma list of layer names (default: all 23)")
     p.add_argument("--quick", action="store_true", help="one blocking per layer, fewer rounds")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="wall time (default) or the calling thread's CPU time (busy machine; needs --threads 1)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     torch = torch_or_none()
@@ -223,13 +232,16 @@ def main(argv=None):
         print("torch is not installed (pip install -e .[bench]): the conv bench compares against it")
         return 1
     threads = args.threads or get_pool().nthreads
+    if args.clock == "cpu" and threads != 1:
+        p.error("--clock cpu measures the calling thread only: use it with --threads 1")
+    set_clock(args.clock)
     pool = get_pool() if get_pool().nthreads == threads else Pool(threads)
     torch.set_num_threads(threads)
     names = args.layers.split(",") if args.layers else [x[0] for x in LAYERS]
     weight = {x[0]: x[7] for x in LAYERS}
     for nm in names:
         layer(nm, 1)                                   # unknown names fail before any timing
-    print(f"host {host().isa}, {threads} thread(s); peak per core: fp32 {peak('f32'):.1f} GFLOP/s, "
+    print(f"host {host().isa}, {threads} thread(s), {args.clock} clock; peak per core: fp32 {peak('f32'):.1f} GFLOP/s, "
           f"bf16 {peak('bf16'):.1f} GFLOP/s")
     rep = Report(f"ResNet-50 v1.5 forward convolutions, {threads} thread(s): loops.kernel + tppasm.brgemm vs "
                  "torch.nn.functional.conv2d",

@@ -15,6 +15,11 @@ with a constant stride (``Blocking.batch``):
 - ``"s"``: the S filter columns (input stride bc, weights bc*bk; the input is passed as a read-only
   view with an s axis over the same memory); channel blocks and r in the nest.
 
+``fold=True`` (with ``"c"`` or ``"r"``) moves the filter columns into the BRGEMM's k instead:
+in the blocked layout the S*bc input values under an output pixel's filter row are contiguous,
+and so are the matching weights (S, bc, bk), so each A row is S*bc long and consecutive pixels'
+rows overlap (lda = stride*bc < k), read through a view of the input; the g loop runs once.
+
 The first step of each output tile's reduction runs a ``beta=0`` kernel, the others ``beta=1``.
 A 1x1, stride-1, unpadded convolution is a GEMM over all pixels of an image: its rows are
 flattened (P = 1, Q = H*W), so ``bw`` may span several output rows (the paper's ``h_in_gemm``).
@@ -83,7 +88,7 @@ class Blocking:
     a flat convolution one output row too); ``batch``: the reduction axis of the BRGEMM batch
     ("c", "r", "s"); ``cstep``: channel blocks per batch with ``batch="c"`` (0: all);
     ``kblock``/``hblock``: block sizes of the output-channel and output-row loops, for specs
-    that write c or d twice.
+    that write c or d twice; ``fold``: the filter columns in k (see the module docstring).
     """
 
     bc: int = 64
@@ -93,11 +98,14 @@ class Blocking:
     cstep: int = 0
     kblock: int = 1
     hblock: int = 1
+    fold: bool = False
 
     def __str__(self):
         parts = [f"bc={self.bc}", f"bk={self.bk}", f"bw={self.bw}", f"batch={self.batch}"]
         if self.batch == "c":
             parts.append(f"cstep={self.cstep}")
+        if self.fold:
+            parts.append("fold")
         return " ".join(parts)
 
 
@@ -119,6 +127,7 @@ class ConvNest:
         _need(bl.batch in BATCH_AXES, f"batch={bl.batch!r}; expected one of {BATCH_AXES}")
         _need(sh.k % bl.bk == 0, f"bk={bl.bk} must divide K={sh.k}")
         _need(dtype == "f32" or bl.bc % 2 == 0, f"bf16 needs an even bc (VNNI pairs), got {bl.bc}")
+        _need(not (bl.fold and bl.batch == "s"), "fold=True puts the filter columns in k: use batch='c' or 'r'")
         self.shape, self.dtype, self.blocking = sh, dtype, bl
         self.cb, self.kb = -(-sh.c // bl.bc), sh.k // bl.bk
         self.hp, self.wp = sh.h + 2 * sh.pad, sh.w + 2 * sh.pad
@@ -161,11 +170,15 @@ class ConvNest:
         if sh.flat:
             x = x.reshape(sh.n, self.cb, 1, sh.h * sh.w, bl.bc)
             y = y.reshape(sh.n, self.kb, 1, sh.p * sh.q, bl.bk)
+        st = x.strides
         if bl.batch == "s":
-            st = x.strides
             x = np.lib.stride_tricks.as_strided(
                 x, (sh.n, self.cb, x.shape[2], sh.s, self.gwp - sh.s + 1, bl.bc),
                 (st[0], st[1], st[2], st[3], st[3], st[4]), writeable=False)
+        elif bl.fold:
+            x = np.lib.stride_tricks.as_strided(
+                x, (sh.n, self.cb, x.shape[2], self.gwp - sh.s + 1, sh.s * bl.bc), st, writeable=False)
+            w = w.reshape(w.shape[:3] + (-1,) + w.shape[5:])
         return x, w, y
 
     def __call__(self, x, w, y):
@@ -176,7 +189,8 @@ class ConvNest:
         sh, bl, dt = self.shape, self.blocking, self.dtype
         bw, st, count, cs = self.bw, sh.stride, self.count, self.cstep
         span = (bw - 1) * st + 1                          # input columns under bw output pixels
-        args = dict(m=bw, n=bl.bk, k=bl.bc, dtype=dt, lda=st * bl.bc, ldb=bl.bk, ldc=bl.bk)
+        fold = bl.fold
+        args = dict(m=bw, n=bl.bk, k=bl.bc * (sh.s if fold else 1), dtype=dt, lda=st * bl.bc, ldb=bl.bk, ldc=bl.bk)
         strides = {"c": (self.hp * self.wp * bl.bc, sh.r * sh.s * bl.bc * bl.bk),
                    "r": (self.gwp * bl.bc, sh.s * bl.bc * bl.bk),
                    "s": (bl.bc, bl.bc * bl.bk)}[bl.batch]
@@ -187,10 +201,10 @@ class ConvNest:
         def conv(n, cb, kb, oh, ow, r, s, X, W, Y):
             if batch == "c":
                 a = X[n, cb:cb + cs, oh * st + r, ow * st + s:ow * st + s + span:st]
-                b = W[kb, cb:cb + cs, r, s]
+                b = W[kb, cb:cb + cs, r] if fold else W[kb, cb:cb + cs, r, s]
             elif batch == "r":
                 a = X[n, cb, oh * st:oh * st + sh.r, ow * st + s:ow * st + s + span:st]
-                b = W[kb, cb, 0:sh.r, s]
+                b = W[kb, cb, 0:sh.r] if fold else W[kb, cb, 0:sh.r, s]
             else:
                 a = X[n, cb, oh * st + r, 0:sh.s, ow * st:ow * st + span:st]
                 b = W[kb, cb, r, 0:sh.s]
@@ -200,7 +214,7 @@ class ConvNest:
             else:
                 more(a, b, c, count=count)
 
-        steps = {"c": (cs, 1, 1), "r": (1, sh.r, 1), "s": (1, 1, sh.s)}[batch]
+        steps = {"c": (cs, 1, sh.s if fold else 1), "r": (1, sh.r, sh.s if fold else 1), "s": (1, 1, sh.s)}[batch]
         loops = (Loop(0, sh.n),
                  Loop(0, self.cb, steps[0], parallel=False),
                  Loop(0, self.kb, blocks=[bl.kblock] if bl.kblock > 1 else []),

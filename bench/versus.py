@@ -19,6 +19,23 @@ from isa.cpu import host
 from tppasm.timing import calibrate
 
 _PEAKS = {}
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+_clock = ["wall"]
+
+
+def set_clock(name):
+    """Time with the wall clock ("wall", default) or the calling thread's CPU time ("cpu"): on a
+    busy machine the latter leaves out the time other processes held the core, but it only sees
+    the calling thread, so it is meaningful for 1-thread runs only (torch with one thread runs its
+    ops on the caller, as the loop nests do)."""
+    if name not in CLOCKS:
+        raise ValueError(f"clock {name!r}: expected one of {', '.join(CLOCKS)}")
+    _clock[0] = name
+
+
+def now():
+    """The current reading of the clock chosen with :func:`set_clock`."""
+    return CLOCKS[_clock[0]]()
 
 
 def _bf16_peak(accumulators=12, iters=1 << 13):
@@ -54,7 +71,7 @@ def peak(dtype):
 def versus(ours, theirs, rounds=11, seconds=0.02, peak_loop=None):
     """(median seconds of ``ours``, median seconds of ``theirs``, median of the per-round ratios
     theirs/ours): the two timed back to back in each of ``rounds`` rounds of ~``seconds`` each
-    (so > 1 means ours is faster). With ``peak_loop`` (from :func:`peak_loop`) a fourth value:
+    (so > 1 means ours is faster); the clock is :func:`set_clock`'s. With ``peak_loop`` (from :func:`peak_loop`) a fourth value:
     the median per-round fraction of the peak that ``ours`` reaches, the peak loop timed in the
     same rounds."""
     fns = [ours, theirs] + ([peak_loop[0]] if peak_loop else [])
@@ -62,10 +79,10 @@ def versus(ours, theirs, rounds=11, seconds=0.02, peak_loop=None):
     times = [[] for _ in fns]
     for _ in range(rounds):
         for fn, n, out in zip(fns, reps, times):
-            t = time.perf_counter()
+            t = now()
             for _ in range(n):
                 fn()
-            out.append((time.perf_counter() - t) / n)
+            out.append((now() - t) / n)
     ta, tb = times[0], times[1]
     out = (float(np.median(ta)), float(np.median(tb)), float(np.median([b / a for a, b in zip(ta, tb)])))
     if peak_loop:

@@ -9,6 +9,10 @@ from hypothesis import strategies as st
 
 import tppasm as tpp
 from bench.conv import spec_candidates
+from isa.cpu import host
+from tppasm.brgemm import Brgemm
+from tppasm.kernel import get_kernel
+from tests.support import interp_available, run_raw
 from bench.conv_nest import Blocking, Conv, ConvNest
 from tppasm.conv_layout import (block_activations, block_weights, conv2d_reference, out_size,
                                 unblock_activations)
@@ -49,11 +53,11 @@ CLASSES = {     # name: (Conv, bc)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-@pytest.mark.parametrize("batch", ["c", "r", "s"])
+@pytest.mark.parametrize("batch", ["c", "r", "s", "c+fold", "r+fold"])
 @pytest.mark.parametrize("name", list(CLASSES))
 def test_every_shape_class(name, batch, dtype):
     shape, bc = CLASSES[name]
-    got, ref = run_conv(shape, dtype, Blocking(bc=bc, bk=8, batch=batch))
+    got, ref = run_conv(shape, dtype, Blocking(bc=bc, bk=8, batch=batch[0], fold=batch.endswith("fold")))
     assert_close(got, ref, dtype)
 
 
@@ -72,10 +76,11 @@ def test_random_shapes_blockings_and_specs(data):
     pixels = shape.p * shape.q if shape.flat else shape.q
     bw = data.draw(st.sampled_from([d for d in range(1, pixels + 1) if pixels % d == 0]), "bw")
     batch = data.draw(st.sampled_from(["c", "r", "s"]), "batch")
+    fold = batch != "s" and data.draw(st.booleans(), "fold")
     cstep = data.draw(st.sampled_from([d for d in range(1, cb + 1) if cb % d == 0]), "cstep")
     dtype = data.draw(st.sampled_from(["f32", "bf16"]), "dtype")
     spec = data.draw(st.sampled_from(spec_candidates(shape, 2)), "spec")
-    got, ref = run_conv(shape, dtype, Blocking(bc=bc, bk=bk, bw=bw, batch=batch, cstep=cstep), spec)
+    got, ref = run_conv(shape, dtype, Blocking(bc=bc, bk=bk, bw=bw, batch=batch, cstep=cstep, fold=fold), spec)
     assert_close(got, ref, dtype)
 
 
@@ -89,6 +94,31 @@ def test_flat_1x1_spans_output_rows():
     shape = Conv(n=1, c=8, k=8, h=4, w=3)              # 12 pixels, 6 per BRGEMM: two output rows each
     got, ref = run_conv(shape, "f32", Blocking(bc=8, bk=8, bw=6))
     assert_close(got, ref, "f32")
+
+
+@pytest.mark.parametrize("isa, dtype", [("avx2", "f32"), ("avx2", "bf16"), ("avx512", "f32"), ("avx512", "bf16"),
+                                         ("amx", "bf16")])
+def test_brgemm_reads_overlapping_a_rows(isa, dtype):
+    """lda < k (what fold=True builds): rows of A overlap; natively where the host runs the ISA,
+    else in the interpreter on a buffer that ends at A's last element."""
+    m, n, k, lda, count = 5, 24, 12, 4, 2
+    rng = np.random.default_rng(4)
+    dt = tpp.dtypes.dtype(dtype)
+    buf = rng.standard_normal(count * 40).astype(np.float32).astype(dt)
+    a = np.lib.stride_tricks.as_strided(buf, (count, m, k), (40 * dt.itemsize, lda * dt.itemsize, dt.itemsize))
+    assert (count - 1) * 40 + (m - 1) * lda + k <= buf.size
+    b = rng.standard_normal((count, k, n)).astype(np.float32).astype(dt)
+    bop = tpp.vnni_pack(b, 2) if dtype == "bf16" else b
+    kernel = get_kernel(Brgemm(m=m, n=n, k=k, lda=lda, stride_a=40, dtype=dtype), isa)
+    c = np.full((m, n), np.nan, np.float32)
+    if isa in host().levels:
+        kernel(a, bop, c, count=count)
+    elif interp_available():
+        run_raw(kernel, [buf, bop, c], [count])
+    else:
+        pytest.skip(f"no {isa} and no interpreter")
+    ref = sum(a[i].astype(np.float64) @ b[i].astype(np.float64) for i in range(count))
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-5)
 
 
 def test_layouts_round_trip():
@@ -120,6 +150,7 @@ def test_reference_convolution_by_hand():
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "bf16", Blocking(bc=3, bk=8)), "even bc"),
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "f16", Blocking(bc=4, bk=8)), "dtype='f16'"),
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "f32", Blocking(bc=4, bk=8, batch="k")), "batch='k'"),
+    (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "f32", Blocking(bc=4, bk=8, batch="s", fold=True)), "use batch='c' or 'r'"),
     (lambda: Conv(1, 4, 8, 2, 2, 5, 5).p, "does not fit"),
     (lambda: block_weights(np.ones((4, 4, 1, 1)), 3, 4, dtype="bf16"), "bc=3 must be even"),
     (lambda: block_activations(np.ones((4, 4, 1)), 4), "NCHW"),
