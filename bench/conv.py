@@ -7,9 +7,10 @@ Every distinct convolution of ResNet-50 v1.5 (the 7x7/2 stem, the 1x1 and 3x3 bo
 the strided 3x3 and 1x1 downsampling ones: 23 shapes) runs as :class:`bench.conv_nest.ConvNest`,
 the paper's 7-loop nest over blocked layouts with the input pre-padded. Per layer, batch and dtype
 the blocking knobs are enumerated by hand (channel block ``bk``, the BRGEMM batch axis, output
-pixels per BRGEMM, the filter columns in k or not), each timed with a default spec; the two fastest are then given to the loop
-kernel's tuner (``lk.tune``) with the candidate specs of :func:`spec_candidates`, and the best
-(blocking, spec) is kept. The result is checked against ``torch.nn.functional.conv2d`` (fp32; for
+pixels per BRGEMM, the filter columns in k or not), each timed with a default spec; the two
+fastest go to the loop kernel's tuner (``lk.tune``) with the candidate specs of
+:func:`spec_candidates`, and the best (blocking, spec) of the finalists, timed again, is kept
+(:func:`tune_layer`). The result is checked against ``torch.nn.functional.conv2d`` (fp32; for
 bf16 against fp32 torch on the same bf16-rounded operands) and timed against torch's fastest of
 NCHW and channels-last (oneDNN in torch 2.13 CPU), the two alternating round by round
 (:func:`bench.versus.versus`). bf16 runs take bf16 activations and VNNI-packed bf16 weights and
@@ -25,6 +26,7 @@ threads: of the threads times the one-core loop).
 import argparse
 import itertools
 import time
+import zlib
 from dataclasses import replace
 
 import numpy as np
@@ -32,9 +34,7 @@ import numpy as np
 import tppasm as tpp
 from bench.common import Report, write_json
 from bench.conv_nest import Blocking, Conv, ConvNest
-from bench.versus import geomean, now, peak, peak_loop, set_clock, torch_or_none, versus
-from isa.cpu import host
-from loops.pool import Pool, get_pool
+from bench.versus import add_arguments, geomean, peak_loop, quick_seconds, setup, versus
 from tppasm.conv_layout import block_activations, block_weights, unblock_activations
 
 # ResNet-50 v1.5 (stride in the 3x3 of each stage's first block): name, C, K, H=W, R=S, stride,
@@ -82,10 +82,11 @@ def blockings(shape, dtype, quick=False):
     """The hand-enumerated knobs tried for ``shape``: channel blocks of 64 (the stem: its C, made
     even for bf16's VNNI pairs), output-channel blocks of 32 and 64, every BRGEMM batch axis the
     filter has, with and without the filter columns folded into k, and a whole or half output row
-    per BRGEMM.
+    per BRGEMM (a flat 1x1 convolution: one row, up to eight rows or the whole image; long GEMMs
+    stream the input better when it comes from L3).
 
     >>> [str(b) for b in blockings(layer("res2a_branch2a", 1), "f32", quick=True)]
-    ['bc=64 bk=64 bw=56 batch=c cstep=0']
+    ['bc=64 bk=64 bw=448 batch=c cstep=0']
     >>> len(blockings(layer("conv1", 1), "bf16"))
     20
     """
@@ -95,8 +96,12 @@ def blockings(shape, dtype, quick=False):
         axes = [("c", False)]
     else:
         axes = [("r", True)] if quick else [("c", False), ("c", True), ("r", False), ("r", True), ("s", False)]
-    q = shape.q
-    widths = [q] + ([q // 2] if q >= 56 and q % 2 == 0 and not quick else [])
+    q, p = shape.q, shape.p
+    if shape.flat:               # a flat convolution's GEMM rows may span output rows, up to the image
+        rows = max(d for d in range(1, 9) if p % d == 0)
+        widths = [rows * q] if quick else sorted({q, rows * q, p * q})
+    else:
+        widths = [q] + ([q // 2] if q >= 56 and q % 2 == 0 and not quick else [])
     return [Blocking(bc=bc, bk=bk, bw=bw, batch=ax, fold=fold)
             for bk, (ax, fold), bw in itertools.product(bks, axes, widths)]
 
@@ -104,7 +109,8 @@ def blockings(shape, dtype, quick=False):
 def spec_candidates(shape, threads):
     """Loop orders (letters: a image, b input-channel block, c output-channel block, d output row,
     e output-column block, f filter row, g filter column), with images parallel, or images and the
-    outermost output loop collapsed into one parallel loop (so a batch of 1 still spreads).
+    outermost output loop collapsed into one parallel loop (so a batch of 1 still spreads); for
+    batches, two with the output-channel blocks outermost (a block's weights serve every image).
 
     >>> spec_candidates(layer("conv1", 1), 2)[:4]
     ['Acdebfg', 'ACdebfg', 'Adcebfg', 'ADcebfg']
@@ -115,6 +121,8 @@ def spec_candidates(shape, threads):
         out.append("A" + order)
         if threads > 1 or shape.n == 1:
             out.append("A" + order[0].upper() + order[1:])
+    if shape.n > 1:             # output-channel blocks outside the images: weights reused across them
+        out += ["CAdebfg", "CAfgbde"]
     return out
 
 
@@ -123,27 +131,13 @@ def default_spec(shape, threads):
     return "Acdebfg" if shape.n >= 2 * threads or threads == 1 else "ACdebfg"
 
 
-def quick_seconds(fn, seconds=0.01, runs=3):
-    """Median seconds per call of ``fn`` over ``runs`` runs of about ``seconds`` (for tuning)."""
-    reps = max(1, min(1000, _calibrate(fn, seconds)))
-    times = []
-    for _ in range(runs):
-        t = now()
-        for _ in range(reps):
-            fn()
-        times.append((now() - t) / reps)
-    return float(np.median(times))
-
-
-def _calibrate(fn, seconds):
-    t = now()
-    fn()
-    return int(seconds / max(now() - t, 1e-6)) + 1
-
-
 def tune_layer(shape, dtype, x, w, pool, threads, quick=False):
-    """The fastest (ConvNest, spec, views, seconds) for ``shape`` over :func:`blockings` and
-    :func:`spec_candidates` on NCHW operands ``x``, ``w`` (see the module docstring)."""
+    """The fastest (ConvNest, spec, views) for ``shape`` on NCHW operands ``x``, ``w``: every
+    :func:`blockings` knob set timed with :func:`default_spec`; the loop kernel's tuner
+    (``lk.tune``) over :func:`spec_candidates` for the two fastest; then the three best specs of
+    each timed again, longer and with the bench's clock (the tuner's single calls on the wall
+    clock rank close candidates by chance on a busy machine), each in a fresh nest (a tuned loop
+    kernel runs its remembered best whatever spec it is given)."""
     timed = []
     for bl in blockings(shape, dtype, quick):
         nest = ConvNest(shape, dtype, bl, spec=default_spec(shape, threads), pool=pool)
@@ -151,20 +145,26 @@ def tune_layer(shape, dtype, x, w, pool, threads, quick=False):
                            nest.output())
         timed.append((quick_seconds(lambda: nest.lk(*views)), nest, views))
     timed.sort(key=lambda t: t[0])
-    best = None
+    finalists = []
     for _, nest, views in timed[:1 if quick else 2]:
-        spec = nest.lk.tune(*views, specs=spec_candidates(shape, threads), reps=3, progress=False)
-        seconds = min(s for sp, s, _ in nest.lk.last_tuning if s is not None)
-        if best is None or seconds < best[3]:
-            best = (nest, spec, views, seconds)
-    return best
+        nest.lk.tune(*views, specs=spec_candidates(shape, threads), reps=3, progress=False)
+        ranked = sorted((t, sp) for sp, t, _ in nest.lk.last_tuning if t is not None)
+        finalists += [(nest.blocking, sp, views) for _, sp in ranked[:1 if quick else 3]]
+    best = None
+    for bl, sp, views in finalists:
+        nest = ConvNest(shape, dtype, bl, spec=sp, pool=pool)
+        t = quick_seconds(lambda: nest.lk(*views), 0.03, 5)
+        if best is None or t < best[0]:
+            best = (t, nest, sp, views)
+    return best[1:]
 
 
-def check(shape, dtype, nest, views, x, w, torch):
-    """Max |ours - torch| / max |torch| on this layer (torch fp32 on the operands as rounded to ``dtype``)."""
+def check(shape, nest, lk, views, x, w, torch):
+    """Max |ours - torch| / max |torch| after ``lk`` ran on ``views`` (torch in fp32 on the operands
+    as rounded to our dtype)."""
     y = views[2]
     y[...] = np.nan
-    nest.lk(*views)
+    lk(*views)
     tx = torch.from_numpy(x.astype(np.float32))
     tw = torch.from_numpy(w.astype(np.float32))
     with torch.no_grad():
@@ -192,15 +192,15 @@ def torch_conv(shape, dtype, x, w, torch):
 
 
 def bench_layer(rep, name, shape, dtype, pool, threads, torch, quick, rounds):
-    rng = np.random.default_rng(hash(name) % 2 ** 32)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
     dt = tpp.dtypes.dtype(dtype)
     x = rng.standard_normal((shape.n, shape.c, shape.h, shape.w), np.float32).astype(dt)
     w = (rng.standard_normal((shape.k, shape.c, shape.r, shape.s), np.float32) / np.sqrt(shape.c * shape.r)).astype(dt)
     t0 = time.perf_counter()
-    nest, spec, views, _ = tune_layer(shape, dtype, x, w, pool, threads, quick)
+    nest, spec, views = tune_layer(shape, dtype, x, w, pool, threads, quick)
     tune_s = time.perf_counter() - t0
-    lk = nest.lk.with_spec(spec)
-    err = check(shape, dtype, nest, views, x, w, torch)
+    lk = nest.lk
+    err = check(shape, nest, lk, views, x, w, torch)
     tol = 1e-4 if dtype == "f32" else 2e-3
     if not err <= tol:
         raise AssertionError(f"conv {name} {shape} {dtype} {nest.blocking} {spec}: relative error {err:.2e} > {tol}")
@@ -220,29 +220,15 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench conv", description=__doc__.splitlines()[0])
     p.add_argument("--batch", default="1,8", help="comma list of batch sizes (default 1,8)")
     p.add_argument("--dtypes", default="f32,bf16")
-    p.add_argument("--threads", type=int, default=0, help="threads for ours and torch (default: all CPUs)")
     p.add_argument("--layers", default="", help="comma list of layer names (default: all 23)")
     p.add_argument("--quick", action="store_true", help="one blocking per layer, fewer rounds")
-    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
-                   help="wall time (default) or the calling thread's CPU time (busy machine; needs --threads 1)")
-    p.add_argument("--json", default=None)
+    add_arguments(p)
     args = p.parse_args(argv)
-    torch = torch_or_none()
-    if torch is None:
-        print("torch is not installed (pip install -e .[bench]): the conv bench compares against it")
-        return 1
-    threads = args.threads or get_pool().nthreads
-    if args.clock == "cpu" and threads != 1:
-        p.error("--clock cpu measures the calling thread only: use it with --threads 1")
-    set_clock(args.clock)
-    pool = get_pool() if get_pool().nthreads == threads else Pool(threads)
-    torch.set_num_threads(threads)
+    torch, threads, pool = setup(p, args)
     names = args.layers.split(",") if args.layers else [x[0] for x in LAYERS]
     weight = {x[0]: x[7] for x in LAYERS}
     for nm in names:
         layer(nm, 1)                                   # unknown names fail before any timing
-    print(f"host {host().isa}, {threads} thread(s), {args.clock} clock; peak per core: fp32 {peak('f32'):.1f} GFLOP/s, "
-          f"bf16 {peak('bf16'):.1f} GFLOP/s")
     rep = Report(f"ResNet-50 v1.5 forward convolutions, {threads} thread(s): loops.kernel + tppasm.brgemm vs "
                  "torch.nn.functional.conv2d",
                  ["layer", "C->K RxS/stride HxW", "N", "dtype", "blocking, spec", "ms ours", "ms torch",

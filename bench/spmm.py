@@ -1,7 +1,7 @@
 """Block-sparse x dense matrix products in the loop DSL, against dense torch and torch.sparse.
 
 ``python -m bench spmm [--size 1024] [--blocks 4,8,16,32] [--sparsities 0,0.1,...,0.99]
-[--dtypes f32,bf16] [--threads N] [--quick] [--json FILE]``
+[--dtypes f32,bf16] [--threads N] [--quick] [--clock wall|cpu] [--json FILE]``
 
 C (M x N) = A (M x K, block-sparse: ``b x b`` blocks zero with probability = sparsity, stored as
 block CSR) @ B (K x N dense), M = N = K = ``--size`` (the paper used 2048). :class:`SpmmNest`
@@ -17,16 +17,13 @@ actually done (the stored blocks') against the peak of the threads used. The cro
 lowest sparsity of the sweep from which on ours beats the dense product.
 """
 import argparse
-import time
 
 import numpy as np
 
 import tppasm as tpp
 from bench.common import Report, write_json
-from bench.versus import peak, peak_loop, torch_or_none, versus
-from isa.cpu import host
+from bench.versus import add_arguments, peak_loop, quick_seconds, setup, versus
 from loops import Loop, kernel
-from loops.pool import Pool, get_pool
 from tppasm.spmm import bcsr, check_bcsr, random_block_sparse
 
 SPARSITIES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
@@ -78,23 +75,6 @@ def operands(size, block, sparsity, dtype, rng):
     b = rng.standard_normal((size, size), np.float32).astype(dt)
     bk = tpp.vnni_pack(b, 2) if dtype == "bf16" else tpp.aligned(b)
     return a, bcsr(a, block, block), bk, b
-
-
-def quick_seconds(fn, seconds=0.05, runs=3):
-    """Median seconds per call over ``runs`` runs of ~``seconds`` (one call when a call is slower)."""
-    t = time.perf_counter()
-    fn()
-    once = time.perf_counter() - t
-    reps = max(1, int(seconds / max(once, 1e-7)))
-    if once > seconds:
-        return once
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        times.append((time.perf_counter() - t) / reps)
-    return float(np.median(times))
 
 
 def tune(size, block, dtype, pool, rng, quick):
@@ -149,7 +129,7 @@ def bench_point(rep, size, block, sparsity, dtype, nest, torch, threads, rng, ro
     run = lambda: nest.lk(*args)   # noqa: E731
     t_ours, t_dense, ratio, frac = versus(run, lambda: ta @ tb, rounds=rounds,
                                           peak_loop=peak_loop(dtype, max(done, 1.0), threads))
-    sparse = {name: quick_seconds(fn) for name, fn in torch_sparse(torch, a.astype(np.float32), b.astype(np.float32),
+    sparse = {name: quick_seconds(fn, 0.05) for name, fn in torch_sparse(torch, a.astype(np.float32), b.astype(np.float32),
                                                                     block, dtype).items()}
     nan = float("nan")
     rep.add(dtype, f"{block}x{block}", sparsity, nnzb, t_ours * 1e3, t_dense * 1e3, sparse.get("csr", nan) * 1e3,
@@ -164,19 +144,11 @@ def main(argv=None):
     p.add_argument("--blocks", default="4,8,16,32")
     p.add_argument("--sparsities", default=",".join(map(str, SPARSITIES)))
     p.add_argument("--dtypes", default="f32,bf16")
-    p.add_argument("--threads", type=int, default=0, help="threads for ours and torch (default: all CPUs)")
     p.add_argument("--quick", action="store_true", help="no panel-width tuning, fewer rounds")
-    p.add_argument("--json", default=None)
+    add_arguments(p)
     args = p.parse_args(argv)
-    torch = torch_or_none()
-    if torch is None:
-        print("torch is not installed (pip install -e .[bench]): the spmm bench compares against it")
-        return 1
-    threads = args.threads or get_pool().nthreads
-    pool = get_pool() if get_pool().nthreads == threads else Pool(threads)
-    torch.set_num_threads(threads)
+    torch, threads, pool = setup(p, args)
     sparsities = [float(s) for s in args.sparsities.split(",")]
-    print(f"host {host().isa}, {threads} thread(s); peak per core: fp32 {peak('f32'):.1f}, bf16 {peak('bf16'):.1f} GFLOP/s")
     rep = Report(f"Block-sparse ({args.size}x{args.size} in bxb blocks) x dense ({args.size}x{args.size}), "
                  f"{threads} thread(s): loops.kernel + tppasm.block_spmm vs torch",
                  ["dtype", "block", "sparsity", "stored blocks", "ms ours", "ms torch dense", "ms torch csr",

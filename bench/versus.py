@@ -100,6 +100,50 @@ def peak_loop(dtype, work, threads=1):
     return fn, work / (loop_work * threads)
 
 
+def quick_seconds(fn, seconds=0.01, runs=3):
+    """Median seconds per call of ``fn`` (clock of :func:`set_clock`) over ``runs`` runs of about
+    ``seconds`` each; a single call's time when one call takes longer (for tuning)."""
+    t = now()
+    fn()
+    once = now() - t
+    if once >= seconds:
+        return once
+    reps = min(1000, int(seconds / max(once, 1e-7)) + 1)
+    times = []
+    for _ in range(runs):
+        t = now()
+        for _ in range(reps):
+            fn()
+        times.append((now() - t) / reps)
+    return float(np.median(times))
+
+
+def add_arguments(parser):
+    """The options every workload bench takes: --threads, --clock, --json."""
+    parser.add_argument("--threads", type=int, default=0, help="threads for ours and torch (default: all CPUs)")
+    parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
+                        help="wall time (default) or the calling thread's CPU time (busy machine; needs --threads 1)")
+    parser.add_argument("--json", default=None, help="write the records to this file")
+
+
+def setup(parser, args):
+    """(torch, threads, pool) for the parsed ``args`` of :func:`add_arguments`; the clock set; the
+    parser exits with a message when torch is missing or the options disagree."""
+    torch = torch_or_none()
+    if torch is None:
+        parser.exit(1, "torch is not installed (pip install -e .[bench]): this bench compares against it\n")
+    from loops.pool import Pool, get_pool
+    threads = args.threads or get_pool().nthreads
+    if args.clock == "cpu" and threads != 1:
+        parser.error("--clock cpu measures the calling thread only: use it with --threads 1")
+    set_clock(args.clock)
+    torch.set_num_threads(threads)
+    pool = get_pool() if get_pool().nthreads == threads else Pool(threads)
+    print(f"host {host().isa}, {threads} thread(s), {args.clock} clock; peak per core measured: fp32 "
+          f"{peak('f32'):.1f}, bf16 {peak('bf16'):.1f} GFLOP/s")
+    return torch, threads, pool
+
+
 def geomean(values):
     """Geometric mean of the positive finite ``values`` (NaN when there are none).
 
