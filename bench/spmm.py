@@ -17,6 +17,7 @@ actually done (the stored blocks') against the peak of the threads used. The cro
 lowest sparsity of the sweep from which on ours beats the dense product.
 """
 import argparse
+import warnings
 
 import numpy as np
 
@@ -101,6 +102,7 @@ def torch_sparse(torch, a, b, block, dtype):
     if dtype != "f32":
         return out
     ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
     for name, make in (("csr", lambda: ta.to_sparse_csr()), ("bsr", lambda: ta.to_sparse_bsr((block, block)))):
         try:
             s = make()

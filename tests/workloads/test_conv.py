@@ -173,3 +173,18 @@ def test_wrong_arrays_are_explained():
     with pytest.raises(Exception, match="read-only"):
         y.flags.writeable = False
         nest(x, w, y)
+
+
+def test_python_mode_matches_and_explain_shows_the_nest():
+    shape = Conv(n=2, c=4, k=8, h=5, w=5, r=3, s=3, pad=1)
+    nest = ConvNest(shape, "f32", Blocking(bc=4, bk=8, batch="r", fold=True), spec="Acdebfg")
+    rng = np.random.default_rng(2)
+    x = block_activations(rng.standard_normal((2, 4, 5, 5)).astype(np.float32), 4, pad=1)
+    w = block_weights(rng.standard_normal((8, 4, 3, 3)).astype(np.float32), 4, 8)
+    y1, y2 = nest.output(), nest.output()
+    y1[...] = y2[...] = np.nan
+    nest(x, w, y1)
+    nest.lk.python(*nest.views(x, w, y2))
+    np.testing.assert_allclose(y1, y2, rtol=1e-5, atol=1e-5)
+    text = nest.lk.explain(*nest.views(x, w, y1))
+    assert "for (n) in share(tid" in text and "brgemm(X[n, cb, oh:oh + 3, ow + s:ow + s + 5], W[kb, cb, 0:3]" in text
