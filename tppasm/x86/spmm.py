@@ -26,12 +26,11 @@ from types import SimpleNamespace
 
 from isa.x86 import (TMM, Function, dword, eax, gpr, r8, r9, r10, r11, r12, r14, r15, rax, rbp, rbx, rcx, rdi,
                      rdx, rsi, rsp, vec)
-from isa.x86.registers import Register
 
 from . import register
 from .batch import add_imm
 from .blocking import plan, row_runs
-from .brgemm import target_features
+from .brgemm import Gen, target_features
 from .dot import choose_dot
 from .math import Consts
 from .vector import Mask, VectorISA
@@ -60,23 +59,8 @@ class SpmmGen:
         self.cols, self.ablk, self.ci, self.cnt, self.bkp, self.rows, self.kcnt = rax, r11, rbx, rbp, r12, r14, r15
         self.tmp = gpr(13)
 
-    # -- helpers the inner products call (tppasm.x86.dot) ---------------------------------------
-    def broadcast(self, reg, src):
-        if isinstance(src, Register):
-            if self.v.avx512:
-                self.a.vpbroadcastd(reg, src)
-            else:
-                self.a.vmovd(vec(128, reg.num), src)
-                self.a.vpbroadcastd(reg, vec(128, reg.num))
-        else:
-            self.a.vbroadcastss(reg, dword[src])
-
-    def and_(self, dst, x, y):
-        (self.a.vpandd if self.v.avx512 else self.a.vpand)(dst, x, y)
-
-    def keep(self, reg, bits):
-        if bits is not None:
-            self.and_(reg, reg, self.consts.i(bits))
+    # the helpers the inner products (tppasm.x86.dot) call, as the BRGEMM generator has them
+    broadcast, and_, keep = Gen.broadcast, Gen.and_, Gen.keep
 
     # -- the kernel -----------------------------------------------------------------------------
     def build(self):
@@ -194,6 +178,16 @@ class SpmmGen:
                     a.vxorps(acc[i][j], acc[i][j], acc[i][j])
         for reg, value in zip(self.const_regs, self.dot.consts):
             a.vmovups(reg, self.consts.i(value))
+        self.over_blocks(lambda: self.k_loop(rows, vecs, acc, b, a_regs, tmps, masks))
+        for i in range(rows):
+            for j in range(vecs):
+                v.store(a, [self.c + i * d.ldc * 4 + j * v.bytes], acc[i][j], masks[j])
+
+    def over_blocks(self, body):
+        """``body()`` for each stored block of the row, ``ablk`` at the block's values (``body``
+        moves it to the next block) and ``bkp`` at the block's panel of B (``colidx[p] * bk`` rows
+        down, already checked to lie in B)."""
+        a, d = self.a, self.d
         done, blocks = a.label(), a.label()
         a.mov(self.cnt, self.nblk)
         a.test(self.cnt, self.cnt)
@@ -202,16 +196,13 @@ class SpmmGen:
         a.mov(self.ablk, self.vals)
         a.bind(blocks)
         a.mov(gpr(self.bkp.num, 32), dword[self.ci])
-        a.imul(self.bkp, self.bkp, d.bk * d.ldb * self.es)       # the block's panel of B
+        a.imul(self.bkp, self.bkp, d.bk * d.ldb * self.es)
         a.add(self.bkp, self.b)
-        self.k_loop(rows, vecs, acc, b, a_regs, tmps, masks)
+        body()
         a.add(self.ci, 4)
         a.dec(self.cnt)
         a.jnz(blocks)
         a.bind(done)
-        for i in range(rows):
-            for j in range(vecs):
-                v.store(a, [self.c + i * d.ldc * 4 + j * v.bytes], acc[i][j], masks[j])
 
     def k_loop(self, rows, vecs, acc, b, a_regs, tmps, masks):
         """All k groups of one block: unrolled when few, else a loop of UNROLL groups (the first
@@ -375,27 +366,16 @@ class AmxSpmmGen(SpmmGen):
                 a.tileloadd(self.c_tile(i, j), [self.c + self.sc + (i * c_row + j * self.COLSB)])
             else:
                 a.tilezero(self.c_tile(i, j))
-        done, blocks = a.label(), a.label()
-        a.mov(self.cnt, self.nblk)
-        a.test(self.cnt, self.cnt)
-        a.jz(done)
-        a.mov(self.ci, self.ci0)
-        a.mov(self.ablk, self.vals)
-        a.bind(blocks)
-        a.mov(gpr(self.bkp.num, 32), dword[self.ci])
-        a.imul(self.bkp, self.bkp, d.bk * d.ldb * 2)          # the block's VNNI panel of B
-        a.add(self.bkp, self.b)
-        for i in range(self.gm):
-            a.tileloadd(self.a_tile(i), [self.ablk + self.sa + i * self.ROWS * 2 * d.bk])
-            for j in range(gn):
-                if i == 0:
-                    a.tileloadd(self.b_tile(j), [self.bkp + self.sb + j * self.COLSB])
-                a.tdpbf16ps(self.c_tile(i, j), self.a_tile(i), self.b_tile(j))
-        add_imm(a, self.ablk, self.block_bytes, self.tmp)
-        a.add(self.ci, 4)
-        a.dec(self.cnt)
-        a.jnz(blocks)
-        a.bind(done)
+
+        def block():
+            for i in range(self.gm):
+                a.tileloadd(self.a_tile(i), [self.ablk + self.sa + i * self.ROWS * 2 * d.bk])
+                for j in range(gn):
+                    if i == 0:
+                        a.tileloadd(self.b_tile(j), [self.bkp + self.sb + j * self.COLSB])
+                    a.tdpbf16ps(self.c_tile(i, j), self.a_tile(i), self.b_tile(j))
+            add_imm(a, self.ablk, self.block_bytes, self.tmp)
+        self.over_blocks(block)
         for i, j in tiles:
             a.tilestored([self.c + self.sc + (i * c_row + j * self.COLSB)], self.c_tile(i, j))
 
