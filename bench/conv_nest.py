@@ -21,6 +21,12 @@ and so are the matching weights (S, bc, bk), so each A row is S*bc long and cons
 rows overlap (lda = stride*bc < k), read through a view of the input; the g loop runs once.
 
 The first step of each output tile's reduction runs a ``beta=0`` kernel, the others ``beta=1``.
+Outputs have the inputs' dtype, as in torch. A bf16 convolution whose reduction is one BRGEMM
+call per output tile (a 1x1 layer with all channel blocks in the batch, say) rounds its fp32
+sums to bf16 in that call; otherwise the partial sums go to an fp32 scratch output the nest owns,
+and the last reduction step of each tile converts it into the bf16 output (the tile is still in
+L1). Every tile's reduction runs on one thread (only a, c, d, e may be parallel), in loop order,
+so its first and last steps are those with every reduction index at its first and last value.
 A 1x1, stride-1, unpadded convolution is a GEMM over all pixels of an image: its rows are
 flattened (P = 1, Q = H*W), so ``bw`` may span several output rows (the paper's ``h_in_gemm``).
 
@@ -141,6 +147,11 @@ class ConvNest:
         _need(self.cb % cstep == 0, f"cstep={cstep} must divide the {self.cb} channel blocks")
         self.cstep = cstep
         self.count = {"c": cstep, "r": sh.r, "s": sh.s}[bl.batch]
+        # reduction steps per output tile: channel-block, filter-row and filter-column iterations
+        trips = (self.cb // cstep, 1 if bl.batch == "r" else sh.r, 1 if bl.batch == "s" or bl.fold else sh.s)
+        self.single = trips == (1, 1, 1)
+        self.needs_scratch = dtype == "bf16" and not self.single
+        self.scratch = None                               # allocated by the first views()
         self.lk = self._nest(spec, pool)
 
     # -- arrays -------------------------------------------------------------------------------
@@ -153,23 +164,28 @@ class ConvNest:
             return (self.kb, self.cb, sh.r, sh.s, bl.bc // 2, bl.bk, 2)
         return (self.kb, self.cb, sh.r, sh.s, bl.bc, bl.bk)
 
-    def output(self):
-        """A new output array ``(N, K/bk, P, Q, bk)`` float32 (uninitialized, aligned)."""
+    def output(self, dtype=None):
+        """A new output array ``(N, K/bk, P, Q, bk)`` of the convolution's dtype (uninitialized, aligned)."""
         sh = self.shape
-        return tpp.empty((sh.n, self.kb, sh.p, sh.q, self.blocking.bk), "f32")
+        return tpp.empty((sh.n, self.kb, sh.p, sh.q, self.blocking.bk), dtype or self.dtype)
 
     def views(self, x, w, y):
         """The arrays the nest reads: flat convolutions as one pixel row; ``batch="s"`` reads the
-        input through a read-only view with an (s, column) pair of axes over the same memory."""
+        input through a read-only view with an (s, column) pair of axes over the same memory;
+        the fp32 scratch output last, when there is one."""
         sh, bl = self.shape, self.blocking
         for name, arr, want in (("input", x, self.input_shape()), ("weights", w, self.weight_shape()),
                                 ("output", y, (sh.n, self.kb, sh.p, sh.q, bl.bk))):
             if not isinstance(arr, np.ndarray) or arr.shape != want or not arr.flags.c_contiguous:
                 got = getattr(arr, "shape", type(arr).__name__)
                 raise ValueError(f"conv: {name} must be a C-contiguous array of shape {want}, got {got}")
+        if self.needs_scratch and self.scratch is None:
+            self.scratch = self.output("f32")
+        acc = (self.scratch,) if self.needs_scratch else ()
         if sh.flat:
             x = x.reshape(sh.n, self.cb, 1, sh.h * sh.w, bl.bc)
             y = y.reshape(sh.n, self.kb, 1, sh.p * sh.q, bl.bk)
+            acc = tuple(a.reshape(y.shape) for a in acc)
         st = x.strides
         if bl.batch == "s":
             x = np.lib.stride_tricks.as_strided(
@@ -179,7 +195,7 @@ class ConvNest:
             x = np.lib.stride_tricks.as_strided(
                 x, (sh.n, self.cb, x.shape[2], self.gwp - sh.s + 1, sh.s * bl.bc), st, writeable=False)
             w = w.reshape(w.shape[:3] + (-1,) + w.shape[5:])
-        return x, w, y
+        return (x, w, y) + acc
 
     def __call__(self, x, w, y):
         self.lk(*self.views(x, w, y))
@@ -194,11 +210,15 @@ class ConvNest:
         strides = {"c": (self.hp * self.wp * bl.bc, sh.r * sh.s * bl.bc * bl.bk),
                    "r": (self.gwp * bl.bc, sh.s * bl.bc * bl.bk),
                    "s": (bl.bc, bl.bc * bl.bk)}[bl.batch]
-        first = tpp.brgemm(**args, stride_a=strides[0], stride_b=strides[1], beta=0)
+        out = dt if self.single else "f32"
+        first = tpp.brgemm(**args, stride_a=strides[0], stride_b=strides[1], beta=0, c_dtype=out)
         more = tpp.brgemm(**args, stride_a=strides[0], stride_b=strides[1], beta=1)
+        to_bf16 = tpp.copy(bw, bl.bk, out_dtype="bf16") if self.needs_scratch else None
         batch = bl.batch
+        steps = {"c": (cs, 1, sh.s if fold else 1), "r": (1, sh.r, sh.s if fold else 1), "s": (1, 1, sh.s)}[batch]
+        last = (self.cb - cs, sh.r - steps[1], sh.s - steps[2])
 
-        def conv(n, cb, kb, oh, ow, r, s, X, W, Y):
+        def operands(n, cb, kb, oh, ow, r, s, X, W):
             if batch == "c":
                 a = X[n, cb:cb + cs, oh * st + r, ow * st + s:ow * st + s + span:st]
                 b = W[kb, cb:cb + cs, r] if fold else W[kb, cb:cb + cs, r, s]
@@ -208,13 +228,24 @@ class ConvNest:
             else:
                 a = X[n, cb, oh * st + r, 0:sh.s, ow * st:ow * st + span:st]
                 b = W[kb, cb, r, 0:sh.s]
-            c = Y[n, kb, oh, ow:ow + bw]
-            if cb == 0 and r == 0 and s == 0:
+            return a, b
+
+        single = self.single
+
+        def reduce(cb, r, s, a, b, c):
+            if single or (cb == 0 and r == 0 and s == 0):
                 first(a, b, c, count=count)
             else:
                 more(a, b, c, count=count)
 
-        steps = {"c": (cs, 1, sh.s if fold else 1), "r": (1, sh.r, sh.s if fold else 1), "s": (1, 1, sh.s)}[batch]
+        def conv(n, cb, kb, oh, ow, r, s, X, W, Y):
+            reduce(cb, r, s, *operands(n, cb, kb, oh, ow, r, s, X, W), Y[n, kb, oh, ow:ow + bw])
+
+        def conv_bf16(n, cb, kb, oh, ow, r, s, X, W, Y, Acc):
+            reduce(cb, r, s, *operands(n, cb, kb, oh, ow, r, s, X, W), Acc[n, kb, oh, ow:ow + bw])
+            if cb == last[0] and r == last[1] and s == last[2]:
+                to_bf16(Acc[n, kb, oh, ow:ow + bw], Y[n, kb, oh, ow:ow + bw])
+
         loops = (Loop(0, sh.n),
                  Loop(0, self.cb, steps[0], parallel=False),
                  Loop(0, self.kb, blocks=[bl.kblock] if bl.kblock > 1 else []),
@@ -222,4 +253,4 @@ class ConvNest:
                  Loop(0, self.gq, bw),
                  Loop(0, sh.r, steps[1], parallel=False),
                  Loop(0, sh.s, steps[2], parallel=False))
-        return kernel(spec, *loops, pool=pool)(conv)
+        return kernel(spec, *loops, pool=pool)(conv if to_bf16 is None else conv_bf16)

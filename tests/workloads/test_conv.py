@@ -31,15 +31,17 @@ def run_conv(shape, dtype, blocking, spec="Acdebfg", seed=0):
     y = nest.output()
     y[...] = np.nan
     nest(block_activations(x, blocking.bc, shape.pad), block_weights(w, blocking.bc, blocking.bk, dtype), y)
-    got = unblock_activations(y)
+    got = unblock_activations(y).astype(np.float64)
+    assert y.dtype == tpp.dtypes.dtype(dtype)
     assert not np.isnan(got).any(), "an output element was not written"
     return got, conv2d_reference(x.astype(np.float32), w.astype(np.float32), shape.stride, shape.pad)
 
 
 def assert_close(got, ref, dtype):
+    """fp32: the sums' rounding; bf16: exact products, fp32 sums, the output rounded to bf16."""
     scale = np.abs(ref).max() + 1
-    tol = 2e-6 if dtype == "f32" else 1e-5          # bf16 operands, fp32 products and sums
-    np.testing.assert_allclose(got / scale, ref / scale, rtol=0, atol=tol * np.sqrt(ref.size))
+    rtol = 0 if dtype == "f32" else 2.0 ** -8
+    np.testing.assert_allclose(got / scale, ref / scale, rtol=rtol, atol=2e-6 * np.sqrt(ref.size))
 
 
 CLASSES = {     # name: (Conv, bc)
