@@ -95,6 +95,7 @@ class BlockSpmm(Descriptor):
                 OperandSpec("c", "f32", (self.bm, self.n), (self.ldc, 1), writable=True, ld_name="ldc"))
 
     def work(self):
+        """Bytes + flops of a call with a few stored blocks in the row (the count is not known here)."""
         return 2 * self.bm * self.bk * self.n * 4 + sum(s.nbytes() for s in self.operands())
 
     def check_indices(self, rowptr, colidx, count):
