@@ -75,8 +75,9 @@ class BlockSpmm(Descriptor):
             value = getattr(self, name)
             _need(value >= self.n, name, value, f"an int >= n={self.n} (the row width)")
         _need(self.beta in (0, 1) and not isinstance(self.beta, float), "beta", self.beta, "0 or 1")
-        _need(self.kb * self.bk * self.ldb < 1 << 31 and self.bm * self.ldc < 1 << 31, "ldb", self.ldb,
-              "operands under 2**31 elements (32-bit displacements)")
+        for name, nbytes in (("ldb", self.kb * self.bk * self.ldb * 4), ("ldc", self.bm * self.ldc * 4)):
+            _need(nbytes < 1 << 31, name, getattr(self, name),
+                  "a value that keeps B and C under 2 GiB (the kernel's offsets are 32-bit)")
 
     @property
     def vnni(self):
