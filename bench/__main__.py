@@ -1,5 +1,5 @@
 """``python -m bench SUITE [--json FILE] [...]``: suites are isa, tpp, gemm, pool, cache, sve-static,
-amx-static, x86-static, bert, llm, all."""
+amx-static, x86-static, bert, llm, conv, spmm, all."""
 import importlib
 import sys
 
@@ -14,6 +14,8 @@ SUITES = {
     "x86-static": ["bench.x86_static"],
     "bert": ["bench.bert"],
     "llm": ["bench.llm"],
+    "conv": ["bench.conv"],
+    "spmm": ["bench.spmm"],
 }
 
 

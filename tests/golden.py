@@ -31,6 +31,7 @@ def descriptors():
     from tppasm.norm import LayerNorm, RMSNorm, Softmax
     from tppasm.quant import Dequant, Quantize
     from tppasm.rotary import Rotary
+    from tppasm.spmm import BlockSpmm
     out = [Brgemm(32, 32, 32), Brgemm(13, 17, 19, beta=1), Brgemm(64, 32, 64, bias=True, act="gelu"),
            Brgemm(7, 40, 9, lda=11, ldb=48, ldc=41, act="relu"), Brgemm(16, 16, 16, batch="offset"),
            Brgemm(16, 16, 16, batch="address"), Brgemm(32, 32, 32, dtype="bf16"),
@@ -46,7 +47,8 @@ def descriptors():
             for op in TRANSFORMS]
     out += [Softmax(5, 37), Softmax(3, 200, dtype="bf16", out_dtype="bf16", scale=0.125, mask="row"),
             Softmax(4, 20, mask="full", ldm=24), LayerNorm(6, 45), RMSNorm(3, 70, dtype="bf16"),
-            Rotary(4, 24, 8), SwiGLU(5, 33), Quantize(4, 50), Dequant(3, 40, beta=1)]
+            Rotary(4, 24, 8), SwiGLU(5, 33), Quantize(4, 50), Dequant(3, 40, beta=1),
+            BlockSpmm(8, 8, 40, 5), BlockSpmm(16, 32, 64, 4, dtype="bf16", beta=1), BlockSpmm(5, 3, 17, 2)]
     return out
 
 

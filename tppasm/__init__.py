@@ -13,3 +13,4 @@ from .norm import layernorm, rmsnorm, softmax  # noqa: F401,E402
 from .rotary import rope_tables, rotary  # noqa: F401,E402
 from .quant import dequant, quantize  # noqa: F401,E402
 from .glu import swiglu  # noqa: F401,E402
+from .spmm import block_spmm  # noqa: F401,E402

@@ -1,7 +1,7 @@
 """BRGEMM: ``C = beta*C + sum_{i<count} A_i @ B_i``, then an optional bias row and activation.
 
-Row-major blocks: A_i is (m, k) with row stride ``lda``; B_i is (k, n) with row stride ``ldb``,
-or for bf16 / int8 in the VNNI layout ``(k/f, n, f)`` (f = 2 / 4 consecutive rows of B
+Row-major blocks: A_i is (m, k) with row stride ``lda`` (its rows may overlap: lda < k is fine);
+B_i is (k, n) with row stride ``ldb``, or for bf16 / int8 in the VNNI layout ``(k/f, n, f)`` (f = 2 / 4 consecutive rows of B
 interleaved, see :func:`tppasm.layout.vnni_pack`) whose group rows are ``f*ldb`` elements apart;
 C is (m, n) with row stride ``ldc``. The batch is addressed three ways (``batch=``):
 
@@ -93,7 +93,10 @@ class Brgemm(Descriptor):
                   "an int >= 1")
         if self.dtype not in VNNI:
             raise ValueError(f"brgemm: dtype={self.dtype!r}; legal values: {', '.join(VNNI)}")
-        for name, least in (("lda", self.k), ("ldb", self.n), ("ldc", self.n)):
+        # A's rows may overlap (lda < k): it is only read, e.g. a convolution reads the S*bc values
+        # under each output pixel as one row, consecutive pixels stride*bc apart
+        _need(_is_int(self.lda) and self.lda >= 1, "lda", self.lda, "an int >= 1 (A's row stride)")
+        for name, least in (("ldb", self.n), ("ldc", self.n)):
             value = getattr(self, name)
             _need(_is_int(value) and value >= least, name, value, f"an int >= {least} (the row width)")
         for name in ("stride_a", "stride_b"):

@@ -316,7 +316,7 @@ def test_fused_activations_are_emitted():
 
 @pytest.mark.parametrize("kwargs, words", [
     (dict(m=0, n=4, k=4), "m=0"), (dict(m=4, n=4, k=4, dtype="f16"), "dtype"),
-    (dict(m=4, n=4, k=4, lda=3), "lda=3"), (dict(m=4, n=4, k=4, ldc=2), "ldc=2"),
+    (dict(m=4, n=4, k=4, lda=-1), "lda=-1"), (dict(m=4, n=4, k=4, ldc=2), "ldc=2"),
     (dict(m=4, n=4, k=4, beta=2), "beta"), (dict(m=4, n=4, k=4, beta=0.5), "beta"),
     (dict(m=4, n=4, k=4, batch="list"), "batch"), (dict(m=4, n=4, k=4, act="swish"), "act"),
     (dict(m=4, n=4, k=4, c_dtype="bf16"), "c_dtype"), (dict(m=4, n=4, k=4, dtype="i8", bias=True), "bias"),

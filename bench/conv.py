@@ -1,0 +1,264 @@
+"""ResNet-50 v1.5 forward convolutions as BRGEMMs in the loop DSL, against torch in the same run.
+
+``python -m bench conv [--batch 1,8] [--dtypes f32,bf16] [--threads N] [--layers a,b,...] [--quick]
+[--clock wall|cpu] [--json FILE]``
+
+Every distinct convolution of ResNet-50 v1.5 (the 7x7/2 stem, the 1x1 and 3x3 bottleneck layers,
+the strided 3x3 and 1x1 downsampling ones: 23 shapes) runs as :class:`bench.conv_nest.ConvNest`,
+the paper's 7-loop nest over blocked layouts with the input pre-padded. Per layer, batch and dtype
+the blocking knobs are enumerated by hand (channel block ``bk``, the BRGEMM batch axis, output
+pixels per BRGEMM, the filter columns in k or not), each timed with a default spec; the two
+fastest go to the loop kernel's tuner (``lk.tune``) with the candidate specs of
+:func:`spec_candidates`, and the best (blocking, spec) of the finalists, timed again, is kept
+(:func:`tune_layer`). The result is checked against ``torch.nn.functional.conv2d`` (fp32; for
+bf16 against fp32 torch on the same bf16-rounded operands) and timed against torch's fastest of
+NCHW and channels-last (oneDNN in torch 2.13 CPU), the two alternating round by round
+(:func:`bench.versus.versus`). bf16 runs take bf16 activations and VNNI-packed bf16 weights and
+write bf16 outputs, as torch does (see :mod:`bench.conv_nest` for the fp32 partial sums).
+
+Columns: ms per call (medians of the alternating rounds), our GFLOP/s and % of the measured peak of
+the threads used (fp32 FMA loop; bf16 ``vdpbf16ps`` loop), and ours/torch as the median of the
+per-round ratios (> 1: ours is faster). The summary gives each (dtype, batch)'s geometric mean over
+the layers and the ratio for the whole network (each layer weighted by how often ResNet-50 runs it).
+% of peak is the median per-round fraction with the peak loop timed in the same rounds (on 2+
+threads: of the threads times the one-core loop).
+"""
+import argparse
+import itertools
+import time
+import zlib
+from dataclasses import replace
+
+import numpy as np
+
+import tppasm as tpp
+from bench.common import Report, write_json
+from bench.conv_nest import Blocking, Conv, ConvNest
+from bench.versus import add_arguments, geomean, peak_loop, quick_seconds, setup, versus
+from tppasm.conv_layout import block_activations, block_weights, unblock_activations
+
+# ResNet-50 v1.5 (stride in the 3x3 of each stage's first block): name, C, K, H=W, R=S, stride,
+# pad, how many times the network runs the shape
+LAYERS = [
+    ("conv1", 3, 64, 224, 7, 2, 3, 1),
+    ("res2a_branch1", 64, 256, 56, 1, 1, 0, 4),        # = every res2 branch2c
+    ("res2a_branch2a", 64, 64, 56, 1, 1, 0, 1),
+    ("res2a_branch2b", 64, 64, 56, 3, 1, 1, 3),
+    ("res2b_branch2a", 256, 64, 56, 1, 1, 0, 2),
+    ("res3a_branch1", 256, 512, 56, 1, 2, 0, 1),
+    ("res3a_branch2a", 256, 128, 56, 1, 1, 0, 1),
+    ("res3a_branch2b", 128, 128, 56, 3, 2, 1, 1),
+    ("res3a_branch2c", 128, 512, 28, 1, 1, 0, 4),
+    ("res3b_branch2a", 512, 128, 28, 1, 1, 0, 3),
+    ("res3b_branch2b", 128, 128, 28, 3, 1, 1, 3),
+    ("res4a_branch1", 512, 1024, 28, 1, 2, 0, 1),
+    ("res4a_branch2a", 512, 256, 28, 1, 1, 0, 1),
+    ("res4a_branch2b", 256, 256, 28, 3, 2, 1, 1),
+    ("res4a_branch2c", 256, 1024, 14, 1, 1, 0, 6),
+    ("res4b_branch2a", 1024, 256, 14, 1, 1, 0, 5),
+    ("res4b_branch2b", 256, 256, 14, 3, 1, 1, 5),
+    ("res5a_branch1", 1024, 2048, 14, 1, 2, 0, 1),
+    ("res5a_branch2a", 1024, 512, 14, 1, 1, 0, 1),
+    ("res5a_branch2b", 512, 512, 14, 3, 2, 1, 1),
+    ("res5a_branch2c", 512, 2048, 7, 1, 1, 0, 3),
+    ("res5b_branch2a", 2048, 512, 7, 1, 1, 0, 2),
+    ("res5b_branch2b", 512, 512, 7, 3, 1, 1, 2),
+]
+
+
+def layer(name, n):
+    """The :class:`Conv` of ResNet-50 layer ``name`` at batch ``n``.
+
+    >>> str(layer("res3a_branch2b", 8))
+    '128->128 3x3/2 pad 1 on 56x56 N=8'
+    """
+    for nm, c, k, h, r, st, pad, _ in LAYERS:
+        if nm == name:
+            return Conv(n=n, c=c, k=k, h=h, w=h, r=r, s=r, stride=st, pad=pad)
+    raise ValueError(f"no layer {name!r}; the layers are {', '.join(x[0] for x in LAYERS)}")
+
+
+def blockings(shape, dtype, quick=False):
+    """The hand-enumerated knobs tried for ``shape``: channel blocks of 64 (the stem: its C, made
+    even for bf16's VNNI pairs), output-channel blocks of 32 and 64, every BRGEMM batch axis the
+    filter has, with and without the filter columns folded into k, and a whole or half output row
+    per BRGEMM (a flat 1x1 convolution: one row, up to eight rows or the whole image; long GEMMs
+    stream the input better when it comes from L3).
+
+    >>> [str(b) for b in blockings(layer("res2a_branch2a", 1), "f32", quick=True)]
+    ['bc=64 bk=64 bw=448 batch=c cstep=0']
+    >>> len(blockings(layer("conv1", 1), "bf16"))
+    20
+    """
+    bc = 64 if shape.c >= 64 else shape.c + (shape.c % 2 if dtype == "bf16" else 0)
+    bks = [64] if quick else [32, 64]
+    if shape.r == 1:
+        axes = [("c", False)]
+    else:
+        axes = [("r", True)] if quick else [("c", False), ("c", True), ("r", False), ("r", True), ("s", False)]
+    q, p = shape.q, shape.p
+    if shape.flat:               # a flat convolution's GEMM rows may span output rows, up to the image
+        rows = max(d for d in range(1, 9) if p % d == 0)
+        widths = [rows * q] if quick else sorted({q, rows * q, p * q})
+    else:
+        widths = [q] + ([q // 2] if q >= 56 and q % 2 == 0 and not quick else [])
+    return [Blocking(bc=bc, bk=bk, bw=bw, batch=ax, fold=fold)
+            for bk, (ax, fold), bw in itertools.product(bks, axes, widths)]
+
+
+def spec_candidates(shape, threads):
+    """Loop orders (letters: a image, b input-channel block, c output-channel block, d output row,
+    e output-column block, f filter row, g filter column), with images parallel, or images and the
+    outermost output loop collapsed into one parallel loop (so a batch of 1 still spreads); for
+    batches, two with the output-channel blocks outermost (a block's weights serve every image).
+    ``decbfg`` puts the output-channel blocks inside the pixels: a pixel block's input serves them all.
+
+    >>> spec_candidates(layer("conv1", 1), 2)[:4]
+    ['Acdebfg', 'ACdebfg', 'Adcebfg', 'ADcebfg']
+    """
+    orders = ["cdebfg", "dcebfg", "decbfg", "cfgbde", "fgbcde", "cdefgb", "dfgbce"]
+    out = []
+    for order in orders:
+        out.append("A" + order)
+        if threads > 1 or shape.n == 1:
+            out.append("A" + order[0].upper() + order[1:])
+    if shape.n > 1:             # output-channel blocks outside the images: weights reused across them
+        out += ["CAdebfg", "CAfgbde"]
+    return out
+
+
+def default_spec(shape, threads):
+    """The spec knobs are compared with: images in parallel when there are enough of them."""
+    return "Acdebfg" if shape.n >= 2 * threads or threads == 1 else "ACdebfg"
+
+
+def tune_layer(shape, dtype, x, w, pool, threads, quick=False):
+    """The fastest (ConvNest, spec, views) for ``shape`` on NCHW operands ``x``, ``w``: every
+    :func:`blockings` knob set timed with :func:`default_spec`; the loop kernel's tuner
+    (``lk.tune``) over :func:`spec_candidates` for the two fastest; then the three best specs of
+    each timed again, longer and with the bench's clock (the tuner's single calls on the wall
+    clock rank close candidates by chance on a busy machine), each in a fresh nest (a tuned loop
+    kernel runs its remembered best whatever spec it is given)."""
+    def build(bl, spec):
+        nest = ConvNest(shape, dtype, bl, spec=spec, pool=pool)
+        return nest, nest.views(block_activations(x, bl.bc, shape.pad, dtype),
+                                block_weights(w, bl.bc, bl.bk, dtype), nest.output())
+
+    timed = []
+    for bl in blockings(shape, dtype, quick):
+        nest, views = build(bl, default_spec(shape, threads))
+        timed.append((quick_seconds(lambda: nest.lk(*views)), bl))
+    timed.sort(key=lambda t: t[0])
+    finalists = []
+    for _, bl in timed[:1 if quick else 2]:
+        nest, views = build(bl, default_spec(shape, threads))
+        nest.lk.tune(*views, specs=spec_candidates(shape, threads), reps=3, progress=False)
+        ranked = sorted((t, sp) for sp, t, _ in nest.lk.last_tuning if t is not None)
+        finalists += [(bl, sp) for _, sp in ranked[:1 if quick else 3]]
+    best = None
+    for bl, sp in finalists:
+        nest, views = build(bl, sp)
+        t = quick_seconds(lambda: nest.lk(*views), 0.03, 5)
+        if best is None or t < best[0]:
+            best = (t, nest, sp, views)
+    return best[1:]
+
+
+def check(shape, nest, lk, views, x, w, torch):
+    """Max |ours - torch| / max |torch| after ``lk`` ran on ``views`` (torch in fp32 on the operands
+    as rounded to our dtype)."""
+    y = views[2]
+    y[...] = np.nan
+    lk(*views)
+    tx = torch.from_numpy(x.astype(np.float32))
+    tw = torch.from_numpy(w.astype(np.float32))
+    with torch.no_grad():
+        ref = torch.nn.functional.conv2d(tx, tw, stride=shape.stride, padding=shape.pad).numpy()
+    got = unblock_activations(y.reshape(nest.output().shape)).astype(np.float32)
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+def torch_conv(shape, dtype, x, w, torch):
+    """(callable, format name) of torch's faster layout for this convolution: NCHW or channels-last."""
+    td = torch.float32 if dtype == "f32" else torch.bfloat16
+    tx = torch.from_numpy(x.astype(np.float32)).to(td)
+    tw = torch.from_numpy(w.astype(np.float32)).to(td)
+    best = None
+    for fmt, mf in (("nchw", torch.contiguous_format), ("nhwc", torch.channels_last)):
+        a, b = tx.contiguous(memory_format=mf), tw.contiguous(memory_format=mf)
+
+        def run(a=a, b=b):
+            with torch.no_grad():
+                torch.nn.functional.conv2d(a, b, stride=shape.stride, padding=shape.pad)
+        t = quick_seconds(run)
+        if best is None or t < best[0]:
+            best = (t, run, fmt)
+    return best[1], best[2]
+
+
+def bench_layer(rep, name, shape, dtype, pool, threads, torch, quick, rounds):
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    dt = tpp.dtypes.dtype(dtype)
+    x = rng.standard_normal((shape.n, shape.c, shape.h, shape.w), np.float32).astype(dt)
+    w = (rng.standard_normal((shape.k, shape.c, shape.r, shape.s), np.float32) / np.sqrt(shape.c * shape.r)).astype(dt)
+    t0 = time.perf_counter()
+    nest, spec, views = tune_layer(shape, dtype, x, w, pool, threads, quick)
+    tune_s = time.perf_counter() - t0
+    lk = nest.lk
+    err = check(shape, nest, lk, views, x, w, torch)
+    tol = 1e-4 if dtype == "f32" else 4e-3            # bf16 outputs: rounded to 8 bits
+    if not err <= tol:
+        raise AssertionError(f"conv {name} {shape} {dtype} {nest.blocking} {spec}: relative error {err:.2e} > {tol}")
+    ours = lambda: lk(*views)   # noqa: E731
+    theirs, fmt = torch_conv(shape, dtype, x, w, torch)
+    t_ours, t_theirs, ratio, frac = versus(ours, theirs, rounds=rounds, peak_loop=peak_loop(dtype, shape.flops, threads))
+    gf = shape.flops / t_ours / 1e9
+    pct = 100 * frac
+    rep.add(name, f"{shape.c}->{shape.k} {shape.r}x{shape.s}/{shape.stride} {shape.h}x{shape.w}", shape.n, dtype,
+            f"{nest.blocking} {spec}", t_ours * 1e3, t_theirs * 1e3, fmt, gf, pct, ratio,
+            layer=name, blocking=str(nest.blocking), spec=spec, err=err, tune_seconds=tune_s, threads=threads,
+            gflops_torch=shape.flops / t_theirs / 1e9, flops=shape.flops)
+    return ratio, t_ours, t_theirs
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench conv", description=__doc__.splitlines()[0])
+    p.add_argument("--batch", default="1,8", help="comma list of batch sizes (default 1,8)")
+    p.add_argument("--dtypes", default="f32,bf16")
+    p.add_argument("--layers", default="", help="comma list of layer names (default: all 23)")
+    p.add_argument("--quick", action="store_true", help="one blocking per layer, fewer rounds")
+    add_arguments(p)
+    args = p.parse_args(argv)
+    torch, threads, pool = setup(p, args)
+    names = args.layers.split(",") if args.layers else [x[0] for x in LAYERS]
+    weight = {x[0]: x[7] for x in LAYERS}
+    for nm in names:
+        layer(nm, 1)                                   # unknown names fail before any timing
+    rep = Report(f"ResNet-50 v1.5 forward convolutions, {threads} thread(s): loops.kernel + tppasm.brgemm vs "
+                 "torch.nn.functional.conv2d",
+                 ["layer", "C->K RxS/stride HxW", "N", "dtype", "blocking, spec", "ms ours", "ms torch",
+                  "torch fmt", "GFLOP/s", "% peak", "ours/torch"])
+    rounds = 5 if args.quick else 11
+    rows = []
+    for dtype in args.dtypes.split(","):
+        for n in (int(b) for b in args.batch.split(",")):
+            results = {}
+            for nm in names:
+                results[nm] = bench_layer(rep, nm, layer(nm, n), dtype, pool, threads, torch, args.quick, rounds)
+            ratios = [r for r, _, _ in results.values()]
+            net_ours = sum(weight[nm] * t for nm, (_, t, _) in results.items())
+            net_torch = sum(weight[nm] * t for nm, (_, _, t) in results.items())
+            rows.append((dtype, n, len(results), geomean(ratios), min(ratios), net_ours * 1e3, net_torch * 1e3,
+                         net_torch / net_ours))
+    summary = Report("Summary: geometric mean of ours/torch over the layers, and the whole network's "
+                     "convolution time (layers weighted by their count in ResNet-50)",
+                     ["dtype", "N", "layers", "geomean ours/torch", "min", "network ms ours", "network ms torch",
+                      "network ours/torch"])
+    for row in rows:
+        summary.add(*row)
+    write_json(args.json, [rep, summary])
+    return 0
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+"""A forward convolution as BRGEMMs in the loop DSL: the paper's 7-loop nest over blocked layouts.
+
+Activations are ``(N, C/bc, Hp, Wp, bc)`` with the zero padding already in place, weights
+``(K/bk, C/bc, R, S, bc, bk)`` (bf16: VNNI2 blocks), outputs ``(N, K/bk, P, Q, bk)``
+(:mod:`tppasm.conv_layout` makes them). The logical loops are the paper's: a = image, b = input
+channel block, c = output channel block, d = output row, e = output column block, f = filter row
+r, g = filter column s. Every iteration is one BRGEMM: ``bw`` output pixels of one row (rows
+``stride*bc`` elements apart in the input: stride addressing, no copy) times ``bk`` output
+channels, reducing over a batch of ``bc``-deep blocks. The batch runs along one reduction axis
+with a constant stride (``Blocking.batch``):
+
+- ``"c"``: ``cstep`` input channel blocks (input stride Hp*Wp*bc, weight stride R*S*bc*bk), r and
+  s in the nest (the paper's stride-batched variant);
+- ``"r"``: the R filter rows (input stride Wp*bc, weights S*bc*bk); channel blocks and s in the nest;
+- ``"s"``: the S filter columns (input stride bc, weights bc*bk; the input is passed as a read-only
+  view with an s axis over the same memory); channel blocks and r in the nest.
+
+``fold=True`` (with ``"c"`` or ``"r"``) moves the filter columns into the BRGEMM's k instead:
+in the blocked layout the S*bc input values under an output pixel's filter row are contiguous,
+and so are the matching weights (S, bc, bk), so each A row is S*bc long and consecutive pixels'
+rows overlap (lda = stride*bc < k), read through a view of the input; the g loop runs once.
+
+The first step of each output tile's reduction runs a ``beta=0`` kernel, the others ``beta=1``.
+Outputs have the inputs' dtype, as in torch. A bf16 convolution whose reduction is one BRGEMM
+call per output tile (a 1x1 layer with all channel blocks in the batch, say) rounds its fp32
+sums to bf16 in that call; otherwise the partial sums go to an fp32 scratch output the nest owns,
+and the last reduction step of each tile converts it into the bf16 output (the tile is still in
+L1). Every tile's reduction runs on one thread (only a, c, d, e may be parallel), in loop order,
+so its first and last steps are those with every reduction index at its first and last value.
+A 1x1, stride-1, unpadded convolution is a GEMM over all pixels of an image: its rows are
+flattened (P = 1, Q = H*W), so ``bw`` may span several output rows (the paper's ``h_in_gemm``).
+
+>>> import numpy as np
+>>> from tppasm.conv_layout import block_activations, block_weights, conv2d_reference, unblock_activations
+>>> shape = Conv(n=1, c=4, k=8, h=5, w=5, r=3, s=3, stride=1, pad=1)
+>>> conv = ConvNest(shape, "f32", Blocking(bc=4, bk=8, bw=5))
+>>> x = np.random.rand(1, 4, 5, 5).astype(np.float32); w = np.random.rand(8, 4, 3, 3).astype(np.float32)
+>>> y = conv.output(); conv(block_activations(x, 4, pad=1), block_weights(w, 4, 8), y)
+>>> bool(np.allclose(unblock_activations(y), conv2d_reference(x, w, 1, 1), rtol=1e-4))
+True
+"""
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+import tppasm as tpp
+from loops import Loop, kernel
+from tppasm.conv_layout import out_size
+
+BATCH_AXES = ("c", "r", "s")
+
+
+@dataclass(frozen=True)
+class Conv:
+    """A 2-D forward convolution: N images of C x H x W, K filters of C x R x S, square stride and padding."""
+
+    n: int
+    c: int
+    k: int
+    h: int
+    w: int
+    r: int = 1
+    s: int = 1
+    stride: int = 1
+    pad: int = 0
+
+    @property
+    def p(self):
+        return out_size(self.h, self.r, self.stride, self.pad)
+
+    @property
+    def q(self):
+        return out_size(self.w, self.s, self.stride, self.pad)
+
+    @property
+    def flops(self):
+        return 2 * self.n * self.k * self.c * self.r * self.s * self.p * self.q
+
+    @property
+    def flat(self):
+        """True when the convolution is one GEMM per image over its H*W pixels (1x1, stride 1, no padding)."""
+        return self.r == self.s == self.stride == 1 and self.pad == 0
+
+    def __str__(self):
+        return (f"{self.c}->{self.k} {self.r}x{self.s}/{self.stride} pad {self.pad} on {self.h}x{self.w}"
+                f" N={self.n}")
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """The knobs of one convolution nest.
+
+    ``bc``/``bk``: channel blocks; ``bw``: output pixels per BRGEMM (0: a whole output row, or for
+    a flat convolution one output row too); ``batch``: the reduction axis of the BRGEMM batch
+    ("c", "r", "s"); ``cstep``: channel blocks per batch with ``batch="c"`` (0: all);
+    ``kblock``/``hblock``: block sizes of the output-channel and output-row loops, for specs
+    that write c or d twice; ``fold``: the filter columns in k (see the module docstring).
+    """
+
+    bc: int = 64
+    bk: int = 64
+    bw: int = 0
+    batch: str = "c"
+    cstep: int = 0
+    kblock: int = 1
+    hblock: int = 1
+    fold: bool = False
+
+    def __str__(self):
+        parts = [f"bc={self.bc}", f"bk={self.bk}", f"bw={self.bw}", f"batch={self.batch}"]
+        if self.batch == "c":
+            parts.append(f"cstep={self.cstep}")
+        if self.fold:
+            parts.append("fold")
+        return " ".join(parts)
+
+
+def _need(ok, message):
+    if not ok:
+        raise ValueError(message)
+
+
+class ConvNest:
+    """The loop-DSL convolution for ``shape``, ``dtype`` ("f32" or "bf16") and ``blocking``.
+
+    Call it on the blocked input, weights and output (``output()`` allocates one); ``lk`` is the
+    :class:`loops.LoopKernel` (tune it with ``tune(...)``, inspect it with ``explain(...)``).
+    """
+
+    def __init__(self, shape, dtype="f32", blocking=Blocking(), spec="Acdebfg", pool=None):
+        sh, bl = shape, blocking
+        _need(dtype in ("f32", "bf16"), f"dtype={dtype!r}; expected 'f32' or 'bf16'")
+        _need(bl.batch in BATCH_AXES, f"batch={bl.batch!r}; expected one of {BATCH_AXES}")
+        _need(sh.k % bl.bk == 0, f"bk={bl.bk} must divide K={sh.k}")
+        _need(dtype == "f32" or bl.bc % 2 == 0, f"bf16 needs an even bc (VNNI pairs), got {bl.bc}")
+        _need(not (bl.fold and bl.batch == "s"), "fold=True puts the filter columns in k: use batch='c' or 'r'")
+        self.shape, self.dtype, self.blocking = sh, dtype, bl
+        self.cb, self.kb = -(-sh.c // bl.bc), sh.k // bl.bk
+        self.hp, self.wp = sh.h + 2 * sh.pad, sh.w + 2 * sh.pad
+        # the GEMM geometry: a flat convolution's pixels form one row per image
+        self.gp, self.gq = (1, sh.p * sh.q) if sh.flat else (sh.p, sh.q)
+        self.gwp = sh.h * sh.w if sh.flat else self.wp
+        bw = bl.bw or sh.q
+        _need(self.gq % bw == 0, f"bw={bw} must divide the {self.gq} output pixels of a GEMM row")
+        self.bw = bw
+        cstep = (bl.cstep or self.cb) if bl.batch == "c" else 1
+        _need(self.cb % cstep == 0, f"cstep={cstep} must divide the {self.cb} channel blocks")
+        self.cstep = cstep
+        self.count = {"c": cstep, "r": sh.r, "s": sh.s}[bl.batch]
+        # reduction steps per output tile: channel-block, filter-row and filter-column iterations
+        trips = (self.cb // cstep, 1 if bl.batch == "r" else sh.r, 1 if bl.batch == "s" or bl.fold else sh.s)
+        self.single = trips == (1, 1, 1)
+        self.needs_scratch = dtype == "bf16" and not self.single
+        self.scratch = None                               # allocated by the first views()
+        self.lk = self._nest(spec, pool)
+
+    # -- arrays -------------------------------------------------------------------------------
+    def input_shape(self):
+        return (self.shape.n, self.cb, self.hp, self.wp, self.blocking.bc)
+
+    def weight_shape(self):
+        sh, bl = self.shape, self.blocking
+        if self.dtype == "bf16":
+            return (self.kb, self.cb, sh.r, sh.s, bl.bc // 2, bl.bk, 2)
+        return (self.kb, self.cb, sh.r, sh.s, bl.bc, bl.bk)
+
+    def output(self, dtype=None):
+        """A new output array ``(N, K/bk, P, Q, bk)`` of the convolution's dtype (uninitialized, aligned)."""
+        sh = self.shape
+        return tpp.empty((sh.n, self.kb, sh.p, sh.q, self.blocking.bk), dtype or self.dtype)
+
+    def views(self, x, w, y):
+        """The arrays the nest reads: flat convolutions as one pixel row; ``batch="s"`` reads the
+        input through a read-only view with an (s, column) pair of axes over the same memory;
+        the fp32 scratch output last, when there is one."""
+        sh, bl = self.shape, self.blocking
+        for name, arr, want in (("input", x, self.input_shape()), ("weights", w, self.weight_shape()),
+                                ("output", y, (sh.n, self.kb, sh.p, sh.q, bl.bk))):
+            if not isinstance(arr, np.ndarray) or arr.shape != want or not arr.flags.c_contiguous:
+                got = getattr(arr, "shape", type(arr).__name__)
+                raise ValueError(f"conv: {name} must be a C-contiguous array of shape {want}, got {got}")
+        if self.needs_scratch and self.scratch is None:
+            self.scratch = self.output("f32")
+        acc = (self.scratch,) if self.needs_scratch else ()
+        if sh.flat:
+            x = x.reshape(sh.n, self.cb, 1, sh.h * sh.w, bl.bc)
+            y = y.reshape(sh.n, self.kb, 1, sh.p * sh.q, bl.bk)
+            acc = tuple(a.reshape(y.shape) for a in acc)
+        st = x.strides
+        if bl.batch == "s":
+            x = np.lib.stride_tricks.as_strided(
+                x, (sh.n, self.cb, x.shape[2], sh.s, self.gwp - sh.s + 1, bl.bc),
+                (st[0], st[1], st[2], st[3], st[3], st[4]), writeable=False)
+        elif bl.fold:
+            x = np.lib.stride_tricks.as_strided(
+                x, (sh.n, self.cb, x.shape[2], self.gwp - sh.s + 1, sh.s * bl.bc), st, writeable=False)
+            w = w.reshape(w.shape[:3] + (-1,) + w.shape[5:])
+        return (x, w, y) + acc
+
+    def __call__(self, x, w, y):
+        self.lk(*self.views(x, w, y))
+
+    # -- the nest -----------------------------------------------------------------------------
+    def _nest(self, spec, pool):
+        sh, bl, dt = self.shape, self.blocking, self.dtype
+        bw, st, count, cs = self.bw, sh.stride, self.count, self.cstep
+        span = (bw - 1) * st + 1                          # input columns under bw output pixels
+        fold = bl.fold
+        args = dict(m=bw, n=bl.bk, k=bl.bc * (sh.s if fold else 1), dtype=dt, lda=st * bl.bc, ldb=bl.bk, ldc=bl.bk)
+        strides = {"c": (self.hp * self.wp * bl.bc, sh.r * sh.s * bl.bc * bl.bk),
+                   "r": (self.gwp * bl.bc, sh.s * bl.bc * bl.bk),
+                   "s": (bl.bc, bl.bc * bl.bk)}[bl.batch]
+        out = dt if self.single else "f32"
+        first = tpp.brgemm(**args, stride_a=strides[0], stride_b=strides[1], beta=0, c_dtype=out)
+        more = tpp.brgemm(**args, stride_a=strides[0], stride_b=strides[1], beta=1)
+        to_bf16 = tpp.copy(bw, bl.bk, out_dtype="bf16") if self.needs_scratch else None
+        batch = bl.batch
+        steps = {"c": (cs, 1, sh.s if fold else 1), "r": (1, sh.r, sh.s if fold else 1), "s": (1, 1, sh.s)}[batch]
+        last = (self.cb - cs, sh.r - steps[1], sh.s - steps[2])
+
+        def operands(n, cb, kb, oh, ow, r, s, X, W):
+            if batch == "c":
+                a = X[n, cb:cb + cs, oh * st + r, ow * st + s:ow * st + s + span:st]
+                b = W[kb, cb:cb + cs, r] if fold else W[kb, cb:cb + cs, r, s]
+            elif batch == "r":
+                a = X[n, cb, oh * st:oh * st + sh.r, ow * st + s:ow * st + s + span:st]
+                b = W[kb, cb, 0:sh.r] if fold else W[kb, cb, 0:sh.r, s]
+            else:
+                a = X[n, cb, oh * st + r, 0:sh.s, ow * st:ow * st + span:st]
+                b = W[kb, cb, r, 0:sh.s]
+            return a, b
+
+        single = self.single
+
+        def reduce(cb, r, s, a, b, c):
+            if single or (cb == 0 and r == 0 and s == 0):
+                first(a, b, c, count=count)
+            else:
+                more(a, b, c, count=count)
+
+        def conv(n, cb, kb, oh, ow, r, s, X, W, Y):
+            reduce(cb, r, s, *operands(n, cb, kb, oh, ow, r, s, X, W), Y[n, kb, oh, ow:ow + bw])
+
+        def conv_bf16(n, cb, kb, oh, ow, r, s, X, W, Y, Acc):
+            reduce(cb, r, s, *operands(n, cb, kb, oh, ow, r, s, X, W), Acc[n, kb, oh, ow:ow + bw])
+            if cb == last[0] and r == last[1] and s == last[2]:
+                to_bf16(Acc[n, kb, oh, ow:ow + bw], Y[n, kb, oh, ow:ow + bw])
+
+        loops = (Loop(0, sh.n),
+                 Loop(0, self.cb, steps[0], parallel=False),
+                 Loop(0, self.kb, blocks=[bl.kblock] if bl.kblock > 1 else []),
+                 Loop(0, self.gp, blocks=[bl.hblock] if bl.hblock > 1 else []),
+                 Loop(0, self.gq, bw),
+                 Loop(0, sh.r, steps[1], parallel=False),
+                 Loop(0, sh.s, steps[2], parallel=False))
+        return kernel(spec, *loops, pool=pool)(conv if to_bf16 is None else conv_bf16)

@@ -1,0 +1,144 @@
+"""NumPy helpers for BRGEMM convolutions: the blocked layouts they read and a reference convolution.
+
+A convolution's tensors in the layouts of the paper's convolutions (all C-contiguous, cache-line
+aligned):
+
+- activations ``(N, C/bc, H + 2*pad, W + 2*pad, bc)``: channels in blocks of ``bc``, the image
+  pre-padded with zeros (:func:`block_activations`); channels past C (when ``bc`` does not divide
+  it) are zero too;
+- weights ``(K/bk, C/bc, R, S, bc, bk)`` (:func:`block_weights`), for bf16 with each (bc, bk)
+  block in the VNNI2 layout ``(bc/2, bk, 2)`` that ``tpp.brgemm(dtype="bf16")`` reads;
+- outputs ``(N, K/bk, P, Q, bk)`` (:func:`unblock_activations` turns them back into NCHW).
+
+For output pixel row ``p`` and columns ``q..q+m`` the input rows are ``p*stride + r`` and columns
+``q*stride + s`` (step ``stride``) of the padded image: every (r, s, channel block) contributes one
+(m x bc) @ (bc x bk) product, a BRGEMM block.
+
+>>> import numpy as np
+>>> x = np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2)      # N C H W
+>>> xb = block_activations(x, bc=2, pad=1)
+>>> xb.shape, float(xb[0, 1, 1, 1, 1])                                      # channel 3 is padding
+((2, 2, 4, 4, 2), 0.0)
+>>> bool((unblock_activations(xb, channels=3, pad=1) == x).all())
+True
+"""
+import numpy as np
+
+from .dtypes import dtype as to_dtype
+from .layout import aligned, empty, vnni_pack
+
+
+def out_size(size, kernel, stride=1, pad=0):
+    """Output pixels along an axis of ``size`` input pixels: ``(size + 2*pad - kernel) // stride + 1``.
+
+    >>> out_size(224, 7, 2, 3), out_size(56, 3, 1, 1), out_size(56, 1, 2, 0)
+    (112, 56, 28)
+    """
+    for name, v, least in (("size", size, 1), ("kernel", kernel, 1), ("stride", stride, 1), ("pad", pad, 0)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
+            raise ValueError(f"out_size: {name}={v!r}; expected an int >= {least}")
+    if size + 2 * pad < kernel:
+        raise ValueError(f"out_size: a {kernel}-pixel kernel does not fit {size} pixels padded by {pad}; "
+                         f"pad by at least {-(-(kernel - size) // 2)}")
+    return (size + 2 * pad - kernel) // stride + 1
+
+
+def block_activations(x, bc, pad=0, dtype=None):
+    """NCHW ``x`` as ``(N, ceil(C/bc), H + 2*pad, W + 2*pad, bc)``: zero rim, zero channels past C.
+
+    ``dtype`` converts (e.g. "bf16"); the default keeps ``x``'s.
+
+    >>> block_activations(np.ones((1, 3, 2, 2), np.float32), bc=4, pad=1).shape
+    (1, 1, 4, 4, 4)
+    """
+    x = np.asarray(x)
+    if x.ndim != 4:
+        raise ValueError(f"block_activations: x must be NCHW (4-D), got shape {x.shape}")
+    _positive("block_activations", bc=bc)
+    _positive("block_activations", pad=pad, least=0)
+    n, c, h, w = x.shape
+    cb = -(-c // bc)
+    dt = x.dtype if dtype is None else to_dtype(dtype)
+    out = empty((n, cb, h + 2 * pad, w + 2 * pad, bc), dt)
+    out[...] = 0
+    padded = np.zeros((n, cb * bc, h, w), dt)
+    padded[:, :c] = x
+    out[:, :, pad:pad + h, pad:pad + w, :] = padded.reshape(n, cb, bc, h, w).transpose(0, 1, 3, 4, 2)
+    return out
+
+
+def unblock_activations(xb, channels=None, pad=0):
+    """The inverse of :func:`block_activations` (and the NCHW view of a blocked output): the first
+    ``channels`` channels (default all), the ``pad`` rim cut off.
+
+    >>> unblock_activations(np.zeros((1, 2, 3, 3, 4), np.float32)).shape
+    (1, 8, 3, 3)
+    """
+    xb = np.asarray(xb)
+    if xb.ndim != 5:
+        raise ValueError(f"unblock_activations: expected (N, C/bc, H, W, bc), got shape {xb.shape}")
+    n, cb, hp, wp, bc = xb.shape
+    channels = cb * bc if channels is None else channels
+    if not 0 < channels <= cb * bc or not 0 <= 2 * pad < min(hp, wp):
+        raise ValueError(f"unblock_activations: channels={channels} must be in 1..{cb * bc} and pad={pad} "
+                         f"less than half of {hp}x{wp}")
+    inner = xb[:, :, pad:hp - pad, pad:wp - pad, :]
+    return np.ascontiguousarray(inner.transpose(0, 1, 4, 2, 3).reshape(n, cb * bc, hp - 2 * pad, wp - 2 * pad)
+                                [:, :channels])
+
+
+def block_weights(w, bc, bk, dtype=None):
+    """KCRS weights as ``(K/bk, ceil(C/bc), R, S, bc, bk)`` (channels past C zero); with
+    ``dtype="bf16"`` each (bc, bk) block VNNI2-packed: ``(K/bk, C/bc, R, S, bc/2, bk, 2)``.
+
+    >>> block_weights(np.ones((4, 3, 1, 1), np.float32), bc=4, bk=2).shape
+    (2, 1, 1, 1, 4, 2)
+    >>> block_weights(np.ones((4, 4, 3, 3), np.float32), bc=4, bk=4, dtype="bf16").shape
+    (1, 1, 3, 3, 2, 4, 2)
+    """
+    w = np.asarray(w)
+    if w.ndim != 4:
+        raise ValueError(f"block_weights: w must be KCRS (4-D), got shape {w.shape}")
+    _positive("block_weights", bc=bc, bk=bk)
+    k, c, r, s = w.shape
+    if k % bk:
+        raise ValueError(f"block_weights: bk={bk} must divide the {k} output channels")
+    dt = w.dtype if dtype is None else to_dtype(dtype)
+    vnni = dt == to_dtype("bf16")
+    if vnni and bc % 2:
+        raise ValueError(f"block_weights: bf16 weights pair channels (VNNI2): bc={bc} must be even; "
+                         f"pad the channels with bc={bc + 1}")
+    cb = -(-c // bc)
+    padded = np.zeros((k, cb * bc, r, s), dt)
+    padded[:, :c] = w
+    blocked = padded.reshape(k // bk, bk, cb, bc, r, s).transpose(0, 2, 4, 5, 3, 1)
+    return vnni_pack(blocked, 2) if vnni else aligned(blocked)
+
+
+def conv2d_reference(x, w, stride=1, pad=0):
+    """NCHW convolution (cross-correlation, as deep-learning frameworks define it) in float64.
+
+    >>> x = np.arange(9.0).reshape(1, 1, 3, 3); w = np.ones((1, 1, 2, 2))
+    >>> conv2d_reference(x, w).tolist()
+    [[[[8.0, 12.0], [20.0, 24.0]]]]
+    """
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    if x.ndim != 4 or w.ndim != 4 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"conv2d_reference: x (N, C, H, W) {x.shape} and w (K, C, R, S) {w.shape} must "
+                         "agree on C")
+    n, c, h, wd = x.shape
+    k, _, r, s = w.shape
+    p, q = out_size(h, r, stride, pad), out_size(wd, s, stride, pad)
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    out = np.zeros((n, k, p, q))
+    for i in range(r):
+        for j in range(s):
+            patch = xp[:, :, i:i + (p - 1) * stride + 1:stride, j:j + (q - 1) * stride + 1:stride]
+            out += np.einsum("nchw,kc->nkhw", patch, w[:, :, i, j])
+    return out
+
+
+def _positive(who, least=1, **values):
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
+            raise ValueError(f"{who}: {name}={v!r}; expected an int >= {least}")

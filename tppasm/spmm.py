@@ -1,0 +1,242 @@
+"""Block-sparse x dense: one block row of a BCSR matrix A times a dense B, as a TPP.
+
+A (M x K) is block-sparse in blocks of ``bm x bk``, stored as block CSR (BCSR): ``rowptr``
+(M/bm + 1 int32: the blocks of block row i are entries ``rowptr[i]..rowptr[i+1]``), ``colidx``
+(int32 per stored block: its block column) and ``values`` (one dense row-major ``bm x bk`` block
+per stored block, f32 or bf16). One kernel call computes one block row against a column panel of
+the dense B (K x n, row stride ``ldb``; bf16: VNNI2 ``(K/2, n, 2)``, see :func:`tppasm.vnni_pack`)::
+
+    C (bm x n) = beta*C + sum over p in [rowptr[0], rowptr[1]) of values[p] @ B[colidx[p]*bk : +bk, :]
+
+so a loop nest over block rows and column panels passes ``rowptr[i:i + 2]`` and views of B and C
+(see ``bench/spmm.py``). Why row-wise (CSR) with the sparse operand on the left: C and B are
+row-major, so the dense dimension n lies along vector registers; every element of a sparse block
+is broadcast against whole rows of B, which keeps the vectors full for any block size (4x4 to
+32x32), and all blocks of a block row accumulate into the same C rows, held in registers.
+
+``count`` is the number of stored blocks (``colidx`` and ``values`` hold at least that many; an
+all-zero matrix still stores one unused block). The index arrays are checked before the native
+call (:class:`BlockSpmmKernel`, ValueError naming the bad entry). The raw kernel, which loop nests
+call, checks them too: it never reads outside its operands, and a block row with an index out of
+range gets NaN in every element of its C block instead of a result.
+
+>>> import numpy as np, tppasm
+>>> spmm = tppasm.block_spmm(bm=2, bk=2, n=3, kb=2)
+>>> rowptr = np.array([0, 1], np.int32); colidx = np.array([1], np.int32)
+>>> values = np.ones((1, 2, 2), np.float32); B = np.arange(12, dtype=np.float32).reshape(4, 3)
+>>> C = np.empty((2, 3), np.float32); spmm(rowptr, colidx, values, B, C, count=1); C.tolist()
+[[15.0, 17.0, 19.0], [15.0, 17.0, 19.0]]
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import kernel as _kernel
+from .dtypes import dtype as to_dtype
+from .kernel import Descriptor, get_kernel, scalar_arg
+from .operand import OperandError, OperandSpec, check
+
+DTYPES = {"f32": 1, "bf16": 2}      # dtype -> VNNI factor of B
+INDEX = "i32"
+
+
+@dataclass(frozen=True)
+class BlockSpmm(Descriptor):
+    """One block row of a BCSR A (blocks ``bm x bk``, ``kb`` block columns) times B (kb*bk x n)."""
+
+    bm: int
+    bk: int
+    n: int
+    kb: int
+    ldb: int = 0
+    ldc: int = 0
+    dtype: str = "f32"
+    beta: int = 0
+
+    kind = "block_spmm"
+    scalars = ("count",)
+    count_scalar = "count"
+
+    def __post_init__(self):
+        self._normalize()
+        for name in ("ldb", "ldc"):
+            if not getattr(self, name) and isinstance(self.n, int):
+                object.__setattr__(self, name, self.n)
+
+    def validate(self):
+        for name in ("bm", "bk", "n", "kb"):
+            value = getattr(self, name)
+            _need(isinstance(value, int) and 1 <= value < 1 << 24, name, value, "an int from 1 to 2**24 - 1")
+        _need(self.dtype in DTYPES, "dtype", self.dtype, " or ".join(map(repr, DTYPES)))
+        _need(self.dtype != "bf16" or self.bk % 2 == 0, "bk", self.bk,
+              "an even int for dtype='bf16' (B's rows pair up in VNNI2)")
+        for name in ("ldb", "ldc"):
+            value = getattr(self, name)
+            _need(value >= self.n, name, value, f"an int >= n={self.n} (the row width)")
+        _need(self.beta in (0, 1) and not isinstance(self.beta, float), "beta", self.beta, "0 or 1")
+        for name, nbytes in (("ldb", self.kb * self.bk * self.ldb * 4), ("ldc", self.bm * self.ldc * 4)):
+            _need(nbytes < 1 << 31, name, getattr(self, name),
+                  "a value that keeps B and C under 2 GiB (the kernel's offsets are 32-bit)")
+
+    @property
+    def vnni(self):
+        return DTYPES[self.dtype]
+
+    def operands(self):
+        f = self.vnni
+        if f == 1:
+            b = OperandSpec("b", "f32", (self.kb * self.bk, self.n), (self.ldb, 1), ld_name="ldb")
+        else:
+            b = OperandSpec("b", self.dtype, (self.kb * self.bk // f, self.n, f), (self.ldb * f, f, 1))
+        return (OperandSpec("rowptr", INDEX, (2,), (1,)),
+                OperandSpec("colidx", INDEX, (), (1,), batch=True),
+                OperandSpec("values", self.dtype, (self.bm, self.bk), (self.bm * self.bk, self.bk, 1), batch=True),
+                b,
+                OperandSpec("c", "f32", (self.bm, self.n), (self.ldc, 1), writable=True, ld_name="ldc"))
+
+    def work(self):
+        """Bytes + flops of a call with a few stored blocks in the row (the count is not known here)."""
+        return 2 * self.bm * self.bk * self.n * 4 + sum(s.nbytes() for s in self.operands())
+
+    def check_indices(self, rowptr, colidx, count):
+        """Raise ValueError unless ``rowptr`` (2,) and the ``colidx`` entries it selects are in range."""
+        start, end = (int(v) for v in rowptr[:2])
+        if not 0 <= start <= end <= count:
+            raise ValueError(f"{self.kind}: rowptr = [{start}, {end}] must satisfy 0 <= rowptr[0] <= rowptr[1] <= "
+                             f"count={count} (the stored blocks); build it with tppasm.spmm.bcsr(...)")
+        cols = np.asarray(colidx[start:end])
+        bad = (cols < 0) | (cols >= self.kb)
+        if bad.any():
+            p = start + int(np.argmax(bad))
+            raise ValueError(f"{self.kind}: colidx[{p}] = {int(colidx[p])} is not a block column of A: "
+                             f"expected 0..{self.kb - 1} (kb={self.kb} blocks of {self.bk} rows of B)")
+
+    def reference(self, rowptr, colidx, values, b, c, count=1):
+        """The same with NumPy (float64 sums), in place on ``c``."""
+        self.check_indices(rowptr, colidx, count)
+        acc = c.astype(np.float64) if self.beta else np.zeros(c.shape)
+        if self.vnni > 1:
+            b = np.swapaxes(b, -1, -2).reshape(-1, self.n)
+        for p in range(int(rowptr[0]), int(rowptr[1])):
+            j = int(colidx[p])
+            acc += values[p].astype(np.float64) @ b[j * self.bk:(j + 1) * self.bk].astype(np.float64)
+        c[...] = acc.astype(c.dtype)
+
+
+def _need(ok, name, value, legal):
+    if not ok:
+        raise ValueError(f"block_spmm: {name}={value!r}; expected {legal}")
+
+
+class BlockSpmmKernel:
+    """A :class:`BlockSpmm` kernel whose calls check the index arrays' contents first (the raw
+    kernel's own check can only poison C); in a loop body the call is traced as the kernel's."""
+
+    def __init__(self, kernel):
+        self.kernel, self.desc = kernel, kernel.desc
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
+
+    def __call__(self, rowptr, colidx, values, b, c, count=1):
+        if _kernel.TRACING:
+            return self.kernel(rowptr, colidx, values, b, c, count=count)
+        d = self.desc
+        count = scalar_arg(d.kind, "count", count)
+        ops = self.kernel.operands
+        check(ops[0], rowptr, who=d.kind)
+        check(ops[1], colidx, count, who=d.kind)
+        d.check_indices(rowptr, colidx, count)
+        self.kernel(rowptr, colidx, values, b, c, count=count)
+
+    def reference(self, *arrays, **scalars):
+        return self.desc.reference(*arrays, **scalars)
+
+
+def block_spmm(bm, bk, n, kb, dtype="f32", *, ldb=0, ldc=0, beta=0, isa=None):
+    """A JIT'd block-sparse x dense kernel (see the module docstring): call it as
+    ``spmm(rowptr, colidx, values, B, C, count=stored_blocks)``.
+
+    >>> import tppasm
+    >>> tppasm.block_spmm(bm=4, bk=4, n=64, kb=8).desc.kind
+    'block_spmm'
+    """
+    desc = BlockSpmm(bm=bm, bk=bk, n=n, kb=kb, ldb=ldb, ldc=ldc, dtype=dtype, beta=beta)
+    return BlockSpmmKernel(get_kernel(desc, isa))
+
+
+# -- BCSR helpers -------------------------------------------------------------------------------
+
+def bcsr(a, bm, bk, dtype=None):
+    """(rowptr, colidx, values) of dense ``a`` (M x K) in blocks of ``bm x bk``: every block with a
+    nonzero is stored (at least one block is always stored: an all-zero ``a`` keeps one unused
+    block). ``dtype`` converts the values (e.g. "bf16").
+
+    >>> a = np.zeros((4, 6), np.float32); a[0, 5] = 1; a[3, 0] = 2
+    >>> rowptr, colidx, values = bcsr(a, 2, 3)
+    >>> rowptr.tolist(), colidx.tolist(), values.shape
+    ([0, 1, 2], [1, 0], (2, 2, 3))
+    """
+    a = np.asarray(a)
+    if a.ndim != 2 or a.shape[0] % bm or a.shape[1] % bk:
+        raise ValueError(f"bcsr: a must be 2-D with bm={bm} dividing its rows and bk={bk} its columns, "
+                         f"got shape {a.shape}")
+    mb, kb = a.shape[0] // bm, a.shape[1] // bk
+    blocks = a.reshape(mb, bm, kb, bk).transpose(0, 2, 1, 3)
+    keep = blocks.reshape(mb, kb, -1).any(axis=2)
+    rows, cols = np.nonzero(keep)
+    rowptr = np.zeros(mb + 1, np.int32)
+    np.cumsum(keep.sum(axis=1), out=rowptr[1:])
+    dt = a.dtype if dtype is None else to_dtype(dtype)
+    values = np.zeros((max(len(rows), 1), bm, bk), dt)
+    values[:len(rows)] = blocks[rows, cols]
+    colidx = np.zeros(max(len(rows), 1), np.int32)
+    colidx[:len(rows)] = cols
+    return rowptr, colidx, values
+
+
+def random_block_sparse(m, k, bm, bk, sparsity, rng, dtype=np.float32):
+    """A dense (m x k) matrix whose ``bm x bk`` blocks are zero with probability ``sparsity``
+    (exactly round(sparsity * blocks) of them), the others standard normal.
+
+    >>> a = random_block_sparse(8, 8, 4, 4, 0.5, np.random.default_rng(0))
+    >>> int((a.reshape(2, 4, 2, 4).transpose(0, 2, 1, 3).reshape(4, 16) != 0).any(axis=1).sum())
+    2
+    """
+    if not 0.0 <= sparsity <= 1.0:
+        raise ValueError(f"random_block_sparse: sparsity={sparsity!r} must be in [0, 1]")
+    mb, kb = m // bm, k // bk
+    zero = np.zeros(mb * kb, bool)
+    zero[rng.permutation(mb * kb)[:int(round(sparsity * mb * kb))]] = True
+    a = rng.standard_normal((mb, kb, bm, bk)).astype(dtype)
+    a[zero.reshape(mb, kb)] = 0
+    return np.ascontiguousarray(a.transpose(0, 2, 1, 3).reshape(m, k))
+
+
+def check_bcsr(rowptr, colidx, count, kb):
+    """Raise ValueError unless ``rowptr`` is non-decreasing from >= 0 to <= ``count`` and every
+    stored block it selects has a block column in 0..kb-1 (what a loop nest over the block rows
+    needs before it runs the raw kernels).
+
+    >>> check_bcsr(np.array([0, 2, 1], np.int32), np.zeros(2, np.int32), 2, 4)
+    Traceback (most recent call last):
+    ...
+    ValueError: check_bcsr: rowptr decreases at block row 1 (2 then 1); rowptr must be non-decreasing
+    """
+    rowptr, colidx = np.asarray(rowptr), np.asarray(colidx)
+    if rowptr.ndim != 1 or len(rowptr) < 2:
+        raise OperandError(f"check_bcsr: rowptr must be 1-D with one entry per block row plus one, got shape "
+                           f"{rowptr.shape}")
+    if rowptr[0] < 0 or rowptr[-1] > min(count, len(colidx)):
+        raise ValueError(f"check_bcsr: rowptr runs from {int(rowptr[0])} to {int(rowptr[-1])}; it must stay in "
+                         f"0..{min(count, len(colidx))} (the stored blocks)")
+    steps = np.diff(rowptr)
+    if (steps < 0).any():
+        i = int(np.argmax(steps < 0))
+        raise ValueError(f"check_bcsr: rowptr decreases at block row {i} ({int(rowptr[i])} then "
+                         f"{int(rowptr[i + 1])}); rowptr must be non-decreasing")
+    used = colidx[int(rowptr[0]):int(rowptr[-1])]
+    bad = (used < 0) | (used >= kb)
+    if bad.any():
+        p = int(rowptr[0]) + int(np.argmax(bad))
+        raise ValueError(f"check_bcsr: colidx[{p}] = {int(colidx[p])} is not a block column: expected 0..{kb - 1}")
