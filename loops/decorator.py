@@ -21,13 +21,13 @@ import numpy as np
 from isa.cpu import host
 from isa.x86 import Function, qword, rax
 from tppasm.dtypes import name_of
-from tppasm.operand import OperandSpec
+from tppasm.operand import OperandSpec, mark_written
 from tppasm.x86.entry import NATIVE_CHECKS, build_entry
 
 from .aarch64 import nest as nest_aarch64
 from .nest_plan import Layout
 from .x86 import nest as nest_x86
-from .signature import signature
+from .signature import as_arrays, signature, written_objects
 from .spec import LETTERS, Loop, SpecError, parse, serial_order
 from .trace import PyArray, TraceError, run_python, trace
 
@@ -127,14 +127,17 @@ class LoopKernel:
         fast = self._fast
         if fast is not None and fast.try_fast(arrays):
             return
+        objs, arrays = arrays, as_arrays(arrays, self.array_names, self.__name__)
         key = signature(arrays)
         best = self._tuned.get(key)
         if best is not None and best != self.spec.text:
             self._fast = None
-            return self.with_spec(best)(*arrays)
+            return self.with_spec(best)(*objs)
         inst = self._bound.get(key) or self._bind(arrays, key)
         self._fast = inst if inst.entry is not None else None
+        written = () if objs is arrays else written_objects(objs, inst.writes, self.array_names, self.__name__)
         inst.run(arrays)
+        mark_written(written)
 
     def _bind(self, arrays, key):
         if len(arrays) != len(self.array_names):
@@ -158,7 +161,7 @@ class LoopKernel:
         >>> X = np.ones((3, 2), np.float32); clear.python(X); float(X.sum())
         0.0
         """
-        views = [a.view(PyArray) for a in arrays]
+        views = [a.view(PyArray) for a in as_arrays(arrays, self.array_names, self.__name__)]
         for fn in self.hooks["init"]:
             run_python(fn, views[:_arity(fn)])
         for idx in serial_order(self.spec, self.loops):
@@ -179,13 +182,14 @@ class LoopKernel:
             for i in range(0, 2, 1):
               k(i, j, ...)
         """
+        arrays = as_arrays(arrays, self.array_names, self.__name__)
         inst = self._bind(arrays, signature(arrays)) if arrays else self._last
         return explain(self, inst)
 
     def tune(self, *arrays, **options):
         """Time candidate specs on ``arrays`` and remember the fastest for these shapes; see :func:`loops.tune.tune`."""
         from .tune import tune
-        return tune(self, arrays, **options)
+        return tune(self, as_arrays(arrays, self.array_names, self.__name__), **options)
 
     def __repr__(self):
         return f"<loops.kernel {self.__name__} {self.spec.text!r}>"
@@ -228,8 +232,8 @@ class _Instance:
         self.pool = pool
         self.lock = threading.Lock()
         self.first_array = self.layout.array(0) // 8
-        writes = {arg for c in calls for spec, (arg, _) in zip(c.kernel.operands, c.args) if spec.writable}
-        self.entry = self._fast_entry(arrays, writes)
+        self.writes = {arg for c in calls for spec, (arg, _) in zip(c.kernel.operands, c.args) if spec.writable}
+        self.entry = self._fast_entry(arrays, self.writes)
 
     def _fast_entry(self, arrays, writes):
         """A native stub that checks the arrays against this signature and stores their data pointers.

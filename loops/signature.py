@@ -1,11 +1,14 @@
 """The key under which a loop kernel keeps what it built for a call: its arrays' shapes, strides,
-dtypes and writability (a call with the same key reuses the traced, compiled nest).
+dtypes and writability (a call with the same key reuses the traced, compiled nest); and the
+arrays themselves, from whatever the caller passed (NumPy arrays, torch tensors, DLPack objects).
 
 >>> import numpy as np
 >>> signature([np.zeros((2, 3), np.float32)]) == signature([np.ones((2, 3), np.float32)])
 True
 """
 import numpy as np
+
+from tppasm.operand import as_ndarray, refuse_write
 
 
 def signature(arrays):
@@ -14,3 +17,27 @@ def signature(arrays):
         bad = [type(a).__name__ for a in arrays if type(a) is not np.ndarray]
         raise TypeError(f"loop kernels take NumPy arrays (np.ndarray, not subclasses); got {', '.join(bad)}")
     return tuple((a.shape, a.strides, a.dtype, a.flags.writeable) for a in arrays)
+
+
+def as_arrays(objs, names, who):
+    """``objs`` as NumPy arrays over the same memory (:func:`tppasm.operand.as_ndarray`): ``objs``
+    itself when every one is an ``np.ndarray`` already, else a new tuple.
+
+    >>> import numpy as np
+    >>> objs = (np.zeros(2),); as_arrays(objs, ["X"], "k") is objs
+    True
+    """
+    if all(type(a) is np.ndarray for a in objs):
+        return objs
+    names = list(names) + [f"arg{i}" for i in range(len(names), len(objs))]
+    return tuple(a if type(a) is np.ndarray else as_ndarray(a, n, who) for a, n in zip(objs, names))
+
+
+def written_objects(objs, writes, names, who):
+    """The objects among ``objs`` whose index is in ``writes``, once each is known writable in
+    place (:func:`tppasm.operand.refuse_write`: not a tensor that requires grad, say)."""
+    out = []
+    for i in sorted(writes):
+        refuse_write(objs[i], names[i], who)
+        out.append(objs[i])
+    return out
