@@ -82,7 +82,8 @@ def check(spec: OperandSpec, arr, count=1, who="kernel", origin="numpy"):
     dims = arr.shape
     for axis, (g, w, d) in enumerate(zip(got, spec.strides, dims)):
         if d > 1 and g != w:
-            if spec.ld_name and axis == nd - 2 and isinstance(g, int) and g >= spec.shape[-1]:
+            if spec.ld_name and axis == nd - 2 and isinstance(g, int) and g >= spec.shape[-1] and \
+                    (got[-1] == 1 or dims[-1] == 1):
                 hint = f"; build the kernel with {spec.ld_name}={g}"
             elif spec.batch and axis == 0 and spec.name in ("a", "b") and isinstance(g, int) and g > 0:
                 hint = f"; build the kernel with stride_{spec.name}={g}, or pass {_CONTIGUOUS[origin]}"

@@ -12,8 +12,8 @@ operators are opaque custom ops with fake kernels). Importing this module import
 try:
     import torch  # noqa: F401
 except ImportError as e:         # pragma: no cover - the message is the point
-    raise ImportError("tppasm.torch needs torch: pip install torch (the tppasm bench and test extras pin "
-                      "torch==2.13.0, the CPU build)") from e
+    raise ModuleNotFoundError("tppasm.torch needs torch: pip install torch (the tppasm bench and test extras pin "
+                              "torch==2.13.0, the CPU build)", name="torch") from e
 
 from .nn import Linear  # noqa: E402
 from .ops import ACTS, linear  # noqa: E402
