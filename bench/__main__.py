@@ -1,5 +1,5 @@
 """``python -m bench SUITE [--json FILE] [...]``: suites are isa, tpp, gemm, pool, sve-static, amx-static,
-x86-static, all."""
+x86-static, ddp, all."""
 import importlib
 import sys
 
@@ -11,6 +11,7 @@ SUITES = {
     "sve-static": ["bench.sve_static"],
     "amx-static": ["bench.amx_static"],
     "x86-static": ["bench.x86_static"],
+    "ddp": ["bench.ddp_mlp"],
 }
 
 

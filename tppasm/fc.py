@@ -62,7 +62,7 @@ def forward(x, w, bias=None, act=None, out=None, pre=None):
         packed = empty((-(-k // 2), m, 2), dt)
         plan.pack_w(wt, packed)
         wt = packed
-    args = (x[None], wt[None], y if z is None else z) + (() if bias is None else (bias,))
+    args = (_one(x), _one(wt), y if z is None else z) + (() if bias is None else (bias,))
     plan.gemm(*args)
     if z is not None:
         plan.act(z, y)
@@ -107,7 +107,7 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True):
         if dt == "bf16":
             wp = empty((-(-m // 2), k, 2), dt)
             plan.pack_w(w, wp)
-        plan.dx(dz[None], wp[None], dx)
+        plan.dx(_one(dz), _one(wp), dx)
     if dw is not None:
         dzt = empty((m, n), dt)
         plan.transpose_dz(dz, dzt)
@@ -115,7 +115,7 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True):
         if dt == "bf16":
             xp = empty((-(-n // 2), k, 2), dt)
             plan.pack_x(x, xp)
-        plan.dw(dzt[None], xp[None], dw)
+        plan.dw(_one(dzt), _one(xp), dw)
     if db is not None:
         plan.db(dz, db)
     return dx, dw, db
@@ -158,6 +158,12 @@ def _dtype(*arrays):
     _need(name in DTYPES, f"arrays are {', '.join(str(a.dtype) for a in arrays)}; expected all float32 or all "
                           "bfloat16")
     return name
+
+
+def _one(a):
+    """``a`` as a batch of one block (a[None] would give the batch axis stride 0, which the native
+    entry does not take; a non-contiguous input is copied)."""
+    return a.reshape((1,) + a.shape)
 
 
 def _act_ref(act, z):
