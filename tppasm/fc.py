@@ -43,10 +43,11 @@ def forward(x, w, bias=None, act=None, out=None, pre=None):
     """
     dt = _dtype(x, w)
     (n, k), m = x.shape, w.shape[0]
-    _need(w.shape == (m, k), f"w has shape {w.shape}; expected (out_features, {k}) for x of shape {x.shape}")
+    _need(w.shape == (m, k), lambda: f"w has shape {w.shape}; expected (out_features, {k}) for x of shape {x.shape}")
     _need(bias is None or (bias.shape == (m,) and bias.dtype == np.float32),
-          f"bias must be float32 of shape ({m},), got {getattr(bias, 'shape', None)} {getattr(bias, 'dtype', '')}")
-    _need(act in ACTS, f"act={act!r}; expected one of {ACTS}")
+          lambda: f"bias must be float32 of shape ({m},), got {getattr(bias, 'shape', None)} "
+                  f"{getattr(bias, 'dtype', '')}")
+    _need(act in ACTS, lambda: f"act={act!r}; expected one of {ACTS}")
     y = empty((n, m), x.dtype) if out is None else out
     z = None if act not in ("gelu", "gelu_erf") else (empty((n, m), x.dtype) if pre is None else pre)
     if min(n, m, k) == 0:
@@ -82,10 +83,10 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True):
     """
     dt = _dtype(x, w, dy)
     (n, k), m = x.shape, w.shape[0]
-    _need(dy.shape == (n, m), f"dy has shape {dy.shape}; expected {(n, m)}")
-    _need(act in ACTS, f"act={act!r}; expected one of {ACTS}")
+    _need(dy.shape == (n, m), lambda: f"dy has shape {dy.shape}; expected {(n, m)}")
+    _need(act in ACTS, lambda: f"act={act!r}; expected one of {ACTS}")
     _need((saved is None) == (act is None) and (saved is None or saved.shape == (n, m)),
-          f"saved must be y (relu) or z (gelu) of shape {(n, m)}, or None when act is None")
+          lambda: f"saved must be y (relu) or z (gelu) of shape {(n, m)}, or None when act is None")
     dx = empty((n, k), dt) if dx is True else dx if dx is not False else None
     dw = empty((m, k), dt) if dw is True else dw if dw is not False else None
     db = empty((m,), "f32") if db is True else db if db is not False else None
@@ -155,8 +156,8 @@ def _backward_plan(n, m, k, dt, act):
 def _dtype(*arrays):
     dts = {a.dtype for a in arrays}
     name = NAMES.get(dts.pop()) if len(dts) == 1 else None
-    _need(name in DTYPES, f"arrays are {', '.join(str(a.dtype) for a in arrays)}; expected all float32 or all "
-                          "bfloat16")
+    _need(name in DTYPES, lambda: f"arrays are {', '.join(str(a.dtype) for a in arrays)}; expected all "
+                                  "float32 or all bfloat16")
     return name
 
 
@@ -171,6 +172,7 @@ def _act_ref(act, z):
 
 
 def _need(ok, message):
+    """Raise ValueError with ``message()`` (built only then) unless ``ok``."""
     if not ok:
-        raise ValueError(f"fc: {message}")
+        raise ValueError(f"fc: {message()}")
 

@@ -121,7 +121,8 @@ def _not_an_array(where, obj, writes, shape_dtype="shape, dtype", np_dtype="dtyp
         fix = f"allocate it with tppasm.empty({shape_dtype}) (a converted copy would not receive the result)"
     else:
         fix = f"pass tppasm.aligned(np.asarray(x, {np_dtype}))"
-    return f"{where} must be a NumPy array, a torch tensor or an object with __dlpack__, not {type(obj).__name__}; {fix}"
+    return (f"{where} must be a NumPy array, a torch tensor or an object with __dlpack__, not "
+            f"{type(obj).__name__}; {fix}")
 
 
 def _shape_text(spec):
@@ -164,14 +165,13 @@ def as_ndarray(obj, name="x", who="kernel", writes=False):
     kind = origin_of(obj)
     if kind == "numpy":
         return obj
-    where = f"{who}: operand {name}"
     if kind == "torch":
         if writes:
             refuse_write(obj, name, who)
-        return _from_torch(obj, sys.modules["torch"], where, writes)
+        return _from_torch(obj, sys.modules["torch"], name, who, writes)
     if kind == "dlpack":
-        return _from_dlpack(obj, where)
-    raise OperandError(_not_an_array(where, obj, writes))
+        return _from_dlpack(obj, f"{who}: operand {name}")
+    raise OperandError(_not_an_array(f"{who}: operand {name}", obj, writes))
 
 
 def refuse_write(obj, name="x", who="kernel"):
@@ -179,13 +179,12 @@ def refuse_write(obj, name="x", who="kernel"):
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(obj, torch.Tensor):
         return
-    where = f"{who}: operand {name}"
     if obj.requires_grad:
-        raise OperandError(f"{where} is a tensor that requires grad, and the kernel writes it in place where "
+        raise OperandError(f"{who}: operand {name} is a tensor that requires grad, and the kernel writes it in place where "
                            "autograd cannot see; pass x.detach() (the same memory, outside autograd) or use the "
                            "tppasm.torch operators (tppasm.torch.Linear), which have a backward")
     if obj.is_inference() and not torch.is_inference_mode_enabled():
-        raise OperandError(f"{where} is an inference tensor, which torch forbids writing outside "
+        raise OperandError(f"{who}: operand {name} is an inference tensor, which torch forbids writing outside "
                            "torch.inference_mode(); call the kernel inside torch.inference_mode() or pass a normal "
                            "tensor")
 
@@ -197,7 +196,12 @@ def mark_written(objs):
     if torch is not None:
         tensors = [t for t in objs if isinstance(t, torch.Tensor)]
         if tensors:
-            torch.autograd.graph.increment_version(tensors)
+            _increment_version(torch)(tensors)
+
+
+def _increment_version(torch):
+    """torch.autograd.graph.increment_version, or the C function it calls (a third of the cost)."""
+    return getattr(torch._C, "_increment_version", None) or torch.autograd.graph.increment_version
 
 
 def call(kernel, objs, values):
@@ -217,10 +221,10 @@ def call(kernel, objs, values):
     mark_written([obj for spec, obj in zip(specs, objs) if spec.writable])
 
 
-def _from_torch(t, torch, where, writes):
+def _from_torch(t, torch, name, who, writes):
     if t.requires_grad:
         if torch.is_grad_enabled() and not writes:     # (a written one was refused before)
-            raise OperandError(f"{where} is a tensor that requires grad, and autograd cannot see through a kernel "
+            raise OperandError(f"{who}: operand {name} is a tensor that requires grad, and autograd cannot see through a kernel "
                                "call; pass x.detach() (no gradient flows back through this call), call it under "
                                "torch.no_grad(), or use the tppasm.torch operators (tppasm.torch.Linear), which have "
                                "a backward")
@@ -230,6 +234,7 @@ def _from_torch(t, torch, where, writes):
             return t.view(torch.int16).numpy().view(to_dtype("bf16"))
         return t.numpy()                     # refuses other devices and layouts, explained below
     except (TypeError, RuntimeError) as e:
+        where = f"{who}: operand {name}"
         if t.layout is not torch.strided:
             fix = "pass x.to_dense()" + (" and copy the result back (a dense copy would not receive it)"
                                          if writes else "")
