@@ -29,7 +29,7 @@ import numpy as np
 
 from . import kernel as _kernel
 from .kernel import Descriptor, get_kernel, scalar_arg, unchecked_in_body
-from .operand import OperandError, OperandSpec, check
+from .operand import OperandError, OperandSpec, as_ndarray, check, mark_written
 
 A_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "u8"}
 B_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "i8"}
@@ -231,6 +231,10 @@ class BatchedBrgemm:
         if _kernel.TRACING and not all(isinstance(x, (np.ndarray, list, tuple)) for x in (a, b, c)):
             raise TypeError(unchecked_in_body(d))
         count = scalar_arg(who, "count", count)
+        target = c
+        a, b = (_as_blocks(x, name, who) for x, name in ((a, "a"), (b, "b")))
+        c = as_ndarray(c, "c", who, writes=True)
+        rest = [as_ndarray(x, "offsets" if i == 0 and d.batch == "offset" else "bias", who) for i, x in enumerate(rest)]
         spec_a, spec_b = d.block_specs()
         ops = {s.name: s for s in self.kernel.operands}
         check(ops["c"], c, who=who)
@@ -263,9 +267,18 @@ class BatchedBrgemm:
         if rest:
             raise TypeError(f"{who}: too many arrays for batch={d.batch!r}, bias={d.bias}")
         self.kernel._raw(*(x.ctypes.data for x in args), count)
+        mark_written([target])
 
     def reference(self, *arrays, **scalars):
         return self.desc.reference(*arrays, **scalars)
+
+
+def _as_blocks(x, name, who):
+    """A buffer, or a sequence of blocks (batch='address'), with torch tensors and DLPack objects
+    as zero-copy NumPy views (:func:`tppasm.operand.as_ndarray`)."""
+    if isinstance(x, (list, tuple)):
+        return [as_ndarray(blk, name, who) for blk in x]
+    return as_ndarray(x, name, who)
 
 
 def _check_buffer(spec, buf, offsets, who):

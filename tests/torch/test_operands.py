@@ -54,6 +54,23 @@ def test_brgemm_on_tensors(m, n, k, count, dt):
     torch.testing.assert_close(c.double(), want, rtol=1e-5 if dt == "f32" else 1e-2, atol=1e-4 if dt == "f32" else 1e-2)
 
 
+@pytest.mark.parametrize("batch", ["offset", "address"])
+def test_offset_and_address_batches_take_tensors(batch):
+    a, b = torch.randn(3, 4, 5), torch.randn(3, 5, 6)
+    c, bias = torch.full((4, 6), float("nan")), torch.randn(6)
+    g = tpp.brgemm(m=4, n=6, k=5, batch=batch, bias=True)
+    if batch == "offset":
+        offsets = torch.tensor([[0, 0], [40, 60], [20, 30]], dtype=torch.int64)     # blocks 0, 2, 1
+        g(a, b, c, offsets, bias, count=3)
+    else:
+        g(list(a), list(b), c, bias, count=3)
+    torch.testing.assert_close(c, torch.einsum("bik,bkj->ij", a, b) + bias, rtol=1e-5, atol=1e-5)
+    assert c._version > 0
+    with pytest.raises(OperandError, match="operand c is a tensor that requires grad"):
+        g(list(a) if batch == "address" else a, list(b) if batch == "address" else b,
+          torch.empty(4, 6, requires_grad=True), *([offsets] if batch == "offset" else []), bias, count=3)
+
+
 def test_bf16_tensor_views_share_memory():
     t = torch.zeros(2, 3, dtype=torch.bfloat16)
     v = as_ndarray(t)
