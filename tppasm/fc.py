@@ -19,7 +19,9 @@ ml_dtypes.bfloat16 (the bias float32); bf16 products accumulate in fp32.
 >>> dx, dw, db = backward(np.ones((1, 2), np.float32), x, w, "relu", y); dx.tolist(), db.tolist()
 ([[1.0, 1.0]], [1.0, 0.0])
 """
+import concurrent.futures
 import functools
+import threading
 
 import numpy as np
 
@@ -32,9 +34,10 @@ ACTS = (None, "relu", "gelu", "gelu_erf")
 DTYPES = ("f32", "bf16")
 
 
-def forward(x, w, bias=None, act=None, out=None, pre=None):
+def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     """``(y, z)``: ``y = act(x @ w.T + bias)`` and, for the gelus, ``z`` the pre-activation the
     backward needs (None otherwise). ``out`` / ``pre`` receive y / z when given (else allocated).
+    ``threads``: up to this many threads share the GEMM, by rows (see :class:`RowGemm`).
 
     >>> import numpy as np
     >>> y, z = forward(np.ones((2, 3), np.float32), np.ones((4, 3), np.float32), act="gelu")
@@ -43,7 +46,8 @@ def forward(x, w, bias=None, act=None, out=None, pre=None):
     """
     dt = _dtype(x, w)
     (n, k), m = x.shape, w.shape[0]
-    _need(w.shape == (m, k), lambda: f"w has shape {w.shape}; expected (out_features, {k}) for x of shape {x.shape}")
+    _need(w.shape == (m, k), lambda: f"w has shape {w.shape}; expected (out_features, {k}) for x of shape "
+                                     f"{x.shape}")
     _need(bias is None or (bias.shape == (m,) and bias.dtype == np.float32),
           lambda: f"bias must be float32 of shape ({m},), got {getattr(bias, 'shape', None)} "
                   f"{getattr(bias, 'dtype', '')}")
@@ -56,24 +60,24 @@ def forward(x, w, bias=None, act=None, out=None, pre=None):
             z[...] = acc.astype(np.float32).astype(x.dtype)
         y[...] = _act_ref(act, acc).astype(np.float32).astype(x.dtype)
         return y, z
-    plan = _forward_plan(n, m, k, dt, bias is not None, act)
+    plan = _forward_plan(n, m, k, dt, bias is not None, act, threads)
     wt = empty((k, m), dt)
     plan.transpose_w(w, wt)
     if dt == "bf16":
         packed = empty((-(-k // 2), m, 2), dt)
         plan.pack_w(wt, packed)
         wt = packed
-    args = (_one(x), _one(wt), y if z is None else z) + (() if bias is None else (bias,))
-    plan.gemm(*args)
+    plan.gemm(x, wt, y if z is None else z, *(() if bias is None else (bias,)))
     if z is not None:
         plan.act(z, y)
     return y, z
 
 
-def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True):
+def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=1):
     """``(dx, dw, db)`` of :func:`forward` for the output gradient ``dy`` (N, M); ``saved`` is y
     for relu, z for the gelus, None without an activation. Each of ``dx``/``dw``/``db`` is True
     (compute it), False (skip it: None is returned) or an array to write it into (db: float32).
+    ``threads`` as for :func:`forward`.
 
     >>> import numpy as np
     >>> x = np.ones((3, 2), np.float32); w = np.ones((4, 2), np.float32)
@@ -98,7 +102,7 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True):
             if out is not None:
                 out[...] = np.asarray(value).astype(np.float32).astype(out.dtype)
         return dx, dw, db
-    plan = _backward_plan(n, m, k, dt, act)
+    plan = _backward_plan(n, m, k, dt, act, threads)
     dz = dy
     if act is not None:
         dz = empty((n, m), dt)
@@ -108,7 +112,7 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True):
         if dt == "bf16":
             wp = empty((-(-m // 2), k, 2), dt)
             plan.pack_w(w, wp)
-        plan.dx(_one(dz), _one(wp), dx)
+        plan.dx(dz, wp, dx)
     if dw is not None:
         dzt = empty((m, n), dt)
         plan.transpose_dz(dz, dzt)
@@ -116,10 +120,57 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True):
         if dt == "bf16":
             xp = empty((-(-n // 2), k, 2), dt)
             plan.pack_x(x, xp)
-        plan.dw(_one(dzt), _one(xp), dw)
+        plan.dw(dzt, xp, dw)
     if db is not None:
         plan.db(dz, db)
     return dx, dw, db
+
+
+class RowGemm:
+    """``C = A @ B`` (+ bias, activation) as BRGEMMs over blocks of A's and C's rows, run on up to
+    ``threads`` threads (kernels release the GIL for large calls), each block at least
+    :data:`MIN_FLOPS` of work. Called with A (rows, k), B (k, n) or VNNI2 (k/2, n, 2), C (rows, n)
+    and the bias if built with one.
+
+    >>> import numpy as np
+    >>> g = RowGemm(64, 8, 8, threads=2, min_flops=1)
+    >>> g.blocks
+    [(0, 32), (32, 64)]
+    >>> c = np.empty((64, 8), np.float32); g(np.ones((64, 8), np.float32), np.ones((8, 8), np.float32), c)
+    >>> float(c.min()), float(c.max())
+    (8.0, 8.0)
+    """
+
+    def __init__(self, rows, n, k, dtype="f32", threads=1, min_flops=None, **options):
+        min_flops = MIN_FLOPS if min_flops is None else min_flops
+        parts = max(1, min(threads, rows, 2 * rows * n * k // min_flops))
+        q, r = divmod(rows, parts)
+        self.blocks = [(i * q + min(i, r), (i + 1) * q + min(i + 1, r)) for i in range(parts)]
+        self.kernels = {hi - lo: brgemm(hi - lo, n, k, dtype, c_dtype=dtype, **options) for lo, hi in self.blocks}
+
+    def __call__(self, a, b, c, *bias):
+        b = _one(b)
+        if len(self.blocks) == 1:
+            return self.kernels[len(a)](_one(a), b, c, *bias)
+        _parallel([functools.partial(self.kernels[hi - lo], _one(a[lo:hi]), b, c[lo:hi], *bias)
+                   for lo, hi in self.blocks])
+
+
+MIN_FLOPS = 1 << 22     # per thread: ~40 µs of a core's work, well above the hand-off to a thread
+_POOL, _POOL_SIZE, _POOL_LOCK = None, 0, threading.Lock()
+
+
+def _parallel(jobs):
+    """Run ``jobs`` (callables), the first on this thread, the others on the shared pool."""
+    global _POOL, _POOL_SIZE
+    with _POOL_LOCK:
+        if _POOL_SIZE < len(jobs) - 1:
+            _POOL, _POOL_SIZE = concurrent.futures.ThreadPoolExecutor(len(jobs) - 1, "tppasm.fc"), len(jobs) - 1
+        pool = _POOL
+    futures = [pool.submit(job) for job in jobs[1:]]
+    jobs[0]()
+    for f in futures:
+        f.result()
 
 
 class _Plan:
@@ -130,10 +181,10 @@ class _Plan:
 
 
 @functools.lru_cache(maxsize=256)
-def _forward_plan(n, m, k, dt, bias, act):
+def _forward_plan(n, m, k, dt, bias, act, threads):
     fused = "relu" if act == "relu" else None          # the gelus keep z for the backward
     kernels = dict(transpose_w=transform("transpose", m, k, dtype=dt),
-                   gemm=brgemm(n, m, k, dt, c_dtype=dt, bias=bias, act=fused))
+                   gemm=RowGemm(n, m, k, dt, threads, bias=bias, act=fused))
     if dt == "bf16":
         kernels["pack_w"] = transform("vnni2", k, m, dtype=dt)
     if act in ("gelu", "gelu_erf"):
@@ -142,8 +193,8 @@ def _forward_plan(n, m, k, dt, bias, act):
 
 
 @functools.lru_cache(maxsize=256)
-def _backward_plan(n, m, k, dt, act):
-    kernels = dict(dx=brgemm(n, k, m, dt, c_dtype=dt), dw=brgemm(m, k, n, dt, c_dtype=dt),
+def _backward_plan(n, m, k, dt, act, threads):
+    kernels = dict(dx=RowGemm(n, k, m, dt, threads), dw=RowGemm(m, k, n, dt, threads),
                    transpose_dz=transform("transpose", n, m, dtype=dt),
                    db=reduce("add", n, m, over="rows", dtype=dt, out_dtype="f32"))
     if act is not None:

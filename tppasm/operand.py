@@ -180,8 +180,8 @@ def refuse_write(obj, name="x", who="kernel"):
     if torch is None or not isinstance(obj, torch.Tensor):
         return
     if obj.requires_grad:
-        raise OperandError(f"{who}: operand {name} is a tensor that requires grad, and the kernel writes it in place where "
-                           "autograd cannot see; pass x.detach() (the same memory, outside autograd) or use the "
+        raise OperandError(f"{who}: operand {name} is a tensor that requires grad, and the kernel writes it in place "
+                           "where autograd cannot see; pass x.detach() (the same memory, outside autograd) or use the "
                            "tppasm.torch operators (tppasm.torch.Linear), which have a backward")
     if obj.is_inference() and not torch.is_inference_mode_enabled():
         raise OperandError(f"{who}: operand {name} is an inference tensor, which torch forbids writing outside "
@@ -224,10 +224,10 @@ def call(kernel, objs, values):
 def _from_torch(t, torch, name, who, writes):
     if t.requires_grad:
         if torch.is_grad_enabled() and not writes:     # (a written one was refused before)
-            raise OperandError(f"{who}: operand {name} is a tensor that requires grad, and autograd cannot see through a kernel "
-                               "call; pass x.detach() (no gradient flows back through this call), call it under "
-                               "torch.no_grad(), or use the tppasm.torch operators (tppasm.torch.Linear), which have "
-                               "a backward")
+            raise OperandError(f"{who}: operand {name} is a tensor that requires grad, and autograd cannot see "
+                               "through a kernel call; pass x.detach() (no gradient flows back through this call), "
+                               "call it under torch.no_grad(), or use the tppasm.torch operators "
+                               "(tppasm.torch.Linear), which have a backward")
         t = t.detach()
     try:
         if t.dtype is torch.bfloat16:        # NumPy has no bfloat16: the same bits as ml_dtypes'

@@ -29,7 +29,8 @@ def linear(x, weight, bias=None, act=None):
 
     ``x`` is (..., in_features), ``weight`` (out_features, in_features), ``bias`` (out_features,)
     or None, all float32 or all bfloat16 on the CPU; ``act`` is one of :data:`ACTS` ("gelu" is
-    torch's ``approximate="tanh"``, "gelu_erf" its default).
+    torch's ``approximate="tanh"``, "gelu_erf" its default). Large GEMMs are shared by rows
+    among ``torch.get_num_threads()`` threads (:class:`tppasm.fc.RowGemm`).
 
     >>> import torch
     >>> x = torch.ones(2, 3, requires_grad=True)
@@ -71,7 +72,8 @@ def _linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], act: Optional[str
     y = torch.empty(rows.shape[0], out, dtype=x.dtype)
     z = torch.empty_like(y) if act in _GELUS else x.new_empty(0)
     b = None if bias is None else _view(bias.float().contiguous())
-    fc.forward(_view(rows), _view(weight.contiguous()), b, act, out=_view(y), pre=_view(z) if z.numel() else None)
+    fc.forward(_view(rows), _view(weight.contiguous()), b, act, out=_view(y), pre=_view(z) if z.numel() else None,
+               threads=torch.get_num_threads())
     return y.reshape(*x.shape[:-1], out), z
 
 
@@ -94,7 +96,7 @@ def _linear_backward(dy: Tensor, x: Tensor, weight: Tensor, saved: Optional[Tens
              torch.empty(m, dtype=torch.float32) if needs[2] else x.new_empty(0, dtype=torch.float32)]
     fc.backward(_view(dy.reshape(n, m).contiguous()), _view(rows), _view(weight.contiguous()), act,
                 None if saved is None else _view(saved.reshape(n, m).contiguous()),
-                *(_view(g) if need else False for g, need in zip(grads, needs)))
+                *(_view(g) if need else False for g, need in zip(grads, needs)), threads=torch.get_num_threads())
     if needs[0]:
         grads[0] = grads[0].reshape(x.shape)
     return tuple(grads)
