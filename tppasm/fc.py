@@ -21,6 +21,7 @@ ml_dtypes.bfloat16 (the bias float32); bf16 products accumulate in fp32.
 """
 import concurrent.futures
 import functools
+import os
 import threading
 
 import numpy as np
@@ -158,6 +159,15 @@ class RowGemm:
 
 MIN_FLOPS = 1 << 22     # per thread: ~40 µs of a core's work, well above the hand-off to a thread
 _POOL, _POOL_SIZE, _POOL_LOCK = None, 0, threading.Lock()
+
+
+def _forget_pool():
+    """In a forked child the pool's threads do not exist: start a new pool there when needed."""
+    global _POOL, _POOL_SIZE, _POOL_LOCK
+    _POOL, _POOL_SIZE, _POOL_LOCK = None, 0, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _parallel(jobs):

@@ -2,6 +2,7 @@
 random shapes (odd k and n for the bf16 VNNI tails), every activation, with and without bias;
 outputs poisoned with NaN and checked written."""
 import contextlib
+import multiprocessing
 
 import numpy as np
 import pytest
@@ -79,6 +80,16 @@ def test_row_blocks():
     assert fc.RowGemm(2, 4, 4, threads=3, min_flops=1).blocks == [(0, 1), (1, 2)]
     assert fc.RowGemm(512, 512, 512, threads=4).blocks == [(0, 128), (128, 256), (256, 384), (384, 512)]
     assert len(fc.RowGemm(64, 64, 64, threads=4).blocks) == 1          # too little work to share
+
+
+def test_row_blocks_run_in_a_forked_child():
+    x, w = np.ones((64, 64), np.float32), np.ones((64, 64), np.float32)
+    with split_rows():
+        fc.forward(x, w, threads=2)                       # the parent's pool has threads now
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(1) as pool:                         # the child has none: it must not wait for them
+            y = pool.apply_async(fc.forward, (x, w), dict(threads=2)).get(timeout=30)[0]
+    assert (y == 64).all()
 
 
 def test_backward_computes_only_what_is_asked():
