@@ -64,11 +64,7 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     plan = _forward_plan(n, m, k, dt, bias is not None, act, threads)
     wt = empty((k, m), dt)
     plan.transpose_w(w, wt)
-    if dt == "bf16":
-        packed = empty((-(-k // 2), m, 2), dt)
-        plan.pack_w(wt, packed)
-        wt = packed
-    plan.gemm(x, wt, y if z is None else z, *(() if bias is None else (bias,)))
+    plan.gemm(x, _b_operand(plan.pack_w, wt), y if z is None else z, *(() if bias is None else (bias,)))
     if z is not None:
         plan.act(z, y)
     return y, z
@@ -109,19 +105,11 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=
         dz = empty((n, m), dt)
         plan.act_grad(dy, saved, dz)
     if dx is not None:
-        wp = w
-        if dt == "bf16":
-            wp = empty((-(-m // 2), k, 2), dt)
-            plan.pack_w(w, wp)
-        plan.dx(dz, wp, dx)
+        plan.dx(dz, _b_operand(plan.pack_w, w), dx)
     if dw is not None:
         dzt = empty((m, n), dt)
         plan.transpose_dz(dz, dzt)
-        xp = x
-        if dt == "bf16":
-            xp = empty((-(-n // 2), k, 2), dt)
-            plan.pack_x(x, xp)
-        plan.dw(dzt, xp, dw)
+        plan.dw(dzt, _b_operand(plan.pack_x, x), dw)
     if db is not None:
         plan.db(dz, db)
     return dx, dw, db
@@ -195,8 +183,7 @@ def _forward_plan(n, m, k, dt, bias, act, threads):
     fused = "relu" if act == "relu" else None          # the gelus keep z for the backward
     kernels = dict(transpose_w=transform("transpose", m, k, dtype=dt),
                    gemm=RowGemm(n, m, k, dt, threads, bias=bias, act=fused))
-    if dt == "bf16":
-        kernels["pack_w"] = transform("vnni2", k, m, dtype=dt)
+    kernels["pack_w"] = transform("vnni2", k, m, dtype=dt) if dt == "bf16" else None
     if act in ("gelu", "gelu_erf"):
         kernels["act"] = unary(act, n, m, dtype=dt)
     return _Plan(**kernels)
@@ -209,9 +196,20 @@ def _backward_plan(n, m, k, dt, act, threads):
                    db=reduce("add", n, m, over="rows", dtype=dt, out_dtype="f32"))
     if act is not None:
         kernels["act_grad"] = unary(act + "_bwd", n, m, dtype=dt)
-    if dt == "bf16":
-        kernels.update(pack_w=transform("vnni2", m, k, dtype=dt), pack_x=transform("vnni2", n, k, dtype=dt))
+    bf16 = dt == "bf16"
+    kernels.update(pack_w=transform("vnni2", m, k, dtype=dt) if bf16 else None,
+                   pack_x=transform("vnni2", n, k, dtype=dt) if bf16 else None)
     return _Plan(**kernels)
+
+
+def _b_operand(pack, b):
+    """B of a BRGEMM from a row-major (k, n) ``b``: itself (f32), or packed to VNNI2 by the
+    transform kernel ``pack`` (bf16)."""
+    if pack is None:
+        return b
+    packed = empty((-(-b.shape[0] // 2), b.shape[1], 2), b.dtype)
+    pack(b, packed)
+    return packed
 
 
 def _dtype(*arrays):
