@@ -12,8 +12,8 @@ own shard of ``--batch`` rows), alternating which goes first each step. The scri
 loss curves (averaged over the ranks), their largest difference, and the median time per step of
 each (forward, backward with DDP's gradient all-reduce, optimizer step; the slowest rank's).
 
-One machine: ``--ranks`` processes are started with ``torch.multiprocessing.spawn`` on
-127.0.0.1. Several machines, unchanged: when ``torchrun`` has set ``RANK``, ``WORLD_SIZE`` and
+One machine: ``--ranks`` processes are started with ``torch.multiprocessing.spawn`` and meet
+through a file (``init_method="file://..."``). Several machines, unchanged: when ``torchrun`` has set ``RANK``, ``WORLD_SIZE`` and
 ``MASTER_ADDR``/``MASTER_PORT``, the script joins that group instead of spawning::
 
     torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
@@ -26,8 +26,8 @@ Threads per process: the CPUs this process may use divided by the ranks on this 
 import argparse
 import math
 import os
-import socket
 import statistics
+import tempfile
 import time
 
 from .common import Report, write_json
@@ -66,31 +66,33 @@ def main(argv=None):
 
 
 def spawn(args):
-    """Run :func:`train` in ``args.ranks`` local processes; rank 0's result."""
+    """Run :func:`train` in ``args.ranks`` local processes; rank 0's result. They meet through a
+    file (no port to choose, so none can be taken by another program meanwhile)."""
     import torch.multiprocessing as mp
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ["MASTER_PORT"] = str(_free_port())
     os.environ["LOCAL_WORLD_SIZE"] = str(args.ranks)
     results = mp.get_context("spawn").SimpleQueue()
-    mp.spawn(_worker, args=(args, results), nprocs=args.ranks, join=True)
+    with tempfile.TemporaryDirectory(prefix="tppasm-ddp-") as tmp:
+        rendezvous = "file://" + os.path.join(tmp, "rendezvous")
+        mp.spawn(_worker, args=(args, rendezvous, results), nprocs=args.ranks, join=True)
     return results.get()
 
 
-def _worker(rank, args, results):
-    result = train(rank, args.ranks, args)
+def _worker(rank, args, rendezvous, results):
+    result = train(rank, args.ranks, args, rendezvous)
     if result is not None:
         results.put(result)
 
 
-def train(rank, world, args):
-    """Train both models on this rank; rank 0 returns the curves and times (others None)."""
+def train(rank, world, args, rendezvous="env://"):
+    """Train both models on this rank; rank 0 returns the curves and times (others None).
+    ``rendezvous``: torch.distributed's init_method (torchrun's variables by default)."""
     threads = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     os.environ["TPPASM_NUM_THREADS"] = str(threads)
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.set_num_threads(threads)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=rendezvous, rank=rank, world_size=world)
     try:
         dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
         ours, plain = models(args.width, args.layers, dtype, args.seed)
@@ -178,11 +180,6 @@ def report(result, args):
                          f"{TOLERANCE[args.dtype]:g}")
     return same
 
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 if __name__ == "__main__":
