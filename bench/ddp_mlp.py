@@ -181,6 +181,5 @@ def report(result, args):
     return same
 
 
-
 if __name__ == "__main__":
     raise SystemExit(main())
