@@ -1,13 +1,13 @@
 """Data-parallel training of the paper's MLP with tppasm kernels, scaled out by torch.distributed.
 
 ``python -m bench ddp [--ranks 2] [--steps 20] [--batch 256] [--width 512] [--layers 4]
-[--dtype f32|bf16] [--lr 0.05] [--json FILE]``
+[--dtype f32|bf16] [--lr 0.003] [--json FILE]``
 
 The MLP is the paper's chain of fully connected ``width -> width`` layers with bias + ReLU fused
 (the last layer without ReLU: it regresses a fixed random teacher network's outputs, MSE loss).
 Every rank builds two copies from one seed: one of :class:`tppasm.torch.Linear` layers (forward
 and backward on tppasm kernels) and the same in plain ``torch.nn.Linear`` + ``ReLU``, wraps each
-in ``DistributedDataParallel`` (gloo), and trains both with SGD on the same batches (each rank its
+in ``DistributedDataParallel`` (gloo), and trains both with Adam on the same batches (each rank its
 own shard of ``--batch`` rows), alternating which goes first each step. The script prints both
 loss curves (averaged over the ranks), their largest difference, and the median time per step of
 each (forward, backward with DDP's gradient all-reduce, optimizer step; the slowest rank's).
@@ -43,7 +43,7 @@ def parse(argv=None):
     p.add_argument("--width", type=int, default=512, help="features of every layer")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--dtype", choices=sorted(TOLERANCE), default="f32")
-    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--lr", type=float, default=0.003, help="Adam's learning rate")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json")
     args = p.parse_args(argv)
@@ -96,7 +96,7 @@ def train(rank, world, args, rendezvous="env://"):
     try:
         dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
         ours, plain = models(args.width, args.layers, dtype, args.seed)
-        runs = {name: (DDP(m), torch.optim.SGD(m.parameters(), lr=args.lr)) for name, m in
+        runs = {name: (DDP(m), torch.optim.Adam(m.parameters(), lr=args.lr)) for name, m in
                 (("tppasm", ours), ("torch", plain))}
         teacher = torch.nn.Linear(args.width, args.width).to(dtype)
         data = torch.Generator().manual_seed(args.seed * 7919 + rank + 1)
