@@ -13,8 +13,9 @@ loss curves (averaged over the ranks), their largest difference, and the median 
 each (forward, backward with DDP's gradient all-reduce, optimizer step; the slowest rank's).
 
 One machine: ``--ranks`` processes are started with ``torch.multiprocessing.spawn`` and meet
-through a file (``init_method="file://..."``). Several machines, unchanged: when ``torchrun`` has set ``RANK``, ``WORLD_SIZE`` and
-``MASTER_ADDR``/``MASTER_PORT``, the script joins that group instead of spawning::
+through a file (``init_method="file://..."``). Several machines, unchanged: when ``torchrun`` has
+set ``RANK``, ``WORLD_SIZE`` and ``MASTER_ADDR``/``MASTER_PORT``, the script joins that group
+instead of spawning::
 
     torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
         -m bench.ddp_mlp --steps 20
