@@ -29,7 +29,7 @@ import numpy as np
 
 from . import kernel as _kernel
 from .kernel import Descriptor, get_kernel, scalar_arg, unchecked_in_body
-from .operand import OperandError, OperandSpec, as_ndarray, check, mark_written
+from .operand import OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of
 
 A_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "u8"}
 B_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "i8"}
@@ -233,8 +233,8 @@ class BatchedBrgemm:
         count = scalar_arg(who, "count", count)
         target = c
         a, b = (_as_blocks(x, name, who) for x, name in ((a, "a"), (b, "b")))
-        c = as_ndarray(c, "c", who, writes=True)
-        rest = [as_ndarray(x, "offsets" if i == 0 and d.batch == "offset" else "bias", who) for i, x in enumerate(rest)]
+        c = _view(c, "c", who, writes=True)
+        rest = [_view(x, "offsets" if i == 0 and d.batch == "offset" else "bias", who) for i, x in enumerate(rest)]
         spec_a, spec_b = d.block_specs()
         ops = {s.name: s for s in self.kernel.operands}
         check(ops["c"], c, who=who)
@@ -277,8 +277,13 @@ def _as_blocks(x, name, who):
     """A buffer, or a sequence of blocks (batch='address'), with torch tensors and DLPack objects
     as zero-copy NumPy views (:func:`tppasm.operand.as_ndarray`)."""
     if isinstance(x, (list, tuple)):
-        return [as_ndarray(blk, name, who) for blk in x]
-    return as_ndarray(x, name, who)
+        return [_view(blk, name, who) for blk in x]
+    return _view(x, name, who)
+
+
+def _view(x, name, who, writes=False):
+    """``x`` as a NumPy view if it is a torch tensor or a DLPack object, else itself (to be checked)."""
+    return as_ndarray(x, name, who, writes) if origin_of(x) in ("torch", "dlpack") else x
 
 
 def _check_buffer(spec, buf, offsets, who):
