@@ -58,10 +58,11 @@ def check(spec: OperandSpec, arr, count=1, who="kernel", origin="numpy"):
     ``origin`` ("numpy", "torch" or "dlpack", see :func:`origin_of`) is what the caller passed
     before :func:`as_ndarray` viewed it, so that a fix is written in the caller's terms.
     """
+    origin = origin if origin in _CONTIGUOUS else "numpy"
     where = f"{who}: operand {spec.name}"
     if not isinstance(arr, np.ndarray):
         raise OperandError(_not_an_array(where, arr, spec.writable, f"{_shape_text(spec)}, '{spec.dtype}'",
-                                         spec.np_dtype.name))
+                                         _spelled(spec)))
     want = spec.np_dtype
     if arr.dtype != want:
         raise OperandError(f"{where} has dtype {arr.dtype}, expected {want} ('{spec.dtype}', as the kernel "
@@ -107,13 +108,17 @@ def _dtype_hint(spec, got, origin):
     want = spec.np_dtype
     if spec.writable:
         return f"pass a {want} output (a converted copy would not receive the result)"
-    spelled = f"ml_dtypes.{want.name}" if spec.dtype == "bf16" else f"np.{want.name}"
     fix = {"torch": f"convert with .to(torch.{want.name})", "dlpack": f"convert it to {want.name}"}.get(
-        origin, f"convert with .astype({spelled})")
+        origin, f"convert with .astype({_spelled(spec)})")
     floats = ("f32", "bf16")
     if spec.dtype in floats and NAMES.get(got) in floats:
         fix += f", or build the kernel with dtype='{NAMES[got]}'"
     return fix
+
+
+def _spelled(spec):
+    """The dtype of ``spec`` as NumPy code spells it: np.float32, ml_dtypes.bfloat16."""
+    return f"{'ml_dtypes' if spec.dtype == 'bf16' else 'np'}.{spec.np_dtype.name}"
 
 
 def _not_an_array(where, obj, writes, shape_dtype="shape, dtype", np_dtype="dtype"):
@@ -209,7 +214,13 @@ def call(kernel, objs, values):
     the zero-copy views enter the kernel's native check; a refusal is explained in the caller's
     terms (``.contiguous()`` for a tensor, ``np.ascontiguousarray`` for an array)."""
     who, specs = kernel.desc.kind, kernel.operands
-    arrays = [as_ndarray(obj, spec.name, who, spec.writable) for spec, obj in zip(specs, objs)]
+    try:
+        arrays = [as_ndarray(obj, spec.name, who, spec.writable) for spec, obj in zip(specs, objs)]
+    except OperandError:
+        for spec, obj in zip(specs, objs):
+            if origin_of(obj) is None:
+                check(spec, obj, who=who)       # not an array at all: say which shape and dtype to pass
+        raise
     scalars = dict(zip(kernel.scalars, values))
     try:
         kernel(*arrays, **scalars)
@@ -263,7 +274,7 @@ def _from_dlpack(obj, where):
             return np.from_dlpack(obj, copy=False)
         except TypeError:
             return np.from_dlpack(obj)       # NumPy < 2.1 has no copy= (and never copies on the CPU)
-    except (BufferError, RuntimeError, TypeError, ValueError) as e:
+    except (AttributeError, BufferError, RuntimeError, TypeError, ValueError) as e:
         bf16 = (" (NumPy's DLPack import has no bfloat16: pass a torch tensor or an ml_dtypes.bfloat16 NumPy "
                 "array instead)" if "dtype" in str(e).lower() else "")
-        raise OperandError(f"{where}: NumPy cannot view this DLPack object without a copy: {e}{bf16}") from None
+        raise OperandError(f"{where}: NumPy cannot import this DLPack object as a view: {e}{bf16}") from None
