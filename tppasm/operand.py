@@ -167,13 +167,14 @@ def as_ndarray(obj, name="x", who="kernel", writes=False):
     >>> x = np.zeros(3, np.float32); v = as_ndarray(Exported(x)); v[0] = 1; x.tolist()
     [1.0, 0.0, 0.0]
     """
-    kind = origin_of(obj)
-    if kind == "numpy":
+    if isinstance(obj, np.ndarray):
         return obj
-    if kind == "torch":
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
         if writes:
             refuse_write(obj, name, who)
-        return _from_torch(obj, sys.modules["torch"], name, who, writes)
+        return _from_torch(obj, torch, name, who, writes)
+    kind = origin_of(obj)
     if kind == "dlpack":
         return _from_dlpack(obj, f"{who}: operand {name}")
     raise OperandError(_not_an_array(f"{who}: operand {name}", obj, writes))
@@ -201,12 +202,8 @@ def mark_written(objs):
     if torch is not None:
         tensors = [t for t in objs if isinstance(t, torch.Tensor)]
         if tensors:
-            _increment_version(torch)(tensors)
-
-
-def _increment_version(torch):
-    """torch.autograd.graph.increment_version, or the C function it calls (a third of the cost)."""
-    return getattr(torch._C, "_increment_version", None) or torch.autograd.graph.increment_version
+            # the C function torch.autograd.graph.increment_version calls (a third of its cost)
+            getattr(torch._C, "_increment_version", torch.autograd.graph.increment_version)(tensors)
 
 
 def call(kernel, objs, values):
@@ -221,11 +218,13 @@ def call(kernel, objs, values):
             if origin_of(obj) is None:
                 check(spec, obj, who=who)       # not an array at all: say which shape and dtype to pass
         raise
-    scalars = dict(zip(kernel.scalars, values))
     try:
-        kernel(*arrays, **scalars)
+        if values:
+            kernel(*arrays, **dict(zip(kernel.scalars, values)))
+        else:
+            kernel(*arrays)
     except OperandError:
-        count = scalars.get(kernel.desc.count_scalar, 1)
+        count = dict(zip(kernel.scalars, values)).get(kernel.desc.count_scalar, 1)
         for spec, arr, obj in zip(specs, arrays, objs):
             check(spec, arr, count, who, origin_of(obj))
         raise
