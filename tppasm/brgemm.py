@@ -233,8 +233,8 @@ class BatchedBrgemm:
         count = scalar_arg(who, "count", count)
         target = c
         a, b = (_as_blocks(x, name, who) for x, name in ((a, "a"), (b, "b")))
-        c = _view(c, "c", who, writes=True)
-        rest = [_view(x, "offsets" if i == 0 and d.batch == "offset" else "bias", who) for i, x in enumerate(rest)]
+        c = _foreign(c, "c", who, writes=True)
+        rest = [_foreign(x, "offsets" if i == 0 and d.batch == "offset" else "bias", who) for i, x in enumerate(rest)]
         spec_a, spec_b = d.block_specs()
         ops = {s.name: s for s in self.kernel.operands}
         check(ops["c"], c, who=who)
@@ -277,11 +277,11 @@ def _as_blocks(x, name, who):
     """A buffer, or a sequence of blocks (batch='address'), with torch tensors and DLPack objects
     as zero-copy NumPy views (:func:`tppasm.operand.as_ndarray`)."""
     if isinstance(x, (list, tuple)):
-        return [_view(blk, name, who) for blk in x]
-    return _view(x, name, who)
+        return [_foreign(blk, name, who) for blk in x]
+    return _foreign(x, name, who)
 
 
-def _view(x, name, who, writes=False):
+def _foreign(x, name, who, writes=False):
     """``x`` as a NumPy view if it is a torch tensor or a DLPack object, else itself (to be checked)."""
     return as_ndarray(x, name, who, writes) if origin_of(x) in ("torch", "dlpack") else x
 
