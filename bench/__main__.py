@@ -1,5 +1,5 @@
-"""``python -m bench SUITE [--json FILE] [...]``: suites are isa, tpp, gemm, pool, sve-static, amx-static,
-x86-static, ddp, all."""
+"""``python -m bench SUITE [--json FILE] [...]``: suites are isa, tpp, gemm, pool, cache, sve-static,
+amx-static, x86-static, bert, llm, ddp, all."""
 import importlib
 import sys
 
@@ -8,9 +8,12 @@ SUITES = {
     "tpp": ["bench.tpp_gemm", "bench.tpp_eltwise"],
     "gemm": ["bench.gemm"],
     "pool": ["bench.pool"],
+    "cache": ["bench.cache"],
     "sve-static": ["bench.sve_static"],
     "amx-static": ["bench.amx_static"],
     "x86-static": ["bench.x86_static"],
+    "bert": ["bench.bert"],
+    "llm": ["bench.llm"],
     "ddp": ["bench.ddp_mlp"],
 }
 

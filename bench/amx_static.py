@@ -1,10 +1,21 @@
-"""AMX BRGEMM static mix: tile ops per tile load, and no tile load repeated within a batch step.
+"""AMX BRGEMM without AMX hardware: the instruction mix, and a cycle model of each kernel.
 
-Kernels run in :mod:`isa.x86.interp` (no AMX needed); its ``stats`` give the executed instruction
-counts and the address of every ``tileloadd``. A load is attributed to a batch step by the block
-of A or B it reads; within one batch step of one macro block, every address must be loaded once.
+Kernels run in :mod:`isa.x86.interp`; its ``stats`` give the executed instruction counts and the
+tile instructions and prefetches in order (``tile_ops``). From these:
 
-``python -m bench amx-static [--json FILE]``
+- the mix: ``tdp*`` per A/B tile load, and no tile load repeated within a batch step (a step: a
+  run of loads from the A and B blocks of one batch index, ended by a tile store or zero);
+- the model (:mod:`bench.amx_model`, Sapphire / Emerald Rapids figures): cycles per call and the
+  modelled % of the AMX peak (16 cycles per 16x16x32 bf16 / 16x16x64 int8 ``tdp*``), in three
+  readings of the hardware: ``in-order`` (tile instructions start in program order), ``ooo``
+  (loads run ahead of waiting ``tdp*``, but a tile is not reloaded while a ``tdp*`` reads it) and
+  ``renamed`` (tiles renamed like vector registers), with the tile-load lines per cache level.
+
+These are MODELLED figures, not measurements: the latencies and throughputs are the optimization
+manual's, the cache bandwidths assumptions (see :mod:`bench.amx_model`).
+
+``python -m bench amx-static [--json FILE] [--quick] [--choices]`` (``--choices``: the synthetic
+comparison of blockings and ``tdp*`` orders of :mod:`bench.amx_choices` that chose the kernel's)
 """
 import argparse
 import time
@@ -18,27 +29,37 @@ CASES = [  # (m, n, k, count, dtype, beta, c_dtype)
     (64, 64, 64, 16, "bf16", 0, "f32"),
     (64, 64, 64, 16, "bf16", 1, "bf16"),
     (32, 32, 32, 16, "bf16", 0, "f32"),
-    (64, 64, 128, 8, "i8", 0, "i32"),
+    (32, 32, 32, 1, "bf16", 0, "f32"),
+    (64, 64, 63, 16, "bf16", 0, "f32"),
+    (64, 64, 128, 16, "i8", 0, "i32"),
+    (64, 64, 126, 16, "i8", 0, "i32"),
+    (64, 64, 512, 4, "bf16", 0, "f32"),
     (40, 40, 64, 8, "bf16", 0, "f32"),
     (40, 24, 70, 8, "bf16", 1, "f32"),
     (17, 33, 36, 8, "i8", 1, "i32"),
-    (64, 64, 136, 4, "i8", 0, "i32"),
 ]
+QUICK = CASES[:1] + CASES[4:6]
+MODES = ("in-order", "ooo", "renamed")
 
 
-def repeated_loads(tile_loads, blocks):
+def repeated_loads(tile_ops, blocks):
     """Tile loads that repeat an address within one batch step (``[]`` when there are none).
 
-    ``tile_loads`` is the interpreter's ``stats.tile_loads`` ((ip, mnemonic, address) in order);
-    ``blocks`` maps an operand name to (first address, bytes per batch block, count). A step is a
-    maximal run of loads from A and B blocks of the same batch index; loads from elsewhere (C,
-    the scratch) end a run. Needs count >= 2 and distinct blocks, so that consecutive steps differ.
+    ``tile_ops`` is the interpreter's ``stats.tile_ops``; ``blocks`` maps an operand name to
+    (first address, bytes per batch block, count). A step is a maximal run of loads from A and B
+    blocks of the same batch index; a tile store or zero, or a load from elsewhere (C, the
+    scratch), ends it. Needs count >= 2 and distinct blocks, so that consecutive steps differ.
 
-    >>> repeated_loads([(0, "tileloadd", 100), (1, "tileloadd", 100)], {"a": (100, 50, 2)})
-    [(0, 100)]
+    >>> ld = ("tileloadd", (4,), (), 100, 64, 64, 16)
+    >>> repeated_loads([ld, ld], {"a": (100, 50, 2)}), repeated_loads([ld, ("tilezero", (0,), (), 0, 0, 0, 0), ld], {"a": (100, 50, 2)})
+    ([(0, 100)], [])
     """
     out, run, seen = [], None, set()
-    for _, _, addr in tile_loads:
+    for name, _, _, addr, _, _, _ in tile_ops:
+        if not name.startswith("tileload"):
+            if name.startswith(("tilestore", "tilezero")):
+                run, seen = None, set()
+            continue
         step = None
         for start, size, count in blocks.values():
             if start <= addr < start + size * count:
@@ -54,7 +75,8 @@ def repeated_loads(tile_loads, blocks):
 
 
 def run_case(m, n, k, count, dtype, beta, c_dtype):
-    """Generate and interpret one kernel; returns (stats, blocks, jit seconds)."""
+    """Generate and interpret one kernel (two calls: the second sees configured tiles); returns
+    (stats of the second call, blocks, jit seconds)."""
     import ml_dtypes
     from isa.x86.interp import Machine
     from tppasm.brgemm import Brgemm
@@ -77,35 +99,69 @@ def run_case(m, n, k, count, dtype, beta, c_dtype):
     mach = Machine()
     pa, pb, pc = mach.map(a), mach.map(b), mach.map(c)
     mach.call(fn.code, args=[pa, pb, pc, count])
+    mach.stats.reset()
+    mach.call(fn.code, args=[pa, pb, pc, count])
     blocks = {"a": (pa, a[0].nbytes, count), "b": (pb, b[0].nbytes, count)}
     return mach.stats, blocks, jit
+
+
+def model(stats, dtype, m, n, k, count):
+    """{mode: modelled % of the AMX peak} and the renamed run's :class:`bench.amx_model.Result`."""
+    from .amx_model import TDP_CYCLES, TDP_WORK, simulate
+    work = 2 * m * n * k * count
+    out, res = {}, None
+    vector = sum(v for name, v in stats.counts.items() if name.startswith(("v", "k")))
+    for mode in MODES:
+        res = simulate(stats.tile_ops, renaming=mode == "renamed", in_order=mode == "in-order")
+        cycles = max(res.cycles, vector / 2)          # AVX-512 work (epilogue, k-tail copies): 2 per cycle
+        out[mode] = 100 * work / (cycles * TDP_WORK[dtype] / TDP_CYCLES)
+    return out, res
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench amx-static")
     p.add_argument("--json")
+    p.add_argument("--quick", action="store_true", help="three kernels only")
+    p.add_argument("--choices", action="store_true", help="also score candidate blockings and tdp orders "
+                   "on synthetic traces (bench.amx_choices)")
     args = p.parse_args(argv)
     from tppasm.brgemm import Brgemm
     from tppasm.x86.amx import plan
 
-    rep = Report("AMX BRGEMM static mix (interpreted; per call)",
-                 ["kernel", "blocking", "tdp", "tileloadd A+B", "tileloadd C", "tdp/load",
-                  "repeats in a step", "JIT ms"])
+    print("MODELLED, not measured: AMX kernels run in the interpreter here; cycles from "
+          "bench.amx_model (Sapphire/Emerald Rapids: tdp* 16 cycles, tileloadd 8 + 45 latency, "
+          "L2 48 B/cycle; three readings of tile dependencies)")
+    rep = Report("AMX BRGEMM static mix and modelled % of the AMX peak (per call, warm caches)",
+                 ["kernel", "blocking", "tdp", "tileloadd A+B", "other tile loads", "tdp/load",
+                  "repeats in a step", "prefetches", "L1/L2/L3 lines", "% in-order", "% ooo", "% renamed",
+                  "JIT ms"])
     run_case(16, 16, 32, 2, "bf16", 0, "f32")           # warm-up: imports, the assembler's tables
-    for case in CASES:
+    for case in (QUICK if args.quick else CASES):
         m, n, k, count, dtype, beta, c_dtype = case
         stats, blocks, jit = run_case(*case)
         counts = Counter(stats.counts)
         tdp = sum(v for name, v in counts.items() if name.startswith("tdp"))
-        ab = sum(1 for _, _, addr in stats.tile_loads
-                 if any(s <= addr < s + z * c for s, z, c in blocks.values()))
-        loads = counts["tileloadd"]
+        loads = [op for op in stats.tile_ops if op[0].startswith("tileload")]
+        ab = sum(1 for op in loads if any(s <= op[3] < s + z * c for s, z, c in blocks.values()))
         pl = plan(Brgemm(m=m, n=n, k=k, dtype=dtype))
         blocking = f"{pl.gm}x{pl.gn}, {pl.steps}x{pl.step}" + (f"+{pl.tail}" if pl.tail else "") + " groups"
+        pct, res = model(stats, dtype, m, n, k, count)
         name = f"{dtype} {m}x{n}x{k} count {count} beta {beta} C {c_dtype}"
-        rep.add(name, blocking, tdp, ab, loads - ab, round(tdp / ab, 3),
-                len(repeated_loads(stats.tile_loads, blocks)), round(jit * 1e3, 1))
-    write_json(args.json, [rep])
+        rep.add(name, blocking, tdp, ab, len(loads) - ab, round(tdp / max(ab, 1), 3),
+                len(repeated_loads(stats.tile_ops, blocks)), res.prefetches,
+                "/".join(str(res.lines[lv]) for lv in (1, 2, 3)),
+                round(pct["in-order"], 1), round(pct["ooo"], 1), round(pct["renamed"], 1), round(jit * 1e3, 1))
+    reports = [rep]
+    if args.choices:
+        from .amx_choices import compare
+        rows = compare()
+        cols = list(rows[0])
+        choice = Report("Candidate blockings, 64 k steps, loads right after their tile's last reader: "
+                        "MODELLED fraction of cycles the TMUL is busy", cols)
+        for row in rows:
+            choice.add(*row.values())
+        reports.append(choice)
+    write_json(args.json, reports)
     return 0
 
 

@@ -59,7 +59,27 @@ class Host:
 
     def as_dict(self):
         return {"arch": self.arch, "vendor": self.vendor, "isa": self.isa, "best_isa": self.best_isa,
-                "features": self.features, "sve_vector_bits": self.sve_vector_bits, "notes": self.notes}
+                "levels": list(self.levels), "features": self.features, "sve_vector_bits": self.sve_vector_bits,
+                "notes": self.notes, "verification": verification(self)}
+
+
+def verification(h):
+    """How each ISA level's code is exercised on host ``h``: ``native`` (runs on this CPU; the test
+    suite runs its TPP, loop and demo tests at each), ``interpreter`` (x86 code the host lacks runs in
+    ``isa.x86.interp``), ``emulator`` (SVE code under qemu-aarch64 / unicorn), and what the emulators
+    need (``runners``: a reason per missing one, None when present).
+
+    >>> v = verification(host()); sorted(v["native"] + v["interpreter"] + v["emulator"])
+    ['amx', 'avx2', 'avx512', 'sve']
+    """
+    from .aarch64.emulate import qemu_path, unicorn_skip_reason
+    interp = [lv for lv in X86_LEVELS if lv not in h.levels]
+    emulated = [lv for lv in ARM_LEVELS if lv not in h.levels]
+    qemu = qemu_path()
+    runners = {"qemu-aarch64": None if qemu else "not found (Debian/Ubuntu: apt-get install qemu-user)",
+               "unicorn": unicorn_skip_reason()}
+    return {"native": list(h.levels), "interpreter": interp, "emulator": emulated, "qemu": qemu,
+            "runners": runners}
 
 
 def _cpuid_function():

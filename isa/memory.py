@@ -1,7 +1,8 @@
 """Executable memory that is never writable and executable at the same time (W^X).
 
 Code is copied into pages mapped read+write, then the pages are switched to read+execute with
-``mprotect``. The pages are unmapped when the owning :class:`ExecutableMemory` is collected.
+``mprotect``. The pages are unmapped when the owning :class:`ExecutableMemory` is collected, or
+freed with :meth:`~ExecutableMemory.free`; :func:`mapped` counts what is mapped now.
 """
 import ctypes
 import mmap
@@ -17,6 +18,25 @@ _libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 
 PAGE = mmap.PAGESIZE
 _MAP_FAILED = ctypes.c_void_p(-1).value
+_live = {}          # address -> size of every mapping not yet freed (dict updates are atomic)
+
+
+def mapped():
+    """(mappings, bytes) of executable memory mapped by :class:`ExecutableMemory` and not yet freed.
+
+    >>> n, size = mapped(); mem = ExecutableMemory(b"\\xc3")
+    >>> mapped() == (n + 1, size + mem.size)
+    True
+    >>> mem.free(); mapped() == (n, size)
+    True
+    """
+    sizes = list(_live.values())
+    return len(sizes), sum(sizes)
+
+
+def _unmap(addr, size):
+    _live.pop(addr, None)
+    _libc.munmap(addr, size)
 
 
 def _os_error(what):
@@ -67,7 +87,8 @@ class ExecutableMemory:
         _flush_icache(addr, len(code))
         self.address = addr
         self.size = size
-        self._finalizer = weakref.finalize(self, _libc.munmap, addr, size)
+        _live[addr] = size
+        self._finalizer = weakref.finalize(self, _unmap, addr, size)
 
     def free(self):
         """Unmap now (the object must not be called afterwards)."""

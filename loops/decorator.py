@@ -13,8 +13,12 @@
 True
 """
 import ctypes
+import functools
 import inspect
+import os
 import threading
+import warnings
+import weakref
 
 import numpy as np
 
@@ -24,12 +28,15 @@ from tppasm.dtypes import name_of
 from tppasm.operand import OperandSpec, mark_written
 from tppasm.x86.entry import NATIVE_CHECKS, build_entry
 
+from . import display, pool as pool_module, races as _races
 from .aarch64 import nest as nest_aarch64
+from .bind import arity, box_of, check_grid, traced_trees
 from .nest_plan import Layout
+from .pool import Pool
 from .x86 import nest as nest_x86
 from .signature import as_arrays, signature, written_objects
 from .spec import LETTERS, Loop, SpecError, parse, serial_order
-from .trace import PyArray, TraceError, run_python, trace
+from .trace import PyArray, TraceError, run_python
 
 
 # The nest generator of the host; both run on the native pool (loops.pool picks its machine code).
@@ -37,10 +44,14 @@ ON_AARCH64 = host().arch == "aarch64"
 GENERATOR = nest_aarch64 if ON_AARCH64 else nest_x86
 
 
-def kernel(spec, *loops, pool=None):
+def kernel(spec, *loops, pool=None, races="refuse"):
     """Decorate ``body(i_a, i_b, ..., *arrays)``: loop ``a`` is ``loops[0]`` and so on.
 
-    ``pool`` overrides the process's thread pool (:func:`loops.pool.get_pool`).
+    ``pool`` overrides the process's thread pool (:func:`loops.pool.get_pool`). ``races`` says what
+    the first call does when the spec lets two iterations that may run at the same time touch the
+    same block, one writing (:mod:`loops.races`): ``"refuse"`` raises :class:`loops.races.RaceError`
+    naming the pair and the fixes, ``"warn"`` issues a :class:`loops.races.RaceWarning` and runs,
+    ``"allow"`` skips the analysis (for bodies that synchronize themselves, e.g. atomic kernels).
 
     >>> from loops import Loop, kernel
     >>> @kernel("a", Loop(0, 3))
@@ -48,23 +59,72 @@ def kernel(spec, *loops, pool=None):
     ...     pass
     >>> nothing()
     """
+    _check_pool(pool)
+    _check_races(races)
+
     def wrap(body):
-        return LoopKernel(spec, loops, body, pool=pool)
+        return LoopKernel(spec, loops, body, pool=pool, races=races)
     return wrap
+
+
+def _check_pool(pool):
+    if pool is not None and not isinstance(pool, Pool):
+        raise TypeError(f"pool={pool!r}: expected a loops.pool.Pool (e.g. Pool(4)) or None for the process's "
+                        "pool (loops.pool.get_pool())")
+
+
+def _check_races(races):
+    if races not in _races.MODES:
+        raise ValueError(f"races={races!r}: expected one of {', '.join(map(repr, _races.MODES))}")
+
+
+def _check_body(body):
+    """Refuse bodies whose call would not run the loop body: generators, coroutines, non-callables."""
+    fn = body
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if not callable(fn):
+        raise TypeError(f"a loop body must be a function, not {type(body).__name__} {body!r}")
+    target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(type(fn), "__call__", fn)
+    for test, what in ((inspect.isgeneratorfunction, "a generator function (it has 'yield')"),
+                       (inspect.iscoroutinefunction, "an 'async def' coroutine function"),
+                       (inspect.isasyncgenfunction, "an async generator function")):
+        if test(fn) or test(target):
+            raise TypeError(f"loop body {getattr(body, '__name__', type(body).__name__)!r} is {what}: calling it "
+                            "runs nothing; "
+                            "write the body as a plain 'def' that calls the kernels directly (no yield, "
+                            "async or await)")
+
+
+_ALL = weakref.WeakSet()       # every loop kernel: set_num_threads drops their compiled nests
+
+
+def _forget_nests():
+    for lk in list(_ALL):
+        if lk.pool_override is None:
+            lk._bound.clear()
+            lk._fast = lk._last = None
+
+
+pool_module.ON_NEW_POOL.append(_forget_nests)
 
 
 class LoopKernel:
     """A traced-and-compiled loop nest; call it on arrays. See :func:`kernel`."""
 
-    def __init__(self, spec, loops, body, pool=None, hooks=None, tuned=None):
+    def __init__(self, spec, loops, body, pool=None, hooks=None, tuned=None, races="refuse"):
+        _check_body(body)
+        _check_pool(pool)
+        _check_races(races)
         for lp in loops:
             if not isinstance(lp, Loop):
                 raise SpecError(f"loop declarations must be Loop(start, end, step=1, blocks=[...]), got {lp!r}")
+        name = getattr(body, "__name__", type(body).__name__)
         params = list(inspect.signature(body).parameters)
         if len(params) < len(loops):
-            raise SpecError(f"{body.__name__} declares {len(params)} parameters but {len(loops)} loops: its first "
+            raise SpecError(f"{name} declares {len(params)} parameters but {len(loops)} loops: its first "
                             f"{len(loops)} parameters receive the loop indices, the rest the arrays")
-        self.body, self.loops, self.pool_override = body, tuple(loops), pool
+        self.body, self.loops, self.pool_override, self.races = body, tuple(loops), pool, races
         self.index_names, self.array_names = params[:len(loops)], params[len(loops):]
         self.spec = parse(spec, len(loops))
         self.resolved = self.spec.resolve(self.loops)
@@ -72,7 +132,10 @@ class LoopKernel:
         self.hooks["family"].append(self)         # every variant: a new hook invalidates all their nests
         self._tuned = tuned if tuned is not None else {}
         self._bound, self._variants, self._last, self._fast = {}, {}, None, None
-        self.__name__, self.__doc__ = body.__name__, body.__doc__
+        self.__name__, self.__doc__ = name, body.__doc__
+        P = inspect.Parameter           # what inspect.signature(loop_kernel) shows: the arrays
+        self.__signature__ = inspect.Signature([P(n, P.POSITIONAL_ONLY) for n in self.array_names])
+        _ALL.add(self)
 
     # -- hooks and variants -------------------------------------------------------------------
     def init(self, fn):
@@ -84,12 +147,14 @@ class LoopKernel:
         >>> @k.init
         ... def setup(): pass
         """
+        _check_body(fn)
         self.hooks["init"].append(fn)
         self._invalidate()
         return fn
 
     def fini(self, fn):
         """Register ``fn(*arrays)`` to run once per thread after the nest."""
+        _check_body(fn)
         self.hooks["fini"].append(fn)
         self._invalidate()
         return fn
@@ -99,7 +164,7 @@ class LoopKernel:
             member._bound.clear()
             member._fast = member._last = None
 
-    def with_spec(self, spec, pool=None):
+    def with_spec(self, spec, pool=None, races=None):
         """The same body and loops instantiated with another spec (cached per spec).
 
         >>> from loops import Loop, kernel
@@ -108,11 +173,12 @@ class LoopKernel:
         >>> k.with_spec("ba").spec.text
         'ba'
         """
-        key = (spec, pool)
+        races = self.races if races is None else races
+        key = (spec, pool, races)
         v = self._variants.get(key)
         if v is None:
             v = self._variants[key] = LoopKernel(spec, self.loops, self.body, pool or self.pool_override,
-                                                 self.hooks, self._tuned)
+                                                 self.hooks, self._tuned, races)
         return v
 
     @property
@@ -139,10 +205,13 @@ class LoopKernel:
         inst.run(arrays)
         mark_written(written)
 
-    def _bind(self, arrays, key):
+    def _check_count(self, arrays):
         if len(arrays) != len(self.array_names):
             raise TypeError(f"{self.__name__} takes {len(self.array_names)} arrays "
                             f"({', '.join(self.array_names)}), got {len(arrays)}")
+
+    def _bind(self, arrays, key):
+        self._check_count(arrays)
         inst = self._bound[key] = _Instance(self, arrays)
         self._last = inst
         return inst
@@ -161,13 +230,16 @@ class LoopKernel:
         >>> X = np.ones((3, 2), np.float32); clear.python(X); float(X.sum())
         0.0
         """
-        views = [a.view(PyArray) for a in as_arrays(arrays, self.array_names, self.__name__)]
+        arrays = as_arrays(arrays, self.array_names, self.__name__)
+        self._check_count(arrays)
+        signature(arrays)                     # TypeError unless NumPy arrays
+        views = [a.view(PyArray) for a in arrays]
         for fn in self.hooks["init"]:
-            run_python(fn, views[:_arity(fn)])
+            run_python(fn, views[:arity(fn)])
         for idx in serial_order(self.spec, self.loops):
             run_python(self.body, list(idx) + views)
         for fn in self.hooks["fini"]:
-            run_python(fn, views[:_arity(fn)])
+            run_python(fn, views[:arity(fn)])
 
     def explain(self, *arrays):
         """The nest as pseudo-code for each thread (traced on ``arrays``, else on the last call's).
@@ -186,20 +258,58 @@ class LoopKernel:
         inst = self._bind(arrays, signature(arrays)) if arrays else self._last
         return explain(self, inst)
 
+    def accesses(self, *arrays):
+        """How the nest uses each array (by parameter name): "read", "written" or "read and
+        written", from the operands of the kernel calls in its body and hooks. An array only
+        written (no call reads it) is an output that every run overwrites.
+
+        >>> import numpy as np, tppasm as tpp
+        >>> from loops import Loop, kernel
+        >>> relu = tpp.relu(1, 4)
+        >>> @kernel("A", Loop(0, 3))
+        ... def k(i, X, Y):
+        ...     relu(X[i:i + 1], Y[i:i + 1])
+        >>> X = np.zeros((3, 4), np.float32)
+        >>> k.accesses(X, np.empty_like(X))
+        {'X': 'read', 'Y': 'written'}
+        """
+        arrays = as_arrays(arrays, self.array_names, self.__name__)
+        key = signature(arrays)
+        inst = self._bound.get(key) or self._bind(arrays, key)
+        read, written = set(), set()
+        for tree in (inst.body, inst.init, inst.fini):
+            for call in tree.all_calls():
+                alloc = set(call.kernel.desc.allocated())
+                for spec, (arg, _) in zip(call.kernel.operands, call.args):
+                    if spec.writable:
+                        written.add(arg)
+                    if not spec.writable or spec.name not in alloc:
+                        read.add(arg)
+        words = {(True, False): "read", (False, True): "written", (True, True): "read and written",
+                 (False, False): "unused"}
+        return {name: words[i in read, i in written] for i, name in enumerate(self.array_names)}
+
     def tune(self, *arrays, **options):
         """Time candidate specs on ``arrays`` and remember the fastest for these shapes; see :func:`loops.tune.tune`."""
         from .tune import tune
         return tune(self, as_arrays(arrays, self.array_names, self.__name__), **options)
 
     def __repr__(self):
-        return f"<loops.kernel {self.__name__} {self.spec.text!r}>"
+        return display.loop_kernel_repr(self)
+
+    def _repr_html_(self):
+        return display.loop_kernel_html(self)
 
 
-def _arity(fn):
-    params = inspect.signature(fn).parameters.values()
-    if any(p.kind == p.VAR_POSITIONAL for p in params):
-        return None
-    return len(params)
+_INSTANCES = weakref.WeakSet()      # every compiled nest: its context lock is renewed in a forked child
+
+
+def _after_fork_in_child():
+    for inst in list(_INSTANCES):
+        inst.lock = threading.Lock()   # a parent's thread held it at the fork: it would stay taken
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Instance:
@@ -207,21 +317,18 @@ class _Instance:
 
     def __init__(self, lk, arrays):
         self.lk, spec = lk, lk.spec
-        self.body = trace(lk.body, lk.index_names, arrays, lk.array_names)
-        self.init = _hook_tree(lk.hooks["init"], arrays, lk.array_names)
-        self.fini = _hook_tree(lk.hooks["fini"], arrays, lk.array_names)
-        calls = [c for t in (self.body, self.init, self.fini) for c in t.all_calls()]
-        self.kernels = list({id(c.kernel): c.kernel for c in calls}.values())
         self.parallel = spec.mode != "serial"
         pool = lk.pool if self.parallel else None
         self.nthreads = pool.nthreads if pool else 1
-        if spec.mode == "grid" and spec.nthreads_needed > self.nthreads:
-            raise SpecError(f"loop spec {spec.text!r} places loops on a {'x'.join(map(str, spec.grid))} thread grid "
-                            f"({spec.nthreads_needed} threads) but the pool has {self.nthreads}; shrink the grid or "
-                            "set TPPASM_NUM_THREADS")
-        box = _box(lk, spec, self.nthreads)
-        self.body, self.init, self.fini = (t.simplify(box) for t in (self.body, self.init, self.fini))
+        check_grid(spec, self.nthreads)
+        traced = traced_trees(lk, arrays)
+        calls = [c for t in traced for c in t.all_calls()]
+        self.kernels = list({id(c.kernel): c.kernel for c in calls}.values())
+        box = box_of(lk.resolved, spec, self.nthreads)
+        self.body, self.init, self.fini = (t.simplify(box) for t in traced)
         _check_calls(lk, arrays, self.body, self.init, self.fini, box)
+        if lk.races != "allow":
+            _check_races_of(lk, arrays, self)
         self.layout = Layout(len(arrays), len(self.kernels), len(lk.loops))
         itemsizes = [a.itemsize for a in arrays]
         self.code = GENERATOR.build(spec, lk.resolved, self.body, self.init, self.fini, self.layout, itemsizes,
@@ -231,6 +338,7 @@ class _Instance:
         self.ctx_address = ctypes.addressof(self.ctx)
         self.pool = pool
         self.lock = threading.Lock()
+        _INSTANCES.add(self)
         self.first_array = self.layout.array(0) // 8
         self.writes = {arg for c in calls for spec, (arg, _) in zip(c.kernel.operands, c.args) if spec.writable}
         self.entry = self._fast_entry(arrays, self.writes)
@@ -298,28 +406,24 @@ class _Instance:
                 self.lock.release()
 
 
-def _hook_tree(fns, arrays, names):
-    if not fns:
-        from .trace import Node
-        return Node()
-
-    def all_hooks(*views):
-        for fn in fns:
-            n = _arity(fn)
-            fn(*(views if n is None else views[:n]))
-    return trace(all_hooks, [], arrays, names)
+def _check_races_of(lk, arrays, inst):
+    found = _races.analyze(lk.spec, lk.resolved, inst.nthreads, arrays, lk.index_names, lk.array_names,
+                           inst.body, inst.init, inst.fini, first_only=True)
+    if not found:
+        return
+    fixes = _races.fixes(lk, arrays, found[0], inst.nthreads)
+    message = _races.describe(lk.spec, found[0], inst.nthreads, fixes)
+    if lk.races == "warn":
+        warnings.warn(message, _races.RaceWarning, stacklevel=5)
+        return
+    raise _races.RaceError(message, found, fixes)
 
 
 # -- bind-time checks: every access stays inside its array, over every iteration ----------------
 
 def _box(lk, spec, nthreads):
-    """Range (inclusive) of every index and thread coordinate over the run."""
-    box = {}
-    for k, lp in enumerate(lk.resolved):
-        box[LETTERS[k]] = (lp.start, lp.start + (max(lp.trip, 1) - 1) * lp.step)
-    rows, cols, layers = spec.grid if spec.mode == "grid" else (1, 1, 1)
-    box.update(tid=(0, nthreads - 1), row=(0, rows - 1), col=(0, cols - 1), layer=(0, layers - 1))
-    return box
+    """Range (inclusive) of every index and thread coordinate over the run of ``lk`` under ``spec``."""
+    return box_of(lk.resolved, spec, nthreads)
 
 
 def _check_calls(lk, arrays, body, init, fini, box):

@@ -37,6 +37,7 @@ import os
 import signal
 import threading
 import time
+import weakref
 
 from isa.cpu import host
 
@@ -70,6 +71,10 @@ _ASYNC_SIGNALS = signal.valid_signals() - {signal.SIGSEGV, signal.SIGBUS, signal
                                            signal.SIGTRAP, signal.SIGABRT}
 
 
+MAX_SPIN_US = 1e6            # a second of spinning before sleeping is already far past useful
+MAX_THREADS = 4096
+
+
 def _env_int(name):
     text = os.environ.get(name, "").split(",")[0].strip()
     if not text:
@@ -78,8 +83,8 @@ def _env_int(name):
         value = int(text)
     except ValueError:
         raise ValueError(f"{name}={os.environ[name]!r}: expected a positive integer") from None
-    if value < 1:
-        raise ValueError(f"{name}={os.environ[name]!r}: expected a positive integer")
+    if not 1 <= value <= MAX_THREADS:
+        raise ValueError(f"{name}={os.environ[name]!r}: expected a number of threads from 1 to {MAX_THREADS}")
     return value
 
 
@@ -106,8 +111,8 @@ def _spin_us(nthreads):
         value = float(text) if text else default
     except ValueError:
         value = -1.0
-    if not value >= 0:
-        raise ValueError(f"TPPASM_SPIN_US={text!r}: expected a number of microseconds >= 0")
+    if not 0 <= value <= MAX_SPIN_US:          # NaN and infinity fail too
+        raise ValueError(f"TPPASM_SPIN_US={text!r}: expected a number of microseconds from 0 to {MAX_SPIN_US:g}")
     return value
 
 
@@ -140,8 +145,16 @@ class Pool:
     """
 
     def __init__(self, nthreads, spin_us=None):
-        if nthreads < 1:
-            raise ValueError(f"a pool needs at least one thread, not {nthreads}")
+        if not isinstance(nthreads, int) or isinstance(nthreads, bool):
+            raise TypeError(f"Pool(nthreads={nthreads!r}): expected an int number of threads, e.g. Pool(4)")
+        if not 1 <= nthreads <= MAX_THREADS:
+            raise ValueError(f"Pool(nthreads={nthreads}): a pool has 1 to {MAX_THREADS} threads")
+        if spin_us is not None:
+            if isinstance(spin_us, bool) or not isinstance(spin_us, (int, float)):
+                raise TypeError(f"Pool(spin_us={spin_us!r}): expected microseconds as a number, or None for "
+                                "TPPASM_SPIN_US / the default")
+            if not 0 <= spin_us <= MAX_SPIN_US:
+                raise ValueError(f"Pool(spin_us={spin_us}): expected 0 to {MAX_SPIN_US:g} microseconds")
         self.nthreads = nthreads
         self._code = _code.build()
         for jit in self._code.values():
@@ -160,6 +173,7 @@ class Pool:
         self._stale = True          # workers must be (re)started before the next region
         self._closed = False        # set at interpreter exit
         self._pid = os.getpid()
+        _POOLS.add(self)
 
     def run(self, fn, arg):
         """Run native ``fn(arg, tid, nthreads)`` on every thread; return when all have returned.
@@ -252,16 +266,28 @@ _pool = None
 _pool_lock = threading.Lock()
 
 
-def _reset_pool_lock():
+_POOLS = weakref.WeakSet()          # every pool: a forked child restarts their workers
+
+
+def _after_fork_in_child():
     global _pool_lock
     _pool_lock = threading.Lock()       # a thread of the parent may have held it at the fork
+    for pool in list(_POOLS):
+        pool._after_fork_in_child()
 
 
-os.register_at_fork(after_in_child=_reset_pool_lock)
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _new_pool(nthreads):
+    pool = Pool(nthreads)              # a forked child restarts it (_POOLS)
+    atexit.register(pool._at_exit)
+    return pool
 
 
 def get_pool():
-    """The process's pool (created on first use; threads from :func:`default_threads`).
+    """The process's pool (created on first use; threads from :func:`default_threads`, or the
+    last :func:`set_num_threads`).
 
     >>> get_pool() is get_pool()
     True
@@ -270,8 +296,43 @@ def get_pool():
     if _pool is None:
         with _pool_lock:
             if _pool is None:
-                pool = Pool(default_threads())
-                os.register_at_fork(after_in_child=pool._after_fork_in_child)
-                atexit.register(pool._at_exit)
-                _pool = pool
+                _pool = _new_pool(default_threads())
     return _pool
+
+
+# called after set_num_threads replaced the pool (loops.decorator drops nests compiled for the old one)
+ON_NEW_POOL = []
+
+
+def get_num_threads():
+    """How many threads parallel loop nests run on (the caller included).
+
+    >>> get_num_threads() == get_pool().nthreads
+    True
+    """
+    return _pool.nthreads if _pool is not None else default_threads()
+
+
+def set_num_threads(n):
+    """Run parallel loop nests on ``n`` threads from now on (like ``torch.set_num_threads``): the
+    pool is replaced, the old one's workers are joined once its region in flight (if any) ends,
+    and nests compile again for the new count on their next call. Loop kernels built with their
+    own ``pool=`` keep it.
+
+    >>> before = get_num_threads(); set_num_threads(1); get_num_threads()
+    1
+    >>> set_num_threads(before)
+    """
+    global _pool
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"set_num_threads({n!r}): expected an int >= 1 (threads, the caller included)")
+    with _pool_lock:
+        old = _pool
+        if old is not None and old.nthreads == n:
+            return
+        _pool = _new_pool(n)
+    if old is not None:
+        with old._lock:              # a region in flight on the old pool finishes first
+            old._stop()
+    for callback in ON_NEW_POOL:
+        callback()

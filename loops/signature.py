@@ -8,20 +8,22 @@ True
 """
 import numpy as np
 
-from tppasm.operand import as_ndarray, refuse_write
+from tppasm.operand import as_ndarray, origin_of, refuse_write
 
 
 def signature(arrays):
     """The binding key of ``arrays``; TypeError unless each is a NumPy array."""
     if not all(type(a) is np.ndarray for a in arrays):
         bad = [type(a).__name__ for a in arrays if type(a) is not np.ndarray]
-        raise TypeError(f"loop kernels take NumPy arrays (np.ndarray, not subclasses); got {', '.join(bad)}")
+        raise TypeError("loop kernels take NumPy arrays (np.ndarray, not subclasses), torch tensors and objects "
+                        f"with __dlpack__; got {', '.join(bad)}")
     return tuple((a.shape, a.strides, a.dtype, a.flags.writeable) for a in arrays)
 
 
 def as_arrays(objs, names, who):
-    """``objs`` as NumPy arrays over the same memory (:func:`tppasm.operand.as_ndarray`): ``objs``
-    itself when every one is an ``np.ndarray`` already, else a new tuple.
+    """``objs`` with its torch tensors and DLPack objects as NumPy arrays over the same memory
+    (:func:`tppasm.operand.as_ndarray`; anything else is left for :func:`signature` to refuse):
+    ``objs`` itself when every one is an ``np.ndarray`` already, else a new tuple.
 
     >>> import numpy as np
     >>> objs = (np.zeros(2),); as_arrays(objs, ["X"], "k") is objs
@@ -30,7 +32,7 @@ def as_arrays(objs, names, who):
     if all(type(a) is np.ndarray for a in objs):
         return objs
     names = list(names) + [f"arg{i}" for i in range(len(names), len(objs))]
-    return tuple(a if type(a) is np.ndarray else as_ndarray(a, n, who) for a, n in zip(objs, names))
+    return tuple(as_ndarray(a, n, who) if origin_of(a) in ("torch", "dlpack") else a for a, n in zip(objs, names))
 
 
 def written_objects(objs, writes, names, who):

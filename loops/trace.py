@@ -21,6 +21,8 @@ if i == 0:
 else:
   relu(X[2*i:2*i + 2, :], Y[2*i:2*i + 2, :])
 """
+import inspect
+import os
 import threading
 from dataclasses import dataclass, field
 
@@ -37,6 +39,12 @@ _local = threading.local()
 
 class TraceError(TypeError):
     """The body does something the tracer cannot compile; the message names the legal alternative."""
+
+
+class ViewAttributeError(TraceError, AttributeError):
+    """An attribute a traced view does not have (``X[i].T``, ``.reshape``): a :class:`TraceError`
+    naming the alternative, and an AttributeError, so ``hasattr``/``getattr(..., default)`` probes
+    still read it as absent."""
 
 
 # -- affine index expressions ----------------------------------------------------------------
@@ -217,14 +225,39 @@ class Cond:
 
 # -- array proxies ---------------------------------------------------------------------------
 
+_TRANSPOSE = ("views cannot be transposed in a body; transpose the block with a transform TPP "
+              "(tpp.transform('transpose', m, n) called on X[i] and a scratch block), or pass the array in "
+              "the blocked layout the kernel wants (tpp.block(x, ..., outer='n'), a different blocking)")
+_RESHAPE = ("views cannot change shape in a body; give the argument the blocked shape beforehand "
+            "(tpp.block(x, bm, bn) makes (Mb, Nb, bm, bn) blocks, or x.reshape(...) outside the body) and index "
+            "the blocks with the loop indices")
+_CONVERT = ("a body cannot convert a view; convert the block with a copy TPP (tpp.copy(m, n, dtype=..., "
+            "out_dtype=...) from X[i] into a block of another argument), or convert the argument before the call")
+_COPY = ("a body cannot copy a view with NumPy; copy the block with tpp.copy(m, n) into a block of another "
+         "argument")
+_ALTERNATIVES = {
+    **dict.fromkeys(("T", "mT", "transpose", "swapaxes", "moveaxis", "rollaxis"), _TRANSPOSE),
+    **dict.fromkeys(("reshape", "ravel", "flatten", "squeeze", "expand_dims", "view", "resize",
+                     "atleast_2d", "atleast_3d", "broadcast_to"), _RESHAPE),
+    **dict.fromkeys(("astype", "real", "imag", "byteswap"), _CONVERT),
+    **dict.fromkeys(("copy", "ascontiguousarray", "asarray", "array", "fill", "tolist", "item", "tobytes"), _COPY),
+}
+
 class View:
-    """A traced view of argument ``arg``: concrete shape/strides (elements), affine element offset."""
+    """A traced view of argument ``arg``: concrete shape/strides (elements), affine element offset.
 
-    __slots__ = ("arg", "dtype", "shape", "strides", "offset", "text", "checks")
+    ``axes`` follows each axis of the argument itself: ``(start, step)`` in index units (``start``
+    affine), and ``vmap`` names the argument axis behind each axis of the view, so the block a
+    kernel touches is known per axis of the argument (the race analysis, :mod:`loops.races`).
+    """
 
-    def __init__(self, arg, dtype, shape, strides, offset, text, checks=()):
+    __slots__ = ("arg", "dtype", "shape", "strides", "offset", "text", "checks", "axes", "vmap")
+
+    def __init__(self, arg, dtype, shape, strides, offset, text, checks=(), axes=None, vmap=None):
         self.arg, self.dtype, self.shape, self.strides = arg, dtype, tuple(shape), tuple(strides)
         self.offset, self.text, self.checks = offset, text, tuple(checks)
+        self.axes = tuple(axes) if axes is not None else tuple((Affine.of(0), 1) for _ in self.shape)
+        self.vmap = tuple(vmap) if vmap is not None else tuple(range(len(self.shape)))
 
     @property
     def ndim(self):
@@ -235,16 +268,21 @@ class View:
         if len(key) > self.ndim:
             raise TraceError(f"{self.text}: {len(key)} indices for a {self.ndim}-D array")
         shape, strides, offset, checks, parts = [], [], self.offset, list(self.checks), []
+        axes, vmap = list(self.axes), []
         for axis, k in enumerate(key):
             dim, st = self.shape[axis], self.strides[axis]
+            origin = self.vmap[axis]
+            start, step = axes[origin]
             if isinstance(dim, Affine):
                 raise TraceError(f"{self.text}: cannot index the axis whose length depends on a loop index; "
                                  "slice the other axes first")
             if isinstance(k, slice):
-                lo, extent, step, text = self._slice(k, dim, axis, checks)
+                lo, extent, sstep, text = self._slice(k, dim, axis, checks)
                 offset = offset + lo * st
                 shape.append(extent)
-                strides.append(st * step)
+                strides.append(st * sstep)
+                axes[origin] = (start + lo * step, step * sstep)
+                vmap.append(origin)
                 parts.append(text)
             elif isinstance(k, (Affine, int, np.integer)) and not isinstance(k, bool):
                 if isinstance(k, Affine):
@@ -254,14 +292,24 @@ class View:
                     if not 0 <= k < dim:
                         raise TraceError(f"{self.text}: index {k} out of range for axis {axis} of length {dim}")
                 offset = offset + k * st
+                axes[origin] = (start + k * step, step)
                 parts.append(repr(k))
             else:
                 raise TraceError(f"{self.text}: cannot index with {type(k).__name__} {k!r}; use ints, loop "
                                  "indices (affine expressions of them) and slices")
         shape += self.shape[len(key):]
         strides += self.strides[len(key):]
+        vmap += self.vmap[len(key):]
         text = f"{self.text}[{', '.join(parts)}]"
-        return View(self.arg, self.dtype, shape, strides, offset, text, checks)
+        return View(self.arg, self.dtype, shape, strides, offset, text, checks, axes, vmap)
+
+    def box(self, shape):
+        """Per axis of the argument: ``(start, extent, step)`` of the elements a kernel operand of
+        ``shape`` (the view's own, the batch axis cut to ``count``) covers."""
+        extent = [1] * len(self.axes)
+        for origin, n in zip(self.vmap, shape):
+            extent[origin] = n
+        return tuple((start, n, step) for (start, step), n in zip(self.axes, extent))
 
     def _slice(self, k, dim, axis, checks):
         step = 1 if k.step is None else k.step
@@ -304,8 +352,22 @@ class View:
     def __array_ufunc__(self, *a, **k):
         self._refuse()
 
-    def __array_function__(self, *a, **k):
-        self._refuse()
+    def __array_function__(self, func, types, args, kwargs):
+        name = getattr(func, "__name__", "")
+        hint = _ALTERNATIVES.get(name)
+        if hint is None:
+            self._refuse()
+        raise TraceError(f"np.{name}({self.text}) inside a loop body: {hint}")
+
+    def __getattr__(self, name):
+        if name.startswith("__"):          # protocol probes (copy, pickle, NumPy) get the usual answer
+            raise AttributeError(name)
+        hint = _ALTERNATIVES.get(name)
+        if hint is None:
+            raise ViewAttributeError(f"{self.text}.{name}: a traced array in a loop body only supports indexing "
+                                     "and slicing (X[i, j:j + 4]) and .shape, .ndim and .dtype; pass it to a "
+                                     "tppasm kernel, or run NumPy code with kernel.python(...)")
+        raise ViewAttributeError(f"{self.text}.{name} inside a loop body: {hint}")
 
     def __repr__(self):
         return f"<traced {self.text}: shape {self.shape}, offset {self.offset}>"
@@ -323,6 +385,7 @@ class Call:
     text: str
     checks: tuple         # (affine, lo, hi, message): lo <= affine <= hi must hold where called
     path: tuple           # (Compare, outcome) decisions that lead here
+    boxes: tuple = ()     # per operand, per axis of its argument: (start, extent, step) (View.box)
 
 
 @dataclass
@@ -408,7 +471,7 @@ class _Tracer:
         except OperandError as e:
             raise TraceError(str(e)) from None
         count = dict(zip(kernel.scalars, values)).get(kernel.desc.count_scalar, 1)
-        args, checks, texts = [], [], []
+        args, checks, texts, boxes = [], [], [], []
         for spec, v in zip(specs, arrays):
             if not isinstance(v, View):
                 raise TraceError(f"{kernel.desc.kind}: operand {spec.name} is a {type(v).__name__}; inside a loop "
@@ -430,6 +493,7 @@ class _Tracer:
             except OperandError as e:
                 raise OperandError(f"{e} (operand {v.text})") from None
             args.append((v.arg, v.offset))
+            boxes.append(v.box(spec.full_shape(count)))
             checks.extend(v.checks)
             texts.append(v.text)
         extra = "".join(f", {n}={x}" for n, x in zip(kernel.scalars, values)
@@ -437,7 +501,8 @@ class _Tracer:
         name = getattr(kernel.desc, "op", None) or kernel.desc.kind
         path = tuple((t, o) for kind, t, o in self.events if kind == "if")
         self.events.append(("call", Call(kernel, tuple(args), tuple(int(x) for x in values),
-                                         f"{name}({', '.join(texts)}{extra})", tuple(checks), path), None))
+                                         f"{name}({', '.join(texts)}{extra})", tuple(checks), path,
+                                         tuple(boxes)), None))
 
 
 def _tracer(what):
@@ -508,7 +573,6 @@ def trace(body, index_names, arrays, arg_names=None):
     names = dict(zip(letters, index_names))
     idx = [Affine(((v, 1),), 0, names) for v in letters]
     if arg_names is None:
-        import inspect
         params = list(inspect.signature(body).parameters)[len(index_names):]
         arg_names = params + [f"arg{i}" for i in range(len(params), len(arrays))]
     views = []
@@ -542,12 +606,29 @@ def _run(tracer, fn, args, mode="trace"):
     """``fn(*args)`` with kernel calls going to the hook in ``mode`` ("trace" or "python")."""
     prev = getattr(_local, "mode", None), getattr(_local, "tracer", None)
     _local.mode, _local.tracer = mode, tracer
+    _local.depth = getattr(_local, "depth", 0) + 1
     _tk.tracing(+1)             # kernels then skip their native fast path and ask the hook
     try:
-        fn(*args)
+        result = fn(*args)
     finally:
         _tk.tracing(-1)
+        _local.depth -= 1
         _local.mode, _local.tracer = prev
+    if inspect.isgenerator(result) or inspect.iscoroutine(result) or inspect.isasyncgen(result) \
+            or inspect.isawaitable(result):
+        if hasattr(result, "close"):
+            result.close()          # never started: nothing of the body ran
+        raise TraceError(f"the loop body returned a {type(result).__name__}: its kernel calls never ran; write "
+                         "the body as a plain 'def' that calls the kernels directly (no yield, async or await)")
+
+
+def _after_fork_in_child():
+    """Only the forking thread's traces go on in a child: other threads' counts must not keep
+    every kernel call on the slow path forever."""
+    _tk.tracing(getattr(_local, "depth", 0) - _tk.TRACING)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def run_python(fn, args):

@@ -1,5 +1,9 @@
 """Shared test helpers: run a kernel's raw code natively or, where the host lacks the ISA, in the
-interpreter (isa.x86.interp), on views of poisoned buffers."""
+interpreter (isa.x86.interp), on views of poisoned buffers; build kernels at each ISA level the
+host runs natively (:func:`kernel_level`, the ``isa_level`` fixture of tests/conftest.py)."""
+import contextlib
+import os
+
 import numpy as np
 import pytest
 
@@ -12,6 +16,39 @@ X86_ISAS = ("avx2", "avx512")
 def native(isa):
     """True when this host can execute ``isa`` code directly."""
     return isa in host().levels
+
+
+def native_levels():
+    """The ISA levels this host runs natively, or only ``TPPASM_ISA``'s when it forces one.
+
+    Tests that take the ``isa_level`` fixture run once per level (kernels built inside the test
+    target it); the TPP tests parametrize over :data:`X86_ISAS` themselves (:func:`isa_params`).
+    """
+    return [host().isa] if os.environ.get("TPPASM_ISA", "").strip() else list(host().levels)
+
+
+@contextlib.contextmanager
+def kernel_level(isa):
+    """Kernels built inside (``isa=None``, the default) target ``isa`` instead of the host's level."""
+    h = host()
+    old, h.isa = h.isa, isa
+    try:
+        yield isa
+    finally:
+        h.isa = old
+
+
+_POOLS = {}
+
+
+def pool_of(n):
+    """The process's pool when it has ``n`` threads, else a pool of ``n`` made once (short spins)."""
+    from loops.pool import Pool, get_pool
+    if n == get_pool().nthreads:
+        return get_pool()
+    if n not in _POOLS:
+        _POOLS[n] = Pool(n, spin_us=5)
+    return _POOLS[n]
 
 
 def interp_available():

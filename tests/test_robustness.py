@@ -13,7 +13,6 @@ import tppasm as tpp
 from loops import Loop, kernel
 from loops.spec import SpecError
 from loops.trace import TraceError
-from tppasm.brgemm import Brgemm
 from tppasm.operand import OperandError
 
 
@@ -41,8 +40,9 @@ def test_bad_count_in_a_body_is_refused(count):
     assert "refused:" in out and "count=" in out
 
 
-@pytest.mark.parametrize("call", ["relu(X[i])", "relu(X[i], Y[i], Y[i])"])
-def test_wrong_number_of_arrays_in_a_body_is_refused(call):
+@pytest.mark.parametrize("call, words", [("relu(X[i])", "allocating form k(inputs) runs outside loop bodies"),
+                                         ("relu(X[i], Y[i], Y[i])", "takes 2 arrays")])
+def test_wrong_number_of_arrays_in_a_body_is_refused(call, words):
     out = run_isolated(f"""
         relu = tpp.relu(2, 4); X = np.ones((8, 2, 4), np.float32); Y = np.zeros_like(X)
         @kernel("a", Loop(0, 8))
@@ -55,7 +55,7 @@ def test_wrong_number_of_arrays_in_a_body_is_refused(call):
                 print("refused:", e)
         print("x intact:", bool((X == 1).all()))
         """)
-    assert out.count("refused:") == 2 and "takes 2 arrays" in out and "x intact: True" in out
+    assert out.count("refused:") == 2 and words in out and "x intact: True" in out
 
 
 def test_unchecked_batched_kernels_cannot_be_called_raw():
@@ -188,3 +188,166 @@ def test_messages_name_the_real_fix():
         tpp.aligned(A, align=0)
     with pytest.raises(ValueError, match="outer"):
         tpp.unblock(np.ones((1, 1, 2, 2)), outer="x")
+
+
+# -- exceptions that name the fix (issue 11: "Wrong exception types") --------------------------------
+
+def test_isa_names_are_read_as_tppasm_isa_reads_them():
+    assert tpp.brgemm(4, 4, 4, isa=" AVX2") is tpp.brgemm(4, 4, 4, isa="avx2")
+    for bad in ("bogus", 3, ""):
+        with pytest.raises(ValueError, match="'avx2', 'avx512', 'amx', 'sve'.*natively") as e:
+            tpp.brgemm(4, 4, 4, isa=bad)
+        assert type(e.value) is ValueError
+
+
+@pytest.mark.parametrize("desc", [None, "relu", 3])
+def test_get_kernel_wants_a_descriptor(desc):
+    with pytest.raises(TypeError, match="tppasm.brgemm.Brgemm.*tppasm.relu"):
+        tpp.get_kernel(desc)
+    with pytest.raises(TypeError, match="already a kernel"):
+        tpp.get_kernel(tpp.relu(2, 4))
+    with pytest.raises(TypeError, match="AMX BRGEMM"):
+        tpp.tileconfig(None)
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "1e30", "x"])
+def test_spin_time_must_be_finite(value, monkeypatch):
+    from loops.pool import Pool
+    monkeypatch.setenv("TPPASM_SPIN_US", value)
+    with pytest.raises(ValueError, match="TPPASM_SPIN_US.*microseconds from 0 to"):
+        Pool(2)
+    monkeypatch.delenv("TPPASM_SPIN_US")
+    for bad, error in ((float("inf"), ValueError), ("5", TypeError), (-1, ValueError)):
+        with pytest.raises(error, match="spin_us"):
+            Pool(2, spin_us=bad)
+    for bad, error in (("2", TypeError), (0, ValueError), (10**6, ValueError), (2.0, TypeError)):
+        with pytest.raises(error, match="Pool\\(nthreads="):
+            Pool(bad)
+
+
+def test_pool_argument_is_checked_at_decoration():
+    with pytest.raises(TypeError, match="pool='x': expected a loops.pool.Pool"):
+        kernel("a", Loop(0, 2), pool="x")
+
+
+def test_python_path_wants_arrays():
+    relu = tpp.relu(2, 4)
+    k = kernel("a", Loop(0, 2))(lambda i, X, Y: relu(X[i], Y[i]))
+    with pytest.raises(TypeError, match="NumPy arrays.*got list, NoneType"):
+        k.python([1], None)
+    with pytest.raises(TypeError, match="takes 2 arrays"):
+        k.python(np.ones((2, 2, 4), np.float32))
+
+
+@pytest.mark.parametrize("expr, words", [
+    ("X[i].T", "transform\\('transpose'"), ("X[i].transpose()", "transform\\('transpose'"),
+    ("np.transpose(X[i])", "transform\\('transpose'"), ("X[i].reshape(8)", "tpp.block"),
+    ("X[i].astype(np.float64)", "tpp.copy\\(m, n, dtype"), ("X[i].copy()", "tpp.copy"),
+    ("X[i].sum()", "only supports indexing and slicing"), ("np.sum(X[i])", "only tppasm kernels")])
+def test_numpy_idioms_on_traced_views_name_the_alternative(expr, words):
+    relu = tpp.relu(2, 4)
+    body = eval(f"lambda i, X, Y: (relu({expr}, Y[i]))", {"np": np, "relu": relu})
+    with pytest.raises(TraceError, match=words) as e:
+        kernel("a", Loop(0, 2))(body)(np.ones((2, 2, 4), np.float32), np.zeros((2, 2, 4), np.float32))
+    assert isinstance(e.value, TypeError)
+
+
+def _gen(i, X, Y):
+    yield
+
+
+async def _coro(i, X, Y):
+    pass
+
+
+async def _agen(i, X, Y):
+    yield
+
+
+class _GenCall:
+    def __call__(self, i, X, Y):
+        yield
+
+
+@pytest.mark.parametrize("body", [_gen, _coro, _agen, _GenCall()], ids=["generator", "async", "async-gen", "__call__"])
+def test_bodies_that_are_not_plain_functions_are_refused(body):
+    with pytest.raises(TypeError, match="plain 'def'"):
+        kernel("a", Loop(0, 2))(body)
+    k = kernel("a", Loop(0, 2))(lambda i, X, Y: None)
+    with pytest.raises(TypeError, match="plain 'def'"):
+        k.init(body)
+
+
+def test_a_body_that_returns_a_generator_is_refused():
+    relu = tpp.relu(2, 4)
+    lazy = kernel("a", Loop(0, 2))(lambda i, X, Y: (relu(X[i], Y[i]) for _ in (0,)))
+    X, Y = np.ones((2, 2, 4), np.float32), np.zeros((2, 2, 4), np.float32)
+    for run in (lambda: lazy(X, Y), lambda: lazy.python(X, Y)):
+        with pytest.raises(TypeError, match="returned a generator"):
+            run()
+    assert not Y.any()
+
+
+BAD = [None, "x", -1, 0, 2**64, float("inf"), float("nan"), 1.5, [], (), object(), True, np.ones(3), b"x"]
+
+
+def _public_calls():
+    """(name, callable with the bad value in one argument) for every public constructor and entry."""
+    import inspect
+    from loops.pool import Pool, set_num_threads
+    good = {
+        tpp.brgemm: (4, 4, 4), tpp.unary: ("relu", 2, 4), tpp.relu: (2, 4), tpp.zero: (2, 4), tpp.copy: (2, 4),
+        tpp.binary: ("add", 2, 4), tpp.ternary: ("muladd", 2, 4), tpp.reduce: ("add", 2, 4),
+        tpp.transform: ("transpose", 4, 4), tpp.aligned: (np.ones(4),), tpp.block: (np.ones((4, 4)), 2, 2),
+        tpp.unblock: (np.ones((2, 2, 2, 2)),), tpp.empty: ((4, 4), "f32"),
+        tpp.vnni_pack: (np.ones((4, 4), np.float32), 2), tpp.vnni_unpack: (np.ones((2, 4, 2), np.float32),),
+        tpp.get_kernel: (tpp.eltwise.Unary("relu", 2, 4),), tpp.tileconfig: (None,),
+        Loop: (0, 4), Pool: (2,), set_num_threads: (2,),
+    }
+    for fn, args in good.items():
+        params = [p for p in inspect.signature(fn).parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                                                       p.KEYWORD_ONLY)]
+        for i, p in enumerate(params):
+            for bad in BAD:
+                a, k = list(args), {}
+                if i < len(a):
+                    a[i] = bad
+                else:
+                    k[p.name] = bad
+                yield f"{fn.__name__}({p.name}={bad!r})", lambda fn=fn, a=a, k=k: fn(*a, **k)
+    relu, g = tpp.relu(2, 4), tpp.brgemm(4, 4, 4)
+    X, A, C = np.ones((2, 4), np.float32), np.ones((2, 4, 4), np.float32), np.ones((4, 4), np.float32)
+    lk = kernel("A", Loop(0, 2))(lambda i, X: relu(X[i], X[i]))
+    from loops.races import check
+    for bad in BAD:
+        yield "relu(bad)", lambda b=bad: relu(b, X)
+        yield "brgemm(count=bad)", lambda b=bad: g(A, A, C, count=b)
+        yield "kernel(spec=bad)", lambda b=bad: kernel(b, Loop(0, 2))
+        yield "kernel(loop=bad)", lambda b=bad: kernel("a", b)
+        yield "kernel(races=bad)", lambda b=bad: kernel("a", Loop(0, 2), races=b)
+        yield "kernel(body=bad)", lambda b=bad: kernel("a", Loop(0, 2))(b)
+        yield "lk(bad)", lambda b=bad: lk(b)
+        yield "lk.python(bad)", lambda b=bad: lk.python(b)
+        yield "lk.explain(bad)", lambda b=bad: lk.explain(b)
+        yield "lk.with_spec(bad)", lambda b=bad: lk.with_spec(b)
+        yield "lk.init(bad)", lambda b=bad: lk.init(b)
+        yield "check(arrays=bad)", lambda b=bad: check(lk, b)
+        yield "check(spec=bad)", lambda b=bad: check(lk, (np.ones((2, 2, 4), np.float32),), b)
+        yield "check(nthreads=bad)", lambda b=bad: check(lk, (np.ones((2, 2, 4), np.float32),), nthreads=b)
+
+
+def test_public_entries_raise_only_type_or_value_errors():
+    """A fuzz over every public entry of tppasm and loops (but the tuner's): a bad value in any one
+    argument raises TypeError or ValueError, never AttributeError, RuntimeError or OverflowError."""
+    import warnings
+    leaks = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)         # old parameter names are fuzzed too
+        for name, call in _public_calls():
+            try:
+                call()
+            except (TypeError, ValueError):
+                pass
+            except Exception as e:                      # pragma: no cover - reported below
+                leaks.append(f"{name}: {type(e).__name__}: {e}")
+    assert not leaks, "\n".join(leaks[:20])

@@ -1,5 +1,6 @@
 """``python -m tppasm info [--json]`` describes the host; ``python -m tppasm demo`` JITs a BRGEMM,
-checks it against NumPy and times it beside numpy's matmul."""
+checks it against NumPy and times it beside numpy's matmul; ``python -m tppasm cache info|clear``
+shows or empties the disk cache of generated kernels; ``python -m tppasm`` alone lists the commands."""
 import argparse
 import json
 import sys
@@ -9,19 +10,30 @@ import numpy as np
 
 
 def info(as_json=False):
-    from isa.cpu import host
+    from isa.cpu import host, verification
     h = host()
     if as_json:
         print(json.dumps(h.as_dict(), indent=2))
         return
+    v = verification(h)
     print(f"arch      {h.arch} ({h.vendor})")
     print(f"isa       {h.isa} (best available: {h.best_isa}; levels: {', '.join(h.levels) or 'none'})")
+    print(f"native    {' '.join(v['native']) or 'none'} (code of these levels runs on this CPU; the tests run "
+          "the TPP, loop and demo tests at each)")
+    if v["interpreter"]:
+        print(f"interp    {' '.join(v['interpreter'])} (the host lacks them: their kernels are tested in "
+              "isa.x86.interp, which interprets the generated code)")
+    if v["emulator"]:
+        how = [f"qemu-aarch64 ({v['qemu']})" if v["qemu"] else f"qemu-aarch64 {v['runners']['qemu-aarch64']}",
+               "unicorn for fp32" if v["runners"]["unicorn"] is None else f"unicorn: {v['runners']['unicorn']}"]
+        print(f"emulated  {' '.join(v['emulator'])} (tested under {'; '.join(how)})")
     if h.sve_vector_bits:
         print(f"sve       {h.sve_vector_bits}-bit vectors")
     on = [k for k, v in h.features.items() if v]
     off = [k for k, v in h.features.items() if not v]
-    print(f"features  {' '.join(on)}")
-    print(f"absent    {' '.join(off)}")
+    print(f"features  {' '.join(on) or 'none detected'}")
+    if off:
+        print(f"absent    {' '.join(off)}")
     for what, why in h.notes.items():
         print(f"note      {what}: {why}")
 
@@ -67,15 +79,63 @@ def demo():
     return 0 if ok else 1
 
 
+def cache(action, as_json=False):
+    """``cache info``: where the disk cache is, what it holds, its counts; ``cache clear``: empty it."""
+    import tppasm.cache as tc
+    if action == "clear":
+        before = tc.info()
+        tc.clear()
+        if before["enabled"]:
+            print(f"cleared {before['directory']} ({sum(before['entries'].values())} entries, "
+                  f"{_size(before['disk_bytes'])})")
+        else:
+            print(f"nothing to clear: the cache is {before['why']}")
+        return 0
+    i = tc.info()
+    if as_json:
+        print(json.dumps(i, indent=2))
+        return 0
+    if not i["enabled"]:
+        print(f"directory {i['directory']}\nstate     {i['why']}")
+        return 0
+    entries = ", ".join(f"{ns} {n}" for ns, n in sorted(i["entries"].items())) or "none"
+    stats = ", ".join(f"{k} {v}" for k, v in i["stats"].items())
+    print(f"directory {i['directory']}")
+    print(f"entries   {entries}")
+    print(f"size      {_size(i['live_bytes'])} stored, {_size(i['disk_bytes'])} on disk in {i['segments']} "
+          f"segments; cap {_size(i['cap_bytes'])} (TPPASM_CACHE_MB)")
+    print(f"counts    {stats} (all processes so far)")
+    print("clear it with: python -m tppasm cache clear; turn it off with TPPASM_CACHE=0")
+    return 0
+
+
+def _size(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m tppasm")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    import tppasm
+    p = argparse.ArgumentParser(prog="python -m tppasm",
+                                description=f"tppasm {tppasm.__version__}: TPP kernels and loop nests JIT'd from Python")
+    p.add_argument("--version", action="version", version=f"tppasm {tppasm.__version__}")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
     pi = sub.add_parser("info", help="describe the host CPU and the ISA tppasm targets")
     pi.add_argument("--json", action="store_true", help="machine-readable output")
     sub.add_parser("demo", help="JIT a BRGEMM, check it against NumPy, time it beside numpy")
+    pc = sub.add_parser("cache", help="show (info) or empty (clear) the disk cache of generated kernels")
+    pc.add_argument("action", choices=("info", "clear"))
+    pc.add_argument("--json", action="store_true", help="machine-readable output (info)")
     args = p.parse_args(argv)
+    if args.cmd is None:
+        p.print_help()
+        return 0
     if args.cmd == "info":
         return info(args.json)
+    if args.cmd == "cache":
+        return cache(args.action, args.json)
     return demo()
 
 

@@ -16,7 +16,10 @@ import hashlib
 import importlib
 import pathlib
 import pkgutil
+import sys
 import threading
+
+from . import forking
 
 FAMILIES = {"avx2": "x86", "avx512": "x86", "amx": "x86", "sve": "sve"}
 PACKAGES = {"x86": "tppasm.x86", "sve": "tppasm.sve"}
@@ -27,6 +30,10 @@ _SHARED_SOURCES = ("tppasm/*.py", "isa/**/*.py")
 _GENERATORS = {}
 _LOADED = set()
 _LOCK = threading.RLock()
+
+
+_FORK_WAIT_S = 10.0
+forking.guard(sys.modules[__name__], "_LOCK", threading.RLock)     # see tppasm.forking
 
 
 def register(family, *kinds):
@@ -58,6 +65,25 @@ def family(isa):
     except (KeyError, TypeError):
         raise ValueError(f"isa={isa!r}: expected one of {', '.join(map(repr, FAMILIES))} "
                          "(or None for the host's level)") from None
+
+
+def level(isa):
+    """The ISA level ``isa`` names, spelled as ``TPPASM_ISA`` accepts it (any case, spaces around);
+    None is the host's level. ValueError names the levels.
+
+    >>> level(" AVX2 "), level(None) == __import__("isa.cpu").cpu.host().isa
+    ('avx2', True)
+    """
+    if isa is None:
+        from isa.cpu import host
+        return host().isa
+    name = isa.strip().lower() if isinstance(isa, str) else isa
+    if name not in FAMILIES:
+        from isa.cpu import host
+        raise ValueError(f"isa={isa!r}: expected one of {', '.join(map(repr, FAMILIES))} (this host runs "
+                         f"{', '.join(host().levels) or 'none'} natively), or None for the host's level "
+                         f"({host().isa})")
+    return name
 
 
 def _load(fam):

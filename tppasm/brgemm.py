@@ -65,7 +65,7 @@ class Brgemm(Descriptor):
     batch: str = "stride"
     bias: bool = False
     act: object = None
-    tile_setup: bool = True     # AMX: False = no ldtilecfg/tilerelease (see tileconfig())
+    tile_setup: bool = True     # AMX: True = load its config when another is loaded; False = a nest's (tileconfig())
     signs: str = "us"           # i8: A and B (u)nsigned or (s)igned: us (u8 x s8), ss, su, uu
 
     kind = "brgemm"
@@ -158,6 +158,10 @@ class Brgemm(Descriptor):
     def work(self):
         return 2 * self.m * self.n * self.k + sum(s.nbytes() for s in self.operands())
 
+    def allocated(self):
+        """C, when the kernel only writes it (beta=0, stride batch): ``C = gemm(A, B)``."""
+        return ("c",) if not self.beta and self.batch == "stride" else ()
+
     # -- reference ------------------------------------------------------------------------------
     def reference(self, a, b, c, *rest, count=1):
         """NumPy BRGEMM on the same arguments as the public call, in place on ``c``.
@@ -223,18 +227,33 @@ class BatchedBrgemm:
         self.desc = kernel.desc
 
     def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)        # copy/pickle probes, before __init__ ran
         return getattr(self.kernel, name)
 
-    def __call__(self, a, b, c, *rest, count=1):
+    def __reduce__(self):
+        return BatchedBrgemm, (self.kernel,)
+
+    def __repr__(self):
+        return f"<BatchedBrgemm of {self.kernel!r}>"
+
+    def _repr_html_(self):
+        return self.kernel._repr_html_()
+
+    def __call__(self, a, b, c, *rest, count=None):
+        """``gemm(A, B, C, offsets[, bias])`` (batch="offset") or ``gemm(A_blocks, B_blocks, C[, bias])``
+        (batch="address"); ``count`` defaults to the number of offset rows / of blocks."""
         d = self.desc
         who = "brgemm"
         if _kernel.TRACING and not all(isinstance(x, (np.ndarray, list, tuple)) for x in (a, b, c)):
             raise TypeError(unchecked_in_body(d))
-        count = scalar_arg(who, "count", count)
         target = c
         a, b = (_as_blocks(x, name, who) for x, name in ((a, "a"), (b, "b")))
         c = _foreign(c, "c", who, writes=True)
         rest = [_foreign(x, "offsets" if i == 0 and d.batch == "offset" else "bias", who) for i, x in enumerate(rest)]
+        if count is None:
+            count = _batch_count(d, a, b, rest)
+        count = scalar_arg(who, "count", count)
         spec_a, spec_b = d.block_specs()
         ops = {s.name: s for s in self.kernel.operands}
         check(ops["c"], c, who=who)
@@ -284,6 +303,20 @@ def _as_blocks(x, name, who):
 def _foreign(x, name, who, writes=False):
     """``x`` as a NumPy view if it is a torch tensor or a DLPack object, else itself (to be checked)."""
     return as_ndarray(x, name, who, writes) if origin_of(x) in ("torch", "dlpack") else x
+
+
+def _batch_count(desc, a, b, rest):
+    """``count`` left out: the rows of the offsets array, or the number of A and B blocks when both
+    sequences hold the same number (else TypeError asking for ``count=``)."""
+    if desc.batch == "offset":
+        offsets = rest[0] if rest else None
+        return len(offsets) if isinstance(offsets, np.ndarray) and offsets.ndim == 2 else 1
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            raise TypeError(f"brgemm: pass count= (how many blocks to reduce over): it is inferred only when "
+                            f"A and B hold the same number of blocks, and A holds {len(a)}, B {len(b)}")
+        return len(a)
+    return 1
 
 
 def _check_buffer(spec, buf, offsets, who):
@@ -357,6 +390,9 @@ def tileconfig(gemm):
     ('amx_tileconfig', 'amx_tilerelease')
     """
     desc = getattr(gemm, "desc", gemm)
+    if not isinstance(desc, Brgemm):
+        raise TypeError(f"tileconfig(gemm): gemm={gemm!r}; pass the AMX BRGEMM (tppasm.brgemm(..., isa='amx', "
+                        "tile_setup=False)) whose tile configuration the nest needs")
     return get_kernel(TileConfig(desc), "amx")
 
 

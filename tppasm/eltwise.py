@@ -1,7 +1,9 @@
 """Element-wise TPP descriptors and their NumPy references: unary, binary, ternary, reductions and
 layout transforms.
 
-A 2-D operand is (rows m, cols n) with a row stride ``ld`` in elements (row-major, NumPy's).
+A 2-D operand is (rows m, cols n) with a row stride in elements (row-major, NumPy's) named after
+the operand: ``ldx`` for x (and dy), ``lda``/``ldb``/``ldc`` for a/b/c, ``ldo`` for out (the
+descriptors keep the field ``ldi`` for x; ``ldi=`` still works in the constructors, deprecated).
 bf16 operands are computed in fp32 (inputs widened exactly, outputs rounded to nearest even).
 Broadcast operands (``bcast_a``/``bcast_b``) are 1-D: ``"row"`` one row of n values used by every
 row, ``"col"`` one value per row (m values), ``"scalar"`` one value (shape (1,)).
@@ -79,6 +81,8 @@ REDUCE_OPS = {"add": lambda x, axis: x.sum(axis), "max": lambda x, axis: x.max(a
 TRANSFORMS = ("transpose", "vnni2", "vnni4", "unvnni2", "unvnni4")
 BCASTS = (None, "row", "col", "scalar")
 FLOAT_DTYPES = ("f32", "bf16")
+# descriptor field -> the constructors' parameter (a leading dimension is ``ld`` + its operand's name)
+PUBLIC_NAMES = {"ldi": "ldx"}
 
 
 def _positive(desc, *names):
@@ -91,7 +95,8 @@ def _positive(desc, *names):
 def _ld(desc, name, minimum):
     value = getattr(desc, name)
     if not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{desc.kind}: {name}={value!r} is too small; it must be >= {minimum}")
+        raise ValueError(f"{desc.kind}: {PUBLIC_NAMES.get(name, name)}={value!r} is too small; it must be "
+                         f">= {minimum}")
 
 
 def _dtypes(desc, *names, allowed=FLOAT_DTYPES):
@@ -116,15 +121,15 @@ def _store(out, values):
         out[...] = np.asarray(values).astype(F32).astype(out.dtype)
 
 
-def _full(name, dt, m, n, ld, ld_name, writable=False):
-    return OperandSpec(name, dt, (m, n), (ld, 1), writable=writable, ld_name=ld_name)
+def _full(name, dt, m, n, ld, ld_name, writable=False, dtype_param=""):
+    return OperandSpec(name, dt, (m, n), (ld, 1), writable=writable, ld_name=ld_name, dtype_param=dtype_param)
 
 
 def _bspec(name, dt, bcast, m, n, ld, ld_name):
     if bcast is None:
-        return _full(name, dt, m, n, ld, ld_name)
+        return _full(name, dt, m, n, ld, ld_name, dtype_param="dtype")
     length = {"row": n, "col": m, "scalar": 1}[bcast]
-    return OperandSpec(name, dt, (length,), (1,))
+    return OperandSpec(name, dt, (length,), (1,), dtype_param="dtype")
 
 
 def _bview(x, bcast):
@@ -155,6 +160,7 @@ class Unary(Descriptor):
     bitmask: bool = False
 
     kind = "unary"
+    public_names = PUBLIC_NAMES
 
     def __post_init__(self):
         self._normalize()
@@ -178,12 +184,12 @@ class Unary(Descriptor):
         return OperandSpec("mask", "u8", (self.m, self.mask_bytes), (self.mask_bytes, 1), writable=writable)
 
     def operands(self):
-        x = _full("x", self.dtype, self.m, self.n, self.ldi, "ldi")
-        out = _full("out", self.out_dtype, self.m, self.n, self.ldo, "ldo", writable=True)
+        x = _full("x", self.dtype, self.m, self.n, self.ldi, "ldx", dtype_param="dtype")
+        out = _full("out", self.out_dtype, self.m, self.n, self.ldo, "ldo", writable=True, dtype_param="out_dtype")
         if self.op == "zero":
             return (out,)
         if self.op in GRAD_OPS:
-            dy = _full("dy", self.dtype, self.m, self.n, self.ldi, "ldi")
+            dy = _full("dy", self.dtype, self.m, self.n, self.ldi, "ldx", dtype_param="dtype")
             return (dy, self._mask_spec(False) if self.bitmask else x, out)
         return (x, out, self._mask_spec(True)) if self.bitmask else (x, out)
 
@@ -230,7 +236,8 @@ def _ab_operands(desc, out, out_ld):
     """Inputs a and b (each possibly broadcast) and the full, written output ``out``."""
     return (_bspec("a", desc.dtype, desc.bcast_a, desc.m, desc.n, desc.lda, "lda"),
             _bspec("b", desc.dtype, desc.bcast_b, desc.m, desc.n, desc.ldb, "ldb"),
-            _full(out, desc.out_dtype, desc.m, desc.n, getattr(desc, out_ld), out_ld, writable=True))
+            _full(out, desc.out_dtype, desc.m, desc.n, getattr(desc, out_ld), out_ld, writable=True,
+                  dtype_param="out_dtype"))
 
 
 @dataclass(frozen=True)
@@ -296,6 +303,9 @@ class Ternary(Descriptor):
     def validate(self):
         _validate_ab(self, TERNARY_OPS, "ldc")
 
+    def allocated(self):
+        return ()                     # c is read, then written: the caller always passes it
+
     def operands(self):
         return _ab_operands(self, "c", "ldc")
 
@@ -320,6 +330,7 @@ class Reduce(Descriptor):
     out_dtype: str = ""
 
     kind = "reduce"
+    public_names = PUBLIC_NAMES
 
     def __post_init__(self):
         self._normalize()
@@ -336,8 +347,8 @@ class Reduce(Descriptor):
 
     def operands(self):
         length = self.n if self.over == "rows" else self.m
-        return (_full("x", self.dtype, self.m, self.n, self.ldi, "ldi"),
-                OperandSpec("out", self.out_dtype, (length,), (1,), writable=True))
+        return (_full("x", self.dtype, self.m, self.n, self.ldi, "ldx", dtype_param="dtype"),
+                OperandSpec("out", self.out_dtype, (length,), (1,), writable=True, dtype_param="out_dtype"))
 
     def reference(self, x, out):
         with np.errstate(all="ignore"):
@@ -348,7 +359,7 @@ class Reduce(Descriptor):
 class Transform(Descriptor):
     """Layout changes, element for element (any dtype):
 
-    - ``transpose``: x (m, n), ld ``ldi`` -> out (n, m), ld ``ldo`` >= m;
+    - ``transpose``: x (m, n), ld ``ldx`` -> out (n, m), ld ``ldo`` >= m;
     - ``vnni2``/``vnni4``: B (m=k, n) -> (ceil(k/f), n, f), f consecutive rows interleaved, rows
       past k zero (tppasm.layout.vnni_pack; bf16 uses vnni2, int8 vnni4);
     - ``unvnni2``/``unvnni4``: the inverse, (ceil(k/f), n, f) -> (k, n) with ld ``ldo``.
@@ -362,6 +373,7 @@ class Transform(Descriptor):
     dtype: str = "f32"
 
     kind = "transform"
+    public_names = PUBLIC_NAMES
 
     def __post_init__(self):
         self._normalize()
@@ -390,10 +402,10 @@ class Transform(Descriptor):
         packed = OperandSpec("x" if self.op.startswith("un") else "out", self.dtype, (-(-m // f), n, f),
                              (n * f, f, 1), writable=not self.op.startswith("un"))
         if self.op == "transpose":
-            return (_full("x", self.dtype, m, n, self.ldi, "ldi"),
+            return (_full("x", self.dtype, m, n, self.ldi, "ldx"),
                     _full("out", self.dtype, n, m, self.ldo, "ldo", writable=True))
         if self.op.startswith("vnni"):
-            return (_full("x", self.dtype, m, n, self.ldi, "ldi"), packed)
+            return (_full("x", self.dtype, m, n, self.ldi, "ldx"), packed)
         return (packed, _full("out", self.dtype, m, n, self.ldo, "ldo", writable=True))
 
     def reference(self, x, out):
@@ -407,8 +419,24 @@ class Transform(Descriptor):
 
 
 # -- public constructors (re-exported by tppasm) ------------------------------------------------
-def unary(op, m, n, ldi=0, ldo=0, dtype="f32", out_dtype="", bitmask=False, isa=None):
+def _renamed(who, ldx, ldi):
+    """``ldx``, taking the deprecated ``ldi=`` (the old unary/reduce/transform name) if given."""
+    if ldi is None:
+        return ldx
+    import warnings
+    warnings.warn(f"{who}(ldi=...) is now ldx=...: every leading dimension is named after its operand "
+                  "(ldx for x, lda/ldb/ldc for a/b/c, ldo for out)", DeprecationWarning, stacklevel=3)
+    if ldx and ldx != ldi:
+        raise ValueError(f"{who}: ldx={ldx!r} and its old name ldi={ldi!r} disagree; pass ldx only")
+    return ldi
+
+
+def unary(op, m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", bitmask=False, isa=None, *, ldi=None):
     """The kernel ``out = op(x)`` for (m, n) operands; ``*_bwd`` ops take (dy, x, out).
+
+    Call it as ``k(x, out)``, or ``out = k(x)`` to get a new (64-byte aligned) output.
+    ``ldx``/``ldo``: row strides of x (and dy) and out; dtypes in any spelling (``np.float32``,
+    ``"bfloat16"``, ...).
 
     >>> import numpy as np, tppasm
     >>> k = tppasm.unary("exp", 1, 3); out = np.empty((1, 3), np.float32)
@@ -416,7 +444,7 @@ def unary(op, m, n, ldi=0, ldo=0, dtype="f32", out_dtype="", bitmask=False, isa=
     [[1.0, 1.0, 1.0]]
     """
     from .kernel import get_kernel
-    return get_kernel(Unary(op, m, n, ldi, ldo, dtype, out_dtype, bitmask), isa)
+    return get_kernel(Unary(op, m, n, _renamed("unary", ldx, ldi), ldo, dtype, out_dtype, bitmask), isa)
 
 
 def zero(m, n, dtype="f32", ldo=0, isa=None):
@@ -429,26 +457,28 @@ def zero(m, n, dtype="f32", ldo=0, isa=None):
     return unary("zero", m, n, ldo=ldo, dtype=dtype, out_dtype=dtype, isa=isa)
 
 
-def relu(m, n, ldi=0, ldo=0, dtype="f32", bitmask=False, isa=None):
+def relu(m, n, ldx=0, ldo=0, dtype="f32", bitmask=False, isa=None, *, ldi=None):
     """The kernel ``out = max(x, 0)``; ``bitmask=True`` also writes the x > 0 bits to ``mask``.
 
     >>> import numpy as np, tppasm
     >>> x = np.array([[-1, 2, -3]], np.float32); out = np.empty_like(x)
     >>> mask = np.empty((1, 1), np.uint8); tppasm.relu(1, 3, bitmask=True)(x, out, mask); mask.tolist()
     [[2]]
+    >>> tppasm.relu(1, 3)(x).tolist()          # the allocating form returns a new array
+    [[0.0, 2.0, 0.0]]
     """
-    return unary("relu", m, n, ldi, ldo, dtype, dtype, bitmask, isa)
+    return unary("relu", m, n, _renamed("relu", ldx, ldi), ldo, dtype, dtype, bitmask, isa)
 
 
-def copy(m, n, ldi=0, ldo=0, dtype="f32", out_dtype="", isa=None):
+def copy(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", isa=None, *, ldi=None):
     """The kernel ``out = x``, converting fp32 <-> bf16 (round to nearest even) when the dtypes differ.
 
     >>> import numpy as np, tppasm
     >>> out = np.empty((1, 2), tppasm.dtypes.dtype("bf16"))
-    >>> tppasm.copy(1, 2, out_dtype="bf16")(np.array([[1.0, 3.0]], np.float32), out); out.astype(np.float32).tolist()
+    >>> tppasm.copy(1, 2, out_dtype="bfloat16")(np.array([[1.0, 3.0]], np.float32), out); out.astype(np.float32).tolist()
     [[1.0, 3.0]]
     """
-    return unary("copy", m, n, ldi, ldo, dtype, out_dtype, isa=isa)
+    return unary("copy", m, n, _renamed("copy", ldx, ldi), ldo, dtype, out_dtype, isa=isa)
 
 
 def binary(op, m, n, lda=0, ldb=0, ldo=0, dtype="f32", out_dtype="", bcast_a=None, bcast_b=None,
@@ -479,7 +509,7 @@ def ternary(op, m, n, lda=0, ldb=0, ldc=0, dtype="f32", out_dtype="", bcast_a=No
     return get_kernel(Ternary(op, m, n, lda, ldb, ldc, dtype, out_dtype, bcast_a, bcast_b), isa)
 
 
-def reduce(op, m, n, over="cols", ldi=0, dtype="f32", out_dtype="", isa=None):
+def reduce(op, m, n, over="cols", ldx=0, dtype="f32", out_dtype="", isa=None, *, ldi=None):
     """The kernel ``out = reduce_op(x)`` over "cols" (m results) or "rows" (n results); op in
     add, max, sumsq.
 
@@ -489,10 +519,10 @@ def reduce(op, m, n, over="cols", ldi=0, dtype="f32", out_dtype="", isa=None):
     [1.0, 1.0, 0.0]
     """
     from .kernel import get_kernel
-    return get_kernel(Reduce(op, m, n, over, ldi, dtype, out_dtype), isa)
+    return get_kernel(Reduce(op, m, n, over, _renamed("reduce", ldx, ldi), dtype, out_dtype), isa)
 
 
-def transform(op, m, n, ldi=0, ldo=0, dtype="f32", isa=None):
+def transform(op, m, n, ldx=0, ldo=0, dtype="f32", isa=None, *, ldi=None):
     """The kernel for a layout transform: transpose, vnni2/vnni4 (pack), unvnni2/unvnni4.
 
     >>> import numpy as np, tppasm
@@ -503,4 +533,4 @@ def transform(op, m, n, ldi=0, ldo=0, dtype="f32", isa=None):
     [[0.0, 2.0], [1.0, 3.0]]
     """
     from .kernel import get_kernel
-    return get_kernel(Transform(op, m, n, ldi, ldo, dtype), isa)
+    return get_kernel(Transform(op, m, n, _renamed("transform", ldx, ldi), ldo, dtype), isa)

@@ -3,11 +3,15 @@
 Every descriptor is a frozen dataclass that says which arrays the kernel takes
 (:meth:`operands`), which integer scalars follow them (``scalars``), and how to compute the same
 thing with NumPy (:meth:`reference`). :func:`get_kernel` JITs it once per (descriptor, ISA) and
-returns the same :class:`Kernel` object afterwards.
+returns the same :class:`Kernel` object afterwards, while the kernel is among the
+:func:`set_kernel_cache_limit` most recently used ones or referenced elsewhere; its code comes
+from the disk cache (:mod:`tppasm.cache`) when an earlier process generated it.
 """
 import ctypes
 import dataclasses
 import operator
+import os
+import sys
 import threading
 import time
 import types
@@ -15,10 +19,14 @@ import types
 import numpy as np
 
 from isa.cpu import host
+from isa.listing import Listing
 
-from . import backends, operand
+from . import backends, display, forking, operand
+from .cache import kernel_code
+from .cache.lru import DEFAULT_LIMIT, KernelLRU, check_limit
+from .dtypes import name_of
 from .operand import OperandError, check
-from .x86.entry import NATIVE_CHECKS, Vectorcall, build_entry, make_builtin
+from .x86.entry import NATIVE_CHECKS, Addresses, Vectorcall, build_entry, make_builtin
 
 # kernels whose work is below this many bytes+flops hold the interpreter lock during the call
 # (entering with the lock held is ~0.1 µs cheaper; releasing it matters only for long calls)
@@ -37,6 +45,22 @@ def tracing(delta):
     global TRACING
     TRACING += delta
     _DIVERT.value = TRACING
+
+
+DTYPE_FIELDS = ("dtype", "out_dtype", "c_dtype")
+
+
+def _dtype_like(value):
+    """A string, or something NumPy (or torch) reads as a dtype: what a dtype field may hold."""
+    torch = sys.modules.get("torch")
+    if isinstance(value, str) or (torch is not None and isinstance(value, torch.dtype)):
+        return True
+    try:
+        hash(value)
+        np.dtype(value)
+        return not isinstance(value, bool)
+    except (TypeError, ValueError):
+        return False
 
 
 class Descriptor:
@@ -61,6 +85,10 @@ class Descriptor:
         """
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if f.name in DTYPE_FIELDS and value is None and f.default == "":
+                value = ""                                     # None: the default, as ""
+            if f.name in DTYPE_FIELDS and value != "" and _dtype_like(value):
+                value = name_of(value, self.kind, f.name)     # every spelling: np.float32, "float32", ...
             if f.type is bool:
                 value = bool(value) if isinstance(value, np.bool_) else value
                 ok, legal = isinstance(value, bool), "True or False"
@@ -81,6 +109,11 @@ class Descriptor:
     def reference(self, *arrays, **scalars):
         raise NotImplementedError
 
+    def allocated(self):
+        """Names of the operands that ``kernel(inputs...)`` allocates and returns: the outputs the
+        kernel only writes (not those it also reads, like ternary's ``c``)."""
+        return tuple(s.name for s in self.operands() if s.writable)
+
     def work(self):
         """Rough bytes+flops of one call, to choose whether the call releases the GIL."""
         return sum(s.nbytes() for s in self.operands())
@@ -90,15 +123,33 @@ class Descriptor:
 
 
 class Kernel:
-    """A JIT'd TPP. Call it on arrays; ``reference`` runs NumPy; ``disassemble`` shows the code."""
+    """A JIT'd TPP. Call it on arrays; ``reference`` runs NumPy; ``disassemble`` shows the code.
 
-    def __init__(self, desc, isa):
+    Each kernel is an instance of its own subclass (``ReluKernel``, ``BrgemmKernel``...) whose
+    docstring and ``__signature__`` name its operands, shapes and dtypes (``help(kernel)``).
+    Call it with every operand (``k(x, out)``), or with the inputs only (``out = k(x)``): the
+    outputs it only writes are then allocated (64-byte aligned) and returned. A batched kernel's
+    ``count`` defaults to the number of blocks its batched operands hold. Kernels pickle as their
+    descriptor and ISA and are rebuilt (from the cache) on load.
+
+    ``code_cache`` (a :class:`tppasm.cache.kernels.KernelCode`, what :func:`get_kernel` passes)
+    loads the code from the disk cache and stores what it generates; without it the code is
+    generated here (``from_disk`` tells which happened).
+    """
+
+    # defaults for kernels assembled by hand (tests build some with Kernel.__new__)
+    _infer, _alloc, _stub, _builtin, jit_seconds, runnable = False, (), None, None, 0.0, True
+
+    def __init__(self, desc, isa, *, code_cache=None):
         self.desc, self.isa = desc, isa
         self.operands = tuple(desc.operands())
         self.scalars = tuple(desc.scalars)
         start = time.perf_counter()
         self.checked_call = desc.checked_call
-        self.raw = _generate(desc, isa)
+        if code_cache is None:
+            self.raw, self.from_disk = _generate(desc, isa), False
+        else:
+            self.raw, self.from_disk = code_cache.raw(desc, isa, _generate)
         # code for an ISA this host lacks (AVX-512 or AMX generated for the interpreter, say) is
         # never called: an illegal instruction would kill the process
         self.runnable = isa in host().levels
@@ -106,9 +157,9 @@ class Kernel:
         x86 = isa in ("avx2", "avx512", "amx")
         self.entry = self._stub = None
         if x86 and self.runnable and builtin_entry and Vectorcall.available() and self.checked_call:
-            self._become_builtin()
+            self._become_builtin(code_cache)
         if x86 and self._stub is None and self.checked_call:
-            self.entry = build_entry(desc.kind, self.operands, self.scalars, self.raw.address, desc.count_scalar)
+            self.entry = _entry_stub(code_cache, desc, self.operands, self.scalars, self.raw.address)
         self.jit_seconds = time.perf_counter() - start
         functype = ctypes.CFUNCTYPE if desc.work() >= _GIL_RELEASE_WORK else ctypes.PYFUNCTYPE
         self._native = NATIVE_CHECKS and self.entry is not None and self.runnable
@@ -116,34 +167,56 @@ class Kernel:
             self._entry = functype(ctypes.c_int32, ctypes.py_object)(self.entry.address)
         self._n = len(self.operands)
         self._defaults = (1,) * len(self.scalars)
+        # count left out: inferred from the batched operands (never silently 1)
+        self._infer = desc.count_scalar in self.scalars and any(s.batch for s in self.operands)
+        self._batched = tuple((i, len(s.shape) + 1) for i, s in enumerate(self.operands) if s.batch)
+        alloc = set(desc.allocated())
+        self._alloc = tuple(i for i, s in enumerate(self.operands) if s.name in alloc)
         self._raw = None if self.raw.address is None else ctypes.CFUNCTYPE(   # None: foreign ISA code
             None, *([ctypes.c_void_p] * len(self.operands)), *([ctypes.c_int64] * len(self.scalars)))(self.raw.address)
+        self._present(self._builtin)
 
     @property
     def raw_address(self):
         """Address of the raw kernel: System V args are the operand data pointers, then the scalars."""
         return self.raw.address
 
-    def _become_builtin(self):
+    def _become_builtin(self, code_cache):
         """Make calls enter the native stub directly: this object's class becomes a subclass whose
         ``__call__`` is a CPython builtin implemented by the stub (about 0.5 µs less per call than
         a Python method calling ctypes); whatever the stub refuses goes to the Python path."""
         self._fallback = types.MethodType(Kernel.__call__, self)
         call = Vectorcall(self._fallback, ctypes.addressof(_DIVERT), self.desc.work() >= _GIL_RELEASE_WORK)
-        self._stub = build_entry(self.desc.kind, self.operands, self.scalars, self.raw.address,
-                                 self.desc.count_scalar, call=call)
+        self._stub = _entry_stub(code_cache, self.desc, self.operands, self.scalars, self.raw.address, call)
         if self._stub is not None:
             # the builtin holds the fallback, hence this kernel, its stub and the method def
-            builtin, self._method_def = make_builtin(self.desc.kind, self._stub, self._fallback,
-                                                     Kernel.__call__.__doc__)
-            self.__class__ = type(type(self).__name__, (type(self),), {"__call__": builtin})
+            sig = display.signature(self)
+            text_sig = str(sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()]))
+            params = f"$self, {text_sig[1:]}" if sig.parameters else "$self)"
+            doc = f"__call__({params}\n--\n\nCall the kernel: {display.call_forms(self)}."
+            self._builtin, self._method_def = make_builtin("__call__", self._stub, self._fallback, doc)
+
+    def _present(self, builtin):
+        """Become an instance of this kernel's own class (its name, docstring and call), with a
+        signature that names the operands: what ``help()`` and ``inspect.signature()`` show."""
+        cls = type(display.class_name(self.desc), (Kernel,),
+                   {"__call__": builtin if builtin is not None else Kernel.__call__,
+                    "__doc__": display.docstring(self), "__module__": Kernel.__module__})
+        self.__class__ = cls
+        self.__signature__ = display.signature(self)
 
     def __call__(self, *arrays, count=None):
         """Run the kernel on ``arrays`` (and ``count=`` for batched kernels)."""
         # the hot path without a builtin entry: no **kwargs dict, one tuple for the native entry
         if len(arrays) == self._n and not TRACING:
             if count is None:
-                args = arrays + self._defaults if self._defaults else arrays
+                if self._infer:
+                    count = self._count_of(arrays)
+                    if self._stub is not None:
+                        return type(self).__call__(*arrays, count=count)    # the native entry, with count
+                    args = arrays + (count,)
+                else:
+                    args = arrays + self._defaults if self._defaults else arrays
             elif self.scalars == ("count",):
                 args = arrays + (count,)
             else:
@@ -151,6 +224,10 @@ class Kernel:
             if not self._native or self._entry(args):
                 self._slow_call(arrays, args[self._n:])
             return None
+        if self._alloc and len(arrays) == self._n - len(self._alloc):
+            return self._allocating_call(arrays, count)
+        if count is None and self._infer and len(arrays) == self._n:
+            count = self._count_of(arrays)
         values = self._defaults if count is None else (count,)
         if len(arrays) != self._n or len(values) != len(self.scalars):
             return self._explain(arrays, {} if count is None else {"count": count})
@@ -176,10 +253,62 @@ class Kernel:
                                f"{', '.join(host().levels) or 'none'}); run it in an emulator or interpreter")
         self._raw(*(a.ctypes.data for a in arrays), *values)
 
+    def _count_of(self, arrays):
+        """``count`` when the call leaves it out: the number of blocks the batched operands hold, if
+        they all hold the same (known) number; else TypeError asking for ``count=``."""
+        counts = []
+        for i, rank in self._batched:
+            shape = getattr(arrays[i], "shape", None)
+            if shape is not None and len(shape) == rank:
+                counts.append(shape[0])
+        if not counts:
+            return 1                  # no batched operand has its batch axis: the operand check explains
+        if all(isinstance(n, (int, np.integer)) for n in counts) and len(set(counts)) == 1:
+            return int(counts[0])     # (a traced length that depends on a loop index is not an int)
+        held = " and ".join(f"{self.operands[i].name} holds {getattr(arrays[i], 'shape', (None,))[0]}"
+                            for i, _ in self._batched)
+        raise TypeError(f"{self.desc.kind}: pass count= (how many blocks to reduce over): it is inferred only "
+                        f"when the batched operands hold the same number of blocks, and {held}")
+
+    def _allocating_call(self, arrays, count):
+        """``out = k(inputs...)``: new aligned outputs for the operands the kernel only writes."""
+        if TRACING:
+            names = ", ".join(self.operands[i].name for i in self._alloc)
+            raise TypeError(f"{self.desc.kind}: inside a loop body pass the output ({names}) as a view of a "
+                            "body argument; the allocating form k(inputs) runs outside loop bodies only")
+        from .layout import empty
+        given = iter(arrays)
+        full, made = [], []
+        for i, spec in enumerate(self.operands):
+            if i in self._alloc:
+                made.append(empty(spec.shape, spec.np_dtype))
+                full.append(made[-1])
+            else:
+                full.append(next(given))
+        if count is None:
+            self(*full)
+        else:
+            self(*full, count=count)
+        return made[0] if len(made) == 1 else tuple(made)
+
+    def __reduce__(self):
+        """Pickle as (descriptor, ISA): the kernel is rebuilt, or found in the cache, on load."""
+        return _rebuild, (self.desc, self.isa, self.runnable)
+
+    def __repr__(self):
+        return display.kernel_repr(self)
+
+    def _repr_html_(self):
+        return display.kernel_html(self)
+
     def _explain(self, arrays, scalars):
         names = ", ".join(s.name for s in self.operands)
         extra = "".join(f", {s}=..." for s in self.scalars)
-        raise TypeError(f"{self.desc.kind} takes {len(self.operands)} arrays ({names}){extra}; "
+        alloc = ""
+        if self._alloc:
+            inputs = [s.name for i, s in enumerate(self.operands) if i not in self._alloc]
+            alloc = f" or {len(inputs)} ({', '.join(inputs)}) to allocate the output"
+        raise TypeError(f"{self.desc.kind} takes {len(self.operands)} arrays ({names}){alloc}{extra}; "
                         f"got {len(arrays)} arrays and {sorted(scalars)}")
 
     def reference(self, *arrays, **scalars):
@@ -187,11 +316,34 @@ class Kernel:
         return self.desc.reference(*arrays, **scalars)
 
     def disassemble(self) -> str:
-        """The kernel's machine code as Intel-syntax text."""
-        return self.raw.disassemble()
+        """The kernel's machine code as text (Intel syntax on x86); notebooks show it highlighted."""
+        return Listing(self.raw.disassemble())
 
-    def __repr__(self):
-        return f"<{type(self.desc).__name__} kernel {self.desc} for {self.isa}>"
+    def instruction_mix(self) -> dict:
+        """How many times each instruction occurs in the code (static counts), most frequent first.
+
+        >>> import tppasm
+        >>> mix = tppasm.relu(8, 16).instruction_mix()
+        >>> mix["ret"]
+        1
+        """
+        if self.isa in ("avx2", "avx512", "amx"):
+            from isa.x86.disasm import instruction_mix
+            return instruction_mix(self.raw.code)
+        counts = {}
+        for line in self.raw.disassemble().splitlines():     # AArch64: "offset: word  mnemonic ..."
+            parts = line.split()
+            if len(parts) >= 3:
+                counts[parts[2]] = counts.get(parts[2], 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def _rebuild(desc, isa, runnable):
+    """Unpickle a kernel: the same descriptor for the same ISA level, or for this host's level
+    when the kernel ran natively where it was pickled and this host lacks that level."""
+    if runnable and isa not in host().levels:
+        isa = None
+    return get_kernel(desc, isa)
 
 
 def unchecked_in_body(desc):
@@ -213,19 +365,40 @@ def scalar_arg(kind, name, value):
     return v
 
 
-_CACHE = {}
+def _entry_stub(code_cache, desc, operands, scalars, raw_address, call=None):
+    """The native entry of a kernel (see :func:`tppasm.x86.entry.build_entry`): from a stored
+    template with ``code_cache``, else assembled here."""
+    if code_cache is None:
+        return build_entry(desc.kind, operands, scalars, raw_address, desc.count_scalar, call=call)
+    form = "entry" if call is None else "call-nogil" if call.release_gil else "call"
+    return code_cache.stub(desc.kind, operands, scalars, desc.count_scalar, form,
+                           Addresses(operands, scalars, raw_address, call))
+
+
+def _limit_from_env():
+    text = os.environ.get("TPPASM_KERNEL_CACHE", "").strip()
+    try:
+        return check_limit(int(text)) if text else DEFAULT_LIMIT
+    except ValueError:
+        raise ValueError(f"TPPASM_KERNEL_CACHE={text!r}: expected the number of kernels to keep, an int >= 0 "
+                         f"(default {DEFAULT_LIMIT})") from None
+
+
+_CACHE = KernelLRU(_limit_from_env())
 _LOCK = threading.Lock()
 
 
 def get_kernel(desc, isa=None):
-    """The kernel for ``desc`` on ``isa`` (default: the host's level), JIT'd once per process.
+    """The kernel for ``desc`` on ``isa`` (default: the host's level), JIT'd once per process (or
+    loaded from the disk cache, :mod:`tppasm.cache`).
 
     >>> from tppasm.eltwise import Unary
     >>> k = get_kernel(Unary(op="relu", m=2, n=3))
     >>> k is get_kernel(Unary(op="relu", m=2, n=3))
     True
     """
-    isa = isa or host().isa
+    _check_descriptor(desc)
+    isa = backends.level(isa)
     key = (desc, isa)
     kernel = _CACHE.get(key)
     if kernel is None:
@@ -233,8 +406,48 @@ def get_kernel(desc, isa=None):
         with _LOCK:
             kernel = _CACHE.get(key)
             if kernel is None:
-                kernel = _CACHE[key] = Kernel(desc, isa)
+                kernel = Kernel(desc, isa, code_cache=kernel_code())
+                _CACHE.put(key, kernel)
     return kernel
+
+
+def set_kernel_cache_limit(n):
+    """Keep at most ``n`` kernels (the most recently used) in this process's cache; 512 unless
+    ``TPPASM_KERNEL_CACHE`` says otherwise. Kernels beyond it stay valid while referenced, and
+    their executable memory is freed once nothing references them.
+
+    >>> set_kernel_cache_limit(64); _CACHE.limit
+    64
+    >>> set_kernel_cache_limit(DEFAULT_LIMIT)
+    """
+    _CACHE.set_limit(n)
+
+
+def cache_clear():
+    """Drop every kernel this process keeps (see :func:`set_kernel_cache_limit`; the disk cache
+    stays: ``python -m tppasm cache clear`` empties that).
+
+    >>> from tppasm.eltwise import Unary
+    >>> k = get_kernel(Unary("relu", 2, 5)); cache_clear()
+    >>> get_kernel(Unary("relu", 2, 5)) is k          # still referenced here: the same kernel
+    True
+    """
+    _CACHE.clear()
+
+
+_FORK_WAIT_S = 10.0
+forking.guard(sys.modules[__name__], "_LOCK", threading.Lock)     # every lock at a fork: tppasm.forking
+os.register_at_fork(after_in_child=_CACHE.after_fork_in_child)
+
+
+def _check_descriptor(desc):
+    if isinstance(desc, Descriptor):
+        return
+    if isinstance(desc, Kernel):
+        raise TypeError(f"get_kernel({desc!r}): this is already a kernel; call it directly")
+    raise TypeError(f"get_kernel(desc): desc={desc!r} is not a TPP descriptor; pass one such as "
+                    "tppasm.brgemm.Brgemm(m, n, k) or tppasm.eltwise.Unary('relu', m, n), or build the kernel "
+                    "with a constructor: tppasm.brgemm(m, n, k), tppasm.relu(m, n), tppasm.unary('relu', m, n), ...")
 
 
 def _generate(desc, isa):

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from .dtypes import DTYPES
+from .dtypes import NUMPY_NAMES, name_of, numpy_dtype
 
 VNNI_FACTORS = {"bf16": 2, "i8": 4}
 ALIGN = 64      # bytes: a cache line, and an AVX-512 vector
@@ -36,10 +36,10 @@ def empty(shape, dtype="f32", align=ALIGN):
     (0, (3, 5), 'bfloat16', True)
     """
     try:
-        dt = np.dtype(DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
+        dt = numpy_dtype(dtype)
     except TypeError:
         raise TypeError(f"empty: dtype {dtype!r} is not a dtype; use a tppasm name "
-                        f"({', '.join(DTYPES)}) or a NumPy dtype") from None
+                        f"({', '.join(NUMPY_NAMES)}) or a NumPy dtype") from None
     _check_align("empty", align)
     shape = (shape,) if isinstance(shape, (int, np.integer)) else shape
     if not isinstance(shape, (tuple, list)) or any(
@@ -161,6 +161,11 @@ def vnni_unpack(bv, k=None):
 
 
 def _factor(factor):
+    if not isinstance(factor, (int, np.integer)) or isinstance(factor, bool):
+        try:
+            factor = name_of(factor)            # any dtype spelling: "bfloat16", np.int8, ...
+        except TypeError:
+            pass
     f = VNNI_FACTORS.get(factor, factor)
     if f not in (1, 2, 4):
         raise ValueError(f"vnni factor {factor!r}: expected 2 (bf16), 4 (int8) or one of {list(VNNI_FACTORS)}")

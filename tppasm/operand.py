@@ -17,6 +17,8 @@ import numpy as np
 from .dtypes import NAMES
 from .dtypes import dtype as to_dtype
 
+FLOATS = ("f32", "bf16")
+
 
 class OperandError(ValueError):
     """An array argument does not match the kernel's descriptor."""
@@ -27,7 +29,8 @@ class OperandSpec:
     """One array argument: ``shape`` and ``strides`` (in elements) as the kernel was built for.
 
     ``batch=True`` adds a leading dimension of at least ``count`` entries whose stride is
-    ``strides[0]``. ``ld_name`` names the descriptor parameter that sets the row stride, for messages.
+    ``strides[0]``. ``ld_name`` names the constructor parameter that sets the row stride, and
+    ``dtype_param`` the one that sets the dtype where f32 and bf16 are both legal, for messages.
     """
 
     name: str
@@ -37,6 +40,7 @@ class OperandSpec:
     writable: bool = False
     batch: bool = False
     ld_name: str = ""
+    dtype_param: str = ""
 
     @property
     def np_dtype(self):
@@ -66,7 +70,7 @@ def check(spec: OperandSpec, arr, count=1, who="kernel", origin="numpy"):
     want = spec.np_dtype
     if arr.dtype != want:
         raise OperandError(f"{where} has dtype {arr.dtype}, expected {want} ('{spec.dtype}', as the kernel "
-                           f"was built); {_dtype_hint(spec, arr.dtype, origin)}")
+                           f"was built); {_dtype_fix(spec, arr.dtype, origin)}")
     nd = len(spec.shape) + spec.batch
     if arr.ndim != nd:
         vnni = (f"; B of a bf16 or int8 BRGEMM is in the VNNI layout: pass tppasm.vnni_pack(B, {spec.shape[-1]})"
@@ -104,18 +108,6 @@ _CONTIGUOUS = {"numpy": "np.ascontiguousarray(...)", "torch": "x.contiguous()",
 _READ_ONLY = {"numpy": "", "torch": "", "dlpack": " (its producer exported it read-only through DLPack)"}
 
 
-def _dtype_hint(spec, got, origin):
-    want = spec.np_dtype
-    if spec.writable:
-        return f"pass a {want} output (a converted copy would not receive the result)"
-    fix = {"torch": f"convert with .to(torch.{want.name})", "dlpack": f"convert it to {want.name}"}.get(
-        origin, f"convert with .astype({_spelled(spec)})")
-    floats = ("f32", "bf16")
-    if spec.dtype in floats and NAMES.get(got) in floats:
-        fix += f", or build the kernel with dtype='{NAMES[got]}'"
-    return fix
-
-
 def _spelled(spec):
     """The dtype of ``spec`` as NumPy code spells it: np.float32, ml_dtypes.bfloat16."""
     return f"{'ml_dtypes' if spec.dtype == 'bf16' else 'np'}.{spec.np_dtype.name}"
@@ -128,6 +120,23 @@ def _not_an_array(where, obj, writes, shape_dtype="shape, dtype", np_dtype="dtyp
         fix = f"pass tppasm.aligned(np.asarray(x, {np_dtype}))"
     return (f"{where} must be a NumPy array, a torch tensor or an object with __dlpack__, not "
             f"{type(obj).__name__}; {fix}")
+
+
+def _dtype_fix(spec, got, origin="numpy"):
+    """How to pass what ``spec`` expects, in the caller's terms (``origin``): convert an input,
+    pass an output of the right dtype (a converted copy would not receive the result), or, where
+    the kernel family has one, build the kernel for ``got``; never a kernel that does not exist
+    (float64, int32 offsets)."""
+    want = spec.np_dtype
+    if spec.writable:
+        fix = f"pass a {want} output (a converted copy would not receive the result)"
+    else:
+        fix = {"torch": f"convert with .to(torch.{want.name})", "dlpack": f"convert it to {want.name}"}.get(
+            origin, f"convert with .astype({_spelled(spec)})")
+    short = NAMES.get(got)
+    if spec.dtype_param and short in FLOATS and spec.dtype in FLOATS:
+        fix += f", or build the kernel with {spec.dtype_param}={short!r}"
+    return fix
 
 
 def _shape_text(spec):

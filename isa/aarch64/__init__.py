@@ -3,9 +3,8 @@ ELF writer and emulator runners (qemu-aarch64, unicorn).
 
 >>> from isa.aarch64 import Assembler, x0, z0, p0
 >>> a = Assembler(); a.ptrue(p0.s); a.ret()
->>> print(a.disassemble())
-       0: 2598e3e0  ptrue p0.s
-       4: d65f03c0  ret
+>>> [line.split()[1:3] for line in a.disassemble().splitlines()]   # (our encoding, capstone's mnemonic)
+[['2598e3e0', 'ptrue'], ['d65f03c0', 'ret']]
 """
 from .assembler import Assembler, Function, OperandError, disassemble
 from .operands import ASR, LSL, LSR, Label, Mem, mem, post, pre, vl

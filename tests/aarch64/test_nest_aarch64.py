@@ -291,8 +291,8 @@ def test_serial_spec_runs_in_spec_order():
 
 
 def test_if_condition_and_affine_offsets():
-    relu = tpp.unary("relu", 2, 4, ldi=8, ldo=8, isa="sve")
-    copy = tpp.unary("copy", 2, 4, ldi=8, ldo=8, isa="sve")
+    relu = tpp.unary("relu", 2, 4, ldx=8, ldo=8, isa="sve")
+    copy = tpp.unary("copy", 2, 4, ldx=8, ldo=8, isa="sve")
 
     def body(i, j, X, Y):
         if i + j < 3 and j != 1:

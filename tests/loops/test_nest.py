@@ -14,9 +14,10 @@ from hypothesis import given, settings, strategies as st
 from isa.x86 import Function, dword, eax, qword, rdi, rdx, rsi
 from loops import Loop, SpecError, kernel, thread
 from loops.enumerate import enumerate_specs, enumerate_union
-from loops.pool import Pool, get_pool
+from loops.pool import get_pool
 from tppasm.kernel import Descriptor, Kernel
 from tppasm.operand import OperandSpec
+from tests.support import pool_of
 
 LETTERS = "abcd"
 
@@ -51,15 +52,6 @@ def _record_kernel():
 
 
 REC = _record_kernel()
-_POOLS = {}
-
-
-def pool_of(n):
-    if n == get_pool().nthreads:
-        return get_pool()
-    if n not in _POOLS:
-        _POOLS[n] = Pool(n, spin_us=5)
-    return _POOLS[n]
 
 
 def recording_body(nloops, shared_counter=False):
@@ -81,7 +73,9 @@ def run_recorded(spec, loops, nthreads, shared_counter=False, eff=None):
     cnt = np.zeros((nthreads, 1, 1), np.int32)
     order = np.full(tuple(ends) + (1, 1), -1, np.int32)
     hits = np.zeros((nthreads,) + tuple(ends) + (1, 1), np.int32)
-    k = kernel(spec, *loops, pool=pool_of(nthreads))(recording_body(len(loops), shared_counter))
+    # a shared counter is updated with lock xadd: a race the analysis would refuse, on purpose here
+    k = kernel(spec, *loops, pool=pool_of(nthreads), races="allow" if shared_counter else "refuse")(
+        recording_body(len(loops), shared_counter))
     k(cnt, order, hits)
     return order[..., 0, 0], hits[..., 0, 0], k
 

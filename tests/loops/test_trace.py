@@ -7,12 +7,7 @@ from loops import Loop, TraceError, kernel, thread
 from loops.trace import Affine, trace
 from tppasm.operand import OperandError
 
-copy = tpp.copy(1, 4) if hasattr(tpp, "copy") and callable(tpp.copy) else None
-if copy is None or not hasattr(copy, "raw_address"):
-    from tppasm.eltwise import Unary
-    from tppasm.kernel import get_kernel
-    copy = get_kernel(Unary("copy", 1, 4))
-relu = tpp.get_kernel(__import__("tppasm.eltwise", fromlist=["Unary"]).Unary("relu", 1, 4))
+copy, relu = tpp.copy(1, 4), tpp.relu(1, 4)      # tests that run nests build theirs at isa_level
 
 
 def rows(n, fill=None):
@@ -91,7 +86,9 @@ def test_untraceable_bodies_say_what_to_do(body, what):
         k(rows(8), rows(8))
 
 
-def test_out_of_bounds_found_before_running_and_conditions_respected():
+def test_out_of_bounds_found_before_running_and_conditions_respected(isa_level):
+    copy = tpp.copy(1, 4)
+
     def shifted(i, X, Y):
         copy(X[i + 1:i + 2], Y[i:i + 1])
     with pytest.raises(IndexError, match="slice stop i \\+ 2 on axis 0 \\(length 4\\).*fails at i=3"):
@@ -115,9 +112,9 @@ def test_batch_extent_checked_against_count():
         kernel("a", Loop(0, 3))(body)(A, A.copy(), np.zeros((2, 2), np.float32))
 
 
-def test_thread_coordinates_split_reduction():
+def test_thread_coordinates_split_reduction(isa_level):
     """Each grid column sums its share of rows into its own partial; the caller adds the partials."""
-    add = tpp.get_kernel(__import__("tppasm.eltwise", fromlist=["Unary"]).Unary("copy", 1, 4))
+    add = tpp.copy(1, 4)
 
     @kernel("A{C:2}", Loop(0, 6))
     def tag(i, X, P):
@@ -134,7 +131,9 @@ def test_thread_coordinates_split_reduction():
     assert not P[0, 3:].any() and not P[1, :3].any()
 
 
-def test_init_and_fini_run_once_per_thread():
+def test_init_and_fini_run_once_per_thread(isa_level):
+    copy, relu = tpp.copy(1, 4), tpp.relu(1, 4)
+
     @kernel("A", Loop(0, 4))
     def work(i, X, Y, S):
         copy(X[i:i + 1], Y[i:i + 1])
@@ -156,7 +155,9 @@ def test_init_and_fini_run_once_per_thread():
     assert "init" in work.explain()
 
 
-def test_cached_per_signature_and_with_spec():
+def test_cached_per_signature_and_with_spec(isa_level):
+    copy = tpp.copy(1, 4)
+
     @kernel("aB", Loop(0, 2), Loop(0, 2))
     def k(i, j, X, Y):
         copy(X[2 * i + j:2 * i + j + 1], Y[2 * i + j:2 * i + j + 1])

@@ -298,9 +298,9 @@ def test_public_api_and_cache():
     a = np.ones((2, 3, 2), np.float32)
     b = np.ones((2, 2, 5), np.float32)
     c = np.empty((3, 5), np.float32)
-    g(a, b, c)                                  # count defaults to 1
+    g(a, b, c, count=1)
     assert (c == 2).all()
-    g(a, b, c, count=2)
+    g(a, b, c)                                  # count inferred: a and b hold 2 blocks
     assert (c == 4).all()
     c2 = c.copy()
     g.reference(a, b, c2, count=2)
@@ -340,7 +340,7 @@ def test_bad_operands():
         g(np.ones((2, 4, 6), np.float32)[:, :, :4], b, c)
     wide = np.ones((2, 4, 6), np.float32)[:, :, :4]
     tppasm.brgemm(m=4, n=8, k=4, lda=6, stride_a=24)(wide, b, c)  # the kernel for that layout
-    assert (c == 4).all()
+    assert (c == 8).all()
     with pytest.raises(OperandError, match="count=3"):
         g(a, b, c, count=3)
     with pytest.raises(OperandError, match="read-only"):
@@ -370,4 +370,4 @@ def test_bad_offsets_and_addresses():
     with pytest.raises(OperandError, match="at least count=3"):
         h(blocks_a, blocks_b, c, count=3)
     with pytest.raises(OperandError, match="shape"):
-        h([np.ones((2, 5), np.float32)], blocks_b, c)
+        h([np.ones((2, 5), np.float32)], blocks_b, c, count=1)

@@ -256,21 +256,21 @@ def test_public_call_path_and_errors():
         k(x.astype(np.float64), out)
     with pytest.raises(OperandError, match="strides"):
         k(np.zeros((3, 10), np.float32)[:, ::2], out)
-    with pytest.raises(OperandError, match="build the kernel with ldi=8"):
+    with pytest.raises(OperandError, match="build the kernel with ldx=8"):
         k(np.zeros((3, 8), np.float32)[:, :5], out)
     with pytest.raises(OperandError, match="read-only"):
         ro = np.zeros((3, 5), np.float32)
         ro.flags.writeable = False
         k(x, ro)
     with pytest.raises(TypeError, match="takes 2 arrays"):
-        k(x)
+        k()
     b = tppasm.binary("add", 3, 5, bcast_b="row")
     with pytest.raises(OperandError, match=r"expected \(5,\)"):
         b(x, np.zeros(3, np.float32), out)
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda: tppasm.unary("relu", 4, 8, ldi=7), "ldi=7 is too small; it must be >= 8"),
+    (lambda: tppasm.unary("relu", 4, 8, ldx=7), "ldx=7 is too small; it must be >= 8"),
     (lambda: tppasm.unary("nope", 4, 8), "not one of"),
     (lambda: tppasm.unary("relu", 0, 8), "m must be an int >= 1"),
     (lambda: tppasm.unary("exp", 4, 8, dtype="i8"), "dtype='i8'; expected one of f32, bf16"),

@@ -7,8 +7,8 @@ ctypes); elsewhere ``address`` is None and the code runs only under an emulator
 >>> from isa.aarch64 import Assembler
 >>> a = Assembler(); a.ret()
 >>> raw = SveCode(a.code(), "ret")
->>> print(raw.disassemble())
-       0: d65f03c0  ret
+>>> raw.disassemble().split()[1:]
+['d65f03c0', 'ret']
 """
 import platform
 

@@ -3,14 +3,19 @@
 Tiles (palette 1: 8 tiles of at most 16 rows x 64 bytes). C is cut into 16 x 16 blocks; a *macro
 block* of gm x gn blocks (2 x 2 when the shape allows) keeps one fp32/int32 accumulator tile per
 block, gm A tiles (16 rows x 64 bytes: 32 bf16 or 64 int8 of k) and gn B tiles (16 rows of VNNI
-groups, 64 bytes = 16 columns): 4 + 2 + 2 = 8 tiles. Per batch step and k step each A and B tile
-is loaded once and feeds gm x gn dot products (4 ``tdp*`` per 4 ``tileloadd``).
+groups, 64 bytes = 16 columns): 4 + 2 + 2 = 8 tiles. Per batch block and k step each A and B
+tile is loaded once and feeds gm x gn dot products (4 ``tdp*`` per 4 ``tileloadd``); the loads
+are software-pipelined, prefetched and the batch walked back and forth as
+:mod:`tppasm.x86.amx_pipe` describes. C tiles stay in their accumulators over the whole batch
+and are stored once.
 
-Tails are smaller tiles, never padding: the last macro row / column configures its tiles with the
-remaining rows / columns (``rows``, ``colsb``), and k is cut into equal steps of <= 16 groups when
-it can be; otherwise the remaining groups use a second pair of A / B tiles of the tail width, with
-a 2 x 1 (or 1 x 2) macro block so that it still fits in 8 tiles. Each distinct tile shape set is a
+Tails are smaller tiles: the last macro row / column configures its tiles with the remaining
+rows / columns (``rows``, ``colsb``), and k is cut into equal steps of <= 16 groups when it can
+be; otherwise the remaining groups use a second pair of A / B tiles of the tail width, with a
+2 x 1 (or 1 x 2) macro block so that it still fits in 8 tiles. Each distinct tile shape set is a
 *region* with its own 64-byte config; a shape with no tails in m and n (or m, n <= 32) has one.
+Any k: a last VNNI group that k fills only partly is padded with zeros in a stack copy (the
+only padding; see :mod:`tppasm.x86.amx_pipe`).
 
 C: beta=0 starts from ``tilezero``; beta=1 loads fp32 / int32 C straight into the accumulators
 (``tileloadd`` with stride ldc), bf16 C through a stack scratch (widened with AVX-512). Results
@@ -18,11 +23,16 @@ go straight to C with ``tilestored`` when there is nothing to do (fp32 / int32, 
 otherwise through the scratch to an AVX-512 epilogue: bias row, activation (relu here; gelu,
 sigmoid and tanh from :mod:`tppasm.x86.math`), bf16 rounding (``vcvtneps2bf16``), masked stores.
 
-Tile state: a kernel built with ``tile_setup=True`` configures (``ldtilecfg`` from its stack) and
-releases (``tilerelease``) the tiles itself. ``tile_setup=False`` kernels are for loop nests that
-call :func:`tileconfig_function` once per thread before (``init``) and :func:`tilerelease_function`
-after (``fini``): they assume the config of their first region is loaded; a shape with several
-regions switches configs inside and restores the first before returning.
+Tile state: a kernel built with ``tile_setup=True`` reads the loaded config (``sttilecfg``,
+~20 cycles) and loads its own (``ldtilecfg``, ~200 cycles) only when it differs; it leaves its
+config loaded (no ``tilerelease``: Intel's advice is to release only before AMX idles a while,
+and Linux releases the tiles itself before the core idles), so back-to-back calls of one kernel,
+or of kernels sharing a config, configure once. A kernel never relies on tile *data* left by
+anyone. :func:`tilerelease_function` (``tppasm.tilerelease()``) releases on request.
+``tile_setup=False`` kernels are for loop nests that call :func:`tileconfig_function` once per
+thread before (``init``) and :func:`tilerelease_function` after (``fini``): they assume the
+config of their first region is loaded; a shape with several regions switches configs inside and
+restores the first before returning.
 
 Permission: Linux grants AMX tile state per process (``arch_prctl(ARCH_REQ_XCOMP_PERM)``, asked
 once by :func:`isa.cpu.host`), so threads of a pool created before the request use tiles too;
@@ -34,16 +44,17 @@ Generation needs no AMX hardware (the code runs in :mod:`isa.x86.interp` here):
 >>> from tppasm.brgemm import Brgemm
 >>> fn = generate(Brgemm(m=32, n=32, k=32, dtype="bf16"))
 >>> text = fn.disassemble()
->>> text.count("tdpbf16ps"), text.count("tileloadd")
-(4, 4)
+>>> text.count("tdpbf16ps"), text.count("tileloadd")      # the first block's loads, then the next's
+(4, 8)
 """
 from dataclasses import dataclass
 
-from isa.x86 import K, TMM, YMM, ZMM, Function, dword, eax, gpr, ptr, rsp
+from isa.x86 import K, TMM, YMM, ZMM, Function, dword, eax, gpr, ptr, qword, rsp
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
 from ..backends import register
-from .batch import add_imm, next_batch
+from .amx_pipe import Pipeline
+from .batch import add_imm, mem_imm
 from .ctile import emit_activation
 
 ROWS, COLSB = 16, 64                   # palette 1 tile limits
@@ -51,7 +62,6 @@ ES = {"f32": 4, "bf16": 2, "i32": 4}     # C element bytes
 A_ES = {"bf16": 2, "i8": 1}          # A and B element bytes
 DOT = {"bf16": "tdpbf16ps", "i8": "tdpbusd"}
 INT8_DOT = {"us": "tdpbusd", "ss": "tdpbssd", "su": "tdpbsud", "uu": "tdpbuud"}   # (A, B) signedness
-UNROLL_K = 4                           # k steps unrolled before a runtime loop is used
 
 
 # -- planning ------------------------------------------------------------------------------------
@@ -152,7 +162,7 @@ def plan(desc):
     >>> (p.gm, p.gn, p.step, p.steps, p.tail), [s.sizes for s in p.rows], [s.sizes for s in p.cols]
     ((2, 2, 16, 2, 0), [(16, 16), (8,)], [(16, 4)])
     """
-    groups = desc.k // desc.vnni            # 4 bytes of A (and one B tile row) per group
+    groups = desc.groups                    # 4 bytes of A (and one B tile row) per group, the last maybe partial
     if groups <= ROWS:
         step, steps, tail = groups, 1, 0
     else:
@@ -174,6 +184,8 @@ def plan(desc):
 class _Gen:
     """One kernel: System V args are the operand pointers (``desc.operands()`` order) and count."""
 
+    VARS = ("arow", "crow", "bcol", "rowctr", "colctr", "dir", "da", "db")
+
     def __init__(self, desc):
         if desc.dtype not in DOT:
             raise ValueError(f"AMX BRGEMM takes dtype 'bf16' or 'i8', not {desc.dtype!r}")
@@ -183,16 +195,22 @@ class _Gen:
                            ["ptr"] * (len(names) - 1) + ["i64"])
         self.a = self.fn.asm
         self.es_a, self.es_c = A_ES[desc.dtype], ES[desc.c_dtype]
+        self.dot = getattr(self.a, DOT[desc.dtype] if desc.dtype == "bf16" else INT8_DOT[desc.signs])
+        # stack: spilled arguments, loop variables, tile configs, sttilecfg's output, scratch tiles
         self.arg_slot = {name: 8 * i for i, name in enumerate(names)}
+        self.slots = {name: 64 + 8 * i for i, name in enumerate(self.VARS)}
         self.regions = self.p.regions()
         self.configs = list(dict.fromkeys(cfg for _, _, cfg in self.regions))
-        self.cfg_base = 64
-        self.scratch = self.cfg_base + 64 * len(self.configs)
+        self.cfg_base = 128
+        self.cfg_now = self.cfg_base + 64 * len(self.configs)
+        self.partial = desc.k % desc.vnni
+        self.pad_a = self.cfg_now + 64
+        self.pad_b = self.pad_a + 1024 * self.p.gm * (1 if self.partial else 0)
+        self.scratch = self.pad_b + 1024 * self.p.gn * (1 if self.partial and desc.dtype == "bf16" else 0)
         self.epilogue = desc.bias or desc.act is not None or desc.c_dtype == "bf16"
         regs = sorted(set(INT_ARGS + CALLEE_SAVED + [gpr(0), gpr(10), gpr(11)]), key=lambda r: r.num)
         # args are spilled to the stack at entry, so all 15 registers are ours (tmp must be rax)
-        names = ["tmp", "sa", "sb", "arow", "crow", "bcol", "rowctr", "colctr", "bctr", "p", "q",
-                 "a_k", "b_k", "kctr"]
+        names = ["tmp", "sa", "sb", "ak", "bk", "an", "bn", "bctr", "kctr", "p", "q", "t2", "s64"]
         self.r = dict(zip(names, regs))
         self.consts = None
 
@@ -212,31 +230,46 @@ class _Gen:
     def tmm(self, t):
         return TMM[t]
 
+    def var(self, name):
+        return qword[rsp + self.slots[name]]
+
+    def set_var(self, name, value):
+        mem_imm(self.a, "mov", self.var(name), value, self.r["tmp"])
+
+    def add_var(self, name, value):
+        mem_imm(self.a, "add", self.var(name), value, self.r["tmp"])
+
     # -- the kernel ---------------------------------------------------------------------------------
     def build(self):
-        d, a = self.d, self.a
+        d, a, r = self.d, self.a, self.r
         self.fn.stack(self.scratch + (ROWS * COLSB if self.epilogue or (d.beta and d.c_dtype == "bf16")
                                       else 0))
         for name, reg in zip(self.arg_slot, self.fn.args):
             a.mov([rsp + self.arg_slot[name]], reg)
         switches = len(self.configs) > 1
-        if d.tile_setup or switches:
+        if switches:
             for i, cfg in enumerate(self.configs):
-                for off in range(0, 64, 4):
-                    v = int.from_bytes(cfg[off:off + 4], "little")
-                    a.mov(dword[rsp + self.cfg_base + 64 * i + off], v - (1 << 32) if v >= 1 << 31 else v)
-        r = self.r
+                self.write_config(self.cfg_base + 64 * i, cfg)
+        if d.tile_setup:
+            self.configure(self.configs[0], switches)
         self.mov_imm(r["sa"], d.lda * self.es_a)
         self.mov_imm(r["sb"], d.ldb * 4)
-        loaded = self.configs[0] if not d.tile_setup else None
+        if self.partial:
+            self.mov_imm(r["s64"], COLSB)
+            last = self.p.steps if self.p.tail else self.p.steps - 1       # the step holding the partial group
+            valid = d.k * self.es_a - last * 4 * self.p.step                   # its A bytes per row
+            a.mov(r["tmp"], -1)                 # (1 << valid) - 1 without a 64-bit immediate
+            if valid < 64:
+                a.shr(r["tmp"], 64 - valid)
+            a.kmovq(K[2], r["tmp"])
+        self.set_var("dir", 1)                 # flipped before each macro block: the first walks forward
+        loaded = self.configs[0]
         for rspan, cspan, cfg in self.regions:
             if cfg != loaded:
                 a.ldtilecfg([rsp + self.cfg_base + 64 * self.configs.index(cfg)])
                 loaded = cfg
             self.region(rspan, cspan)
-        if d.tile_setup:
-            a.tilerelease()
-        elif loaded != self.configs[0]:
+        if not d.tile_setup and loaded != self.configs[0]:
             a.ldtilecfg([rsp + self.cfg_base])
         if self.consts is not None:
             if self.consts.stack_bytes() != self.consts.BASE:
@@ -244,39 +277,61 @@ class _Gen:
             self.consts.finish(self.fn, scratch=ZMM[3])
         return self.fn.finalize()
 
+    def write_config(self, offset, cfg):
+        for off in range(0, 64, 4):
+            v = int.from_bytes(cfg[off:off + 4], "little")
+            self.a.mov(dword[rsp + offset + off], v - (1 << 32) if v >= 1 << 31 else v)
+
+    def configure(self, cfg, written):
+        """Load ``cfg`` unless it is the configuration loaded now (``sttilecfg`` and a compare:
+        ~20 cycles where ``ldtilecfg`` takes ~200). The tiles stay configured on return, as
+        after a nest's ``tileconfig()``; tile data is never assumed, only the shapes."""
+        a = self.a
+        load, done = a.label(), a.label()
+        a.sttilecfg([rsp + self.cfg_now])
+        for off in range(0, 64, 4):         # dword compares: no 64-bit immediates (cacheable code)
+            a.cmp(dword[rsp + self.cfg_now + off], int.from_bytes(cfg[off:off + 4], "little", signed=True))
+            a.jne(load)
+        a.jmp(done)
+        a.bind(load)
+        if not written:
+            self.write_config(self.cfg_base, cfg)
+        a.ldtilecfg([rsp + self.cfg_base])
+        a.bind(done)
+
     def region(self, rspan, cspan):
-        d, p, a, r = self.d, self.p, self.a, self.r
-        self.mov_imm(r["arow"], rspan.start * d.lda * self.es_a)
-        self.mov_imm(r["crow"], rspan.start * d.ldc * self.es_c)
+        d, p, a = self.d, self.p, self.a
+        self.set_var("arow", rspan.start * d.lda * self.es_a)
+        self.set_var("crow", rspan.start * d.ldc * self.es_c)
         row_loop = a.label()
         if rspan.count > 1:
-            a.mov(r["rowctr"], rspan.count)
+            self.set_var("rowctr", rspan.count)
             a.bind(row_loop)
-        self.mov_imm(r["bcol"], cspan.start * 4)
+        self.set_var("bcol", cspan.start * 4)
         col_loop = a.label()
         if cspan.count > 1:
-            a.mov(r["colctr"], cspan.count)
+            self.set_var("colctr", cspan.count)
             a.bind(col_loop)
         self.block(rspan.sizes, cspan.sizes)
         if cspan.count > 1:
-            a.add(r["bcol"], p.gn * COLSB)
-            a.dec(r["colctr"])
+            self.add_var("bcol", p.gn * COLSB)
+            a.dec(self.var("colctr"))
             a.jnz(col_loop)
         if rspan.count > 1:
-            self.add_imm(r["arow"], p.gm * ROWS * d.lda * self.es_a)
-            self.add_imm(r["crow"], p.gm * ROWS * d.ldc * self.es_c)
-            a.dec(r["rowctr"])
+            self.add_var("arow", p.gm * ROWS * d.lda * self.es_a)
+            self.add_var("crow", p.gm * ROWS * d.ldc * self.es_c)
+            a.dec(self.var("rowctr"))
             a.jnz(row_loop)
 
     def c_pointer(self, reg):
         """reg = address of the macro block's first C element."""
         a, r = self.a, self.r
         a.mov(reg, self.arg("c"))
-        a.add(reg, r["crow"])
+        a.add(reg, self.var("crow"))
         if self.es_c == 4:
-            a.add(reg, r["bcol"])
+            a.add(reg, self.var("bcol"))
         else:
-            a.mov(r["tmp"], r["bcol"])
+            a.mov(r["tmp"], self.var("bcol"))
             a.shr(r["tmp"], 1)
             a.add(reg, r["tmp"])
 
@@ -285,7 +340,7 @@ class _Gen:
 
     def block(self, rsizes, csizes):
         d, p, a, r = self.d, self.p, self.a, self.r
-        cp, stride = r["a_k"], r["b_k"]
+        cp, stride = r["ak"], r["bk"]
         tiles = [(i, j) for i in range(len(rsizes)) for j in range(len(csizes))]
         if d.beta:
             self.c_pointer(cp)
@@ -301,7 +356,7 @@ class _Gen:
         else:
             for i, j in tiles:
                 a.tilezero(self.tmm(p.c_tile(i, j)))
-        self.batch_loop(len(rsizes), len(csizes))
+        Pipeline(self, rsizes, csizes).emit()
         self.c_pointer(cp)
         if not self.epilogue:
             self.mov_imm(stride, d.ldc * self.es_c)
@@ -312,76 +367,6 @@ class _Gen:
         for i, j in tiles:
             a.tilestored([rsp + self.scratch + stride], self.tmm(p.c_tile(i, j)))
             self.store_rows(cp, i, j, rsizes[i], csizes[j])
-
-    # -- batch and k -----------------------------------------------------------------------------
-    def batch_loop(self, gm, gn):
-        d, p, a, r = self.d, self.p, self.a, self.r
-        k_loop = p.steps > UNROLL_K
-        direct = d.batch == "stride" and not k_loop      # step from p, q themselves
-        if d.batch == "stride":
-            a.mov(r["p"], self.arg("a"))
-            a.add(r["p"], r["arow"])
-            a.mov(r["q"], self.arg("b"))
-            a.add(r["q"], r["bcol"])
-        elif d.batch == "offset":
-            a.mov(r["p"], self.arg("offsets"))
-        else:
-            a.mov(r["p"], self.arg("a_ptrs"))
-            a.mov(r["q"], self.arg("b_ptrs"))
-        a.mov(r["bctr"], self.arg("count"))
-        loop = a.label()
-        a.bind(loop)
-        ak, bk = (r["p"], r["q"]) if direct else (r["a_k"], r["b_k"])
-        if d.batch == "stride":
-            if not direct:
-                a.mov(ak, r["p"])
-                a.mov(bk, r["q"])
-        elif d.batch == "offset":
-            for reg, col, base, off in ((ak, 0, "a", r["arow"]), (bk, 8, "b", r["bcol"])):
-                a.mov(reg, [r["p"] + col])           # element offsets; A and B share an element size
-                es = self.es_a
-                if es == 1:
-                    a.add(reg, off)
-                else:
-                    a.lea(reg, [off + reg * es])
-                a.add(reg, self.arg(base))
-        else:
-            a.mov(ak, [r["p"]])
-            a.add(ak, r["arow"])
-            a.mov(bk, [r["q"]])
-            a.add(bk, r["bcol"])
-        a_step, b_step = 4 * p.step, p.step * d.ldb * 4
-        if k_loop:
-            kl = a.label()
-            a.mov(r["kctr"], p.steps)
-            a.bind(kl)
-            self.k_step(ak, bk, 0, 0, gm, gn, False)
-            a.add(ak, a_step)
-            self.add_imm(bk, b_step)
-            a.dec(r["kctr"])
-            a.jnz(kl)
-            if p.tail:
-                self.k_step(ak, bk, 0, 0, gm, gn, True)
-        else:
-            for s in range(p.steps):
-                self.k_step(ak, bk, s * a_step, s * b_step, gm, gn, False)
-            if p.tail:
-                self.k_step(ak, bk, p.steps * a_step, p.steps * b_step, gm, gn, True)
-        next_batch(a, d, r["p"], r["q"], self.es_a, self.es_a, r["tmp"])   # B has A's element size
-        a.dec(r["bctr"])
-        a.jnz(loop)
-
-    def k_step(self, ak, bk, a_off, b_off, gm, gn, tail):
-        """Load each A and B tile once and issue the gm x gn dot products (loads interleaved)."""
-        d, p, a, r = self.d, self.p, self.a, self.r
-        dot = getattr(a, DOT[d.dtype] if d.dtype == "bf16" else INT8_DOT[d.signs])
-        row_bytes = ROWS * d.lda * self.es_a
-        for i in range(gm):
-            a.tileloadd(self.tmm(p.a_tile(i, tail)), [ak + r["sa"] + (a_off + i * row_bytes)])
-            for j in range(gn):
-                if i == 0:
-                    a.tileloadd(self.tmm(p.b_tile(j, tail)), [bk + r["sb"] + (b_off + j * COLSB)])
-                dot(self.tmm(p.c_tile(i, j)), self.tmm(p.a_tile(i, tail)), self.tmm(p.b_tile(j, tail)))
 
     # -- C through the scratch -------------------------------------------------------------------------
     def _mask(self, cols):
@@ -431,7 +416,7 @@ class _Gen:
         x, bias, zero = ZMM[0], ZMM[1], ZMM[2]
         if d.bias:
             a.mov(dst, self.arg("bias"))
-            a.add(dst, r["bcol"])
+            a.add(dst, self.var("bcol"))
             mem = [dst + j * COLSB]
             a.vmovups(bias if k is None else bias.mask(k, zero=True), mem)
         if d.act == "relu":

@@ -21,6 +21,25 @@ def add_imm(a, reg, value, tmp):
         a.add(reg, tmp)
 
 
+def mem_imm(a, op, mem, value, tmp):
+    """``op`` (an assembler method name: "mov", "add", ...) of the qword ``mem`` with ``value``; a
+    value beyond int32 goes through ``tmp``.
+
+    >>> from isa.x86 import Assembler, disassemble, qword, rax, rsp
+    >>> a = Assembler()
+    >>> mem_imm(a, "mov", qword[rsp + 8], 5, rax); mem_imm(a, "add", qword[rsp + 8], 1 << 32, rax)
+    >>> print(disassemble(a.encode()))
+    0000  48c744240805000000    mov qword ptr [rsp+8],5
+    0009  48b80000000001000000  mov rax,100000000h
+    0013  4801442408            add [rsp+8],rax
+    """
+    if -2 ** 31 <= value < 2 ** 31:
+        getattr(a, op)(mem, value)
+    else:
+        a.mov(tmp, value)
+        getattr(a, op)(mem, tmp)
+
+
 def next_batch(a, desc, p, q, es_a, es_b, tmp):
     """Step the batch pointers to the next (A, B) pair: by the strides (``p``, ``q`` are A and B),
     past one (off_a, off_b) int64 pair (``p``), or past one pointer in each list (``p``, ``q``).

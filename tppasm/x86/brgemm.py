@@ -453,8 +453,8 @@ class Gen(CTile):
 
 @register("x86", "brgemm")
 def generate(desc, isa):
-    # tile kernels; fp32 and k tails (k not a multiple of the VNNI factor) stay on AVX-512
-    if isa == "amx" and desc.dtype in ("bf16", "i8") and desc.k % desc.vnni == 0:
+    # tile kernels for bf16 and int8 (any k: a partial last group is padded inside); fp32 on AVX-512
+    if isa == "amx" and desc.dtype in ("bf16", "i8"):
         from .amx import generate as generate_amx
         return generate_amx(desc)
     return generate_brgemm(desc, isa)

@@ -114,7 +114,7 @@ MATH_TMP, MATH_UNROLL = 3, 1    # transcendental bodies: out-of-order overlap su
 NT_MIN_BYTES = 1 << 25          # contiguous outputs this large go to DRAM anyway: non-temporal stores
 
 
-def _rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
+def walk_rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
     """Emit ``for each row: for each vector: outs = body(ins)``. ``bits``: (stream, "in"|"out")."""
     a = fn.asm
     lanes = v.lanes(4)
@@ -296,7 +296,7 @@ def generate_unary(desc, isa):
         ins = [Stream(regs[0], "full", desc.dtype, desc.ldi)]
         ntmp, body = UNARY[desc.op]
         bits = (Stream(regs[2], "bits", "u8", desc.mask_bytes), "out") if desc.bitmask else None
-    _rows(fn, v, desc.m, desc.n, ins, [out], body, ntmp, bits)
+    walk_rows(fn, v, desc.m, desc.n, ins, [out], body, ntmp, bits)
     return fn.finalize()
 
 
@@ -313,7 +313,7 @@ def generate_binary(desc, isa):
 
         def body(a, v, d, s, t, c):
             return post(a, v, d, [first(a, v, t[-1], s, t, c)], t[:-1], c)
-    _rows(fn, v, desc.m, desc.n, ins, [Stream(ro, "full", desc.out_dtype, desc.ldo)], body, ntmp)
+    walk_rows(fn, v, desc.m, desc.n, ins, [Stream(ro, "full", desc.out_dtype, desc.ldo)], body, ntmp)
     return fn.finalize()
 
 
@@ -324,6 +324,6 @@ def generate_ternary(desc, isa):
     ra, rb, rc = list(fn.args)
     c = Stream(rc, "full", desc.out_dtype, desc.ldc)
     ins = [stream(ra, desc.bcast_a, desc.dtype, desc.lda), stream(rb, desc.bcast_b, desc.dtype, desc.ldb), c]
-    _rows(fn, v, desc.m, desc.n, ins, [c], TERNARY[desc.op][1], TERNARY[desc.op][0])
+    walk_rows(fn, v, desc.m, desc.n, ins, [c], TERNARY[desc.op][1], TERNARY[desc.op][0])
     return fn.finalize()
 

@@ -14,9 +14,11 @@ argument vector (no ctypes, no Python frame; ~0.2 µs per call here against ~0.7
 ctypes), and the stub hands any call it cannot vouch for to the Python path.
 
 The stub holds this process's addresses (of ``numpy.ndarray``, the dtype objects, the raw kernel)
-as immediates: it is rebuilt in every process and never cached; the raw kernel stays position
-independent. The CPython and NumPy object layouts it relies on are verified once at import
-(:data:`NATIVE_CHECKS`); if they do not hold, every call takes the Python path.
+as 64-bit immediates, every one of them asked of an :class:`Addresses` object: the kernel cache
+(:mod:`tppasm.cache.stubs`) builds a stub once with placeholders and patches them in each process;
+the raw kernel stays position independent. The CPython and NumPy object layouts it relies on are
+verified once at import (:data:`NATIVE_CHECKS`); if they do not hold, every call takes the Python
+path.
 """
 import ctypes
 import sys
@@ -58,7 +60,46 @@ def _layout_holds():
 NATIVE_CHECKS = _layout_holds()
 
 
-def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=None):
+class Addresses:
+    """The process addresses a stub embeds, one method per kind; :func:`build_entry` asks for each
+    through these methods only, and every answer becomes a ``mov reg, imm64``.
+
+    >>> Addresses((), (), 0).none() == id(None)
+    True
+    """
+
+    def __init__(self, operands, scalars, raw_address, call=None):
+        self.operands, self.scalars, self.raw_address, self.call = operands, scalars, raw_address, call
+
+    def raw(self):
+        return self.raw_address
+
+    def ndarray(self):
+        return id(np.ndarray)
+
+    def dtype(self, i):
+        return id(self.operands[i].np_dtype)          # builtin and ml_dtypes dtypes are singletons
+
+    def int(self):
+        return id(int)
+
+    def keyword(self, j):
+        return id(sys.intern(self.scalars[j]))        # call-site keyword names are interned strings
+
+    def none(self):
+        return id(None)
+
+    def capi(self, name):
+        return _capi(name)
+
+    def divert(self):
+        return self.call.divert_flag
+
+    def fallback(self):
+        return id(self.call.fallback)
+
+
+def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=None, addresses=None):
     """Entry stub ``int entry(tuple args)``: args are the operand arrays, then the int scalars.
 
     Scalars must be ints in [1, 2**30). ``count_scalar`` names the scalar that bounds batched
@@ -67,8 +108,14 @@ def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=No
 
     With ``call`` (a :class:`Vectorcall`), the stub is instead the C function of a CPython builtin
     (``METH_FASTCALL | METH_KEYWORDS``) taking the arrays and, by keyword only, the scalars
-    (default 1); it returns None, and hands every call it cannot vouch for to ``call.fallback``.
+    (default 1, except ``count_scalar``: left out, it is the number of blocks the batched operands
+    hold, when they all hold the same number); it returns None, and hands every call it cannot
+    vouch for to ``call.fallback``.
+
+    ``addresses`` (default: this process's, from ``raw_address`` and ``call``) gives every address
+    the stub embeds (:class:`Addresses`).
     """
+    addr = addresses or Addresses(operands, scalars, raw_address, call)
     n_args = len(operands) + len(scalars)
     if n_args > len(INT_ARGS):
         raise ValueError(f"{name}: a raw kernel takes at most {len(INT_ARGS)} arguments")
@@ -96,17 +143,17 @@ def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=No
         a.cmp(qword[items + TUPLE_SIZE], n_args)
         a.jne(fail_label(n_args))
         a.add(items, TUPLE_ITEMS)
-        _load_scalars(a, items, operands, scalars, regs, fail_label)
+        _load_scalars(a, addr, items, operands, scalars, regs, fail_label)
     else:
-        _vectorcall_head(a, fn, call, operands, scalars, regs, fail_label)
+        _vectorcall_head(a, addr, fn, operands, scalars, regs, fail_label, count_scalar)
     count = regs[len(operands) + scalars.index(count_scalar)] if count_scalar else None
     for i, spec in enumerate(operands):
         fail = fail_label(i)
         a.mov(item, [items + 8 * i])
-        a.mov(ptr, id(np.ndarray))
+        a.mov(ptr, addr.ndarray())
         a.cmp([item + OB_TYPE], ptr)
         a.jne(fail)
-        a.mov(ptr, id(spec.np_dtype))           # builtin and ml_dtypes dtypes are singletons
+        a.mov(ptr, addr.dtype(i))
         a.cmp([item + DESCR], ptr)
         a.jne(fail)
         a.cmp(dword[item + NDIM], len(spec.shape) + spec.batch)
@@ -131,7 +178,7 @@ def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=No
                 a.jne(fail)
         a.mov(regs[i], [item + DATA])
     if call is None:
-        a.mov(rax, raw_address)
+        a.mov(rax, addr.raw())
         a.call(rax)
         a.xor(eax, eax)
         fn.ret()
@@ -140,18 +187,18 @@ def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=No
             a.mov(eax, code)
             fn.ret()
     else:
-        _vectorcall_tail(a, fn, call, raw_address, [label for label, _ in fails])
+        _vectorcall_tail(a, addr, fn, call, [label for label, _ in fails])
     return fn.finalize()
 
 
-def _load_scalars(a, items, operands, scalars, regs, fail_label):
+def _load_scalars(a, addr, items, operands, scalars, regs, fail_label):
     """Scalar i from ``items[len(operands) + i]``: a one-digit positive ``int``."""
     item, ptr = rax, r10
     for j in range(len(scalars)):               # scalars first: the count bounds the arrays
         i = len(operands) + j
         fail = fail_label(i)
         a.mov(item, [items + 8 * i])
-        a.mov(ptr, id(int))
+        a.mov(ptr, addr.int())
         a.cmp([item + OB_TYPE], ptr)
         a.jne(fail)
         a.cmp(qword[item + LONG_TAG], LONG_ONE_DIGIT)
@@ -181,10 +228,10 @@ class Vectorcall:
     @staticmethod
     def available():
         """The CPython functions the stub calls are exported (3.11 and later: ``PyObject_Vectorcall``)."""
-        return NATIVE_CHECKS and all(hasattr(ctypes.pythonapi, f) for f in _CAPI)
+        return NATIVE_CHECKS and all(hasattr(ctypes.pythonapi, f) for f in CAPI)
 
 
-_CAPI = ("PyObject_Vectorcall", "Py_IncRef", "PyEval_SaveThread", "PyEval_RestoreThread",
+CAPI = ("PyObject_Vectorcall", "Py_IncRef", "PyEval_SaveThread", "PyEval_RestoreThread",
          "PyCFunction_NewEx")
 
 
@@ -192,16 +239,17 @@ def _capi(name):
     return ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
 
 
-def _vectorcall_head(a, fn, call, operands, scalars, regs, fail_label):
+def _vectorcall_head(a, addr, fn, operands, scalars, regs, fail_label, count_scalar=None):
     """Save (args, nargs, kwnames); divert while the flag is set; accept exactly the arrays
-    positionally plus either no keywords (scalars = 1) or the scalars' names as keywords."""
+    positionally plus either no keywords (scalars = 1, ``count_scalar`` inferred) or the
+    scalars' names as keywords."""
     args, nargs, kwnames = fn.args[1:]
     items, ptr = r11, r10
     a.mov([rsp + SAVED_ARGS], args)
     a.mov([rsp + SAVED_NARGS], nargs)
     a.mov([rsp + SAVED_KWNAMES], kwnames)
     a.mov(items, args)
-    a.mov(ptr, call.divert_flag)
+    a.mov(ptr, addr.divert())
     a.cmp(dword[ptr], 0)
     a.jne(fail_label(-1))
     a.cmp(nargs, len(operands))
@@ -209,8 +257,11 @@ def _vectorcall_head(a, fn, call, operands, scalars, regs, fail_label):
     keywords, loaded = a.label(), a.label()
     a.test(kwnames, kwnames)
     a.jnz(keywords)
-    for j in range(len(scalars)):
-        a.mov(gpr(regs[len(operands) + j].num, 32), 1)
+    for j, name in enumerate(scalars):
+        if name == count_scalar:
+            _infer_count(a, addr, items, operands, regs[len(operands) + j], fail_label(-1))
+        else:
+            a.mov(gpr(regs[len(operands) + j].num, 32), 1)
     a.jmp(loaded)
     a.bind(keywords)
     if not scalars:
@@ -218,43 +269,71 @@ def _vectorcall_head(a, fn, call, operands, scalars, regs, fail_label):
     else:
         a.cmp(qword[kwnames + TUPLE_SIZE], len(scalars))
         a.jne(fail_label(-1))
-        for j, name in enumerate(scalars):          # call-site keyword names are interned strings
-            a.mov(ptr, id(sys.intern(name)))
+        for j in range(len(scalars)):
+            a.mov(ptr, addr.keyword(j))
             a.cmp([kwnames + TUPLE_ITEMS + 8 * j], ptr)
             a.jne(fail_label(-1))
-        _load_scalars(a, items, operands, scalars, regs, fail_label)
+        _load_scalars(a, addr, items, operands, scalars, regs, fail_label)
     a.bind(loaded)
 
 
-def _vectorcall_tail(a, fn, call, raw_address, fails):
+def _infer_count(a, addr, items, operands, count, fail):
+    """``count`` left out: the number of blocks the batched operands hold, when they all hold the
+    same number in [1, 2**30); anything else goes to ``fail`` (the fallback infers or explains)."""
+    item, ptr = rax, r10
+    first = True
+    for i, spec in enumerate(operands):
+        if not spec.batch:
+            continue
+        a.mov(item, [items + 8 * i])
+        a.mov(ptr, addr.ndarray())
+        a.cmp([item + OB_TYPE], ptr)
+        a.jne(fail)
+        a.cmp(dword[item + NDIM], len(spec.shape) + 1)
+        a.jne(fail)
+        a.mov(ptr, [item + DIMS])
+        a.mov(ptr, [ptr])
+        if first:
+            a.mov(count, ptr)
+            a.cmp(count, 1)
+            a.jl(fail)
+            a.cmp(count, LONG_MAX)
+            a.jg(fail)
+            first = False
+        else:
+            a.cmp(ptr, count)
+            a.jne(fail)
+
+
+def _vectorcall_tail(a, addr, fn, call, fails):
     """Call the kernel (releasing the interpreter lock if asked), return a new reference to None;
     every failure calls the fallback with the saved arguments and returns its result."""
     if call.release_gil:
         for r in INT_ARGS:                           # the kernel's arguments survive the C call
             a.push(r)
-        a.mov(rax, _capi("PyEval_SaveThread"))
+        a.mov(rax, addr.capi("PyEval_SaveThread"))
         a.call(rax)
         a.mov([rsp + 6 * 8 + SAVED_TSTATE], rax)
         for r in reversed(INT_ARGS):
             a.pop(r)
-    a.mov(rax, raw_address)
+    a.mov(rax, addr.raw())
     a.call(rax)
     if call.release_gil:
         a.mov(INT_ARGS[0], [rsp + SAVED_TSTATE])
-        a.mov(rax, _capi("PyEval_RestoreThread"))
+        a.mov(rax, addr.capi("PyEval_RestoreThread"))
         a.call(rax)
-    a.mov(INT_ARGS[0], id(None))
-    a.mov(rax, _capi("Py_IncRef"))
+    a.mov(INT_ARGS[0], addr.none())
+    a.mov(rax, addr.capi("Py_IncRef"))
     a.call(rax)
-    a.mov(rax, id(None))
+    a.mov(rax, addr.none())
     fn.ret()
     for label in fails:
         a.bind(label)
-    a.mov(INT_ARGS[0], id(call.fallback))
+    a.mov(INT_ARGS[0], addr.fallback())
     a.mov(INT_ARGS[1], [rsp + SAVED_ARGS])
     a.mov(INT_ARGS[2], [rsp + SAVED_NARGS])
     a.mov(INT_ARGS[3], [rsp + SAVED_KWNAMES])
-    a.mov(rax, _capi("PyObject_Vectorcall"))
+    a.mov(rax, addr.capi("PyObject_Vectorcall"))
     a.call(rax)
     fn.ret()
 

@@ -1,5 +1,6 @@
 """AMX semantics (palette 1: 8 tiles of up to 16 rows x 64 bytes) after the SDM pseudo-code.
 
+- ``sttilecfg`` writes the loaded config back (64 zero bytes when tiles are not configured).
 - ``ldtilecfg`` reads the 64-byte config (palette u8, start_row u8, 14 reserved zero bytes,
   colsb u16[16], rows u8[16]) and raises InvalidOpcode (the #GP) on palette > 1, a nonzero
   reserved byte, rows > 16, colsb > 64, an entry 8..15 that is not zero, or a tile with exactly
@@ -82,6 +83,25 @@ def _ldtilecfg(m, ins):
         m.tilecfg = (rows[:8], colsb[:8])
         m.tile_start_row = start
         m.tiles[:] = 0
+        m.stats.tile_ops.append(("ldtilecfg", (), (), 0, 0, 0, 0))
+        return nxt
+    return step
+
+
+def _sttilecfg(m, ins):
+    from .base import addr_fn
+    a, nxt = addr_fn(m, ins), ins.next_ip
+
+    def step():
+        raw = bytearray(64)
+        if m.tilecfg is not None:
+            rows, colsb = m.tilecfg
+            raw[0], raw[1] = 1, m.tile_start_row
+            for i in range(8):
+                raw[16 + 2 * i:18 + 2 * i] = colsb[i].to_bytes(2, "little")
+                raw[48 + i] = rows[i]
+        m.wrv(a(), np.frombuffer(bytes(raw), np.uint8))
+        m.stats.tile_ops.append(("sttilecfg", (), (), 0, 0, 0, 0))
         return nxt
     return step
 
@@ -92,6 +112,7 @@ def _tilerelease(m, ins):
     def step():
         m.tilecfg, m.tile_start_row = None, 0
         m.tiles[:] = 0
+        m.stats.tile_ops.append(("tilerelease", (), (), 0, 0, 0, 0))
         return nxt
     return step
 
@@ -102,6 +123,7 @@ def _tilezero(m, ins):
     def step():
         _shape(m, ins, t)
         m.tiles[t] = 0
+        m.stats.tile_ops.append(("tilezero", (t,), (), 0, 0, 0, 0))
         return nxt
     return step
 
@@ -114,6 +136,7 @@ def _tileload(m, ins):
         rows, colsb = _shape(m, ins, t)
         a0, s = base(), stride()
         m.stats.tile_loads.append((ip, name, a0))
+        m.stats.tile_ops.append((name, (t,), (), a0, s, colsb, rows))
         tile = m.tiles[t]
         for r in range(m.tile_start_row, rows):
             try:
@@ -134,6 +157,7 @@ def _tilestore(m, ins):
     def step():
         rows, colsb = _shape(m, ins, t)
         a0, s = base(), stride()
+        m.stats.tile_ops.append(("tilestored", (), (t,), a0, s, colsb, rows))
         tile = m.tiles[t]
         for r in range(m.tile_start_row, rows):
             m.wrv((a0 + r * s) & M64, tile[r, :colsb])
@@ -147,6 +171,7 @@ def _dot_shapes(m, ins):
     if len({d, a, b}) != 3:
         _ud(ins, "tile operands must be distinct")
     (dr, dc), (ar, ac), (br, bc) = _shape(m, ins, d), _shape(m, ins, a), _shape(m, ins, b)
+    m.stats.tile_ops.append(("tdp", (d,), (d, a, b), 0, 0, dc, dr))
     if dc % 4 or ac % 4 or bc % 4:
         _ud(ins, "colsb not a multiple of 4")
     if dr != ar or ac // 4 != br or dc != bc:
@@ -199,6 +224,7 @@ def _int_dot(sa: bool, sb: bool):
 
 AMX = {
     Mn.LDTILECFG: with_ref(_ldtilecfg, "load palette/rows/colsb from m512 (validated: #GP), zero tiles"),
+    Mn.STTILECFG: with_ref(_sttilecfg, "m512 = the loaded config (palette 1), all zeros when tiles are not configured"),
     Mn.TILERELEASE: with_ref(_tilerelease, "unconfigure and zero all tiles"),
     Mn.TILEZERO: with_ref(_tilezero, "tile = 0"),
     Mn.TILELOADD: with_ref(_tileload, "tile.row[r] = mem[base + disp + r*index*scale : +colsb]"),

@@ -10,7 +10,7 @@ from iced_x86 import ConditionCode as CC
 from iced_x86 import Mnemonic as Mn
 from iced_x86 import OpKind, RegisterExt
 
-from .base import (M64, addr_fn, gpr_reader, gpr_writer, operand_rw, operand_size,
+from .base import (M64, MNEMONIC_NAME, addr_fn, gpr_reader, gpr_writer, operand_rw, operand_size,
                           refuse, sem, with_ref)
 
 _COND = {
@@ -156,10 +156,20 @@ def _sign_widen(src_bits: int, dst_reg_bits: int, high: bool):
     return build
 
 
-@sem("no operation (prefetches and endbr too: real prefetches never fault)")
+@sem("no operation (endbr, fences)")
 def _nop(m, ins):
     nxt = ins.next_ip
     return lambda: nxt
+
+
+@sem("no operation: real prefetches never fault (the address goes to stats.tile_ops for cycle models)")
+def _prefetch(m, ins):
+    a, nxt, name, ops = addr_fn(m, ins), ins.next_ip, MNEMONIC_NAME[ins.mnemonic], m.stats.tile_ops
+
+    def step():
+        ops.append((name, (), (), a(), 0, 64, 1))
+        return nxt
+    return step
 
 
 # ---- arithmetic -------------------------------------------------------------------------------
@@ -421,8 +431,8 @@ def _table():
         Mn.CWDE: with_ref(_sign_widen(16, 32, False), "eax = sign-extend(ax)"),
         Mn.CQO: with_ref(_sign_widen(64, 64, True), "rdx = sign of rax spread"),
         Mn.CDQ: with_ref(_sign_widen(32, 32, True), "edx = sign of eax spread"),
-        Mn.NOP: _nop, Mn.PREFETCHT0: _nop, Mn.PREFETCHT1: _nop, Mn.PREFETCHT2: _nop,
-        Mn.PREFETCHNTA: _nop, Mn.PREFETCHW: _nop, Mn.ENDBR64: _nop,
+        Mn.NOP: _nop, Mn.PREFETCHT0: _prefetch, Mn.PREFETCHT1: _prefetch, Mn.PREFETCHT2: _prefetch,
+        Mn.PREFETCHNTA: _prefetch, Mn.PREFETCHW: _prefetch, Mn.ENDBR64: _nop,
         Mn.SFENCE: with_ref(_nop, "store fence: ordering only, a no-op for one interpreted thread"),
         Mn.LFENCE: with_ref(_nop, "load fence: a no-op for one interpreted thread"),
         Mn.MFENCE: with_ref(_nop, "memory fence: a no-op for one interpreted thread"),

@@ -79,11 +79,14 @@ class _Region:
 
 @dataclass
 class Stats:
-    """Execution statistics: ``counts`` per mnemonic name, ``tile_loads`` as (ip, mnemonic, address)."""
+    """Execution statistics: ``counts`` per mnemonic name, ``tile_loads`` as (ip, mnemonic, address),
+    and ``tile_ops``, the tile instructions and prefetches in execution order for cycle models:
+    (mnemonic, tiles written, tiles read, address, stride, bytes per row, rows)."""
 
     ip_counts: Counter = field(default_factory=Counter)
     names: dict = field(default_factory=dict)
     tile_loads: list = field(default_factory=list)
+    tile_ops: list = field(default_factory=list)
     steps: int = 0
 
     @property
@@ -96,6 +99,7 @@ class Stats:
     def reset(self) -> None:
         self.ip_counts.clear()
         self.tile_loads.clear()
+        self.tile_ops.clear()
         self.steps = 0
 
 

@@ -1,0 +1,182 @@
+"""A cycle model of AMX kernels on one Sapphire / Emerald Rapids core (a model, not a measurement).
+
+Input: the tile instructions and prefetches a kernel executed, in order, as the interpreter
+records them (:attr:`isa.x86.interp.Stats.tile_ops`). Output: the cycles a core would take, from a
+scoreboard of four units and the tile registers:
+
+- the TMUL runs ``tdp*`` in program order, one per ``TDP_CYCLES`` (16: a 16x16x32 bf16 or 16x16x64
+  int8 tile product); its result is ready ``TDP_LATENCY`` (52) cycles after it starts;
+- the tile-load pipe takes a ``tileloadd`` row per half cycle (two 64-byte lines per cycle: 8
+  cycles a tile); the data is ready ``LOAD_LATENCY`` cycles later (45 from L1; more from L2, L3),
+  and no earlier than the lines missing in L1 arrive through the fill path, which moves
+  ``L2_BW`` / ``L3_BW`` bytes per cycle (shared with prefetches);
+- the tile-store pipe takes a ``tilestored`` per 16 cycles;
+- ``ldtilecfg`` (204 cycles), ``sttilecfg`` (19) and ``tilerelease`` (13) wait for everything
+  before them, and everything after waits for them.
+
+Tiles: an instruction starts once the tiles it reads are ready. ``renaming=False`` (the default,
+the conservative reading) also makes a write to a tile wait until every earlier reader of it has
+finished, so an operand tile cannot be reloaded while a ``tdp`` still reads it; ``renaming=True``
+drops those write-after-read waits (as if tiles were renamed like vector registers). The front end
+runs at most ``WINDOW`` micro-ops ahead of the oldest unfinished instruction (the reorder buffer;
+a tile load or store counts ``UOPS`` 16, one per row, a ``tdp*`` or a prefetch one).
+
+Caches: least-recently-used L1 (48 KiB) and L2 (2 MiB) of 64-byte lines, warmed by one run of
+the same trace (a benchmark calls a kernel again and again on the same operands). Latencies and
+throughputs are the figures of Intel's optimization manual (AMX chapter: ``tdp*`` 16 / 52,
+``tileloadd`` 8 / 45, ``tilestored`` 16, ``ldtilecfg`` 204, ``sttilecfg`` 19, ``tilerelease`` 13); the cache
+bandwidths (L2 48 B/cycle sustained of 64 peak, L3 16 B/cycle per core) and the window are
+assumptions.
+
+>>> ops = [("tilezero", (0,), (), 0, 0, 0, 0)] + [("tdp", (0,), (0, 1, 2), 0, 0, 64, 16)] * 4
+>>> simulate(ops).cycles                       # four dependent tdp: 52 cycles each
+209.0
+>>> indep = [("tdp", (t,), (t, 6, 7), 0, 0, 64, 16) for t in range(4)] * 4
+>>> simulate(indep).cycles                     # independent ones issue every 16 cycles
+292.0
+"""
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+LINE = 64
+TDP_CYCLES, TDP_LATENCY = 16, 52
+LOAD_ROW_CYCLES = 0.5
+LOAD_LATENCY = {1: 45, 2: 56, 3: 145}        # from L1; + the L2 (11) / L3 (100) extra latency
+STORE_CYCLES = 16
+SERIAL = {"ldtilecfg": 204, "sttilecfg": 19, "tilerelease": 13}
+L1_BYTES, L2_BYTES = 48 << 10, 2 << 20
+L2_BW, L3_BW = 48.0, 16.0
+WINDOW = 512                                 # Golden Cove's reorder buffer
+UOPS = {"tileloadd": 16, "tileloaddt1": 16, "tilestored": 16}
+TDP_WORK = {"bf16": 16 * 16 * 32 * 2, "i8": 16 * 16 * 64 * 2}   # work of a full tile product
+
+
+class _Lru:
+    """A fully associative LRU set of lines (the caches' replacement, approximately)."""
+
+    def __init__(self, nbytes):
+        self.cap, self.lines = nbytes // LINE, OrderedDict()
+
+    def touch(self, line, value=0.0):
+        hit = line in self.lines
+        if hit:
+            self.lines.move_to_end(line)
+            value = max(value, self.lines[line]) if value else self.lines[line]
+        self.lines[line] = value
+        if len(self.lines) > self.cap:
+            self.lines.popitem(last=False)
+        return hit
+
+
+@dataclass
+class Result:
+    """Modelled cycles of one trace, and what they come from."""
+
+    cycles: float = 0.0
+    tdp: int = 0
+    tdp_cycles: float = 0.0
+    loads: int = 0
+    lines: dict = field(default_factory=lambda: {1: 0, 2: 0, 3: 0})   # tile-load lines per level
+    prefetches: int = 0
+    serial: float = 0.0
+
+    def utilization(self):
+        """Fraction of the cycles in which the TMUL is busy."""
+        return self.tdp_cycles / self.cycles if self.cycles else 0.0
+
+
+def _lines(addr, stride, colsb, rows):
+    for r in range(rows):
+        start = addr + r * stride
+        yield from range(start // LINE, (start + max(colsb, 1) - 1) // LINE + 1)
+
+
+def simulate(ops, renaming=False, in_order=False, window=WINDOW, warm=True):
+    """Model the cycles of ``ops`` (the interpreter's ``tile_ops`` of one call) on one core;
+    ``in_order``: tile instructions start in program order (a load waits for the ``tdp`` before
+    it to start), else only their operands and units order them."""
+    l1, l2 = _Lru(L1_BYTES), _Lru(L2_BYTES)
+    if warm:
+        for name, _, _, addr, stride, colsb, rows in ops:
+            if name.startswith(("tileload", "tilestore", "prefetch")):
+                for line in _lines(addr, stride, colsb, rows):
+                    l2.touch(line)
+                    l1.touch(line)
+        for line in l1.lines:
+            l1.lines[line] = 0.0
+    res = Result()
+    ready = [0.0] * 8                  # when each tile's value is available
+    read_until = [0.0] * 8             # when its last reader so far has finished reading it
+    tmul = load = store = fill = last_start = barrier = 0.0
+    finish, cum, rmax = [], [], []        # completion, micro-ops so far, in-order retirement times
+    oldest = -1
+    for i, (name, writes, reads, addr, stride, colsb, rows) in enumerate(ops):
+        total = (cum[-1] if cum else 0) + UOPS.get(name, 1)
+        while total - (cum[oldest] if oldest >= 0 else 0) > window:
+            oldest += 1                       # ops up to ``oldest`` must retire before this one issues
+        issue = rmax[oldest] if oldest >= 0 else 0.0
+        issue = max(issue, barrier)           # nothing passes a configuration instruction
+        start = max([issue] + [ready[t] for t in reads])
+        if not renaming:
+            start = max([start] + [read_until[t] for t in writes] + [ready[t] for t in writes])
+        if in_order and not name.startswith("prefetch"):
+            start = max(start, last_start)
+        if name in SERIAL:
+            start = max([start] + finish)
+            end = barrier = start + SERIAL[name]
+            res.serial += SERIAL[name]
+            done = end
+        elif name == "tdp":
+            start = max(start, tmul)
+            tmul = end = start + TDP_CYCLES
+            done = start + TDP_LATENCY
+            res.tdp += 1
+            res.tdp_cycles += TDP_CYCLES
+        elif name.startswith("tileload"):
+            start = max(start, load)
+            load = start + rows * LOAD_ROW_CYCLES
+            level, arrival = 1, 0.0
+            for line in _lines(addr, stride, colsb, rows):
+                if l1.touch(line):
+                    arrival = max(arrival, l1.lines[line])
+                    res.lines[1] += 1
+                    continue
+                lv = 2 if l2.touch(line) else 3
+                level = max(level, lv)
+                res.lines[lv] += 1
+                fill = max(fill, start) + LINE / (L2_BW if lv == 2 else L3_BW)
+                l1.lines[line] = fill
+                arrival = max(arrival, fill)
+            end = load
+            done = max(start + LOAD_LATENCY[level], arrival + 5)
+            res.loads += 1
+        elif name == "tilestored":
+            start = max(start, store)
+            store = end = start + STORE_CYCLES
+            for line in _lines(addr, stride, colsb, rows):
+                if not l1.touch(line, end):
+                    l2.touch(line)
+            done = end
+        elif name == "tilezero":
+            end = start
+            done = start + 1
+        else:                           # prefetch: a fill into L1 that nothing waits for
+            res.prefetches += 1
+            line = addr // LINE
+            if not l1.touch(line):
+                lv = 2 if l2.touch(line) else 3
+                fill = max(fill, issue) + LINE / (L2_BW if lv == 2 else L3_BW)
+                l1.lines[line] = fill
+            end = done = issue
+        if not name.startswith("prefetch"):
+            last_start = start
+        for t in reads:
+            read_until[t] = max(read_until[t], end)
+        for t in writes:
+            ready[t] = done
+            read_until[t] = 0.0 if renaming else read_until[t]
+        finish.append(max(end, done))
+        cum.append(total)
+        rmax.append(max(rmax[-1], finish[-1]) if rmax else finish[-1])
+    res.cycles = max(finish + [tmul, load, store]) if finish else 0.0
+    return res

@@ -1,0 +1,41 @@
+"""Interleaved timing for the model benches: every function timed in turn, round after round, so
+that the machine's drift (clock, other tenants) hits all of them alike; report medians of per-round
+ratios. The clock is wall time, or the calling thread's CPU time (``time.thread_time``: meaningful
+for 1-thread runs only, it leaves out the time other processes held the core).
+
+>>> a, b = interleaved([lambda: sum(range(100)), lambda: sum(range(1000))], runs=3, min_run=0.001)
+>>> len(a), bool((b > a).all())
+(3, True)
+"""
+import time
+
+import numpy as np
+
+from tppasm.timing import calibrate
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
+def interleaved(fns, runs, min_run=0.05, clock="wall"):
+    """Per-call seconds of each of ``fns`` (one array each) over ``runs`` rounds; in a round each
+    runs a calibrated number of calls (>= ``min_run`` s)."""
+    now = CLOCKS[clock]
+    reps = [calibrate(f, min_run) for f in fns]
+    out = [[] for _ in fns]
+    for _ in range(runs):
+        for f, r, acc in zip(fns, reps, out):
+            t = now()
+            for _ in range(r):
+                f()
+            acc.append((now() - t) / r)
+    return [np.array(a) for a in out]
+
+
+def add_clock_option(parser):
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="wall time (default), or the calling thread's CPU time (a busy machine; --threads 1)")
+
+
+def check_clock(parser, args):
+    if args.clock == "cpu" and args.threads != "1":
+        parser.error("--clock cpu measures the calling thread only: use it with --threads 1")

@@ -1,0 +1,232 @@
+"""One LLaMA-style decoder layer (:mod:`bench.models.llama`) against the same layer in torch.
+
+``python -m bench llm [--prompt 256] [--threads 1,2] [--dtypes bf16,i8] [--runs N] [--small] [--json FILE]``
+
+Shape: hidden 2048, 32 query heads, 8 KV heads of 64, MLP 8192 (a 1B-class layer), random weights
+(seed 0). Rows: first-token latency (the prompt through the layer, causal, cache filled) and
+next-token latency (one token at position ``prompt`` against the cache), ms, tppasm beside torch
+timed interleaved (medians); next-token weight streaming in GB/s (layer weight bytes / latency) and
+as a % of the host's read bandwidth, measured with the same threads in the same interleaving (a
+reduce TPP over a 512 MiB array, row blocks split across the threads). ``--clock cpu`` times with
+the calling thread's CPU clock (1 thread only: on a shared machine it leaves out time other
+processes held the core). torch's layer: ``F.linear`` on bf16 weights, ``F.rms_norm``,
+``scaled_dot_product_attention`` (GQA, causal), bf16 activations; its int8 peer is
+``torch.ao.quantization.quantize_dynamic`` (fbgemm, per-channel int8 weights, dynamic per-tensor
+activations). Before timing, outputs are compared (max |diff| / max |torch|).
+
+>>> from bench.models.llama_weights import Config
+>>> Config().hidden, Config().kv_heads
+(2048, 8)
+"""
+import argparse
+import time
+
+import numpy as np
+
+import tppasm as tpp
+from bench.common import Report, write_json
+from bench.interleave import add_clock_option, check_clock, interleaved
+from bench.models.llama import LlamaLayer
+from bench.models.llama_weights import Config, random_weights
+from loops import Loop, kernel
+from loops.pool import Pool, get_pool
+
+
+def _pool(n):
+    return get_pool() if get_pool().nthreads == n else Pool(n)
+
+
+def read_sweep(pool, mib=512):
+    """(run, bytes): one read of a ``mib`` MiB fp32 array (row sums, row blocks split across the
+    pool): the host's read bandwidth, the ceiling of weight streaming."""
+    cols, bm = 4096, 64
+    rows = (mib << 20) // (4 * cols)
+    x = tpp.empty((rows, cols))
+    x[...] = 1.0
+    out = tpp.empty(rows)
+    total = tpp.reduce("add", bm, cols, over="cols")
+
+    @kernel("A", Loop(0, rows // bm), pool=pool)
+    def sweep(i, X, Out):
+        total(X[i * bm:i * bm + bm], Out[i * bm:i * bm + bm])
+    return (lambda: sweep(x, out)), x.nbytes
+
+
+def int8_inner_loops(runs=7, reps=200):
+    """GB/s of int8 weights two inner loops consume from L1, 1 thread: ``vpdpbusd`` (u8 activations
+    x s8 weights, the design used) against dequantizing in registers (``vpmovsxbd`` + ``vcvtdq2ps``
+    + an fp32 FMA per 16 weights). The second cannot outrun DRAM, so it was not taken. AVX-512
+    hosts with VNNI only (else None)."""
+    from isa.cpu import host
+    from isa.x86 import Function, ptr, rax, vec, xword
+    if host().isa not in ("avx512", "amx") or not host().features.get("avx512_vnni"):
+        return None
+    buf = tpp.empty(16384, "i8")
+    buf[...] = 1
+
+    def build(kind):
+        fn = Function("int8_" + kind, ["ptr", "i64"])
+        a, (src, iters) = fn.asm, fn.args
+        acc, tmp, x = [vec(512, i) for i in range(8)], [vec(512, 8 + i) for i in range(8)], vec(512, 20)
+        for r in acc + [x]:
+            a.vpxord(r, r, r)
+        outer, top = a.label(), a.label()
+        a.bind(outer)
+        a.xor(rax, rax)
+        a.bind(top)
+        for i in range(8):
+            if kind == "dequant":
+                a.vpmovsxbd(tmp[i], xword[src + rax + 16 * i])
+                a.vcvtdq2ps(tmp[i], tmp[i])
+                a.vfmadd231ps(acc[i], tmp[i], x)
+            else:
+                a.vpdpbusd(acc[i], x, ptr(src + rax + 64 * i))
+        a.add(rax, 128 if kind == "dequant" else 512)
+        a.cmp(rax, buf.nbytes)
+        a.jb(top)
+        a.dec(iters)
+        a.jnz(outer)
+        return fn.finalize()
+    out = {}
+    for kind in ("vpdpbusd", "dequant"):
+        f = build(kind)
+        f(buf.ctypes.data, reps)
+        best = min(_timed(lambda: f(buf.ctypes.data, reps)) for _ in range(runs))
+        out[kind] = buf.nbytes * reps / best / 1e9
+    return out
+
+
+def _timed(fn):
+    t = time.thread_time()
+    fn()
+    return time.thread_time() - t
+
+
+def weight_bytes(layer):
+    lins = (layer.qkv, layer.o, layer.gu, layer.down)
+    extra = sum(lin.scale.nbytes + lin.offset.nbytes for lin in lins) if layer.dtype == "i8" else 0
+    return sum(lin.blocks.nbytes for lin in lins) + extra
+
+
+class TorchLayer:
+    """The same layer in torch (see the module docstring); ``run(x, start)`` -> output rows."""
+
+    def __init__(self, cfg, w, dtype):
+        import torch
+        self.torch, self.cfg = torch, cfg
+        if dtype == "bf16":
+            self.dt = torch.bfloat16
+            t = {k: torch.from_numpy(np.ascontiguousarray(v.T)).to(self.dt) for k, v in w.items() if v.ndim == 2}
+            self.lin = {k: (lambda x, W=W: torch.nn.functional.linear(x, W)) for k, W in t.items()}
+        else:
+            self.dt = torch.float32
+            mods = torch.nn.ModuleDict()
+            for k, v in w.items():
+                if v.ndim == 2:
+                    m = torch.nn.Linear(v.shape[0], v.shape[1], bias=False)
+                    m.weight.data = torch.from_numpy(np.ascontiguousarray(v.T))
+                    mods[k] = m
+            from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+            mods = quantize_dynamic(mods, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+            self.lin = {k: mods[k] for k in mods}
+        self.g1, self.g2 = (torch.from_numpy(w[k]).to(self.dt) for k in ("rms1", "rms2"))
+        cos, sin = tpp.rope_tables(np.arange(cfg.max_len), cfg.head_dim, cfg.rope_base)
+        self.cos, self.sin = (torch.from_numpy(np.concatenate([c, c], 1)).to(self.dt) for c in (cos, sin))
+        self.k = torch.zeros(1, cfg.kv_heads, cfg.max_len, cfg.head_dim, dtype=self.dt)
+        self.v = torch.zeros_like(self.k)
+
+    def _rope(self, x, pos):                     # x (1, heads, T, d)
+        torch = self.torch
+        d = self.cfg.head_dim
+        c, s = self.cos[pos][None, None], self.sin[pos][None, None]
+        rot = torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)
+        return x * c + rot * s
+
+    def run(self, x, start):
+        torch, cfg = self.torch, self.cfg
+        F = torch.nn.functional
+        with torch.inference_mode():
+            T = x.shape[0]
+            pos = torch.arange(start, start + T)
+            h = x.to(self.dt)
+            xn = F.rms_norm(h, (cfg.hidden,), self.g1, cfg.eps)
+            q = self.lin["wq"](xn).view(1, T, cfg.heads, cfg.head_dim).transpose(1, 2)
+            k = self.lin["wk"](xn).view(1, T, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+            v = self.lin["wv"](xn).view(1, T, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+            q, k = self._rope(q, pos), self._rope(k, pos)
+            self.k[:, :, start:start + T], self.v[:, :, start:start + T] = k, v
+            L = start + T
+            mask = None if start == 0 else torch.zeros(T, L, dtype=self.dt)
+            att = F.scaled_dot_product_attention(q, self.k[:, :, :L], self.v[:, :, :L], attn_mask=mask,
+                                                 is_causal=start == 0, enable_gqa=True)
+            h = h + self.lin["wo"](att.transpose(1, 2).reshape(T, cfg.hidden))
+            hn = F.rms_norm(h, (cfg.hidden,), self.g2, cfg.eps)
+            return h + self.lin["w2"](F.silu(self.lin["w1"](hn)) * self.lin["w3"](hn))
+
+
+
+
+def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
+    import torch
+    rep = Report(f"LLaMA-style layer (hidden {cfg.hidden}, {cfg.heads}/{cfg.kv_heads} heads, MLP {cfg.ffn}): "
+                 f"first token = prompt of {prompt}, next token at position {prompt}; ms, interleaved medians",
+                 ["dtype", "threads", "phase", "tppasm ms", "torch ms", "torch/tppasm", "weights GB/s",
+                  "% read BW", "read BW GB/s", "max rel diff"])
+    w = random_weights(cfg)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((prompt, cfg.hidden)).astype(np.float32)
+    x1 = rng.standard_normal((1, cfg.hidden)).astype(np.float32)
+    for nt in threads:
+        pool = _pool(nt)
+        torch.set_num_threads(nt)
+        sweep, swept = read_sweep(pool)
+        for dtype in dtypes:
+            layer, peer = LlamaLayer(cfg, w, dtype, pool), TorchLayer(cfg, w, dtype)
+            tx, tx1 = torch.from_numpy(x), torch.from_numpy(x1)
+            ours, theirs = layer.prefill(x), peer.run(tx, 0).float().numpy()
+            diff = float(np.abs(ours - theirs).max() / np.abs(theirs).max())
+            a, b = interleaved([lambda: layer.prefill(x), lambda: peer.run(tx, 0)], runs, clock=clock)
+            rep.add(dtype, nt, "first token", 1e3 * np.median(a), 1e3 * np.median(b), float(np.median(b / a)),
+                    float("nan"), float("nan"), float("nan"), diff)
+            ours, theirs = layer.decode(x1, prompt), peer.run(tx1, prompt).float().numpy()
+            diff = float(np.abs(ours - theirs).max() / np.abs(theirs).max())
+            a, b, c = interleaved([lambda: layer.decode(x1, prompt), lambda: peer.run(tx1, prompt), sweep], runs,
+                                  clock=clock)
+            gbs, bw = weight_bytes(layer) / a / 1e9, swept / c / 1e9
+            rep.add(dtype, nt, "next token", 1e3 * np.median(a), 1e3 * np.median(b), float(np.median(b / a)),
+                    float(np.median(gbs)), 100 * float(np.median(gbs / bw)), float(np.median(bw)), diff)
+    return rep
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench llm", description=__doc__.splitlines()[0])
+    p.add_argument("--prompt", type=int, default=256, help="first-token prompt length (128-512)")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--dtypes", default="bf16,i8")
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--small", action="store_true", help="the test shape (hidden 128) instead of the 1B-class one")
+    add_clock_option(p)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("torch is needed for the comparison: pip install -e .[bench]")
+        return 1
+    check_clock(p, args)
+    cfg = Config.small() if args.small else Config()
+    start = time.perf_counter()
+    rep = bench_llm(cfg, args.prompt, [int(t) for t in args.threads.split(",")], args.dtypes.split(","), args.runs,
+                    args.clock)
+    loops = int8_inner_loops()
+    if loops:
+        print(f"\nint8 weights consumed from L1 by one core: vpdpbusd {loops['vpdpbusd']:.0f} GB/s, dequantized in "
+              f"registers (vpmovsxbd + vcvtdq2ps + FMA) {loops['dequant']:.0f} GB/s: the latter is no faster than "
+              "DRAM, hence u8 x s8 BRGEMMs with a dequant epilogue")
+    print(f"\n({time.perf_counter() - start:.0f} s)")
+    write_json(args.json, [rep])
+    return 0
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Multi-head self-attention over a batch of padded sequences, one native nest over (sequence, head).
+
+Q, K and V are column blocks of one row-major ``QKV`` (tokens, 3 * heads * d) array. Per (b, h):
+K's block is transposed into per-thread scratch, scores ``Q K^T`` (BRGEMM, k = d), softmax with the
+1/sqrt(d) scale and the sequence's additive mask (in place), context ``P V`` (BRGEMM, k = length)
+into the head's columns of ``Ctx``.
+
+In bf16 the BRGEMMs read bf16 in VNNI2: the VNNI2 layout of K^T, (d/2, L, 2), is K's (L, d/2)
+pairs transposed, so it is a transpose of K seen as 32-bit elements (the transform TPP on an int32
+view of the same memory); V is packed with the vnni2 transform; the softmax writes bf16
+probabilities; the context is written as bf16, the next GEMM's input. Scores and the softmax's sums
+stay fp32.
+
+>>> import numpy as np, tppasm as tpp
+>>> from loops.pool import get_pool
+>>> att = Attention(1, 16, 2, 8, "f32", get_pool())
+>>> qkv = tpp.empty((16, 48)); qkv[...] = 1.0; ctx = tpp.empty((16, 16)); mask = np.zeros((1, 16), np.float32)
+>>> att(qkv, mask, ctx); float(ctx.min()), float(ctx.max())
+(1.0, 1.0)
+"""
+import numpy as np
+
+import tppasm as tpp
+from loops import Loop, kernel, thread
+
+
+class Attention:
+    """Self-attention for ``B`` sequences of ``L`` (padded) tokens, ``heads`` heads of ``d``."""
+
+    def __init__(self, B, L, heads, d, dtype, pool):
+        hidden = heads * d
+        ld = 3 * hidden
+        nt = pool.nthreads
+        self.dtype = dtype
+        self.S = tpp.empty((nt, L, L))
+        if dtype == "f32":
+            self.KT = tpp.empty((nt, 1, d, L))
+            transpose = tpp.transform("transpose", L, d, ldx=ld, ldo=L)
+            scores = tpp.brgemm(L, L, d, lda=ld, ldb=L, ldc=L)
+            softmax = tpp.softmax(L, L, scale=d ** -0.5, mask="row")
+            context = tpp.brgemm(L, d, L, lda=L, ldb=ld, ldc=hidden)
+
+            @kernel("AB", Loop(0, B), Loop(0, heads), pool=pool)
+            def nest(b, h, QKV, KT, S, Mask, Ctx):
+                t, r, c = thread().tid, b * L, h * d
+                transpose(QKV[0, r:r + L, hidden + c:hidden + c + d], KT[t, 0])
+                scores(QKV[:, r:r + L, c:c + d], KT[t], S[t])
+                softmax(S[t], Mask[b], S[t])
+                context(S[t:t + 1], QKV[:, r:r + L, 2 * hidden + c:2 * hidden + c + d], Ctx[0, r:r + L, c:c + d])
+            self.nest = nest
+            self._scratch = (self.KT,)
+            return
+        half = d // 2
+        self.KT = tpp.empty((nt, 1, half, L, 2), "bf16")                # K^T in VNNI2
+        self.V = tpp.empty((nt, 1, -(-L // 2), d, 2), "bf16")           # V in VNNI2
+        self.P = tpp.empty((nt, 1, L, L), "bf16")
+        transpose = tpp.transform("transpose", L, half, ldx=ld // 2, ldo=L, dtype="i32")
+        pack = tpp.transform("vnni2", L, d, ldx=ld, dtype="bf16")
+        scores = tpp.brgemm(L, L, d, "bf16", lda=ld, ldb=L)
+        softmax = tpp.softmax(L, L, scale=d ** -0.5, mask="row", out_dtype="bf16")
+        context = tpp.brgemm(L, d, L, "bf16", lda=L, ldc=hidden, c_dtype="bf16")
+
+        @kernel("AB", Loop(0, B), Loop(0, heads), pool=pool)
+        def nest(b, h, QKV, QKV32, KT32, KT, V, S, P, Mask, Ctx):
+            t, r, c = thread().tid, b * L, h * d
+            k32 = hidden // 2 + h * half
+            transpose(QKV32[r:r + L, k32:k32 + half], KT32[t])
+            scores(QKV[:, r:r + L, c:c + d], KT[t], S[t])
+            softmax(S[t], Mask[b], P[t, 0])
+            pack(QKV[0, r:r + L, 2 * hidden + c:2 * hidden + c + d], V[t, 0])
+            context(P[t], V[t], Ctx[0, r:r + L, c:c + d])
+        self.nest = nest
+        self._KT32 = self.KT.view(np.int32).reshape(nt, half, L)
+
+    def __call__(self, qkv, mask, ctx):
+        """ctx (tokens, hidden) = attention of qkv (tokens, 3 * hidden) under mask (B, L) (0 / -inf)."""
+        q3, c3 = qkv[None], ctx[None]
+        if self.dtype == "f32":
+            self.nest(q3, self.KT, self.S, mask, c3)
+        else:
+            self.nest(q3, qkv.view(np.int32), self._KT32, self.KT, self.V, self.S, self.P, mask, c3)

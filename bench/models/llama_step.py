@@ -1,0 +1,246 @@
+"""The buffers and nests of one LLaMA layer step: a prompt of T rows (prefill) or one token at a
+position whose key range is padded to ``keys`` (decode). See :mod:`bench.models.llama`.
+
+>>> from bench.models.llama import LlamaLayer
+>>> from bench.models.llama_weights import Config, random_weights
+>>> import numpy as np
+>>> layer = LlamaLayer(Config.small(), random_weights(Config.small()), "i8")
+>>> _ = layer.prefill(np.ones((2, 128), np.float32)); layer.decode(np.ones((1, 128), np.float32), 2).shape
+(1, 128)
+"""
+import numpy as np
+
+import tppasm as tpp
+from loops import Loop, kernel, thread
+
+BN = 64              # output columns per weight panel (one head of 64, or two of 32)
+
+
+def _strided_k(a, kc):
+    """(T, K) -> the (K/kc, T, kc) view that batch-reduces over K chunks."""
+    T, K = a.shape
+    return np.lib.stride_tricks.as_strided(a, (K // kc, T, kc), (kc * a.itemsize, a.strides[0], a.itemsize))
+
+
+def row_block(T, nt):
+    """Rows per block: the largest of 64..1 dividing T (leaving work for ``nt`` threads if it can)."""
+    sizes = [b for b in (64, 32, 16, 8, 4, 2, 1) if T % b == 0]
+    return next((b for b in sizes if T // b >= nt), sizes[-1])
+
+
+def linear_nest(T, lin, dtype, out_dtype, pool, beta=0):
+    """A nest computing ``Out (+)= A @ W`` over (column panel, row block), panels outermost.
+
+    bf16 arrays: (A3, W, Out) with A3 the (K/kc, T, kc) view of A. int8: (Aq3, W, Sc, Off, Ci, Out)
+    with ``Sc`` = [row scales of A (T), column scales (N)] fp32, ``Off`` the column offsets (N)
+    int32 and Ci the (threads, bm, BN) int32 scratch."""
+    bm = row_block(T, pool.nthreads)
+    nb, count = lin.n // BN, lin.k // lin.kc
+    lda = lin.k
+    if dtype == "bf16":
+        gemm = tpp.brgemm(bm, BN, lin.kc, "bf16", lda=lda, ldc=lin.n, stride_a=lin.kc, beta=beta,
+                          c_dtype=out_dtype if not beta else "f32")
+
+        @kernel("BA", Loop(0, T // bm), Loop(0, nb), pool=pool)
+        def nest(im, jn, A, W, Out):
+            r, c = im * bm, jn * BN
+            gemm(A[:, r:r + bm], W[jn * count:jn * count + count], Out[r:r + bm, c:c + BN], count=count)
+        return nest
+    gemm = tpp.brgemm(bm, BN, lin.kc, "i8", lda=lda, stride_a=lin.kc)
+    deq = tpp.dequant(bm, BN, ldo=lin.n, out_dtype=out_dtype, beta=beta)
+
+    @kernel("BA", Loop(0, T // bm), Loop(0, nb), pool=pool)
+    def nest_i8(im, jn, A, W, Sc, Off, Ci, Out):
+        t, r, c = thread().tid, im * bm, jn * BN
+        gemm(A[:, r:r + bm], W[jn * count:jn * count + count], Ci[t], count=count)
+        deq(Ci[t], Off[c:c + BN], Sc[r:r + bm], Sc[T + c:T + c + BN], Out[r:r + bm, c:c + BN])
+    return nest_i8
+
+
+class Step:
+    def __init__(self, layer, T, keys):
+        cfg, dt, pool = layer.cfg, layer.dtype, layer.pool
+        self.layer, self.T, self.keys, self.i8 = layer, T, keys, dt == "i8"
+        nt = pool.nthreads
+        D, F, d, KV = cfg.hidden, cfg.ffn, cfg.head_dim, cfg.kv_heads
+        half = d // 2
+        bm = row_block(T, nt)
+        self.H = tpp.empty((T, D))
+        self.xn, self.hn = tpp.empty((T, D), "bf16"), tpp.empty((T, D), "bf16")
+        self.QKV, self.Ctx = tpp.empty((T, cfg.qkv_dim), "bf16"), tpp.empty((T, D), "bf16")
+        self.A = tpp.empty((T, F), "bf16")
+        self.GU = tpp.empty((nt, 2, bm, BN))
+        self.none_u8, self.none_f32 = tpp.empty((1, 1), "u8"), tpp.empty(1)        # unused arguments in bf16
+        lins = {"qkv": layer.qkv, "o": layer.o, "gu": layer.gu, "down": layer.down}
+        if self.i8:
+            self.q = {n: tpp.empty((T, lin.k), "u8") for n, lin in lins.items()}
+            self.sc = {n: tpp.aligned(np.concatenate([np.ones(T, np.float32), lin.scale])) for n, lin in lins.items()}
+            self.Ci = tpp.empty((nt, 2, bm, BN), "i32")
+            # gate/up: the int32 tiles, then the column offsets as rows of BN (one array argument fewer)
+            self.CiOff = tpp.empty((nt * 2 * bm + layer.gu.n // BN, BN), "i32")
+            self.CiOff[nt * 2 * bm:] = layer.gu.offset.reshape(-1, BN)
+        srcs = {"qkv": self.xn, "o": self.Ctx, "gu": self.hn, "down": self.A}
+        self.a3 = {n: _strided_k(self.q[n] if self.i8 else srcs[n], lin.kc) for n, lin in lins.items()}
+        # -- norms (and the residual copy, and int8 quantization of the normed rows) ----------------
+        norm = tpp.rmsnorm(bm, D, out_dtype="bf16", eps=cfg.eps)
+        keep = tpp.copy(bm, D)
+        quant = {n: tpp.quantize(bm, lin.k, dtype="bf16") for n, lin in lins.items()}
+
+        @kernel("A", Loop(0, T // bm), pool=pool)
+        def norm1(im, X, Gm, XN, H, XQ, Sc):
+            r = im * bm
+            keep(X[r:r + bm], H[r:r + bm])
+            norm(X[r:r + bm], Gm, XN[r:r + bm])
+            if self.i8:
+                quant["qkv"](XN[r:r + bm], XQ[r:r + bm], Sc[r:r + bm])
+
+        @kernel("A", Loop(0, T // bm), pool=pool)
+        def norm2(im, H, Gm, HN, HQ, Sc):
+            r = im * bm
+            norm(H[r:r + bm], Gm, HN[r:r + bm])
+            if self.i8:
+                quant["gu"](HN[r:r + bm], HQ[r:r + bm], Sc[r:r + bm])
+
+        def quantizer(name):
+            @kernel("A", Loop(0, T // bm), pool=pool)
+            def nest(im, X, Q, Sc):
+                r = im * bm
+                quant[name](X[r:r + bm], Q[r:r + bm], Sc[r:r + bm])
+            return nest
+        self.norm1, self.norm2 = norm1, norm2
+        self.quant_o, self.quant_down = (quantizer("o"), quantizer("down")) if self.i8 else (None, None)
+        # -- projections ---------------------------------------------------------------------------
+        self.proj_qkv = linear_nest(T, layer.qkv, dt, "bf16", pool)
+        self.proj_o = linear_nest(T, layer.o, dt, "f32", pool, beta=1)
+        self.proj_down = linear_nest(T, layer.down, dt, "f32", pool, beta=1)
+        self.gate_up = self._gate_up(T, bm, layer.gu, dt, pool)
+        # -- rope, cache, attention ----------------------------------------------------------------
+        ld = cfg.qkv_dim
+        rot_q = tpp.rotary(bm, D, d, ldx=ld, ldo=ld, dtype="bf16")
+        rot_k = tpp.rotary(bm, cfg.kv_dim, d, ldx=ld, ldo=ld, dtype="bf16")
+
+        @kernel("A", Loop(0, T // bm), pool=pool)
+        def rope(im, QKV, Cos, Sin):
+            r = im * bm
+            rot_q(QKV[r:r + bm, 0:D], Cos[r:r + bm], Sin[r:r + bm], QKV[r:r + bm, 0:D])
+            rot_k(QKV[r:r + bm, D:D + cfg.kv_dim], Cos[r:r + bm], Sin[r:r + bm], QKV[r:r + bm, D:D + cfg.kv_dim])
+        self.rope = rope
+        k32, v0 = D // 2, D + cfg.kv_dim
+        self.KT32 = layer.KT.view(np.int32).reshape(KV, half, cfg.max_len)
+        transpose = tpp.transform("transpose", T, half, ldx=ld // 2, ldo=cfg.max_len, dtype="i32")
+        if keys is None:
+            pack = tpp.transform("vnni2", T, d, ldx=ld, dtype="bf16")
+
+            @kernel("A", Loop(0, KV), pool=pool)
+            def cache(g, QKV, QKV32, KT32, V):
+                transpose(QKV32[:, k32 + g * half:k32 + g * half + half], KT32[g, :, 0:T])
+                pack(QKV[:, v0 + g * d:v0 + g * d + d], V[g, 0, 0:-(-T // 2)])
+            self.cache = cache
+            self.attention = self._prefill_attention(cfg, T, pool, nt)
+        else:
+            put_v = tpp.copy(d, 1, ldx=1, ldo=2, dtype="bf16")
+
+            @kernel("A", Loop(0, KV), pool=pool)
+            def cache(g, QKV32, KT32, QKVt, V):
+                transpose(QKV32[:, k32 + g * half:k32 + g * half + half], KT32[g])
+                put_v(QKVt[v0 + g * d:v0 + g * d + d], V[g])
+            self.cache = cache
+            self.attention = self._decode_attention(cfg, keys, pool)
+        self.bm = bm
+
+    def _gate_up(self, T, bm, lin, dt, pool):
+        """Gate and up panels j of the interleaved weight, then SwiGLU into A's columns of panel j."""
+        swiglu = tpp.swiglu(bm, BN, ldo=lin.n // 2, dtype="f32", out_dtype="bf16")
+        nb = lin.n // (2 * BN)
+        if dt == "bf16":
+            gemm = tpp.brgemm(bm, BN, lin.k, "bf16", lda=lin.k)
+
+            @kernel("BA", Loop(0, T // bm), Loop(0, nb), pool=pool)
+            def gate_up(im, j, X, W, GU, A):
+                t, r = thread().tid, im * bm
+                gemm(X[:, r:r + bm], W[2 * j:2 * j + 1], GU[t, 0])
+                gemm(X[:, r:r + bm], W[2 * j + 1:2 * j + 2], GU[t, 1])
+                swiglu(GU[t, 0], GU[t, 1], A[r:r + bm, j * BN:j * BN + BN])
+            return gate_up
+        gemm = tpp.brgemm(bm, BN, lin.k, "i8", lda=lin.k)
+        deq = tpp.dequant(bm, BN)
+        off = pool.nthreads * 2 * bm
+
+        @kernel("BA", Loop(0, T // bm), Loop(0, nb), pool=pool)
+        def gate_up_i8(im, j, X, W, Sc, CiOff, GU, A):
+            t, r = thread().tid, im * bm
+            for half in range(2):
+                p, ci = 2 * j + half, (2 * t + half) * bm
+                gemm(X[:, r:r + bm], W[p:p + 1], CiOff[ci:ci + bm])
+                deq(CiOff[ci:ci + bm], CiOff[off + p], Sc[r:r + bm], Sc[T + p * BN:T + p * BN + BN], GU[t, half])
+            swiglu(GU[t, 0], GU[t, 1], A[r:r + bm, j * BN:j * BN + BN])
+        return gate_up_i8
+
+    def _prefill_attention(self, cfg, T, pool, nt):
+        d, D = cfg.head_dim, cfg.hidden
+        self.S, self.P = tpp.empty((nt + 1, T, T)), tpp.empty((nt, 1, T, T), "bf16")
+        self.S[nt] = np.triu(np.full((T, T), -np.inf, np.float32), 1)          # the causal mask
+        scores = tpp.brgemm(T, T, d, "bf16", lda=cfg.qkv_dim, ldb=cfg.max_len)
+        softmax = tpp.softmax(T, T, scale=d ** -0.5, mask="full", out_dtype="bf16")
+        context = tpp.brgemm(T, d, T, "bf16", lda=T, ldc=D, c_dtype="bf16")
+
+        @kernel("AB", Loop(0, cfg.kv_heads), Loop(0, cfg.group), pool=pool)
+        def attention(g, j, QKV, KT, V, S, P, Ctx):
+            t, c = thread().tid, (g * cfg.group + j) * d
+            scores(QKV[:, :, c:c + d], KT[g, :, :, 0:T], S[t])
+            softmax(S[t], S[nt], P[t, 0])
+            context(P[t], V[g, :, 0:-(-T // 2)], Ctx[:, c:c + d])
+        return attention
+
+    def _decode_attention(self, cfg, keys, pool):
+        d, G, KV = cfg.head_dim, cfg.group, cfg.kv_heads
+        self.S, self.P = tpp.empty((KV + 1, G, keys)), tpp.empty((KV, 1, G, keys), "bf16")
+        self.mask = self.S[KV, 0]                   # the key mask rides in the scores array
+        scores = tpp.brgemm(G, keys, d, "bf16", ldb=cfg.max_len)
+        softmax = tpp.softmax(G, keys, scale=d ** -0.5, mask="row", out_dtype="bf16")
+        context = tpp.brgemm(G, d, keys, "bf16", c_dtype="bf16")
+
+        @kernel("A", Loop(0, KV), pool=pool)
+        def attention(g, Q, KT, V, S, P, Ctx):
+            scores(Q[g:g + 1], KT[g, :, :, 0:keys], S[g])
+            softmax(S[g], S[KV, 0], P[g, 0])
+            context(P[g], V[g, :, 0:keys // 2], Ctx[g])
+        return attention
+
+    # -- running -------------------------------------------------------------------------------------
+    def run(self, x, pos):
+        L, T = self.layer, self.T
+        cfg = L.cfg
+        i8 = self.i8
+        q, sc = (self.q, self.sc) if i8 else ({}, {})
+        self.norm1(x, L.rms1, self.xn, self.H, q.get("qkv", self.none_u8), sc.get("qkv", self.none_f32))
+        self._linear(self.proj_qkv, "qkv", L.qkv, self.QKV)
+        self.rope(self.QKV, L.cos[pos:pos + T], L.sin[pos:pos + T])
+        qkv32 = self.QKV.view(np.int32)
+        d = cfg.head_dim
+        if self.keys is None:
+            self.cache(self.QKV, qkv32, self.KT32, L.V)
+            self.attention(self.QKV[None], L.KT, L.V, self.S, self.P, self.Ctx)
+        else:
+            self.cache(qkv32, self.KT32[:, :, pos:pos + 1], self.QKV.reshape(-1, 1),
+                       L.V[:, 0, pos // 2, :, pos % 2:pos % 2 + 1])
+            self.mask[...] = np.where(np.arange(self.keys) <= pos, 0.0, -np.inf)
+            Q = self.QKV[0, :cfg.hidden].reshape(cfg.kv_heads, cfg.group, d)
+            self.attention(Q, L.KT, L.V, self.S, self.P, self.Ctx.reshape(cfg.kv_heads, cfg.group, d))
+        if i8:
+            self.quant_o(self.Ctx, q["o"], sc["o"])
+        self._linear(self.proj_o, "o", L.o, self.H)
+        self.norm2(self.H, L.rms2, self.hn, q.get("gu", self.none_u8), sc.get("gu", self.none_f32))
+        if i8:
+            self.gate_up(self.a3["gu"], L.gu.blocks, sc["gu"], self.CiOff, self.GU, self.A)
+            self.quant_down(self.A, q["down"], sc["down"])
+        else:
+            self.gate_up(self.a3["gu"], L.gu.blocks, self.GU, self.A)
+        self._linear(self.proj_down, "down", L.down, self.H)
+        return self.H.copy()
+
+    def _linear(self, nest, name, lin, out):
+        if self.i8:
+            nest(self.a3[name], lin.blocks, self.sc[name], lin.offset, self.Ci[:, 0], out)
+        else:
+            nest(self.a3[name], lin.blocks, out)

@@ -1,0 +1,131 @@
+"""Weights of one LLaMA-style decoder layer: the config, random weights with a fixed seed, their
+blocked layouts for the kernels (bf16 VNNI2, or int8 VNNI4 with per-column scales), and a float64
+NumPy reference of the layer (the test oracle).
+
+Matrices are stored as ``y = x @ W`` (in, out). Column blocks of ``bn`` are contiguous (k, bn)
+panels, so a block of output columns streams its weights sequentially: what the GEMV of
+next-token decoding needs, one thread per set of blocks.
+
+>>> cfg = Config.small()
+>>> w = random_weights(cfg)
+>>> sorted(w)[:3], w["wq"].shape
+(['rms1', 'rms2', 'w1'], (128, 128))
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+import tppasm as tpp
+
+
+@dataclass(frozen=True)
+class Config:
+    hidden: int = 2048
+    heads: int = 32
+    kv_heads: int = 8
+    head_dim: int = 64
+    ffn: int = 8192
+    eps: float = 1e-5
+    rope_base: float = 10000.0
+    max_len: int = 1024
+
+    @classmethod
+    def small(cls):
+        """A shape for tests: every dimension a multiple of the kernels' blocks, 2 query heads per KV head."""
+        return cls(hidden=128, heads=4, kv_heads=2, head_dim=32, ffn=256, max_len=128)
+
+    @property
+    def kv_dim(self):
+        return self.kv_heads * self.head_dim
+
+    @property
+    def qkv_dim(self):
+        return self.hidden + 2 * self.kv_dim
+
+    @property
+    def group(self):
+        return self.heads // self.kv_heads
+
+
+def random_weights(cfg, seed=0):
+    """fp32 weights, N(0, 1/fan_in) (activations keep their scale through the layer)."""
+    rng = np.random.default_rng(seed)
+
+    def mat(k, n):
+        return (rng.standard_normal((k, n), np.float32) / np.sqrt(k)).astype(np.float32)
+    D, F = cfg.hidden, cfg.ffn
+    return {"wq": mat(D, D), "wk": mat(D, cfg.kv_dim), "wv": mat(D, cfg.kv_dim), "wo": mat(D, D),
+            "w1": mat(D, F), "w3": mat(D, F), "w2": mat(F, D),
+            "rms1": (1 + 0.1 * rng.standard_normal(D)).astype(np.float32),
+            "rms2": (1 + 0.1 * rng.standard_normal(D)).astype(np.float32)}
+
+
+def quantize_columns(w):
+    """(int8 weights, fp32 per-column scales): w ~ q * scale, |q| <= 127."""
+    scale = np.maximum(np.abs(w).max(axis=0), 1e-30) / 127
+    return np.rint(w / scale).astype(np.int8), scale.astype(np.float32)
+
+
+def column_blocks(w, bn, kc=None):
+    """(K, N) -> (N/bn * K/kc, kc, bn): column block j, K chunk c at [j * K/kc + c]."""
+    k, n = w.shape
+    kc = kc or k
+    return np.ascontiguousarray(w.reshape(k // kc, kc, n // bn, bn).transpose(2, 0, 1, 3).reshape(-1, kc, bn))
+
+
+class Linear:
+    """One weight laid out for the BRGEMM of ``dtype``: ``blocks`` (nb, kc, bn) (VNNI-packed), and
+    for int8 the column ``scale`` and ``offset`` (-128 * column sums: removes the activations'
+    zero point)."""
+
+    def __init__(self, w, bn, dtype, kc=None, interleave=None):
+        self.k, self.n = w.shape
+        self.kc = kc or self.k
+        if dtype == "i8":
+            q, self.scale = quantize_columns(w)
+            self.offset = tpp.aligned((-128 * q.astype(np.int32).sum(axis=0)).astype(np.int32))
+            self.dequantized = q.astype(np.float32) * self.scale
+            blocks = tpp.vnni_pack(column_blocks(q, bn, self.kc), 4)
+        else:
+            self.scale = self.offset = None
+            self.dequantized = w.astype(tpp.dtypes.dtype("bf16")).astype(np.float32)
+            blocks = tpp.vnni_pack(column_blocks(w.astype(tpp.dtypes.dtype(dtype)), bn, self.kc), 2)
+        self.blocks = tpp.aligned(blocks)
+
+
+def rms_norm(x, g, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
+
+
+def rope(x, positions, cfg):
+    """Rotate-half RoPE of (T, heads * d) rows at ``positions``."""
+    d = cfg.head_dim
+    inv = cfg.rope_base ** (-np.arange(0, d, 2) / d)
+    ang = np.asarray(positions, np.float64)[:, None] * inv[None]
+    c, s = np.cos(ang)[:, None], np.sin(ang)[:, None]
+    x = x.reshape(len(positions), -1, 2, d // 2)
+    x1, x2 = x[:, :, 0], x[:, :, 1]
+    return np.stack([x1 * c - x2 * s, x2 * c + x1 * s], 2).reshape(len(positions), -1)
+
+
+def reference_layer(cfg, w, x, k_cache, v_cache, start):
+    """float64 layer on rows ``x`` (T, D) at positions start..start+T-1, with caches (max_len, kv_dim)
+    holding the earlier positions (updated in place); returns the output rows."""
+    w = {k: np.asarray(v, np.float64) for k, v in w.items()}
+    T, d = x.shape[0], cfg.head_dim
+    pos = np.arange(start, start + T)
+    xn = rms_norm(x, w["rms1"], cfg.eps)
+    q, k, v = rope(xn @ w["wq"], pos, cfg), rope(xn @ w["wk"], pos, cfg), xn @ w["wv"]
+    k_cache[start:start + T], v_cache[start:start + T] = k, v
+    L = start + T
+    ctx = np.empty((T, cfg.hidden))
+    causal = np.where(np.arange(L)[None, :] <= pos[:, None], 0.0, -np.inf)
+    for h in range(cfg.heads):
+        g = h // cfg.group
+        s = q[:, h * d:(h + 1) * d] @ k_cache[:L, g * d:(g + 1) * d].T / np.sqrt(d) + causal
+        p = np.exp(s - s.max(1, keepdims=True))
+        ctx[:, h * d:(h + 1) * d] = (p / p.sum(1, keepdims=True)) @ v_cache[:L, g * d:(g + 1) * d]
+    h = x + ctx @ w["wo"]
+    hn = rms_norm(h, w["rms2"], cfg.eps)
+    a = hn @ w["w1"]
+    return h + (a / (1 + np.exp(-a)) * (hn @ w["w3"])) @ w["w2"]

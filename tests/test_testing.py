@@ -1,0 +1,126 @@
+"""tppasm.testing: assert_matches_reference passes correct kernels and catches each kind of broken
+one (unwritten outputs, writes outside an operand, wrong values, a changed input); the strategies
+draw what they promise (tails, leading dimensions, unaligned arrays, edge values, exact layouts)."""
+import ctypes
+
+import numpy as np
+import pytest
+from hypothesis import find, given, settings, strategies as st
+
+import tppasm as tpp
+from isa.x86 import Function, rax, xmm0, ymm0
+from loops import Loop, kernel
+from tppasm.eltwise import Unary
+from tppasm.kernel import Kernel
+from tppasm.testing import assert_matches_reference, check, strategies as S
+
+GOOD = [lambda: tpp.relu(3, 17), lambda: tpp.unary("gelu", 5, 9, ldx=12), lambda: tpp.relu(2, 9, bitmask=True),
+        lambda: tpp.binary("mul", 4, 33, bcast_a="col"), lambda: tpp.ternary("muladd", 3, 7, ldc=9),
+        lambda: tpp.reduce("max", 5, 18, over="rows"), lambda: tpp.transform("vnni2", 5, 7, dtype="bf16"),
+        lambda: tpp.copy(3, 9, out_dtype="bf16"), lambda: tpp.brgemm(5, 17, 9, lda=11),
+        lambda: tpp.brgemm(4, 16, 6, dtype="bf16", c_dtype="bf16"), lambda: tpp.brgemm(3, 16, 8, dtype="i8"),
+        lambda: tpp.brgemm(3, 5, 4, beta=1)]
+
+
+@pytest.mark.parametrize("make", GOOD)
+def test_correct_kernels_pass(make):
+    assert_matches_reference(make(), max_examples=8)
+
+
+def _hand_made(desc, emit):
+    """A kernel for ``desc`` whose code is ``emit(asm, x, y)`` (deliberately wrong code)."""
+    fn = Function("broken", ["ptr", "ptr"])
+    emit(fn.asm, *fn.args)
+    k = Kernel.__new__(Kernel)
+    k.desc, k.isa, k.raw = desc, "avx2", fn.finalize()
+    k.operands, k.scalars, k.checked_call = tuple(desc.operands()), (), True
+    k._native, k._n, k._defaults, k._alloc = False, 2, (), (1,)
+    k._raw = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(k.raw.address)
+    return k
+
+
+def _copy4(a, x, y):
+    a.vmovups(xmm0, [x])
+    a.vmovups([y], xmm0)
+
+
+def _copy8(a, x, y):
+    a.vmovups(ymm0, [x])
+    a.vmovups([y], ymm0)
+
+
+def _copy_and_clear_x(a, x, y):
+    _copy8(a, x, y)
+    a.vxorps(ymm0, ymm0, ymm0)
+    a.vmovups([x], ymm0)
+
+
+def _copy_as_relu(a, x, y):
+    _copy4(a, x, y)
+    a.mov(rax, [x + 16])
+    a.mov([y + 16], rax)
+
+
+@pytest.mark.parametrize("desc, emit, words", [
+    (Unary("copy", 1, 5), _copy4, "1 of 5 output elements were never written, first at (0, 4)"),
+    (Unary("copy", 1, 5), _copy8, "outside the operand were written"),
+    (Unary("copy", 1, 8, ldi=16), _copy_and_clear_x, "an input was changed"),
+    (Unary("relu", 1, 5), _copy_as_relu, "elements differ from the reference"),
+])
+def test_broken_kernels_are_caught(desc, emit, words):
+    k = _hand_made(desc, emit)
+    x = -np.arange(1, desc.ldi * desc.m + 1, dtype=np.float32).reshape(desc.m, desc.ldi)[:, :desc.n]
+    problems = check(k, (x, np.empty((desc.m, desc.n), np.float32)))
+    assert any(words in p for p in problems), problems
+    assert "case:\n  x = np.array(" in problems[-1] and "out = np.empty((1, " in problems[-1]
+    with pytest.raises(AssertionError, match="does not match its reference"):
+        assert_matches_reference(k, max_examples=10)
+
+
+def test_loop_kernels_against_their_python_path():
+    brgemm = tpp.brgemm(4, 8, 4, beta=1)
+    zero = tpp.zero(4, 8)
+
+    @kernel("aB", Loop(0, 3, parallel=False), Loop(0, 5))
+    def gemm(k, m, A, B, C):
+        if k == 0:
+            zero(C[m])
+        brgemm(A[m, k:k + 1], B[k:k + 1], C[m], count=1)
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((5, 3, 4, 4), np.float32), rng.standard_normal((3, 4, 8), np.float32)
+    C = np.empty((5, 4, 8), np.float32)
+    assert gemm.accesses(A, B, C) == {"A": "read", "B": "read", "C": "read and written"}
+    assert_matches_reference(gemm, A, B, C, outputs=["C"])
+
+    @kernel("A", Loop(0, 5))
+    def partial(m, A, B, C):
+        if m < 4:
+            zero(C[m])
+    problems = check(partial, (A, B, C), outputs=["C"])
+    assert "C: 32 of 160 output elements were never written, first at (4, 0, 0)" in problems[0]
+
+
+def test_strategies_draw_what_they_promise():
+    assert find(S.arrays("f32", (3, 5), align=False), lambda a: a.ctypes.data % 64 != 0).shape == (3, 5)
+    wide = find(S.arrays("bf16", (3, 5)), lambda a: a.strides[0] > 10)
+    assert wide.strides[1] == 2 and np.isnan(np.lib.stride_tricks.as_strided(wide, (3, 6), wide.strides)
+                                             [:2, 5].astype(np.float32)).all()
+    assert np.isnan(find(S.values("f32", specials=True), lambda v: v != v))
+    assert find(S.values("f32", specials=True), lambda v: 0 < abs(v) < np.finfo(np.float32).tiny)
+    assert find(S.values("i8"), lambda v: v == -128) == -128
+    assert find(S.dims(), lambda d: d % 16 == 1 and d > 1) == 17
+    assert find(S.vnni_b("i8", 5, 3, count=2), lambda b: True).shape == (2, 2, 3, 4)
+
+
+@settings(max_examples=10)
+@given(st.data())
+def test_operands_match_the_kernel_layout(data):
+    g = tpp.brgemm(5, 3, 4, lda=7, dtype=data.draw(st.sampled_from(["f32", "bf16", "i8"])))
+    arrays = data.draw(S.operands(g, max_count=3))
+    assert arrays[0].shape[0] == arrays[1].shape[0] <= 3
+    for spec, a in zip(g.operands, arrays):
+        assert a.dtype == spec.np_dtype and a.strides[-len(spec.strides):] == tuple(
+            s * a.itemsize for s in spec.strides)[-a.ndim:]
+    bounds = data.draw(S.loop_bounds(max_trip=4))
+    lp = Loop(*bounds)
+    assert lp.trip <= 4 and all(b % lp.step == 0 for b in lp.blocks)

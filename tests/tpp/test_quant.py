@@ -1,0 +1,87 @@
+"""Per-row int8 quantization, int32 dequantization and SwiGLU TPPs x dtype x ISA against their NumPy
+references: random shapes with tails, leading dimensions past n, poisoned outputs, pads untouched;
+quantize -> i8 BRGEMM -> dequant against the float product."""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tppasm
+from tppasm.dtypes import dtype as D
+from tppasm.glu import SwiGLU
+from tppasm.kernel import get_kernel
+from tppasm.quant import Dequant, Quantize
+from tests.support import isa_params, native, poisoned, run_raw
+from tests.tpp.test_norm import assert_close, operand, pads_untouched, run, shape
+
+ISAS = isa_params()
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@given(dt=st.sampled_from(["f32", "bf16"]), shp=st.data(), seed=st.integers(0, 2 ** 16), zero_row=st.booleans())
+def test_quantize(isa, dt, shp, seed, zero_row):
+    m, n, pi, po = shp.draw(shape(isa))
+    rng = np.random.default_rng(seed)
+    k = get_kernel(Quantize(m, n, n + pi, n + po, dt), isa)
+    x = operand(rng, m, n, dt, n + pi)
+    if zero_row:
+        x[0] = 0                                      # max |x| = 0: scale stays finite, q = 128
+    q = poisoned((m, n), np.uint8, n + po, fill=7)
+    scale = np.full(m, np.nan, np.float32)
+    want_q, want_s = q.copy(), scale.copy()
+    k.reference(x, want_q, want_s)
+    run_raw(k, (x, q, scale), isa=isa)
+    np.testing.assert_array_equal(q, want_q)
+    np.testing.assert_array_equal(scale, want_s)
+    assert (q.base[:, n:] == 7).all(), "kernel wrote past a row's end"
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@given(odt=st.sampled_from(["f32", "bf16"]), beta=st.sampled_from([0, 1]), shp=st.data(), seed=st.integers(0, 2 ** 16))
+def test_dequant(isa, odt, beta, shp, seed):
+    m, n, pi, po = shp.draw(shape(isa))
+    rng = np.random.default_rng(seed)
+    k = get_kernel(Dequant(m, n, n + pi, n + po, odt, beta), isa)
+    c = poisoned((m, n), np.int32, n + pi, fill=0)
+    c[...] = rng.integers(-2 ** 20, 2 ** 20, (m, n))
+    offset = rng.integers(-2 ** 16, 2 ** 16, n).astype(np.int32)
+    rs, cs = rng.random(m).astype(np.float32), rng.random(n).astype(np.float32)
+    out = operand(rng, m, n, odt, n + po) if beta else poisoned((m, n), D(odt), n + po)
+    want = run(k, (c, offset, rs, cs, out), isa)
+    assert_close(out, want, odt, scale=float(np.abs(want.astype(np.float64)).max()) + 1)
+    pads_untouched(out)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@given(dts=st.sampled_from([("f32", "f32"), ("bf16", "bf16"), ("f32", "bf16")]), shp=st.data(),
+       seed=st.integers(0, 2 ** 16))
+def test_swiglu(isa, dts, shp, seed):
+    m, n, pg, po = shp.draw(shape(isa))
+    dt, odt = dts
+    rng = np.random.default_rng(seed)
+    k = get_kernel(SwiGLU(m, n, n + pg, n, n + po, dt, odt), isa)
+    gate, up = operand(rng, m, n, dt, n + pg), operand(rng, m, n, dt, n)
+    out = poisoned((m, n), D(odt), n + po)
+    want = run(k, (gate, up, out), isa)
+    assert_close(out, want, odt, scale=float(np.abs(want.astype(np.float64)).max()) + 1)
+    pads_untouched(out)
+
+
+@pytest.mark.skipif(not native("avx2"), reason="needs a host that runs AVX2 code")
+def test_int8_linear_roundtrip():
+    """quantize -> u8 x s8 BRGEMM -> dequant (zero point removed by the offset) ~ the float product."""
+    rng = np.random.default_rng(3)
+    m, k, n = 5, 64, 48
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    ws = np.abs(w).max(axis=0) / 127
+    wq = np.rint(w / ws).astype(np.int8)
+    q, s = np.empty((m, k), np.uint8), np.empty(m, np.float32)
+    tppasm.quantize(m, k)(x, q, s)
+    c = np.empty((m, n), np.int32)
+    tppasm.brgemm(m, n, k, "i8")(q[None], tppasm.vnni_pack(wq, 4)[None], c)
+    offset = (-128 * wq.astype(np.int32).sum(axis=0)).astype(np.int32)
+    out = np.empty((m, n), np.float32)
+    tppasm.dequant(m, n)(c, offset, s, ws.astype(np.float32), out)
+    ref = x @ w
+    assert np.abs(out - ref).max() < 0.03 * np.abs(ref).max()

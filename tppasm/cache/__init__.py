@@ -1,0 +1,203 @@
+"""The persistent kernel cache: generated code kept on disk (mmap-ninja), so a second process
+does not pay the JIT again; and a place for the tuner's results.
+
+Where: ``TPPASM_CACHE_DIR``, else ``$XDG_CACHE_HOME/tppasm``, else ``~/.cache/tppasm``. The
+directory is created with mode 0700; one owned by another user or writable by group or others is
+refused with a warning saying what to fix, and kernels are then generated in memory.
+``TPPASM_CACHE=0`` turns the cache off; ``TPPASM_CACHE_MB`` caps its size (default 256; least
+recently used entries go first). ``python -m tppasm cache info`` shows it, ``... cache clear``
+empties it. These are read once per process, at the first kernel (:func:`reset` rereads them).
+
+What is stored: each raw kernel whose code is position independent (:mod:`.position`), under a
+SHA-256 of the descriptor, the ISA, the generators' source version, tppasm's version and the host
+features code generation reads (:mod:`.kernels`); each native entry stub as a template whose
+addresses are patched per process (:mod:`.stubs`). Every blob's SHA-256 is checked before its
+bytes are copied into executable memory; a blob that fails is discarded and regenerated. The
+directory's format and its safety under concurrent and killed writers: :mod:`.disk`.
+
+Only :func:`tppasm.get_kernel` (and so every ``tppasm.brgemm``, ``tppasm.unary``, ... and loop
+body) reads the disk; ``Kernel(desc, isa)`` always generates, which is what code that changes a
+generator's module settings at run time (tests, experiments) must use.
+
+The tuner's records (a small API for any component with expensive, reusable decisions)::
+
+    remember("tune", key, {"spec": "aBC", "us": 41.5})    # key: any string (hashed)
+    recall("tune", key)                                    # -> the record, or None
+
+>>> import tempfile
+>>> with using(tempfile.mkdtemp()):
+...     remember("doc", "gemm 64x64", {"spec": "aBC"})
+...     recall("doc", "gemm 64x64"), recall("doc", "never stored")
+...     info()["entries"]
+True
+({'spec': 'aBC'}, None)
+{'doc': 1}
+"""
+import contextlib
+import hashlib
+import os
+import re
+import threading
+import warnings
+
+from .disk import DiskStore, check_directory
+from .kernels import KernelCode
+
+DEFAULT_MB = 256
+RESERVED = ("kernel", "stub")          # namespaces of the kernel cache itself
+_ON, _OFF = ("", "1", "on", "yes", "true"), ("0", "off", "no", "false")
+
+_lock = threading.Lock()
+_state = None          # None: not decided yet; else (store, KernelCode), both None when off
+_why_off = None
+
+
+def directory():
+    """The cache directory this process would use (TPPASM_CACHE_DIR, XDG_CACHE_HOME, ~/.cache).
+
+    >>> os.path.basename(directory()) in ("tppasm", os.path.basename(os.environ.get("TPPASM_CACHE_DIR", "")))
+    True
+    """
+    explicit = os.environ.get("TPPASM_CACHE_DIR", "").strip()
+    if explicit:
+        return os.path.abspath(os.path.expanduser(explicit))
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tppasm")
+
+
+def _settings():
+    """(enabled, cap in bytes) from the environment; ValueError naming the variable if malformed."""
+    flag = os.environ.get("TPPASM_CACHE", "").strip().lower()
+    if flag not in _ON + _OFF:
+        raise ValueError(f"TPPASM_CACHE={flag!r}: expected 0 (cache off) or 1 (on, the default)")
+    text = os.environ.get("TPPASM_CACHE_MB", "").strip()
+    try:
+        mb = float(text) if text else DEFAULT_MB
+    except ValueError:
+        mb = -1
+    if not 0 < mb < 1 << 40:
+        raise ValueError(f"TPPASM_CACHE_MB={text!r}: expected a size in MiB greater than 0 (default {DEFAULT_MB})")
+    return flag not in _OFF, int(mb * (1 << 20))
+
+
+def _get():
+    global _state, _why_off
+    state = _state
+    if state is None:
+        with _lock:
+            if _state is None:
+                enabled, cap = _settings()
+                root = directory()
+                why = None if enabled else "off (TPPASM_CACHE=0)"
+                if why is None and not os.path.isabs(root):
+                    why = f"no home directory to put {root} in; set TPPASM_CACHE_DIR"
+                if why is None:
+                    problem = check_directory(root)
+                    if problem is not None:
+                        why = f"{root} {problem}"
+                        warnings.warn(f"tppasm: not using the kernel cache: {why}; kernels are generated in memory "
+                                      "meanwhile (TPPASM_CACHE=0 turns the cache off)", RuntimeWarning, stacklevel=4)
+                store = None if why else DiskStore(root, cap)
+                _state, _why_off = (store, KernelCode(store) if store else None), why
+            state = _state
+    return state
+
+
+def store():
+    """The process's :class:`~.disk.DiskStore`, or None when the cache is off or refused."""
+    return _get()[0]
+
+
+def kernel_code():
+    """The process's :class:`~.kernels.KernelCode` (what ``get_kernel`` gives ``Kernel``), or None."""
+    return _get()[1]
+
+
+def reset():
+    """Forget the process's store (writing what it has pending): the environment is read again."""
+    global _state, _why_off
+    with _lock:
+        if _state is not None and _state[0] is not None:
+            _state[0].flush()
+        _state, _why_off = None, None
+
+
+@contextlib.contextmanager
+def using(path):
+    """Use the cache in directory ``path`` inside the ``with`` block (tests, experiments); the
+    previous setting afterwards. Sets ``TPPASM_CACHE_DIR`` for the block: not for threaded code."""
+    saved = os.environ.get("TPPASM_CACHE_DIR")
+    os.environ["TPPASM_CACHE_DIR"] = os.fspath(path)
+    reset()
+    try:
+        yield store()
+    finally:
+        if saved is None:
+            os.environ.pop("TPPASM_CACHE_DIR", None)
+        else:
+            os.environ["TPPASM_CACHE_DIR"] = saved
+        reset()
+
+
+def after_fork_in_child():
+    """A forked child: new locks (the parent's holders do not exist here), nothing pending."""
+    global _lock
+    _lock = threading.Lock()
+    if _state is not None and _state[0] is not None:
+        _state[0].after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=after_fork_in_child)
+
+
+def _record_key(namespace, key):
+    if not isinstance(namespace, str) or not re.fullmatch(r"[a-z0-9_.-]{1,64}", namespace) or namespace in RESERVED:
+        raise ValueError(f"namespace {namespace!r}: expected a short lowercase name (letters, digits, '_', '.', "
+                         f"'-'), not one of {', '.join(RESERVED)}, e.g. 'tune'")
+    if not isinstance(key, str):
+        raise TypeError(f"key {key!r}: expected a string (e.g. repr of what the record depends on)")
+    return f"{namespace}/{hashlib.sha256(key.encode()).hexdigest()[:40]}"
+
+
+def remember(namespace, key, record):
+    """Store the JSON-able ``record`` under (``namespace``, ``key``) on disk now; False if the cache is off."""
+    k = _record_key(namespace, key)
+    s = store()
+    if s is None:
+        return False
+    try:
+        s.put_record(k, record)
+    except TypeError as e:
+        raise TypeError(f"record for {namespace}/{key!r}: {e}; pass dicts, lists, strings, numbers, "
+                        "booleans and None only") from None
+    return True
+
+
+def recall(namespace, key):
+    """The record stored under (``namespace``, ``key``), or None (absent, evicted, or the cache off)."""
+    k = _record_key(namespace, key)
+    s = store()
+    return None if s is None else s.get_record(k)
+
+
+def info():
+    """What the cache holds and its counts (as ``python -m tppasm cache info`` prints them)."""
+    s = store()
+    if s is None:
+        return {"directory": directory(), "enabled": False, "why": _why_off}
+    return {"enabled": True, **s.info()}
+
+
+def clear():
+    """Delete everything on disk in this process's cache directory (no-op when the cache is off)."""
+    s = store()
+    if s is not None:
+        s.clear()
+
+
+def flush():
+    """Write now what this process keeps pending for the disk (done anyway at exit)."""
+    s = store()
+    if s is not None:
+        s.flush()

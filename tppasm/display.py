@@ -1,0 +1,215 @@
+"""How a kernel presents itself: its docstring and call signature (``help(kernel)``,
+``inspect.signature(kernel)``), a one-line ``repr`` and a notebook HTML view.
+
+Everything here reads a :class:`tppasm.kernel.Kernel` (descriptor, ISA, code); nothing changes it.
+
+>>> import tppasm
+>>> k = tppasm.relu(4, 8)
+>>> call_text(k.desc)
+"tppasm.unary('relu', 4, 8)"
+>>> str(signature(k))
+"(x: 'float32[4, 8]', out: 'float32[4, 8]' = None, /)"
+"""
+import dataclasses
+import html
+import inspect
+
+from isa.listing import Listing
+
+CONSTRUCTORS = ("unary", "binary", "ternary", "reduce", "transform", "brgemm")
+
+
+def call_text(desc):
+    """The constructor call that builds ``desc``'s kernel, defaults left out."""
+    if desc.kind not in CONSTRUCTORS or not dataclasses.is_dataclass(desc):
+        return repr(desc)
+    fields = dataclasses.fields(desc)
+    required = {f.name: getattr(desc, f.name) for f in fields if f.default is dataclasses.MISSING}
+    given = {f.name: getattr(desc, f.name) for f in fields
+             if f.name not in required and getattr(desc, f.name) != f.default}
+    for name in list(given):              # left out where the constructor derives it (ld = n, ...)
+        rest = {k: v for k, v in given.items() if k != name}
+        try:
+            if type(desc)(**required, **rest) == desc:
+                given = rest
+        except (TypeError, ValueError):
+            pass
+    public = getattr(desc, "public_names", {})
+    args = [repr(v) for v in required.values()] + [f"{public.get(k, k)}={v!r}" for k, v in given.items()]
+    return f"tppasm.{desc.kind}({', '.join(args)})"
+
+
+def _shape(spec):
+    dims = (("count",) if spec.batch else ()) + tuple(spec.shape)
+    return ", ".join(map(str, dims))
+
+
+def annotation(spec):
+    """``"float32[64, 64]"``: an operand's dtype and shape (``count`` for a batch axis)."""
+    return f"{spec.np_dtype.name}[{_shape(spec)}]"
+
+
+def _layout(spec):
+    """Strides beyond the dense ones, in elements (the leading-dimension parameter named)."""
+    dense, extent = [], 1
+    for d in reversed(spec.shape):
+        dense.insert(0, extent)
+        extent *= d
+    inner = tuple(spec.strides[spec.batch:])
+    parts = []
+    if inner != tuple(dense):
+        parts.append(f"row stride {inner[0]}" + (f" ({spec.ld_name})" if spec.ld_name else "")
+                     if len(inner) >= 2 and inner[1:] == tuple(dense[1:]) else f"strides {inner}")
+    if spec.batch:
+        parts.append(f"blocks {spec.strides[0]} apart")
+    return ", ".join(parts)
+
+
+def operand_rows(kernel):
+    """(name, dtype, shape, access, layout) per operand, in call order."""
+    alloc = set(kernel.desc.allocated())
+    rows = []
+    for spec in kernel.operands:
+        access = "written" if spec.writable else "read"
+        if spec.writable and spec.name in alloc:
+            access += "; allocated and returned when left out"
+        elif spec.writable:
+            access = "read and written"
+        rows.append((spec.name, spec.np_dtype.name, f"({_shape(spec)})", access, _layout(spec)))
+    return rows
+
+
+def call_forms(kernel):
+    """How to call the kernel, e.g. ``"k(x, out) or out = k(x)"``."""
+    names = [s.name for s in kernel.operands]
+    count = "[, count=n]" if kernel.desc.count_scalar else ""
+    forms = [f"k({', '.join(names)}{count})"]
+    alloc = set(kernel.desc.allocated())
+    if alloc:
+        given = [n for n in names if n not in alloc]
+        out = ", ".join(n for n in names if n in alloc)
+        forms.append(f"{out} = k({', '.join(given)}{count})")
+    return " or ".join(forms)
+
+
+def formula(desc):
+    """What the kernel computes, in one line.
+
+    >>> from tppasm.eltwise import Binary
+    >>> formula(Binary("add", 4, 4, bcast_b="row", post="gelu"))
+    'out = gelu(add(a, b)), b broadcast (row)'
+    """
+    kind, op = desc.kind, getattr(desc, "op", None)
+    if kind == "unary":
+        if op == "zero":
+            return "out = 0"
+        if op.endswith("_bwd"):
+            return f"out = dy * {op[:-4]}'(x)" + (" (x > 0 read from mask)" if desc.bitmask else "")
+        return f"out = {op}(x)" + (", mask = bits of x > 0" if desc.bitmask else "")
+    if kind in ("binary", "ternary"):
+        text = f"out = {op}(a, b)" if kind == "binary" else "c += a * b"
+        if getattr(desc, "post", None):
+            text = f"out = {desc.post}({op}(a, b))"
+        casts = [f"{name[-1]} broadcast ({getattr(desc, name)})" for name in ("bcast_a", "bcast_b")
+                 if getattr(desc, name)]
+        return ", ".join([text] + casts)
+    if kind == "reduce":
+        return f"out = {op} of x over its {desc.over} ({'one per row' if desc.over == 'cols' else 'one per column'})"
+    if kind == "transform":
+        return {"transpose": "out = x.T"}.get(op, f"out = {op}(x) (VNNI layout change)")
+    if kind == "brgemm":
+        text = ("C + " if desc.beta else "") + "sum over count blocks of A[i] @ B[i]" + (" + bias" if desc.bias else "")
+        return f"C = {desc.act}({text})" if desc.act else f"C = {text}"
+    return ((type(desc).__doc__ or "").strip().splitlines() or [kind])[0]
+
+
+def docstring(kernel):
+    """The kernel's ``__doc__``: what it computes, how to call it, its operands."""
+    desc = kernel.desc
+    what = formula(desc)
+    lines = [f"{call_text(desc)}, JIT'd for {kernel.isa}: {what}", "",
+             f"Call it as {call_forms(kernel)}."]
+    if desc.count_scalar:
+        lines.append("count=: how many blocks of the batch to reduce over; left out, it is the number of "
+                     "blocks the batched operands hold (they must hold the same number).")
+    lines += ["", "Operands:"]
+    width = max(len(s.name) for s in kernel.operands) if kernel.operands else 0
+    for name, dtype, shape, access, layout in operand_rows(kernel):
+        lines.append(f"  {name:<{width}}  {dtype} {shape}{', ' + layout if layout else ''}; {access}")
+    lines += ["", "kernel.reference(...) computes the same with NumPy (in place); kernel.disassemble() "
+              "shows the machine code."]
+    return "\n".join(lines)
+
+
+def signature(kernel):
+    """The call signature: operands positional (annotated ``"dtype[shape]"``), outputs that the
+    allocating form makes default to None when they come last, scalars keyword-only."""
+    P = inspect.Parameter
+    alloc = set(kernel.desc.allocated())
+    names = [s.name for s in kernel.operands]
+    trailing = set()
+    for name in reversed(names):
+        if name not in alloc:
+            break
+        trailing.add(name)
+    params = [P(s.name, P.POSITIONAL_ONLY, annotation=annotation(s),
+                default=None if s.name in trailing else P.empty) for s in kernel.operands]
+    params += [P(name, P.KEYWORD_ONLY, default=None) for name in kernel.scalars]
+    return inspect.Signature(params)
+
+
+def instructions(kernel):
+    """The instruction that does the kernel's work, e.g. ``"vfmadd231ps zmm, 24 accumulators"``."""
+    cached = getattr(kernel, "_instructions", None)
+    if cached is None:
+        code = getattr(kernel.raw, "code", b"")
+        if kernel.isa in ("avx2", "avx512", "amx"):
+            from isa.x86.disasm import main_instruction
+            cached = main_instruction(code, gemm=kernel.desc.kind == "brgemm")
+        else:
+            mix = kernel.instruction_mix()     # SVE: floating-point and dot-product ops do the work
+            work = [mn for mn in mix if mn.startswith(("f", "bf")) or mn.endswith(("dot", "mmla"))]
+            cached = f"{work[0]} (sve)" if work else "data movement (sve)"
+        kernel._instructions = cached
+    return cached
+
+
+def _size(nbytes):
+    return f"{nbytes} bytes" if nbytes < 4096 else f"{nbytes / 1024:.1f} KiB"
+
+
+def kernel_repr(kernel):
+    """``<ReluKernel tppasm.unary('relu', 64, 64) on avx512: vmaxps zmm, 212 bytes, JIT 0.8 ms>``."""
+    code = getattr(kernel.raw, "code", b"")
+    return (f"<{type(kernel).__name__} {call_text(kernel.desc)} on {kernel.isa}: {instructions(kernel)}, "
+            f"{_size(len(code))}, JIT {kernel.jit_seconds * 1e3:.1f} ms>")
+
+
+def html_table(rows, head=None):
+    """``rows`` (sequences of values) as an HTML table, with a header row if ``head`` is given."""
+    cells = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(str(c))}</td>" for c in row)
+                    + "</tr>" for row in rows)
+    top = "<tr>" + "".join(f"<th style='text-align:left'>{html.escape(h)}</th>" for h in head) + "</tr>" \
+        if head else ""
+    return f"<table>{top}{cells}</table>"
+
+
+def kernel_html(kernel):
+    """A notebook view: what the kernel is, what it runs, its operands, and its code (folded)."""
+    code = getattr(kernel.raw, "code", b"")
+    facts = [("built by", call_text(kernel.desc)), ("ISA level", kernel.isa),
+             ("instructions", instructions(kernel)), ("code size", _size(len(code))),
+             ("JIT time", f"{kernel.jit_seconds * 1e3:.2f} ms"), ("call", call_forms(kernel))]
+    if not kernel.runnable:
+        facts.append(("runs", f"not on this host (no {kernel.isa}): in the interpreter or an emulator"))
+    listing = Listing(kernel.disassemble())
+    return (f"<div><b>{html.escape(type(kernel).__name__)}</b>{html_table(facts)}"
+            f"{html_table(operand_rows(kernel), ('operand', 'dtype', 'shape', 'access', 'layout'))}"
+            f"<details><summary>machine code ({len(listing.splitlines())} instructions)</summary>"
+            f"{listing._repr_html_()}</details></div>")
+
+
+def class_name(desc):
+    """``ReluKernel``, ``BrgemmKernel``: the name of a kernel's own class."""
+    base = getattr(desc, "op", None) or desc.kind
+    return "".join(part.capitalize() for part in str(base).split("_")) + "Kernel"

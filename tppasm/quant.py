@@ -1,0 +1,115 @@
+"""Dynamic int8 quantization TPPs around the i8 BRGEMM (u8 activations x s8 weights, int32 C).
+
+- :class:`Quantize`: per row, ``scale = max|x| / 127`` and ``q = round(x / scale) + 128`` as uint8
+  (symmetric values with the zero point 128 that ``vpdpbusd``'s unsigned operand needs; round to
+  nearest even), for activations quantized per token at run time;
+- :class:`Dequant`: ``out = beta*out + (c + offset) * row_scale * col_scale``: an int32 BRGEMM
+  result back to f32/bf16, ``offset`` per column (int32; ``-128 * column sums of the s8 weights``
+  removes the zero point), ``row_scale`` per row (the activations'), ``col_scale`` per column (the
+  weights' per-channel scales); ``beta=1`` accumulates (a residual).
+
+>>> import numpy as np, tppasm
+>>> x = np.array([[0.5, -1.0, 0.25]], np.float32)
+>>> q, s = np.empty((1, 3), np.uint8), np.empty(1, np.float32)
+>>> tppasm.quantize(1, 3)(x, q, s); q.tolist(), round(float(s[0]) * 127, 6)
+([[192, 1, 160]], 1.0)
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
+from .kernel import Descriptor, get_kernel
+from .operand import OperandSpec
+
+ZERO_POINT = 128
+
+
+@dataclass(frozen=True)
+class _Rows(Descriptor):
+    """m rows of n in, m rows of n out, with their row strides."""
+
+    m: int
+    n: int
+    ldi: int = 0
+    ldo: int = 0
+
+    def __post_init__(self):
+        self._normalize()
+        _default(self, ldi=self.n, ldo=self.n)
+
+    def validate(self):
+        _positive(self, "m", "n")
+        _ld(self, "ldi", self.n)
+        _ld(self, "ldo", self.n)
+
+
+@dataclass(frozen=True)
+class Quantize(_Rows):
+    """x (m, n) f32/bf16 -> q (m, n) uint8 and scale (m,) f32, per row (see the module)."""
+
+    dtype: str = "f32"
+
+    kind = "quantize"
+
+    def validate(self):
+        super().validate()
+        _dtypes(self, "dtype")
+
+    def operands(self):
+        return (_full("x", self.dtype, self.m, self.n, self.ldi, "ldx"),
+                _full("q", "u8", self.m, self.n, self.ldo, "ldo", writable=True),
+                OperandSpec("scale", "f32", (self.m,), (1,), writable=True))
+
+    def reference(self, x, q, scale):
+        x32 = _to_f64(x).astype(np.float32)
+        amax = np.maximum(np.abs(x32).max(axis=1), np.float32(1e-30))
+        inv = np.float32(127) / amax                                   # as the kernel: one fp32 division
+        scale[...] = amax / np.float32(127)
+        q[...] = np.clip(np.rint(x32 * inv[:, None]) + ZERO_POINT, 0, 255).astype(np.uint8)
+
+
+@dataclass(frozen=True)
+class Dequant(_Rows):
+    """out (m, n) = beta*out + (c + offset) * row_scale * col_scale, c int32 (see the module)."""
+
+    out_dtype: str = "f32"
+    beta: int = 0
+
+    kind = "dequant"
+
+    def validate(self):
+        super().validate()
+        _dtypes(self, "out_dtype")
+        if self.beta not in (0, 1):
+            raise ValueError(f"dequant: beta={self.beta!r}; expected 0 (overwrite out) or 1 (add to out)")
+
+    def operands(self):
+        return (_full("c", "i32", self.m, self.n, self.ldi, "ldx"),
+                OperandSpec("offset", "i32", (self.n,), (1,)),
+                OperandSpec("row_scale", "f32", (self.m,), (1,)),
+                OperandSpec("col_scale", "f32", (self.n,), (1,)),
+                _full("out", self.out_dtype, self.m, self.n, self.ldo, "ldo", writable=True))
+
+    def reference(self, c, offset, row_scale, col_scale, out):
+        v = (c.astype(np.int64) + offset.astype(np.int64)).astype(np.float32).astype(np.float64)
+        v = v * _to_f64(col_scale)[None, :] * _to_f64(row_scale)[:, None]
+        _store(out, v + _to_f64(out) if self.beta else v)
+
+
+def quantize(m, n, ldx=0, ldo=0, dtype="f32", isa=None):
+    """The kernel (x, q, scale): per-row dynamic quantization to uint8 (zero point 128)."""
+    return get_kernel(Quantize(m, n, ldx, ldo, dtype), isa)
+
+
+def dequant(m, n, ldx=0, ldo=0, out_dtype="f32", beta=0, isa=None):
+    """The kernel (c, offset, row_scale, col_scale, out): int32 -> scaled f32/bf16.
+
+    >>> import numpy as np, tppasm
+    >>> c = np.array([[10, 20]], np.int32); out = np.ones((1, 2), np.float32)
+    >>> k = tppasm.dequant(1, 2, beta=1)
+    >>> k(c, np.array([-10, 0], np.int32), np.array([0.5], np.float32), np.array([1, 2], np.float32), out)
+    >>> out.tolist()
+    [[1.0, 21.0]]
+    """
+    return get_kernel(Dequant(m, n, ldx, ldo, out_dtype, beta), isa)

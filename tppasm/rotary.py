@@ -1,0 +1,89 @@
+"""Rotary position embedding (RoPE, LLaMA's "rotate half" form) as a TPP, with its NumPy reference.
+
+Row i of x (m, n) holds n / head_dim heads of head_dim values; each head's halves x1, x2 (head_dim/2
+values each) become ``x1*cos - x2*sin`` and ``x2*cos + x1*sin`` with the row's fp32 tables
+``cos[i]``, ``sin[i]`` of head_dim/2 values (row stride ``ldt``). The output may be x itself.
+
+>>> import numpy as np, tppasm
+>>> x = np.array([[1.0, 2.0]], np.float32); out = np.empty_like(x)
+>>> cos, sin = np.zeros((1, 1), np.float32), np.ones((1, 1), np.float32)
+>>> tppasm.rotary(1, 2, 2)(x, cos, sin, out); out.tolist()
+[[-2.0, 1.0]]
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
+from .kernel import Descriptor, get_kernel
+from .operand import OperandSpec
+
+
+@dataclass(frozen=True)
+class Rotary(Descriptor):
+    """RoPE over heads of ``head_dim`` (even; n a multiple of it); tables (m, head_dim/2) fp32."""
+
+    m: int
+    n: int
+    head_dim: int
+    ldi: int = 0
+    ldo: int = 0
+    ldt: int = 0
+    dtype: str = "f32"
+    out_dtype: str = ""
+
+    kind = "rotary"
+
+    def __post_init__(self):
+        self._normalize()
+        _default(self, ldi=self.n, ldo=self.n, out_dtype=self.dtype,
+                 ldt=self.head_dim // 2 if isinstance(self.head_dim, int) else 0)
+
+    def validate(self):
+        _positive(self, "m", "n", "head_dim")
+        if self.head_dim % 2 or self.n % self.head_dim:
+            raise ValueError(f"rotary: head_dim={self.head_dim} must be even and divide n={self.n} "
+                             "(n = heads * head_dim)")
+        _ld(self, "ldi", self.n)
+        _ld(self, "ldo", self.n)
+        _ld(self, "ldt", self.head_dim // 2)
+        _dtypes(self, "dtype", "out_dtype")
+
+    def operands(self):
+        half = self.head_dim // 2
+        table = [OperandSpec(name, "f32", (self.m, half), (self.ldt, 1), ld_name="ldt") for name in ("cos", "sin")]
+        return (_full("x", self.dtype, self.m, self.n, self.ldi, "ldx"), *table,
+                _full("out", self.out_dtype, self.m, self.n, self.ldo, "ldo", writable=True))
+
+    def reference(self, x, cos, sin, out):
+        half = self.head_dim // 2
+        x = _to_f64(x).reshape(self.m, -1, 2, half)
+        c, s = _to_f64(cos)[:, None, :], _to_f64(sin)[:, None, :]
+        x1, x2 = x[:, :, 0], x[:, :, 1]
+        y = np.stack([x1 * c - x2 * s, x2 * c + x1 * s], axis=2)
+        _store(out, y.reshape(self.m, self.n))
+
+
+def rotary(m, n, head_dim, ldx=0, ldo=0, ldt=0, dtype="f32", out_dtype="", isa=None):
+    """The RoPE kernel for m rows of n / head_dim heads; it takes (x, cos, sin, out).
+
+    >>> import numpy as np, tppasm
+    >>> from tppasm.rotary import rope_tables
+    >>> cos, sin = rope_tables(np.arange(2), 4)
+    >>> x = np.ones((2, 4), np.float32); out = np.empty_like(x)
+    >>> tppasm.rotary(2, 4, 4)(x, cos, sin, out); np.round(out[0], 4).tolist()
+    [1.0, 1.0, 1.0, 1.0]
+    """
+    return get_kernel(Rotary(m, n, head_dim, ldx, ldo, ldt, dtype, out_dtype), isa)
+
+
+def rope_tables(positions, head_dim, base=10000.0):
+    """fp32 (len(positions), head_dim/2) cos and sin tables: angle p * base**(-2j / head_dim).
+
+    >>> cos, sin = rope_tables([0, 1], 2)
+    >>> [round(float(v), 4) for v in (cos[1, 0], sin[1, 0])], cos.dtype.name
+    ([0.5403, 0.8415], 'float32')
+    """
+    inv = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    angles = np.asarray(positions, np.float64)[:, None] * inv[None, :]
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)

@@ -1,0 +1,275 @@
+"""Property-based testing of kernels: check a kernel or loop kernel against its NumPy reference.
+
+:func:`assert_matches_reference` runs the native code on copies of the arrays whose outputs are
+poisoned, and the NumPy reference (a kernel's ``reference``, a loop kernel's ``python``) on other
+copies, then checks that
+
+- every output element was written (a write-only output holds poison nowhere afterwards: it is
+  filled with a signalling NaN (or a byte pattern) for one run and a finite value for a second);
+- nothing outside an operand changed (each copy sits in a buffer whose padding between rows and
+  64-byte guards around are poison, compared bit for bit afterwards), and no input changed;
+- every written array matches the reference: exactly for integers, within dtype-aware
+  tolerances for floats (``rtol`` 1e-5 for fp32, 2**-7 (two bf16 ulps) for bf16, and ``atol =
+  rtol * max|reference|`` for sums that cancel), NaN where the reference has NaN, infinities
+  equal.
+
+On a mismatch it raises AssertionError naming the kernel, the array, how many elements differ and
+the first of them, with the arrays themselves when they are small (a case to paste). Pass it a
+hypothesis strategy instead of arrays (``tppasm.testing.strategies``: operands of a kernel,
+shapes with tails, leading dimensions, unaligned arrays, bf16/int8 edge values, VNNI-packed B,
+loop bounds and block sizes) and it runs the check for each example, hypothesis shrinking any
+failure to a minimal one.
+
+Importing this package does not import hypothesis; the strategies do (the ``test`` extra).
+
+>>> import numpy as np, tppasm
+>>> from tppasm.testing import assert_matches_reference
+>>> x = np.array([[-1.0, 2.0, -3.0]], np.float32)
+>>> assert_matches_reference(tppasm.relu(1, 3), x, np.empty_like(x))       # passes silently
+>>> assert_matches_reference(tppasm.relu(1, 3))          # a hypothesis strategy of its operands
+"""
+import numpy as np
+
+from ..layout import empty
+
+GUARD = 64                                # bytes of poison before and after each copy
+# (first run, second run) poison bit patterns per item size for floats: a signalling NaN that no
+# arithmetic produces, then a large finite value; for integers two byte patterns
+FLOAT_POISON = {2: (0x7FA5, 0xFF7A), 4: (0x7FA5A5A5, 0xFF7A5A5A)}
+INT_POISON = (0xA5, 0x5A)
+RTOL = {"f32": 1e-5, "bf16": 2.0 ** -7}
+
+
+def __getattr__(name):
+    """The strategies, imported (with hypothesis) on first use: ``tppasm.testing.operands``..."""
+    import importlib
+    strategies = importlib.import_module(__name__ + ".strategies")
+    if name == "strategies":
+        return strategies
+    if name in strategies.__all__:
+        return getattr(strategies, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def poison_bits(dtype, run):
+    """The poison bit pattern (an unsigned int of the item size) of run 0 or 1 for ``dtype``.
+
+    >>> hex(poison_bits(np.float32, 0)), hex(poison_bits(np.int8, 1))
+    ('0x7fa5a5a5', '0x5a')
+    """
+    dt = np.dtype(dtype)
+    if dt.kind == "f" or dt.name == "bfloat16":
+        return FLOAT_POISON[dt.itemsize][run]
+    return int.from_bytes(bytes([INT_POISON[run]]) * dt.itemsize, "little")
+
+
+def _bits(a):
+    return a.view(f"u{a.itemsize}")
+
+
+class Guarded:
+    """A copy of ``array`` with the same strides and alignment modulo 64 bytes, inside a buffer
+    whose other elements (row padding, guards) hold ``poison``; :meth:`outside_changed` says
+    whether any of them changed."""
+
+    def __init__(self, array, poison, fill_view=False):
+        a = np.asarray(array)
+        if any(s < 0 for s in a.strides):
+            raise ValueError("assert_matches_reference: arrays with negative strides are not kernel operands; "
+                             "pass np.ascontiguousarray(...)")
+        item = a.itemsize
+        span = (sum((d - 1) * s for d, s in zip(a.shape, a.strides)) + item) if a.size else 0
+        lead = GUARD + (a.ctypes.data % 64) // item * item
+        total = -(-(lead + span + GUARD) // item)
+        self.buffer = empty((total,), a.dtype)
+        _bits(self.buffer)[...] = poison
+        self.poison = poison
+        self.view = np.lib.stride_tricks.as_strided(self.buffer[lead // item:], a.shape, a.strides)
+        self.cover = np.zeros(total, bool)
+        np.lib.stride_tricks.as_strided(self.cover[lead // item:], a.shape,
+                                        [s // item for s in a.strides])[...] = True
+        if not fill_view:
+            self.view[...] = a
+
+    def outside_changed(self):
+        """Indices (into the buffer) of poison elements outside the view that changed."""
+        return np.flatnonzero(~self.cover & (_bits(self.buffer) != self.poison))
+
+    def unwritten(self):
+        """A boolean mask over the view: elements that still hold the poison."""
+        return _bits(np.ascontiguousarray(self.view)) == self.poison
+
+
+def _kind(kernel):
+    if hasattr(kernel, "python") and hasattr(kernel, "array_names"):
+        return "loop"
+    if hasattr(kernel, "kernel") and hasattr(kernel, "desc"):
+        return "batched"
+    if hasattr(kernel, "operands") and hasattr(kernel, "desc"):
+        return "kernel"
+    raise TypeError(f"assert_matches_reference: {type(kernel).__name__} is not a tppasm kernel or loop kernel; "
+                    "pass what tppasm.unary(...)/brgemm(...)/... or @loops.kernel(...) returns")
+
+
+def _roles(kernel, kind, arrays, outputs):
+    """(names, written indices, write-only indices) of the call's arrays."""
+    if kind == "loop":
+        names = list(kernel.array_names)
+        access = kernel.accesses(*arrays)
+        written = [i for i, n in enumerate(names) if "written" in access[n]]
+        only = [i for i, n in enumerate(names) if access[n] == "written"]
+    elif kind == "batched":
+        names = ["a", "b", "c"] + (["offsets"] if kernel.desc.batch == "offset" else []) + \
+            (["bias"] if kernel.desc.bias else [])
+        written = [2]
+        only = [] if kernel.desc.beta else [2]
+    else:
+        names = [s.name for s in kernel.operands]
+        alloc = set(kernel.desc.allocated())
+        written = [i for i, s in enumerate(kernel.operands) if s.writable]
+        only = [i for i, s in enumerate(kernel.operands) if s.name in alloc]
+    if outputs is not None:
+        picked = [names.index(o) if isinstance(o, str) else int(o) for o in outputs]
+        only = picked
+        written = sorted(set(written) | set(picked))
+    return names, written, only
+
+
+def _call(kernel, kind, arrays, count):
+    if kind == "loop":
+        return kernel(*arrays)
+    return kernel(*arrays) if count is None else kernel(*arrays, count=count)
+
+
+def _reference(kernel, kind, arrays, count):
+    if kind == "loop":
+        return kernel.python(*arrays)
+    if kernel.desc.count_scalar is None:
+        return kernel.reference(*arrays)
+    if count is None:
+        if kind == "batched":
+            from ..brgemm import _batch_count
+            count = _batch_count(kernel.desc, arrays[0], arrays[1], arrays[3:])
+        else:
+            count = kernel._count_of(arrays)
+    return kernel.reference(*arrays, count=count)
+
+
+def _compare(name, got, want, rtol, atol):
+    """Problems (strings) where ``got`` differs from ``want``."""
+    floats = "bf16" if got.dtype.name == "bfloat16" else "f32" if got.dtype.kind == "f" else None
+    if floats:
+        g, w = got.astype(np.float64), np.asarray(want).astype(np.float64)
+        r = RTOL[floats] if rtol is None else rtol
+        finite = np.abs(w[np.isfinite(w)])
+        a = r * (float(finite.max()) if finite.size else 0.0) if atol is None else atol
+        with np.errstate(invalid="ignore"):
+            ok = np.isclose(g, w, rtol=r, atol=a, equal_nan=True) | (g == w)
+        tol = f" (rtol={r:g}, atol={a:g})"
+    else:
+        g, w = got, np.asarray(want)
+        ok = g == w
+        tol = " (integers: exact)"
+    bad = np.argwhere(~ok)
+    if not len(bad):
+        return []
+    shown = "; ".join(f"[{', '.join(map(str, idx))}] got {g[tuple(idx)].item()!r} want {w[tuple(idx)].item()!r}"
+                      for idx in bad[:5])
+    return [f"{name}: {len(bad)} of {ok.size} elements differ from the reference{tol}: {shown}"]
+
+
+def _case(names, arrays, only, count):
+    """The arrays as code to paste, when they are small (write-only outputs as ``np.empty``)."""
+    if sum(np.asarray(a).size for a in arrays if isinstance(a, np.ndarray)) > 256:
+        return "arrays: " + ", ".join(f"{n} {a.dtype}{a.shape}" for n, a in zip(names, arrays)
+                                      if isinstance(a, np.ndarray))
+    lines = []
+    for i, (n, a) in enumerate(zip(names, arrays)):
+        if not isinstance(a, np.ndarray):
+            continue
+        dt = "ml_dtypes.bfloat16" if a.dtype.name == "bfloat16" else "np." + a.dtype.name
+        values = a.astype(np.float32).tolist() if a.dtype.name == "bfloat16" else a.tolist()
+        lines.append(f"{n} = np.empty({a.shape}, {dt})" if i in only else f"{n} = np.array({values!r}, {dt})")
+    return "case:\n  " + "\n  ".join(lines) + (f"\n  count = {count}" if count is not None else "")
+
+
+def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
+    """The checks of :func:`assert_matches_reference` on one set of arrays; a list of problems."""
+    kind = _kind(kernel)
+    if kind != "loop" and not getattr(kernel, "runnable", True):
+        raise RuntimeError(f"assert_matches_reference: {kernel!r} cannot run on this host; check it where it runs "
+                           "(or in the interpreter, isa.x86.interp)")
+    names, written, only = _roles(kernel, kind, arrays, outputs)
+    runs = []
+    for run in (0, 1):
+        copies = []
+        for i, a in enumerate(arrays):
+            if not isinstance(a, np.ndarray):
+                copies.append(a)                # address-batch block lists, used as given
+                continue
+            copies.append(Guarded(a, poison_bits(a.dtype, run if i in only else 0), fill_view=i in only))
+        _call(kernel, kind, [c.view if isinstance(c, Guarded) else c for c in copies], count)
+        runs.append(copies)
+    ref = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in arrays]
+    _reference(kernel, kind, ref, count)
+    problems = []
+    for i, (first, second) in enumerate(zip(*runs)):
+        if not isinstance(first, Guarded):
+            continue
+        for copy in (first, second):
+            outside = copy.outside_changed()
+            if len(outside):
+                problems.append(f"{names[i]}: {len(outside)} elements outside the operand were written "
+                                "(row padding or guard bytes)")
+                break
+        if i in only:
+            missed = np.argwhere(first.unwritten() & second.unwritten())
+            if len(missed):
+                problems.append(f"{names[i]}: {len(missed)} of {first.view.size} output elements were never "
+                                f"written, first at {tuple(int(v) for v in missed[0])}")
+                continue
+        if i in written:
+            problems += _compare(names[i], first.view, ref[i], rtol, atol)
+        elif not np.array_equal(_bits(np.ascontiguousarray(first.view)), _bits(np.ascontiguousarray(arrays[i]))):
+            problems.append(f"{names[i]}: an input was changed by the kernel")
+    if problems:
+        problems.append(_case(names, arrays, only, count))
+    return problems
+
+
+def assert_matches_reference(kernel, *arrays, count=None, outputs=None, rtol=None, atol=None,
+                             max_examples=None):
+    """Check ``kernel`` (a kernel, or a ``@loops.kernel`` loop kernel) against its NumPy
+    reference on ``arrays``, or on each example of a hypothesis strategy of array tuples (given
+    as the only array argument; none: :func:`tppasm.testing.strategies.operands` of the kernel).
+
+    ``count``: a batched kernel's count (default: inferred, as a call does). ``outputs``: names
+    or positions of write-only arrays to poison and check as fully written (default: the
+    outputs the kernel only writes; for a loop kernel, the arrays its calls only write).
+    ``rtol``/``atol``: float tolerances (defaults in the module docstring). ``max_examples``:
+    hypothesis examples (default: the active hypothesis profile's).
+    """
+    strategy = arrays[0] if len(arrays) == 1 and _is_strategy(arrays[0]) else None
+    if not arrays:
+        if _kind(kernel) == "loop":
+            raise TypeError("assert_matches_reference: pass a loop kernel its arrays, or a hypothesis strategy "
+                            "of array tuples (tppasm.testing.strategies has the pieces)")
+        from .strategies import operands
+        strategy = operands(kernel)
+    if strategy is None:
+        problems = check(kernel, arrays, count, outputs, rtol, atol)
+        if problems:
+            raise AssertionError(f"{kernel!r} does not match its reference:\n" + "\n".join(problems))
+        return
+    from hypothesis import given, settings
+
+    @given(strategy)
+    def run(case):
+        assert_matches_reference(kernel, *case, count=count, outputs=outputs, rtol=rtol, atol=atol)
+    if max_examples is not None:
+        run = settings(max_examples=max_examples)(run)
+    run()
+
+
+def _is_strategy(x):
+    return type(x).__module__.startswith("hypothesis.") and hasattr(x, "example")

@@ -1,0 +1,239 @@
+"""x86 generators (AVX2, AVX-512) for the row-wise normalizations of :mod:`tppasm.norm`.
+
+Each row is read in passes while it sits in L1: softmax takes the row maximum of ``scale*x + mask``,
+then sums ``exp(. - max)`` (writing the exponentials when the output is fp32), then scales by
+1/sum (a bf16 output recomputes the exponentials instead of rounding twice); a row of up to 16
+vectors (8 on AVX2) is instead loaded once into registers and each exp computed once (twice as
+fast for attention rows of 128-256 with a bf16 output); layer norm takes the
+mean, then the variance around it (two passes: no cancellation), then writes
+``(x - mean) * rstd * gamma + beta``; RMSNorm the mean square, then ``x * rstd * gamma``. Masked
+tail lanes are kept out of every sum and maximum. 1/sqrt is a true square root and division, not
+an estimate.
+
+>>> import numpy as np, tppasm
+>>> x = np.array([[1.0, 2.0, 3.0]], np.float32); out = np.empty_like(x)
+>>> tppasm.rmsnorm(1, 3)(x, np.ones(3, np.float32), out); bool(np.allclose(out, x / np.sqrt(14 / 3)))
+True
+"""
+from isa.x86 import Function
+
+from ..backends import register
+from . import math as xm
+from .stream import Stream, load, store
+from .rows import Regs, at, combine, fill_tail, hreduce, row_loop, walk, zero_tail
+from .vector import VectorISA
+
+def _sum_pass(a, v, n, acc, tail, load_term):
+    """acc[0] = lane-wise sums over the row of ``load_term(u, col, idx, t)`` (then :func:`hreduce`)."""
+    for r in acc:
+        a.vxorps(r, r, r) if r.num < 16 else a.vpxord(r, r, r)
+
+    def vector(u, col, idx, t):
+        a.vaddps(acc[u], acc[u], load_term(u, col, idx, t))
+    walk(a, v, n, len(acc), vector, tail)
+    combine(a, acc, "add")
+
+
+CACHED = {True: 16, False: 8}      # vectors of a row kept in registers (AVX-512, AVX2)
+
+
+@register("x86", "softmax")
+def generate_softmax(desc, isa):
+    v = VectorISA(isa)
+    fn = Function("softmax", ["ptr"] * len(desc.operands()))
+    a, args = fn.asm, list(fn.args)
+    x = Stream(args[0], "full", desc.dtype, desc.ldi)
+    mask = Stream(args[1], desc.mask, "f32", desc.ldm) if desc.mask else None
+    out = Stream(args[-1], "full", desc.out_dtype, desc.ldo)
+    if -(-desc.n // v.lanes(4)) <= CACHED[v.avx512]:
+        return _softmax_in_registers(fn, v, desc, x, mask, out)
+    R = Regs(fn, v, desc.n)
+    tail, U, W = R.tail, (4 if v.avx512 else 2), (2 if v.avx512 else 1)
+    acc, (mx, inv) = R.take(U), R.take(2)
+    work = [R.take(5) for _ in range(W)]          # src, dst and exp's 3 temporaries per vector
+    flat = [r for w in work for r in w]
+    c = R.consts()
+
+    def logits(dst, spare, col, idx, t):
+        """dst = scale * x (+ mask) for this vector (``spare`` holds the mask)."""
+        load(a, v, dst, x, at(x, col, idx), t)
+        if desc.scale != 1.0:
+            a.vmulps(dst, dst, c.f(desc.scale))
+        if mask:
+            a.vaddps(dst, dst, load(a, v, spare, mask, at(mask, col, idx), t))
+        return dst
+
+    def exp_of(u, col, idx, t):
+        src, dst, *tmp = work[u % W]
+        logits(src, dst, col, idx, t)
+        a.vsubps(src, src, mx)
+        xm.emit_exp(a, v, dst, src, tmp, c)
+        zero_tail(a, v, dst, t)
+        return dst
+
+    def row():
+        for r in acc:
+            a.vmovups(r, c.f(float("-inf")))
+
+        def maximum(u, col, idx, t):
+            y = logits(flat[u], flat[U + u], col, idx, t)
+            fill_tail(a, v, y, t, c.into(a, flat[-1], float("-inf")))
+            a.vmaxps(acc[u], acc[u], y)
+        walk(a, v, desc.n, U, maximum, tail)
+        combine(a, acc, "max")
+        hreduce(a, v, acc[0], acc[1], "max")
+        a.vmovaps(mx, acc[0])
+
+        def exp_sum(u, col, idx, t):
+            e = exp_of(u, col, idx, t)
+            if out.dtype == "f32":
+                store(a, v, out, e, at(out, col, idx), t, work[u % W][2:], c)
+            return e
+        _sum_pass(a, v, desc.n, acc[:W], tail, exp_sum)
+        hreduce(a, v, acc[0], acc[1], "add")
+        a.vmovups(inv, c.f(1.0))
+        a.vdivps(inv, inv, acc[0])
+
+        def scale(u, col, idx, t):
+            if out.dtype == "f32":
+                y = load(a, v, work[u % W][1], out, at(out, col, idx), t)
+            else:
+                y = exp_of(u, col, idx, t)
+            a.vmulps(y, y, inv)
+            store(a, v, out, y, at(out, col, idx), t, work[u % W][2:], c)
+        walk(a, v, desc.n, W, scale, tail)
+
+    row_loop(a, desc.m, row, [x, out] + ([mask] if desc.mask == "full" else []))
+    c.finish(fn, scratch=acc[0])
+    return fn.finalize()
+
+
+def _softmax_in_registers(fn, v, desc, x, mask, out):
+    """Softmax of rows that fit in registers: one load, one exp per element (the tail's dead lanes
+    are -inf, so their exp is 0 and the sums need no mask)."""
+    a, lanes = fn.asm, v.lanes(4)
+    R = Regs(fn, v, desc.n)
+    E = R.take(-(-desc.n // lanes))
+    acc, total, *tmp = R.take(5)
+    c = R.consts()
+    cols = [(j * lanes, None) for j in range(desc.n // lanes)] + ([(desc.n // lanes * lanes, R.tail)] if R.tail else [])
+
+    def row():
+        for e, (col, t) in zip(E, cols):
+            load(a, v, e, x, at(x, col, None), t)
+            if desc.scale != 1.0:
+                a.vmulps(e, e, c.f(desc.scale))
+            if mask:
+                a.vaddps(e, e, load(a, v, total, mask, at(mask, col, None), t))
+            fill_tail(a, v, e, t, c.into(a, total, float("-inf")))
+        a.vmovaps(acc, E[0])
+        combine(a, [acc] + E[1:], "max")
+        hreduce(a, v, acc, tmp[0], "max")
+        for e in E:
+            a.vsubps(e, e, acc)
+            xm.emit_exp(a, v, e, e, tmp, c)
+        a.vmovaps(total, E[0])
+        combine(a, [total] + E[1:], "add")
+        hreduce(a, v, total, tmp[0], "add")
+        a.vmovups(acc, c.f(1.0))
+        a.vdivps(acc, acc, total)
+        for e, (col, t) in zip(E, cols):
+            a.vmulps(e, e, acc)
+            store(a, v, out, e, at(out, col, None), t, tmp, c)
+
+    row_loop(a, desc.m, row, [x, out] + ([mask] if desc.mask == "full" else []))
+    c.finish(fn, scratch=acc)
+    return fn.finalize()
+
+
+def _rstd(a, v, c, desc, acc, tail, square, rstd):
+    """rstd = 1 / sqrt(sum over the row of ``square``'s lanes / n + eps), in every lane."""
+    _sum_pass(a, v, desc.n, acc, tail, square)
+    hreduce(a, v, acc[0], acc[1], "add")
+    a.vmulps(acc[0], acc[0], c.f(1.0 / desc.n))
+    a.vaddps(acc[0], acc[0], c.f(desc.eps))
+    a.vsqrtps(acc[0], acc[0])
+    a.vmovups(rstd, c.f(1.0))
+    a.vdivps(rstd, rstd, acc[0])
+
+
+@register("x86", "layernorm")
+def generate_layernorm(desc, isa):
+    v = VectorISA(isa)
+    fn = Function("layernorm", ["ptr"] * 4)
+    a = fn.asm
+    rx, rg, rb, ro = fn.args
+    x = Stream(rx, "full", desc.dtype, desc.ldi)
+    gamma, beta = Stream(rg, "row", "f32"), Stream(rb, "row", "f32")
+    out = Stream(ro, "full", desc.out_dtype, desc.ldo)
+    R = Regs(fn, v, desc.n)
+    tail, U = R.tail, (4 if v.avx512 else 2)
+    acc, (mean, rstd) = R.take(U), R.take(2)
+    work = [R.take(3) for _ in range(U)]
+    tmp = R.take(3)
+    c = R.consts()
+
+    def centered(u, col, idx, t):
+        d = load(a, v, work[u][0], x, at(x, col, idx), t)
+        a.vsubps(d, d, mean)
+        zero_tail(a, v, d, t)
+        return d
+
+    def row():
+        _sum_pass(a, v, desc.n, acc, tail, lambda u, col, idx, t: load(a, v, work[u][0], x, at(x, col, idx), t))
+        hreduce(a, v, acc[0], acc[1], "add")
+        a.vmulps(mean, acc[0], c.f(1.0 / desc.n))
+
+        def square(u, col, idx, t):
+            d = centered(u, col, idx, t)
+            a.vmulps(d, d, d)
+            return d
+        _rstd(a, v, c, desc, acc, tail, square, rstd)
+
+        def write(u, col, idx, t):
+            d = centered(u, col, idx, t)
+            a.vmulps(d, d, rstd)
+            g = load(a, v, work[u][1], gamma, at(gamma, col, idx), t)
+            b = load(a, v, work[u][2], beta, at(beta, col, idx), t)
+            a.vfmadd213ps(d, g, b)
+            store(a, v, out, d, at(out, col, idx), t, tmp, c)
+        walk(a, v, desc.n, U, write, tail)
+
+    row_loop(a, desc.m, row, [x, out])
+    c.finish(fn, scratch=acc[0])
+    return fn.finalize()
+
+
+@register("x86", "rmsnorm")
+def generate_rmsnorm(desc, isa):
+    v = VectorISA(isa)
+    fn = Function("rmsnorm", ["ptr"] * 3)
+    a = fn.asm
+    rx, rg, ro = fn.args
+    x = Stream(rx, "full", desc.dtype, desc.ldi)
+    gamma = Stream(rg, "row", "f32")
+    out = Stream(ro, "full", desc.out_dtype, desc.ldo)
+    R = Regs(fn, v, desc.n)
+    tail, U = R.tail, (4 if v.avx512 else 2)
+    acc, (rstd,) = R.take(U), R.take(1)
+    work = [R.take(2) for _ in range(U)]
+    tmp = R.take(3)
+    c = R.consts()
+
+    def row():
+        def square(u, col, idx, t):
+            d = load(a, v, work[u][0], x, at(x, col, idx), t)
+            a.vmulps(d, d, d)
+            return d
+        _rstd(a, v, c, desc, acc, tail, square, rstd)
+
+        def write(u, col, idx, t):
+            d = load(a, v, work[u][0], x, at(x, col, idx), t)
+            a.vmulps(d, d, rstd)
+            a.vmulps(d, d, load(a, v, work[u][1], gamma, at(gamma, col, idx), t))
+            store(a, v, out, d, at(out, col, idx), t, tmp, c)
+        walk(a, v, desc.n, U, write, tail)
+
+    row_loop(a, desc.m, row, [x, out])
+    c.finish(fn, scratch=acc[0])
+    return fn.finalize()
