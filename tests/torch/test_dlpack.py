@@ -28,15 +28,18 @@ def test_kernels_read_and_write_dlpack_operands_in_place():
     assert out.tolist() == np.maximum(x, 0).tolist()
 
 
-def test_loop_kernels_take_dlpack_operands():
-    zero = tpp.zero(1, 4)
+RELU_ROW = tpp.relu(1, 4)
 
-    @kernel("A", Loop(0, 3))
-    def clear(i, X):
-        zero(X[i:i + 1])
-    x = np.ones((3, 4), np.float32)
-    clear(Exported(x))
-    assert not x.any()
+
+@kernel("A", Loop(0, 3))
+def relu_rows(i, X, Y):
+    RELU_ROW(X[i:i + 1], Y[i:i + 1])
+
+
+def test_loop_kernels_take_dlpack_operands():
+    x, y = np.arange(-6, 6, dtype=np.float32).reshape(3, 4), np.full((3, 4), np.nan, np.float32)
+    relu_rows(Exported(x), Exported(y))
+    assert y.tolist() == np.maximum(x, 0).tolist()
 
 
 def test_views_share_memory_and_strides():
