@@ -27,7 +27,7 @@ import threading
 import numpy as np
 
 from .brgemm import brgemm
-from .dtypes import NAMES
+from .dtypes import name_of
 from .eltwise import GRAD_OPS, UNARY_OPS, reduce, transform, unary
 from .layout import empty
 
@@ -214,7 +214,10 @@ def _b_operand(pack, b):
 
 def _dtype(*arrays):
     dts = {a.dtype for a in arrays}
-    name = NAMES.get(dts.pop()) if len(dts) == 1 else None
+    try:
+        name = name_of(dts.pop()) if len(dts) == 1 else None
+    except TypeError:
+        name = None
     _need(name in DTYPES, lambda: f"arrays are {', '.join(str(a.dtype) for a in arrays)}; expected all "
                                   "float32 or all bfloat16")
     return name

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import NAMES
-from .dtypes import dtype as to_dtype
+from .dtypes import dtype as to_dtype, name_of
 
 FLOATS = ("f32", "bf16")
 
@@ -133,7 +132,10 @@ def _dtype_fix(spec, got, origin="numpy"):
     else:
         fix = {"torch": f"convert with .to(torch.{want.name})", "dlpack": f"convert it to {want.name}"}.get(
             origin, f"convert with .astype({_spelled(spec)})")
-    short = NAMES.get(got)
+    try:
+        short = name_of(got)
+    except TypeError:
+        short = None
     if spec.dtype_param and short in FLOATS and spec.dtype in FLOATS:
         fix += f", or build the kernel with {spec.dtype_param}={short!r}"
     return fix
