@@ -1,5 +1,5 @@
 """``python -m bench SUITE [--json FILE] [...]``: suites are isa, tpp, gemm, pool, cache, sve-static,
-amx-static, x86-static, bert, llm, conv, spmm, all."""
+amx-static, x86-static, bert, llm, conv, spmm, ddp, all."""
 import importlib
 import sys
 
@@ -16,6 +16,7 @@ SUITES = {
     "llm": ["bench.llm"],
     "conv": ["bench.conv"],
     "spmm": ["bench.spmm"],
+    "ddp": ["bench.ddp_mlp"],
 }
 
 

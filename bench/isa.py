@@ -43,6 +43,8 @@ def main(argv=None):
     calls.add("tppasm kernel, 3 arrays checked natively (1x1 add)", t * 1e9, t / floor)
     calls.add("numpy ufunc floor: np.add on 4 floats", floor * 1e9, 1.0)
 
+    operands = operand_costs()
+
     enc = Report("Encoding", ["function", "instructions", "ms"])
     for n in (300, 3000):
         def build():
@@ -62,4 +64,60 @@ def main(argv=None):
             build()
             ts.append(time.perf_counter() - t0)
         enc.add("vmovups/vfmadd231ps/add", n, float(np.median(ts)) * 1e3)
-    write_json(args.json, [calls, enc])
+    write_json(args.json, [calls, operands, enc])
+
+
+class Exported:
+    """A DLPack producer that is not a NumPy array (as a JAX CPU array is): it hands out
+    ``array``'s capsule."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def operand_costs(rounds=7):
+    """ns per call of a 1x1 copy kernel and of a one-iteration loop kernel on NumPy arrays, torch
+    tensors (f32, bf16) and DLPack objects; the variants are timed in turn, ``rounds`` times, and
+    each row gives the median time and the median of its per-round ratios to NumPy's.
+
+    >>> rep = operand_costs(rounds=1)  # doctest: +ELLIPSIS
+    <BLANKLINE>
+    ## Calling a kernel on NumPy arrays, torch tensors, DLPack objects ...
+    >>> rep.rows[0]["operands"]
+    'NumPy arrays'
+    """
+    import tppasm as tpp
+    from loops import Loop, kernel
+    f32 = np.zeros((1, 1), np.float32), np.zeros((1, 1), np.float32)
+    bf16 = tuple(tpp.empty((1, 1), "bf16") for _ in range(2))
+    copy, copy16 = tpp.copy(1, 1), tpp.copy(1, 1, dtype="bf16", out_dtype="bf16")
+
+    @kernel("a", Loop(0, 1))
+    def nest(i, X, Y):
+        copy(X, Y)
+    variants = [("NumPy arrays", copy, f32), ("NumPy bf16 arrays", copy16, bf16),
+                ("DLPack objects", copy, tuple(Exported(a) for a in f32))]
+    try:
+        import torch
+        variants += [("torch tensors", copy, tuple(torch.from_numpy(a) for a in f32)),
+                     ("torch bf16 tensors", copy16, tuple(torch.zeros(1, 1, dtype=torch.bfloat16) for _ in range(2)))]
+    except ImportError:
+        print("(torch not installed: its rows are left out; pip install torch==2.13.0)")
+    variants += [(f"{name}, loop kernel", nest, args) for name, k, args in variants if k is copy]
+    rep = Report("Calling a kernel on NumPy arrays, torch tensors, DLPack objects (1x1 copy; 1 thread)",
+                 ["operands", "ns/call", "vs NumPy arrays"])
+    times = {name: [] for name, _, _ in variants}
+    for _ in range(rounds):
+        for name, k, args in variants:
+            times[name].append(median_time(lambda: k(*args), min_run=0.01, warmup=0.005, runs=3))
+    base = {False: times["NumPy arrays"], True: times["NumPy arrays, loop kernel"]}
+    for name, _, _ in variants:
+        ratios = [t / b for t, b in zip(times[name], base["loop kernel" in name])]
+        rep.add(name, float(np.median(times[name])) * 1e9, float(np.median(ratios)))
+    return rep

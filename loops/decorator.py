@@ -25,7 +25,7 @@ import numpy as np
 from isa.cpu import host
 from isa.x86 import Function, qword, rax
 from tppasm.dtypes import name_of
-from tppasm.operand import OperandSpec
+from tppasm.operand import OperandSpec, mark_written
 from tppasm.x86.entry import NATIVE_CHECKS, build_entry
 
 from . import display, pool as pool_module, races as _races
@@ -34,7 +34,7 @@ from .bind import arity, box_of, check_grid, traced_trees
 from .nest_plan import Layout
 from .pool import Pool
 from .x86 import nest as nest_x86
-from .signature import signature
+from .signature import as_arrays, signature, written_objects
 from .spec import LETTERS, Loop, SpecError, parse, serial_order
 from .trace import PyArray, TraceError, run_python
 
@@ -193,14 +193,17 @@ class LoopKernel:
         fast = self._fast
         if fast is not None and fast.try_fast(arrays):
             return
+        objs, arrays = arrays, as_arrays(arrays, self.array_names, self.__name__)
         key = signature(arrays)
         best = self._tuned.get(key)
         if best is not None and best != self.spec.text:
             self._fast = None
-            return self.with_spec(best)(*arrays)
+            return self.with_spec(best)(*objs)
         inst = self._bound.get(key) or self._bind(arrays, key)
         self._fast = inst if inst.entry is not None else None
+        written = () if objs is arrays else written_objects(objs, inst.writes, self.array_names, self.__name__)
         inst.run(arrays)
+        mark_written(written)
 
     def _check_count(self, arrays):
         if len(arrays) != len(self.array_names):
@@ -227,6 +230,7 @@ class LoopKernel:
         >>> X = np.ones((3, 2), np.float32); clear.python(X); float(X.sum())
         0.0
         """
+        arrays = as_arrays(arrays, self.array_names, self.__name__)
         self._check_count(arrays)
         signature(arrays)                     # TypeError unless NumPy arrays
         views = [a.view(PyArray) for a in arrays]
@@ -250,6 +254,7 @@ class LoopKernel:
             for i in range(0, 2, 1):
               k(i, j, ...)
         """
+        arrays = as_arrays(arrays, self.array_names, self.__name__)
         inst = self._bind(arrays, signature(arrays)) if arrays else self._last
         return explain(self, inst)
 
@@ -268,6 +273,7 @@ class LoopKernel:
         >>> k.accesses(X, np.empty_like(X))
         {'X': 'read', 'Y': 'written'}
         """
+        arrays = as_arrays(arrays, self.array_names, self.__name__)
         key = signature(arrays)
         inst = self._bound.get(key) or self._bind(arrays, key)
         read, written = set(), set()
@@ -286,7 +292,7 @@ class LoopKernel:
     def tune(self, *arrays, **options):
         """Time candidate specs on ``arrays`` and remember the fastest for these shapes; see :func:`loops.tune.tune`."""
         from .tune import tune
-        return tune(self, arrays, **options)
+        return tune(self, as_arrays(arrays, self.array_names, self.__name__), **options)
 
     def __repr__(self):
         return display.loop_kernel_repr(self)
@@ -334,8 +340,8 @@ class _Instance:
         self.lock = threading.Lock()
         _INSTANCES.add(self)
         self.first_array = self.layout.array(0) // 8
-        writes = {arg for c in calls for spec, (arg, _) in zip(c.kernel.operands, c.args) if spec.writable}
-        self.entry = self._fast_entry(arrays, writes)
+        self.writes = {arg for c in calls for spec, (arg, _) in zip(c.kernel.operands, c.args) if spec.writable}
+        self.entry = self._fast_entry(arrays, self.writes)
 
     def _fast_entry(self, arrays, writes):
         """A native stub that checks the arrays against this signature and stores their data pointers.

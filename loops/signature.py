@@ -1,5 +1,6 @@
 """The key under which a loop kernel keeps what it built for a call: its arrays' shapes, strides,
-dtypes and writability (a call with the same key reuses the traced, compiled nest).
+dtypes and writability (a call with the same key reuses the traced, compiled nest); and the
+arrays themselves, from whatever the caller passed (NumPy arrays, torch tensors, DLPack objects).
 
 >>> import numpy as np
 >>> signature([np.zeros((2, 3), np.float32)]) == signature([np.ones((2, 3), np.float32)])
@@ -7,10 +8,38 @@ True
 """
 import numpy as np
 
+from tppasm.operand import as_ndarray, origin_of, refuse_write
+
 
 def signature(arrays):
     """The binding key of ``arrays``; TypeError unless each is a NumPy array."""
     if not all(type(a) is np.ndarray for a in arrays):
         bad = [type(a).__name__ for a in arrays if type(a) is not np.ndarray]
-        raise TypeError(f"loop kernels take NumPy arrays (np.ndarray, not subclasses); got {', '.join(bad)}")
+        raise TypeError("loop kernels take NumPy arrays (np.ndarray, not subclasses), torch tensors and objects "
+                        f"with __dlpack__; got {', '.join(bad)}")
     return tuple((a.shape, a.strides, a.dtype, a.flags.writeable) for a in arrays)
+
+
+def as_arrays(objs, names, who):
+    """``objs`` with its torch tensors and DLPack objects as NumPy arrays over the same memory
+    (:func:`tppasm.operand.as_ndarray`; anything else is left for :func:`signature` to refuse):
+    ``objs`` itself when every one is an ``np.ndarray`` already, else a new tuple.
+
+    >>> import numpy as np
+    >>> objs = (np.zeros(2),); as_arrays(objs, ["X"], "k") is objs
+    True
+    """
+    if all(type(a) is np.ndarray for a in objs):
+        return objs
+    names = list(names) + [f"arg{i}" for i in range(len(names), len(objs))]
+    return tuple(as_ndarray(a, n, who) if origin_of(a) in ("torch", "dlpack") else a for a, n in zip(objs, names))
+
+
+def written_objects(objs, writes, names, who):
+    """The objects among ``objs`` whose index is in ``writes``, once each is known writable in
+    place (:func:`tppasm.operand.refuse_write`: not a tensor that requires grad, say)."""
+    out = []
+    for i in sorted(writes):
+        refuse_write(objs[i], names[i], who)
+        out.append(objs[i])
+    return out

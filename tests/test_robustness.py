@@ -170,7 +170,10 @@ def test_messages_name_the_real_fix():
     A = np.ones((1, 4, 4), np.float32)
     with pytest.raises(OperandError) as e:
         g(A, A, np.zeros((4, 4), np.int32))
-    assert "astype(np.float32)" in str(e.value) and "dtype='i32'" not in str(e.value)
+    assert "pass a float32 output" in str(e.value) and "dtype='i32'" not in str(e.value)     # not a copy
+    with pytest.raises(OperandError) as e:
+        g(A.astype(np.float64), A, np.zeros((4, 4), np.float32))
+    assert "astype(np.float32)" in str(e.value) and "dtype='" not in str(e.value)
     with pytest.raises(OperandError, match="vnni_pack"):
         tpp.brgemm(4, 4, 4, dtype="bf16")(A.astype(tpp.dtypes.dtype("bf16")), A.astype(tpp.dtypes.dtype("bf16")),
                                           np.zeros((4, 4), np.float32))

@@ -12,7 +12,8 @@ C is (m, n) with row stride ``ldc``. The batch is addressed three ways (``batch=
   builds the pointer arrays); the raw kernel takes two int64 arrays of block addresses.
 
 dtypes: ``f32``; ``bf16`` (A bf16, B bf16 VNNI2, fp32 accumulation, C ``f32`` or ``bf16`` rounded
-to nearest even); ``i8`` (A uint8, B int8 VNNI4, C int32, exact: sums wrap modulo 2**32 as
+to nearest even; denormal inputs and products may count as zero, as the bf16 dot instructions flush them);
+``i8`` (A uint8, B int8 VNNI4, C int32, exact: sums wrap modulo 2**32 as
 ``vpdpbusd`` does). Any k: B has ceil(k/f) row groups, and the padding entries of the last one
 are never used (``vnni_pack`` writes zeros there; any values are ignored). Epilogue: ``bias=True`` adds an fp32 row vector of n
 (f32/bf16), then ``act`` in None, "relu", "gelu" (tanh form), "sigmoid", "tanh".
@@ -29,7 +30,7 @@ import numpy as np
 
 from . import kernel as _kernel
 from .kernel import Descriptor, get_kernel, scalar_arg, unchecked_in_body
-from .operand import OperandError, OperandSpec, check
+from .operand import OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of
 
 A_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "u8"}
 B_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "i8"}
@@ -250,6 +251,10 @@ class BatchedBrgemm:
         who = "brgemm"
         if _kernel.TRACING and not all(isinstance(x, (np.ndarray, list, tuple)) for x in (a, b, c)):
             raise TypeError(unchecked_in_body(d))
+        target = c
+        a, b = (_as_blocks(x, name, who) for x, name in ((a, "a"), (b, "b")))
+        c = _foreign(c, "c", who, writes=True)
+        rest = [_foreign(x, "offsets" if i == 0 and d.batch == "offset" else "bias", who) for i, x in enumerate(rest)]
         if count is None:
             count = _batch_count(d, a, b, rest)
         count = scalar_arg(who, "count", count)
@@ -285,9 +290,23 @@ class BatchedBrgemm:
         if rest:
             raise TypeError(f"{who}: too many arrays for batch={d.batch!r}, bias={d.bias}")
         self.kernel._raw(*(x.ctypes.data for x in args), count)
+        mark_written([target])
 
     def reference(self, *arrays, **scalars):
         return self.desc.reference(*arrays, **scalars)
+
+
+def _as_blocks(x, name, who):
+    """A buffer, or a sequence of blocks (batch='address'), with torch tensors and DLPack objects
+    as zero-copy NumPy views (:func:`tppasm.operand.as_ndarray`)."""
+    if isinstance(x, (list, tuple)):
+        return [_foreign(blk, name, who) for blk in x]
+    return _foreign(x, name, who)
+
+
+def _foreign(x, name, who, writes=False):
+    """``x`` as a NumPy view if it is a torch tensor or a DLPack object, else itself (to be checked)."""
+    return as_ndarray(x, name, who, writes) if origin_of(x) in ("torch", "dlpack") else x
 
 
 def _batch_count(desc, a, b, rest):

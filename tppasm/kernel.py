@@ -21,7 +21,7 @@ import numpy as np
 from isa.cpu import host
 from isa.listing import Listing
 
-from . import backends, display, forking
+from . import backends, display, forking, operand
 from .cache import kernel_code
 from .cache.lru import DEFAULT_LIMIT, KernelLRU, check_limit
 from .dtypes import name_of
@@ -242,6 +242,8 @@ class Kernel:
         if not self.checked_call:
             raise TypeError(f"{self.desc.kind}: this raw kernel (batch={self.desc.batch!r}) does not check its "
                             "offsets or addresses; call the object tppasm.brgemm(...) returns, which does")
+        if not all(isinstance(a, np.ndarray) for a in arrays):
+            return operand.call(self, arrays, values)      # torch tensors, DLPack objects
         values = tuple(scalar_arg(self.desc.kind, name, v) for name, v in zip(self.scalars, values))
         count = dict(zip(self.scalars, values)).get(self.desc.count_scalar, 1)
         for spec, arr in zip(self.operands, arrays):

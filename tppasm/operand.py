@@ -3,7 +3,13 @@
 A kernel's native entry checks the same facts with a handful of compares per array (see
 :mod:`tppasm.x86.entry`); when that fails, :func:`check` runs here and raises a message that says
 what was expected and what to write instead.
+
+The native entry takes NumPy arrays only. Torch tensors and other objects with ``__dlpack__``
+reach :func:`call` instead, which views them as NumPy arrays over the same memory
+(:func:`as_ndarray`: no copy, so a kernel's writes land in the caller's tensor) and enters the
+kernel again with those.
 """
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,15 +55,21 @@ class OperandSpec:
         return es * (1 + sum((d - 1) * s for d, s in zip(dims, self.strides)))
 
 
-def check(spec: OperandSpec, arr, count=1, who="kernel"):
-    """Raise :class:`OperandError` unless ``arr`` is what ``spec`` describes."""
+def check(spec: OperandSpec, arr, count=1, who="kernel", origin="numpy"):
+    """Raise :class:`OperandError` unless ``arr`` is what ``spec`` describes.
+
+    ``origin`` ("numpy", "torch" or "dlpack", see :func:`origin_of`) is what the caller passed
+    before :func:`as_ndarray` viewed it, so that a fix is written in the caller's terms.
+    """
+    origin = origin if origin in _CONTIGUOUS else "numpy"
     where = f"{who}: operand {spec.name}"
     if not isinstance(arr, np.ndarray):
-        raise OperandError(f"{where} must be a NumPy array, not {type(arr).__name__}")
+        raise OperandError(_not_an_array(where, arr, spec.writable, f"{_shape_text(spec)}, '{spec.dtype}'",
+                                         _spelled(spec)))
     want = spec.np_dtype
     if arr.dtype != want:
         raise OperandError(f"{where} has dtype {arr.dtype}, expected {want} ('{spec.dtype}', as the kernel "
-                           f"was built); {_dtype_fix(spec, arr.dtype)}")
+                           f"was built); {_dtype_fix(spec, arr.dtype, origin)}")
     nd = len(spec.shape) + spec.batch
     if arr.ndim != nd:
         vnni = (f"; B of a bf16 or int8 BRGEMM is in the VNNI layout: pass tppasm.vnni_pack(B, {spec.shape[-1]})"
@@ -74,24 +86,52 @@ def check(spec: OperandSpec, arr, count=1, who="kernel"):
     dims = arr.shape
     for axis, (g, w, d) in enumerate(zip(got, spec.strides, dims)):
         if d > 1 and g != w:
-            if spec.ld_name and axis == nd - 2 and isinstance(g, int) and g >= spec.shape[-1]:
+            if spec.ld_name and axis == nd - 2 and isinstance(g, int) and g >= spec.shape[-1] and \
+                    (got[-1] == 1 or dims[-1] == 1):
                 hint = f"; build the kernel with {spec.ld_name}={g}"
             elif spec.batch and axis == 0 and spec.name in ("a", "b") and isinstance(g, int) and g > 0:
-                hint = f"; build the kernel with stride_{spec.name}={g}, or pass np.ascontiguousarray(...)"
+                hint = f"; build the kernel with stride_{spec.name}={g}, or pass {_CONTIGUOUS[origin]}"
+            elif spec.writable:
+                hint = ("; pass a contiguous output and copy it into this view afterwards (a contiguous copy "
+                        "of the view itself would not receive the result)")
             else:
-                hint = "; pass np.ascontiguousarray(...)"
+                hint = f"; pass {_CONTIGUOUS[origin]}"
             raise OperandError(f"{where} has strides {got} (elements), expected {spec.strides} on axis "
                                f"{axis}{hint}")
     if spec.writable and not arr.flags.writeable:
-        raise OperandError(f"{where} is read-only but the kernel writes it; pass a writable array")
+        raise OperandError(f"{where} is read-only{_READ_ONLY[origin]} but the kernel writes it; pass a writable array")
 
 
-def _dtype_fix(spec, got):
-    """How to pass what ``spec`` expects: convert, or (where the kernel family has one) build the
-    kernel for ``got``; never a kernel that does not exist (float64, int32 offsets)."""
+_CONTIGUOUS = {"numpy": "np.ascontiguousarray(...)", "torch": "x.contiguous()",
+               "dlpack": "a C-contiguous array"}
+_READ_ONLY = {"numpy": "", "torch": "", "dlpack": " (its producer exported it read-only through DLPack)"}
+
+
+def _spelled(spec):
+    """The dtype of ``spec`` as NumPy code spells it: np.float32, ml_dtypes.bfloat16."""
+    return f"{'ml_dtypes' if spec.dtype == 'bf16' else 'np'}.{spec.np_dtype.name}"
+
+
+def _not_an_array(where, obj, writes, shape_dtype="shape, dtype", np_dtype="dtype"):
+    if writes:
+        fix = f"allocate it with tppasm.empty({shape_dtype}) (a converted copy would not receive the result)"
+    else:
+        fix = f"pass tppasm.aligned(np.asarray(x, {np_dtype}))"
+    return (f"{where} must be a NumPy array, a torch tensor or an object with __dlpack__, not "
+            f"{type(obj).__name__}; {fix}")
+
+
+def _dtype_fix(spec, got, origin="numpy"):
+    """How to pass what ``spec`` expects, in the caller's terms (``origin``): convert an input,
+    pass an output of the right dtype (a converted copy would not receive the result), or, where
+    the kernel family has one, build the kernel for ``got``; never a kernel that does not exist
+    (float64, int32 offsets)."""
     want = spec.np_dtype
-    module = "ml_dtypes" if spec.dtype == "bf16" else "np"
-    fix = f"convert with .astype({module}.{want.name})"
+    if spec.writable:
+        fix = f"pass a {want} output (a converted copy would not receive the result)"
+    else:
+        fix = {"torch": f"convert with .to(torch.{want.name})", "dlpack": f"convert it to {want.name}"}.get(
+            origin, f"convert with .astype({_spelled(spec)})")
     try:
         short = name_of(got)
     except TypeError:
@@ -103,3 +143,148 @@ def _dtype_fix(spec, got):
 
 def _shape_text(spec):
     return "(count, " + ", ".join(map(str, spec.shape)) + ")" if spec.batch else str(tuple(spec.shape))
+
+
+# -- operands that are not NumPy arrays ------------------------------------------------------------
+
+def origin_of(obj):
+    """"numpy", "torch", "dlpack" or None: which kind of operand ``obj`` is.
+
+    >>> import numpy as np
+    >>> origin_of(np.zeros(2)), origin_of([1.0])
+    ('numpy', None)
+    """
+    if isinstance(obj, np.ndarray):
+        return "numpy"
+    torch = sys.modules.get("torch")        # a tensor exists only once torch is imported
+    if torch is not None and isinstance(obj, torch.Tensor):
+        return "torch"
+    return "dlpack" if hasattr(type(obj), "__dlpack__") else None
+
+
+def as_ndarray(obj, name="x", who="kernel", writes=False):
+    """``obj`` as a NumPy array over the same memory: a NumPy array itself, a CPU torch tensor
+    (``torch.bfloat16`` as ``ml_dtypes.bfloat16``), or an object with ``__dlpack__`` on the CPU.
+
+    Never copies, so what a kernel writes lands in ``obj``. ``writes``: the kernel writes ``obj``
+    (a tensor that requires grad is then refused). Anything else raises :class:`OperandError`
+    saying what to pass; the dtype, shape and strides are checked by the kernel afterwards.
+
+    >>> import numpy as np
+    >>> class Exported:                 # any DLPack producer, e.g. a JAX or CuPy-on-host array
+    ...     def __init__(self, a): self.a = a
+    ...     def __dlpack__(self, **kw): return self.a.__dlpack__(**kw)
+    ...     def __dlpack_device__(self): return self.a.__dlpack_device__()
+    >>> x = np.zeros(3, np.float32); v = as_ndarray(Exported(x)); v[0] = 1; x.tolist()
+    [1.0, 0.0, 0.0]
+    """
+    if isinstance(obj, np.ndarray):
+        return obj
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        if writes:
+            refuse_write(obj, name, who)
+        return _from_torch(obj, torch, name, who, writes)
+    kind = origin_of(obj)
+    if kind == "dlpack":
+        return _from_dlpack(obj, f"{who}: operand {name}")
+    raise OperandError(_not_an_array(f"{who}: operand {name}", obj, writes))
+
+
+def refuse_write(obj, name="x", who="kernel"):
+    """Raise :class:`OperandError` if a kernel must not write the tensor ``obj`` in place."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(obj, torch.Tensor):
+        return
+    if obj.requires_grad:
+        raise OperandError(f"{who}: operand {name} is a tensor that requires grad, and the kernel writes it in place "
+                           "where autograd cannot see; pass x.detach() (the same memory, outside autograd) or use the "
+                           "tppasm.torch operators (tppasm.torch.Linear), which have a backward")
+    if obj.is_inference() and not torch.is_inference_mode_enabled():
+        raise OperandError(f"{who}: operand {name} is an inference tensor, which torch forbids writing outside "
+                           "torch.inference_mode(); call the kernel inside torch.inference_mode() or pass a normal "
+                           "tensor")
+
+
+def mark_written(objs):
+    """Tell autograd that the torch tensors among ``objs`` were modified in place (their version
+    counters move on, so a backward that saved one of them raises instead of using new values)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        tensors = [t for t in objs if isinstance(t, torch.Tensor)]
+        if tensors:
+            # the C function torch.autograd.graph.increment_version calls (a third of its cost)
+            getattr(torch._C, "_increment_version", torch.autograd.graph.increment_version)(tensors)
+
+
+def call(kernel, objs, values):
+    """Run ``kernel`` on operands some of which are not NumPy arrays (see :func:`as_ndarray`):
+    the zero-copy views enter the kernel's native check; a refusal is explained in the caller's
+    terms (``.contiguous()`` for a tensor, ``np.ascontiguousarray`` for an array)."""
+    who, specs = kernel.desc.kind, kernel.operands
+    try:
+        arrays = [as_ndarray(obj, spec.name, who, spec.writable) for spec, obj in zip(specs, objs)]
+    except OperandError:
+        for spec, obj in zip(specs, objs):
+            if origin_of(obj) is None:
+                check(spec, obj, who=who)       # not an array at all: say which shape and dtype to pass
+        raise
+    try:
+        if values:
+            kernel(*arrays, **dict(zip(kernel.scalars, values)))
+        else:
+            kernel(*arrays)
+    except OperandError:
+        count = dict(zip(kernel.scalars, values)).get(kernel.desc.count_scalar, 1)
+        for spec, arr, obj in zip(specs, arrays, objs):
+            check(spec, arr, count, who, origin_of(obj))
+        raise
+    mark_written([obj for spec, obj in zip(specs, objs) if spec.writable])
+
+
+def _from_torch(t, torch, name, who, writes):
+    if t.requires_grad:
+        if torch.is_grad_enabled() and not writes:     # (a written one was refused before)
+            raise OperandError(f"{who}: operand {name} is a tensor that requires grad, and autograd cannot see "
+                               "through a kernel call; pass x.detach() (no gradient flows back through this call), "
+                               "call it under torch.no_grad(), or use the tppasm.torch operators "
+                               "(tppasm.torch.Linear), which have a backward")
+        t = t.detach()
+    try:
+        if t.dtype is torch.bfloat16:        # NumPy has no bfloat16: the same bits as ml_dtypes'
+            return t.view(torch.int16).numpy().view(to_dtype("bf16"))
+        return t.numpy()                     # refuses other devices and layouts, explained below
+    except (TypeError, RuntimeError) as e:
+        where = f"{who}: operand {name}"
+        if t.layout is not torch.strided:
+            fix = "pass x.to_dense()" + (" and copy the result back (a dense copy would not receive it)"
+                                         if writes else "")
+            raise OperandError(f"{where} is a {t.layout} tensor; kernels take dense tensors: {fix}") from None
+        if not t.is_cpu:
+            fix = ("allocate it there (torch.empty(..., device='cpu')) and copy it to the device after the call (a "
+                   "CPU copy of it would not receive the result)" if writes else "pass x.cpu()")
+            raise OperandError(f"{where} is a tensor on {t.device}; tppasm kernels run on the CPU: {fix}") from None
+        raise OperandError(f"{where}: {e} (tppasm kernels take torch.float32, torch.bfloat16, torch.int8, "
+                           "torch.uint8, torch.int32 and torch.int64 tensors)") from None
+
+
+_DLPACK_DEVICES = {1: "CPU", 2: "CUDA", 3: "CUDA host", 4: "OpenCL", 7: "Vulkan", 8: "Metal", 9: "VPI",
+                   10: "ROCm", 13: "CUDA managed", 14: "oneAPI"}
+
+
+def _from_dlpack(obj, where):
+    device = getattr(obj, "__dlpack_device__", None)
+    if device is not None:
+        kind = int(device()[0])
+        if kind != 1:
+            raise OperandError(f"{where} is on the DLPack device {_DLPACK_DEVICES.get(kind, kind)}; tppasm kernels "
+                               "run on the CPU: copy it to host memory first")
+    try:
+        try:
+            return np.from_dlpack(obj, copy=False)
+        except TypeError:
+            return np.from_dlpack(obj)       # NumPy < 2.1 has no copy= (and never copies on the CPU)
+    except (AttributeError, BufferError, RuntimeError, TypeError, ValueError) as e:
+        bf16 = (" (NumPy's DLPack import has no bfloat16: pass a torch tensor or an ml_dtypes.bfloat16 NumPy "
+                "array instead)" if "dtype" in str(e).lower() else "")
+        raise OperandError(f"{where}: NumPy cannot import this DLPack object as a view: {e}{bf16}") from None

@@ -10,8 +10,9 @@ copies, then checks that
   64-byte guards around are poison, compared bit for bit afterwards), and no input changed;
 - every written array matches the reference: exactly for integers, within dtype-aware
   tolerances for floats (``rtol`` 1e-5 for fp32, 2**-7 (two bf16 ulps) for bf16, and ``atol =
-  rtol * max|reference|`` for sums that cancel), NaN where the reference has NaN, infinities
-  equal.
+  rtol * max|reference|`` for sums that cancel; kernels computing in bf16 add an absolute floor of
+  2**20 smallest normals, as bf16 dot products flush denormal inputs and products to zero), NaN
+  where the reference has NaN, infinities equal.
 
 On a mismatch it raises AssertionError naming the kernel, the array, how many elements differ and
 the first of them, with the arrays themselves when they are small (a case to paste). Pass it a
@@ -38,6 +39,9 @@ GUARD = 64                                # bytes of poison before and after eac
 FLOAT_POISON = {2: (0x7FA5, 0xFF7A), 4: (0x7FA5A5A5, 0xFF7A5A5A)}
 INT_POISON = (0xA5, 0x5A)
 RTOL = {"f32": 1e-5, "bf16": 2.0 ** -7}
+# bf16 dot products (vdpbf16ps, tdpbf16ps, SVE bfdot) flush denormal inputs and products to zero:
+# results that small may differ from the exact reference by up to (terms x the smallest normal)
+FTZ_ATOL = float(np.finfo(np.float32).tiny) * 2.0 ** 20
 
 
 def __getattr__(name):
@@ -155,14 +159,15 @@ def _reference(kernel, kind, arrays, count):
     return kernel.reference(*arrays, count=count)
 
 
-def _compare(name, got, want, rtol, atol):
-    """Problems (strings) where ``got`` differs from ``want``."""
+def _compare(name, got, want, rtol, atol, floor=None):
+    """Problems (strings) where ``got`` differs from ``want``; ``floor``: the least ``atol``."""
     floats = "bf16" if got.dtype.name == "bfloat16" else "f32" if got.dtype.kind == "f" else None
     if floats:
         g, w = got.astype(np.float64), np.asarray(want).astype(np.float64)
         r = RTOL[floats] if rtol is None else rtol
         finite = np.abs(w[np.isfinite(w)])
         a = r * (float(finite.max()) if finite.size else 0.0) if atol is None else atol
+        a = max(a, floor or 0.0)
         with np.errstate(invalid="ignore"):
             ok = np.isclose(g, w, rtol=r, atol=a, equal_nan=True) | (g == w)
         tol = f" (rtol={r:g}, atol={a:g})"
@@ -229,7 +234,9 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
                                 f"written, first at {tuple(int(v) for v in missed[0])}")
                 continue
         if i in written:
-            problems += _compare(names[i], first.view, ref[i], rtol, atol)
+            floor = FTZ_ATOL if atol is None and getattr(getattr(kernel, "desc", None), "dtype", None) == "bf16" \
+                else None
+            problems += _compare(names[i], first.view, ref[i], rtol, atol, floor)
         elif not np.array_equal(_bits(np.ascontiguousarray(first.view)), _bits(np.ascontiguousarray(arrays[i]))):
             problems.append(f"{names[i]}: an input was changed by the kernel")
     if problems:

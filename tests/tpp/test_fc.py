@@ -1,0 +1,124 @@
+"""tppasm.fc, the fully connected layer on TPPs: forward and backward against float64 NumPy for
+random shapes (odd k and n for the bf16 VNNI tails), every activation, with and without bias;
+outputs poisoned with NaN and checked written."""
+import contextlib
+import multiprocessing
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tppasm import fc
+from tppasm.dtypes import dtype as D
+from tppasm.eltwise import GRAD_OPS, UNARY_OPS
+
+
+def nan(shape, dt):
+    return np.full(shape, np.nan, np.float32).astype(D(dt))
+
+
+def close(got, want, magnitude, dt, atol=1e-30):
+    """|got - want| within the dtype's rounding of the sum of |terms| (magnitude), or ``atol``."""
+    tol = (2.0 ** -7 if dt == "bf16" else 2e-6) * (magnitude + np.abs(want)) + atol
+    err = np.abs(got.astype(np.float64) - want)
+    assert np.isfinite(got.astype(np.float64)).all(), "an output element was not written"
+    worst = np.unravel_index(np.argmax(err / tol), err.shape)
+    assert (err <= tol).all(), f"error {err[worst]} at {worst} over the tolerance {tol[worst]} (got {got[worst]})"
+
+
+@contextlib.contextmanager
+def split_rows():
+    """Every GEMM cut into row blocks, whatever its size (the threshold of real calls is far above
+    the shapes tested here)."""
+    saved, fc.MIN_FLOPS = fc.MIN_FLOPS, 1
+    try:
+        yield
+    finally:
+        fc.MIN_FLOPS = saved
+
+
+@given(n=st.integers(1, 24), m=st.integers(1, 24), k=st.integers(1, 24), dt=st.sampled_from(fc.DTYPES),
+       act=st.sampled_from(fc.ACTS), bias=st.booleans(), threads=st.sampled_from([1, 1, 3]),
+       seed=st.integers(0, 2 ** 16))
+def test_forward_and_backward_match_numpy(n, m, k, dt, act, bias, threads, seed):
+    with split_rows():
+        check_layer(n, m, k, dt, act, bias, threads, seed)
+
+
+def check_layer(n, m, k, dt, act, bias, threads, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, k)).astype(np.float32).astype(D(dt))
+    w = rng.standard_normal((m, k)).astype(np.float32).astype(D(dt))
+    b = rng.standard_normal(m).astype(np.float32) if bias else None
+    gelu = act in ("gelu", "gelu_erf")
+    y, z = fc.forward(x, w, b, act, out=nan((n, m), dt), pre=nan((n, m), dt) if gelu else None, threads=threads)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    z64 = x64 @ w64.T + (0 if b is None else b)
+    mag = np.abs(x64) @ np.abs(w64).T + (0 if b is None else np.abs(b))
+    if gelu:
+        close(z, z64, mag, dt)
+        # the activation of the stored z (the TPP's own accuracy is tested in test_eltwise)
+        close(y, UNARY_OPS[act](z.astype(np.float64)), 0, dt, atol=1e-7)
+    else:
+        close(y, z64 if act is None else np.maximum(z64, 0), mag, dt)
+    dy = rng.standard_normal((n, m)).astype(np.float32).astype(D(dt))
+    saved = y if act == "relu" else z
+    outs = (nan((n, k), dt), nan((m, k), dt), nan((m,), "f32"))
+    dx, dw, db = fc.backward(dy, x, w, act, saved, *outs, threads=threads)
+    assert all(a is b for a, b in zip((dx, dw, db), outs))
+    dz = dy.astype(np.float64)
+    if act is not None:
+        dz = dz * GRAD_OPS[act + "_bwd"](saved.astype(np.float64))
+    close(dx, dz @ w64, np.abs(dz) @ np.abs(w64), dt)
+    close(dw, dz.T @ x64, np.abs(dz).T @ np.abs(x64), dt)
+    close(db, dz.sum(0), np.abs(dz).sum(0), dt)
+
+
+def test_row_blocks():
+    assert fc.RowGemm(10, 4, 4, threads=3, min_flops=1).blocks == [(0, 4), (4, 7), (7, 10)]
+    assert fc.RowGemm(2, 4, 4, threads=3, min_flops=1).blocks == [(0, 1), (1, 2)]
+    assert fc.RowGemm(512, 512, 512, threads=4).blocks == [(0, 128), (128, 256), (256, 384), (384, 512)]
+    assert len(fc.RowGemm(64, 64, 64, threads=4).blocks) == 1          # too little work to share
+
+
+def test_row_blocks_run_in_a_forked_child():
+    x, w = np.ones((64, 64), np.float32), np.ones((64, 64), np.float32)
+    with split_rows():
+        fc.forward(x, w, threads=2)                       # the parent's pool has threads now
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(1) as pool:                         # the child has none: it must not wait for them
+            y = pool.apply_async(fc.forward, (x, w), dict(threads=2)).get(timeout=30)[0]
+    assert (y == 64).all()
+
+
+def test_backward_computes_only_what_is_asked():
+    x, w, dy = np.ones((2, 3), np.float32), np.ones((4, 3), np.float32), np.ones((2, 4), np.float32)
+    assert fc.backward(dy, x, w, dx=False, dw=False, db=False) == (None, None, None)
+    dx, dw, db = fc.backward(dy, x, w, dw=False)
+    assert dw is None and dx.tolist() == [[4.0] * 3] * 2 and db.tolist() == [2.0] * 4
+
+
+@pytest.mark.parametrize("n, m, k", [(0, 3, 2), (2, 0, 3), (2, 3, 0), (0, 0, 0)])
+def test_empty_dimensions(n, m, k):
+    x, w, b = np.ones((n, k), np.float32), np.ones((m, k), np.float32), np.full(m, -1.0, np.float32)
+    y, _ = fc.forward(x, w, b, "relu")
+    assert y.shape == (n, m) and (y == max(k - 1.0, 0)).all()
+    dx, dw, db = fc.backward(np.ones((n, m), np.float32), x, w, "relu", y)
+    assert dx.shape == (n, k) and dw.shape == (m, k) and db.shape == (m,)
+    assert not dx.any() and not dw.any() and (db == (n if k > 1 else 0)).all()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: fc.forward(np.ones((2, 3)), np.ones((4, 3))), "float32 or all bfloat16"),
+    (lambda: fc.forward(np.ones((2, 3), np.float32), np.ones((4, 3), D("bf16"))), "float32 or all bfloat16"),
+    (lambda: fc.forward(np.ones((2, 3), np.float32), np.ones((4, 2), np.float32)), "out_features, 3"),
+    (lambda: fc.forward(np.ones((2, 3), np.float32), np.ones((4, 3), np.float32), np.ones(3, np.float32)),
+     "bias must be float32 of shape \\(4,\\)"),
+    (lambda: fc.forward(np.ones((2, 3), np.float32), np.ones((4, 3), np.float32), act="tanh"), "act='tanh'"),
+    (lambda: fc.backward(np.ones((2, 4), np.float32), np.ones((2, 3), np.float32), np.ones((4, 3), np.float32),
+                         "relu"), "saved must be y"),
+])
+def test_bad_arguments_are_explained(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()

@@ -1,0 +1,240 @@
+"""A fully connected layer from TPPs, forward and backward, on NumPy arrays.
+
+The layout is ``torch.nn.Linear``'s: x is (N, K) rows, the weight w is (M, K) (out_features,
+in_features), the bias b has M values, and
+
+    z = x @ w.T + b,  y = act(z),  act in None, "relu", "gelu" (tanh form), "gelu_erf".
+
+Each GEMM is one BRGEMM call over the whole matrices. The forward transposes w (and packs it to
+VNNI2 for bf16) and fuses bias + relu into the BRGEMM epilogue; the gelus run as a unary TPP on
+z, which the backward needs. The backward is ``dz = dy * act'(z)`` (the relu_bwd / gelu_bwd
+TPPs), ``dx = dz @ w`` and ``dw = dz.T @ x`` (BRGEMMs; dz transposed by a transform TPP, w and x
+VNNI2-packed for bf16), ``db = sum of dz over rows`` (a reduce TPP, fp32). Arrays are float32 or
+ml_dtypes.bfloat16 (the bias float32); bf16 products accumulate in fp32.
+
+>>> import numpy as np
+>>> x = np.array([[1, 2]], np.float32); w = np.array([[1, 1], [1, -1]], np.float32)
+>>> y, z = forward(x, w, np.array([0.5, 0.5], np.float32), "relu"); y.tolist()
+[[3.5, 0.0]]
+>>> dx, dw, db = backward(np.ones((1, 2), np.float32), x, w, "relu", y); dx.tolist(), db.tolist()
+([[1.0, 1.0]], [1.0, 0.0])
+"""
+import concurrent.futures
+import functools
+import os
+import threading
+
+import numpy as np
+
+from .brgemm import brgemm
+from .dtypes import name_of
+from .eltwise import GRAD_OPS, UNARY_OPS, reduce, transform, unary
+from .layout import empty
+
+ACTS = (None, "relu", "gelu", "gelu_erf")
+DTYPES = ("f32", "bf16")
+
+
+def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
+    """``(y, z)``: ``y = act(x @ w.T + bias)`` and, for the gelus, ``z`` the pre-activation the
+    backward needs (None otherwise). ``out`` / ``pre`` receive y / z when given (else allocated).
+    ``threads``: up to this many threads share the GEMM, by rows (see :class:`RowGemm`).
+
+    >>> import numpy as np
+    >>> y, z = forward(np.ones((2, 3), np.float32), np.ones((4, 3), np.float32), act="gelu")
+    >>> y.shape, z.shape
+    ((2, 4), (2, 4))
+    """
+    dt = _dtype(x, w)
+    (n, k), m = x.shape, w.shape[0]
+    _need(w.shape == (m, k), lambda: f"w has shape {w.shape}; expected (out_features, {k}) for x of shape "
+                                     f"{x.shape}")
+    _need(bias is None or (bias.shape == (m,) and bias.dtype == np.float32),
+          lambda: f"bias must be float32 of shape ({m},), got {getattr(bias, 'shape', None)} "
+                  f"{getattr(bias, 'dtype', '')}")
+    _need(act in ACTS, lambda: f"act={act!r}; expected one of {ACTS}")
+    y = empty((n, m), x.dtype) if out is None else out
+    z = None if act not in ("gelu", "gelu_erf") else (empty((n, m), x.dtype) if pre is None else pre)
+    if min(n, m, k) == 0:
+        acc = np.zeros((n, m), np.float64) + (0 if bias is None else bias.astype(np.float64))
+        if z is not None:
+            z[...] = acc.astype(np.float32).astype(x.dtype)
+        y[...] = _act_ref(act, acc).astype(np.float32).astype(x.dtype)
+        return y, z
+    plan = _forward_plan(n, m, k, dt, bias is not None, act, threads)
+    wt = empty((k, m), dt)
+    plan.transpose_w(w, wt)
+    plan.gemm(x, _b_operand(plan.pack_w, wt), y if z is None else z, *(() if bias is None else (bias,)))
+    if z is not None:
+        plan.act(z, y)
+    return y, z
+
+
+def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=1):
+    """``(dx, dw, db)`` of :func:`forward` for the output gradient ``dy`` (N, M); ``saved`` is y
+    for relu, z for the gelus, None without an activation. Each of ``dx``/``dw``/``db`` is True
+    (compute it), False (skip it: None is returned) or an array to write it into (db: float32).
+    ``threads`` as for :func:`forward`.
+
+    >>> import numpy as np
+    >>> x = np.ones((3, 2), np.float32); w = np.ones((4, 2), np.float32)
+    >>> dx, dw, db = backward(np.ones((3, 4), np.float32), x, w, dx=False)
+    >>> dx, dw.tolist()[0], db.tolist()
+    (None, [3.0, 3.0], [3.0, 3.0, 3.0, 3.0])
+    """
+    dt = _dtype(x, w, dy)
+    (n, k), m = x.shape, w.shape[0]
+    _need(dy.shape == (n, m), lambda: f"dy has shape {dy.shape}; expected {(n, m)}")
+    _need(act in ACTS, lambda: f"act={act!r}; expected one of {ACTS}")
+    _need((saved is None) == (act is None) and (saved is None or saved.shape == (n, m)),
+          lambda: f"saved must be y (relu) or z (gelu) of shape {(n, m)}, or None when act is None")
+    dx = empty((n, k), dt) if dx is True else dx if dx is not False else None
+    dw = empty((m, k), dt) if dw is True else dw if dw is not False else None
+    db = empty((m,), "f32") if db is True else db if db is not False else None
+    if min(n, m, k) == 0:                     # nothing to multiply: NumPy does the rest
+        dz = dy.astype(np.float64)
+        if act is not None:
+            dz = dz * GRAD_OPS[act + "_bwd"](saved.astype(np.float64))
+        for out, value in ((dx, 0), (dw, 0), (db, dz.sum(0))):
+            if out is not None:
+                out[...] = np.asarray(value).astype(np.float32).astype(out.dtype)
+        return dx, dw, db
+    plan = _backward_plan(n, m, k, dt, act, threads)
+    dz = dy
+    if act is not None:
+        dz = empty((n, m), dt)
+        plan.act_grad(dy, saved, dz)
+    if dx is not None:
+        plan.dx(dz, _b_operand(plan.pack_w, w), dx)
+    if dw is not None:
+        dzt = empty((m, n), dt)
+        plan.transpose_dz(dz, dzt)
+        plan.dw(dzt, _b_operand(plan.pack_x, x), dw)
+    if db is not None:
+        plan.db(dz, db)
+    return dx, dw, db
+
+
+class RowGemm:
+    """``C = A @ B`` (+ bias, activation) as BRGEMMs over blocks of A's and C's rows, run on up to
+    ``threads`` threads (kernels release the GIL for large calls), each block at least
+    :data:`MIN_FLOPS` of work. Called with A (rows, k), B (k, n) or VNNI2 (k/2, n, 2), C (rows, n)
+    and the bias if built with one.
+
+    >>> import numpy as np
+    >>> g = RowGemm(64, 8, 8, threads=2, min_flops=1)
+    >>> g.blocks
+    [(0, 32), (32, 64)]
+    >>> c = np.empty((64, 8), np.float32); g(np.ones((64, 8), np.float32), np.ones((8, 8), np.float32), c)
+    >>> float(c.min()), float(c.max())
+    (8.0, 8.0)
+    """
+
+    def __init__(self, rows, n, k, dtype="f32", threads=1, min_flops=None, **options):
+        min_flops = MIN_FLOPS if min_flops is None else min_flops
+        parts = max(1, min(threads, rows, 2 * rows * n * k // min_flops))
+        q, r = divmod(rows, parts)
+        self.blocks = [(i * q + min(i, r), (i + 1) * q + min(i + 1, r)) for i in range(parts)]
+        self.kernels = {hi - lo: brgemm(hi - lo, n, k, dtype, c_dtype=dtype, **options) for lo, hi in self.blocks}
+
+    def __call__(self, a, b, c, *bias):
+        b = _one(b)
+        if len(self.blocks) == 1:
+            return self.kernels[len(a)](_one(a), b, c, *bias)
+        _parallel([functools.partial(self.kernels[hi - lo], _one(a[lo:hi]), b, c[lo:hi], *bias)
+                   for lo, hi in self.blocks])
+
+
+MIN_FLOPS = 1 << 22     # per thread: ~40 µs of a core's work, well above the hand-off to a thread
+_POOL, _POOL_SIZE, _POOL_LOCK = None, 0, threading.Lock()
+
+
+def _forget_pool():
+    """In a forked child the pool's threads do not exist: start a new pool there when needed."""
+    global _POOL, _POOL_SIZE, _POOL_LOCK
+    _POOL, _POOL_SIZE, _POOL_LOCK = None, 0, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _parallel(jobs):
+    """Run ``jobs`` (callables), the first on this thread, the others on the shared pool."""
+    global _POOL, _POOL_SIZE
+    with _POOL_LOCK:
+        if _POOL_SIZE < len(jobs) - 1:
+            _POOL, _POOL_SIZE = concurrent.futures.ThreadPoolExecutor(len(jobs) - 1, "tppasm.fc"), len(jobs) - 1
+        pool = _POOL
+    futures = [pool.submit(job) for job in jobs[1:]]
+    jobs[0]()
+    for f in futures:
+        f.result()
+
+
+class _Plan:
+    """The kernels of one shape, dtype and activation (JIT'd once, then looked up per call)."""
+
+    def __init__(self, **kernels):
+        self.__dict__.update(kernels)
+
+
+@functools.lru_cache(maxsize=256)
+def _forward_plan(n, m, k, dt, bias, act, threads):
+    fused = "relu" if act == "relu" else None          # the gelus keep z for the backward
+    kernels = dict(transpose_w=transform("transpose", m, k, dtype=dt),
+                   gemm=RowGemm(n, m, k, dt, threads, bias=bias, act=fused))
+    kernels["pack_w"] = transform("vnni2", k, m, dtype=dt) if dt == "bf16" else None
+    if act in ("gelu", "gelu_erf"):
+        kernels["act"] = unary(act, n, m, dtype=dt)
+    return _Plan(**kernels)
+
+
+@functools.lru_cache(maxsize=256)
+def _backward_plan(n, m, k, dt, act, threads):
+    kernels = dict(dx=RowGemm(n, k, m, dt, threads), dw=RowGemm(m, k, n, dt, threads),
+                   transpose_dz=transform("transpose", n, m, dtype=dt),
+                   db=reduce("add", n, m, over="rows", dtype=dt, out_dtype="f32"))
+    if act is not None:
+        kernels["act_grad"] = unary(act + "_bwd", n, m, dtype=dt)
+    bf16 = dt == "bf16"
+    kernels.update(pack_w=transform("vnni2", m, k, dtype=dt) if bf16 else None,
+                   pack_x=transform("vnni2", n, k, dtype=dt) if bf16 else None)
+    return _Plan(**kernels)
+
+
+def _b_operand(pack, b):
+    """B of a BRGEMM from a row-major (k, n) ``b``: itself (f32), or packed to VNNI2 by the
+    transform kernel ``pack`` (bf16)."""
+    if pack is None:
+        return b
+    packed = empty((-(-b.shape[0] // 2), b.shape[1], 2), b.dtype)
+    pack(b, packed)
+    return packed
+
+
+def _dtype(*arrays):
+    dts = {a.dtype for a in arrays}
+    try:
+        name = name_of(dts.pop()) if len(dts) == 1 else None
+    except TypeError:
+        name = None
+    _need(name in DTYPES, lambda: f"arrays are {', '.join(str(a.dtype) for a in arrays)}; expected all "
+                                  "float32 or all bfloat16")
+    return name
+
+
+def _one(a):
+    """``a`` as a batch of one block (a[None] would give the batch axis stride 0, which the native
+    entry does not take; a non-contiguous input is copied)."""
+    return a.reshape((1,) + a.shape)
+
+
+def _act_ref(act, z):
+    return z if act is None else UNARY_OPS[act](z)
+
+
+def _need(ok, message):
+    """Raise ValueError with ``message()`` (built only then) unless ``ok``."""
+    if not ok:
+        raise ValueError(f"fc: {message()}")
+

@@ -1,0 +1,127 @@
+"""The torch operators ``tppasm::linear`` and ``tppasm::linear_backward`` (registered with
+``torch.library``): real kernels run :mod:`tppasm.fc` on zero-copy NumPy views of the tensors,
+fake kernels give shapes to ``torch.compile``, and ``linear``'s autograd formula calls
+``linear_backward``.
+
+>>> import torch
+>>> x = torch.tensor([[1.0, -2.0]]); w = torch.eye(2)
+>>> linear(x, w, act="relu").tolist()
+[[1.0, 0.0]]
+>>> y, z = torch.ops.tppasm.linear(x, w, None, None); list(z.shape)         # z: only for the gelus
+[0]
+"""
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .. import fc
+from ..operand import as_ndarray
+
+ACTS = fc.ACTS
+_GELUS = ("gelu", "gelu_erf")
+_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def linear(x, weight, bias=None, act=None):
+    """``act(x @ weight.T + bias)`` on tppasm kernels, differentiable in x, weight and bias.
+
+    ``x`` is (..., in_features), ``weight`` (out_features, in_features), ``bias`` (out_features,)
+    or None, all float32 or all bfloat16 on the CPU; ``act`` is one of :data:`ACTS` ("gelu" is
+    torch's ``approximate="tanh"``, "gelu_erf" its default). Large GEMMs are shared by rows
+    among ``torch.get_num_threads()`` threads (:class:`tppasm.fc.RowGemm`).
+
+    >>> import torch
+    >>> x = torch.ones(2, 3, requires_grad=True)
+    >>> y = linear(x, torch.ones(4, 3), torch.zeros(4), act="gelu_erf"); y.sum().backward()
+    >>> list(y.shape), list(x.grad.shape)
+    ([2, 4], [2, 3])
+    """
+    return torch.ops.tppasm.linear(x, weight, bias, act)[0]
+
+
+def _check(x, weight, bias, act):
+    if act not in ACTS:
+        raise ValueError(f"tppasm.torch.linear: act={act!r}; expected one of {ACTS}")
+    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
+        if t is not None and t.dtype not in _DTYPES:
+            raise TypeError(f"tppasm.torch.linear: {name} is {t.dtype}; tppasm kernels take torch.float32 or "
+                            f"torch.bfloat16: pass {name}.float() or {name}.bfloat16()")
+        if t is not None and t.dtype != x.dtype:
+            raise TypeError(f"tppasm.torch.linear: {name} is {t.dtype} and x {x.dtype}; pass both in one dtype "
+                            f"({name}.to(x.dtype))")
+    if weight.dim() != 2 or x.dim() < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"tppasm.torch.linear: x {tuple(x.shape)} and weight {tuple(weight.shape)} do not fit: "
+                         "weight is (out_features, in_features) and x (..., in_features)")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"tppasm.torch.linear: bias has shape {tuple(bias.shape)}; expected ({weight.shape[0]},)")
+
+
+def _view(t):
+    """A contiguous tensor's zero-copy NumPy view (no autograd inside an operator's kernel)."""
+    return as_ndarray(t.detach(), who="tppasm.torch")
+
+
+@torch.library.custom_op("tppasm::linear", mutates_args=())
+def _linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], act: Optional[str]) -> tuple[Tensor, Tensor]:
+    """(y, z): y = act(x @ weight.T + bias); z the pre-activation for the gelus, else empty."""
+    _check(x, weight, bias, act)
+    rows = x.reshape(-1, x.shape[-1]).contiguous()
+    out = weight.shape[0]
+    y = torch.empty(rows.shape[0], out, dtype=x.dtype)
+    z = torch.empty_like(y) if act in _GELUS else x.new_empty(0)
+    b = None if bias is None else _view(bias.float().contiguous())
+    fc.forward(_view(rows), _view(weight.contiguous()), b, act, out=_view(y), pre=_view(z) if z.numel() else None,
+               threads=torch.get_num_threads())
+    return y.reshape(*x.shape[:-1], out), z
+
+
+@_linear.register_fake
+def _(x, weight, bias, act):
+    _check(x, weight, bias, act)
+    y = x.new_empty(*x.shape[:-1], weight.shape[0])
+    z = x.new_empty(math.prod(x.shape[:-1]), weight.shape[0]) if act in _GELUS else x.new_empty(0)
+    return y, z
+
+
+@torch.library.custom_op("tppasm::linear_backward", mutates_args=())
+def _linear_backward(dy: Tensor, x: Tensor, weight: Tensor, saved: Optional[Tensor], act: Optional[str],
+                     needs: list[bool]) -> tuple[Tensor, Tensor, Tensor]:
+    """(dx, dweight, dbias in float32) of ``linear``; a gradient ``needs`` leaves out is empty."""
+    rows = x.reshape(-1, x.shape[-1]).contiguous()
+    n, k, m = rows.shape[0], rows.shape[1], weight.shape[0]
+    grads = [torch.empty(n, k, dtype=x.dtype) if needs[0] else x.new_empty(0),
+             torch.empty(m, k, dtype=x.dtype) if needs[1] else x.new_empty(0),
+             torch.empty(m, dtype=torch.float32) if needs[2] else x.new_empty(0, dtype=torch.float32)]
+    fc.backward(_view(dy.reshape(n, m).contiguous()), _view(rows), _view(weight.contiguous()), act,
+                None if saved is None else _view(saved.reshape(n, m).contiguous()),
+                *(_view(g) if need else False for g, need in zip(grads, needs)), threads=torch.get_num_threads())
+    if needs[0]:
+        grads[0] = grads[0].reshape(x.shape)
+    return tuple(grads)
+
+
+@_linear_backward.register_fake
+def _(dy, x, weight, saved, act, needs):
+    return (x.new_empty(x.shape) if needs[0] else x.new_empty(0),
+            weight.new_empty(weight.shape) if needs[1] else x.new_empty(0),
+            x.new_empty(weight.shape[0], dtype=torch.float32) if needs[2] else x.new_empty(0, dtype=torch.float32))
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, act = inputs
+    y, z = output
+    ctx.act, ctx.bias_dtype = act, None if bias is None else bias.dtype
+    ctx.save_for_backward(x, weight, y if act == "relu" else z if act in _GELUS else None)
+
+
+def _backward(ctx, dy, _dz):
+    x, weight, saved = ctx.saved_tensors
+    needs = list(ctx.needs_input_grad[:3])
+    dx, dw, db = torch.ops.tppasm.linear_backward(dy, x, weight, saved, ctx.act, needs)
+    return (dx if needs[0] else None, dw if needs[1] else None,
+            db.to(ctx.bias_dtype) if needs[2] else None, None)
+
+
+_linear.register_autograd(_backward, setup_context=_setup_context)
