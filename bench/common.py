@@ -10,6 +10,7 @@ the peak line. Every record also names the host and its ISA (:func:`host_info`).
 """
 import json
 import os
+import sys
 
 from tppasm.timing import calibrate, median_time, time_runs  # noqa: F401  (re-exported)
 
@@ -89,7 +90,7 @@ def progress(items, desc, enabled=True):
     >>> list(progress([1, 2], "demo", enabled=False))
     [1, 2]
     """
-    if not enabled:
+    if not enabled or not (sys.stderr.isatty() or "ipykernel" in sys.modules):
         return items
     try:
         from tqdm.auto import tqdm

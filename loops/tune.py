@@ -461,7 +461,7 @@ class _Progress:
     def __init__(self, total, enabled):
         self.total, self.enabled, self.n, self.best = total, enabled, 0, None
         self.bar, self.last = None, time.perf_counter()
-        if enabled:
+        if enabled and _interactive():
             try:
                 from tqdm.auto import tqdm
                 self.bar = tqdm(total=total, desc="tuning", unit="cand", leave=False)
@@ -478,7 +478,7 @@ class _Progress:
         if self.bar is not None:
             self.bar.set_postfix_str(text, refresh=False)
             self.bar.update()
-        elif time.perf_counter() - self.last > 2 or self.n == self.total:
+        elif time.perf_counter() - self.last > 10 or self.n == self.total:
             self.last = time.perf_counter()
             print(f"tuning [{self.n}/{self.total}] {text}", file=sys.stderr, flush=True)
 
@@ -489,3 +489,10 @@ class _Progress:
     def close(self):
         if self.bar is not None:
             self.bar.close()
+
+
+def _interactive():
+    """True in a terminal or a notebook (a bar redraws there; in a log it would repeat every line)."""
+    if "ipykernel" in sys.modules:
+        return True
+    return sys.stderr.isatty()
