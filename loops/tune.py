@@ -147,7 +147,8 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     ``make(**config)`` returns ``(lk, arrays)`` or ``(lk, arrays, output)``; without ``output``, each
     configuration's results are checked against its own kernel's spec. ``specs``: a fixed list
     (else :func:`space` of each configuration's kernel with ``blocks``); ``top``: how many are timed
-    at most; ``seconds``: the wall-clock budget (modelling included); ``machine``: the
+    at most; ``seconds``: the wall-clock budget (modelling included: configurations not modelled in
+    its first half are left out, and the record counts them); ``machine``: the
     :class:`loops.cost.Machine` (default measured on the host); ``key``: what the result is
     remembered under (default: the kernel's name, the reference arrays' shapes and dtypes, the
     host and the thread count); ``refine``: how many of the fastest are timed again at the end.
@@ -175,8 +176,11 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     if remember and key in REMEMBERED:
         return _rebuild(builds, REMEMBERED[key])
     reference = ref.reference()
-    cands = []
+    cands, unmodelled = [], 0
     for config in configs:
+        if config != configs[0] and time.perf_counter() > start + (deadline - start) / 2:
+            unmodelled += 1                       # half the budget is for timing: the rest are left out
+            continue
         built = builds.get(config) if config != configs[0] else ref
         found = list(specs) if specs is not None else space(built.lk, blocks)
         predict = _predictor(built, machine, threads) if model else None
@@ -200,13 +204,15 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     if not timed:
         raise RuntimeError("no candidate ran: " + "; ".join(f"{c.spec}: {c.note}" for c in cands[:3]))
     timed.sort(key=lambda c: c.seconds)
-    for c in timed[:refine] * (2 if time.perf_counter() < deadline else 0):
-        _measure(c, builds, reference, reps, rtol)
+    for _ in range(2 if time.perf_counter() < deadline else 0):
+        for c in timed[:refine]:                  # the fastest again, round robin: a lucky run is not enough
+            _measure(c, builds, reference, reps, rtol)
     best = min(timed, key=lambda c: c.seconds)
     ranked = {id(c): i for i, c in enumerate(sorted(cands[1:], key=_predicted))}
     record = {"kernel": ref.lk.__name__, "key": [str(k) for k in key] if isinstance(key, tuple) else str(key),
               "threads": threads, "knobs": best.config, "spec": best.spec, "seconds": best.seconds,
               "reference_seconds": cands[0].seconds, "candidates": len(cands), "timed": len(timed),
+              "configurations": len(configs), "unmodelled_configurations": unmodelled,
               "skipped": sum(1 for c in cands if c.note), "model": bool(model),
               "predicted_rank": ranked.get(id(best), 0), "modelling_seconds": modelled,
               "elapsed": time.perf_counter() - start}
