@@ -60,14 +60,14 @@ def operands(size):
     return rng.standard_normal((size, size), np.float32), rng.standard_normal((size, size), np.float32)
 
 
-def exhaustive(size, threads, lock, path):
+def exhaustive(size, threads, lock, path, reps=2):
     """Time every candidate (see the module docstring); returns and writes the rows."""
     a, b = operands(size)
     make = gemm_maker(a, b, "f32", _pool(threads))
     rows = []
     for n, config in enumerate(configs()):
         with locked(lock):
-            found = search(make, [config], seconds=None, reps=1, refine=0, progress=True, remember=False)
+            found = search(make, [config], seconds=None, reps=reps, refine=0, progress=True, remember=False)
         rows += [{"config": c.config, "spec": c.spec, "predicted": c.predicted, "seconds": c.seconds, "note": c.note}
                  for c in found.candidates]
         print(f"configuration {n + 1}/{len(configs())} {config}: {len(found.candidates)} candidates, fastest "
@@ -147,6 +147,7 @@ def main(argv=None):
     p.add_argument("--exhaustive", default="tune_exhaustive.json", metavar="FILE")
     p.add_argument("--seconds", type=float, default=120)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--reps", type=int, default=2, help="exhaustive: timed runs per candidate (the minimum counts)")
     p.add_argument("--lock", default="/tmp/tppasm-bench.lock", help="bench lock file ('' for none)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
@@ -154,7 +155,7 @@ def main(argv=None):
         with open(args.exhaustive) as f:
             data = json.load(f)
     else:
-        data = exhaustive(args.size, args.threads, args.lock, args.exhaustive)
+        data = exhaustive(args.size, args.threads, args.lock, args.exhaustive, args.reps)
     rows = data["rows"]
     size, threads = data["size"], data["threads"]
     a, b = operands(size)

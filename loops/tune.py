@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .enumerate import enumerate_union, spec_space
+from .signature import signature
 from .spec import LETTERS, SpecError
 from .trace import TraceError
 
@@ -345,8 +346,7 @@ def _rebuild(builds, record):
 
 
 def _remember_in(lk, arrays, spec):
-    from .decorator import _signature
-    lk._tuned[_signature(arrays)] = spec
+    lk._tuned[signature(arrays)] = spec
     lk._fast = None
 
 
