@@ -172,7 +172,7 @@ def gemm_configs(M, N, K, dtype, quick=False):
     True
     """
     nb = n_block()
-    grid = {"bm": [64, 32, 128], "bn": [nb, 2 * nb], "bk": [64, 128, 32], "kstep": [8, 4, 16]}
+    grid = {"bm": [64, 32, 128], "bn": [nb, 2 * nb], "bk": [64, 128], "kstep": [8, 4, 16]}
     if quick:
         grid = {"bm": [64, 32], "bn": [nb, 2 * nb], "bk": [64, 128], "kstep": [8, 16]}
     fixed = {"bm": 64, "bn": nb, "bk": 64, "kstep": 8, "edges": True}
@@ -224,11 +224,18 @@ def _torch():
         return None
 
 
-def peak_factor(dtype):
-    """The dtype's peak as a multiple of the fp32 FMA loop's: bf16 runs ``vdpbf16ps`` at twice the
-    fp32 rate on AVX512-BF16 hosts (the anchors measured 1 zmm/cycle for both; taken, not timed here),
-    else it is converted to fp32."""
-    return 2.0 if dtype == "bf16" and _has_bf16() else 1.0
+def dtype_peak(dtype):
+    """(GFLOP/s of one core, the peak loop, its share of the peak) for ``dtype``: the loop of the unit
+    tppasm's BRGEMM uses (``bench.peaks`` where present), else the fp32 FMA loop, whose rate a bf16
+    dot (``vdpbf16ps``) doubles on AVX512-BF16 hosts (the anchors measured 1 zmm/cycle for both;
+    assumed, not timed, without ``bench.peaks``)."""
+    try:
+        from bench import peaks
+    except ImportError:
+        factor = 2.0 if dtype == "bf16" and _has_bf16() else 1.0
+        return tg.fma_peak()[0] * factor, tg.LOOPS["fma_peak"], factor
+    unit = peaks.kernel_unit(dtype)
+    return peaks.peak(dtype, unit), peaks.peak_loop(dtype, unit), 1.0
 
 
 def tuned(make, configs, seconds, key, progress_bar):
@@ -257,11 +264,11 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
                  f"to back with the peak loop",
                  ["dtype", "M x N x K", "threads", "tuned", "aBC", "numpy", "torch", "tuned/numpy", "tuned/torch",
                   "2T/1T", "%pk", "q90", "numpy %pk", "winner"])
-    peak = tg.fma_peak()[0]
-    peak_loop = tg.LOOPS["fma_peak"]
     runs = 3 if quick else 5
     rng = np.random.default_rng(0)
     for dtype in dtypes:
+        peak, peak_loop, share = dtype_peak(dtype)
+        fp32_loop = dtype_peak("f32")[1]
         for M, N, K in progress(sizes, f"gemm {dtype}", bar):
             a = rng.standard_normal((M, K), np.float32)
             b = rng.standard_normal((K, N), np.float32)
@@ -286,14 +293,14 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
                 pct = [float("nan")] * 3
                 if nt == 1:
                     stats = tg.ratio_stats(tg.interleaved_ratios(run, flops, peak_loop, 15, 0.05))
-                    pct[:2] = (100 * x / peak_factor(dtype) for x in stats)
+                    pct[:2] = (100 * x / share for x in stats)
                 if dtype == "f32":
                     c = np.empty((M, N), np.float32)
                     with blas_threads(nt):
                         np_g = gflops(lambda: np.matmul(a, b, out=c), flops, runs)
                         if nt == 1:
                             pct[2] = 100 * tg.ratio_stats(tg.interleaved_ratios(
-                                lambda: np.matmul(a, b, out=c), flops, peak_loop, 15, 0.05))[0]
+                                lambda: np.matmul(a, b, out=c), flops, fp32_loop, 15, 0.05))[0]
                 if torch is not None and (dtype == "f32" or M * N * K <= 1024 ** 3 or _has_bf16()):
                     torch.set_num_threads(nt)
                     td = torch.float32 if dtype == "f32" else torch.bfloat16
@@ -304,7 +311,7 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
                 rep.add(dtype, f"{M}x{N}x{K}", nt, ours, ours_fixed, np_g, th_g, ours / np_g, ours / th_g,
                         ours / one if nt != threads[0] else float("nan"), *pct, winner_text(win) if win else "-",
                         x=f"{dtype} {M}x{N}x{K} {nt}T", gflops=ours, fixed_gflops=ours_fixed, numpy_gflops=np_g,
-                        torch_gflops=th_g, peak_gflops=peak * peak_factor(dtype) * nt, tuning=win)
+                        torch_gflops=th_g, peak_gflops=peak * nt, tuning=win)
     return rep
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 import tppasm as tpp
 from bench.common import Report, write_json
-from bench.gemm import _pool, _torch, gflops, n_block, peak_factor, tuned, winner_text
+from bench.gemm import _pool, _torch, dtype_peak, gflops, n_block, tuned, winner_text
 from loops import Loop, kernel
 from loops.pool import get_pool
 
@@ -105,8 +105,6 @@ def bench_mlp(T, C, L, threads, dtypes, quick, tune_seconds, bar=True):
     if torch is None:
         print("\n(torch not installed: MLP comparison skipped; pip install torch==2.13.0)")
         return None
-    from bench.tpp_gemm import fma_peak
-    peak = fma_peak()[0]
     rep = Report(f"MLP: {L} x (FC {C}->{C} + bias + relu) on {T} rows, GFLOP/s: tuned DSL and the fixed aBC "
                  f"(bm 64, bc {n_block()}) against torch nn.Linear+ReLU",
                  ["dtype", "threads", "tuned", "aBC", "torch", "tuned/torch", "aBC/torch", "2T/1T", "winner"])
@@ -115,6 +113,7 @@ def bench_mlp(T, C, L, threads, dtypes, quick, tune_seconds, bar=True):
     x = np.random.default_rng(0).standard_normal((T, C), np.float32)
     params = mlp_weights(C, L)
     for dtype in dtypes:
+        peak = dtype_peak(dtype)[0]
         one = None
         for nt in threads:
             pool = _pool(nt)
@@ -142,7 +141,7 @@ def bench_mlp(T, C, L, threads, dtypes, quick, tune_seconds, bar=True):
             rep.add(dtype, nt, ours, ours_fixed, theirs, ours / theirs, ours_fixed / theirs,
                     ours / one if nt != threads[0] else float("nan"), winner_text(win) if win else "-",
                     x=f"{dtype} {T}x{C}x{L} {nt}T", gflops=ours, fixed_gflops=ours_fixed, torch_gflops=theirs,
-                    peak_gflops=peak * peak_factor(dtype) * nt, tuning=win)
+                    peak_gflops=peak * nt, tuning=win)
     return rep
 
 

@@ -172,7 +172,7 @@ class Model:
         tree = trace(lk.body, lk.index_names, arrays, lk.array_names)
         self.array_bytes = [a.nbytes for a in arrays]
         per_call = kernel_seconds or (lambda kernel, scalars: flop_seconds(kernel, scalars, machine))
-        self.calls, self.compute, unique = [], 0.0, {}
+        self.compute, unique = 0.0, {}
         for call in tree.all_calls():
             count = dict(zip(call.kernel.scalars, call.scalars)).get(call.kernel.desc.count_scalar, 1)
             share = _path_share(call.path, self.loops)
