@@ -12,18 +12,20 @@ count per step, C zeroed at ``ik == 0``). By default every (shape, dtype, thread
 with :func:`loops.tune.search` over the spec, the block sizes of the M and N loops and the knobs of
 :func:`gemm_configs` (bm, bn, bk, kstep, edges), the cost model choosing what is timed; the table
 shows the winner beside the fixed configuration (spec ``aBC``, bm = bk = 64, bn = two vectors
-(:func:`n_block`), kstep 8). GFLOP/s are medians of auto-calibrated runs: our pool sized to the
-thread count, OpenBLAS limited with threadpoolctl, torch with ``torch.set_num_threads``.
+(:func:`n_block`), kstep 8). Every row times the tuned and fixed GEMM, numpy and torch (and, on 2
+threads, the 1-thread winner) back to back in interleaved rounds: GFLOP/s are medians, ratios the
+medians of the per-round ratios. Our pool is sized to the thread count, OpenBLAS limited with
+threadpoolctl, torch with ``torch.set_num_threads``.
 """
 import argparse
 import contextlib
-import time
+import functools
 
 import numpy as np
 
 import tppasm as tpp
 import bench.tpp_gemm as tg
-from bench.common import Report, median_time, progress, write_json
+from bench.common import Report, interleaved, progress, write_json
 from loops import Loop, kernel
 from loops.pool import Pool, get_pool
 from loops.tune import search
@@ -43,30 +45,6 @@ def n_block():
     """
     from isa.cpu import host
     return 32 if host().isa in ("avx512", "amx") else 16
-
-
-clock = "wall"
-
-
-def gflops(fn, flops, runs):
-    """GFLOP/s of ``fn``: median of calibrated runs, or a single run when one call takes over a second
-    (torch's bf16 on a machine without bf16 instructions, say). With ``--clock cpu`` the time is the
-    calling thread's CPU time (median of the calls in ~0.3 s): on a busy machine it leaves out the
-    time other processes held the core; it is only meaningful for 1-thread rows.
-    """
-    t, c = time.perf_counter(), time.thread_time()
-    fn()
-    once, once_cpu = time.perf_counter() - t, time.thread_time() - c
-    if once > 1.0:
-        return flops / (once_cpu if clock == "cpu" else once) / 1e9
-    if clock == "cpu":
-        samples = []
-        for _ in range(max(runs, int(0.3 / max(once, 1e-6)))):
-            t = time.thread_time()
-            fn()
-            samples.append(time.thread_time() - t)
-        return flops / max(float(np.median(samples)), 1e-9) / 1e9
-    return flops / median_time(fn, runs=runs) / 1e9
 
 
 def parse_sizes(text):
@@ -259,12 +237,12 @@ def winner_text(record):
 
 def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
     torch = _torch()
-    rep = Report(f"GEMM GFLOP/s, {clock} clock: tuned DSL (loops.tune.search: spec, block sizes, knobs) and the "
-                 f"fixed aBC; % of the dtype's peak on 1 thread: median / 90th percentile of 15 ratios timed back "
-                 f"to back with the peak loop",
+    rounds = 5 if quick else 9
+    rep = Report(f"GEMM GFLOP/s: tuned DSL (loops.tune.search: spec, block sizes, knobs) and the fixed aBC, numpy, "
+                 f"torch, timed back to back (medians of {rounds} interleaved rounds; ratios: medians of per-round ratios); % of the dtype's "
+                 f"peak on 1 thread: median / 90th percentile of 15 ratios timed back to back with the peak loop",
                  ["dtype", "M x N x K", "threads", "tuned", "aBC", "numpy", "torch", "tuned/numpy", "tuned/torch",
                   "2T/1T", "%pk", "q90", "numpy %pk", "winner"])
-    runs = 3 if quick else 5
     rng = np.random.default_rng(0)
     for dtype in dtypes:
         peak, peak_loop, share = dtype_peak(dtype)
@@ -276,41 +254,45 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
             ref = (a.astype(tpp.dtypes.dtype(dtype)).astype(np.float32)
                    @ b.astype(tpp.dtypes.dtype(dtype)).astype(np.float32))
             flops = 2 * M * N * K
-            one = None
+            first = None
             for nt in threads:
                 make = gemm_maker(a, b, dtype, _pool(nt))
                 fixed, fixed_arrays, fixed_out = make(**configs[0])
+                run_fixed = functools.partial(fixed, *fixed_arrays)
+                run_fixed()
+                _check(fixed_out(), ref, dtype, f"{dtype} {M}x{N}x{K}, fixed")
+                run, win = run_fixed, None
                 if tune_seconds:
                     found = tuned(make, configs, tune_seconds, ("gemm", dtype, M, N, K, nt), bar)
-                    run, output, win = found, found.output, found.record
-                else:
-                    run, output, win = (lambda: fixed(*fixed_arrays)), fixed_out, None
-                ours_fixed = gflops(lambda: fixed(*fixed_arrays), flops, runs)
-                run()
-                _check(output(), ref, dtype, f"{dtype} {M}x{N}x{K}")
-                ours = gflops(run, flops, runs)
-                np_g = th_g = float("nan")
-                pct = [float("nan")] * 3
-                if nt == 1:
-                    stats = tg.ratio_stats(tg.interleaved_ratios(run, flops, peak_loop, 15, 0.05))
-                    pct[:2] = (100 * x / share for x in stats)
+                    run, win = found, found.record
+                    run()
+                    _check(found.output(), ref, dtype, f"{dtype} {M}x{N}x{K}, tuned")
+                named = {"tuned": run, "fixed": run_fixed}
                 if dtype == "f32":
                     c = np.empty((M, N), np.float32)
-                    with blas_threads(nt):
-                        np_g = gflops(lambda: np.matmul(a, b, out=c), flops, runs)
-                        if nt == 1:
-                            pct[2] = 100 * tg.ratio_stats(tg.interleaved_ratios(
-                                lambda: np.matmul(a, b, out=c), flops, fp32_loop, 15, 0.05))[0]
+                    named["numpy"] = functools.partial(np.matmul, a, b, out=c)
                 if torch is not None and (dtype == "f32" or M * N * K <= 1024 ** 3 or _has_bf16()):
                     torch.set_num_threads(nt)
                     td = torch.float32 if dtype == "f32" else torch.bfloat16
-                    ta, tb = torch.from_numpy(a).to(td), torch.from_numpy(b).to(td)
-                    with torch.no_grad():
-                        th_g = gflops(lambda: ta @ tb, flops, runs)
-                one = ours if nt == threads[0] else one
-                rep.add(dtype, f"{M}x{N}x{K}", nt, ours, ours_fixed, np_g, th_g, ours / np_g, ours / th_g,
-                        ours / one if nt != threads[0] else float("nan"), *pct, winner_text(win) if win else "-",
-                        x=f"{dtype} {M}x{N}x{K} {nt}T", gflops=ours, fixed_gflops=ours_fixed, numpy_gflops=np_g,
+                    named["torch"] = functools.partial(torch.matmul, torch.from_numpy(a).to(td),
+                                                       torch.from_numpy(b).to(td))
+                if first is not None:
+                    named["first"] = first
+                with blas_threads(nt):
+                    times, ratios = interleaved(list(named.values()), rounds)
+                res = {n: (flops / t / 1e9, r) for n, t, r in zip(named, times, ratios)}
+                nan = (float("nan"), float("nan"))
+                (np_g, np_r), (th_g, th_r) = res.get("numpy", nan), res.get("torch", nan)
+                pct = [float("nan")] * 3
+                if nt == 1:
+                    pct[:2] = (100 * x / share for x in tg.ratio_stats(tg.interleaved_ratios(run, flops, peak_loop, 15, 0.05)))
+                    if dtype == "f32":
+                        pct[2] = 100 * tg.ratio_stats(tg.interleaved_ratios(named["numpy"], flops, fp32_loop, 15, 0.05))[0]
+                first = run if first is None else first
+                scaling = res.get("first", nan)[1]
+                rep.add(dtype, f"{M}x{N}x{K}", nt, res["tuned"][0], res["fixed"][0], np_g, th_g, np_r, th_r, scaling,
+                        *pct, winner_text(win) if win else "-", x=f"{dtype} {M}x{N}x{K} {nt}T",
+                        gflops=res["tuned"][0], fixed_gflops=res["fixed"][0], numpy_gflops=np_g,
                         torch_gflops=th_g, peak_gflops=peak * nt, tuning=win)
     return rep
 
@@ -332,14 +314,8 @@ def main(argv=None):
                    help="tuning budget per shape, dtype and thread count (default 20, --quick 6)")
     p.add_argument("--quick", action="store_true", help="sizes 512,1024, fewer runs and knobs")
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
-                   help="wall time (default) or the calling thread's CPU time (busy machine; needs --threads 1)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    global clock
-    clock = args.clock
-    if clock == "cpu" and args.threads != "1":
-        p.error("--clock cpu measures the calling thread only: use it with --threads 1")
     sizes = parse_sizes(args.sizes or ("512,1024" if args.quick else "512,1024,2048,4096x1024x1024,1000x700x300"))
     threads = [int(t) for t in args.threads.split(",")]
     seconds = 0 if args.no_tune else args.tune_seconds if args.tune_seconds is not None else 6 if args.quick else 20

@@ -16,8 +16,8 @@ import argparse
 import numpy as np
 
 import tppasm as tpp
-from bench.common import Report, write_json
-from bench.gemm import _pool, _torch, dtype_peak, gflops, n_block, tuned, winner_text
+from bench.common import Report, interleaved, write_json
+from bench.gemm import _pool, _torch, dtype_peak, n_block, tuned, winner_text
 from loops import Loop, kernel
 from loops.pool import get_pool
 
@@ -105,43 +105,43 @@ def bench_mlp(T, C, L, threads, dtypes, quick, tune_seconds, bar=True):
     if torch is None:
         print("\n(torch not installed: MLP comparison skipped; pip install torch==2.13.0)")
         return None
+    rounds = 5 if quick else 9
     rep = Report(f"MLP: {L} x (FC {C}->{C} + bias + relu) on {T} rows, GFLOP/s: tuned DSL and the fixed aBC "
-                 f"(bm 64, bc {n_block()}) against torch nn.Linear+ReLU",
+                 f"(bm 64, bc {n_block()}) against torch nn.Linear+ReLU, timed back to back (medians of {rounds} "
+                 f"interleaved rounds; ratios: medians of per-round ratios)",
                  ["dtype", "threads", "tuned", "aBC", "torch", "tuned/torch", "aBC/torch", "2T/1T", "winner"])
     flops = 2 * T * C * C * L
-    runs = 3 if quick else 5
     x = np.random.default_rng(0).standard_normal((T, C), np.float32)
     params = mlp_weights(C, L)
     for dtype in dtypes:
         peak = dtype_peak(dtype)[0]
-        one = None
+        first = None
         for nt in threads:
             pool = _pool(nt)
             configs = mlp_configs(T, C, quick)
             fixed = _chain(mlp_maker(x, params, dtype, pool)(**configs[0]))
-            win = None
+            fixed()
+            _check(fixed.output(), x, params, dtype)
+            run, win = fixed, None
             if tune_seconds:
                 found = tuned(layer_maker(x, params, dtype, pool), configs, tune_seconds, ("mlp", dtype, T, C, nt), bar)
                 win = found.record
                 layer, acts, weights, biases, output = mlp_maker(x, params, dtype, pool)(**win["knobs"])
                 run = _chain((layer.with_spec(win["spec"]), acts, weights, biases, output))
-            else:
-                run = fixed
-            run()
-            _check(run.output(), x, params, dtype)
-            ours = gflops(run, flops, runs)
-            ours_fixed = gflops(fixed, flops, runs)
+                run()
+                _check(run.output(), x, params, dtype)
             torch.set_num_threads(nt)
             td = torch.float32 if dtype == "f32" else torch.bfloat16
             net = torch.nn.Sequential(*[m for _ in range(L) for m in (torch.nn.Linear(C, C), torch.nn.ReLU())]).to(td)
             xt = torch.from_numpy(x).to(td)
-            with torch.no_grad():
-                theirs = gflops(lambda: net(xt), flops, runs)
-            one = ours if one is None else one
-            rep.add(dtype, nt, ours, ours_fixed, theirs, ours / theirs, ours_fixed / theirs,
-                    ours / one if nt != threads[0] else float("nan"), winner_text(win) if win else "-",
-                    x=f"{dtype} {T}x{C}x{L} {nt}T", gflops=ours, fixed_gflops=ours_fixed, torch_gflops=theirs,
+            fns = [run, fixed, torch.no_grad()(lambda: net(xt))] + ([first] if first is not None else [])
+            times, ratios = interleaved(fns, rounds)
+            rate = [flops / t / 1e9 for t in times]
+            rep.add(dtype, nt, rate[0], rate[1], rate[2], ratios[2], ratios[2] / ratios[1],
+                    ratios[3] if first is not None else float("nan"), winner_text(win) if win else "-",
+                    x=f"{dtype} {T}x{C}x{L} {nt}T", gflops=rate[0], fixed_gflops=rate[1], torch_gflops=rate[2],
                     peak_gflops=peak * nt, tuning=win)
+            first = run if first is None else first
     return rep
 
 
