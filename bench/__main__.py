@@ -43,6 +43,7 @@ def _take(argv, flag):
 def run(names, argv, json_path=None, plot_path=None):
     """Run the suite modules ``names`` with ``argv``; merge their records; write/plot them; return them."""
     records = []
+    host = common.host_info()
     common.ANNOUNCE = False
     with tempfile.TemporaryDirectory() as tmp:
         for n, name in enumerate(names):
@@ -51,7 +52,8 @@ def run(names, argv, json_path=None, plot_path=None):
             if os.path.exists(part):
                 with open(part) as f:
                     got = json.load(f)
-                records += [{"suite": name.split(".")[-1], **r} if isinstance(r, dict) else r for r in got]
+                records += [{"suite": name.split(".")[-1], "host": host["host"], "isa": host["isa"], **r}
+                            if isinstance(r, dict) else r for r in got]
     if json_path:
         with open(json_path, "w") as f:
             json.dump(common.plain(records), f, indent=1)
