@@ -290,7 +290,12 @@ class _Builds:
     def get(self, config):
         k = tuple(sorted(config.items()))
         if k not in self.cache:
-            made = self.make(**config)
+            try:
+                made = self.make(**config)
+            except TypeError as e:
+                if "argument" not in str(e):
+                    raise
+                raise TypeError(f"make(**{config}) failed: {e}; every knob must name a parameter of make") from None
             if not isinstance(made, tuple) or len(made) not in (2, 3):
                 raise TypeError("make(**knobs) must return (loop kernel, arrays) or (loop kernel, arrays, output), "
                                 f"got {type(made).__name__}")

@@ -78,6 +78,8 @@ def test_knob_errors_name_the_fix():
         search(make, {"bm": 16}, progress=False, remember=False)
     with pytest.raises(TypeError, match="must return"):
         search(lambda: None, {}, progress=False, remember=False)
+    with pytest.raises(TypeError, match="every knob must name a parameter of make"):
+        search(make, {"tile": [16]}, progress=False, remember=False)
 
 
 # -- the candidate space -------------------------------------------------------------------
