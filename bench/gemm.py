@@ -216,9 +216,12 @@ def dtype_peak(dtype):
     return peaks.peak(dtype, unit), peaks.peak_loop(dtype, unit), 1.0
 
 
+TUNE_CLOCK = "wall"      # --tune-clock: how the tuner times candidates (cpu: leaves out other processes)
+
+
 def tuned(make, configs, seconds, key, progress_bar):
     """:func:`loops.tune.search` over ``configs``; prints and returns its :class:`loops.tune.Tuned`."""
-    found = search(make, configs, seconds=seconds, key=key, progress=progress_bar)
+    found = search(make, configs, seconds=seconds, key=key, progress=progress_bar, clock=TUNE_CLOCK)
     r = found.record
     print(f"# tuned {' '.join(map(str, key))}: {winner_text(r)} of {r['candidates']} modelled, "
           f"{r['timed']} timed in {r['elapsed']:.0f} s ({r['seconds'] * 1e3:.2f} ms vs the fixed "
@@ -313,9 +316,14 @@ def main(argv=None):
     p.add_argument("--tune-seconds", type=float, default=None, metavar="S",
                    help="tuning budget per shape, dtype and thread count (default 20, --quick 6)")
     p.add_argument("--quick", action="store_true", help="sizes 512,1024, fewer runs and knobs")
+    p.add_argument("--tune-clock", choices=["wall", "cpu"], default="wall",
+                   help="how the tuner times candidates: cpu leaves out the time other processes held the cores "
+                        "(a busy machine); the table is wall clock either way")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    global TUNE_CLOCK
+    TUNE_CLOCK = args.tune_clock
     sizes = parse_sizes(args.sizes or ("512,1024" if args.quick else "512,1024,2048,4096x1024x1024,1000x700x300"))
     threads = [int(t) for t in args.threads.split(",")]
     seconds = 0 if args.no_tune else args.tune_seconds if args.tune_seconds is not None else 6 if args.quick else 20

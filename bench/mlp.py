@@ -17,6 +17,7 @@ import numpy as np
 
 import tppasm as tpp
 from bench.common import Report, interleaved, write_json
+import bench.gemm as bench_gemm_module
 from bench.gemm import _pool, _torch, dtype_peak, n_block, tuned, winner_text
 from loops import Loop, kernel
 from loops.pool import get_pool
@@ -176,9 +177,12 @@ def main(argv=None):
     p.add_argument("--tune-seconds", type=float, default=None, metavar="S",
                    help="tuning budget per dtype and thread count (default 20, --quick 6)")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--tune-clock", choices=["wall", "cpu"], default="wall",
+                   help="how the tuner times candidates (see python -m bench gemm --help)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    bench_gemm_module.TUNE_CLOCK = args.tune_clock
     T = args.rows or (512 if args.quick else 1024)
     C = args.channels or (512 if args.quick else 1024)
     if min(T, C, args.layers) < 1:

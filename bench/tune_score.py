@@ -18,12 +18,11 @@ import contextlib
 import fcntl
 import json
 import os
-import time
 
 import numpy as np
 
 from bench.gemm import _pool, gemm_maker, winner_text
-from loops.tune import search
+from loops.tune import elapsed, search
 
 SPACE = {"bm": [64, 32, 128], "bn": [32, 64], "bk": [64], "kstep": [8], "edges": [False]}
 
@@ -60,30 +59,31 @@ def operands(size):
     return rng.standard_normal((size, size), np.float32), rng.standard_normal((size, size), np.float32)
 
 
-def exhaustive(size, threads, lock, path, reps=2):
+def exhaustive(size, threads, lock, path, reps=2, clock="wall"):
     """Time every candidate (see the module docstring); returns and writes the rows."""
     a, b = operands(size)
     make = gemm_maker(a, b, "f32", _pool(threads))
     rows = []
     for n, config in enumerate(configs()):
         with locked(lock):
-            found = search(make, [config], seconds=None, reps=reps, refine=0, progress=True, remember=False)
+            found = search(make, [config], seconds=None, reps=reps, refine=0, progress=True, remember=False,
+                           clock=clock)
         rows += [{"config": c.config, "spec": c.spec, "predicted": c.predicted, "seconds": c.seconds, "note": c.note}
                  for c in found.candidates]
         print(f"configuration {n + 1}/{len(configs())} {config}: {len(found.candidates)} candidates, fastest "
               f"{min(c.seconds for c in found.candidates if c.seconds) * 1e3:.2f} ms", flush=True)
     timed = sorted((r for r in rows if r["seconds"]), key=lambda r: r["seconds"])
     with locked(lock):
-        medians = retime(make, timed[:20], rounds=5)
+        medians = retime(make, timed[:20], rounds=5, clock=clock)
     for r, m in zip(timed[:20], medians):
         r["retimed"] = m
-    out = {"size": size, "threads": threads, "space": SPACE, "rows": rows}
+    out = {"size": size, "threads": threads, "space": SPACE, "clock": clock, "rows": rows}
     with open(path, "w") as f:
         json.dump(out, f)
     return out
 
 
-def retime(make, rows, rounds=5, reps=3):
+def retime(make, rows, rounds=5, reps=3, clock="wall"):
     """Median over ``rounds`` (round robin) of the min of ``reps`` runs, per row's (config, spec)."""
     runs = []
     for r in rows:
@@ -94,12 +94,7 @@ def retime(make, rows, rounds=5, reps=3):
     samples = [[] for _ in rows]
     for _ in range(rounds):
         for i, (variant, arrays) in enumerate(runs):
-            best = float("inf")
-            for _ in range(reps):
-                t = time.perf_counter()
-                variant(*arrays)
-                best = min(best, time.perf_counter() - t)
-            samples[i].append(best)
+            samples[i].append(min(elapsed(variant, arrays, clock) for _ in range(reps)))
     return [float(np.median(s)) for s in samples]
 
 
@@ -148,6 +143,8 @@ def main(argv=None):
     p.add_argument("--seconds", type=float, default=120)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--reps", type=int, default=2, help="exhaustive: timed runs per candidate (the minimum counts)")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="cpu: the largest CPU time of the nest's threads (a busy machine; see loops.tune.elapsed)")
     p.add_argument("--lock", default="/tmp/tppasm-bench.lock", help="bench lock file ('' for none)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
@@ -155,9 +152,9 @@ def main(argv=None):
         with open(args.exhaustive) as f:
             data = json.load(f)
     else:
-        data = exhaustive(args.size, args.threads, args.lock, args.exhaustive, args.reps)
+        data = exhaustive(args.size, args.threads, args.lock, args.exhaustive, args.reps, args.clock)
     rows = data["rows"]
-    size, threads = data["size"], data["threads"]
+    size, threads, clock = data["size"], data["threads"], data.get("clock", "wall")
     a, b = operands(size)
     make = gemm_maker(a, b, "f32", _pool(threads))
     repredict(make, rows, threads)
@@ -172,10 +169,10 @@ def main(argv=None):
     pruned = []
     for i in range(args.repeats):
         with locked(args.lock):
-            found = search(make, configs(), seconds=args.seconds, progress=True, remember=False)
+            found = search(make, configs(), seconds=args.seconds, progress=True, remember=False, clock=clock)
             r = found.record
             ratios = []
-            pair = retime(make, [{"config": r["knobs"], "spec": r["spec"]}, best], rounds=7)
+            pair = retime(make, [{"config": r["knobs"], "spec": r["spec"]}, best], rounds=7, clock=clock)
             ratios.append(pair[0] / pair[1])
         pruned.append({**r, "vs_exhaustive": ratios[0]})
         print(f"pruned search {i + 1}: {winner_text(r)} after {r['timed']} timed of {r['candidates']} in "
