@@ -101,13 +101,14 @@ def retime(make, rows, rounds=5, reps=3, clock="wall"):
 def repredict(make, rows, threads):
     """The current model's predictions for ``rows`` (the model may have changed since they were timed)."""
     from loops.cost import Machine
-    from loops.tune import _Builds, _predictor
-    builds, machine = _Builds(make), Machine.host(threads)
+    from loops.trial import Builds
+    from loops.tune import predictor
+    builds, machine = Builds(make), Machine.host(threads)
     predictors = {}
     for r in rows:
         key = tuple(sorted(r["config"].items()))
         if key not in predictors:
-            predictors[key] = _predictor(builds.get(r["config"]), machine, threads)
+            predictors[key] = predictor(builds.get(r["config"]), machine, threads)
             builds.drop(r["config"])
         try:
             r["predicted"] = predictors[key](r["spec"])

@@ -45,21 +45,10 @@ from .enumerate import enumerate_union, spec_space
 from .signature import signature
 from .spec import LETTERS, SpecError
 from .trace import TraceError
+from .trial import Builds, Candidate, elapsed, measure  # noqa: F401  (elapsed: part of the tuning API)
 
 REMEMBERED = {}          # key (tuple) -> record (JSON-able dict) of every search in this process
 _KERNEL_SECONDS = {}     # (descriptor, isa, scalars) -> seconds of one hot call
-
-
-@dataclass
-class Candidate:
-    """One point of the search: ``config`` (knob values), ``spec``, its ``predicted`` and measured
-    ``seconds`` (None: not timed, or skipped with the reason in ``note``)."""
-
-    config: dict
-    spec: str
-    predicted: float = None
-    seconds: float = None
-    note: str = ""
 
 
 @dataclass
@@ -174,7 +163,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     if clock not in ("wall", "cpu"):
         raise ValueError(f"search: clock={clock!r}; expected 'wall' or 'cpu'")
     configs = _configs(knobs)
-    builds = _Builds(make)
+    builds = Builds(make)
     ref = builds.get(configs[0])
     threads = ref.lk.pool.nthreads
     key = key if key is not None else _default_key(ref, threads)
@@ -188,7 +177,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
             continue
         built = builds.get(config) if config != configs[0] else ref
         found = list(specs) if specs is not None else space(built.lk, blocks)
-        predict = _predictor(built, machine, threads) if model else None
+        predict = predictor(built, machine, threads) if model else None
         for s in found:
             cands.append(Candidate(config, s, _safe(predict, s) if predict else None))
         if config != configs[0]:
@@ -200,7 +189,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     for c in order:
         if time.perf_counter() > deadline and timed:
             break
-        _measure(c, builds, reference, reps, rtol, clock)
+        measure(c, builds, reference, reps, rtol, clock)
         if c.seconds is not None:
             timed.append(c)
         order.learn(c)
@@ -211,7 +200,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     timed.sort(key=lambda c: c.seconds)
     for _ in range(2 if time.perf_counter() < deadline else 0):
         for c in timed[:refine]:                  # the fastest again, round robin: a lucky run is not enough
-            _measure(c, builds, reference, reps, rtol, clock)
+            measure(c, builds, reference, reps, rtol, clock)
     best = min(timed, key=lambda c: c.seconds)
     ranked = {id(c): i for i, c in enumerate(sorted(cands[1:], key=_predicted))}
     record = {"kernel": ref.lk.__name__, "key": [str(k) for k in key] if isinstance(key, tuple) else str(key),
@@ -245,124 +234,6 @@ def _configs(knobs):
     return [dict(zip(knobs, values)) for values in itertools.product(*knobs.values())] or [{}]
 
 
-# -- building and checking configurations ---------------------------------------------------
-
-class _Built:
-    """One configuration: its kernel and arrays, their initial contents, and how to read the result."""
-
-    def __init__(self, made):
-        self.lk, self.arrays = made[0], tuple(made[1])
-        self.output = made[2] if len(made) > 2 else None
-        self.writable = [i for i, a in enumerate(self.arrays) if a.flags.writeable]
-        self.initial = [self.arrays[i].copy() for i in self.writable]
-        self.poison = False
-        self.own = None            # this configuration's reference result (when no output())
-
-    def restore(self):
-        for i, init in zip(self.writable, self.initial):
-            a = self.arrays[i]
-            if self.poison and (a.dtype.kind == "f" or a.dtype.name == "bfloat16"):
-                a[...] = np.nan
-            else:
-                a[...] = init
-
-    def result(self):
-        if self.output is not None:
-            return [np.asarray(self.output()).astype(np.float64)]
-        return [self.arrays[i].astype(np.float64) for i in self.writable]
-
-    def reference(self):
-        """Run the kernel's own spec from the initial contents; check whether it overwrites its outputs
-        (then candidates start from NaN, so an element they leave unwritten shows)."""
-        self.restore()
-        self.lk(*self.arrays)
-        want = self.result()
-        self.poison = True
-        self.restore()
-        self.lk(*self.arrays)
-        self.poison = all(np.array_equal(g, w) for g, w in zip(self.result(), want))
-        self.own = want
-        return want
-
-
-class _Builds:
-    """``make`` called once per configuration while it is in use (arrays can be large)."""
-
-    def __init__(self, make):
-        self.make, self.cache = make, {}
-
-    def get(self, config):
-        k = tuple(sorted(config.items()))
-        if k not in self.cache:
-            try:
-                made = self.make(**config)
-            except TypeError as e:
-                if "argument" not in str(e):
-                    raise
-                raise TypeError(f"make(**{config}) failed: {e}; every knob must name a parameter of make") from None
-            if not isinstance(made, tuple) or len(made) not in (2, 3):
-                raise TypeError("make(**knobs) must return (loop kernel, arrays) or (loop kernel, arrays, output), "
-                                f"got {type(made).__name__}")
-            while len(self.cache) >= 2:
-                self.cache.pop(next(iter(self.cache)))
-            self.cache[k] = _Built(made)
-        return self.cache[k]
-
-    def drop(self, config):
-        self.cache.pop(tuple(sorted(config.items())), None)
-
-
-def _measure(c, builds, reference, reps, rtol, clock="wall"):
-    """Time candidate ``c`` (min of ``reps`` runs, kept if lower than before) after a checking run."""
-    try:
-        built = builds.get(c.config)
-        if built.own is None:
-            built.reference()
-        variant = built.lk.with_spec(c.spec)
-        built.restore()
-        variant(*built.arrays)
-        want = reference if built.output is not None else built.own
-        if not _same(built.result(), want, rtol):
-            c.seconds, c.note = None, "different result, skipped"
-            return
-        best = c.seconds or float("inf")
-        for _ in range(reps):
-            best = min(best, elapsed(variant, built.arrays, clock))
-        c.seconds = best
-    except (SpecError, TraceError, IndexError, ValueError) as e:
-        c.seconds, c.note = None, str(e).splitlines()[0]
-
-
-def elapsed(fn, arrays, clock="wall"):
-    """Seconds of one run of the loop kernel ``fn`` on ``arrays``: wall clock, or (``clock="cpu"``)
-    the largest CPU time of its pool's threads.
-
-    >>> import numpy as np, tppasm as tpp
-    >>> from loops import Loop, kernel
-    >>> zero = tpp.zero(8, 8)
-    >>> clear = kernel("A", Loop(0, 4))(lambda i, X: zero(X[i]))
-    >>> X = np.ones((4, 8, 8), np.float32)
-    >>> elapsed(clear, (X,), "cpu") > 0, float(X.sum())
-    (True, 0.0)
-    """
-    if clock == "wall":
-        t = time.perf_counter()
-        fn(*arrays)
-        return time.perf_counter() - t
-    pool = fn.pool
-    before = pool.cpu_seconds()
-    fn(*arrays)
-    return max(b - a for a, b in zip(before, pool.cpu_seconds()))
-
-
-def _same(got, want, rtol):
-    for g, w in zip(got, want):
-        scale = float(np.abs(w).max()) if w.size else 0.0
-        if g.shape != w.shape or not np.allclose(g, w, rtol=rtol, atol=rtol * max(scale, 1.0)):
-            return False
-    return True
-
-
 def _rebuild(builds, record):
     built = builds.get(record["knobs"])
     if built.own is None:
@@ -388,7 +259,7 @@ def _default_key(built, threads):
 
 # -- the model ------------------------------------------------------------------------------
 
-def _predictor(built, machine, threads):
+def predictor(built, machine, threads):
     """``spec -> predicted seconds`` for a configuration, or None when the model cannot read its body."""
     from .cost import Machine, Model, flop_seconds, time_kernel
     machine = machine or Machine.host(threads)
