@@ -3,9 +3,9 @@
 ``python -m bench.tune_score [--size 1024] [--threads 2] [--exhaustive FILE] [--seconds 120] [--repeats 3]
 [--lock /tmp/tppasm-bench.lock] [--json FILE]``
 
-1. Exhaustive (offline, once; skipped when ``--exhaustive FILE`` exists, else written there): every
-   candidate of the joint space (:data:`SPACE` knobs x specs x block sizes of the M and N loops) of
-   the DSL GEMM at size^3 is checked and timed (:func:`loops.tune.search` with no limit, one
+1. Exhaustive (offline, once; kept in ``--exhaustive FILE``, which a later run resumes): every
+   candidate of the joint space (:data:`SPACE` and :data:`EXTRA` knobs x specs x block sizes of the M
+   and N loops) of the DSL GEMM at size^3 is checked and timed (:func:`loops.tune.search` with no limit, one
    configuration at a time, each holding the bench lock), with the model's prediction beside it;
    then the 20 fastest are timed again, round robin, and the lowest median is the exhaustive best.
 2. Model: from those timings, the rank of the exhaustive best in the model's order and how close
@@ -25,6 +25,8 @@ from bench.gemm import _pool, gemm_maker, winner_text
 from loops.tune import elapsed, search
 
 SPACE = {"bm": [64, 32, 128], "bn": [32, 64], "bk": [64], "kstep": [8], "edges": [False]}
+EXTRA = [{"bm": 64, "bn": 32, "bk": 128, "kstep": 4, "edges": False},     # K blocks of 128, 4 per BRGEMM
+         {"bm": 64, "bn": 64, "bk": 128, "kstep": 4, "edges": False}]
 
 
 @contextlib.contextmanager
@@ -42,16 +44,15 @@ def locked(path):
 
 
 def configs():
-    """Every knob combination of :data:`SPACE`, in order.
+    """Every knob combination of :data:`SPACE`, in order, then :data:`EXTRA`.
 
     >>> len(configs()), configs()[0]["bm"]
-    (6, 64)
+    (8, 64)
     """
-    keys = list(SPACE)
     out = [{}]
-    for k in keys:
+    for k in SPACE:
         out = [{**c, k: v} for c in out for v in SPACE[k]]
-    return out
+    return out + EXTRA
 
 
 def operands(size):
@@ -60,27 +61,49 @@ def operands(size):
 
 
 def exhaustive(size, threads, lock, path, reps=2, clock="wall"):
-    """Time every candidate (see the module docstring); returns and writes the rows."""
+    """Time every candidate (see the module docstring), resuming ``path``: configurations already
+    there are kept (each is written as soon as it is done); returns the data."""
     a, b = operands(size)
     make = gemm_maker(a, b, "f32", _pool(threads))
-    rows = []
-    for n, config in enumerate(configs()):
+    data = {"size": size, "threads": threads, "clock": clock, "rows": []}
+    if os.path.exists(path):
+        with open(path) as f:
+            data = json.load(f)
+        if (data["size"], data["threads"], data.get("clock", "wall")) != (size, threads, clock):
+            raise SystemExit(f"{path} holds {data['size']}^3 on {data['threads']} threads by {data.get('clock')} "
+                             f"clock; pass another --exhaustive file")
+    rows = data["rows"]
+    done = {_key(r["config"]) for r in rows}
+    todo = [c for c in configs() if _key(c) not in done]
+    for n, config in enumerate(todo):
         with locked(lock):
             found = search(make, [config], seconds=None, reps=reps, refine=0, progress=True, remember=False,
                            clock=clock)
         rows += [{"config": c.config, "spec": c.spec, "predicted": c.predicted, "seconds": c.seconds, "note": c.note}
                  for c in found.candidates]
-        print(f"configuration {n + 1}/{len(configs())} {config}: {len(found.candidates)} candidates, fastest "
+        print(f"configuration {n + 1}/{len(todo)} {config}: {len(found.candidates)} candidates, fastest "
               f"{min(c.seconds for c in found.candidates if c.seconds) * 1e3:.2f} ms", flush=True)
-    timed = sorted((r for r in rows if r["seconds"]), key=lambda r: r["seconds"])
-    with locked(lock):
-        medians = retime(make, timed[:20], rounds=5, clock=clock)
-    for r, m in zip(timed[:20], medians):
-        r["retimed"] = m
-    out = {"size": size, "threads": threads, "space": SPACE, "clock": clock, "rows": rows}
-    with open(path, "w") as f:
-        json.dump(out, f)
-    return out
+        _save(data, path)
+    if todo or not any(r.get("retimed") for r in rows):
+        for r in rows:
+            r.pop("retimed", None)
+        timed = sorted((r for r in rows if r["seconds"]), key=lambda r: r["seconds"])
+        with locked(lock):
+            medians = retime(make, timed[:20], rounds=5, clock=clock)
+        for r, m in zip(timed[:20], medians):
+            r["retimed"] = m
+        _save(data, path)
+    return data
+
+
+def _key(config):
+    return tuple(sorted(config.items()))
+
+
+def _save(data, path):
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f)
+    os.replace(path + ".tmp", path)
 
 
 def retime(make, rows, rounds=5, reps=3, clock="wall"):
@@ -149,11 +172,7 @@ def main(argv=None):
     p.add_argument("--lock", default="/tmp/tppasm-bench.lock", help="bench lock file ('' for none)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    if os.path.exists(args.exhaustive):
-        with open(args.exhaustive) as f:
-            data = json.load(f)
-    else:
-        data = exhaustive(args.size, args.threads, args.lock, args.exhaustive, args.reps, args.clock)
+    data = exhaustive(args.size, args.threads, args.lock, args.exhaustive, args.reps, args.clock)
     rows = data["rows"]
     size, threads, clock = data["size"], data["threads"], data.get("clock", "wall")
     a, b = operands(size)

@@ -92,8 +92,9 @@ class Builds:
         self.cache.pop(tuple(sorted(config.items())), None)
 
 
-def measure(c, builds, reference, reps, rtol, clock="wall"):
-    """Time candidate ``c`` (min of ``reps`` runs, kept if lower than before) after a checking run."""
+def measure(c, builds, reference, reps, rtol, clock="wall", probe=None):
+    """Time candidate ``c`` (min of ``reps`` runs, kept if lower than before) after a checking run;
+    with a :class:`Probe`, scaled by the machine's speed of the moment."""
     try:
         built = builds.get(c.config)
         if built.own is None:
@@ -105,12 +106,42 @@ def measure(c, builds, reference, reps, rtol, clock="wall"):
         if not same(built.result(), want, rtol):
             c.seconds, c.note = None, "different result, skipped"
             return
-        best = c.seconds or float("inf")
-        for _ in range(reps):
-            best = min(best, elapsed(variant, built.arrays, clock))
-        c.seconds = best
+        scale = probe.scale() if probe is not None else 1.0
+        best = min(elapsed(variant, built.arrays, clock) for _ in range(reps)) * scale
+        c.seconds = min(best, c.seconds or float("inf"))
     except (SpecError, TraceError, IndexError, ValueError) as e:
         c.seconds, c.note = None, str(e).splitlines()[0]
+
+
+class Probe:
+    """The machine's speed of the moment: a fixed loop kernel (the reference configuration) timed
+    again whenever ``every`` seconds have passed. :meth:`scale` is its first time over its latest,
+    so a candidate's time times the scale is what it would have taken at the first probe's speed:
+    a period in which another process slows the core (its SMT sibling, the shared cache) cancels
+    instead of ranking every candidate timed in it last.
+
+    >>> import numpy as np, tppasm as tpp
+    >>> from loops import Loop, kernel
+    >>> zero = tpp.zero(8, 8)
+    >>> clear = kernel("A", Loop(0, 4))(lambda i, X: zero(X[i]))
+    >>> probe = Probe(clear, (np.ones((4, 8, 8), np.float32),), reps=2, every=0.0)
+    >>> probe.scale() > 0
+    True
+    """
+
+    def __init__(self, fn, arrays, reps=2, clock="wall", every=0.5):
+        self.fn, self.arrays, self.reps, self.clock, self.every = fn, arrays, reps, clock, every
+        self.first = self.latest = self._time()
+        self.at = time.perf_counter()
+
+    def _time(self):
+        return min(elapsed(self.fn, self.arrays, self.clock) for _ in range(self.reps))
+
+    def scale(self):
+        if time.perf_counter() - self.at >= self.every:
+            self.latest = self._time()
+            self.at = time.perf_counter()
+        return self.first / self.latest
 
 
 def elapsed(fn, arrays, clock="wall"):

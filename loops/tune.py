@@ -13,8 +13,9 @@ Two entry points:
 Candidates (knob values x specs x block sizes) are ranked by the cost model (:mod:`loops.cost`,
 ``model=True``), then timed best-predicted first until ``top`` were timed or ``seconds`` are spent;
 the fastest few are timed again and the one with the lowest time wins. A timing is the minimum of
-``reps`` runs after a checking run: each candidate starts from the same array contents as the
-reference run (the first knob values and the kernel's own spec; outputs poisoned with NaN when the
+``reps`` runs after a checking run, scaled by the machine's speed of the moment (the reference
+timed again every ``probe`` seconds, :class:`loops.trial.Probe`). Each candidate starts from the
+same array contents as the reference run (the first knob values and the kernel's own spec; outputs poisoned with NaN when the
 reference overwrites them all) and a result that differs from the reference's is reported and
 never picked. Results are remembered per (kernel, shapes, dtypes, host, threads) in
 :data:`REMEMBERED` as plain JSON-able dicts, and a repeated search returns the remembered record.
@@ -45,7 +46,7 @@ from .enumerate import enumerate_union, spec_space
 from .signature import signature
 from .spec import LETTERS, SpecError
 from .trace import TraceError
-from .trial import Builds, Candidate, elapsed, measure  # noqa: F401  (elapsed: part of the tuning API)
+from .trial import Builds, Candidate, Probe, elapsed, measure  # noqa: F401  (elapsed: part of the tuning API)
 
 REMEMBERED = {}          # key (tuple) -> record (JSON-able dict) of every search in this process
 _KERNEL_SECONDS = {}     # (descriptor, isa, scalars) -> seconds of one hot call
@@ -130,7 +131,7 @@ def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4, bl
 
 
 def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, reps=3, model=True, machine=None,
-           progress=True, rtol=1e-4, key=None, remember=True, refine=5, clock="wall"):
+           progress=True, rtol=1e-4, key=None, remember=True, refine=5, clock="wall", probe=0.5):
     """Search ``knobs`` x specs x block sizes; return :class:`Tuned`. ``knobs``: name -> values for
     ``make`` (every combination, the first values first), or a list of keyword dicts.
 
@@ -143,7 +144,9 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     remembered under (default: the kernel's name, the reference arrays' shapes and dtypes, the
     host and the thread count); ``refine``: how many of the fastest are timed again at the end;
     ``clock``: ``"wall"``, or ``"cpu"``: the largest CPU time of the nest's threads, which leaves
-    out the time other processes held the cores (for a busy machine; see :meth:`loops.pool.Pool.cpu_seconds`).
+    out the time other processes held the cores (for a busy machine; see :meth:`loops.pool.Pool.cpu_seconds`);
+    ``probe``: every so many seconds the reference is timed again and the candidates' times are scaled
+    by its change (:class:`loops.trial.Probe`: a slower period of the machine cancels; 0: never).
 
     >>> import numpy as np, tppasm as tpp
     >>> from loops import Loop, kernel
@@ -170,6 +173,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     if remember and key in REMEMBERED:
         return _rebuild(builds, REMEMBERED[key])
     reference = ref.reference()
+    timer = Probe(ref.lk, ref.arrays, reps, clock, probe) if probe else None
     cands, unmodelled = [], 0
     for config in configs:
         if config != configs[0] and time.perf_counter() > start + (deadline - start) / 2:
@@ -189,7 +193,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     for c in order:
         if time.perf_counter() > deadline and timed:
             break
-        measure(c, builds, reference, reps, rtol, clock)
+        measure(c, builds, reference, reps, rtol, clock, timer)
         if c.seconds is not None:
             timed.append(c)
         order.learn(c)
@@ -200,7 +204,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     timed.sort(key=lambda c: c.seconds)
     for _ in range(2 if time.perf_counter() < deadline else 0):
         for c in timed[:refine]:                  # the fastest again, round robin: a lucky run is not enough
-            measure(c, builds, reference, reps, rtol, clock)
+            measure(c, builds, reference, reps, rtol, clock, timer)
     best = min(timed, key=lambda c: c.seconds)
     ranked = {id(c): i for i, c in enumerate(sorted(cands[1:], key=_predicted))}
     record = {"kernel": ref.lk.__name__, "key": [str(k) for k in key] if isinstance(key, tuple) else str(key),
