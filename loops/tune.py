@@ -12,12 +12,12 @@ Two entry points:
 
 Candidates (knob values x specs x block sizes) are ranked by the cost model (:mod:`loops.cost`,
 ``model=True``), then timed best-predicted first until ``top`` were timed or ``seconds`` are spent;
-the fastest few are timed again and the one with the lowest time wins. A timing is the minimum of
+the fastest few are timed again in rounds and the lowest median wins. A timing is the minimum of
 ``reps`` runs after a checking run, scaled by the machine's speed of the moment (the reference
 timed again every ``probe`` seconds, :class:`loops.trial.Probe`). Each candidate starts from the
-same array contents as the reference run (the first knob values and the kernel's own spec; outputs poisoned with NaN when the
-reference overwrites them all) and a result that differs from the reference's is reported and
-never picked. Results are remembered per (kernel, shapes, dtypes, host, threads) in
+same array contents as the reference run (the first knob values and the kernel's own spec;
+outputs poisoned with NaN when the reference overwrites them all) and a result that differs from
+the reference's is reported and never picked. Results are remembered per (kernel, shapes, dtypes, host, threads) in
 :data:`REMEMBERED` as plain JSON-able dicts, and a repeated search returns the remembered record.
 
 >>> import numpy as np
@@ -46,7 +46,7 @@ from .enumerate import enumerate_union, spec_space
 from .signature import signature
 from .spec import LETTERS, SpecError
 from .trace import TraceError
-from .trial import Builds, Candidate, Probe, elapsed, measure  # noqa: F401  (elapsed: part of the tuning API)
+from .trial import Builds, Candidate, Probe, elapsed, measure, time_again  # noqa: F401  (elapsed: tuning API)
 
 REMEMBERED = {}          # key (tuple) -> record (JSON-able dict) of every search in this process
 _KERNEL_SECONDS = {}     # (descriptor, isa, scalars) -> seconds of one hot call
@@ -131,22 +131,25 @@ def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4, bl
 
 
 def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, reps=3, model=True, machine=None,
-           progress=True, rtol=1e-4, key=None, remember=True, refine=5, clock="wall", probe=0.5):
+           progress=True, rtol=1e-4, key=None, remember=True, refine=5, clock="wall", probe=0):
     """Search ``knobs`` x specs x block sizes; return :class:`Tuned`. ``knobs``: name -> values for
     ``make`` (every combination, the first values first), or a list of keyword dicts.
 
     ``make(**config)`` returns ``(lk, arrays)`` or ``(lk, arrays, output)``; without ``output``, each
     configuration's results are checked against its own kernel's spec. ``specs``: a fixed list
     (else :func:`space` of each configuration's kernel with ``blocks``); ``top``: how many are timed
-    at most; ``seconds``: the wall-clock budget (modelling included: configurations not modelled in
-    its first half are left out, and the record counts them); ``machine``: the
+    at most; ``seconds``: the wall-clock budget (modelling included: configurations are modelled
+    best kernel first, and those not modelled in its first 40% are left out, counted in the
+    record); ``machine``: the
     :class:`loops.cost.Machine` (default measured on the host); ``key``: what the result is
     remembered under (default: the kernel's name, the reference arrays' shapes and dtypes, the
-    host and the thread count); ``refine``: how many of the fastest are timed again at the end;
+    host and the thread count); ``refine``: how many of the fastest are timed again at the end, in
+    3 round-robin rounds, the lowest median winning (a single lucky run does not);
     ``clock``: ``"wall"``, or ``"cpu"``: the largest CPU time of the nest's threads, which leaves
     out the time other processes held the cores (for a busy machine; see :meth:`loops.pool.Pool.cpu_seconds`);
     ``probe``: every so many seconds the reference is timed again and the candidates' times are scaled
-    by its change (:class:`loops.trial.Probe`: a slower period of the machine cancels; 0: never).
+    by its change (:class:`loops.trial.Probe`, for slow drifts of the machine's speed; 0, the
+    default: never. On a VM whose speed switches within a second it adds more noise than it removes).
 
     >>> import numpy as np, tppasm as tpp
     >>> from loops import Loop, kernel
@@ -175,23 +178,19 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     reference = ref.reference()
     timer = Probe(ref.lk, ref.arrays, reps, clock, probe) if probe else None
     cands, unmodelled = [], 0
-    for config in configs:
-        if config != configs[0] and time.perf_counter() > start + (deadline - start) / 2:
-            unmodelled += 1                       # half the budget is for timing: the rest are left out
+    for config, lk, predict in _models(configs, builds, ref, model, machine, threads, start + (deadline - start) / 4):
+        late = config is not configs[0] and time.perf_counter() > start + (deadline - start) * 0.4
+        if lk is None or late:
+            unmodelled += 1                       # the rest of the budget is for timing: left out
             continue
-        built = builds.get(config) if config != configs[0] else ref
-        found = list(specs) if specs is not None else space(built.lk, blocks)
-        predict = predictor(built, machine, threads) if model else None
-        for s in found:
+        for s in list(specs) if specs is not None else space(lk, blocks):
             cands.append(Candidate(config, s, _safe(predict, s) if predict else None))
-        if config != configs[0]:
-            builds.drop(config)
     modelled = time.perf_counter() - start
     order = _Order(cands, model, top, threads)
     bar = _Progress(order.total, progress)
-    timed = []
+    timed, finals = [], start + (deadline - start) * 0.9       # the last tenth: the final rounds
     for c in order:
-        if time.perf_counter() > deadline and timed:
+        if time.perf_counter() > finals and timed:
             break
         measure(c, builds, reference, reps, rtol, clock, timer)
         if c.seconds is not None:
@@ -202,10 +201,14 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     if not timed:
         raise RuntimeError("no candidate ran: " + "; ".join(f"{c.spec}: {c.note}" for c in cands[:3]))
     timed.sort(key=lambda c: c.seconds)
-    for _ in range(2 if time.perf_counter() < deadline else 0):
-        for c in timed[:refine]:                  # the fastest again, round robin: a lucky run is not enough
-            measure(c, builds, reference, reps, rtol, clock, timer)
-    best = min(timed, key=lambda c: c.seconds)
+    finalists = timed[:max(1, refine)]
+    samples = {id(c): [c.seconds] for c in finalists}
+    for _ in range(3 if len(finalists) > 1 else 0):     # round robin: a period of another load hits all alike
+        for c in finalists:
+            samples[id(c)].append(time_again(c, builds, reps, clock))
+    for c in finalists:
+        c.seconds = float(np.median(samples[id(c)]))
+    best = min(finalists, key=lambda c: c.seconds)
     ranked = {id(c): i for i, c in enumerate(sorted(cands[1:], key=_predicted))}
     record = {"kernel": ref.lk.__name__, "key": [str(k) for k in key] if isinstance(key, tuple) else str(key),
               "threads": threads, "knobs": best.config, "spec": best.spec, "seconds": best.seconds,
@@ -262,6 +265,24 @@ def _default_key(built, threads):
 
 
 # -- the model ------------------------------------------------------------------------------
+
+def _models(configs, builds, ref, model, machine, threads, until):
+    """(config, loop kernel, predictor or None) per configuration: the reference first, then, with a
+    model, the others by their own spec's predicted time (the best kernels first) as far as
+    ``until`` allows (None for the rest: not modelled)."""
+    out = []
+    for config in configs:
+        if model and config is not configs[0] and time.perf_counter() > until:
+            out.append((config, None, None))
+            continue
+        built = builds.get(config) if config is not configs[0] else ref
+        out.append((config, built.lk, predictor(built, machine, threads) if model else None))
+        if config is not configs[0]:
+            builds.drop(config)
+    if model and out[0][2] is not None:
+        out[1:] = sorted(out[1:], key=lambda m: _safe(m[2], m[1].spec.text) or float("inf") if m[2] else float("inf"))
+    return out
+
 
 def predictor(built, machine, threads):
     """``spec -> predicted seconds`` for a configuration, or None when the model cannot read its body."""
