@@ -206,14 +206,15 @@ def dtype_peak(dtype):
     """(GFLOP/s of one core, the peak loop, its share of the peak) for ``dtype``: the loop of the unit
     tppasm's BRGEMM uses (``bench.peaks`` where present), else the fp32 FMA loop, whose rate a bf16
     dot (``vdpbf16ps``) doubles on AVX512-BF16 hosts (the anchors measured 1 zmm/cycle for both;
-    assumed, not timed, without ``bench.peaks``)."""
+    assumed, not timed, without ``bench.peaks``). The GFLOP/s are the best of the loop's runs:
+    another process slows a run, never speeds it up."""
     try:
         from bench import peaks
     except ImportError:
         factor = 2.0 if dtype == "bf16" and _has_bf16() else 1.0
-        return tg.fma_peak()[0] * factor, tg.LOOPS["fma_peak"], factor
+        return tg.fma_peak()[1] * factor, tg.LOOPS["fma_peak"], factor
     unit = peaks.kernel_unit(dtype)
-    return peaks.peak(dtype, unit), peaks.peak_loop(dtype, unit), 1.0
+    return peaks.peak_stats(dtype, unit)[1], peaks.peak_loop(dtype, unit), 1.0
 
 
 TUNE_CLOCK = "wall"      # --tune-clock: how the tuner times candidates (cpu: leaves out other processes)
