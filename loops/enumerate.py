@@ -161,9 +161,9 @@ def spec_space(loops, blockings, most=4):
     >>> len(space), space[:2], "aB[,,,(8)]b" in space
     (20, ['Ba', 'aB'], True)
     """
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    desc = [(letters[i], lp.parallel and lp.trip > 1) for i, lp in enumerate(loops)]
-    sizes = {letters[i]: block_sizes(lp.trip, lp.step, most) for i, lp in enumerate(loops)}
+    from .spec import LETTERS
+    desc = [(LETTERS[i], lp.parallel and lp.trip > 1) for i, lp in enumerate(loops)]
+    sizes = {LETTERS[i]: block_sizes(lp.trip, lp.step, most) for i, lp in enumerate(loops)}
     limits = {k: min(v, 5) if sizes[k] else 0 for k, v in blockings.items()}
     out = []
     for spec in enumerate_union(desc, limits):
