@@ -13,6 +13,8 @@ and equal neighbours merged again; duplicates are dropped, first occurrence kept
 """
 import itertools
 
+from .spec import LETTERS
+
 
 def parse_description(text):
     """``"a_0_K,b_1_M"`` -> [("a", 0, False), ("b", 1, True)].
@@ -161,7 +163,6 @@ def spec_space(loops, blockings, most=4):
     >>> len(space), space[:2], "aB[,,,(8)]b" in space
     (20, ['Ba', 'aB'], True)
     """
-    from .spec import LETTERS
     desc = [(LETTERS[i], lp.parallel and lp.trip > 1) for i, lp in enumerate(loops)]
     sizes = {LETTERS[i]: block_sizes(lp.trip, lp.step, most) for i, lp in enumerate(loops)}
     limits = {k: min(v, 5) if sizes[k] else 0 for k, v in blockings.items()}
