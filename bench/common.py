@@ -1,11 +1,26 @@
-"""Timing and reporting shared by the benchmarks: medians of auto-calibrated runs, ratios, JSON."""
+"""What every benchmark suite shares: timing, tables, progress, one JSON file and a plot per run.
+
+How a suite plugs in: a module under ``bench/`` with ``main(argv)`` that accepts ``--json FILE``,
+prints its tables with :class:`Report` and ends with ``write_json(args.json, reports)``; list it in
+``bench.__main__.SUITES``. ``python -m bench SUITE --json FILE --plot FILE.png`` then runs every
+module of the suite, merges their records into exactly FILE and draws the plot (:func:`plot`).
+A record joins the plot when it has ``gflops`` (ours) and an ``x`` label; its other ``*_gflops``
+keys are further series (``numpy_gflops``, ``torch_gflops``, ...) and ``peak_gflops`` is drawn as
+the peak line. Every record also names the host and its ISA (:func:`host_info`).
+"""
 import json
+import os
+import sys
+import time
+
+import numpy as np
 
 from tppasm.timing import calibrate, median_time, time_runs  # noqa: F401  (re-exported)
 
 
 class Report:
-    """Rows printed as an aligned table as they come, and kept for ``--json``."""
+    """Rows printed as an aligned table as they come, and kept for ``--json``; keyword arguments of
+    :meth:`add` go into the record only (e.g. ``gflops=``, ``x=`` for the plot, a tuned spec)."""
 
     def __init__(self, title, columns):
         self.title, self.columns, self.rows = title, columns, []
@@ -18,7 +33,8 @@ class Report:
         print(" | ".join(_fmt(v) for v in values), flush=True)
 
     def records(self):
-        return [{"table": self.title, **r} for r in self.rows]
+        host = host_info()
+        return [{"table": self.title, "host": host["host"], "isa": host["isa"], **r} for r in self.rows]
 
 
 def _fmt(v):
@@ -27,9 +43,126 @@ def _fmt(v):
     return str(v)
 
 
+def interleaved(fns, rounds=9, seconds=0.03):
+    """Time ``fns`` back to back in each of ``rounds`` rounds (each call repeated to ~``seconds``):
+    (median seconds per call of each, median over rounds of each one's time / the first one's), so
+    a ratio is taken between runs a fraction of a second apart and the host's drift cancels.
+
+    >>> t, r = interleaved([lambda: sum(range(100)), lambda: sum(range(100))], rounds=3, seconds=0.001)
+    >>> len(t), r[0], r[1] > 0
+    (2, 1.0, True)
+    """
+    reps = [calibrate(fn, seconds) for fn in fns]
+    samples = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, n, out in zip(fns, reps, samples):
+            t = time.perf_counter()
+            for _ in range(n):
+                fn()
+            out.append((time.perf_counter() - t) / n)
+    ratios = [float(np.median([x / y for x, y in zip(s, samples[0])])) for s in samples]
+    return [float(np.median(s)) for s in samples], ratios
+
+
+def host_info():
+    """The host as records name it: ``{"host": vendor and ISA level, "isa": ..., "threads": CPUs}``.
+
+    >>> sorted(host_info())
+    ['host', 'isa', 'threads']
+    """
+    from isa.cpu import host
+    h = host()
+    return {"host": f"{h.vendor} {h.arch}", "isa": h.isa, "threads": len(os.sched_getaffinity(0))}
+
+
+ANNOUNCE = True         # python -m bench collects the files itself and says what it wrote
+
+
 def write_json(path, reports):
-    """Write the records of ``reports`` to ``path`` (if given)."""
+    """Write the records of ``reports`` (:class:`Report`, or lists of record dicts) to ``path`` (if given)."""
     if path:
+        records = [r for rep in reports for r in (rep.records() if hasattr(rep, "records") else rep)]
         with open(path, "w") as f:
-            json.dump([r for rep in reports for r in rep.records()], f, indent=1)
-        print(f"\nwrote {path}")
+            json.dump(plain(records), f, indent=1)
+        if ANNOUNCE:
+            print(f"\nwrote {path}")
+
+
+def plain(x):
+    """``x`` as strict JSON values: NumPy scalars as Python ones, NaN and infinities as None, other
+    objects as their text.
+
+    >>> plain({"a": [float("nan"), 1.5], "b": (2, "x")})
+    {'a': [None, 1.5], 'b': [2, 'x']}
+    """
+    if isinstance(x, dict):
+        return {str(k): plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [plain(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        x = x.item()
+    if isinstance(x, float):
+        return x if x == x and abs(x) != float("inf") else None
+    if x is None or isinstance(x, (bool, int, str)):
+        return x
+    return str(x)
+
+
+def progress(items, desc, enabled=True):
+    """``items`` with a progress bar (tqdm, notebook-aware, when installed; else as they are).
+
+    >>> list(progress([1, 2], "demo", enabled=False))
+    [1, 2]
+    """
+    if not enabled or not (sys.stderr.isatty() or "ipykernel" in sys.modules):
+        return items
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return items
+    return tqdm(items, desc=desc, leave=False)
+
+
+def plot(records, path, title="tppasm benchmarks"):
+    """GFLOP/s per shape (one panel per table that has ``gflops`` and ``x``), the peak as a line;
+    written to ``path`` with matplotlib. Returns the number of panels (0: nothing to plot).
+
+    >>> plot([{"table": "t", "x": "64", "gflops": 1.0}], os.devnull) in (0, 1)
+    True
+    """
+    tables = {}
+    for r in records:
+        if isinstance(r.get("gflops"), (int, float)) and "x" in r:
+            tables.setdefault(r.get("table", ""), []).append(r)
+    if not tables:
+        return 0
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib is not installed: no plot; pip install matplotlib)")
+        return 0
+    fig, axes = plt.subplots(len(tables), 1, figsize=(10, 3.6 * len(tables)), squeeze=False)
+    for ax, (name, rows) in zip(axes[:, 0], tables.items()):
+        xs = list(range(len(rows)))
+        series = ["gflops"] + sorted({k for r in rows for k in r if k.endswith("_gflops") and k != "peak_gflops"})
+        width = 0.8 / len(series)
+        for j, key in enumerate(series):
+            ys = [r.get(key) if isinstance(r.get(key), (int, float)) else float("nan") for r in rows]
+            ax.bar([x + (j - (len(series) - 1) / 2) * width for x in xs], ys, width,
+                   label={"gflops": "tppasm", "fixed_gflops": "tppasm, fixed spec"}.get(key, key[:-len("_gflops")]))
+        peaks = [r.get("peak_gflops") for r in rows]
+        if any(isinstance(p, (int, float)) for p in peaks):
+            ax.step([x - 0.5 for x in xs] + [xs[-1] + 0.5],
+                    [p if isinstance(p, (int, float)) else float("nan") for p in peaks + peaks[-1:]],
+                    where="post", color="k", linestyle="--", label="peak")
+        ax.set_xticks(xs, [str(r["x"]) for r in rows], rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("GFLOP/s")
+        ax.set_title(name[:110], fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{title} ({host_info()['host']}, {host_info()['isa']})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return len(tables)

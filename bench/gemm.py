@@ -1,26 +1,34 @@
-"""Blocked GEMM and an MLP written in the loop DSL, against numpy (OpenBLAS) and torch in the same run.
+"""GEMM of any shape written in the loop DSL, tuned per shape, against numpy (OpenBLAS) and torch.
 
-``python -m bench gemm [--sizes 512,1024,2048,4096x1024x1024] [--threads 1,2] [--dtypes f32,bf16]
-[--quick] [--no-mlp] [--json FILE]``
+``python -m bench gemm [--sizes 512,1024,2048,4096x1024x1024,1000x700x300] [--threads 1,2]
+[--dtypes f32,bf16] [--no-tune] [--tune-seconds 20] [--quick] [--json FILE]``
 
-GFLOP/s are medians of auto-calibrated runs (:func:`bench.common.median_time`); every row is
-measured with 1 and 2 threads: our pool sized to the count, OpenBLAS limited with threadpoolctl,
-torch with ``torch.set_num_threads``. The DSL GEMM is DESIGN.md's: A blocked (Mb, Kb, bm, bk),
-B (Nb, Kb, bk, bn) with bm = bk = 64 and bn = two vectors (:func:`n_block`); the K loop steps by 8 blocks (one BRGEMM of count 8 per step, C zeroed at
-``ik == 0``), spec ``aBC`` unless ``--spec`` says otherwise (M and N may be blocked twice, by 8 and 4). The MLP is a chain of fully connected
-layers with bias + relu fused into the BRGEMM epilogue, against ``nn.Linear`` + ``relu``.
+The DSL GEMM is DESIGN.md's: A blocked (Mb, Kb, bm, bk), B (Nb, Kb, bk, bn), C (Mb, Nb, bm, bn),
+padded with zeros to whole blocks (``tpp.block(..., pad=True)``; ``tpp.unblock(C, shape=(M, N))``
+crops), so any M, N, K runs; the last row and column blocks get BRGEMMs of their own size
+(``edges=True``, the default: measured 1.01-1.02x faster than computing the padding at 1000-2000,
+1.2-1.3x at 100-800) or compute their zero padding too (``edges=False``: no edge code at all). The K loop steps by ``kstep`` blocks (one BRGEMM of that
+count per step, C zeroed at ``ik == 0``). By default every (shape, dtype, thread count) is tuned
+with :func:`loops.tune.search` over the spec, the block sizes of the M and N loops and the knobs of
+:func:`gemm_configs` (bm, bn, bk, kstep, edges), the cost model choosing what is timed; the table
+shows the winner beside the fixed configuration (spec ``aBC``, bm = bk = 64, bn = two vectors
+(:func:`n_block`), kstep 8). Every row times the tuned and fixed GEMM, numpy and torch (and, on 2
+threads, the 1-thread winner) back to back in interleaved rounds: GFLOP/s are medians, ratios the
+medians of the per-round ratios. Our pool is sized to the thread count, OpenBLAS limited with
+threadpoolctl, torch with ``torch.set_num_threads``.
 """
 import argparse
 import contextlib
-import time
+import functools
 
 import numpy as np
 
 import tppasm as tpp
 import bench.tpp_gemm as tg
-from bench.common import Report, median_time, write_json
+from bench.common import Report, interleaved, progress, write_json
 from loops import Loop, kernel
 from loops.pool import Pool, get_pool
+from loops.tune import search
 
 BLOCK = 64
 KSTEP = 8          # K blocks per BRGEMM call: A and B panels of 128 KiB stay in L2
@@ -30,37 +38,13 @@ def n_block():
     """Columns per block of B and C: two vectors of the host's fp32 width (16 on AVX2, 32 on
     AVX-512). Then a B block row is exactly the microkernel's B panel row, so each kernel reads
     its B panel sequentially (what OpenBLAS gets by packing); 64-column blocks measured 0.75-0.85x
-    of that on this AVX2 host, whose tiles read 64 of every 256 bytes.
+    of that on an AVX2 host, whose tiles read 64 of every 256 bytes.
 
     >>> n_block() in (16, 32)
     True
     """
     from isa.cpu import host
     return 32 if host().isa in ("avx512", "amx") else 16
-
-
-clock = "wall"
-
-
-def gflops(fn, flops, runs):
-    """GFLOP/s of ``fn``: median of calibrated runs, or a single run when one call takes over a second
-    (torch's bf16 on a machine without bf16 instructions, say). With ``--clock cpu`` the time is the
-    calling thread's CPU time (median of the calls in ~0.3 s): on a busy machine it leaves out the
-    time other processes held the core; it is only meaningful for 1-thread rows.
-    """
-    t, c = time.perf_counter(), time.thread_time()
-    fn()
-    once, once_cpu = time.perf_counter() - t, time.thread_time() - c
-    if once > 1.0:
-        return flops / (once_cpu if clock == "cpu" else once) / 1e9
-    if clock == "cpu":
-        samples = []
-        for _ in range(max(runs, int(0.3 / max(once, 1e-6)))):
-            t = time.thread_time()
-            fn()
-            samples.append(time.thread_time() - t)
-        return flops / max(float(np.median(samples)), 1e-9) / 1e9
-    return flops / median_time(fn, runs=runs) / 1e9
 
 
 def parse_sizes(text):
@@ -72,6 +56,8 @@ def parse_sizes(text):
     out = []
     for item in text.split(","):
         dims = [int(x) for x in item.lower().split("x")]
+        if len(dims) not in (1, 3) or min(dims) < 1:
+            raise SystemExit(f"--sizes: {item!r} must be N or MxNxK with positive sizes, e.g. 1000x700x300")
         out.append(tuple(dims * 3) if len(dims) == 1 else tuple(dims))
     return out
 
@@ -80,38 +66,111 @@ def _pool(n):
     return get_pool() if get_pool().nthreads == n else Pool(n)
 
 
-def dsl_gemm(M, N, K, dtype, pool, spec="aBC", bm=BLOCK, bn=None, bk=BLOCK):
-    """(gemm, arrays, check) for DESIGN.md's GEMM on random operands; ``check()`` is the relative error.
-    ``bn`` defaults to :func:`n_block`.
+def largest_divisor(n, most):
+    """The largest divisor of ``n`` not above ``most`` (the K step that needs no remainder call).
 
-    >>> gemm, arrays, check = dsl_gemm(64, 64, 64, "f32", get_pool(), bm=32, bn=32, bk=32)
-    >>> gemm(*arrays); check() < 1e-3
+    >>> largest_divisor(16, 8), largest_divisor(5, 4), largest_divisor(12, 8)
+    (8, 1, 6)
+    """
+    return max(d for d in range(1, min(n, most) + 1) if n % d == 0)
+
+
+def gemm_maker(a, b, dtype, pool, spec="aBC"):
+    """``make(bm, bn, bk, kstep, edges)`` for :func:`loops.tune.search`: the DSL GEMM ``a @ b`` of any
+    shape as (loop kernel, (A, B, C), output) with ``output()`` the (M, N) result. Blocked operands
+    are cached per block size.
+
+    >>> rng = np.random.default_rng(0)
+    >>> a, b = rng.random((50, 30), np.float32), rng.random((30, 40), np.float32)
+    >>> make = gemm_maker(a, b, "f32", get_pool())
+    >>> for edges in (False, True):
+    ...     gemm, arrays, output = make(bm=32, bn=32, bk=16, kstep=2, edges=edges)
+    ...     gemm(*arrays)
+    ...     print(bool(np.allclose(output(), a @ b, rtol=1e-5)))
+    True
     True
     """
-    bn = bn or n_block()
-    Mb, Nb, Kb = M // bm, N // bn, K // bk
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((M, K), np.float32)
-    b = rng.standard_normal((K, N), np.float32)
-    A = tpp.block(a.astype(tpp.dtypes.dtype(dtype)), bm, bk)
-    Bb = tpp.block(b.astype(tpp.dtypes.dtype(dtype)), bk, bn, outer="n")
-    B = tpp.vnni_pack(Bb, 2) if dtype == "bf16" else Bb
-    C = tpp.empty((Mb, Nb, bm, bn))
-    kstep = min(Kb, KSTEP)
-    brgemm = tpp.brgemm(m=bm, n=bn, k=bk, dtype=dtype, beta=1)
-    zero = tpp.zero(bm, bn)
+    (M, K), N = a.shape, b.shape[1]
+    dt = tpp.dtypes.dtype(dtype)
+    a, b = a.astype(dt), b.astype(dt)
+    blocked = {}
 
-    @kernel(spec, Loop(0, Kb, kstep, parallel=False), Loop(0, Mb, blocks=[8, 4]), Loop(0, Nb, blocks=[8, 4]),
-            pool=pool)
-    def gemm(ik, im, jn, A, B, C):
-        if ik == 0:
-            zero(C[im, jn])
-        brgemm(A[im, ik:ik + kstep], B[jn, ik:ik + kstep], C[im, jn], count=kstep)
+    def layout(name, rows, cols):
+        if (name, rows, cols) not in blocked:
+            if name == "A":
+                blocked[name, rows, cols] = tpp.block(a, rows, cols, pad=True)
+            else:
+                Bb = tpp.block(b, rows, cols, outer="n", pad=True)
+                blocked[name, rows, cols] = tpp.vnni_pack(Bb, 2) if dtype == "bf16" else Bb
+        return blocked[name, rows, cols]
 
-    def check():
-        ref = a.astype(tpp.dtypes.dtype(dtype)).astype(np.float32) @ b.astype(tpp.dtypes.dtype(dtype)).astype(np.float32)
-        return float(np.abs(tpp.unblock(C) - ref).max() / np.abs(ref).max())
-    return gemm, (A, B, C), check
+    def make(bm=BLOCK, bn=None, bk=BLOCK, kstep=KSTEP, edges=True):
+        bn = bn or n_block()
+        Mb, Nb, Kb = tpp.nblocks(M, bm), tpp.nblocks(N, bn), tpp.nblocks(K, bk)
+        ks = largest_divisor(Kb, kstep)
+        A, B = layout("A", bm, bk), layout("B", bk, bn)
+        C = tpp.empty((Mb, Nb, bm, bn))
+        C[...] = 0
+        mt, nt = M - (Mb - 1) * bm, N - (Nb - 1) * bn
+        if not edges or (mt, nt) == (bm, bn):
+            kinds = {(False, False): (bm, bn)}
+        else:
+            kinds = {(r, c): (mt if r else bm, nt if c else bn) for r in (False, True) for c in (False, True)}
+        kernels = {key: (tpp.brgemm(m=m, n=n, k=bk, dtype=dtype, beta=1, lda=bk, ldb=bn, ldc=bn,
+                                    stride_a=bm * bk, stride_b=bk * bn), tpp.zero(m, n, ldo=bn), m, n)
+                   for key, (m, n) in kinds.items()}
+        loops = (Loop(0, Kb, ks, parallel=False), Loop(0, Mb, blocks=[8, 4]), Loop(0, Nb, blocks=[8, 4]))
+
+        def step(k, ik, im, jn, A, B, C):
+            mm, zero, m, n = k
+            if ik == 0:
+                zero(C[im, jn, :m, :n])
+            mm(A[im, ik:ik + ks, :m], B[jn, ik:ik + ks, :, :n], C[im, jn, :m, :n], count=ks)
+
+        if len(kernels) == 1:
+            @kernel(spec, *loops, pool=pool)
+            def gemm(ik, im, jn, A, B, C):
+                step(kernels[False, False], ik, im, jn, A, B, C)
+        else:
+            @kernel(spec, *loops, pool=pool)
+            def gemm(ik, im, jn, A, B, C):
+                last_m = im == Mb - 1
+                last_n = jn == Nb - 1
+                step(kernels[bool(last_m), bool(last_n)], ik, im, jn, A, B, C)
+        return gemm, (A, B, C), lambda: tpp.unblock(C, shape=(M, N))
+    return make
+
+
+def gemm_configs(M, N, K, dtype, quick=False):
+    """The knob values :func:`gemm_maker` is tuned over, the fixed configuration first: block sizes
+    that pad each dimension by at most 1/8 (or the fixed ones), K steps that differ once made
+    divisors of the K blocks, and edge kernels when a dimension does not divide.
+
+    >>> gemm_configs(1024, 1024, 1024, "f32", quick=True)[0] == {"bm": 64, "bn": n_block(), "bk": 64, "kstep": 8, "edges": True}
+    True
+    """
+    nb = n_block()
+    grid = {"bm": [64, 32, 128], "bn": [nb, 2 * nb], "bk": [64, 128], "kstep": [8, 4, 16]}
+    if quick:
+        grid = {"bm": [64, 32], "bn": [nb, 2 * nb], "bk": [64, 128], "kstep": [8, 16]}
+    fixed = {"bm": 64, "bn": nb, "bk": 64, "kstep": 8, "edges": True}
+
+    def fits(size, b, first):
+        return b == first or tpp.nblocks(size, b) * b <= size * 9 / 8 and b <= max(size, first)
+    out, seen = [fixed], set()
+    for bm in (b for b in grid["bm"] if fits(M, b, 64)):
+        for bn in (b for b in grid["bn"] if fits(N, b, nb)):
+            for bk in (b for b in grid["bk"] if fits(K, b, 64)):
+                for kstep in grid["kstep"]:
+                    ks = largest_divisor(tpp.nblocks(K, bk), kstep)
+                    for edges in ([True, False] if M % bm or N % bn else [True]):
+                        key = (bm, bn, bk, ks, edges)
+                        if key not in seen:
+                            seen.add(key)
+                            config = {"bm": bm, "bn": bn, "bk": bk, "kstep": kstep, "edges": edges}
+                            if config != fixed:
+                                out.append(config)
+    return out
 
 
 @contextlib.contextmanager
@@ -129,7 +188,8 @@ def _has_bf16():
     """True when the CPU has bf16 dot instructions (else torch's bf16 GEMM takes minutes: large sizes skipped)."""
     try:
         with open("/proc/cpuinfo") as f:
-            return "avx512_bf16" in f.read() or "amx_bf16" in f.read()
+            text = f.read()
+        return "avx512_bf16" in text or "amx_bf16" in text
     except OSError:
         return False
 
@@ -142,137 +202,134 @@ def _torch():
         return None
 
 
-def bench_gemm(sizes, threads, dtypes, spec, quick, tune=0):
-    torch = _torch()
-    rep = Report(f"GEMM GFLOP/s, {clock} clock (DSL = loops.kernel around tppasm.brgemm); % of the FMA "
-                 f"peak on 1 thread: median / 90th percentile of 15 ratios timed back to back with the peak loop",
-                 ["dtype", "M x N x K", "threads", "DSL", "numpy", "torch", "DSL/numpy", "DSL/torch", "DSL 2T/1T",
-                  "DSL %pk", "DSL q90", "numpy %pk", "numpy q90"])
-    tg.fma_peak()
-    peak_loop = tg.LOOPS["fma_peak"]
-    runs = 3 if quick else 5
-    for dtype in dtypes:
-        for M, N, K in sizes:
-            one, best = None, spec
-            for nt in threads:
-                gemm, arrays, check = dsl_gemm(M, N, K, dtype, _pool(nt), spec)
-                if tune and nt == threads[0]:
-                    best = gemm.tune(*arrays, budget=tune, reps=3, progress=False)
-                    print(f"# tuned {dtype} {M}x{N}x{K}: best spec {best!r} of {tune}")
-                gemm = gemm.with_spec(best)
+def dtype_peak(dtype):
+    """(GFLOP/s of one core, the peak loop, its share of the peak) for ``dtype``: the loop of the unit
+    tppasm's BRGEMM uses (``bench.peaks`` where present), else the fp32 FMA loop, whose rate a bf16
+    dot (``vdpbf16ps``) doubles on AVX512-BF16 hosts (the anchors measured 1 zmm/cycle for both;
+    assumed, not timed, without ``bench.peaks``). The GFLOP/s are the best of the loop's runs:
+    another process slows a run, never speeds it up."""
+    try:
+        from bench import peaks
+    except ImportError:
+        factor = 2.0 if dtype == "bf16" and _has_bf16() else 1.0
+        return tg.fma_peak()[1] * factor, tg.LOOPS["fma_peak"], factor
+    unit = peaks.kernel_unit(dtype)
+    return peaks.peak_stats(dtype, unit)[1], peaks.peak_loop(dtype, unit), 1.0
 
-                def run():
-                    gemm(*arrays)
-                run()
-                err = check()
-                if err > (1e-4 if dtype == "f32" else 1e-2):
-                    raise AssertionError(f"DSL GEMM {dtype} {M}x{N}x{K}: relative error {err}")
-                flops = 2 * M * N * K
-                ours = gflops(run, flops, runs)
-                np_g = th_g = float("nan")
-                pct = [float("nan")] * 4
-                if nt == 1:
-                    pct[:2] = (100 * x for x in tg.ratio_stats(tg.interleaved_ratios(run, flops, peak_loop, 15, 0.05)))
+
+TUNE_CLOCK = "wall"      # --tune-clock: how the tuner times candidates (cpu: leaves out other processes)
+
+
+def tuned(make, configs, seconds, key, progress_bar):
+    """:func:`loops.tune.search` over ``configs``; prints and returns its :class:`loops.tune.Tuned`."""
+    found = search(make, configs, seconds=seconds, key=key, progress=progress_bar, clock=TUNE_CLOCK)
+    r = found.record
+    print(f"# tuned {' '.join(map(str, key))}: {winner_text(r)} of {r['candidates']} modelled, "
+          f"{r['timed']} timed in {r['elapsed']:.0f} s ({r['seconds'] * 1e3:.2f} ms vs the fixed "
+          f"{r['reference_seconds'] * 1e3:.2f} ms)", flush=True)
+    return found
+
+
+def winner_text(record):
+    """'spec bm=.. bn=..' of a tuning record.
+
+    >>> winner_text({"spec": "aBC", "knobs": {"bm": 64, "edges": False}})
+    'aBC bm=64'
+    """
+    return record["spec"] + "".join(f" {k}={v}" for k, v in record["knobs"].items() if v is not False)
+
+
+def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
+    torch = _torch()
+    rounds = 5 if quick else 9
+    rep = Report(f"GEMM GFLOP/s: tuned DSL (loops.tune.search: spec, block sizes, knobs) and the fixed aBC, numpy, "
+                 f"torch, timed back to back (medians of {rounds} interleaved rounds; ratios: medians of per-round ratios); % of the dtype's "
+                 f"peak on 1 thread: median / 90th percentile of 15 ratios timed back to back with the peak loop",
+                 ["dtype", "M x N x K", "threads", "tuned", "aBC", "numpy", "torch", "tuned/numpy", "tuned/torch",
+                  "2T/1T", "%pk", "q90", "numpy %pk", "winner"])
+    rng = np.random.default_rng(0)
+    for dtype in dtypes:
+        peak, peak_loop, share = dtype_peak(dtype)
+        fp32_loop = dtype_peak("f32")[1]
+        for M, N, K in progress(sizes, f"gemm {dtype}", bar):
+            a = rng.standard_normal((M, K), np.float32)
+            b = rng.standard_normal((K, N), np.float32)
+            configs = gemm_configs(M, N, K, dtype, quick)
+            ref = (a.astype(tpp.dtypes.dtype(dtype)).astype(np.float32)
+                   @ b.astype(tpp.dtypes.dtype(dtype)).astype(np.float32))
+            flops = 2 * M * N * K
+            first = None
+            for nt in threads:
+                make = gemm_maker(a, b, dtype, _pool(nt))
+                fixed, fixed_arrays, fixed_out = make(**configs[0])
+                run_fixed = functools.partial(fixed, *fixed_arrays)
+                run_fixed()
+                _check(fixed_out(), ref, dtype, f"{dtype} {M}x{N}x{K}, fixed")
+                run, win = run_fixed, None
+                if tune_seconds:
+                    found = tuned(make, configs, tune_seconds, ("gemm", dtype, M, N, K, nt), bar)
+                    run, win = found, found.record
+                    run()
+                    _check(found.output(), ref, dtype, f"{dtype} {M}x{N}x{K}, tuned")
+                named = {"tuned": run, "fixed": run_fixed}
                 if dtype == "f32":
-                    a = np.random.rand(M, K).astype(np.float32)
-                    b = np.random.rand(K, N).astype(np.float32)
                     c = np.empty((M, N), np.float32)
-                    with blas_threads(nt):
-                        np_g = gflops(lambda: a @ b, flops, runs)
-                        if nt == 1:
-                            pct[2:] = (100 * x for x in tg.ratio_stats(
-                                tg.interleaved_ratios(lambda: np.matmul(a, b, out=c), flops, peak_loop, 15, 0.05)))
+                    named["numpy"] = functools.partial(np.matmul, a, b, out=c)
                 if torch is not None and (dtype == "f32" or M * N * K <= 1024 ** 3 or _has_bf16()):
                     torch.set_num_threads(nt)
                     td = torch.float32 if dtype == "f32" else torch.bfloat16
-                    ta, tb = torch.rand(M, K, dtype=td), torch.rand(K, N, dtype=td)
-                    with torch.no_grad():
-                        th_g = gflops(lambda: ta @ tb, flops, runs)
-                one = ours if nt == threads[0] else one
-                rep.add(dtype, f"{M}x{N}x{K}", nt, ours, np_g, th_g, ours / np_g, ours / th_g,
-                        ours / one if nt != threads[0] else float("nan"), *pct)
+                    named["torch"] = functools.partial(torch.matmul, torch.from_numpy(a).to(td),
+                                                       torch.from_numpy(b).to(td))
+                if first is not None:
+                    named["first"] = first
+                with blas_threads(nt):
+                    times, ratios = interleaved(list(named.values()), rounds)
+                res = {n: (flops / t / 1e9, r) for n, t, r in zip(named, times, ratios)}
+                nan = (float("nan"), float("nan"))
+                (np_g, np_r), (th_g, th_r) = res.get("numpy", nan), res.get("torch", nan)
+                pct = [float("nan")] * 3
+                if nt == 1:
+                    pct[:2] = (100 * x / share for x in tg.ratio_stats(tg.interleaved_ratios(run, flops, peak_loop, 15, 0.05)))
+                    if dtype == "f32":
+                        pct[2] = 100 * tg.ratio_stats(tg.interleaved_ratios(named["numpy"], flops, fp32_loop, 15, 0.05))[0]
+                first = run if first is None else first
+                scaling = res.get("first", nan)[1]
+                rep.add(dtype, f"{M}x{N}x{K}", nt, res["tuned"][0], res["fixed"][0], np_g, th_g, np_r, th_r, scaling,
+                        *pct, winner_text(win) if win else "-", x=f"{dtype} {M}x{N}x{K} {nt}T",
+                        gflops=res["tuned"][0], fixed_gflops=res["fixed"][0], numpy_gflops=np_g,
+                        torch_gflops=th_g, peak_gflops=peak * nt, tuning=win)
     return rep
 
 
-def dsl_mlp(T, C, layers, dtype, pool, bm=BLOCK, bc=None):
-    """``run()`` for ``layers`` fused FC + bias + relu layers on a random (T, C) input, blocked:
-    ``bm`` rows by ``bc`` channels (default :func:`n_block`; one layer's output blocks are the next
-    one's input blocks, so ``bc`` is also the k of each batch step).
-
-    >>> run = dsl_mlp(64, 64, 2, "f32", get_pool(), bm=32, bc=32); run()
-    """
-    bc = bc or n_block()
-    Tb, Cb = T // bm, C // bc
-    rng = np.random.default_rng(1)
-    dt = tpp.dtypes.dtype(dtype)
-    acts = [tpp.block(rng.standard_normal((T, C), np.float32).astype(dt), bm, bc)]
-    acts += [tpp.empty((Tb, Cb, bm, bc), dt) for _ in range(layers)]
-    weights, biases = [], []
-    for _ in range(layers):
-        w = (rng.standard_normal((C, C), np.float32) / np.sqrt(C)).astype(dt)
-        wb = tpp.block(w, bc, bc, outer="n")
-        weights.append(tpp.vnni_pack(wb, 2) if dtype == "bf16" else wb)
-        biases.append(rng.standard_normal((Cb, bc), np.float32))
-    fc = tpp.brgemm(m=bm, n=bc, k=bc, dtype=dtype, c_dtype=dtype, bias=True, act="relu")
-
-    @kernel("aBC", Loop(0, Cb, Cb), Loop(0, Tb), Loop(0, Cb, blocks=[4]), pool=pool)
-    def layer(ik, it, jc, X, W, Bias, Y):
-        fc(X[it, ik:], W[jc, ik:], Y[it, jc], Bias[jc], count=Cb)       # one call: the epilogue needs all of K
-
-    def run():
-        for i in range(layers):
-            layer(acts[i], weights[i], biases[i], acts[i + 1])
-    return run
-
-
-def bench_mlp(threads, dtypes, quick):
-    torch = _torch()
-    if torch is None:
-        print("\n(torch not installed: MLP comparison skipped; pip install torch==2.13.0)")
-        return None
-    T, C, L = (512, 512, 4) if quick else (1024, 1024, 4)
-    rep = Report(f"MLP: {L} x (FC {C}->{C} + bias + relu) on {T} rows, GFLOP/s",
-                 ["dtype", "threads", "DSL", "torch nn.Linear+relu", "DSL/torch"])
-    flops = 2 * T * C * C * L
-    for dtype in dtypes:
-        for nt in threads:
-            run = dsl_mlp(T, C, L, dtype, _pool(nt))
-            ours = gflops(run, flops, 3 if quick else 5)
-            torch.set_num_threads(nt)
-            td = torch.float32 if dtype == "f32" else torch.bfloat16
-            net = torch.nn.Sequential(*[m for _ in range(L) for m in (torch.nn.Linear(C, C), torch.nn.ReLU())]).to(td)
-            x = torch.rand(T, C, dtype=td)
-            with torch.no_grad():
-                theirs = gflops(lambda: net(x), flops, 3 if quick else 5)
-            rep.add(dtype, nt, ours, theirs, ours / theirs)
-    return rep
+def _check(got, ref, dtype, what):
+    err = float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
+    if err > (1e-4 if dtype == "f32" else 1e-2):
+        raise AssertionError(f"DSL GEMM {what}: relative error {err}")
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench gemm", description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default=None, help="comma list of N or MxNxK (default 512,1024,2048,4096x1024x1024)")
+    p.add_argument("--sizes", default=None,
+                   help="comma list of N or MxNxK (default 512,1024,2048,4096x1024x1024,1000x700x300)")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--dtypes", default="f32,bf16")
-    p.add_argument("--spec", default="aBC", help="loop spec of the DSL GEMM")
-    p.add_argument("--tune", type=int, default=0, metavar="N",
-                   help="per size, time N candidate specs (loops' tuner) and use the best")
-    p.add_argument("--quick", action="store_true", help="sizes 512,1024, fewer runs, small MLP")
-    p.add_argument("--no-mlp", action="store_true")
-    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
-                   help="wall time (default) or the calling thread's CPU time (busy machine; needs --threads 1)")
+    p.add_argument("--no-tune", action="store_true", help="only the fixed configuration (spec aBC)")
+    p.add_argument("--tune-seconds", type=float, default=None, metavar="S",
+                   help="tuning budget per shape, dtype and thread count (default 20, --quick 6)")
+    p.add_argument("--quick", action="store_true", help="sizes 512,1024, fewer runs and knobs")
+    p.add_argument("--tune-clock", choices=["wall", "cpu"], default="wall",
+                   help="how the tuner times candidates: cpu leaves out the time other processes held the cores "
+                        "(a busy machine); the table is wall clock either way")
+    p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    global clock
-    clock = args.clock
-    if clock == "cpu" and args.threads != "1":
-        p.error("--clock cpu measures the calling thread only: use it with --threads 1")
-    sizes = parse_sizes(args.sizes or ("512,1024" if args.quick else "512,1024,2048,4096x1024x1024"))
+    global TUNE_CLOCK
+    TUNE_CLOCK = args.tune_clock
+    sizes = parse_sizes(args.sizes or ("512,1024" if args.quick else "512,1024,2048,4096x1024x1024,1000x700x300"))
     threads = [int(t) for t in args.threads.split(",")]
-    dtypes = args.dtypes.split(",")
-    reports = [bench_gemm(sizes, threads, dtypes, args.spec, args.quick, args.tune)]
-    if not args.no_mlp:
-        reports.append(bench_mlp(threads, dtypes, args.quick))
-    write_json(args.json, [r for r in reports if r is not None])
+    seconds = 0 if args.no_tune else args.tune_seconds if args.tune_seconds is not None else 6 if args.quick else 20
+    rep = bench_gemm(sizes, threads, args.dtypes.split(","), args.quick, seconds, not args.no_progress)
+    write_json(args.json, [rep])
     return 0
 
 

@@ -204,3 +204,82 @@ def select_isa(h, forced, known):
         raise ValueError(f"TPPASM_ISA={forced!r} asks for more than this host has: its levels are "
                          f"{', '.join(h.levels) or 'none'}" + "".join(f"; {v}" for v in h.notes.values()))
     return forced
+
+
+@dataclass(frozen=True)
+class Cache:
+    """One data (or unified) cache level as the OS reports it: ``size`` and ``line`` in bytes,
+    ``shared`` = how many logical CPUs share one instance (1: private to a core's thread)."""
+
+    level: int
+    size: int
+    line: int = 64
+    shared: int = 1
+
+
+# Used when the OS does not say (no sysfs, a container hiding it): a typical server core.
+DEFAULT_CACHES = (Cache(1, 32 << 10), Cache(2, 1 << 20), Cache(3, 32 << 20, shared=8))
+_SYS_CACHE = "/sys/devices/system/cpu/cpu0/cache"
+
+
+def caches(root=_SYS_CACHE):
+    """The data cache levels of CPU 0, innermost first, read from ``root`` (Linux sysfs); instruction
+    caches are left out. Falls back to :data:`DEFAULT_CACHES` for any level the OS does not report.
+
+    >>> levels = caches()
+    >>> [c.level for c in levels], all(c.size > 0 and c.line > 0 for c in levels)
+    ([1, 2, 3], True)
+    """
+    return _read_caches(root)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_caches(root):
+    found = {}
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        entries = []
+    for entry in entries:
+        if not entry.startswith("index"):
+            continue
+        try:
+            info = {}
+            for name in ("level", "type", "size", "coherency_line_size", "shared_cpu_list"):
+                with open(os.path.join(root, entry, name)) as f:
+                    info[name] = f.read().strip()
+            if info["type"] == "Instruction":
+                continue
+            level = int(info["level"])
+            found[level] = Cache(level, _size(info["size"]), int(info["coherency_line_size"] or 64),
+                                 _cpu_count(info["shared_cpu_list"]))
+        except (OSError, ValueError):
+            continue
+    return tuple(found.get(c.level, c) for c in DEFAULT_CACHES) + tuple(
+        found[level] for level in sorted(found) if level > len(DEFAULT_CACHES))
+
+
+def _size(text):
+    """'32K' -> 32768; '1024K', '32M', '4096' (bytes) too.
+
+    >>> _size("32K"), _size("32M"), _size("512")
+    (32768, 33554432, 512)
+    """
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper()
+    if text and text[-1] in units:
+        return int(text[:-1]) * units[text[-1]]
+    return int(text)
+
+
+def _cpu_count(text):
+    """'0-1,4' -> 3 CPUs.
+
+    >>> _cpu_count("0-1,4"), _cpu_count("7")
+    (3, 1)
+    """
+    n = 0
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        n += int(hi or lo) - int(lo) + 1
+    return n

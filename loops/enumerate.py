@@ -11,6 +11,9 @@ and equal neighbours merged again; duplicates are dropped, first occurrence kept
 >>> len(specs), sorted(specs)[:4]
 (16, ['BCa', 'Bac', 'Bca', 'CBa'])
 """
+import itertools
+
+from .spec import LETTERS
 
 
 def parse_description(text):
@@ -93,7 +96,6 @@ def enumerate_union(loops, max_blockings):
     >>> len(enumerate_union([("a", False), ("b", True), ("c", True)], {"a": 0, "b": 2, "c": 2}))
     1040
     """
-    import itertools
     ranges = [range(max_blockings.get(letter, 0) + 1) for letter, _ in loops]
     seen, out = set(), []
     for combo in itertools.product(*ranges):
@@ -102,4 +104,71 @@ def enumerate_union(loops, max_blockings):
             if s not in seen:
                 seen.add(s)
                 out.append(s)
+    return out
+
+
+def block_sizes(trip, step=1, most=4):
+    """Block sizes worth trying for a loop of ``trip`` iterations of ``step``: powers of two
+    iterations from 2 up to half the trip, the ``most`` largest (smaller blocks only add loop
+    overhead), as multiples of ``step``.
+
+    >>> block_sizes(16), block_sizes(100, step=4), block_sizes(3)
+    ([2, 4, 8], [16, 32, 64, 128], [])
+    """
+    sizes = []
+    p = 2
+    while p <= trip // 2:
+        sizes.append(p * step)
+        p *= 2
+    return sizes[-most:] if most else sizes
+
+
+def block_tuples(sizes, times):
+    """Nested block sizes for a loop blocked ``times`` times: decreasing, each dividing the one before.
+
+    >>> block_tuples([2, 4, 8], 2)
+    [(4, 2), (8, 2), (8, 4)]
+    """
+    if times == 0:
+        return [()]
+    out = [(s,) for s in sizes]
+    for _ in range(times - 1):
+        out = [t + (s,) for t in out for s in sizes if s < t[-1] and t[-1] % s == 0]
+    return sorted(out)
+
+
+def bake_blocks(spec, blocks):
+    """``spec`` with the block sizes of ``blocks`` (letter -> tuple) baked after each loop's first letter.
+
+    >>> bake_blocks("bcaBCb", {"b": (8, 4), "c": (2,)})
+    'b[,,,(8,4)]c[,,,(2)]aBCb'
+    """
+    out, seen = [], set()
+    for ch in spec:
+        out.append(ch)
+        letter = ch.lower()
+        if ch.isalpha() and letter not in seen:
+            seen.add(letter)
+            if blocks.get(letter):
+                out.append("[,,,(" + ",".join(map(str, blocks[letter])) + ")]")
+    return "".join(out)
+
+
+def spec_space(loops, blockings, most=4):
+    """Specs over ``loops`` (:class:`loops.Loop`, letter a first) with every loop blocked up to
+    ``blockings[letter]`` times and each blocking's sizes from :func:`block_sizes` baked in.
+
+    >>> from loops import Loop
+    >>> space = spec_space([Loop(0, 4, parallel=False), Loop(0, 16)], {"b": 1})
+    >>> len(space), space[:2], "aB[,,,(8)]b" in space
+    (20, ['Ba', 'aB'], True)
+    """
+    desc = [(LETTERS[i], lp.parallel and lp.trip > 1) for i, lp in enumerate(loops)]
+    sizes = {LETTERS[i]: block_sizes(lp.trip, lp.step, most) for i, lp in enumerate(loops)}
+    limits = {k: min(v, 5) if sizes[k] else 0 for k, v in blockings.items()}
+    out = []
+    for spec in enumerate_union(desc, limits):
+        choices = [(k, block_tuples(sizes[k], spec.lower().count(k) - 1)) for k in sizes if spec.lower().count(k) > 1]
+        for combo in itertools.product(*[c for _, c in choices]):
+            out.append(bake_blocks(spec, {k: t for (k, _), t in zip(choices, combo)}))
     return out

@@ -1,10 +1,24 @@
-"""Search loop specs for a kernel: enumerate candidates, time them, remember the fastest per shape.
+"""Search loop specs, block sizes and build knobs for a loop kernel; remember the fastest.
 
-Candidates come from the paper's enumerator (:mod:`loops.enumerate`) over the declared loops:
-each loop blocked 0..len(blocks) times, loops declared ``parallel=True`` with more than one
-iteration may be upper-cased. The first ``budget`` candidates after the current spec and the
-unblocked ones are timed (median of ``reps`` runs); a candidate whose outputs differ from the
-current spec's (a reduction split across threads, say) is reported and skipped.
+Two entry points:
+
+- ``lk.tune(*arrays, ...)`` (:func:`tune`): the specs of one loop kernel; with ``blocks=True`` also
+  the block sizes of each loop, baked into the spec text (``"aB[,,,(8)]Cb"``), so the result is
+  still one spec string. The best is remembered in ``lk`` for these shapes and used by its calls.
+- :func:`search` also searches knobs that change how the kernel is built: ``make(**config)``
+  returns ``(loop kernel, arrays)`` or ``(loop kernel, arrays, output)`` (``output()`` = the result
+  in a layout that does not depend on the knobs, e.g. the unblocked C of a GEMM), and ``knobs``
+  maps each parameter of ``make`` to the values to try.
+
+Candidates (knob values x specs x block sizes) are ranked by the cost model (:mod:`loops.cost`,
+``model=True``), then timed best-predicted first until ``top`` were timed or ``seconds`` are spent;
+the fastest few are timed again in rounds and the lowest median wins. A timing is the minimum of
+``reps`` runs after a checking run, scaled by the machine's speed of the moment (the reference
+timed again every ``probe`` seconds, :class:`loops.trial.Probe`). Each candidate starts from the
+same array contents as the reference run (the first knob values and the kernel's own spec;
+outputs poisoned with NaN when the reference overwrites them all) and a result that differs from
+the reference's is reported and never picked. Results are remembered per (kernel, shapes, dtypes, host, threads) in
+:data:`REMEMBERED` as plain JSON-able dicts, and a repeated search returns the remembered record.
 
 >>> import numpy as np
 >>> from tppasm.eltwise import Unary
@@ -19,15 +33,39 @@ current spec's (a reduction split across threads, say) is reported and skipped.
 >>> best in [r[0] for r in k.last_tuning]
 True
 """
+import functools
+import itertools
 import random
+import sys
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .enumerate import enumerate_union
+from .enumerate import enumerate_union, spec_space
 from .signature import signature
 from .spec import LETTERS, SpecError
 from .trace import TraceError
+from .trial import Builds, Candidate, Probe, elapsed, measure, time_again  # noqa: F401  (elapsed: tuning API)
+
+REMEMBERED = {}          # key (tuple) -> record (JSON-able dict) of every search in this process
+_KERNEL_SECONDS = {}     # (descriptor, isa, scalars) -> seconds of one hot call
+
+
+@dataclass
+class Tuned:
+    """What :func:`search` found: the ``record`` (JSON-able), every ``candidates``' figures, and the
+    winner built: ``kernel`` (its loop kernel with the best spec), ``arrays``, ``output``."""
+
+    record: dict
+    candidates: list = field(default_factory=list)
+    kernel: object = None
+    arrays: tuple = ()
+    output: object = None
+
+    def __call__(self):
+        """Run the winner on its arrays."""
+        self.kernel(*self.arrays)
 
 
 def candidates(lk, budget, seed=0):
@@ -51,72 +89,341 @@ def candidates(lk, budget, seed=0):
     return out[:budget]
 
 
-def _time(fn, arrays, reps):
-    fn(*arrays)
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn(*arrays)
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+def space(lk, blocks=True):
+    """The specs searched for ``lk``: with ``blocks`` (True, or letter -> times blocked) each loop
+    blocked (default once) with sizes from :func:`loops.enumerate.block_sizes` baked in; without,
+    the enumerated specs over the declared ``blocks`` of each loop. The current spec comes first.
 
-
-def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4):
-    """Time ``specs`` (default: :func:`candidates`) on ``arrays``; remember and return the best spec.
-
-    ``lk.last_tuning`` holds (spec, seconds or None, note) per candidate after the call.
+    >>> from loops import Loop, kernel
+    >>> k = kernel("ab", Loop(0, 4, parallel=False), Loop(0, 8))(lambda i, j: None)
+    >>> len(space(k)), space(k)[:3], len(space(k, blocks=False))
+    (28, ['ab', 'Ba', 'aB'], 3)
     """
-    specs = list(specs) if specs is not None else candidates(lk, budget)
-    writable = [i for i, a in enumerate(arrays) if a.flags.writeable]
-    lk(*arrays)
-    expect = [arrays[i].copy() for i in writable]
-    bar = _progress(len(specs), progress)
-    results = []
-    for s in specs:
-        try:
-            variant = lk.with_spec(s)
-            seconds = _time(variant, arrays, reps)
-            same = all(np.allclose(arrays[i].astype(np.float64), e.astype(np.float64), rtol=rtol, atol=rtol)
-                       for i, e in zip(writable, expect))
-            results.append((s, seconds if same else None, "" if same else "different result, skipped"))
-        except (SpecError, TraceError, IndexError) as e:
-            results.append((s, None, str(e).splitlines()[0]))
-        bar(s, results[-1][1])
-    timed = [r for r in results if r[1] is not None]
+    if blocks:
+        times = blocks if isinstance(blocks, dict) else {LETTERS[i]: 1 for i in range(len(lk.loops))}
+        specs = _spec_space(tuple(lk.loops), tuple(sorted(times.items())))
+    else:
+        loops = [(LETTERS[i], lp.parallel and lp.trip > 1) for i, lp in enumerate(lk.loops)]
+        specs = enumerate_union(loops, {LETTERS[i]: min(len(lp.blocks), 2) for i, lp in enumerate(lk.loops)})
+    return [lk.spec.text] + [s for s in specs if s != lk.spec.text]
+
+
+@functools.lru_cache(maxsize=64)
+def _spec_space(loops, times):
+    return spec_space(loops, dict(times))
+
+
+def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4, blocks=False, seconds=None,
+         model=True):
+    """Time candidate specs of ``lk`` on ``arrays``; remember and return the best spec.
+
+    ``specs``: the candidates (default :func:`space`, ranked by the cost model when ``model``, else
+    :func:`candidates`); ``budget``: how many are timed at most; ``seconds``: a wall-clock limit;
+    ``blocks``: search block sizes too (see :func:`space`). ``lk.last_tuning`` holds (spec, seconds
+    or None, note) per timed candidate after the call.
+    """
+    if specs is None and not model:
+        specs = candidates(lk, budget) if not blocks else space(lk, blocks)[:budget]
+    found = search(lambda: (lk, arrays), {}, specs=specs, blocks=blocks, seconds=seconds, top=budget,
+                   reps=reps, model=model, progress=progress, rtol=rtol, remember=False)
+    lk.last_tuning = [(c.spec, c.seconds, c.note) for c in found.candidates if c.seconds is not None or c.note]
+    return found.record["spec"]
+
+
+def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, reps=3, model=True, machine=None,
+           progress=True, rtol=1e-4, key=None, remember=True, refine=5, clock="wall", probe=0):
+    """Search ``knobs`` x specs x block sizes; return :class:`Tuned`. ``knobs``: name -> values for
+    ``make`` (every combination, the first values first), or a list of keyword dicts.
+
+    ``make(**config)`` returns ``(lk, arrays)`` or ``(lk, arrays, output)``; without ``output``, each
+    configuration's results are checked against its own kernel's spec. ``specs``: a fixed list
+    (else :func:`space` of each configuration's kernel with ``blocks``); ``top``: how many are timed
+    at most; ``seconds``: the wall-clock budget (modelling included: configurations are modelled
+    best kernel first, and those not modelled in its first 40% are left out, counted in the
+    record); ``machine``: the
+    :class:`loops.cost.Machine` (default measured on the host); ``key``: what the result is
+    remembered under (default: the kernel's name, the reference arrays' shapes and dtypes, the
+    host and the thread count); ``refine``: how many of the fastest are timed again at the end, in
+    3 round-robin rounds, the lowest median winning (a single lucky run does not);
+    ``clock``: ``"wall"``, or ``"cpu"``: the largest CPU time of the nest's threads, which leaves
+    out the time other processes held the cores (for a busy machine; see :meth:`loops.pool.Pool.cpu_seconds`);
+    ``probe``: every so many seconds the reference is timed again and the candidates' times are scaled
+    by its change (:class:`loops.trial.Probe`, for slow drifts of the machine's speed; 0, the
+    default: never. On a VM whose speed switches within a second it adds more noise than it removes).
+
+    >>> import numpy as np, tppasm as tpp
+    >>> from loops import Loop, kernel
+    >>> def make(bm):
+    ...     zero = tpp.zero(bm, 8)
+    ...     X = np.ones((16 // bm, bm, 8), np.float32)
+    ...     @kernel("A", Loop(0, 16 // bm))
+    ...     def clear(i, X):
+    ...         zero(X[i])
+    ...     return clear, (X,), lambda: X.reshape(16, 8)
+    >>> found = search(make, {"bm": [4, 8]}, seconds=20, progress=False, remember=False)
+    >>> found.record["knobs"]["bm"] in (4, 8), found.record["timed"] >= 2
+    (True, True)
+    """
+    start = time.perf_counter()
+    deadline = start + seconds if seconds else float("inf")
+    if clock not in ("wall", "cpu"):
+        raise ValueError(f"search: clock={clock!r}; expected 'wall' or 'cpu'")
+    configs = _configs(knobs)
+    builds = Builds(make)
+    ref = builds.get(configs[0])
+    threads = ref.lk.pool.nthreads
+    key = key if key is not None else _default_key(ref, threads)
+    if remember and key in REMEMBERED:
+        return _rebuild(builds, REMEMBERED[key])
+    reference = ref.reference()
+    timer = Probe(ref.lk, ref.arrays, reps, clock, probe) if probe else None
+    cands, unmodelled = [], 0
+    for config, lk, predict in _models(configs, builds, ref, model, machine, threads, start + (deadline - start) / 4):
+        late = config is not configs[0] and time.perf_counter() > start + (deadline - start) * 0.4
+        if lk is None or late:
+            unmodelled += 1                       # the rest of the budget is for timing: left out
+            continue
+        for s in list(specs) if specs is not None else space(lk, blocks):
+            cands.append(Candidate(config, s, _safe(predict, s) if predict else None))
+    modelled = time.perf_counter() - start
+    order = _Order(cands, model, top, threads)
+    bar = _Progress(order.total, progress)
+    timed, finals = [], start + (deadline - start) * 0.9       # the last tenth: the final rounds
+    for c in order:
+        if time.perf_counter() > finals and timed:
+            break
+        measure(c, builds, reference, reps, rtol, clock, timer)
+        if c.seconds is not None:
+            timed.append(c)
+        order.learn(c)
+        bar.step(c)
+    bar.close()
     if not timed:
-        raise RuntimeError("no candidate spec ran: " + "; ".join(f"{s}: {n}" for s, _, n in results[:3]))
-    best = min(timed, key=lambda r: r[1])[0]
-    lk._tuned[signature(arrays)] = best
+        raise RuntimeError("no candidate ran: " + "; ".join(f"{c.spec}: {c.note}" for c in cands[:3]))
+    timed.sort(key=lambda c: c.seconds)
+    finalists = timed[:max(1, refine)]
+    samples = {id(c): [c.seconds] for c in finalists}
+    for _ in range(3 if len(finalists) > 1 else 0):     # round robin: a period of another load hits all alike
+        for c in finalists:
+            samples[id(c)].append(time_again(c, builds, reps, clock))
+    for c in finalists:
+        c.seconds = float(np.median(samples[id(c)]))
+    best = min(finalists, key=lambda c: c.seconds)
+    ranked = {id(c): i for i, c in enumerate(sorted(cands[1:], key=_predicted))}
+    record = {"kernel": ref.lk.__name__, "key": [str(k) for k in key] if isinstance(key, tuple) else str(key),
+              "threads": threads, "knobs": best.config, "spec": best.spec, "seconds": best.seconds,
+              "reference_seconds": cands[0].seconds, "candidates": len(cands), "timed": len(timed),
+              "configurations": len(configs), "unmodelled_configurations": unmodelled,
+              "skipped": sum(1 for c in cands if c.note), "model": bool(model),
+              "predicted_rank": ranked.get(id(best), 0), "modelling_seconds": modelled, "clock": clock,
+              "elapsed": time.perf_counter() - start}
+    if remember:
+        REMEMBERED[key] = record
+    out = _rebuild(builds, record)
+    out.candidates = cands
+    return out
+
+
+def _configs(knobs):
+    """Knob dicts to try, the reference first.
+
+    >>> _configs({"bm": [64, 32], "bn": [16]}), _configs([{"bm": 8}]), _configs(None)
+    ([{'bm': 64, 'bn': 16}, {'bm': 32, 'bn': 16}], [{'bm': 8}], [{}])
+    """
+    if isinstance(knobs, (list, tuple)):
+        if not knobs or not all(isinstance(k, dict) for k in knobs):
+            raise TypeError("knobs: a dict of name -> values, or a non-empty list of keyword dicts for make()")
+        return [dict(k) for k in knobs]
+    knobs = dict(knobs or {})
+    for name, values in knobs.items():
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or not list(values):
+            raise TypeError(f"knobs[{name!r}]={values!r}: give a non-empty list of values to try, e.g. [32, 64]")
+    return [dict(zip(knobs, values)) for values in itertools.product(*knobs.values())] or [{}]
+
+
+def _rebuild(builds, record):
+    built = builds.get(record["knobs"])
+    if built.own is None:
+        built.reference()
+    variant = built.lk.with_spec(record["spec"])
+    built.restore()
+    variant(*built.arrays)
+    _remember_in(built.lk, built.arrays, record["spec"])
+    return Tuned(record, [], variant, built.arrays, built.output)
+
+
+def _remember_in(lk, arrays, spec):
+    lk._tuned[signature(arrays)] = spec
     lk._fast = None
-    lk.last_tuning = results
-    for i, e in zip(writable, expect):
-        arrays[i][...] = e
-    return best
 
 
-def _progress(total, enabled):
-    if not enabled:
-        return lambda spec, seconds: None
+def _default_key(built, threads):
+    from isa.cpu import caches, host
+    h = host()
+    arrays = tuple((a.shape, a.dtype.name) for a in built.arrays)
+    return (built.lk.__name__, arrays, f"{h.vendor}/{h.isa}/{'/'.join(str(c.size) for c in caches())}", threads)
+
+
+# -- the model ------------------------------------------------------------------------------
+
+def _models(configs, builds, ref, model, machine, threads, until):
+    """(config, loop kernel, predictor or None) per configuration: the reference first, then, with a
+    model, the others by their own spec's predicted time (the best kernels first) as far as
+    ``until`` allows (None for the rest: not modelled)."""
+    out = []
+    for config in configs:
+        if model and config is not configs[0] and time.perf_counter() > until:
+            out.append((config, None, None))
+            continue
+        built = builds.get(config) if config is not configs[0] else ref
+        out.append((config, built.lk, predictor(built, machine, threads) if model else None))
+        if config is not configs[0]:
+            builds.drop(config)
+    if model and out[0][2] is not None:
+        out[1:] = sorted(out[1:], key=lambda m: _safe(m[2], m[1].spec.text) or float("inf") if m[2] else float("inf"))
+    return out
+
+
+def predictor(built, machine, threads):
+    """``spec -> predicted seconds`` for a configuration, or None when the model cannot read its body."""
+    from .cost import Machine, Model, flop_seconds, time_kernel
+    machine = machine or Machine.host(threads)
+    lk_type = type(built.lk)
+
+    def kernel_seconds(kernel, scalars):
+        if not getattr(kernel, "runnable", True):
+            return flop_seconds(kernel, scalars, machine)
+        k = (kernel.desc, kernel.isa, scalars)
+        if k not in _KERNEL_SECONDS:
+            _KERNEL_SECONDS[k] = time_kernel(kernel, scalars, lk_type)
+        return _KERNEL_SECONDS[k]
     try:
-        from tqdm import tqdm
-    except ImportError:
-        tqdm = None
-    if tqdm is not None:
-        bar = tqdm(total=total, desc="tuning", unit="spec")
-        best = [None]
+        model = Model(built.lk, built.arrays, machine, kernel_seconds)
+    except (TraceError, ValueError, TypeError):
+        return None
+    return lambda spec: model.predict(spec).seconds
 
-        def step(spec, seconds):
-            if seconds is not None and (best[0] is None or seconds < best[0][1]):
-                best[0] = (spec, seconds)
-            bar.set_postfix_str(f"best {best[0][0]} {best[0][1] * 1e3:.3f} ms" if best[0] else "")
-            bar.update()
-            if bar.n == total:
-                bar.close()
-        return step
-    count = [0]
 
-    def step(spec, seconds):
-        count[0] += 1
-        shown = f"{seconds * 1e3:.3f} ms" if seconds is not None else "skipped"
-        print(f"[{count[0]}/{total}] {spec}: {shown}", flush=True)
-    return step
+def _safe(predict, spec):
+    try:
+        return predict(spec)
+    except (SpecError, ValueError, ZeroDivisionError):
+        return None
+
+
+def _predicted(c):
+    return c.predicted if c.predicted is not None else float("inf")
+
+
+class _Order:
+    """The order candidates are timed in: the reference first; then, with the model, the best
+    predicted ``BREADTH`` of every configuration (so each is measured), then the rest by predicted
+    time scaled by its configuration's measured/predicted ratio so far (the model's error is mostly
+    per configuration: how fast its kernels run inside the nest). Candidates that are the same nest
+    (on one thread, specs that differ only in case) are timed once; ``top`` caps the count."""
+
+    BREADTH, RESORT = 2, 32
+
+    def __init__(self, cands, model, top, threads):
+        self.threads, self.first = threads, cands[0]
+        rest = cands[1:]
+        self.broad, self.deep = rest, []
+        if model:
+            rest.sort(key=_predicted)
+            per, self.broad = {}, []
+            for c in rest:
+                k = _config_key(c)
+                (self.broad if per.get(k, 0) < self.BREADTH else self.deep).append(c)
+                per[k] = per.get(k, 0) + 1
+        self.total = min(len(cands) if top is None else max(1, top), len(cands))
+        self.ratio, self.since = {}, 0
+
+    def _key(self, c):
+        return (_config_key(c), c.spec.lower() if self.threads == 1 else c.spec)
+
+    def __iter__(self):
+        seen, given = set(), 0
+
+        def fresh(c):
+            k = self._key(c)
+            if k in seen:
+                return False
+            seen.add(k)
+            return True
+        for c in [self.first] + self.broad:
+            if given >= self.total:
+                return
+            if fresh(c):
+                given += 1
+                yield c
+        pos, self.since = 0, self.RESORT
+        while pos < len(self.deep) and given < self.total:
+            if self.since >= self.RESORT:
+                self.deep[pos:] = sorted(self.deep[pos:], key=self._calibrated())
+                self.since = 0
+            c = self.deep[pos]
+            pos += 1
+            if fresh(c):
+                given += 1
+                yield c
+
+    def learn(self, c):
+        if c.seconds is not None and c.predicted:
+            self.ratio.setdefault(_config_key(c), []).append(c.seconds / c.predicted)
+        self.since += 1
+
+    def _calibrated(self):
+        """Sort key: predicted seconds x the configuration's median measured/predicted ratio."""
+        everything = [x for v in self.ratio.values() for x in v]
+        default = float(np.median(everything)) if everything else 1.0
+        factor = {k: float(np.median(v)) for k, v in self.ratio.items()}
+        return lambda c: _predicted(c) * factor.get(_config_key(c), default)
+
+
+def _config_key(c):
+    return tuple(sorted(c.config.items()))
+
+
+# -- progress -------------------------------------------------------------------------------
+
+class _Progress:
+    """A tqdm bar (notebook-aware) when tqdm is installed, else a line every few seconds."""
+
+    def __init__(self, total, enabled):
+        self.total, self.enabled, self.n, self.best = total, enabled, 0, None
+        self.bar, self.last = None, time.perf_counter()
+        if enabled and _interactive():
+            try:
+                from tqdm.auto import tqdm
+                self.bar = tqdm(total=total, desc="tuning", unit="cand", leave=False)
+            except ImportError:
+                pass
+
+    def step(self, c):
+        self.n += 1
+        if c.seconds is not None and (self.best is None or c.seconds < self.best.seconds):
+            self.best = c
+        if not self.enabled:
+            return
+        text = f"best {self._name(self.best)} {self.best.seconds * 1e3:.3f} ms" if self.best else ""
+        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=False)
+            self.bar.update()
+        elif time.perf_counter() - self.last > 10 or self.n == self.total:
+            self.last = time.perf_counter()
+            print(f"tuning [{self.n}/{self.total}] {text}", file=sys.stderr, flush=True)
+
+    @staticmethod
+    def _name(c):
+        return c.spec + "".join(f" {k}={v}" for k, v in c.config.items())
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _interactive():
+    """True in a terminal or a notebook (a bar redraws there; in a log it would repeat every line)."""
+    if "ipykernel" in sys.modules:
+        return True
+    return sys.stderr.isatty()

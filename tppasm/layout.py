@@ -76,37 +76,54 @@ def _check_align(who, align):
         raise ValueError(f"{who}: align={align!r} must be a power of two number of bytes, e.g. 64")
 
 
-def block(x, bm, bk, outer="m"):
+def block(x, bm, bk, outer="m", pad=False):
     """Blocks of ``x`` (rows, cols) as a contiguous ``(rows/bm, cols/bk, bm, bk)`` array.
 
     ``outer="n"`` puts the column-block index first: ``(cols/bk, rows/bm, bm, bk)``, the layout of B
     in DESIGN.md's GEMM (``block(B, bk, bn, outer="n")[jn, ik]`` is block (ik, jn) of B).
+    ``pad=True`` takes any shape: the last row and column blocks are filled up with zeros to
+    ``ceil(rows/bm)`` x ``ceil(cols/bk)`` blocks (zeros add nothing to a GEMM's sums), and
+    ``unblock(xb, shape=x.shape)`` crops them off again.
 
     >>> import numpy as np
     >>> block(np.zeros((6, 4)), 3, 2, outer="n").shape
     (2, 2, 3, 2)
+    >>> xb = block(np.ones((5, 3)), 4, 2, pad=True)
+    >>> xb.shape, xb[1, 1].tolist()
+    ((2, 2, 4, 2), [[1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
     """
     x = np.asarray(x)
     if x.ndim != 2:
         raise ValueError(f"block: x must be 2-D (rows, cols), got shape {x.shape}")
     rows, cols = x.shape
     for name, size, dim in (("bm", bm, rows), ("bk", bk, cols)):
-        if not isinstance(size, (int, np.integer)) or size < 1 or dim % size:
-            raise ValueError(f"block: {name}={size!r} must be a positive divisor of {dim}")
+        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
+            raise ValueError(f"block: {name}={size!r} must be a positive int block size")
+        if dim % size and not pad:
+            raise ValueError(f"block: {name}={size} does not divide {dim}; pass a divisor of {dim}, or pad=True "
+                             f"to fill the last block with zeros (unblock(..., shape=...) crops it off)")
     if outer not in ("m", "n"):
         raise ValueError(f"block: outer={outer!r}; expected 'm' (row blocks first) or 'n' (column blocks first)")
-    grid = x.reshape(rows // bm, bm, cols // bk, bk).transpose(0, 2, 1, 3)
+    mb, kb = -(-rows // bm), -(-cols // bk)
+    if (mb * bm, kb * bk) != (rows, cols):
+        full = np.zeros((mb * bm, kb * bk), x.dtype)
+        full[:rows, :cols] = x
+        x = full
+    grid = x.reshape(mb, bm, kb, bk).transpose(0, 2, 1, 3)
     if outer == "n":
         grid = grid.transpose(1, 0, 2, 3)
     return aligned(grid)
 
 
-def unblock(xb, outer="m"):
-    """The inverse of :func:`block`: a blocked array back to (rows, cols).
+def unblock(xb, outer="m", shape=None):
+    """The inverse of :func:`block`: a blocked array back to (rows, cols); ``shape=(rows, cols)``
+    crops the zero padding of ``block(..., pad=True)``.
 
     >>> import numpy as np
     >>> x = np.arange(12.0).reshape(3, 4)
     >>> bool((unblock(block(x, 1, 2)) == x).all())
+    True
+    >>> bool((unblock(block(x, 2, 3, pad=True), shape=x.shape) == x).all())
     True
     """
     xb = np.asarray(xb)
@@ -117,7 +134,31 @@ def unblock(xb, outer="m"):
     if outer == "n":
         xb = xb.transpose(1, 0, 2, 3)
     mb, kb, bm, bk = xb.shape
-    return aligned(xb.transpose(0, 2, 1, 3).reshape(mb * bm, kb * bk))
+    full = xb.transpose(0, 2, 1, 3).reshape(mb * bm, kb * bk)
+    if shape is not None:
+        rows, cols = _crop_shape(shape, full.shape, (bm, bk))
+        full = full[:rows, :cols]
+    return aligned(full)
+
+
+def _crop_shape(shape, full, sizes):
+    if (not isinstance(shape, (tuple, list)) or len(shape) != 2
+            or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in shape)):
+        raise ValueError(f"unblock: shape={shape!r} must be (rows, cols), e.g. x.shape of the matrix blocked")
+    if not all(f - b < d <= f for d, f, b in zip(shape, full, sizes)):
+        raise ValueError(f"unblock: shape={tuple(shape)} is not what {full[0]} x {full[1]} in blocks of "
+                         f"{sizes[0]} x {sizes[1]} pads (each dimension in {full[0] - sizes[0] + 1}..{full[0]} x "
+                         f"{full[1] - sizes[1] + 1}..{full[1]}); pass the shape of the matrix given to block()")
+    return int(shape[0]), int(shape[1])
+
+
+def nblocks(n, b):
+    """How many blocks of ``b`` cover ``n`` (the last one padded): ``ceil(n / b)``.
+
+    >>> nblocks(1000, 64), nblocks(1024, 64)
+    (16, 16)
+    """
+    return -(-n // b)
 
 
 def vnni_pack(b, factor):

@@ -89,3 +89,48 @@ def test_tune_remembers_the_best_spec():
     C[...] = 0
     gemm(A, B, C)
     np.testing.assert_allclose(tpp.unblock(C), ref, rtol=1e-4, atol=1e-3)
+
+
+# -- any shape: padded blocked layouts or edge kernels, every block size, K step and tail -------
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+from bench.gemm import gemm_configs, gemm_maker  # noqa: E402
+from loops.pool import get_pool  # noqa: E402
+
+
+def _bf16_ok():
+    try:
+        tpp.brgemm(m=2, n=2, k=2, dtype="bf16")
+        return True
+    except Exception:
+        return False
+
+
+@given(M=st.integers(1, 70), N=st.integers(1, 70), K=st.integers(1, 90), bm=st.sampled_from([8, 16, 32]),
+       bn=st.sampled_from([16, 32]), bk=st.sampled_from([8, 16, 32]), kstep=st.integers(1, 4),
+       edges=st.booleans(), dtype=st.sampled_from(["f32", "bf16"]), spec=st.sampled_from(["aBC", "BCa", "cBab"]))
+def test_any_shape_gemm_matches_numpy(M, N, K, bm, bn, bk, kstep, edges, dtype, spec):
+    if dtype == "bf16" and not _bf16_ok():
+        dtype = "f32"
+    rng = np.random.default_rng(M * 10007 + N * 101 + K)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    gemm, (A, B, C), output = gemm_maker(a, b, dtype, get_pool(), spec=spec)(bm=bm, bn=bn, bk=bk, kstep=kstep,
+                                                                             edges=edges)
+    C[...] = np.nan                      # every element the result needs must be written
+    gemm(A, B, C)
+    got = output()
+    assert got.shape == (M, N) and not np.isnan(got).any()
+    cast = tpp.dtypes.dtype(dtype)
+    ref = a.astype(cast).astype(np.float32) @ b.astype(cast).astype(np.float32)
+    tol = 1e-4 if dtype == "f32" else 1e-2
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * max(1.0, float(np.abs(ref).max())))
+
+
+def test_gemm_configs_start_with_the_fixed_one_and_are_distinct():
+    configs = gemm_configs(1000, 700, 300, "f32")
+    assert configs[0]["bm"] == 64 and configs[0]["kstep"] == 8 and configs[0]["edges"] is True
+    assert not all(c["edges"] for c in configs)                   # 1000 and 700 do not divide: both ways
+    keys = [tuple(sorted(c.items())) for c in configs]
+    assert len(set(keys)) == len(keys)

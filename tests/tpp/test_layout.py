@@ -74,3 +74,32 @@ def test_vnni_pack_matches_naive(lead, k, n, factor):
                     assert out[idx + (g, c, f)] == (b[idx + (row, c)] if row < k else 0)
     back = tppasm.vnni_unpack(out, k)
     assert back.ctypes.data % 64 == 0 and (back == b).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(0, 13), cols=st.integers(0, 13), bm=st.integers(1, 5), bk=st.integers(1, 5),
+       outer=st.sampled_from("mn"), dtype=st.sampled_from(["float32", "int8"]))
+def test_padded_block_is_zero_filled_and_unblock_crops(rows, cols, bm, bk, outer, dtype):
+    x = np.random.default_rng(2).integers(1, 100, (rows, cols)).astype(dtype)
+    xb = tppasm.block(x, bm, bk, outer=outer, pad=True)
+    mb, kb = tppasm.nblocks(rows, bm), tppasm.nblocks(cols, bk)
+    assert xb.shape == ((mb, kb) if outer == "m" else (kb, mb)) + (bm, bk) and xb.dtype == x.dtype
+    assert xb.ctypes.data % 64 == 0
+    full = tppasm.unblock(xb, outer=outer)
+    assert full.shape == (mb * bm, kb * bk)
+    assert (full[:rows, :cols] == x).all() and (full[rows:] == 0).all() and (full[:, cols:] == 0).all()
+    back = tppasm.unblock(xb, outer=outer, shape=(rows, cols))
+    assert back.shape == (rows, cols) and back.ctypes.data % 64 == 0 and (back == x).all()
+
+
+def test_block_errors_name_the_fix():
+    x = np.zeros((10, 8), np.float32)
+    with pytest.raises(ValueError, match="pad=True"):
+        tppasm.block(x, 4, 4)
+    with pytest.raises(ValueError, match="positive int"):
+        tppasm.block(x, 0, 4, pad=True)
+    xb = tppasm.block(x, 4, 4, pad=True)             # 12 x 8
+    with pytest.raises(ValueError, match="pass the shape of the matrix"):
+        tppasm.unblock(xb, shape=(8, 8))            # a whole block of padding: not what block() made
+    with pytest.raises(ValueError, match=r"\(rows, cols\)"):
+        tppasm.unblock(xb, shape=10)

@@ -1,0 +1,198 @@
+"""An MLP written in the loop DSL (fully connected layers, bias + relu fused), tuned, against torch.
+
+``python -m bench mlp [--rows 1024] [--channels 1024] [--layers 4] [--threads 1,2] [--dtypes f32,bf16]
+[--no-tune] [--tune-seconds 20] [--quick] [--json FILE]``
+
+Each layer is one loop kernel: the rows (bm per block) by the output channels (bc per block), one
+BRGEMM over all input-channel blocks per output block with the bias and relu in its epilogue. A
+layer's output blocks are the next layer's input blocks, so bc is both n and k of the BRGEMM. Any
+row and channel count works: activations and weights are padded with zeros to whole blocks, and a
+padded channel stays zero through every layer (zero weights, zero bias, relu(0) = 0). All layers
+have one shape, so one tuning (:func:`loops.tune.search` over bm, bc, the spec and its block
+sizes) serves every layer. Compared with ``torch.nn.Sequential(Linear, ReLU, ...)`` in the same run.
+"""
+import argparse
+
+import numpy as np
+
+import tppasm as tpp
+from bench.common import Report, interleaved, write_json
+import bench.gemm as bench_gemm_module
+from bench.gemm import _pool, _torch, dtype_peak, n_block, tuned, winner_text
+from loops import Loop, kernel
+from loops.pool import get_pool
+
+BLOCK = 64
+
+
+def mlp_weights(C, layers, seed=1):
+    """Random (weights (C, C), biases (C,)) per layer, fp32, scaled to keep activations O(1)."""
+    rng = np.random.default_rng(seed)
+    return [((rng.standard_normal((C, C), np.float32) / np.sqrt(C)).astype(np.float32),
+             rng.standard_normal(C, np.float32)) for _ in range(layers)]
+
+
+def layer_maker(x, params, dtype, pool, spec="aBC"):
+    """``make(bm, bc)`` for :func:`loops.tune.search`: one layer ``relu(x @ W + b)`` of ``params[0]``
+    as (loop kernel, (X, W, Bias, Y), output), blocked and padded.
+
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.standard_normal((50, 40), np.float32); params = mlp_weights(40, 1)
+    >>> lk, arrays, out = layer_maker(x, params, "f32", get_pool())(bm=32, bc=16)
+    >>> lk(*arrays); w, b = params[0]
+    >>> bool(np.allclose(out(), np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-5))
+    True
+    """
+    make_layers = mlp_maker(x, params[:1], dtype, pool, spec)
+
+    def make(bm=BLOCK, bc=None):
+        layer, acts, weights, biases, output = make_layers(bm, bc)
+        return layer, (acts[0], weights[0], biases[0], acts[1]), output
+    return make
+
+
+def mlp_maker(x, params, dtype, pool, spec="aBC"):
+    """``build(bm, bc) -> (layer kernel, activations, weights, biases, output)`` for the whole chain:
+    ``activations[i]`` is layer i's input (blocked (Tb, Cb, bm, bc), zero padded), ``output()`` the
+    last one cropped to (T, C)."""
+    T, C = x.shape
+    dt = tpp.dtypes.dtype(dtype)
+
+    def build(bm=BLOCK, bc=None):
+        bc = bc or n_block()
+        Tb, Cb = tpp.nblocks(T, bm), tpp.nblocks(C, bc)
+        acts = [tpp.block(x.astype(dt), bm, bc, pad=True)]
+        for _ in params:
+            acts.append(tpp.empty((Tb, Cb, bm, bc), dt))
+            acts[-1][...] = 0
+        weights, biases = [], []
+        for w, b in params:
+            wb = tpp.block(w.astype(dt), bc, bc, outer="n", pad=True)
+            weights.append(tpp.vnni_pack(wb, 2) if dtype == "bf16" else wb)
+            bias = np.zeros((Cb, bc), np.float32)
+            bias.reshape(-1)[:C] = b
+            biases.append(bias)
+        fc = tpp.brgemm(m=bm, n=bc, k=bc, dtype=dtype, c_dtype=dtype, bias=True, act="relu")
+
+        @kernel(spec, Loop(0, Cb, Cb, parallel=False), Loop(0, Tb, blocks=[8]), Loop(0, Cb, blocks=[4]), pool=pool)
+        def layer(ik, it, jc, X, W, Bias, Y):
+            fc(X[it, ik:], W[jc, ik:], Y[it, jc], Bias[jc], count=Cb)    # one call: the epilogue needs all of K
+
+        def output():
+            return tpp.unblock(acts[-1], shape=(T, C)).astype(np.float32)
+        return layer, acts, weights, biases, output
+    return build
+
+
+def mlp_configs(T, C, quick=False):
+    """Knob values for the MLP layer: the fixed (bm 64, bc two vectors) first.
+
+    >>> mlp_configs(1024, 1024)[0] == {"bm": 64, "bc": n_block()}
+    True
+    """
+    nb = n_block()
+    bms = [64, 32] if quick else [64, 32, 128]
+    bcs = [nb, 2 * nb] if quick else [nb, 2 * nb, nb // 2 * 3]
+    out = []
+    for bm in bms:
+        for bc in bcs:
+            if (bm, bc) == (64, nb) or (tpp.nblocks(T, bm) * bm <= T * 9 / 8 and tpp.nblocks(C, bc) * bc <= C * 9 / 8):
+                out.append({"bm": bm, "bc": bc})
+    return out
+
+
+def bench_mlp(T, C, L, threads, dtypes, quick, tune_seconds, bar=True):
+    torch = _torch()
+    if torch is None:
+        print("\n(torch not installed: MLP comparison skipped; pip install torch==2.13.0)")
+        return None
+    rounds = 5 if quick else 9
+    rep = Report(f"MLP: {L} x (FC {C}->{C} + bias + relu) on {T} rows, GFLOP/s: tuned DSL and the fixed aBC "
+                 f"(bm 64, bc {n_block()}) against torch nn.Linear+ReLU, timed back to back (medians of {rounds} "
+                 f"interleaved rounds; ratios: medians of per-round ratios)",
+                 ["dtype", "threads", "tuned", "aBC", "torch", "tuned/torch", "aBC/torch", "2T/1T", "winner"])
+    flops = 2 * T * C * C * L
+    x = np.random.default_rng(0).standard_normal((T, C), np.float32)
+    params = mlp_weights(C, L)
+    for dtype in dtypes:
+        peak = dtype_peak(dtype)[0]
+        first = None
+        for nt in threads:
+            pool = _pool(nt)
+            configs = mlp_configs(T, C, quick)
+            fixed = _chain(mlp_maker(x, params, dtype, pool)(**configs[0]))
+            fixed()
+            _check(fixed.output(), x, params, dtype)
+            run, win = fixed, None
+            if tune_seconds:
+                found = tuned(layer_maker(x, params, dtype, pool), configs, tune_seconds, ("mlp", dtype, T, C, nt), bar)
+                win = found.record
+                layer, acts, weights, biases, output = mlp_maker(x, params, dtype, pool)(**win["knobs"])
+                run = _chain((layer.with_spec(win["spec"]), acts, weights, biases, output))
+                run()
+                _check(run.output(), x, params, dtype)
+            torch.set_num_threads(nt)
+            td = torch.float32 if dtype == "f32" else torch.bfloat16
+            net = torch.nn.Sequential(*[m for _ in range(L) for m in (torch.nn.Linear(C, C), torch.nn.ReLU())]).to(td)
+            xt = torch.from_numpy(x).to(td)
+            fns = [run, fixed, torch.no_grad()(lambda: net(xt))] + ([first] if first is not None else [])
+            times, ratios = interleaved(fns, rounds)
+            rate = [flops / t / 1e9 for t in times]
+            rep.add(dtype, nt, rate[0], rate[1], rate[2], ratios[2], ratios[2] / ratios[1],
+                    ratios[3] if first is not None else float("nan"), winner_text(win) if win else "-",
+                    x=f"{dtype} {T}x{C}x{L} {nt}T", gflops=rate[0], fixed_gflops=rate[1], torch_gflops=rate[2],
+                    peak_gflops=peak * nt, tuning=win)
+            first = run if first is None else first
+    return rep
+
+
+class _chain:
+    """Run every layer in turn (each layer's kernel is the same loop kernel on other arrays)."""
+
+    def __init__(self, built):
+        self.layer, self.acts, self.weights, self.biases, self.output = built
+
+    def __call__(self):
+        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            self.layer(self.acts[i], w, b, self.acts[i + 1])
+
+
+def _check(got, x, params, dtype):
+    ref = x
+    for w, b in params:
+        ref = np.maximum(ref @ w + b, 0)
+    err = float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
+    if err > (1e-3 if dtype == "f32" else 5e-2):
+        raise AssertionError(f"DSL MLP {dtype}: relative error {err}")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench mlp", description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=None, help="default 1024 (--quick 512)")
+    p.add_argument("--channels", type=int, default=None, help="default 1024 (--quick 512)")
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--dtypes", default="f32,bf16")
+    p.add_argument("--no-tune", action="store_true", help="only the fixed configuration (spec aBC)")
+    p.add_argument("--tune-seconds", type=float, default=None, metavar="S",
+                   help="tuning budget per dtype and thread count (default 20, --quick 6)")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--tune-clock", choices=["wall", "cpu"], default="wall",
+                   help="how the tuner times candidates (see python -m bench gemm --help)")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    bench_gemm_module.TUNE_CLOCK = args.tune_clock
+    T = args.rows or (512 if args.quick else 1024)
+    C = args.channels or (512 if args.quick else 1024)
+    if min(T, C, args.layers) < 1:
+        p.error("--rows, --channels and --layers must be positive")
+    seconds = 0 if args.no_tune else args.tune_seconds if args.tune_seconds is not None else 6 if args.quick else 20
+    rep = bench_mlp(T, C, args.layers, [int(t) for t in args.threads.split(",")], args.dtypes.split(","),
+                    args.quick, seconds, not args.no_progress)
+    write_json(args.json, [rep] if rep else [])
+    return 0
+
+
+if __name__ == "__main__":
+    main()

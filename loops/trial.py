@@ -1,0 +1,181 @@
+"""One candidate of a tuning search: build its configuration, check its result, time it.
+
+A configuration is what ``make(**knobs)`` returns (:func:`loops.tune.search`): a loop kernel, its
+arrays and optionally ``output()``. :class:`Built` keeps the arrays' initial contents and the
+reference result; :func:`measure` runs a candidate spec from those contents (outputs poisoned with
+NaN when the reference overwrites them all), compares its result, and times it by wall or CPU
+clock (:func:`elapsed`).
+"""
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .spec import SpecError
+from .trace import TraceError
+
+
+@dataclass
+class Candidate:
+    """One point of the search: ``config`` (knob values), ``spec``, its ``predicted`` and measured
+    ``seconds`` (None: not timed, or skipped with the reason in ``note``)."""
+
+    config: dict
+    spec: str
+    predicted: float = None
+    seconds: float = None
+    note: str = ""
+
+
+class Built:
+    """One configuration: its kernel and arrays, their initial contents, and how to read the result."""
+
+    def __init__(self, made):
+        self.lk, self.arrays = made[0], tuple(made[1])
+        self.output = made[2] if len(made) > 2 else None
+        self.writable = [i for i, a in enumerate(self.arrays) if a.flags.writeable]
+        self.initial = [self.arrays[i].copy() for i in self.writable]
+        self.poison = False
+        self.own = None            # this configuration's reference result (when no output())
+
+    def restore(self):
+        for i, init in zip(self.writable, self.initial):
+            a = self.arrays[i]
+            if self.poison and (a.dtype.kind == "f" or a.dtype.name == "bfloat16"):
+                a[...] = np.nan
+            else:
+                a[...] = init
+
+    def result(self):
+        if self.output is not None:
+            return [np.asarray(self.output()).astype(np.float64)]
+        return [self.arrays[i].astype(np.float64) for i in self.writable]
+
+    def reference(self):
+        """Run the kernel's own spec from the initial contents; check whether it overwrites its outputs
+        (then candidates start from NaN, so an element they leave unwritten shows)."""
+        self.restore()
+        self.lk(*self.arrays)
+        want = self.result()
+        self.poison = True
+        self.restore()
+        self.lk(*self.arrays)
+        self.poison = all(np.array_equal(g, w) for g, w in zip(self.result(), want))
+        self.own = want
+        return want
+
+
+class Builds:
+    """``make`` called once per configuration while it is in use (arrays can be large)."""
+
+    def __init__(self, make):
+        self.make, self.cache = make, {}
+
+    def get(self, config):
+        k = tuple(sorted(config.items()))
+        if k not in self.cache:
+            try:
+                made = self.make(**config)
+            except TypeError as e:
+                if "argument" not in str(e):
+                    raise
+                raise TypeError(f"make(**{config}) failed: {e}; every knob must name a parameter of make") from None
+            if not isinstance(made, tuple) or len(made) not in (2, 3):
+                raise TypeError("make(**knobs) must return (loop kernel, arrays) or (loop kernel, arrays, output), "
+                                f"got {type(made).__name__}")
+            while len(self.cache) >= 2:
+                self.cache.pop(next(iter(self.cache)))
+            self.cache[k] = Built(made)
+        return self.cache[k]
+
+    def drop(self, config):
+        self.cache.pop(tuple(sorted(config.items())), None)
+
+
+def measure(c, builds, reference, reps, rtol, clock="wall", probe=None):
+    """Time candidate ``c`` (min of ``reps`` runs, kept if lower than before) after a checking run;
+    with a :class:`Probe`, scaled by the machine's speed of the moment."""
+    try:
+        built = builds.get(c.config)
+        if built.own is None:
+            built.reference()
+        variant = built.lk.with_spec(c.spec)
+        built.restore()
+        variant(*built.arrays)
+        want = reference if built.output is not None else built.own
+        if not same(built.result(), want, rtol):
+            c.seconds, c.note = None, "different result, skipped"
+            return
+        scale = probe.scale() if probe is not None else 1.0
+        best = min(elapsed(variant, built.arrays, clock) for _ in range(reps)) * scale
+        c.seconds = min(best, c.seconds or float("inf"))
+    except (SpecError, TraceError, IndexError, ValueError) as e:
+        c.seconds, c.note = None, str(e).splitlines()[0]
+
+
+def time_again(c, builds, reps, clock="wall"):
+    """The minimum of ``reps`` runs of a candidate already checked by :func:`measure` (no check)."""
+    built = builds.get(c.config)
+    variant = built.lk.with_spec(c.spec)
+    return min(elapsed(variant, built.arrays, clock) for _ in range(reps))
+
+
+class Probe:
+    """The machine's speed of the moment: a fixed loop kernel (the reference configuration) timed
+    again whenever ``every`` seconds have passed. :meth:`scale` is its first time over its latest,
+    so a candidate's time times the scale is what it would have taken at the first probe's speed:
+    a period in which another process slows the core (its SMT sibling, the shared cache) cancels
+    instead of ranking every candidate timed in it last.
+
+    >>> import numpy as np, tppasm as tpp
+    >>> from loops import Loop, kernel
+    >>> zero = tpp.zero(8, 8)
+    >>> clear = kernel("A", Loop(0, 4))(lambda i, X: zero(X[i]))
+    >>> probe = Probe(clear, (np.ones((4, 8, 8), np.float32),), reps=2, every=0.0)
+    >>> probe.scale() > 0
+    True
+    """
+
+    def __init__(self, fn, arrays, reps=2, clock="wall", every=0.5):
+        self.fn, self.arrays, self.reps, self.clock, self.every = fn, arrays, reps, clock, every
+        self.first = self.latest = self._time()
+        self.at = time.perf_counter()
+
+    def _time(self):
+        return min(elapsed(self.fn, self.arrays, self.clock) for _ in range(self.reps))
+
+    def scale(self):
+        if time.perf_counter() - self.at >= self.every:
+            self.latest = self._time()
+            self.at = time.perf_counter()
+        return self.first / self.latest
+
+
+def elapsed(fn, arrays, clock="wall"):
+    """Seconds of one run of the loop kernel ``fn`` on ``arrays``: wall clock, or (``clock="cpu"``)
+    the largest CPU time of its pool's threads.
+
+    >>> import numpy as np, tppasm as tpp
+    >>> from loops import Loop, kernel
+    >>> zero = tpp.zero(8, 8)
+    >>> clear = kernel("A", Loop(0, 4))(lambda i, X: zero(X[i]))
+    >>> X = np.ones((4, 8, 8), np.float32)
+    >>> elapsed(clear, (X,), "cpu") > 0, float(X.sum())
+    (True, 0.0)
+    """
+    if clock == "wall":
+        t = time.perf_counter()
+        fn(*arrays)
+        return time.perf_counter() - t
+    pool = fn.pool
+    before = pool.cpu_seconds()
+    fn(*arrays)
+    return max(b - a for a, b in zip(before, pool.cpu_seconds()))
+
+
+def same(got, want, rtol):
+    for g, w in zip(got, want):
+        scale = float(np.abs(w).max()) if w.size else 0.0
+        if g.shape != w.shape or not np.allclose(g, w, rtol=rtol, atol=rtol * max(scale, 1.0)):
+            return False
+    return True
