@@ -11,17 +11,15 @@ times: the ratio is the figure to trust, the times set the scale.
 True
 """
 import math
-import time
 
 import numpy as np
 
 from isa.cpu import host
-from tppasm.timing import calibrate
 
 from . import peaks
+from .interleave import CLOCKS, interleaved
 
 _PEAKS = {}
-CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 _clock = ["wall"]
 
 
@@ -60,14 +58,7 @@ def versus(ours, theirs, rounds=11, seconds=0.02, peak_loop=None):
     the median per-round fraction of the peak that ``ours`` reaches, the peak loop timed in the
     same rounds."""
     fns = [ours, theirs] + ([peak_loop[0]] if peak_loop else [])
-    reps = [calibrate(fn, seconds) for fn in fns]
-    times = [[] for _ in fns]
-    for _ in range(rounds):
-        for fn, n, out in zip(fns, reps, times):
-            t = now()
-            for _ in range(n):
-                fn()
-            out.append((now() - t) / n)
+    times = interleaved(fns, rounds, seconds, _clock[0])
     ta, tb = times[0], times[1]
     out = (float(np.median(ta)), float(np.median(tb)), float(np.median([b / a for a, b in zip(ta, tb)])))
     if peak_loop:

@@ -14,7 +14,8 @@ relu(X[i], X[i])
 import inspect
 
 from .spec import LETTERS, SpecError
-from .trace import Node, trace
+from .program import Node
+from .trace import trace
 
 
 def arity(fn):

@@ -31,6 +31,7 @@ from tppasm.x86.entry import NATIVE_CHECKS, build_entry
 from . import display, pool as pool_module, races as _races
 from .aarch64 import nest as nest_aarch64
 from .bind import arity, box_of, check_grid, traced_trees
+from .explain import explain
 from .nest_plan import Layout
 from .pool import Pool
 from .x86 import nest as nest_x86
@@ -485,128 +486,6 @@ def _describe(expr, box, lk):
     names = dict(zip(LETTERS, lk.index_names))
     return "some iteration (" + ", ".join(f"{names.get(v, v)} in [{box[v][0]}, {box[v][1]}]"
                                          for v in sorted(expr.vars())) + ")"
-
-
-# -- explain -------------------------------------------------------------------------------
-
-def explain(lk, inst):
-    """Pseudo-code of the nest of ``lk`` (body from the bound instance ``inst`` when given)."""
-    spec, loops = lk.spec, lk.resolved
-    names = {}
-    for lv in spec.levels:
-        names[lv.name] = lk.index_names[lv.loop] if lv.last else f"{lk.index_names[lv.loop]}{lv.occurrence}"
-    T = inst.nthreads if inst else (lk.pool.nthreads if spec.mode != "serial" else 1)
-    head = {"serial": "serial: runs on the calling thread only",
-            "collapse": f"{T} threads; the collapsed loop is split with schedule({spec.schedule[0]}"
-                        f"{',' + str(spec.schedule[1]) if spec.schedule[1] else ''})",
-            "grid": f"{T} threads on a {spec.grid[0]} rows x {spec.grid[1]} cols x {spec.grid[2]} layers grid"}
-    out = [f"# nest {spec.text!r}: {head[spec.mode]}", "def thread_body(tid):"]
-    if spec.mode == "grid":
-        r, c, l = spec.grid
-        out.append(f"  layer, row, col = tid // {r * c}, tid % {r * c} // {c}, tid % {c}   "
-                   f"# threads >= {r * c * l} idle")
-    ind = "  "
-    if inst and inst.init.all_calls() and list(inst.init.all_calls()):
-        out.append(ind + "# init (once per thread)")
-        out += [ind + line for line in inst.init.pretty().splitlines()]
-    i = 0
-    while i < len(spec.levels):
-        lv = spec.levels[i]
-        if spec.mode == "collapse" and i == spec.run[0]:
-            members = spec.levels[spec.run[0]:spec.run[1] + 1]
-            ranges = " x ".join(_range_text(m, loops, names) for m in members)
-            out.append(f"{ind}for ({', '.join(names[m.name] for m in members)}) in share(tid, {ranges}):"
-                       f"   # collapsed parallel{' then barrier' if members[-1].barrier else ''}")
-            i = spec.run[1] + 1
-        elif lv.axis:
-            axis = {"R": "row", "C": "col", "L": "layer"}[lv.axis]
-            out.append(f"{ind}for {names[lv.name]} in block({axis}, {lv.teams}, {_range_text(lv, loops, names)}):"
-                       f"   # grid axis {lv.axis}{' then barrier' if lv.barrier else ''}")
-            i += 1
-        else:
-            out.append(f"{ind}for {names[lv.name]} in {_range_text(lv, loops, names)}:"
-                       f"{'   # then barrier' if lv.barrier else ''}")
-            i += 1
-        ind += "  "
-    body = inst.body.pretty() if inst else f"{lk.__name__}({', '.join(lk.index_names)}, ...)"
-    out += [ind + line for line in body.splitlines()] or [ind + "pass"]
-    if inst and list(inst.fini.all_calls()):
-        out.append("  # fini (once per thread)")
-        out += ["  " + line for line in inst.fini.pretty().splitlines()]
-    if spec.mode == "collapse":
-        out.append("# share(tid, ...): " + {
-            "static": "iterations [tid*N/T, (tid+1)*N/T) of the N collapsed ones" if not spec.schedule[1]
-            else f"chunks of {spec.schedule[1]} iterations, round robin",
-            "dynamic": f"chunks of {spec.schedule[1] or 1} iterations taken from a shared counter (lock xadd)"}
-            [spec.schedule[0]])
-    if spec.mode == "grid":
-        out.append("# block(axis, n, range): the range cut into n contiguous chunks of ceil(len/n); chunk [axis]")
-    out += _shares(spec, loops, names, T)
-    return "\n".join(out)
-
-
-def _shares(spec, loops, names, T):
-    """Per-thread lines for parallel loops whose ranges do not depend on outer loops."""
-    lines = []
-    if spec.mode == "collapse":
-        members = spec.levels[spec.run[0]:spec.run[1] + 1]
-        if any(m.occurrence for m in members):
-            return ["# (the collapsed ranges depend on outer blocks: shares vary per block)"]
-        ranges = [range(loops[m.loop].start, loops[m.loop].end,
-                        loops[m.loop].step if m.last else loops[m.loop].blocks[0]) for m in members]
-        n = 1
-        for r in ranges:
-            n *= len(r)
-        kind, chunk = spec.schedule
-        vars_ = ", ".join(names[m.name] for m in members)
-        for t in range(T):
-            if kind == "dynamic":
-                lines.append(f"# thread {t}: chunks of {chunk or 1} of the {n} iterations as it takes them")
-                continue
-            if chunk:
-                qs = [q for c in range(t, -(-n // chunk), T) for q in range(c * chunk, min(n, c * chunk + chunk))]
-            else:
-                quot, rem = divmod(n, T)
-                start = t * quot + min(t, rem)
-                qs = list(range(start, start + quot + (t < rem)))
-            pts = [_point(q, ranges) for q in qs]
-            shown = ", ".join(map(str, pts[:4])) + (", ..." if len(pts) > 4 else "")
-            lines.append(f"# thread {t}: {len(qs)} of {n} iterations ({vars_}) = {shown}")
-    elif spec.mode == "grid":
-        r, c, l = spec.grid
-        for t in range(T):
-            if t >= r * c * l:
-                lines.append(f"# thread {t}: idle (outside the {r}x{c}x{l} grid)")
-                continue
-            coord = {"L": t // (r * c), "R": t % (r * c) // c, "C": t % c}
-            parts = [f"row {coord['R']}, col {coord['C']}, layer {coord['L']}"]
-            for lv in spec.levels:
-                if lv.axis and lv.occurrence == 0:
-                    lp = loops[lv.loop]
-                    vals = range(lp.start, lp.end, lp.step if lv.last else lp.blocks[0])
-                    size = -(-len(vals) // lv.teams)
-                    mine = vals[coord[lv.axis] * size:(coord[lv.axis] + 1) * size]
-                    parts.append(f"{names[lv.name]} in {list(mine) if len(mine) <= 6 else mine}")
-            lines.append(f"# thread {t}: " + "; ".join(parts))
-    return lines
-
-
-def _point(q, ranges):
-    digits = []
-    for r in reversed(ranges):
-        q, d = divmod(q, len(r))
-        digits.append(r[d])
-    return tuple(reversed(digits))
-
-
-def _range_text(lv, loops, names):
-    lp = loops[lv.loop]
-    stride = lp.step if lv.last else lp.blocks[lv.occurrence]
-    if lv.occurrence == 0:
-        return f"range({lp.start}, {lp.end}, {stride})"
-    prev = names[f"{lv.letter}{lv.occurrence - 1}"]
-    outer = f"{lv.letter}{lv.occurrence - 1}"
-    return f"range({prev}, min({prev} + {lp.blocks[lv.occurrence - 1]}, hi_{outer}), {stride})"
 
 
 __all__ = ["kernel", "LoopKernel", "Loop", "SpecError", "TraceError"]

@@ -13,7 +13,7 @@ parallel and grid specs run on every thread, and barriers call the pool's barrie
 (``tests/aarch64/test_nest_aarch64.py``, ``tests/aarch64/test_pool_aarch64.py``).
 
 >>> from loops.spec import Loop, parse
->>> from loops.trace import Node
+>>> from loops.program import Node
 >>> from loops.nest_plan import Layout
 >>> code = build_aarch64(parse("A", 1), (Loop(0, 4),), Node(), Node(), Node(),
 ...                      Layout(nargs=1, nkernels=0, nloops=1), [4], [])

@@ -13,7 +13,7 @@ loop bounds that the spec does not bake (:class:`loops.nest_plan.Layout`).
 
 >>> from loops.nest_plan import Layout
 >>> from loops.spec import Loop, parse
->>> from loops.trace import Node
+>>> from loops.program import Node
 >>> lay = Layout(nargs=1, nkernels=0, nloops=1)
 >>> code = build(parse("A", 1), (Loop(0, 4),), Node(), Node(), Node(), lay, [4], [])
 >>> code.address > 0

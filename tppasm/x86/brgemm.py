@@ -102,21 +102,14 @@ class Gen(CTile):
 
     # -- the kernel -----------------------------------------------------------------------------
     def build(self):
-        p, a = self.plan, self.a
+        p = self.plan
         self.gprs()
         names = ("colB", "colC", "colN", "left", "first", "last", "stage")
         self.slots = {name: 8 * i for i, name in enumerate(names)}
         self.slots["end"] = self.slots["stage"] + (self.v.nregs * self.v.bytes if desc_act_heavy(self.d) else 0)
         self.consts = _math().Consts(self.v)         # every vector constant, in the stack frame
         self.consts.BASE = (self.slots["end"] + 63) // 64 * 64
-        self.mask = None
-        if p.tail:
-            if self.v.avx512:
-                self.mask = self.v.make_mask(self.fn, p.tail, es=4, k=1)
-            else:
-                reg = self.v.reg(self.v.nregs - 1)
-                a.vmovdqu(reg, self.lane_mask(p.tail))
-                self.mask = Mask(reg, p.tail, 4)
+        self.mask = self.tail_mask(p.tail) if p.tail else None
         self.chunk = self.chunk_size()
         if self.chunk:
             self.over_chunks(self.all_tiles)
@@ -130,6 +123,15 @@ class Gen(CTile):
     def lane_mask(self, lanes):
         """AVX2: memory holding all-ones in the first ``lanes`` dwords, zero in the others."""
         return self.consts.lanes([0xFFFFFFFF if i < lanes else 0 for i in range(8)])
+
+    def tail_mask(self, lanes):
+        """The Mask of a tile's first ``lanes`` fp32 lanes: opmask k1 on AVX-512; on AVX2 the last
+        vector register, loaded here."""
+        if self.v.avx512:
+            return self.v.make_mask(self.fn, lanes, es=4, k=1)
+        reg = self.v.reg(self.v.nregs - 1)
+        self.a.vmovdqu(reg, self.lane_mask(lanes))
+        return Mask(reg, lanes, 4)
 
     def all_tiles(self):
         if self.rows_outer():

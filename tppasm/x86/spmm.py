@@ -34,7 +34,7 @@ from . import brgemm as _brgemm
 from .brgemm import Gen
 from .dot import choose_dot
 from .math import Consts
-from .vector import Mask, VectorISA
+from .vector import VectorISA
 
 NAN = 0x7FC00000
 UNROLL = 8                      # k groups per iteration of the k loop
@@ -61,20 +61,13 @@ class SpmmGen:
         self.tmp = gpr(13)
 
     # the helpers the inner products (tppasm.x86.dot) call, as the BRGEMM generator has them
-    broadcast, and_, keep = Gen.broadcast, Gen.and_, Gen.keep
+    broadcast, and_, keep, lane_mask, tail_mask = Gen.broadcast, Gen.and_, Gen.keep, Gen.lane_mask, Gen.tail_mask
 
     # -- the kernel -----------------------------------------------------------------------------
     def build(self):
         a, p = self.a, self.plan
         self.consts = Consts(self.v)
-        self.mask = None
-        if p.tail:
-            if self.v.avx512:
-                self.mask = self.v.make_mask(self.fn, p.tail, es=4, k=1)
-            else:
-                reg = self.v.reg(self.v.nregs - 1)
-                a.vmovdqu(reg, self.consts.lanes([-1 if i < p.tail else 0 for i in range(8)]))
-                self.mask = Mask(reg, p.tail, 4)
+        self.mask = self.tail_mask(p.tail) if p.tail else None
         poison = a.label()
         self.check_indices(poison)
         self.column_blocks()
