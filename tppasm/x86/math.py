@@ -8,7 +8,12 @@ reuse them::
 ``a`` the Assembler, ``v`` the VectorISA, ``dst``/``src`` vector registers (``dst`` may be
 ``src``; ``src`` is otherwise left unchanged), ``tmp`` a list of at least ``NTMP[fn]`` scratch
 registers distinct from both, ``c`` a :class:`Consts` (broadcast constants). On AVX-512 the
-emitters also clobber opmask ``k7``.
+emitters also clobber the opmask ``c.k`` (k7 unless :func:`interleave` gave them another).
+
+Each emitter is one long dependency chain (gelu_erf: ~60 instructions, ~150 cycles of latency)
+and the out-of-order core holds only about two of them in flight, so code that evaluates one
+vector after another runs at the chain's latency; :func:`interleave` emits several independent
+evaluations instruction by instruction, which runs at the instructions' throughput.
 
 Accuracy: see ``ACCURACY`` (max ulps vs float64 rounded to fp32 on dense samples, enforced by
 tests/tpp/test_math_accuracy.py). Specials: NaN in -> NaN out; exp(+inf)=inf, exp(-inf)=0,
@@ -26,6 +31,7 @@ flushed or off by more (exp below -87.3, gelu far left); |x| >= 2^126 gives reci
 >>> bool(np.allclose(y, np.exp(x), rtol=1e-6))
 True
 """
+import itertools
 import struct
 
 from isa.x86 import Assembler, K, dword, eax, ptr, r10, r11, rsp, vec
@@ -34,6 +40,7 @@ from ..approx import (ERFC_MID, ERFC_POLY, EXP_POLY, FLT_MAX, K0, K1, LN2_HI, LN
                       TANH_POLY, TANH_SMALL)
 
 K7 = K[7]
+OPMASKS = (K[7], K[6], K[5], K[4])     # one per interleaved chain; k1-k3 are tails', bf16 NaNs', AMX's
 LT, LE, NLT, GE, GT = 1, 2, 5, 13, 14     # vcmpps predicates (NLT: also true for NaN)
 SIGN, ABS = -0x80000000, 0x7FFFFFFF
 
@@ -60,9 +67,14 @@ class Consts:
     puts the setup code in front of the body and reserves the stack."""
 
     BASE = 64        # [rsp, rsp+64) stays free for VectorISA's AVX2 mask scratch
+    k = K7           # the opmask the emitters may clobber (AVX-512)
 
     def __init__(self, v, regs=()):
         self.v, self.free, self.table, self.slots = v, list(regs), {}, 0
+
+    def with_mask(self, k):
+        """The same constants, for an emitter that may clobber opmask ``k`` instead."""
+        return _MaskView(self, k)
 
     def i(self, bits):
         """Operand holding the int32 ``bits`` in every lane (a register or memory)."""
@@ -138,6 +150,60 @@ class Consts:
         fn.asm.prepend(pre)
 
 
+class _MaskView:
+    """A :class:`Consts` seen with another opmask (its table is shared)."""
+
+    def __init__(self, consts, k):
+        self._consts, self.k = consts, k
+
+    def __getattr__(self, name):
+        return getattr(self._consts, name)
+
+
+class _Recorder:
+    """Stands in for the Assembler while an emitter runs: keeps its instructions to replay."""
+
+    def __init__(self):
+        self.code = []
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def record(*ops, **kw):
+            self.code.append((name, ops, kw))
+        return record
+
+
+def interleave(a, c, chains):
+    """Emit independent computations one instruction of each in turn. ``chains``: functions
+    ``chain(a, c)`` emitting straight-line code on registers of their own; chain i gets ``c``
+    with opmask ``OPMASKS[i]`` (at most four chains). GPRs must not be shared either.
+
+    >>> from isa.x86 import Function, ymm0, ymm1
+    >>> from tppasm.x86.vector import VectorISA
+    >>> fn = Function("two", []); c = Consts(VectorISA("avx2"))
+    >>> interleave(fn.asm, c, [lambda a, c: (a.vaddps(ymm0, ymm0, ymm0), a.vmulps(ymm0, ymm0, ymm0)),
+    ...                        lambda a, c: (a.vaddps(ymm1, ymm1, ymm1), a.vmulps(ymm1, ymm1, ymm1))])
+    >>> [line.split()[0] for line in fn.finalize().disassemble().splitlines() if "ymm" in line]
+    ['vaddps', 'vaddps', 'vmulps', 'vmulps']
+    """
+    if len(chains) > len(OPMASKS):
+        raise ValueError(f"interleave: {len(chains)} chains; at most {len(OPMASKS)} (one opmask each)")
+    if len(chains) == 1:
+        chains[0](a, c)
+        return
+    codes = []
+    for chain, k in zip(chains, OPMASKS):
+        rec = _Recorder()
+        chain(rec, c.with_mask(k))
+        codes.append(rec.code)
+    for step in itertools.zip_longest(*codes):
+        for ins in step:
+            if ins is not None:
+                getattr(a, ins[0])(*ins[1], **ins[2])
+
+
 def _broadcast(a, v, reg, bits):
     if bits == 0:
         a.vpxord(reg, reg, reg) if reg.num >= 16 else a.vpxor(vec(128, reg.num), vec(128, reg.num), vec(128, reg.num))
@@ -160,11 +226,12 @@ def vxor(a, v, d, x, y):
     (a.vpxord if v.avx512 else a.vpxor)(d, x, y)
 
 
-def select(a, v, dst, x, y, pred, if_true, if_false, tmp):
-    """dst = pred(x, y) ? if_true : if_false (per lane; ``tmp`` is a scratch vector for AVX2)."""
+def select(a, v, dst, x, y, pred, if_true, if_false, tmp, k=K7):
+    """dst = pred(x, y) ? if_true : if_false (per lane; ``tmp`` is a scratch vector for AVX2,
+    ``k`` the opmask clobbered on AVX-512)."""
     if v.avx512:
-        a.vcmpps(K7, x, y, pred)
-        a.vblendmps(dst.mask(K7), if_false, if_true)
+        a.vcmpps(k, x, y, pred)
+        a.vblendmps(dst.mask(k), if_false, if_true)
     else:
         a.vcmpps(tmp, x, y, pred)
         a.vblendvps(dst, if_false, if_true, tmp)
@@ -173,17 +240,17 @@ def select(a, v, dst, x, y, pred, if_true, if_false, tmp):
 def select_sign(a, v, dst, if_pos, if_neg, sign_of, c):
     """dst = sign bit of ``sign_of`` set ? if_neg : if_pos."""
     if v.avx512:
-        a.vptestmd(K7, sign_of, c.i(SIGN))
-        a.vblendmps(dst.mask(K7), if_pos, if_neg)
+        a.vptestmd(c.k, sign_of, c.i(SIGN))
+        a.vblendmps(dst.mask(c.k), if_pos, if_neg)
     else:
         a.vblendvps(dst, if_pos, if_neg, sign_of)
 
 
-def keep_if(a, v, reg, x, y, pred, tmp):
-    """reg = pred(x, y) ? reg : 0."""
+def keep_if(a, v, reg, x, y, pred, tmp, k=K7):
+    """reg = pred(x, y) ? reg : 0 (``k``: the opmask clobbered on AVX-512)."""
     if v.avx512:
-        a.vcmpps(K7, x, y, pred)
-        a.vmovaps(reg.mask(K7, zero=True), reg)
+        a.vcmpps(k, x, y, pred)
+        a.vmovaps(reg.mask(k, zero=True), reg)
     else:
         a.vcmpps(tmp, x, y, pred)
         a.vandps(reg, reg, tmp)
@@ -268,7 +335,7 @@ def emit_tanh(a, v, dst, src, tmp, c):
     a.vaddps(dst, dst, c.f(1.0))
     a.vdivps(dst, c.into(a, t0, 2.0), dst)
     a.vsubps(dst, c.into(a, t0, 1.0), dst)
-    select(a, v, dst, t3, c.f(TANH_SMALL), LT, t4, dst, t0)
+    select(a, v, dst, t3, c.f(TANH_SMALL), LT, t4, dst, t0, c.k)
     vand(a, v, t0, src, c.i(SIGN))
     vor(a, v, dst, dst, t0)
 
@@ -309,7 +376,7 @@ def emit_gelu_tanh_grad(a, v, dst, src, tmp, c):
     a.vfmadd231ps(t1, t3, c.f(6 * K0 * K1))
     a.vmulps(t1, t1, t4)
     a.vfmadd213ps(dst, t1, t0)
-    keep_if(a, v, dst, src, c.f(-10.0), NLT, t0)   # below, |f'| < 4e-36: 0 (and 0 at -inf)
+    keep_if(a, v, dst, src, c.f(-10.0), NLT, t0, c.k)   # below, |f'| < 4e-36: 0 (and 0 at -inf)
 
 
 
@@ -346,7 +413,7 @@ def _phi(a, v, dst, src, tmp, c):
     a.vmovups(t1, c.f(1.0))
     a.vsubps(t1, t1, t0)
     select_sign(a, v, dst, t1, t0, src, c)
-    keep_if(a, v, dst, src, c.f(-14.1), GE, t0)     # E clamps at a = 10: Phi is 0 below
+    keep_if(a, v, dst, src, c.f(-14.1), GE, t0, c.k)     # E clamps at a = 10: Phi is 0 below
 
 
 def emit_gelu_erf(a, v, dst, src, tmp, c):
@@ -386,7 +453,7 @@ def emit_reciprocal(a, v, dst, src, tmp, c):
     a.vfmadd213ps(t1, t1, t1)                       # e + e^2
     a.vmovaps(dst, t1)
     a.vfmadd213ps(dst, t0, t0)
-    _keep_estimate(a, v, dst, t0, t1)
+    _keep_estimate(a, v, dst, t0, t1, c.k)
 
 
 def emit_rsqrt(a, v, dst, src, tmp, c):
@@ -399,14 +466,14 @@ def emit_rsqrt(a, v, dst, src, tmp, c):
     a.vfmadd213ps(dst, t1, c.f(0.5))
     a.vmulps(dst, dst, t1)
     a.vfmadd213ps(dst, t0, t0)
-    _keep_estimate(a, v, dst, t0, t1)
+    _keep_estimate(a, v, dst, t0, t1, c.k)
 
 
-def _keep_estimate(a, v, y, est, tmp):
+def _keep_estimate(a, v, y, est, tmp, k):
     """y = isnan(y) ? est : y (x = 0 or inf: the Newton step computes 0*inf)."""
     if v.avx512:
-        a.vcmpps(K7, y, y, 3)
-        a.vmovaps(y.mask(K7), est)
+        a.vcmpps(k, y, y, 3)
+        a.vmovaps(y.mask(k), est)
     else:
         a.vcmpps(tmp, y, y, 3)
         a.vblendvps(y, y, est, tmp)

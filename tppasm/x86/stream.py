@@ -89,7 +89,7 @@ def to_bf16(a, v, src, tmp, c):
     a.vpaddd(t, t, c.i(0x7FFF))
     a.vpaddd(t, t, src)
     xm.vor(a, v, q, src, c.i(0x00400000))
-    xm.select(a, v, t, src, src, 3, q, t, u)       # unordered (NaN): keep the quieted input
+    xm.select(a, v, t, src, src, 3, q, t, u, c.k)       # unordered (NaN): keep the quieted input
     a.vpsrld(t, t, 16)
     if v.avx512:
         a.vpmovdw(v.half(q.num), t)
