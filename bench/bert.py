@@ -89,7 +89,7 @@ def step_flops(B, L):
             "up": 2 * T * HIDDEN * FFN, "down": 2 * T * FFN * HIDDEN}
 
 
-def profile_bert(shapes, threads, dtypes, runs):
+def profile_bert(shapes, threads, dtypes, runs, clock="wall"):
     """Per-step breakdown of one layer (each step its own nest, same loops), beside the forward."""
     from bench.models.minilm import LAYERS
     from bench.peaks import peak
@@ -107,7 +107,8 @@ def profile_bert(shapes, threads, dtypes, runs):
                 model.forward(ids, mask)
                 plan = model._plan(B, L)
                 steps = plan.steps(*model.layers[0])
-                fwd, *times = interleaved([lambda: model.forward(ids, mask)] + [call for _, call in steps], runs)
+                fwd, *times = interleaved([lambda: model.forward(ids, mask)] + [call for _, call in steps], runs,
+                                          clock=clock)
                 flops = step_flops(B, L)
                 total = float(np.median(fwd))
                 for (name, _), t in zip(steps, times):
@@ -142,7 +143,7 @@ def main(argv=None):
     start = time.perf_counter()
     shapes, threads = parse_shapes(args.shapes), [int(t) for t in args.threads.split(",")]
     if args.profile:
-        rep = profile_bert(shapes, threads, args.dtypes.split(","), args.runs)
+        rep = profile_bert(shapes, threads, args.dtypes.split(","), args.runs, args.clock)
     else:
         rep = bench_bert(shapes, threads, args.dtypes.split(","), args.runs, args.clock)
     print(f"\n({time.perf_counter() - start:.0f} s)")
