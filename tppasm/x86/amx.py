@@ -450,7 +450,8 @@ class _Gen:
         if self.consts is None:
             self.consts = xmath.Consts(VectorISA("avx512"), regs=ZMM[8:])
             self.consts.BASE = (self.scratch + ROWS * COLSB + 63) // 64 * 64
-        emit_activation(self.d.act, self.a, self.consts.v, ZMM[2], x, list(ZMM[3:8]), self.consts)
+        emit_activation(self.d.act, self.a, self.consts.v, ZMM[2], x, list(ZMM[3:8]), self.consts,
+                        self.d.c_dtype == "bf16")
         return ZMM[2]
 
 

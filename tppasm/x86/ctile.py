@@ -16,11 +16,15 @@ def _math():
 # activation -> emitter in tppasm.x86.math (``emit_<name>(a, v, dst, src, tmp, consts)``);
 # gelu is the tanh form, as in the NumPy reference
 ACT_EMITTERS = {"gelu": "gelu_tanh", "gelu_erf": "gelu_erf", "sigmoid": "sigmoid", "tanh": "tanh"}
+# a bf16 C is rounded to 2^-9 right after: these take a cheaper form accurate to 2^-16 (math.ACCURACY_BF16)
+BF16_EMITTERS = {"gelu_erf": "gelu_erf_bf16"}
 CHAINS = {True: 4, False: 2}    # vectors whose activations are interleaved (AVX-512, AVX2: registers)
 
 
-def emit_activation(act, a, v, dst, src, tmp, consts):
-    getattr(_math(), "emit_" + ACT_EMITTERS[act])(a, v, dst, src, tmp, consts)
+def emit_activation(act, a, v, dst, src, tmp, consts, bf16_out=False):
+    """dst = act(src) with the emitter for a C of fp32 or (``bf16_out``) bf16."""
+    name = BF16_EMITTERS.get(act, ACT_EMITTERS[act]) if bf16_out else ACT_EMITTERS[act]
+    getattr(_math(), "emit_" + name)(a, v, dst, src, tmp, consts)
 
 
 def desc_act_heavy(desc):
@@ -140,7 +144,7 @@ class CTile:
             else:
                 v.load(a, dst, mem, mask)
                 a.vaddps(x, x, dst)
-        emit_activation(d.act, a, v, dst, x, scratch, consts)
+        emit_activation(d.act, a, v, dst, x, scratch, consts, self.bf16_out)
         expr = c_row + j * self.lanes * self.es_c
         if self.bf16_out:
             self.store_bf16(expr, dst, mask, scratch[:2], a=a, k=consts.k)
@@ -148,8 +152,9 @@ class CTile:
             v.store(a, [expr], dst, mask)
 
     def finish(self, c, j, mask, expr, free):
-        """One vector of C: + bias (column vector j), activation, store at ``expr``; ``c`` dies.
-        ``free``: [bias, zero (relu), activation scratch..., ...], none of them ``c``."""
+        """One vector of C: + bias (column vector j), relu, store at ``expr``; ``c`` dies.
+        ``free``: [bias, zero (relu), bf16 scratch..., ...], none of them ``c`` (transcendental
+        activations take :meth:`act_vector`)."""
         d, a, v = self.d, self.a, self.v
         scratch = [reg for reg in free[2:] if reg != c]
         if d.bias:
@@ -161,9 +166,6 @@ class CTile:
                 a.vaddps(c, c, free[0])
         if d.act == "relu":
             (a.vpmaxsd if d.dtype == "i8" else a.vmaxps)(c, c, free[1])
-        elif d.act is not None:                             # into a scratch register: dst != src
-            emit_activation(d.act, a, v, scratch[0], c, scratch[1:], self.consts)
-            c, scratch = scratch[0], scratch[1:]
         if self.bf16_out:
             self.store_bf16(expr, c, mask, scratch[:2])
         else:

@@ -75,7 +75,7 @@ def generate_softmax(desc, isa):
 
     def row():
         for r in acc:
-            a.vmovups(r, c.f(float("-inf")))
+            c.load(a, r, c.f(float("-inf")))
 
         def maximum(u, col, idx, t):
             y = logits(flat[u], flat[U + u], col, idx, t)
@@ -93,7 +93,7 @@ def generate_softmax(desc, isa):
             return e
         _sum_pass(a, v, desc.n, acc[:W], tail, exp_sum)
         hreduce(a, v, acc[0], acc[1], "add")
-        a.vmovups(inv, c.f(1.0))
+        c.load(a, inv, c.f(1.0))
         a.vdivps(inv, inv, acc[0])
 
         def scale(u, col, idx, t):
@@ -147,7 +147,7 @@ def _softmax_in_registers(fn, v, desc, x, mask, out, cvt):
         _tree(a, "add", E, scratch)
         a.vmovaps(total, acc)
         hreduce(a, v, total, tmp[0], "add")
-        a.vmovups(acc, c.f(1.0))
+        c.load(a, acc, c.f(1.0))
         a.vdivps(acc, acc, total)
         for e, (col, t) in zip(E, cols):
             a.vmulps(e, e, acc)
@@ -202,7 +202,7 @@ def _rstd(a, v, c, desc, acc, tail, square, rstd):
     a.vmulps(acc[0], acc[0], c.f(1.0 / desc.n))
     a.vaddps(acc[0], acc[0], c.f(desc.eps))
     a.vsqrtps(acc[0], acc[0])
-    a.vmovups(rstd, c.f(1.0))
+    c.load(a, rstd, c.f(1.0))
     a.vdivps(rstd, rstd, acc[0])
 
 
