@@ -213,7 +213,7 @@ def interleave(a, c, chains):
     >>> fn = Function("two", []); c = Consts(VectorISA("avx2"))
     >>> interleave(fn.asm, c, [lambda a, c: (a.vaddps(ymm0, ymm0, ymm0), a.vmulps(ymm0, ymm0, ymm0)),
     ...                        lambda a, c: (a.vaddps(ymm1, ymm1, ymm1), a.vmulps(ymm1, ymm1, ymm1))])
-    >>> [line.split()[0] for line in fn.finalize().disassemble().splitlines() if "ymm" in line]
+    >>> [line.split()[2] for line in fn.finalize().disassemble().splitlines() if "ymm" in line]
     ['vaddps', 'vaddps', 'vmulps', 'vmulps']
     """
     if len(chains) > len(OPMASKS):
