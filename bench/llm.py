@@ -1,6 +1,7 @@
 """One LLaMA-style decoder layer (:mod:`bench.models.llama`) against the same layer in torch.
 
-``python -m bench llm [--prompt 256] [--threads 1,2] [--dtypes bf16,i8] [--runs N] [--small] [--json FILE]``
+``python -m bench llm [--prompt 256] [--threads 1,2] [--dtypes bf16,i8] [--runs N] [--small] [--clock wall|cpu]
+[--profile] [--json FILE]``
 
 Shape: hidden 2048, 32 query heads, 8 KV heads of 64, MLP 8192 (a 1B-class layer), random weights
 (seed 0). Rows: first-token latency (the prompt through the layer, causal, cache filled) and
@@ -16,6 +17,7 @@ activations). Before timing, outputs are compared (max |diff| / max |torch|). A 
 puts first-token latency against the dtype's measured peak (timed in the same interleaving):
 ours, torch's layer, torch's projections alone, and the fraction of the peak that 1.5x torch
 would take; where that is near or above 100%, the 1.5x goal is out of reach by arithmetic.
+``--profile`` prints instead each step's time (norms, projections, rope, cache, attention, ...).
 
 >>> from bench.models.llama_weights import Config
 >>> Config().hidden, Config().kv_heads
@@ -252,6 +254,41 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
     return [rep, top]
 
 
+def profile_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
+    """Per-step breakdown of first and next token: each nest of the layer timed on its own
+    (interleaved), ms and % of the phase; projections as GFLOP/s (first token) or weight GB/s
+    (next token)."""
+    from bench.models.llama import KEY_BLOCK
+    rep = Report(f"LLaMA-style layer per-step profile (prompt {prompt}; next token at {prompt}): ms per step "
+                 f"(median of interleaved runs); projections in GFLOP/s (first token) or weight GB/s (next token)",
+                 ["dtype", "threads", "phase", "step", "ms", "% of phase", "GFLOP/s or GB/s"])
+    w = random_weights(cfg)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((prompt, cfg.hidden)).astype(np.float32)
+    x1 = rng.standard_normal((1, cfg.hidden)).astype(np.float32)
+    for nt in threads:
+        pool = _pool(nt)
+        for dtype in dtypes:
+            layer = LlamaLayer(cfg, w, dtype, pool)
+            layer.prefill(x)
+            keys = min(-(-(prompt + 1) // KEY_BLOCK) * KEY_BLOCK, cfg.max_len)
+            lins = {"qkv": layer.qkv, "o": layer.o, "gate_up": layer.gu, "down": layer.down}
+            for phase, T, step, args in (("first token", prompt, layer._step(prompt, None), (x, 0)),
+                                         ("next token", 1, layer._step(1, keys), (x1, prompt))):
+                steps = step.steps(*args)
+                whole, *times = interleaved([lambda: step.run(*args)] + [c for _, c in steps], runs, clock=clock)
+                total = float(np.median(whole))
+                for (name, _), t in zip(steps, times):
+                    t = float(np.median(t))
+                    rate = float("nan")
+                    if name in lins:
+                        lin = lins[name]
+                        rate = (2 * T * lin.k * lin.n if T > 1 else lin.blocks.nbytes) / t / 1e9
+                    rep.add(dtype, nt, phase, name, 1e3 * t, 100 * t / total, rate)
+                rep.add(dtype, nt, phase, "whole step", 1e3 * total, 100.0, float("nan"))
+    return rep
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench llm", description=__doc__.splitlines()[0])
     p.add_argument("--prompt", type=int, default=256, help="first-token prompt length (128-512)")
@@ -259,16 +296,21 @@ def main(argv=None):
     p.add_argument("--dtypes", default="bf16,i8")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--small", action="store_true", help="the test shape (hidden 128) instead of the 1B-class one")
+    p.add_argument("--profile", action="store_true", help="instead: each step's time (no torch needed)")
     add_clock_option(p)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    check_clock(p, args)
+    cfg = Config.small() if args.small else Config()
+    threads = [int(t) for t in args.threads.split(",")]
+    if args.profile:
+        write_json(args.json, [profile_llm(cfg, args.prompt, threads, args.dtypes.split(","), args.runs, args.clock)])
+        return 0
     try:
         import torch  # noqa: F401
     except ImportError:
         print("torch is needed for the comparison: pip install -e .[bench]")
         return 1
-    check_clock(p, args)
-    cfg = Config.small() if args.small else Config()
     start = time.perf_counter()
     reps = bench_llm(cfg, args.prompt, [int(t) for t in args.threads.split(",")], args.dtypes.split(","), args.runs,
                      args.clock)
