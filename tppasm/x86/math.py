@@ -330,7 +330,12 @@ def _exp_reduced(a, v, dst, approx, base, adds, tmp, c):
 
 
 def _scale_pow2(a, v, dst, s, t, c):
-    """dst *= 2^n with n from s's low bits; two factors so that n in [-150, 128] stays exact."""
+    """dst *= 2^n, n the integer-valued float ``t`` (and in s's low bits): AVX-512 ``vscalefps``
+    (one instruction, denormal results rounded once); AVX2 two factors built in the exponent
+    bits, so that n in [-150, 128] stays exact."""
+    if v.avx512:
+        a.vscalefps(dst, dst, t)
+        return
     a.vpsubd(s, s, c.i(f32_bits(MAGIC)))
     a.vpsrad(t, s, 1)
     a.vpsubd(s, s, t)
@@ -453,9 +458,9 @@ def emit_gelu_erf(a, v, dst, src, tmp, c):
 
 def emit_gelu_erf_bf16(a, v, dst, src, tmp, c):
     """dst = gelu_erf(src) to 2^-16 relative, for a result rounded to bf16 next: emit_gelu_erf's
-    formula with P of degree 5, x^2/2 rounded once and exp(y) = p(r) 2^n by one reduction, a
-    degree-4 p and y >= -87 (2^n one factor; results under ~1e-37 may be off, then flushed by
-    the bf16 rounding): ~35 instructions where emit_gelu_erf takes ~60. tmp: 4."""
+    formula with P of degree 5, x^2/2 rounded once and exp(y) = p(r) 2^n by one reduction and a
+    degree-4 p (AVX2: y >= -87, 2^n one factor; results under ~1e-37 may be off, then flushed
+    by the bf16 rounding): ~30 instructions where emit_gelu_erf takes ~55. tmp: 4."""
     t0, t1, t2, t3 = tmp[:4]
     vand(a, v, t3, src, c.i(ABS))
     a.vminps(t3, t3, c.f(14.142135))                # |x|
@@ -466,15 +471,20 @@ def emit_gelu_erf_bf16(a, v, dst, src, tmp, c):
     horner(a, dst, t1, ERFC_POLY_BF16, c)           # P
     a.vmulps(t1, t3, c.f(-0.5))
     a.vfmadd231ps(dst, t1, t3)                      # y = P - x^2/2
-    a.vmaxps(dst, dst, c.f(-87.0))
+    if not v.avx512:
+        a.vmaxps(dst, dst, c.f(-87.0))              # 2^n in one factor below
     c.load(a, t0, c.f(MAGIC))
     a.vfmadd231ps(t0, dst, c.f(LOG2E))              # s: n in its low bits
     a.vsubps(t1, t0, c.f(MAGIC))
     a.vfnmadd231ps(dst, t1, c.f(LN2))               # r = y - n ln2
-    horner(a, t1, dst, EXP_POLY_BF16, c)
-    a.vpaddd(t0, t0, c.i(127 - f32_bits(MAGIC)))
-    a.vpslld(t0, t0, 23)                            # 2^n
-    a.vmulps(t1, t1, t0)
+    if v.avx512:
+        horner(a, t0, dst, EXP_POLY_BF16, c)
+        a.vscalefps(t1, t0, t1)
+    else:
+        horner(a, t1, dst, EXP_POLY_BF16, c)
+        a.vpaddd(t0, t0, c.i(127 - f32_bits(MAGIC)))
+        a.vpslld(t0, t0, 23)                        # 2^n
+        a.vmulps(t1, t1, t0)
     a.vmulps(t1, t1, t2)                            # E = erfc(a)
     a.vmulps(t0, t1, c.f(0.5))                      # Phi(x) for x < 0
     c.load(a, t1, c.f(1.0))
