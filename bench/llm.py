@@ -211,6 +211,13 @@ def first_token_ceiling(cfg, prompt, nt, dtype, layer, peer, runs, clock, rep):
     rep.add(dtype, nt, (proj + att) / 1e9, float(np.median(work / top)) * nt / 1e9, *pct, need)
 
 
+def inputs(cfg, prompt):
+    """(weights, prompt rows, next-token row): seeded, the same for every table."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((prompt, cfg.hidden)).astype(np.float32)
+    return random_weights(cfg), x, rng.standard_normal((1, cfg.hidden)).astype(np.float32)
+
+
 def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
     import torch
     ceiling = []
@@ -218,10 +225,7 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
                  f"first token = prompt of {prompt}, next token at position {prompt}; ms, interleaved medians",
                  ["dtype", "threads", "phase", "tppasm ms", "torch ms", "torch/tppasm", "weights GB/s",
                   "% read BW", "read BW GB/s", "max rel diff"])
-    w = random_weights(cfg)
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((prompt, cfg.hidden)).astype(np.float32)
-    x1 = rng.standard_normal((1, cfg.hidden)).astype(np.float32)
+    w, x, x1 = inputs(cfg, prompt)
     for nt in threads:
         pool = _pool(nt)
         torch.set_num_threads(nt)
@@ -262,10 +266,7 @@ def profile_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
     rep = Report(f"LLaMA-style layer per-step profile (prompt {prompt}; next token at {prompt}): ms per step "
                  f"(median of interleaved runs); projections in GFLOP/s (first token) or weight GB/s (next token)",
                  ["dtype", "threads", "phase", "step", "ms", "% of phase", "GFLOP/s or GB/s"])
-    w = random_weights(cfg)
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((prompt, cfg.hidden)).astype(np.float32)
-    x1 = rng.standard_normal((1, cfg.hidden)).astype(np.float32)
+    w, x, x1 = inputs(cfg, prompt)
     for nt in threads:
         pool = _pool(nt)
         for dtype in dtypes:
