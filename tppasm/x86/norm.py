@@ -20,7 +20,7 @@ from isa.x86 import Function
 from ..backends import register
 from . import math as xm
 from .stream import Stream, load, store
-from .brgemm import target_features
+from . import brgemm as x86_brgemm              # target_features, looked up per call (tests fix it)
 from .rows import ROWS, Regs, at, combine, fill_tail, hreduce, row_loop, walk, zero_tail
 from .vector import VectorISA
 
@@ -46,7 +46,7 @@ def generate_softmax(desc, isa):
     x = Stream(args[0], "full", desc.dtype, desc.ldi)
     mask = Stream(args[1], desc.mask, "f32", desc.ldm) if desc.mask else None
     out = Stream(args[-1], "full", desc.out_dtype, desc.ldo)
-    cvt = v.avx512 and "avx512_bf16" in target_features(isa)     # vcvtneps2bf16 for a bf16 output
+    cvt = v.avx512 and "avx512_bf16" in x86_brgemm.target_features(isa)     # vcvtneps2bf16 for a bf16 output
     if -(-desc.n // v.lanes(4)) <= CACHED[v.avx512]:
         return _softmax_in_registers(fn, v, desc, x, mask, out, cvt)
     R = Regs(fn, v, desc.n)
