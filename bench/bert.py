@@ -1,7 +1,7 @@
 """all-MiniLM-L6-v2 on tppasm (:class:`bench.models.minilm.MiniLM`) against torch, in the same run.
 
 ``python -m bench bert [--shapes 1x32,8x128] [--threads 1,2] [--dtypes f32,bf16] [--runs N] [--clock wall|cpu]
-[--json FILE]``
+[--profile] [--json FILE]``
 
 Each row times ``model.forward(input_ids, attention_mask)`` (the last hidden state, the encoder
 only: tokenization aside) beside the same checkpoint as Hugging Face's ``BertModel`` in
@@ -10,7 +10,9 @@ token ids with a full mask, ``runs`` rounds interleaved (ours, torch, ours, ...)
 number of calls (:mod:`bench.interleave`; ``--clock cpu``: the calling thread's CPU time, 1 thread).
 Printed: medians in ms per batch and the median of the per-round ratios torch/ours (> 1: tppasm
 faster); threads are our pool's size and ``torch.set_num_threads``. Before timing, both outputs are
-compared (max abs difference).
+compared (max abs difference). ``--profile`` prints instead where one layer's time goes: each step
+(QKV, the attention's steps, output projection, norms, MLP) as its own nest over the same loops,
+ms per layer, its share of the forward, and the GEMM steps' GFLOP/s against the measured peak.
 
 >>> from bench.bert import MiniLM
 >>> MiniLM.load("f32").encode(["tppasm"]).shape
@@ -78,6 +80,49 @@ def bench_bert(shapes, threads, dtypes, runs, clock="wall"):
     return rep
 
 
+def step_flops(B, L):
+    """{step: flops} of one encoder layer on B x L tokens (the GEMM steps; others are not counted)."""
+    from bench.models.minilm import FFN, HEAD_DIM, HEADS, HIDDEN
+    T = B * L
+    att = 2 * B * HEADS * L * L * HEAD_DIM
+    return {"qkv": 2 * T * HIDDEN * 3 * HIDDEN, "scores": att, "context": att, "out_proj": 2 * T * HIDDEN * HIDDEN,
+            "up": 2 * T * HIDDEN * FFN, "down": 2 * T * FFN * HIDDEN}
+
+
+def profile_bert(shapes, threads, dtypes, runs, clock="wall"):
+    """Per-step breakdown of one layer (each step its own nest, same loops), beside the forward."""
+    from bench.models.minilm import LAYERS
+    from bench.peaks import peak
+    rep = Report("all-MiniLM-L6-v2 per-step profile: one layer cut into one nest per step, ms per layer "
+                 "(median of interleaved runs); GEMM steps as % of the dtype's 1-core peak x threads",
+                 ["dtype", "batch x tokens", "threads", "step", "ms", "% of forward", "GFLOP/s", "% peak"])
+    rng = np.random.default_rng(0)
+    for dtype in dtypes:
+        top = peak(dtype)
+        for nt in threads:
+            model = MiniLM.load(dtype, pool=_pool(nt))
+            for B, L in shapes:
+                ids = rng.integers(1000, 30000, (B, L))
+                mask = np.ones((B, L), np.int64)
+                model.forward(ids, mask)
+                plan = model._plan(B, L)
+                steps = plan.steps(*model.layers[0])
+                fwd, *times = interleaved([lambda: model.forward(ids, mask)] + [call for _, call in steps], runs,
+                                          clock=clock)
+                flops = step_flops(B, L)
+                total = float(np.median(fwd))
+                for (name, _), t in zip(steps, times):
+                    t = float(np.median(t))
+                    gf = flops[name] / t / 1e9 if name in flops else float("nan")
+                    rep.add(dtype, f"{B}x{L}", nt, name, 1e3 * t, 100 * LAYERS * t / total, gf, 100 * gf / top / nt)
+                rest = total - LAYERS * sum(float(np.median(t)) for t in times)
+                rep.add(dtype, f"{B}x{L}", nt, "(outside the layers' steps)", 1e3 * rest, 100 * rest / total,
+                        float("nan"), float("nan"))
+                rep.add(dtype, f"{B}x{L}", nt, "forward", 1e3 * total, 100.0, sum(flops.values()) * LAYERS / total / 1e9,
+                        100 * sum(flops.values()) * LAYERS / total / 1e9 / top / nt)
+    return rep
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench bert", description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default="1x32,8x128", help="batch x tokens, comma separated")
@@ -85,6 +130,7 @@ def main(argv=None):
     p.add_argument("--dtypes", default="f32,bf16")
     p.add_argument("--runs", type=int, default=7, help="interleaved timing runs per row")
     add_clock_option(p)
+    p.add_argument("--profile", action="store_true", help="instead: a per-step breakdown of one layer")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     check_clock(p, args)
@@ -95,8 +141,11 @@ def main(argv=None):
         print("torch and transformers are needed for the comparison: pip install -e .[bench]")
         return 1
     start = time.perf_counter()
-    rep = bench_bert(parse_shapes(args.shapes), [int(t) for t in args.threads.split(",")],
-                     args.dtypes.split(","), args.runs, args.clock)
+    shapes, threads = parse_shapes(args.shapes), [int(t) for t in args.threads.split(",")]
+    if args.profile:
+        rep = profile_bert(shapes, threads, args.dtypes.split(","), args.runs, args.clock)
+    else:
+        rep = bench_bert(shapes, threads, args.dtypes.split(","), args.runs, args.clock)
     print(f"\n({time.perf_counter() - start:.0f} s)")
     write_json(args.json, [rep])
     return 0

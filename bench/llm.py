@@ -1,6 +1,7 @@
 """One LLaMA-style decoder layer (:mod:`bench.models.llama`) against the same layer in torch.
 
-``python -m bench llm [--prompt 256] [--threads 1,2] [--dtypes bf16,i8] [--runs N] [--small] [--json FILE]``
+``python -m bench llm [--prompt 256] [--threads 1,2] [--dtypes bf16,i8] [--runs N] [--small] [--clock wall|cpu]
+[--profile] [--json FILE]``
 
 Shape: hidden 2048, 32 query heads, 8 KV heads of 64, MLP 8192 (a 1B-class layer), random weights
 (seed 0). Rows: first-token latency (the prompt through the layer, causal, cache filled) and
@@ -12,7 +13,11 @@ the calling thread's CPU clock (1 thread only: on a shared machine it leaves out
 processes held the core). torch's layer: ``F.linear`` on bf16 weights, ``F.rms_norm``,
 ``scaled_dot_product_attention`` (GQA, causal), bf16 activations; its int8 peer is
 ``torch.ao.quantization.quantize_dynamic`` (fbgemm, per-channel int8 weights, dynamic per-tensor
-activations). Before timing, outputs are compared (max |diff| / max |torch|).
+activations). Before timing, outputs are compared (max |diff| / max |torch|). A second table
+puts first-token latency against the dtype's measured peak (timed in the same interleaving):
+ours, torch's layer, torch's projections alone, and the fraction of the peak that 1.5x torch
+would take; where that is near or above 100%, the 1.5x goal is out of reach by arithmetic.
+``--profile`` prints instead each step's time (norms, projections, rope, cache, attention, ...).
 
 >>> from bench.models.llama_weights import Config
 >>> Config().hidden, Config().kv_heads
@@ -166,16 +171,61 @@ class TorchLayer:
 
 
 
+def layer_flops(cfg, T):
+    """(projection flops, attention flops) of a prompt of T rows; attention counts the whole T x T
+    square that both implementations compute (the causal mask zeroes its upper half)."""
+    D, F = cfg.hidden, cfg.ffn
+    proj = 2 * T * D * (cfg.qkv_dim + D + 2 * F) + 2 * T * F * D
+    return proj, 4 * T * T * cfg.head_dim * cfg.heads
+
+
+def torch_projections(peer, cfg, T):
+    """A call running torch's projections of the layer alone (its 7 matmuls on T rows)."""
+    import torch
+    x = torch.randn(T, cfg.hidden).to(peer.dt)
+    y = torch.randn(T, cfg.ffn).to(peer.dt)
+
+    def run():
+        with torch.inference_mode():
+            for name in ("wq", "wk", "wv", "wo", "w1", "w3"):
+                peer.lin[name](x)
+            peer.lin["w2"](y)
+    return run
+
+
+def first_token_ceiling(cfg, prompt, nt, dtype, layer, peer, runs, clock, rep):
+    """A row of ``rep``: ours, torch's layer and torch's projections alone as % of the dtype's peak
+    (the peak loop timed in the same interleaving, times the threads), and the % of peak that
+    1.5x torch's layer would need."""
+    from bench.peaks import peak_loop
+    x = np.random.default_rng(2).standard_normal((prompt, cfg.hidden)).astype(np.float32)
+    import torch
+    tx = torch.from_numpy(x)
+    loop, work = peak_loop(dtype)
+    proj, att = layer_flops(cfg, prompt)
+    ours, theirs, mm, top = interleaved([lambda: layer.prefill(x), lambda: peer.run(tx, 0),
+                                         torch_projections(peer, cfg, prompt), loop], runs, clock=clock)
+    rate = work / top * nt                                  # the peak, per second, on nt cores
+    pct = [100 * float(np.median(f / t / rate)) for f, t in ((proj + att, ours), (proj + att, theirs), (proj, mm))]
+    need = 100 * float(np.median((proj + att) / (theirs / 1.5) / rate))
+    rep.add(dtype, nt, (proj + att) / 1e9, float(np.median(work / top)) * nt / 1e9, *pct, need)
+
+
+def inputs(cfg, prompt):
+    """(weights, prompt rows, next-token row): seeded, the same for every table."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((prompt, cfg.hidden)).astype(np.float32)
+    return random_weights(cfg), x, rng.standard_normal((1, cfg.hidden)).astype(np.float32)
+
+
 def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
     import torch
+    ceiling = []
     rep = Report(f"LLaMA-style layer (hidden {cfg.hidden}, {cfg.heads}/{cfg.kv_heads} heads, MLP {cfg.ffn}): "
                  f"first token = prompt of {prompt}, next token at position {prompt}; ms, interleaved medians",
                  ["dtype", "threads", "phase", "tppasm ms", "torch ms", "torch/tppasm", "weights GB/s",
                   "% read BW", "read BW GB/s", "max rel diff"])
-    w = random_weights(cfg)
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((prompt, cfg.hidden)).astype(np.float32)
-    x1 = rng.standard_normal((1, cfg.hidden)).astype(np.float32)
+    w, x, x1 = inputs(cfg, prompt)
     for nt in threads:
         pool = _pool(nt)
         torch.set_num_threads(nt)
@@ -188,6 +238,7 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
             a, b = interleaved([lambda: layer.prefill(x), lambda: peer.run(tx, 0)], runs, clock=clock)
             rep.add(dtype, nt, "first token", 1e3 * np.median(a), 1e3 * np.median(b), float(np.median(b / a)),
                     float("nan"), float("nan"), float("nan"), diff)
+            ceiling.append((nt, dtype, layer, peer))
             ours, theirs = layer.decode(x1, prompt), peer.run(tx1, prompt).float().numpy()
             diff = float(np.abs(ours - theirs).max() / np.abs(theirs).max())
             a, b, c = interleaved([lambda: layer.decode(x1, prompt), lambda: peer.run(tx1, prompt), sweep], runs,
@@ -195,6 +246,47 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
             gbs, bw = weight_bytes(layer) / a / 1e9, swept / c / 1e9
             rep.add(dtype, nt, "next token", 1e3 * np.median(a), 1e3 * np.median(b), float(np.median(b / a)),
                     float(np.median(gbs)), 100 * float(np.median(gbs / bw)), float(np.median(bw)), diff)
+    top = Report(f"First token against the peak: the layer's flops (projections + the T x T attention) per second "
+                 f"as % of the measured peak of the dtype's best unit x threads, timed interleaved with the peak "
+                 f"loop; 'torch matmuls': its 7 projections alone (their flops only); the last column is what "
+                 f"1.5x torch's layer would need",
+                 ["dtype", "threads", "GFLOP", "peak GFLOP/s", "tppasm % peak", "torch % peak",
+                  "torch matmuls % peak", "1.5x torch needs % peak"])
+    for nt, dtype, layer, peer in ceiling:
+        torch.set_num_threads(nt)
+        first_token_ceiling(cfg, prompt, nt, dtype, layer, peer, runs, clock, top)
+    return [rep, top]
+
+
+def profile_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
+    """Per-step breakdown of first and next token: each nest of the layer timed on its own
+    (interleaved), ms and % of the phase; projections as GFLOP/s (first token) or weight GB/s
+    (next token)."""
+    from bench.models.llama import KEY_BLOCK
+    rep = Report(f"LLaMA-style layer per-step profile (prompt {prompt}; next token at {prompt}): ms per step "
+                 f"(median of interleaved runs); projections in GFLOP/s (first token) or weight GB/s (next token)",
+                 ["dtype", "threads", "phase", "step", "ms", "% of phase", "GFLOP/s or GB/s"])
+    w, x, x1 = inputs(cfg, prompt)
+    for nt in threads:
+        pool = _pool(nt)
+        for dtype in dtypes:
+            layer = LlamaLayer(cfg, w, dtype, pool)
+            layer.prefill(x)
+            keys = min(-(-(prompt + 1) // KEY_BLOCK) * KEY_BLOCK, cfg.max_len)
+            lins = {"qkv": layer.qkv, "o": layer.o, "gate_up": layer.gu, "down": layer.down}
+            for phase, T, step, args in (("first token", prompt, layer._step(prompt, None), (x, 0)),
+                                         ("next token", 1, layer._step(1, keys), (x1, prompt))):
+                steps = step.steps(*args)
+                whole, *times = interleaved([lambda: step.run(*args)] + [c for _, c in steps], runs, clock=clock)
+                total = float(np.median(whole))
+                for (name, _), t in zip(steps, times):
+                    t = float(np.median(t))
+                    rate = float("nan")
+                    if name in lins:
+                        lin = lins[name]
+                        rate = (2 * T * lin.k * lin.n if T > 1 else lin.blocks.nbytes) / t / 1e9
+                    rep.add(dtype, nt, phase, name, 1e3 * t, 100 * t / total, rate)
+                rep.add(dtype, nt, phase, "whole step", 1e3 * total, 100.0, float("nan"))
     return rep
 
 
@@ -205,26 +297,31 @@ def main(argv=None):
     p.add_argument("--dtypes", default="bf16,i8")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--small", action="store_true", help="the test shape (hidden 128) instead of the 1B-class one")
+    p.add_argument("--profile", action="store_true", help="instead: each step's time (no torch needed)")
     add_clock_option(p)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    check_clock(p, args)
+    cfg = Config.small() if args.small else Config()
+    threads = [int(t) for t in args.threads.split(",")]
+    if args.profile:
+        write_json(args.json, [profile_llm(cfg, args.prompt, threads, args.dtypes.split(","), args.runs, args.clock)])
+        return 0
     try:
         import torch  # noqa: F401
     except ImportError:
         print("torch is needed for the comparison: pip install -e .[bench]")
         return 1
-    check_clock(p, args)
-    cfg = Config.small() if args.small else Config()
     start = time.perf_counter()
-    rep = bench_llm(cfg, args.prompt, [int(t) for t in args.threads.split(",")], args.dtypes.split(","), args.runs,
-                    args.clock)
+    reps = bench_llm(cfg, args.prompt, [int(t) for t in args.threads.split(",")], args.dtypes.split(","), args.runs,
+                     args.clock)
     loops = int8_inner_loops()
     if loops:
         print(f"\nint8 weights consumed from L1 by one core: vpdpbusd {loops['vpdpbusd']:.0f} GB/s, dequantized in "
               f"registers (vpmovsxbd + vcvtdq2ps + FMA) {loops['dequant']:.0f} GB/s: the latter is no faster than "
               "DRAM, hence u8 x s8 BRGEMMs with a dequant epilogue")
     print(f"\n({time.perf_counter() - start:.0f} s)")
-    write_json(args.json, [rep])
+    write_json(args.json, reps)
     return 0
 
 

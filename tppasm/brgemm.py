@@ -16,7 +16,9 @@ to nearest even; denormal inputs and products may count as zero, as the bf16 dot
 ``i8`` (A uint8, B int8 VNNI4, C int32, exact: sums wrap modulo 2**32 as
 ``vpdpbusd`` does). Any k: B has ceil(k/f) row groups, and the padding entries of the last one
 are never used (``vnni_pack`` writes zeros there; any values are ignored). Epilogue: ``bias=True`` adds an fp32 row vector of n
-(f32/bf16), then ``act`` in None, "relu", "gelu" (tanh form), "sigmoid", "tanh".
+(f32/bf16), then ``act`` in None, "relu", "gelu" (tanh form), "gelu_erf" (x Phi(x), BERT's),
+"sigmoid", "tanh", on the fp32 sums (a bf16 C is rounded once, after it; for a bf16 C the x86
+kernels evaluate gelu_erf to 2^-16 relative, ~1/128 of the rounding, in half the instructions).
 
 >>> import numpy as np, tppasm
 >>> gemm = tppasm.brgemm(m=2, n=3, k=4)
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import kernel as _kernel
+from .eltwise import UNARY_OPS
 from .kernel import Descriptor, get_kernel, scalar_arg, unchecked_in_body
 from .operand import OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of
 
@@ -43,6 +46,7 @@ ACTS = {
     None: lambda x: x,
     "relu": lambda x: np.maximum(x, 0),
     "gelu": lambda x: 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3))),
+    "gelu_erf": UNARY_OPS["gelu_erf"],
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "tanh": np.tanh,
 }

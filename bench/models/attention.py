@@ -18,10 +18,15 @@ stay fp32.
 >>> att(qkv, mask, ctx); float(ctx.min()), float(ctx.max())
 (1.0, 1.0)
 """
+from types import SimpleNamespace
+
 import numpy as np
 
 import tppasm as tpp
 from loops import Loop, kernel, thread
+
+
+STEPS = ("k_transpose", "scores", "softmax", "v_pack", "context")   # v_pack: bf16 only
 
 
 class Attention:
@@ -31,51 +36,73 @@ class Attention:
         hidden = heads * d
         ld = 3 * hidden
         nt = pool.nthreads
-        self.dtype = dtype
+        self.dtype, self.B, self.L, self.heads, self.d, self.pool = dtype, B, L, heads, d, pool
         self.S = tpp.empty((nt, L, L))
+        k = self.k = SimpleNamespace(softmax=tpp.softmax(L, L, scale=d ** -0.5, mask="row",
+                                                         out_dtype=dtype))
         if dtype == "f32":
             self.KT = tpp.empty((nt, 1, d, L))
-            transpose = tpp.transform("transpose", L, d, ldx=ld, ldo=L)
-            scores = tpp.brgemm(L, L, d, lda=ld, ldb=L, ldc=L)
-            softmax = tpp.softmax(L, L, scale=d ** -0.5, mask="row")
-            context = tpp.brgemm(L, d, L, lda=L, ldb=ld, ldc=hidden)
+            k.transpose = tpp.transform("transpose", L, d, ldx=ld, ldo=L)
+            k.scores = tpp.brgemm(L, L, d, lda=ld, ldb=L, ldc=L)
+            k.context = tpp.brgemm(L, d, L, lda=L, ldb=ld, ldc=hidden)
+        else:
+            half = d // 2
+            self.KT = tpp.empty((nt, 1, half, L, 2), "bf16")                # K^T in VNNI2
+            self.V = tpp.empty((nt, 1, -(-L // 2), d, 2), "bf16")           # V in VNNI2
+            self.P = tpp.empty((nt, 1, L, L), "bf16")
+            self._KT32 = self.KT.view(np.int32).reshape(nt, half, L)
+            k.transpose = tpp.transform("transpose", L, half, ldx=ld // 2, ldo=L, dtype="i32")
+            k.pack = tpp.transform("vnni2", L, d, ldx=ld, dtype="bf16")
+            k.scores = tpp.brgemm(L, L, d, "bf16", lda=ld, ldb=L)
+            k.context = tpp.brgemm(L, d, L, "bf16", lda=L, ldc=hidden, c_dtype="bf16")
+        self.nest = self._nest()
 
-            @kernel("AB", Loop(0, B), Loop(0, heads), pool=pool)
+    def _nest(self, only=STEPS):
+        """The nest over (sequence, head) running the steps in ``only`` (all but for a profile)."""
+        k, L, d = self.k, self.L, self.d
+        hidden = self.heads * d
+        loops = (Loop(0, self.B), Loop(0, self.heads))
+        if self.dtype == "f32":
+            @kernel("AB", *loops, pool=self.pool)
             def nest(b, h, QKV, KT, S, Mask, Ctx):
                 t, r, c = thread().tid, b * L, h * d
-                transpose(QKV[0, r:r + L, hidden + c:hidden + c + d], KT[t, 0])
-                scores(QKV[:, r:r + L, c:c + d], KT[t], S[t])
-                softmax(S[t], Mask[b], S[t])
-                context(S[t:t + 1], QKV[:, r:r + L, 2 * hidden + c:2 * hidden + c + d], Ctx[0, r:r + L, c:c + d])
-            self.nest = nest
-            self._scratch = (self.KT,)
-            return
+                if "k_transpose" in only:
+                    k.transpose(QKV[0, r:r + L, hidden + c:hidden + c + d], KT[t, 0])
+                if "scores" in only:
+                    k.scores(QKV[:, r:r + L, c:c + d], KT[t], S[t])
+                if "softmax" in only:
+                    k.softmax(S[t], Mask[b], S[t])
+                if "context" in only:
+                    k.context(S[t:t + 1], QKV[:, r:r + L, 2 * hidden + c:2 * hidden + c + d], Ctx[0, r:r + L, c:c + d])
+            return nest
         half = d // 2
-        self.KT = tpp.empty((nt, 1, half, L, 2), "bf16")                # K^T in VNNI2
-        self.V = tpp.empty((nt, 1, -(-L // 2), d, 2), "bf16")           # V in VNNI2
-        self.P = tpp.empty((nt, 1, L, L), "bf16")
-        transpose = tpp.transform("transpose", L, half, ldx=ld // 2, ldo=L, dtype="i32")
-        pack = tpp.transform("vnni2", L, d, ldx=ld, dtype="bf16")
-        scores = tpp.brgemm(L, L, d, "bf16", lda=ld, ldb=L)
-        softmax = tpp.softmax(L, L, scale=d ** -0.5, mask="row", out_dtype="bf16")
-        context = tpp.brgemm(L, d, L, "bf16", lda=L, ldc=hidden, c_dtype="bf16")
 
-        @kernel("AB", Loop(0, B), Loop(0, heads), pool=pool)
-        def nest(b, h, QKV, QKV32, KT32, KT, V, S, P, Mask, Ctx):
+        @kernel("AB", *loops, pool=self.pool)
+        def nest_bf16(b, h, QKV, QKV32, KT32, KT, V, S, P, Mask, Ctx):
             t, r, c = thread().tid, b * L, h * d
             k32 = hidden // 2 + h * half
-            transpose(QKV32[r:r + L, k32:k32 + half], KT32[t])
-            scores(QKV[:, r:r + L, c:c + d], KT[t], S[t])
-            softmax(S[t], Mask[b], P[t, 0])
-            pack(QKV[0, r:r + L, 2 * hidden + c:2 * hidden + c + d], V[t, 0])
-            context(P[t], V[t], Ctx[0, r:r + L, c:c + d])
-        self.nest = nest
-        self._KT32 = self.KT.view(np.int32).reshape(nt, half, L)
+            if "k_transpose" in only:
+                k.transpose(QKV32[r:r + L, k32:k32 + half], KT32[t])
+            if "scores" in only:
+                k.scores(QKV[:, r:r + L, c:c + d], KT[t], S[t])
+            if "softmax" in only:
+                k.softmax(S[t], Mask[b], P[t, 0])
+            if "v_pack" in only:
+                k.pack(QKV[0, r:r + L, 2 * hidden + c:2 * hidden + c + d], V[t, 0])
+            if "context" in only:
+                k.context(P[t], V[t], Ctx[0, r:r + L, c:c + d])
+        return nest_bf16
 
-    def __call__(self, qkv, mask, ctx):
+    def __call__(self, qkv, mask, ctx, nest=None):
         """ctx (tokens, hidden) = attention of qkv (tokens, 3 * hidden) under mask (B, L) (0 / -inf)."""
+        nest = nest or self.nest
         q3, c3 = qkv[None], ctx[None]
         if self.dtype == "f32":
-            self.nest(q3, self.KT, self.S, mask, c3)
+            nest(q3, self.KT, self.S, mask, c3)
         else:
-            self.nest(q3, qkv.view(np.int32), self._KT32, self.KT, self.V, self.S, self.P, mask, c3)
+            nest(q3, qkv.view(np.int32), self._KT32, self.KT, self.V, self.S, self.P, mask, c3)
+
+    def steps(self):
+        """[(name, call(qkv, mask, ctx))]: a nest per step, for a profile."""
+        names = [s for s in STEPS if self.dtype == "bf16" or s != "v_pack"]
+        return [(s, lambda q, m, c, nest=self._nest((s,)): self(q, m, c, nest)) for s in names]

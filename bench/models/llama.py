@@ -16,8 +16,10 @@ convert, fp32 FMA), which is no faster than its DRAM read bandwidth, and prefill
 fp32 FMA rate, a quarter of ``vpdpbusd``'s; so weights stay int8 all the way into the dot product.
 Attention works on bf16: K is stored transposed in the VNNI2 layout the scores BRGEMM
 reads (a 32-bit transpose of K's rows), V in VNNI2, so no cache entry is ever repacked; a query
-head reads its group's K/V; scores and softmax sums stay fp32. Decode pads the key range to a
-multiple of ``KEY_BLOCK`` (masked) so kernels are rebuilt once per block of positions, not per token.
+head reads its group's K/V; scores and softmax sums stay fp32. Prefill attention goes by causal
+blocks of 64 query rows, each against the keys up to its end, so the masked upper triangle is
+never computed. Decode pads the key range to a multiple of ``KEY_BLOCK`` (masked) so kernels are
+rebuilt once per block of positions, not per token.
 
 >>> from bench.models.llama_weights import Config, random_weights
 >>> layer = LlamaLayer(Config.small(), random_weights(Config.small()), "bf16")

@@ -14,6 +14,7 @@ import tppasm as tpp
 from loops import Loop, kernel, thread
 
 BN = 64              # output columns per weight panel (one head of 64, or two of 32)
+QUERY_BLOCK = 64     # prefill attention: query rows per causal block
 
 
 def _strided_k(a, kc):
@@ -177,19 +178,29 @@ class Step:
         return gate_up_i8
 
     def _prefill_attention(self, cfg, T, pool, nt):
+        """Causal attention over the prompt, per (KV head, query head of its group), in blocks of
+        QUERY_BLOCK query rows: block i attends to keys 0..end of block i only (scores, softmax
+        under the causal mask, context), so the upper triangle is never computed (10/16 of the
+        square at T = 256)."""
         d, D = cfg.head_dim, cfg.hidden
         self.S, self.P = tpp.empty((nt + 1, T, T)), tpp.empty((nt, 1, T, T), "bf16")
         self.S[nt] = np.triu(np.full((T, T), -np.inf, np.float32), 1)          # the causal mask
-        scores = tpp.brgemm(T, T, d, "bf16", lda=cfg.qkv_dim, ldb=cfg.max_len)
-        softmax = tpp.softmax(T, T, scale=d ** -0.5, mask="full", out_dtype="bf16")
-        context = tpp.brgemm(T, d, T, "bf16", lda=T, ldc=D, c_dtype="bf16")
+        blocks = []
+        for r in range(0, T, QUERY_BLOCK):
+            rows, keys = min(QUERY_BLOCK, T - r), min(T, r + QUERY_BLOCK)
+            blocks.append((r, rows, keys,
+                           tpp.brgemm(rows, keys, d, "bf16", lda=cfg.qkv_dim, ldb=cfg.max_len, ldc=T),
+                           tpp.softmax(rows, keys, ldx=T, ldo=T, scale=d ** -0.5, mask="full", ldm=T,
+                                       out_dtype="bf16"),
+                           tpp.brgemm(rows, d, keys, "bf16", lda=T, ldc=D, c_dtype="bf16")))
 
         @kernel("AB", Loop(0, cfg.kv_heads), Loop(0, cfg.group), pool=pool)
         def attention(g, j, QKV, KT, V, S, P, Ctx):
             t, c = thread().tid, (g * cfg.group + j) * d
-            scores(QKV[:, :, c:c + d], KT[g, :, :, 0:T], S[t])
-            softmax(S[t], S[nt], P[t, 0])
-            context(P[t], V[g, :, 0:-(-T // 2)], Ctx[:, c:c + d])
+            for r, rows, keys, scores, softmax, context in blocks:
+                scores(QKV[:, r:r + rows, c:c + d], KT[g, :, :, 0:keys], S[t, r:r + rows, 0:keys])
+                softmax(S[t, r:r + rows, 0:keys], S[nt, r:r + rows, 0:keys], P[t, 0, r:r + rows, 0:keys])
+                context(P[t, :, r:r + rows, 0:keys], V[g, :, 0:-(-keys // 2)], Ctx[r:r + rows, c:c + d])
         return attention
 
     def _decode_attention(self, cfg, keys, pool):
@@ -209,35 +220,48 @@ class Step:
 
     # -- running -------------------------------------------------------------------------------------
     def run(self, x, pos):
+        for _, call in self.steps(x, pos):
+            call()
+        return self.H.copy()
+
+    def steps(self, x, pos):
+        """[(name, call)]: the step's nests (and NumPy glue) in order; :meth:`run` calls them all
+        (a profile times them one by one)."""
         L, T = self.layer, self.T
         cfg = L.cfg
         i8 = self.i8
         q, sc = (self.q, self.sc) if i8 else ({}, {})
-        self.norm1(x, L.rms1, self.xn, self.H, q.get("qkv", self.none_u8), sc.get("qkv", self.none_f32))
-        self._linear(self.proj_qkv, "qkv", L.qkv, self.QKV)
-        self.rope(self.QKV, L.cos[pos:pos + T], L.sin[pos:pos + T])
         qkv32 = self.QKV.view(np.int32)
         d = cfg.head_dim
+        out = [("norm1", lambda: self.norm1(x, L.rms1, self.xn, self.H, q.get("qkv", self.none_u8),
+                                            sc.get("qkv", self.none_f32))),
+               ("qkv", lambda: self._linear(self.proj_qkv, "qkv", L.qkv, self.QKV)),
+               ("rope", lambda: self.rope(self.QKV, L.cos[pos:pos + T], L.sin[pos:pos + T]))]
         if self.keys is None:
-            self.cache(self.QKV, qkv32, self.KT32, L.V)
-            self.attention(self.QKV[None], L.KT, L.V, self.S, self.P, self.Ctx)
+            out += [("cache", lambda: self.cache(self.QKV, qkv32, self.KT32, L.V)),
+                    ("attention", lambda: self.attention(self.QKV[None], L.KT, L.V, self.S, self.P, self.Ctx))]
         else:
-            self.cache(qkv32, self.KT32[:, :, pos:pos + 1], self.QKV.reshape(-1, 1),
-                       L.V[:, 0, pos // 2, :, pos % 2:pos % 2 + 1])
-            self.mask[...] = np.where(np.arange(self.keys) <= pos, 0.0, -np.inf)
+            def mask():
+                self.mask[...] = np.where(np.arange(self.keys) <= pos, 0.0, -np.inf)
             Q = self.QKV[0, :cfg.hidden].reshape(cfg.kv_heads, cfg.group, d)
-            self.attention(Q, L.KT, L.V, self.S, self.P, self.Ctx.reshape(cfg.kv_heads, cfg.group, d))
+            out += [("cache", lambda: self.cache(qkv32, self.KT32[:, :, pos:pos + 1], self.QKV.reshape(-1, 1),
+                                                 L.V[:, 0, pos // 2, :, pos % 2:pos % 2 + 1])),
+                    ("mask", mask),
+                    ("attention", lambda: self.attention(Q, L.KT, L.V, self.S, self.P,
+                                                         self.Ctx.reshape(cfg.kv_heads, cfg.group, d)))]
         if i8:
-            self.quant_o(self.Ctx, q["o"], sc["o"])
-        self._linear(self.proj_o, "o", L.o, self.H)
-        self.norm2(self.H, L.rms2, self.hn, q.get("gu", self.none_u8), sc.get("gu", self.none_f32))
+            out.append(("quant_o", lambda: self.quant_o(self.Ctx, q["o"], sc["o"])))
+        out += [("o", lambda: self._linear(self.proj_o, "o", L.o, self.H)),
+                ("norm2", lambda: self.norm2(self.H, L.rms2, self.hn, q.get("gu", self.none_u8),
+                                             sc.get("gu", self.none_f32)))]
         if i8:
-            self.gate_up(self.a3["gu"], L.gu.blocks, sc["gu"], self.CiOff, self.GU, self.A)
-            self.quant_down(self.A, q["down"], sc["down"])
+            out += [("gate_up", lambda: self.gate_up(self.a3["gu"], L.gu.blocks, sc["gu"], self.CiOff, self.GU,
+                                                     self.A)),
+                    ("quant_down", lambda: self.quant_down(self.A, q["down"], sc["down"]))]
         else:
-            self.gate_up(self.a3["gu"], L.gu.blocks, self.GU, self.A)
-        self._linear(self.proj_down, "down", L.down, self.H)
-        return self.H.copy()
+            out.append(("gate_up", lambda: self.gate_up(self.a3["gu"], L.gu.blocks, self.GU, self.A)))
+        out.append(("down", lambda: self._linear(self.proj_down, "down", L.down, self.H)))
+        return out
 
     def _linear(self, nest, name, lin, out):
         if self.i8:

@@ -12,8 +12,9 @@ iteration):
 2. attention per (sequence, head) (:mod:`bench.models.attention`): scores ``Q K^T`` (BRGEMM), the
    scaled and masked softmax TPP, context ``P V`` (BRGEMM) into its columns of ``Ctx``;
 3. per row block: output projection accumulated onto the residual (BRGEMM with beta=1 and bias),
-   layer norm in place, the MLP's up projection with bias, GELU (erf) over the block, down
-   projection (a batch-reduce over 4 blocks of K) onto the residual, layer norm.
+   layer norm in place, the MLP's up projection with bias and GELU (erf) in its epilogue (on the
+   fp32 sums, so a bf16 result is rounded once), down projection (a batch-reduce over 4 blocks
+   of K) onto the residual, layer norm.
 
 Activations stay row-major (tokens, channels), so blocks are strided views; weights are cut once
 into (k, bn) column blocks (VNNI-packed for bf16) and all of a layer's sit in one array, its biases
@@ -29,6 +30,7 @@ block, and a bound on the shapes JIT'd. Buffers belong to the model: one call at
 ((1, 384), 'float32')
 """
 import os
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -46,6 +48,7 @@ PAD = 16                # sequence lengths padded to a multiple of this (masked)
 # and its fp32 parameters: biases and norm gammas/betas, in this order
 PARAMS = (("bqkv", 3 * HIDDEN), ("bo", HIDDEN), ("ln1_g", HIDDEN), ("ln1_b", HIDDEN), ("b1", FFN),
           ("b2", HIDDEN), ("ln2_g", HIDDEN), ("ln2_b", HIDDEN))
+REST_OPS = ("out_proj", "norm1", "up", "down", "norm2")   # the third nest's steps
 OFFSET = {name: sum(size for _, size in PARAMS[:i]) for i, (name, _) in enumerate(PARAMS)}
 
 
@@ -227,52 +230,75 @@ class _Plan:
             if bf16:
                 seq_bf16(H[b], X[b])
         self.embed = embed
-        nq, no, n1 = 3 * HIDDEN // bn, HIDDEN // bn, FFN // bn
-        WO, W1, W2 = nq, nq + no, nq + no + n1                       # first block of each weight
         self.QKV, self.Ctx = tpp.empty((T, 3 * HIDDEN), dt), tpp.empty((T, HIDDEN), dt)
         self.attend = Attention(B, Lp, HEADS, HEAD_DIM, dt, pool)
-        qkv = tpp.brgemm(bm, bn, HIDDEN, dt, lda=HIDDEN, ldc=3 * HIDDEN, c_dtype=dt, bias=True)
-        row_bf16 = tpp.copy(bm, HIDDEN, out_dtype="bf16")
-        out_proj = tpp.brgemm(bm, bn, HIDDEN, dt, lda=HIDDEN, ldc=HIDDEN, beta=1, bias=True)
-        norm = tpp.layernorm(bm, HIDDEN, eps=EPS)
-        up = tpp.brgemm(bm, bn, HIDDEN, dt, lda=HIDDEN, ldc=FFN, c_dtype=dt, bias=True)
-        gelu = tpp.unary("gelu_erf", bm, HIDDEN, ldx=FFN, ldo=FFN, dtype=dt)
-        down = tpp.brgemm(bm, bn, HIDDEN, dt, lda=FFN, ldc=HIDDEN, stride_a=HIDDEN, beta=1, bias=True)
-        P = OFFSET
-        self.H, self.Hb = H, Hb
+        self.k = SimpleNamespace(
+            qkv=tpp.brgemm(bm, bn, HIDDEN, dt, lda=HIDDEN, ldc=3 * HIDDEN, c_dtype=dt, bias=True),
+            row_bf16=tpp.copy(bm, HIDDEN, out_dtype="bf16"),
+            out_proj=tpp.brgemm(bm, bn, HIDDEN, dt, lda=HIDDEN, ldc=HIDDEN, beta=1, bias=True),
+            norm=tpp.layernorm(bm, HIDDEN, eps=EPS),
+            up=tpp.brgemm(bm, bn, HIDDEN, dt, lda=HIDDEN, ldc=FFN, c_dtype=dt, bias=True, act="gelu_erf"),
+            down=tpp.brgemm(bm, bn, HIDDEN, dt, lda=FFN, ldc=HIDDEN, stride_a=HIDDEN, beta=1, bias=True))
+        self.B, self.T, self.bm, self.bn, self.bf16, self.pool = B, T, bm, bn, bf16, pool
+        self.H, self.Hb, self.I4 = H, Hb, I4
+        self.X = (self.Hb if bf16 else self.H)[None]
+        self.qkv_nest, self.rest = self._qkv_nest(), self._rest_nest()
 
-        @kernel("AB", Loop(0, T // bm), Loop(0, nq), pool=pool)
+    def _qkv_nest(self):
+        bm, bn, qkv = self.bm, self.bn, self.k.qkv
+
+        @kernel("AB", Loop(0, self.T // bm), Loop(0, 3 * HIDDEN // bn), pool=self.pool)
         def qkv_nest(im, jn, X, W, Par, QKV):
             r = im * bm
             qkv(X[:, r:r + bm], W[jn:jn + 1], QKV[0, r:r + bm, jn * bn:jn * bn + bn], Par[jn * bn:jn * bn + bn])
+        return qkv_nest
+
+    def _rest_nest(self, only=REST_OPS):
+        """Per row block: the ops of REST_OPS in ``only`` (all for the model; one for a profile)."""
+        k, bm, bn, bf16 = self.k, self.bm, self.bn, self.bf16
+        nq, no, n1 = 3 * HIDDEN // bn, HIDDEN // bn, FFN // bn
+        WO, W1, W2 = nq, nq + no, nq + no + n1                       # first block of each weight
+        P = OFFSET
 
         def vec(Par, name, j=0, size=bn):
             return Par[P[name] + j * size:P[name] + j * size + size]
 
-        @kernel("A", Loop(0, T // bm), pool=pool)
+        @kernel("A", Loop(0, self.T // bm), pool=self.pool)
         def rest(im, A, W, Par, H, X, I4):
             t, r = thread().tid, im * bm
             rows = H[0, r:r + bm]
-            for j in range(no):
-                out_proj(A[:, r:r + bm], W[WO + j:WO + j + 1], rows[:, j * bn:j * bn + bn], vec(Par, "bo", j))
-            norm(rows, vec(Par, "ln1_g", size=HIDDEN), vec(Par, "ln1_b", size=HIDDEN), rows)
-            if bf16:
-                row_bf16(rows, X[0, r:r + bm])
-            for j in range(n1):
-                kb, c = divmod(j * bn, HIDDEN)
-                up(X[:, r:r + bm], W[W1 + j:W1 + j + 1], I4[t, kb, :, c:c + bn], vec(Par, "b1", j))
-            for kb in range(FFN // HIDDEN):
-                gelu(I4[t, kb], I4[t, kb])
-            for j in range(no):
-                down(I4[t], W[W2 + 4 * j:W2 + 4 * j + 4], rows[:, j * bn:j * bn + bn], vec(Par, "b2", j),
-                     count=FFN // HIDDEN)
-            norm(rows, vec(Par, "ln2_g", size=HIDDEN), vec(Par, "ln2_b", size=HIDDEN), rows)
-            if bf16:
-                row_bf16(rows, X[0, r:r + bm])
-        self.qkv_nest, self.rest, self.I4 = qkv_nest, rest, I4
-        self.X = (self.Hb if bf16 else self.H)[None]
+            if "out_proj" in only:
+                for j in range(no):
+                    k.out_proj(A[:, r:r + bm], W[WO + j:WO + j + 1], rows[:, j * bn:j * bn + bn], vec(Par, "bo", j))
+            if "norm1" in only:
+                k.norm(rows, vec(Par, "ln1_g", size=HIDDEN), vec(Par, "ln1_b", size=HIDDEN), rows)
+                if bf16:
+                    k.row_bf16(rows, X[0, r:r + bm])
+            if "up" in only:
+                for j in range(n1):
+                    kb, c = divmod(j * bn, HIDDEN)
+                    k.up(X[:, r:r + bm], W[W1 + j:W1 + j + 1], I4[t, kb, :, c:c + bn], vec(Par, "b1", j))
+            if "down" in only:
+                for j in range(no):
+                    k.down(I4[t], W[W2 + 4 * j:W2 + 4 * j + 4], rows[:, j * bn:j * bn + bn], vec(Par, "b2", j),
+                           count=FFN // HIDDEN)
+            if "norm2" in only:
+                k.norm(rows, vec(Par, "ln2_g", size=HIDDEN), vec(Par, "ln2_b", size=HIDDEN), rows)
+                if bf16:
+                    k.row_bf16(rows, X[0, r:r + bm])
+        return rest
 
     def run_layer(self, weights, params):
         self.qkv_nest(self.X, weights, params, self.QKV[None])
         self.attend(self.QKV, self.mask, self.Ctx)
         self.rest(self.Ctx[None], weights, params, self.H[None], self.X, self.I4)
+
+    def steps(self, weights, params):
+        """[(name, call)]: one layer cut into nests of one step each (a profile; the calls leave
+        the activations meaningless, so run forward again after)."""
+        out = [("qkv", lambda: self.qkv_nest(self.X, weights, params, self.QKV[None]))]
+        out += [(name, lambda call=call: call(self.QKV, self.mask, self.Ctx)) for name, call in self.attend.steps()]
+        for name in REST_OPS:
+            nest = self._rest_nest((name,))
+            out.append((name, lambda nest=nest: nest(self.Ctx[None], weights, params, self.H[None], self.X, self.I4)))
+        return out

@@ -154,7 +154,8 @@ def test_brgemm(bits, s):
         for batch in ("stride", "offset"):
             for beta in (0, 1):
                 for c_dtype in c_dtypes:
-                    act = [None, "relu"][i % 2] if dtype == "i8" else [None, "relu", "gelu", "sigmoid", "tanh"][i % 5]
+                    act = [None, "relu"][i % 2] if dtype == "i8" else \
+                        [None, "relu", "gelu", "sigmoid", "tanh", "gelu_erf"][i % 6]
                     bias = dtype != "i8" and i % 3 == 0
                     d = Brgemm(m=m, n=n, k=k, lda=k + pad, ldb=n + (i % 2) * pad, ldc=n + pad, beta=beta,
                                dtype=dtype, c_dtype=c_dtype, batch=batch, bias=bias, act=act)

@@ -75,3 +75,14 @@ def test_bad_inputs_refused(model, ids, mask, message):
 def test_bad_arguments_refused():
     with pytest.raises(ValueError, match="dtype"):
         MiniLM.load("f16")
+
+
+def test_profile_times_every_step():
+    """bench bert --profile: a row per step of a layer, then the forward (no figure checked)."""
+    from bench.bert import profile_bert
+    from bench.models.attention import STEPS
+    from bench.models.minilm import REST_OPS
+    rep = profile_bert([(1, 16)], [1], ["bf16"], runs=1)
+    steps = [r["step"] for r in rep.rows]
+    assert steps[:1 + len(STEPS)] == ["qkv", *STEPS] and steps[1 + len(STEPS):-2] == list(REST_OPS)
+    assert steps[-1] == "forward"

@@ -1,11 +1,13 @@
 """The LLaMA-style decoder layer (bench.models.llama) at a small shape against a float64 NumPy
 reference with the same (bf16-rounded or int8-dequantized) weights: a prompt (prefill, causal
-attention, cache filled), then tokens decoded one by one against the cache, crossing a key block."""
+attention, cache filled; longer than a causal query block), then tokens decoded one by one against
+the cache, crossing a key block."""
 import numpy as np
 import pytest
 
 from bench.models.llama import KEY_BLOCK, LlamaLayer
-from bench.models.llama_weights import Config, random_weights, reference_layer
+from bench.models.llama_step import QUERY_BLOCK
+from bench.models.llama_weights import Config, random_weights, reference_layer, rms_norm, rope
 
 CFG = Config.small()
 # relative to the output's largest value: bf16 activations (and, for i8, per-token u8 activations)
@@ -22,7 +24,7 @@ def effective_weights(layer, w):
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "i8"])
-@pytest.mark.parametrize("prompt", [5, 62])
+@pytest.mark.parametrize("prompt", [5, 62, 100])
 def test_prefill_then_decode(dtype, prompt):
     w = random_weights(CFG)
     layer = LlamaLayer(CFG, w, dtype)
@@ -38,7 +40,36 @@ def test_prefill_then_decode(dtype, prompt):
         want = reference_layer(CFG, ref_w, x, k_cache, v_cache, pos)
         got = layer.decode(x, pos)
         assert np.abs(got - want).max() <= TOLERANCE[dtype] * np.abs(want).max(), pos
-    assert KEY_BLOCK < 62 + 4
+    assert KEY_BLOCK < 62 + 4 and QUERY_BLOCK < 100
+
+
+def reference_context(w, x):
+    """float64 attention output (before wo) of a prompt x at positions 0..T-1, causal."""
+    T, d = x.shape[0], CFG.head_dim
+    w = {k: np.asarray(v, np.float64) for k, v in w.items()}
+    xn = rms_norm(x.astype(np.float64), w["rms1"], CFG.eps)
+    q, k, v = rope(xn @ w["wq"], range(T), CFG), rope(xn @ w["wk"], range(T), CFG), xn @ w["wv"]
+    ctx = np.empty((T, CFG.hidden))
+    for h in range(CFG.heads):
+        g = h // CFG.group
+        s = q[:, h * d:(h + 1) * d] @ k[:, g * d:(g + 1) * d].T / np.sqrt(d)
+        s[np.triu_indices(T, 1)] = -np.inf
+        p = np.exp(s - s.max(1, keepdims=True))
+        ctx[:, h * d:(h + 1) * d] = (p / p.sum(1, keepdims=True)) @ v[:, g * d:(g + 1) * d]
+    return ctx
+
+
+@pytest.mark.parametrize("prompt", [QUERY_BLOCK - 1, QUERY_BLOCK + 37])
+def test_prefill_attention_in_causal_blocks(prompt):
+    """The attention output itself (the layer's output is dominated by its residual): every query
+    row of every causal block sees exactly the keys up to its own position."""
+    w = random_weights(CFG)
+    layer = LlamaLayer(CFG, w, "bf16")
+    x = np.random.default_rng(prompt).standard_normal((prompt, CFG.hidden)).astype(np.float32)
+    layer.prefill(x)
+    got = layer._step(prompt, None).Ctx.astype(np.float64)
+    want = reference_context(effective_weights(layer, w), x)
+    assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()
 
 
 def test_refused():
@@ -52,3 +83,14 @@ def test_refused():
         layer.decode(np.zeros((2, CFG.hidden), np.float32), 3)
     with pytest.raises(ValueError, match="position"):
         layer.decode(np.zeros((1, CFG.hidden), np.float32), CFG.max_len)
+
+
+def test_profile_times_every_step():
+    """bench llm --profile: a row per nest of both phases, and the whole step (no figure checked)."""
+    from bench.llm import profile_llm
+    rep = profile_llm(CFG, 8, [1], ["i8"], runs=1)
+    names = [(r["phase"], r["step"]) for r in rep.rows]
+    for phase in ("first token", "next token"):
+        steps = [s for p, s in names if p == phase]
+        assert steps[-1] == "whole step" and {"norm1", "qkv", "attention", "gate_up", "down", "quant_o"} <= set(steps)
+    assert ("next token", "mask") in names

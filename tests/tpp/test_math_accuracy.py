@@ -78,3 +78,47 @@ def test_accuracy_table_matches_bounds():
         if name in xm.ACCURACY:
             assert xm.ACCURACY[name] == bound, name
     assert tppasm.unary("exp", 1, 1).desc.op == "exp"
+
+
+def _emitter_loop(name, isa):
+    """A JIT'd ``y[i] = emit_<name>(x[i])`` over n floats (n a multiple of the vector width)."""
+    from isa.x86 import Function, rax
+    from tppasm.x86 import math as xm
+    from tppasm.x86.vector import VectorISA
+    v = VectorISA(isa)
+    fn = Function("emitter_" + name, ["ptr", "ptr", "i64"])
+    a, (x, y, n) = fn.asm, fn.args
+    c = xm.Consts(v)
+    regs = [v.reg(i) for i in range(2 + xm.NTMP[name])]
+    a.xor(rax, rax)
+    top = a.label()
+    a.bind(top)
+    a.vmovups(regs[0], [x + rax * 4])
+    xm.EMITTERS[name](a, v, regs[1], regs[0], regs[2:], c)
+    a.vmovups([y + rax * 4], regs[1])
+    a.add(rax, v.lanes(4))
+    a.cmp(rax, n)
+    a.jb(top)
+    c.finish(fn)
+    return fn.finalize()
+
+
+@pytest.mark.parametrize("isa", [i for i in ("avx2", "avx512") if native(i)])
+def test_gelu_erf_for_bf16_results(isa):
+    """The cheaper gelu_erf of BRGEMM epilogues with a bf16 C: relative error within
+    ACCURACY_BF16 (2^-16, against bf16's 2^-9 rounding) on [-13, 12] where the result is a
+    normal number, and gelu_erf's special values."""
+    from tppasm.x86 import math as xm
+    f = _emitter_loop("gelu_erf_bf16", isa)
+    x = np.concatenate([samples("gelu_erf", -13.0, 12.0, 1 << 20),
+                        np.array([c[0] for c in SPECIALS["gelu_erf"]] + [NAN] * 12, np.float32)])
+    assert x.size % 16 == 0
+    y = np.full_like(x, np.nan)
+    f(x.ctypes.data, y.ctypes.data, x.size)
+    want = UNARY_OPS["gelu_erf"](x[:1 << 20].astype(np.float64))
+    normal = np.abs(want) >= np.finfo(np.float32).tiny
+    rel = np.abs(y[:1 << 20][normal] - want[normal]) / np.abs(want[normal])
+    assert rel.max() <= xm.ACCURACY_BF16["gelu_erf_bf16"], f"{rel.max():.3g} at x={x[:1 << 20][normal][rel.argmax()]}"
+    specials = y[1 << 20:(1 << 20) + len(SPECIALS["gelu_erf"])]
+    np.testing.assert_array_equal(specials, [c[1] for c in SPECIALS["gelu_erf"]])
+    assert np.signbit(specials[1]) and np.isnan(y[-1])

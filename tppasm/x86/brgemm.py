@@ -291,7 +291,7 @@ class Gen(CTile):
         else:
             self.init_c(rows, vecs, acc, masked, free, load=False)
         for reg, value in zip(self.const_regs, dot.consts):
-            a.vmovups(reg, self.consts.i(value))
+            self.consts.load(a, reg, self.consts.i(value))
         self.batch_loop(rows, vecs, acc, b, a_regs, tmps, masked)
         self.epilogue(rows, vecs, acc, masked, free)
 

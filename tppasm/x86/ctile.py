@@ -15,11 +15,16 @@ def _math():
 
 # activation -> emitter in tppasm.x86.math (``emit_<name>(a, v, dst, src, tmp, consts)``);
 # gelu is the tanh form, as in the NumPy reference
-ACT_EMITTERS = {"gelu": "gelu_tanh", "sigmoid": "sigmoid", "tanh": "tanh"}
+ACT_EMITTERS = {"gelu": "gelu_tanh", "gelu_erf": "gelu_erf", "sigmoid": "sigmoid", "tanh": "tanh"}
+# a bf16 C is rounded to 2^-9 right after: these take a cheaper form accurate to 2^-16 (math.ACCURACY_BF16)
+BF16_EMITTERS = {"gelu_erf": "gelu_erf_bf16"}
+CHAINS = {True: 4, False: 2}    # vectors whose activations are interleaved (AVX-512, AVX2: registers)
 
 
-def emit_activation(act, a, v, dst, src, tmp, consts):
-    getattr(_math(), "emit_" + ACT_EMITTERS[act])(a, v, dst, src, tmp, consts)
+def emit_activation(act, a, v, dst, src, tmp, consts, bf16_out=False):
+    """dst = act(src) with the emitter for a C of fp32 or (``bf16_out``) bf16."""
+    name = BF16_EMITTERS.get(act, ACT_EMITTERS[act]) if bf16_out else ACT_EMITTERS[act]
+    getattr(_math(), "emit_" + name)(a, v, dst, src, tmp, consts)
 
 
 def desc_act_heavy(desc):
@@ -88,7 +93,8 @@ class CTile:
         """bias, activation, conversion and store. Free registers: [bias, zero | activation
         scratch..., and bf16 scratch after them]. With a transcendental activation the tile goes
         to the stack first and a loop over its rows finishes it (one copy of the long sequence per
-        vector instead of per accumulator: JIT time and code size)."""
+        vector instead of per accumulator: JIT time and code size), the row's vectors interleaved
+        (:func:`tppasm.x86.math.interleave`: each activation is one long dependency chain)."""
         d, a, v, r = self.d, self.a, self.v, self.r
         zero = free[1]           # free[0] holds the bias row
         if d.act == "relu":
@@ -96,7 +102,7 @@ class CTile:
         if d.bias:
             a.mov(r["tmp"], self.arg["bias"])
             a.add(r["tmp"], [rsp + self.slots["colB"]])
-        if d.act in ACT_EMITTERS and rows > 1:
+        if d.act in ACT_EMITTERS:
             stage = self.slots["stage"]
             for i in range(rows):
                 for j in range(vecs):
@@ -107,11 +113,15 @@ class CTile:
             a.mov(count, rows)
             loop = a.label()
             a.bind(loop)
-            free = [reg for row in acc for reg in row] + free
-            for j in range(vecs):
-                x = free[2]
-                a.vmovups(x, [s_row + j * v.bytes])
-                self.finish(x, j, masked[j], c_row + j * self.lanes * self.es_c, free)
+            regs = [reg for row in acc for reg in row] + free
+            per = 1 + activation_tmps(d.act)            # x, then the activation's dst and scratch
+            chains = min(CHAINS[v.avx512], len(regs) // per)
+            plain = [j for j in range(vecs) if masked[j] is None]
+            for group in [plain[i:i + chains] for i in range(0, len(plain), chains)] + \
+                    [[j] for j in range(vecs) if masked[j] is not None]:   # AVX2 bf16 tails use a GPR
+                jobs = [lambda a, c, j=j, own=regs[i * per:(i + 1) * per]:
+                        self.act_vector(a, c, own, j, masked[j], s_row, c_row) for i, j in enumerate(group)]
+                _math().interleave(a, self.consts, jobs)
             self.add_imm(c_row, d.ldc * self.es_c)
             a.add(s_row, vecs * v.bytes)
             a.dec(count)
@@ -121,9 +131,30 @@ class CTile:
             for i in range(rows):
                 self.finish(acc[i][j], j, masked[j], self.c_mem(i, j), free)
 
+    def act_vector(self, a, consts, regs, j, mask, s_row, c_row):
+        """Vector j of a staged row: + bias, transcendental activation, store. ``regs``: x, the
+        activation's result and its scratch (all this vector's own; ``a`` may be a recorder)."""
+        d, v = self.d, self.v
+        x, dst, scratch = regs[0], regs[1], regs[2:]
+        a.vmovups(x, [s_row + j * v.bytes])
+        if d.bias:
+            mem = [self.r["tmp"] + j * v.bytes]
+            if mask is None:
+                a.vaddps(x, x, mem)
+            else:
+                v.load(a, dst, mem, mask)
+                a.vaddps(x, x, dst)
+        emit_activation(d.act, a, v, dst, x, scratch, consts, self.bf16_out)
+        expr = c_row + j * self.lanes * self.es_c
+        if self.bf16_out:
+            self.store_bf16(expr, dst, mask, scratch[:2], a=a, k=consts.k)
+        else:
+            v.store(a, [expr], dst, mask)
+
     def finish(self, c, j, mask, expr, free):
-        """One vector of C: + bias (column vector j), activation, store at ``expr``; ``c`` dies.
-        ``free``: [bias, zero (relu), activation scratch..., ...], none of them ``c``."""
+        """One vector of C: + bias (column vector j), relu, store at ``expr``; ``c`` dies.
+        ``free``: [bias, zero (relu), bf16 scratch..., ...], none of them ``c`` (transcendental
+        activations take :meth:`act_vector`)."""
         d, a, v = self.d, self.a, self.v
         scratch = [reg for reg in free[2:] if reg != c]
         if d.bias:
@@ -135,32 +166,29 @@ class CTile:
                 a.vaddps(c, c, free[0])
         if d.act == "relu":
             (a.vpmaxsd if d.dtype == "i8" else a.vmaxps)(c, c, free[1])
-        elif d.act is not None:                             # into a scratch register: dst != src
-            emit_activation(d.act, a, v, scratch[0], c, scratch[1:], self.consts)
-            c, scratch = scratch[0], scratch[1:]
         if self.bf16_out:
             self.store_bf16(expr, c, mask, scratch[:2])
         else:
             v.store(a, [expr], c, mask)
 
-    def store_bf16(self, expr, c, mask, t):
-        """Round fp32 ``c`` to bf16 (nearest even; NaN stays a quiet NaN) and store; ``c`` dies."""
-        a, v, splat = self.a, self.v, self.consts.i
+    def store_bf16(self, expr, c, mask, t, a=None, k=K[2]):
+        """Round fp32 ``c`` to bf16 (nearest even; NaN stays a quiet NaN) and store; ``c`` dies.
+        ``k``: the opmask clobbered on AVX-512 without BF16."""
+        a, v, splat = a or self.a, self.v, self.consts.i
         t0, t3 = t
         if v.avx512 and "avx512_bf16" in self.features:
             out = v.half(c.num)
             a.vcvtneps2bf16(out, c)
         else:
             a.vpsrld(t0, c, 16)                             # t0 = c + 0x7FFF + lsb(c >> 16), >> 16
-            self.and_(t0, t0, splat(1))
+            (a.vpandd if v.avx512 else a.vpand)(t0, t0, splat(1))
             a.vpaddd(t0, t0, c)
             a.vpaddd(t0, t0, splat(0x7FFF))
             a.vpsrld(t0, t0, 16)
             if v.avx512:                                    # NaN lanes: (c >> 16) | quiet bit
-                k2 = K[2]
-                a.vcmpps(k2, c, c, 3)
-                a.vpsrld(t0.mask(k2), c, 16)
-                a.vpord(t0.mask(k2), t0, splat(0x40))
+                a.vcmpps(k, c, c, 3)
+                a.vpsrld(t0.mask(k), c, 16)
+                a.vpord(t0.mask(k), t0, splat(0x40))
                 a.vpmovdw(v.half(t0.num), t0)
             else:
                 a.vcmpps(t3, c, c, 3)
@@ -175,12 +203,12 @@ class CTile:
         elif mask is None:
             a.vmovdqu([expr], out)
         else:
-            self.bf16_tail(mask.count, expr, out, v.half(t3.num), load=False)
+            self.bf16_tail(mask.count, expr, out, v.half(t3.num), load=False, a=a)
 
-    def bf16_tail(self, count, expr, x, t, load):
+    def bf16_tail(self, count, expr, x, t, load, a=None):
         """AVX2: the first ``count`` (< 8) words of xmm ``x`` from/to memory: word pairs under a
         dword mask, the odd last word through a GPR. ``t`` is scratch."""
-        a, pairs = self.a, count // 2
+        a, pairs = a or self.a, count // 2
         scratch = self.r["p"].num                # the batch pointer is dead outside the batch loop
         if load:
             a.vpxor(x, x, x)

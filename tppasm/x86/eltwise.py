@@ -110,7 +110,8 @@ TERNARY = {"muladd": (0, _muladd)}
 
 # -- the row/column walk ------------------------------------------------------------------------
 IDX, ROWS, BITS = r11, r10, rbx
-MATH_TMP, MATH_UNROLL = 3, 1    # transcendental bodies: out-of-order overlap suffices, keep JIT short
+MATH_TMP = 3                    # bodies with this many scratch registers are transcendentals:
+MATH_UNROLL = 4                 # up to this many vectors' chains interleaved (xm.interleave)
 NT_MIN_BYTES = 1 << 25          # contiguous outputs this large go to DRAM anyway: non-temporal stores
 
 
@@ -125,13 +126,14 @@ def walk_rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
     nfull, tail_n = divmod(n, lanes)
     bf16_out = any(s.dtype == "bf16" for s in outs)
     streaming = m == 1 and not bits and n * 4 >= NT_MIN_BYTES and not bf16_out
+    math = ntmp >= MATH_TMP and not bits
     ntmp = max(ntmp, 3 if bf16_out else 0, 1 if bits or streaming else 0)
     nin = sum(s.kind in ("full", "row") for s in ins)
     regs = list(range(v.nregs))
     tail = make_tail(fn, v, tail_n, regs, any(s.dtype == "f32" and s.kind in ("full", "row") for s in streams))
-    c_reserve = 2
+    c_reserve = 0 if math else 2                    # a transcendental's constants: memory operands
     per = 1 + nin + ntmp
-    for unroll in ((4, 2, 1) if ntmp < MATH_TMP else (MATH_UNROLL,)):
+    for unroll in (range(MATH_UNROLL, 0, -1) if math else (4, 2, 1)):
         if unroll * per + sum(s.kind in ("col", "scalar") for s in ins) + c_reserve <= len(regs):
             break
     for s in ins:
@@ -143,7 +145,7 @@ def walk_rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
         if s.kind == "scalar":
             _broadcast_elem(a, s, s.bcast)
 
-    def vector(u, col, idx, count, nt=False):
+    def vector(u, col, idx, count, nt=False, a=a, consts=consts):
         t = Tail(count, tail.k, tail.ymask) if count < lanes else None
         w = [v.reg(r) for r in work[u]]
         dst, srcs, tmp = w[0], w[1:1 + nin], w[1 + nin:]
@@ -183,8 +185,7 @@ def walk_rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
             a.xor(IDX, IDX)
             loop = a.label()
             a.bind(loop)
-            for u in range(unroll):
-                vector(u, u * lanes, IDX, lanes, nt)
+            group([(u, u * lanes, IDX, lanes, nt) for u in range(unroll)])
             a.add(IDX, unroll * lanes)
             if bits:
                 a.add(BITS, unroll * lanes // 8)
@@ -192,8 +193,17 @@ def walk_rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
             a.jb(loop)
             done, idx = blocks * unroll, IDX
         rest = [(j - done) * lanes for j in range(done, nfull)] + ([(nfull - done) * lanes] if tail_n else [])
-        for u, col in enumerate(rest):
-            vector(u % unroll, col, idx, min(lanes, n - done * lanes - col), nt)
+        calls = [(u % unroll, col, idx, min(lanes, n - done * lanes - col), nt) for u, col in enumerate(rest)]
+        for i in range(0, len(calls), unroll):
+            group(calls[i:i + unroll])
+
+    def group(calls):
+        """vector() for each of ``calls`` (distinct u); a transcendental's interleaved."""
+        if not math:
+            for call in calls:
+                vector(*call)
+            return
+        xm.interleave(a, consts, [lambda a, c, call=call: vector(*call, a=a, consts=c) for call in calls])
 
     if streaming:
         # DRAM-sized output: streaming stores skip the read-for-ownership (16-byte aligned outputs)

@@ -20,7 +20,8 @@ from isa.x86 import Function
 from ..backends import register
 from . import math as xm
 from .stream import Stream, load, store
-from .rows import Regs, at, combine, fill_tail, hreduce, row_loop, walk, zero_tail
+from . import brgemm as x86_brgemm              # target_features, looked up per call (tests fix it)
+from .rows import ROWS, Regs, at, combine, fill_tail, hreduce, row_loop, walk, zero_tail
 from .vector import VectorISA
 
 def _sum_pass(a, v, n, acc, tail, load_term):
@@ -45,8 +46,9 @@ def generate_softmax(desc, isa):
     x = Stream(args[0], "full", desc.dtype, desc.ldi)
     mask = Stream(args[1], desc.mask, "f32", desc.ldm) if desc.mask else None
     out = Stream(args[-1], "full", desc.out_dtype, desc.ldo)
+    cvt = v.avx512 and "avx512_bf16" in x86_brgemm.target_features(isa)     # vcvtneps2bf16 for a bf16 output
     if -(-desc.n // v.lanes(4)) <= CACHED[v.avx512]:
-        return _softmax_in_registers(fn, v, desc, x, mask, out)
+        return _softmax_in_registers(fn, v, desc, x, mask, out, cvt)
     R = Regs(fn, v, desc.n)
     tail, U, W = R.tail, (4 if v.avx512 else 2), (2 if v.avx512 else 1)
     acc, (mx, inv) = R.take(U), R.take(2)
@@ -73,7 +75,7 @@ def generate_softmax(desc, isa):
 
     def row():
         for r in acc:
-            a.vmovups(r, c.f(float("-inf")))
+            c.load(a, r, c.f(float("-inf")))
 
         def maximum(u, col, idx, t):
             y = logits(flat[u], flat[U + u], col, idx, t)
@@ -91,7 +93,7 @@ def generate_softmax(desc, isa):
             return e
         _sum_pass(a, v, desc.n, acc[:W], tail, exp_sum)
         hreduce(a, v, acc[0], acc[1], "add")
-        a.vmovups(inv, c.f(1.0))
+        c.load(a, inv, c.f(1.0))
         a.vdivps(inv, inv, acc[0])
 
         def scale(u, col, idx, t):
@@ -100,7 +102,7 @@ def generate_softmax(desc, isa):
             else:
                 y = exp_of(u, col, idx, t)
             a.vmulps(y, y, inv)
-            store(a, v, out, y, at(out, col, idx), t, work[u % W][2:], c)
+            store(a, v, out, y, at(out, col, idx), t, work[u % W][2:], c, cvt=cvt)
         walk(a, v, desc.n, W, scale, tail)
 
     row_loop(a, desc.m, row, [x, out] + ([mask] if desc.mask == "full" else []))
@@ -108,42 +110,89 @@ def generate_softmax(desc, isa):
     return fn.finalize()
 
 
-def _softmax_in_registers(fn, v, desc, x, mask, out):
+def _softmax_in_registers(fn, v, desc, x, mask, out, cvt):
     """Softmax of rows that fit in registers: one load, one exp per element (the tail's dead lanes
-    are -inf, so their exp is 0 and the sums need no mask)."""
+    are -inf, so their exp is 0 and the sums need no mask). A row is one dependency chain
+    (maximum, exponentials, sum, scale: ~200 cycles) that the out-of-order window hardly overlaps
+    with the next row's, so rows go two at a time, interleaved, where the registers allow, and
+    the reductions are trees."""
     a, lanes = fn.asm, v.lanes(4)
     R = Regs(fn, v, desc.n)
-    E = R.take(-(-desc.n // lanes))
-    acc, total, *tmp = R.take(5)
+    nvec = -(-desc.n // lanes)
+    pair = desc.m > 1 and 2 * (nvec + 5) <= len(R.free)
+    work = [(R.take(nvec), R.take(5)) for _ in range(2 if pair else 1)]     # E; acc, total, 3 exp temps
     c = R.consts()
     cols = [(j * lanes, None) for j in range(desc.n // lanes)] + ([(desc.n // lanes * lanes, R.tail)] if R.tail else [])
+    full_mask = desc.mask == "full"
 
-    def row():
+    def row(a, c, regs, r):
+        """Row ``r`` (0 or 1) past the stream pointers."""
+        E, (acc, total, *tmp) = regs
+        scratch = [acc, total] + tmp
+
+        def mem(s, col, moves=True):
+            return at_row(s, col, r if moves else 0)
         for e, (col, t) in zip(E, cols):
-            load(a, v, e, x, at(x, col, None), t)
+            load(a, v, e, x, mem(x, col), t)
             if desc.scale != 1.0:
                 a.vmulps(e, e, c.f(desc.scale))
             if mask:
-                a.vaddps(e, e, load(a, v, total, mask, at(mask, col, None), t))
-            fill_tail(a, v, e, t, c.into(a, total, float("-inf")))
-        a.vmovaps(acc, E[0])
-        combine(a, [acc] + E[1:], "max")
+                a.vaddps(e, e, load(a, v, total, mask, mem(mask, col, full_mask), t))
+            fill_tail(a, v, e, t, c.into(a, total, float("-inf")), c.k)
+        _tree(a, "max", E, scratch)
         hreduce(a, v, acc, tmp[0], "max")
         for e in E:
             a.vsubps(e, e, acc)
             xm.emit_exp(a, v, e, e, tmp, c)
-        a.vmovaps(total, E[0])
-        combine(a, [total] + E[1:], "add")
+        _tree(a, "add", E, scratch)
+        a.vmovaps(total, acc)
         hreduce(a, v, total, tmp[0], "add")
-        a.vmovups(acc, c.f(1.0))
+        c.load(a, acc, c.f(1.0))
         a.vdivps(acc, acc, total)
         for e, (col, t) in zip(E, cols):
             a.vmulps(e, e, acc)
-            store(a, v, out, e, at(out, col, None), t, tmp, c)
+            store(a, v, out, e, mem(out, col), t, tmp, c, cvt=cvt)
 
-    row_loop(a, desc.m, row, [x, out] + ([mask] if desc.mask == "full" else []))
-    c.finish(fn, scratch=acc)
+    streams = [x, out] + ([mask] if full_mask else [])
+    if pair:
+        a.mov(ROWS, desc.m // 2)
+        top = a.label()
+        a.bind(top)
+        xm.interleave(a, c, [lambda a, c, i=i: row(a, c, work[i], i) for i in range(2)])
+        for s in streams:
+            a.add(s.reg, 2 * s.ld * s.es)
+        a.dec(ROWS)
+        a.jnz(top)
+        if desc.m % 2:
+            row(a, c, work[0], 0)
+    else:
+        row_loop(a, desc.m, lambda: row(a, c, work[0], 0), streams)
+    c.finish(fn, scratch=work[0][1][0])
     return fn.finalize()
+
+
+def at_row(stream, col, r):
+    """:func:`at` of element ``col`` of the row ``r`` rows past the stream's pointer."""
+    return at(stream, col + r * stream.ld, None)
+
+
+def _tree(a, op, srcs, scratch):
+    """scratch[0] = op over ``srcs`` (kept) lane by lane: pairs into the scratch registers, then a
+    tree (depth ~log2 instead of a chain through every source)."""
+    f = a.vaddps if op == "add" else a.vmaxps
+    k = min(len(scratch), (len(srcs) + 1) // 2)
+    for i in range(k):
+        if 2 * i + 1 < len(srcs):
+            f(scratch[i], srcs[2 * i], srcs[2 * i + 1])
+        else:
+            a.vmovaps(scratch[i], srcs[2 * i])
+    for j, src in enumerate(srcs[2 * k:]):
+        f(scratch[j % k], scratch[j % k], src)
+    live = scratch[:k]
+    while len(live) > 1:
+        for i in range(0, len(live) - 1, 2):
+            f(live[i], live[i], live[i + 1])
+        live = live[::2]
 
 
 def _rstd(a, v, c, desc, acc, tail, square, rstd):
@@ -153,7 +202,7 @@ def _rstd(a, v, c, desc, acc, tail, square, rstd):
     a.vmulps(acc[0], acc[0], c.f(1.0 / desc.n))
     a.vaddps(acc[0], acc[0], c.f(desc.eps))
     a.vsqrtps(acc[0], acc[0])
-    a.vmovups(rstd, c.f(1.0))
+    c.load(a, rstd, c.f(1.0))
     a.vdivps(rstd, rstd, acc[0])
 
 

@@ -69,7 +69,7 @@ def generate_quantize(desc, isa):
         combine(a, acc, "max")
         hreduce(a, v, acc[0], acc[1], "max")
         a.vmaxps(acc[0], acc[0], c.f(1e-30))
-        a.vmovups(inv, c.f(127.0))
+        c.load(a, inv, c.f(127.0))
         a.vdivps(inv, inv, acc[0])
         a.vdivps(acc[0], acc[0], c.f(127.0))
         a.vmovss(dword[rs], vec(128, acc[0].num))

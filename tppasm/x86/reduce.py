@@ -74,7 +74,7 @@ def _at(s, col, offset=None):
 
 def _init(a, v, regs, op, c):
     for r in regs:
-        a.vmovups(r, c.f(INIT[op]))
+        c.load(a, r, c.f(INIT[op]))
 
 
 def _over_cols(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes):

@@ -88,14 +88,13 @@ def zero_tail(a, v, reg, tail):
         a.vandps(reg, reg, tail.ymask)
 
 
-def fill_tail(a, v, reg, tail, value_reg):
-    """Lanes of ``reg`` past the tail's count become ``value_reg``'s."""
+def fill_tail(a, v, reg, tail, value_reg, k=xm.K7):
+    """Lanes of ``reg`` past the tail's count become ``value_reg``'s (``k``: an opmask clobbered)."""
     if tail is None:
         return
     if v.avx512:
-        from .math import K7
-        a.knotw(K7, tail.k)
-        a.vmovaps(reg.mask(K7), value_reg)
+        a.knotw(k, tail.k)
+        a.vmovaps(reg.mask(k), value_reg)
     else:
         a.vblendvps(reg, value_reg, reg, tail.ymask)
 

@@ -171,7 +171,7 @@ class SpmmGen:
                 else:
                     a.vxorps(acc[i][j], acc[i][j], acc[i][j])
         for reg, value in zip(self.const_regs, self.dot.consts):
-            a.vmovups(reg, self.consts.i(value))
+            self.consts.load(a, reg, self.consts.i(value))
         self.over_blocks(lambda: self.k_loop(rows, vecs, acc, b, a_regs, tmps, masks))
         for i in range(rows):
             for j in range(vecs):

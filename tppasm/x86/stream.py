@@ -89,7 +89,7 @@ def to_bf16(a, v, src, tmp, c):
     a.vpaddd(t, t, c.i(0x7FFF))
     a.vpaddd(t, t, src)
     xm.vor(a, v, q, src, c.i(0x00400000))
-    xm.select(a, v, t, src, src, 3, q, t, u)       # unordered (NaN): keep the quieted input
+    xm.select(a, v, t, src, src, 3, q, t, u, c.k)       # unordered (NaN): keep the quieted input
     a.vpsrld(t, t, 16)
     if v.avx512:
         a.vpmovdw(v.half(q.num), t)
@@ -99,9 +99,10 @@ def to_bf16(a, v, src, tmp, c):
     return v.half(q.num)
 
 
-def store(a, v, s, src, mem_at, tail, tmp, c, nt=None):
+def store(a, v, s, src, mem_at, tail, tmp, c, nt=None, cvt=False):
     """Store ``src`` (fp32 lanes) converted to ``s.dtype``; ``nt``: a spare register, to use
-    non-temporal stores (the address is 16-byte aligned)."""
+    non-temporal stores (the address is 16-byte aligned); ``cvt``: round to bf16 with
+    ``vcvtneps2bf16`` (AVX512-BF16: one instruction; fp32 denormals become zero)."""
     if s.dtype == "f32":
         if nt and not tail:                          # 16-byte aligned streaming stores
             base = mem_at(0, 4)
@@ -117,7 +118,11 @@ def store(a, v, s, src, mem_at, tail, tmp, c, nt=None):
         else:
             v.store(a, mem_at(0, 4), src, tail and mask_of(v, tail))
         return
-    packed = to_bf16(a, v, src, tmp, c)
+    if cvt:
+        packed = v.half(tmp[0].num)
+        a.vcvtneps2bf16(packed, src)
+    else:
+        packed = to_bf16(a, v, src, tmp, c)
     if tail is None:
         a.vmovdqu16(mem_at(0, 2), packed) if v.avx512 else a.vmovdqu(mem_at(0, 2), packed)
     elif v.avx512:
