@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from bench.common import Report, write_json
-from bench.interleave import add_clock_option, check_clock, interleaved
+from bench.interleave import add_clock_option, check_clock, interleaved, use_threads
 from bench.models.minilm import MiniLM, model_dir  # noqa: F401  (MiniLM: the public entry)
 from loops.pool import Pool, get_pool
 
@@ -65,7 +65,7 @@ def bench_bert(shapes, threads, dtypes, runs, clock="wall"):
     for dtype in dtypes:
         _, run_torch = torch_model(dtype)
         for nt in threads:
-            torch.set_num_threads(nt)
+            use_threads(nt, torch)
             model = MiniLM.load(dtype, pool=_pool(nt))
             for B, L in shapes:
                 ids = rng.integers(1000, 30000, (B, L))

@@ -11,10 +11,10 @@ the peak line. Every record also names the host and its ISA (:func:`host_info`).
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
+from bench.interleave import interleaved as _interleaved
 from tppasm.timing import calibrate, median_time, time_runs  # noqa: F401  (re-exported)
 
 
@@ -44,7 +44,8 @@ def _fmt(v):
 
 
 def interleaved(fns, rounds=9, seconds=0.03):
-    """Time ``fns`` back to back in each of ``rounds`` rounds (each call repeated to ~``seconds``):
+    """Time ``fns`` back to back in each of ``rounds`` rounds (each call repeated to ~``seconds``;
+    :func:`bench.interleave.interleaved`, which pauses between them on several threads):
     (median seconds per call of each, median over rounds of each one's time / the first one's), so
     a ratio is taken between runs a fraction of a second apart and the host's drift cancels.
 
@@ -52,15 +53,8 @@ def interleaved(fns, rounds=9, seconds=0.03):
     >>> len(t), r[0], r[1] > 0
     (2, 1.0, True)
     """
-    reps = [calibrate(fn, seconds) for fn in fns]
-    samples = [[] for _ in fns]
-    for _ in range(rounds):
-        for fn, n, out in zip(fns, reps, samples):
-            t = time.perf_counter()
-            for _ in range(n):
-                fn()
-            out.append((time.perf_counter() - t) / n)
-    ratios = [float(np.median([x / y for x, y in zip(s, samples[0])])) for s in samples]
+    samples = _interleaved(fns, rounds, seconds)
+    ratios = [float(np.median(s / samples[0])) for s in samples]
     return [float(np.median(s)) for s in samples], ratios
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import tppasm as tpp
 import bench.tpp_gemm as tg
 from bench.common import Report, interleaved, progress, write_json
+from bench.interleave import use_threads
 from loops import Loop, kernel
 from loops.pool import Pool, get_pool
 from loops.tune import search
@@ -282,16 +283,19 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
                                                        torch.from_numpy(b).to(td))
                 if first is not None:
                     named["first"] = first
+                use_threads(nt, torch)          # and a pause between the peers on 2 threads
+                pct = [float("nan")] * 3
                 with blas_threads(nt):
                     times, ratios = interleaved(list(named.values()), rounds)
+                    if nt == 1:
+                        pct[:2] = (100 * x / share
+                                   for x in tg.ratio_stats(tg.interleaved_ratios(run, flops, peak_loop, 15, 0.05)))
+                        if dtype == "f32":
+                            pct[2] = 100 * tg.ratio_stats(tg.interleaved_ratios(named["numpy"], flops, fp32_loop, 15,
+                                                                                  0.05))[0]
                 res = {n: (flops / t / 1e9, r) for n, t, r in zip(named, times, ratios)}
                 nan = (float("nan"), float("nan"))
                 (np_g, np_r), (th_g, th_r) = res.get("numpy", nan), res.get("torch", nan)
-                pct = [float("nan")] * 3
-                if nt == 1:
-                    pct[:2] = (100 * x / share for x in tg.ratio_stats(tg.interleaved_ratios(run, flops, peak_loop, 15, 0.05)))
-                    if dtype == "f32":
-                        pct[2] = 100 * tg.ratio_stats(tg.interleaved_ratios(named["numpy"], flops, fp32_loop, 15, 0.05))[0]
                 first = run if first is None else first
                 scaling = res.get("first", nan)[1]
                 rep.add(dtype, f"{M}x{N}x{K}", nt, res["tuned"][0], res["fixed"][0], np_g, th_g, np_r, th_r, scaling,

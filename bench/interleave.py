@@ -14,6 +14,21 @@ import numpy as np
 from tppasm.timing import calibrate
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+SETTLE = [0.0]      # seconds slept (untimed) before each function's turn in a round: see use_threads
+
+
+def use_threads(n, torch=None):
+    """Time the peers on ``n`` threads: ``torch.set_num_threads(n)`` and, with more than one thread,
+    a pause of 0.25 s before each function's turn in :func:`interleaved`. OpenBLAS's and OpenMP's
+    idle workers spin after a call (OpenBLAS for about 0.1 s); on a 2-core machine they would take a
+    core from whatever is timed next, and the ratios would depend on the order of the functions.
+
+    >>> use_threads(1); SETTLE[0]
+    0.0
+    """
+    if torch is not None:
+        torch.set_num_threads(n)
+    SETTLE[0] = 0.25 if n > 1 else 0.0
 
 
 def interleaved(fns, runs, min_run=0.05, clock="wall"):
@@ -24,6 +39,8 @@ def interleaved(fns, runs, min_run=0.05, clock="wall"):
     out = [[] for _ in fns]
     for _ in range(runs):
         for f, r, acc in zip(fns, reps, out):
+            if SETTLE[0]:
+                time.sleep(SETTLE[0])
             t = now()
             for _ in range(r):
                 f()

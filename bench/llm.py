@@ -30,7 +30,7 @@ import numpy as np
 
 import tppasm as tpp
 from bench.common import Report, write_json
-from bench.interleave import add_clock_option, check_clock, interleaved
+from bench.interleave import add_clock_option, check_clock, interleaved, use_threads
 from bench.models.llama import LlamaLayer
 from bench.models.llama_weights import Config, random_weights
 from loops import Loop, kernel
@@ -228,7 +228,7 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
     w, x, x1 = inputs(cfg, prompt)
     for nt in threads:
         pool = _pool(nt)
-        torch.set_num_threads(nt)
+        use_threads(nt, torch)
         sweep, swept = read_sweep(pool)
         for dtype in dtypes:
             layer, peer = LlamaLayer(cfg, w, dtype, pool), TorchLayer(cfg, w, dtype)
@@ -253,7 +253,7 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
                  ["dtype", "threads", "GFLOP", "peak GFLOP/s", "tppasm % peak", "torch % peak",
                   "torch matmuls % peak", "1.5x torch needs % peak"])
     for nt, dtype, layer, peer in ceiling:
-        torch.set_num_threads(nt)
+        use_threads(nt, torch)
         first_token_ceiling(cfg, prompt, nt, dtype, layer, peer, runs, clock, top)
     return [rep, top]
 

@@ -17,6 +17,7 @@ import numpy as np
 
 import tppasm as tpp
 from bench.common import Report, interleaved, write_json
+from bench.interleave import use_threads
 import bench.gemm as bench_gemm_module
 from bench.gemm import _pool, _torch, dtype_peak, n_block, tuned, winner_text
 from loops import Loop, kernel
@@ -131,7 +132,7 @@ def bench_mlp(T, C, L, threads, dtypes, quick, tune_seconds, bar=True):
                 run = _chain((layer.with_spec(win["spec"]), acts, weights, biases, output))
                 run()
                 _check(run.output(), x, params, dtype)
-            torch.set_num_threads(nt)
+            use_threads(nt, torch)
             td = torch.float32 if dtype == "f32" else torch.bfloat16
             net = torch.nn.Sequential(*[m for _ in range(L) for m in (torch.nn.Linear(C, C), torch.nn.ReLU())]).to(td)
             xt = torch.from_numpy(x).to(td)

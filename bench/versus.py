@@ -17,7 +17,7 @@ import numpy as np
 from isa.cpu import host
 
 from . import peaks
-from .interleave import CLOCKS, interleaved
+from .interleave import CLOCKS, interleaved, use_threads
 
 _PEAKS = {}
 _clock = ["wall"]
@@ -111,7 +111,7 @@ def setup(parser, args):
     if args.clock == "cpu" and threads != 1:
         parser.error("--clock cpu measures the calling thread only: use it with --threads 1")
     set_clock(args.clock)
-    torch.set_num_threads(threads)
+    use_threads(threads, torch)
     pool = get_pool() if get_pool().nthreads == threads else Pool(threads)
     print(f"host {host().isa}, {threads} thread(s), {args.clock} clock; peak per core measured: fp32 "
           f"{peak('f32'):.1f}, bf16 {peak('bf16'):.1f} GFLOP/s")
