@@ -246,10 +246,10 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
             gbs, bw = weight_bytes(layer) / a / 1e9, swept / c / 1e9
             rep.add(dtype, nt, "next token", 1e3 * np.median(a), 1e3 * np.median(b), float(np.median(b / a)),
                     float(np.median(gbs)), 100 * float(np.median(gbs / bw)), float(np.median(bw)), diff)
-    top = Report(f"First token against the peak: the layer's flops (projections + the T x T attention) per second "
-                 f"as % of the measured peak of the dtype's best unit x threads, timed interleaved with the peak "
-                 f"loop; 'torch matmuls': its 7 projections alone (their flops only); the last column is what "
-                 f"1.5x torch's layer would need",
+    top = Report("First token against the peak: the layer's flops (projections + the T x T attention) per second "
+                 "as % of the measured peak of the dtype's best unit x threads, timed interleaved with the peak "
+                 "loop; 'torch matmuls': its 7 projections alone (their flops only); the last column is what "
+                 "1.5x torch's layer would need",
                  ["dtype", "threads", "GFLOP", "peak GFLOP/s", "tppasm % peak", "torch % peak",
                   "torch matmuls % peak", "1.5x torch needs % peak"])
     for nt, dtype, layer, peer in ceiling:

@@ -84,12 +84,13 @@ def fused_gelu(report, rows, cols, torch, runs):
         np.multiply(0.5 * t, 1 + np.tanh(K0 * (t + K1 * t * t * t)), out=out)
 
     nbytes = 2 * x.nbytes + bias.nbytes
-    torch_fn = None
     if torch:
         tx, tb = torch.from_numpy(x), torch.from_numpy(bias)
 
         def torch_fn():
             torch.nn.functional.gelu(tx + tb, approximate="tanh")
+    else:
+        torch_fn = None
     (g, gn, gt), (_, rn, rt) = compare(nbytes, [lambda: k(x, bias, out), numpy_two_step, torch_fn], runs)
     report.add(f"bias+gelu {rows}x{cols}", g, gn, gt, rn, rt)
 
@@ -98,12 +99,13 @@ def transpose(report, n, torch, runs):
     x = tppasm.aligned(np.random.default_rng(0).standard_normal((n, n), dtype=np.float32))
     out = tppasm.empty(x.shape)
     k = tppasm.transform("transpose", n, n)
-    torch_fn = None
     if torch:
         tx, to = torch.from_numpy(x), torch.from_numpy(out)
 
         def torch_fn():
             to.copy_(tx.t())
+    else:
+        torch_fn = None
     (g, gn, gt), (_, rn, rt) = compare(2 * x.nbytes, [lambda: k(x, out), lambda: np.copyto(out, x.T),
                                                       torch_fn], runs)
     report.add(f"transpose {n}x{n}", g, gn, gt, rn, rt)
