@@ -189,7 +189,7 @@ class Pipeline:
             first[True] = self.steps[-1]
         for step in first.values():
             self.load_all(step, cur, zero)
-        a.mov(r["bctr"], self.g.arg("count"))
+        a.mov(r["bctr"], self.g.batch_count())
         loop = a.label()
         a.bind(loop)
         self.next_block()
@@ -270,7 +270,7 @@ class Pipeline:
         for cur, unit, slot in ((c0, u0, "da"), (c1, u1, "db")):
             if cur is None:
                 continue
-            a.mov(t, g.arg("count"))
+            a.mov(t, g.batch_count())
             a.dec(t)
             _mul_imm(a, t, unit, r["tmp"])
             a.add(cur, t)
