@@ -74,9 +74,9 @@ def repeated_loads(tile_ops, blocks):
     return out
 
 
-def run_case(m, n, k, count, dtype, beta, c_dtype):
-    """Generate and interpret one kernel (two calls: the second sees configured tiles); returns
-    (stats of the second call, blocks, jit seconds)."""
+def run_case(m, n, k, count, dtype, beta, c_dtype, chunk=None):
+    """Generate and interpret one kernel (two calls: the second sees configured tiles; ``chunk``:
+    see :func:`tppasm.x86.amx.generate`); returns (stats of the second call, blocks, jit seconds)."""
     import ml_dtypes
     from isa.x86.interp import Machine
     from tppasm.brgemm import Brgemm
@@ -86,7 +86,7 @@ def run_case(m, n, k, count, dtype, beta, c_dtype):
     d = Brgemm(m=m, n=n, k=k, dtype=dtype, beta=beta, c_dtype=c_dtype)
     d.validate()
     t = time.perf_counter()
-    fn = generate(d)
+    fn = generate(d, chunk)
     jit = time.perf_counter() - t
     rng = np.random.default_rng(0)
     if dtype == "bf16":

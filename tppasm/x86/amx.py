@@ -7,7 +7,8 @@ groups, 64 bytes = 16 columns): 4 + 2 + 2 = 8 tiles. Per batch block and k step 
 tile is loaded once and feeds gm x gn dot products (4 ``tdp*`` per 4 ``tileloadd``); the loads
 are software-pipelined, prefetched and the batch walked back and forth as
 :mod:`tppasm.x86.amx_pipe` describes. C tiles stay in their accumulators over the whole batch
-and are stored once.
+and are stored once; or, when the batch outgrows L1, over each chunk of it that fits
+(:mod:`tppasm.x86.amx_chunk`: every macro block runs a chunk before the next one starts).
 
 Tails are smaller tiles: the last macro row / column configures its tiles with the remaining
 rows / columns (``rows``, ``colsb``), and k is cut into equal steps of <= 16 groups when it can
@@ -53,7 +54,7 @@ from isa.x86 import K, TMM, YMM, ZMM, Function, dword, eax, gpr, ptr, qword, rsp
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
 from ..backends import register
-from .amx_chunk import CHUNK_SLOTS, Chunks, acc_ld, chunk_blocks
+from .amx_chunk import CHUNK_SLOTS, Chunks, acc_ld, chunk_blocks, visits
 from .amx_pipe import Pipeline
 from .batch import add_imm, mem_imm
 from .ctile import emit_activation
@@ -271,11 +272,12 @@ class _Gen:
                 a.shr(r["tmp"], 64 - valid)
             a.kmovq(K[2], r["tmp"])
         self.set_var("dir", 1)                 # flipped before each macro block: the first walks forward
-        last = self.regions[-1][2]
         if self.chunk:
+            last = visits(self.p)[-1].cfg
             restore = (lambda: a.ldtilecfg([rsp + self.cfg_base])) if last != self.configs[0] else None
-            Chunks(self).emit(self.all_regions, between=restore)
+            Chunks(self).emit(self.chunk_body, between=restore)
         else:
+            last = self.regions[-1][2]
             self.all_regions()
         if not d.tile_setup and last != self.configs[0]:
             a.ldtilecfg([rsp + self.cfg_base])
@@ -291,6 +293,24 @@ class _Gen:
                 self.a.ldtilecfg([rsp + self.cfg_base + 64 * self.configs.index(cfg)])
                 loaded = cfg
             self.region(rspan, cspan)
+
+    def chunk_body(self):
+        """Every macro block over one chunk; each hands the next one (with the same tiles) the
+        A / B tiles of its first step, and with C in C its accumulators (stored and loaded tile
+        by tile: no wait for all four stores)."""
+        d, loaded, ready = self.d, self.configs[0], (False, False)
+        vs = visits(self.p)
+        for x, v in enumerate(vs):
+            if v.cfg != loaded:
+                self.a.ldtilecfg([rsp + self.cfg_base + 64 * self.configs.index(v.cfg)])
+                loaded = v.cfg
+            self.set_var("arow", v.row * d.lda * self.es_a)
+            self.set_var("crow", v.row * d.ldc * self.es_c)
+            self.set_var("bcol", v.col * 4)
+            if self.epilogue:
+                self.set_var("accrow", v.row * acc_ld(d))
+            nxt = vs[x + 1] if x + 1 < len(vs) and v.same_tiles(vs[x + 1]) else None
+            ready = self.block(v.rsizes, v.csizes, v, nxt, ready)
 
     def write_config(self, offset, cfg):
         for off in range(0, 64, 4):
@@ -357,10 +377,24 @@ class _Gen:
     def c_offset(self, i, j):
         return i * ROWS * self.d.ldc * self.es_c + j * ROWS * self.es_c
 
-    def block(self, rsizes, csizes):
+    def block(self, rsizes, csizes, here=None, nxt=None, ready=(False, False)):
+        """One macro block over the batch (or chunk); in chunks ``here`` / ``nxt`` are this and
+        the next :class:`~tppasm.x86.amx_chunk.Visit` (None: no hand-off), ``ready`` whether
+        this one's (C, first A / B) tiles were loaded by the previous one. Returns its ``ready``
+        for the next."""
+        d = self.d
         tiles = [(i, j) for i in range(len(rsizes)) for j in range(len(csizes))]
-        cp = self.r["ak"]
-        if not self.chunk:
+        hand = c_hand = None
+        if nxt is not None:
+            hand = ((nxt.row - here.row) * d.lda * self.es_a, (nxt.col - here.col) * 4)
+            c_hand = (nxt.row - here.row) * d.ldc * self.es_c + (nxt.col - here.col) * self.es_c
+            if max(map(abs, hand + (c_hand,))) >= 1 << 30:            # displacements stay int32
+                hand = c_hand = None
+            elif self.epilogue:
+                c_hand = None
+        if ready[0]:
+            pass
+        elif not self.chunk:
             self.c_start(tiles, rsizes, csizes)
         elif not self.epilogue:                    # partial sums in C: beta=1 or a later chunk loads C
             if self.d.beta:
@@ -371,14 +405,39 @@ class _Gen:
         else:                                       # partial sums in the stack scratch
             Chunks(self).branch("first", lambda: self.c_start(tiles, rsizes, csizes),
                                 lambda: self.c_tiles(tiles, "tileloadd", acc=True))
-        Pipeline(self, rsizes, csizes).emit()
-        if not self.epilogue:
+        Pipeline(self, rsizes, csizes, hand, ready[1]).emit()
+        if c_hand is not None:
+            self.c_handoff(tiles, c_hand)
+        elif not self.epilogue:
             self.c_tiles(tiles, "tilestored")
         elif not self.chunk:
             self.c_finish(tiles, rsizes, csizes)
         else:
             Chunks(self).branch("last", lambda: self.c_finish(tiles, rsizes, csizes),
                                 lambda: self.c_tiles(tiles, "tilestored", acc=True))
+        return c_hand is not None, hand is not None
+
+    def c_handoff(self, tiles, delta):
+        """Store each accumulator to C and load (or zero, in the first chunk with beta=0) the
+        next macro block's C into it (``delta`` bytes on), in the order the ``tdp*`` finish."""
+        d, p, a, r = self.d, self.p, self.a, self.r
+        cp, stride = r["ak"], r["bk"]
+        self.c_pointer(cp)
+        self.mov_imm(stride, d.ldc * self.es_c)
+        order = sorted(tiles, key=lambda t: (t[1], t[0]))           # column by column, as the tdp*
+
+        def run(load):
+            for i, j in order:
+                tile, off = self.tmm(p.c_tile(i, j)), self.c_offset(i, j)
+                a.tilestored([cp + stride + off], tile)
+                if load:
+                    a.tileloadd(tile, [cp + stride + off + delta])
+                else:
+                    a.tilezero(tile)
+        if d.beta:
+            run(True)
+        else:
+            Chunks(self).branch("first", lambda: run(False), lambda: run(True))
 
     def c_tiles(self, tiles, op, acc=False):
         """``tileloadd`` (op) or ``tilestored`` of the macro block's accumulators from / to C, or
