@@ -39,6 +39,10 @@ def _go(d, chunk, count, setup):
          batch="offset", beta=1, pads=(1, 2, 3), setup=False)   # scratch, odd k, tails: several configs
 @example(groups=9, ktail=0, c_dtype="f32", bias=False, act="gelu", m=64, n=33, chunk=3, count=2,
          batch="address", beta=0, pads=(0, 1, 0), setup=True)   # count below a chunk
+@example(groups=8, ktail=0, c_dtype="bf16", bias=True, act=None, m=64, n=64, chunk=1, count=4,
+         batch="stride", beta=1, pads=(0, 0, 0), setup=True)     # partial sums piped through the scratch
+@example(groups=8, ktail=1, c_dtype="f32", bias=True, act="relu", m=64, n=50, chunk=1, count=3,
+         batch="stride", beta=1, pads=(1, 1, 1), setup=True)     # the first chunk pipes C's loads
 def test_bf16_chunks(m, n, groups, ktail, chunk, count, batch, beta, c_dtype, bias, act, pads, setup):
     k = 2 * groups - ktail
     _go(Brgemm(m=m, n=n, k=k, lda=k + pads[0], ldb=n + pads[1], ldc=n + pads[2], beta=beta, dtype="bf16",

@@ -298,7 +298,7 @@ class _Gen:
         """Every macro block over one chunk; each hands the next one (with the same tiles) the
         A / B tiles of its first step, and with C in C its accumulators (stored and loaded tile
         by tile: no wait for all four stores)."""
-        d, loaded, ready = self.d, self.configs[0], (False, False)
+        d, loaded, ready = self.d, self.configs[0], (None, False)
         vs = visits(self.p)
         for x, v in enumerate(vs):
             if v.cfg != loaded:
@@ -377,24 +377,37 @@ class _Gen:
     def c_offset(self, i, j):
         return i * ROWS * self.d.ldc * self.es_c + j * ROWS * self.es_c
 
-    def block(self, rsizes, csizes, here=None, nxt=None, ready=(False, False)):
+    def block(self, rsizes, csizes, here=None, nxt=None, ready=(None, False)):
         """One macro block over the batch (or chunk); in chunks ``here`` / ``nxt`` are this and
-        the next :class:`~tppasm.x86.amx_chunk.Visit` (None: no hand-off), ``ready`` whether
-        this one's (C, first A / B) tiles were loaded by the previous one. Returns its ``ready``
-        for the next."""
+        the next :class:`~tppasm.x86.amx_chunk.Visit` (None: no hand-off) and ``ready`` says
+        whether the previous one loaded this one's C tiles (None; "direct": yes; "pipe": where the
+        chunk's ``pipe`` flag is set) and first A / B tiles. Returns its ``ready`` for the next."""
         d = self.d
         tiles = [(i, j) for i in range(len(rsizes)) for j in range(len(csizes))]
         hand = c_hand = None
         if nxt is not None:
-            hand = ((nxt.row - here.row) * d.lda * self.es_a, (nxt.col - here.col) * 4)
-            c_hand = (nxt.row - here.row) * d.ldc * self.es_c + (nxt.col - here.col) * self.es_c
-            if max(map(abs, hand + (c_hand,))) >= 1 << 30:            # displacements stay int32
+            rows, cols = nxt.row - here.row, nxt.col - here.col
+            hand = (rows * d.lda * self.es_a, cols * 4)
+            c_hand = (rows * d.ldc * self.es_c + cols * self.es_c, rows * acc_ld(d) + cols * 4)
+            if max(map(abs, hand + c_hand)) >= 1 << 30:            # displacements stay int32
                 hand = c_hand = None
-            elif self.epilogue:
-                c_hand = None
-        if ready[0]:
-            pass
-        elif not self.chunk:
+        if ready[0] == "pipe":
+            Chunks(self).branch("pipe", lambda: None, lambda: self.c_in(tiles, rsizes, csizes))
+        elif ready[0] is None:
+            self.c_in(tiles, rsizes, csizes)
+        Pipeline(self, rsizes, csizes, hand, ready[1]).emit()
+        if c_hand is None:
+            self.c_out(tiles, rsizes, csizes)
+        elif not self.epilogue:
+            self.c_handoff(tiles, c_hand)
+        else:
+            Chunks(self).branch("pipe", lambda: self.c_handoff(tiles, c_hand),
+                                lambda: self.c_out(tiles, rsizes, csizes))
+        return (None if c_hand is None else "pipe" if self.epilogue else "direct"), hand is not None
+
+    def c_in(self, tiles, rsizes, csizes):
+        """The accumulators' start: beta * C, or in a later chunk the partial sums so far."""
+        if not self.chunk:
             self.c_start(tiles, rsizes, csizes)
         elif not self.epilogue:                    # partial sums in C: beta=1 or a later chunk loads C
             if self.d.beta:
@@ -405,39 +418,58 @@ class _Gen:
         else:                                       # partial sums in the stack scratch
             Chunks(self).branch("first", lambda: self.c_start(tiles, rsizes, csizes),
                                 lambda: self.c_tiles(tiles, "tileloadd", acc=True))
-        Pipeline(self, rsizes, csizes, hand, ready[1]).emit()
-        if c_hand is not None:
-            self.c_handoff(tiles, c_hand)
-        elif not self.epilogue:
+
+    def c_out(self, tiles, rsizes, csizes):
+        """The accumulators to C (through the epilogue in the last chunk) or the scratch."""
+        if not self.epilogue:
             self.c_tiles(tiles, "tilestored")
         elif not self.chunk:
             self.c_finish(tiles, rsizes, csizes)
         else:
             Chunks(self).branch("last", lambda: self.c_finish(tiles, rsizes, csizes),
                                 lambda: self.c_tiles(tiles, "tilestored", acc=True))
-        return c_hand is not None, hand is not None
 
     def c_handoff(self, tiles, delta):
-        """Store each accumulator to C and load (or zero, in the first chunk with beta=0) the
-        next macro block's C into it (``delta`` bytes on), in the order the ``tdp*`` finish."""
+        """Store each accumulator (to C, or with an epilogue to the scratch) and load the next
+        macro block's partial sums into it (``delta``: (C, scratch) bytes on), or zero it or load
+        its C in the first chunk; tile by tile, in the order the ``tdp*`` finish."""
         d, p, a, r = self.d, self.p, self.a, self.r
         cp, stride = r["ak"], r["bk"]
-        self.c_pointer(cp)
-        self.mov_imm(stride, d.ldc * self.es_c)
+        acc = self.epilogue
+        if acc:
+            self.acc_pointer(cp, stride)
+            self.c_pointer(r["an"])
+            self.mov_imm(r["bn"], d.ldc * self.es_c)
+        else:
+            self.c_pointer(cp)
+            self.mov_imm(stride, d.ldc * self.es_c)
         order = sorted(tiles, key=lambda t: (t[1], t[0]))           # column by column, as the tdp*
 
-        def run(load):
+        def run(first):
             for i, j in order:
-                tile, off = self.tmm(p.c_tile(i, j)), self.c_offset(i, j)
+                tile = self.tmm(p.c_tile(i, j))
+                off = self.acc_offset(i, j) if acc else self.c_offset(i, j)
                 a.tilestored([cp + stride + off], tile)
-                if load:
-                    a.tileloadd(tile, [cp + stride + off + delta])
+                if not first:
+                    a.tileloadd(tile, [cp + stride + off + delta[1 if acc else 0]])
+                elif d.beta:
+                    a.tileloadd(tile, [r["an"] + r["bn"] + self.c_offset(i, j) + delta[0]])
                 else:
                     a.tilezero(tile)
-        if d.beta:
-            run(True)
+        if d.beta and (not acc or d.c_dtype == "bf16"):    # C loads alike / no pipe in the first chunk
+            run(False)
         else:
-            Chunks(self).branch("first", lambda: run(False), lambda: run(True))
+            Chunks(self).branch("first", lambda: run(True), lambda: run(False))
+
+    def acc_pointer(self, cp, stride):
+        """cp / stride = the macro block's first element / row stride in the partial-sum scratch."""
+        self.a.lea(cp, [rsp + self.acc])
+        self.a.add(cp, self.var("accrow"))
+        self.a.add(cp, self.var("bcol"))
+        self.mov_imm(stride, acc_ld(self.d))
+
+    def acc_offset(self, i, j):
+        return i * ROWS * acc_ld(self.d) + j * COLSB
 
     def c_tiles(self, tiles, op, acc=False):
         """``tileloadd`` (op) or ``tilestored`` of the macro block's accumulators from / to C, or
@@ -445,11 +477,8 @@ class _Gen:
         d, p, a, r = self.d, self.p, self.a, self.r
         cp, stride = r["ak"], r["bk"]
         if acc:
-            a.lea(cp, [rsp + self.acc])
-            a.add(cp, self.var("accrow"))
-            a.add(cp, self.var("bcol"))
-            self.mov_imm(stride, acc_ld(d))
-            off = {t: t[0] * ROWS * acc_ld(d) + t[1] * COLSB for t in tiles}
+            self.acc_pointer(cp, stride)
+            off = {t: self.acc_offset(*t) for t in tiles}
         else:
             self.c_pointer(cp)
             self.mov_imm(stride, d.ldc * self.es_c)

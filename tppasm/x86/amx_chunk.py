@@ -33,7 +33,7 @@ L1_BYTES = 48 << 10          # the L1 data cache the chunks are sized for (Sapph
 CHUNK_BYTES = L1_BYTES * 2 // 3   # A + B of one chunk (C shares L1 with it)
 ACC_BYTES = 16 << 10         # the largest fp32 / int32 stack scratch for C's partial sums (64 x 64)
 MAX_VISITS = 16              # macro blocks per chunk (each one's code is emitted: i-cache)
-CHUNK_SLOTS = ("left", "n", "first", "last", "accrow")
+CHUNK_SLOTS = ("left", "n", "first", "last", "accrow", "pipe")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,11 @@ class Visit:
     def same_tiles(self, other):
         return other is not None and (self.rsizes, self.csizes, self.cfg) == \
             (other.rsizes, other.csizes, other.cfg)
+
+
+def uses_scratch(desc):
+    """Whether C's partial sums go through the stack scratch (a bf16 C or an epilogue)."""
+    return desc.bias or desc.act is not None or desc.c_dtype == "bf16"
 
 
 def visits(plan):
@@ -101,7 +106,7 @@ def chunk_blocks(desc, plan):
     """
     macro = sum(r.count for r in plan.rows) * sum(c.count for c in plan.cols)
     configs = {cfg for _, _, cfg in plan.regions()}
-    scratch = desc.bias or desc.act is not None or desc.c_dtype == "bf16"
+    scratch = uses_scratch(desc)
     if not 2 <= macro <= MAX_VISITS or len(configs) > 1 or (scratch and desc.m * acc_ld(desc) > ACC_BYTES):
         return 0
     return CHUNK_BYTES // block_bytes(desc)
@@ -126,10 +131,12 @@ class Chunks:
         loop, go, done = a.label(), a.label(), a.label()
         a.bind(loop)
         g.set_var("last", 1)
+        g.set_var("pipe", 0)
         a.cmp(tmp, n)                        # tmp = left
         a.jbe(go)
         a.mov(tmp, n)
         g.set_var("last", 0)
+        self.set_pipe()
         a.bind(go)
         a.mov(g.var("n"), tmp)
         body()
@@ -150,6 +157,20 @@ class Chunks:
             between()
         a.jmp(loop)
         a.bind(done)
+
+    def set_pipe(self):
+        """In a chunk before the last: ``pipe`` = 1 where the macro blocks hand their partial sums
+        on through the scratch (every such chunk, but the first with a bf16 C and beta=1, which
+        widens C into the accumulators with AVX-512)."""
+        g, a = self.g, self.a
+        if not uses_scratch(g.d):
+            return
+        skip = a.label()
+        if g.d.beta and g.d.c_dtype == "bf16":
+            a.cmp(g.var("first"), 0)
+            a.jne(skip)
+        g.set_var("pipe", 1)
+        a.bind(skip)
 
     def branch(self, flag, when_set, otherwise):
         """``when_set()`` if the stack flag ``flag`` is 1 at run time, else ``otherwise()``."""
