@@ -54,7 +54,7 @@ from isa.x86 import K, TMM, YMM, ZMM, Function, dword, eax, gpr, ptr, qword, rsp
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
 from ..backends import register
-from .amx_chunk import CHUNK_SLOTS, Chunks, acc_ld, chunk_blocks, visits
+from .amx_chunk import CHUNK_SLOTS, Chunks, acc_ld, acc_offset, chunk_blocks, visits
 from .amx_pipe import Pipeline
 from .batch import add_imm, mem_imm
 from .ctile import emit_activation
@@ -275,7 +275,8 @@ class _Gen:
         if self.chunk:
             last = visits(self.p)[-1].cfg
             restore = (lambda: a.ldtilecfg([rsp + self.cfg_base])) if last != self.configs[0] else None
-            Chunks(self).emit(self.chunk_body, between=restore)
+            chunks = Chunks(self)
+            chunks.emit(chunks.body, between=restore)
         else:
             last = self.regions[-1][2]
             self.all_regions()
@@ -293,24 +294,6 @@ class _Gen:
                 self.a.ldtilecfg([rsp + self.cfg_base + 64 * self.configs.index(cfg)])
                 loaded = cfg
             self.region(rspan, cspan)
-
-    def chunk_body(self):
-        """Every macro block over one chunk; each hands the next one (with the same tiles) the
-        A / B tiles of its first step, and with C in C its accumulators (stored and loaded tile
-        by tile: no wait for all four stores)."""
-        d, loaded, ready = self.d, self.configs[0], (None, False)
-        vs = visits(self.p)
-        for x, v in enumerate(vs):
-            if v.cfg != loaded:
-                self.a.ldtilecfg([rsp + self.cfg_base + 64 * self.configs.index(v.cfg)])
-                loaded = v.cfg
-            self.set_var("arow", v.row * d.lda * self.es_a)
-            self.set_var("crow", v.row * d.ldc * self.es_c)
-            self.set_var("bcol", v.col * 4)
-            if self.epilogue:
-                self.set_var("accrow", v.row * acc_ld(d))
-            nxt = vs[x + 1] if x + 1 < len(vs) and v.same_tiles(vs[x + 1]) else None
-            ready = self.block(v.rsizes, v.csizes, v, nxt, ready)
 
     def write_config(self, offset, cfg):
         for off in range(0, 64, 4):
@@ -399,9 +382,9 @@ class _Gen:
         if c_hand is None:
             self.c_out(tiles, rsizes, csizes)
         elif not self.epilogue:
-            self.c_handoff(tiles, c_hand)
+            Chunks(self).handoff_c(tiles, c_hand)
         else:
-            Chunks(self).branch("pipe", lambda: self.c_handoff(tiles, c_hand),
+            Chunks(self).branch("pipe", lambda: Chunks(self).handoff_c(tiles, c_hand),
                                 lambda: self.c_out(tiles, rsizes, csizes))
         return (None if c_hand is None else "pipe" if self.epilogue else "direct"), hand is not None
 
@@ -429,56 +412,14 @@ class _Gen:
             Chunks(self).branch("last", lambda: self.c_finish(tiles, rsizes, csizes),
                                 lambda: self.c_tiles(tiles, "tilestored", acc=True))
 
-    def c_handoff(self, tiles, delta):
-        """Store each accumulator (to C, or with an epilogue to the scratch) and load the next
-        macro block's partial sums into it (``delta``: (C, scratch) bytes on), or zero it or load
-        its C in the first chunk; tile by tile, in the order the ``tdp*`` finish."""
-        d, p, a, r = self.d, self.p, self.a, self.r
-        cp, stride = r["ak"], r["bk"]
-        acc = self.epilogue
-        if acc:
-            self.acc_pointer(cp, stride)
-            self.c_pointer(r["an"])
-            self.mov_imm(r["bn"], d.ldc * self.es_c)
-        else:
-            self.c_pointer(cp)
-            self.mov_imm(stride, d.ldc * self.es_c)
-        order = sorted(tiles, key=lambda t: (t[1], t[0]))           # column by column, as the tdp*
-
-        def run(first):
-            for i, j in order:
-                tile = self.tmm(p.c_tile(i, j))
-                off = self.acc_offset(i, j) if acc else self.c_offset(i, j)
-                a.tilestored([cp + stride + off], tile)
-                if not first:
-                    a.tileloadd(tile, [cp + stride + off + delta[1 if acc else 0]])
-                elif d.beta:
-                    a.tileloadd(tile, [r["an"] + r["bn"] + self.c_offset(i, j) + delta[0]])
-                else:
-                    a.tilezero(tile)
-        if d.beta and (not acc or d.c_dtype == "bf16"):    # C loads alike / no pipe in the first chunk
-            run(False)
-        else:
-            Chunks(self).branch("first", lambda: run(True), lambda: run(False))
-
-    def acc_pointer(self, cp, stride):
-        """cp / stride = the macro block's first element / row stride in the partial-sum scratch."""
-        self.a.lea(cp, [rsp + self.acc])
-        self.a.add(cp, self.var("accrow"))
-        self.a.add(cp, self.var("bcol"))
-        self.mov_imm(stride, acc_ld(self.d))
-
-    def acc_offset(self, i, j):
-        return i * ROWS * acc_ld(self.d) + j * COLSB
-
     def c_tiles(self, tiles, op, acc=False):
         """``tileloadd`` (op) or ``tilestored`` of the macro block's accumulators from / to C, or
         with ``acc`` the fp32 / int32 stack scratch of the partial sums."""
         d, p, a, r = self.d, self.p, self.a, self.r
         cp, stride = r["ak"], r["bk"]
         if acc:
-            self.acc_pointer(cp, stride)
-            off = {t: self.acc_offset(*t) for t in tiles}
+            Chunks(self).acc_pointer(cp, stride)
+            off = {t: acc_offset(d, *t) for t in tiles}
         else:
             self.c_pointer(cp)
             self.mov_imm(stride, d.ldc * self.es_c)

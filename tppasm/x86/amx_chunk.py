@@ -25,7 +25,7 @@ block's C makes a round trip per chunk, which only renamed tiles hide).
 """
 from dataclasses import dataclass
 
-from isa.x86 import qword, rsp
+from isa.x86 import TMM, qword, rsp
 
 from .batch import mem_imm
 
@@ -88,6 +88,11 @@ def block_bytes(desc):
 def acc_ld(desc):
     """Row stride in bytes of the stack scratch that keeps C's partial sums (n in whole tiles)."""
     return -(-desc.n // 16) * 64
+
+
+def acc_offset(desc, i, j):
+    """Byte offset of accumulator tile (i, j) of a macro block in the partial-sum scratch."""
+    return i * 16 * acc_ld(desc) + j * 64
 
 
 def chunk_blocks(desc, plan):
@@ -172,6 +177,14 @@ class Chunks:
         g.set_var("pipe", 1)
         a.bind(skip)
 
+    def acc_pointer(self, cp, stride):
+        """cp / stride = the macro block's first element / row stride in the partial-sum scratch."""
+        g, a = self.g, self.a
+        a.lea(cp, [rsp + g.acc])
+        a.add(cp, g.var("accrow"))
+        a.add(cp, g.var("bcol"))
+        g.mov_imm(stride, acc_ld(g.d))
+
     def branch(self, flag, when_set, otherwise):
         """``when_set()`` if the stack flag ``flag`` is 1 at run time, else ``otherwise()``."""
         a = self.a
@@ -183,3 +196,55 @@ class Chunks:
         a.bind(other)
         otherwise()
         a.bind(done)
+
+    def body(self):
+        """Every macro block over one chunk; each hands the next one (with the same tiles) the
+        A / B tiles of its first step, and with C in C its accumulators (stored and loaded tile
+        by tile: no wait for all four stores)."""
+        g = self.g
+        d, loaded, ready = g.d, g.configs[0], (None, False)
+        vs = visits(g.p)
+        for x, v in enumerate(vs):
+            if v.cfg != loaded:
+                self.a.ldtilecfg([rsp + g.cfg_base + 64 * g.configs.index(v.cfg)])
+                loaded = v.cfg
+            g.set_var("arow", v.row * d.lda * g.es_a)
+            g.set_var("crow", v.row * d.ldc * g.es_c)
+            g.set_var("bcol", v.col * 4)
+            if g.epilogue:
+                g.set_var("accrow", v.row * acc_ld(d))
+            nxt = vs[x + 1] if x + 1 < len(vs) and v.same_tiles(vs[x + 1]) else None
+            ready = g.block(v.rsizes, v.csizes, v, nxt, ready)
+
+    def handoff_c(self, tiles, delta):
+        """Store each accumulator (to C, or with an epilogue to the scratch) and load the next
+        macro block's partial sums into it (``delta``: (C, scratch) bytes on), or zero it or load
+        its C in the first chunk; tile by tile, in the order the ``tdp*`` finish."""
+        g, a = self.g, self.a
+        d, p, r = g.d, g.p, g.r
+        cp, stride = r["ak"], r["bk"]
+        acc = g.epilogue
+        if acc:
+            self.acc_pointer(cp, stride)
+            g.c_pointer(r["an"])
+            g.mov_imm(r["bn"], d.ldc * g.es_c)
+        else:
+            g.c_pointer(cp)
+            g.mov_imm(stride, d.ldc * g.es_c)
+        order = sorted(tiles, key=lambda t: (t[1], t[0]))           # column by column, as the tdp*
+
+        def run(first):
+            for i, j in order:
+                tile = TMM[p.c_tile(i, j)]
+                off = acc_offset(d, i, j) if acc else g.c_offset(i, j)
+                a.tilestored([cp + stride + off], tile)
+                if not first:
+                    a.tileloadd(tile, [cp + stride + off + delta[1 if acc else 0]])
+                elif d.beta:
+                    a.tileloadd(tile, [r["an"] + r["bn"] + g.c_offset(i, j) + delta[0]])
+                else:
+                    a.tilezero(tile)
+        if d.beta and (not acc or d.c_dtype == "bf16"):    # C loads alike / no pipe in the first chunk
+            run(False)
+        else:
+            self.branch("first", lambda: run(True), lambda: run(False))
