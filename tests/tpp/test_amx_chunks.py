@@ -43,6 +43,8 @@ def _go(d, chunk, count, setup):
          batch="stride", beta=1, pads=(0, 0, 0), setup=True)     # partial sums piped through the scratch
 @example(groups=8, ktail=1, c_dtype="f32", bias=True, act="relu", m=64, n=50, chunk=1, count=3,
          batch="stride", beta=1, pads=(1, 1, 1), setup=True)     # the first chunk pipes C's loads
+@example(groups=83, ktail=1, c_dtype="f32", bias=False, act=None, m=64, n=40, chunk=1, count=3,
+         batch="offset", beta=0, pads=(0, 0, 0), setup=True)     # the runtime k loop, a tail step, odd k
 def test_bf16_chunks(m, n, groups, ktail, chunk, count, batch, beta, c_dtype, bias, act, pads, setup):
     k = 2 * groups - ktail
     _go(Brgemm(m=m, n=n, k=k, lda=k + pads[0], ldb=n + pads[1], ldc=n + pads[2], beta=beta, dtype="bf16",

@@ -213,7 +213,7 @@ class _Gen:
         self.pad_b = self.pad_a + 1024 * self.p.gm * (1 if self.partial else 0)
         self.scratch = self.pad_b + 1024 * self.p.gn * (1 if self.partial and desc.dtype == "bf16" else 0)
         self.acc = self.scratch + ROWS * COLSB      # C's partial sums between chunks (with an epilogue)
-        self.frame = self.acc + (desc.m * acc_ld(desc) if self.chunk else 0) if self.epilogue else self.scratch
+        self.frame = (self.acc + (desc.m * acc_ld(desc) if self.chunk else 0)) if self.epilogue else self.scratch
         regs = sorted(set(INT_ARGS + CALLEE_SAVED + [gpr(0), gpr(10), gpr(11)]), key=lambda r: r.num)
         # args are spilled to the stack at entry, so all 15 registers are ours (tmp must be rax)
         names = ["tmp", "sa", "sb", "ak", "bk", "an", "bn", "bctr", "kctr", "p", "q", "t2", "s64"]
@@ -321,8 +321,6 @@ class _Gen:
         d, p, a = self.d, self.p, self.a
         self.set_var("arow", rspan.start * d.lda * self.es_a)
         self.set_var("crow", rspan.start * d.ldc * self.es_c)
-        if self.chunk and self.epilogue:
-            self.set_var("accrow", rspan.start * acc_ld(d))
         row_loop = a.label()
         if rspan.count > 1:
             self.set_var("rowctr", rspan.count)
@@ -340,8 +338,6 @@ class _Gen:
         if rspan.count > 1:
             self.add_var("arow", p.gm * ROWS * d.lda * self.es_a)
             self.add_var("crow", p.gm * ROWS * d.ldc * self.es_c)
-            if self.chunk and self.epilogue:
-                self.add_var("accrow", p.gm * ROWS * acc_ld(d))
             a.dec(self.var("rowctr"))
             a.jnz(row_loop)
 

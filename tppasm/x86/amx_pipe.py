@@ -48,7 +48,10 @@ class Step:
 
 class Pipeline:
     """Emits the batch loop of one macro block of ``gm`` x ``gn`` tiles for the generator ``g``
-    (a :class:`tppasm.x86.amx._Gen`; its registers, stack slots and helpers are used)."""
+    (a :class:`tppasm.x86.amx._Gen`; its registers, stack slots and helpers are used). In batch
+    chunks, ``handoff`` = (A, B) bytes from this macro block's panels to the next one's: its last
+    batch block loads the next one's first step from there; ``preloaded``: the previous one did
+    that for this one."""
 
     def __init__(self, g, rsizes, csizes, handoff=None, preloaded=False):
         self.g, self.a, self.r, self.d, self.p = g, g.a, g.r, g.d, g.p
