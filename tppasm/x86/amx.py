@@ -54,7 +54,7 @@ from isa.x86 import K, TMM, YMM, ZMM, Function, dword, eax, gpr, ptr, qword, rsp
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
 from ..backends import register
-from .amx_chunk import CHUNK_SLOTS, Chunks, acc_ld, acc_offset, chunk_blocks, visits
+from .amx_chunk import CHUNK_SLOTS, Chunks, acc_ld, acc_offset, chunk_blocks, uses_scratch, visits
 from .amx_pipe import Pipeline
 from .batch import add_imm, mem_imm
 from .ctile import emit_activation
@@ -199,7 +199,7 @@ class _Gen:
         self.es_a, self.es_c = A_ES[desc.dtype], ES[desc.c_dtype]
         self.dot = getattr(self.a, DOT[desc.dtype] if desc.dtype == "bf16" else INT8_DOT[desc.signs])
         # stack: spilled arguments, loop variables, tile configs, sttilecfg's output, scratch tiles
-        self.epilogue = desc.bias or desc.act is not None or desc.c_dtype == "bf16"
+        self.epilogue = uses_scratch(desc)         # C through the scratch tile (and partial sums in the stack)
         self.chunk = chunk_blocks(desc, self.p) if chunk is None else chunk
         variables = self.VARS + (CHUNK_SLOTS if self.chunk else ())
         self.arg_slot = {name: 8 * i for i, name in enumerate(names)}

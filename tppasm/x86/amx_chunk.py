@@ -120,7 +120,8 @@ def chunk_blocks(desc, plan):
 class Chunks:
     """Emits the chunk loop for the generator ``g`` (a :class:`tppasm.x86.amx._Gen` with
     ``g.chunk`` > 0): stack slots ``left`` (blocks from this chunk on), ``n`` (blocks in this
-    chunk: what the batch walk reads as its count), ``first`` / ``last`` (flags for C)."""
+    chunk: what the batch walk reads as its count), ``first`` / ``last`` (flags for C), ``pipe``
+    (partial sums handed on through the scratch, :meth:`set_pipe`)."""
 
     def __init__(self, g):
         self.g, self.a = g, g.a
