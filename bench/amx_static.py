@@ -4,7 +4,9 @@ Kernels run in :mod:`isa.x86.interp`; its ``stats`` give the executed instructio
 tile instructions and prefetches in order (``tile_ops``). From these:
 
 - the mix: ``tdp*`` per A/B tile load, and no tile load repeated within a batch step (a step: a
-  run of loads from the A and B blocks of one batch index, ended by a tile store or zero);
+  run of loads from the A and B blocks of one batch index, ended by a tile store or zero; in batch
+  chunks, :mod:`tppasm.x86.amx_chunk`, the next macro block's loads of a panel they share count,
+  as they are issued before the stores: they hit L1);
 - the model (:mod:`bench.amx_model`, Sapphire / Emerald Rapids figures): cycles per call and the
   modelled % of the AMX peak (16 cycles per 16x16x32 bf16 / 16x16x64 int8 ``tdp*``), in three
   readings of the hardware: ``in-order`` (tile instructions start in program order), ``ooo``
@@ -74,9 +76,9 @@ def repeated_loads(tile_ops, blocks):
     return out
 
 
-def run_case(m, n, k, count, dtype, beta, c_dtype):
-    """Generate and interpret one kernel (two calls: the second sees configured tiles); returns
-    (stats of the second call, blocks, jit seconds)."""
+def run_case(m, n, k, count, dtype, beta, c_dtype, chunk=None):
+    """Generate and interpret one kernel (two calls: the second sees configured tiles; ``chunk``:
+    see :func:`tppasm.x86.amx.generate`); returns (stats of the second call, blocks, jit seconds)."""
     import ml_dtypes
     from isa.x86.interp import Machine
     from tppasm.brgemm import Brgemm
@@ -86,7 +88,7 @@ def run_case(m, n, k, count, dtype, beta, c_dtype):
     d = Brgemm(m=m, n=n, k=k, dtype=dtype, beta=beta, c_dtype=c_dtype)
     d.validate()
     t = time.perf_counter()
-    fn = generate(d)
+    fn = generate(d, chunk)
     jit = time.perf_counter() - t
     rng = np.random.default_rng(0)
     if dtype == "bf16":
@@ -127,6 +129,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     from tppasm.brgemm import Brgemm
     from tppasm.x86.amx import plan
+    from tppasm.x86.amx_chunk import chunk_blocks
 
     print("MODELLED, not measured: AMX kernels run in the interpreter here; cycles from "
           "bench.amx_model (Sapphire/Emerald Rapids: tdp* 16 cycles, tileloadd 8 + 45 latency, "
@@ -143,8 +146,10 @@ def main(argv=None):
         tdp = sum(v for name, v in counts.items() if name.startswith("tdp"))
         loads = [op for op in stats.tile_ops if op[0].startswith("tileload")]
         ab = sum(1 for op in loads if any(s <= op[3] < s + z * c for s, z, c in blocks.values()))
-        pl = plan(Brgemm(m=m, n=n, k=k, dtype=dtype))
-        blocking = f"{pl.gm}x{pl.gn}, {pl.steps}x{pl.step}" + (f"+{pl.tail}" if pl.tail else "") + " groups"
+        desc = Brgemm(m=m, n=n, k=k, dtype=dtype, beta=beta, c_dtype=c_dtype)
+        pl, chunk = plan(desc), chunk_blocks(desc, plan(desc))
+        blocking = f"{pl.gm}x{pl.gn}, {pl.steps}x{pl.step}" + (f"+{pl.tail}" if pl.tail else "") + " groups" + \
+            (f", chunks of {chunk}" if chunk else "")
         pct, res = model(stats, dtype, m, n, k, count)
         name = f"{dtype} {m}x{n}x{k} count {count} beta {beta} C {c_dtype}"
         rep.add(name, blocking, tdp, ab, len(loads) - ab, round(tdp / max(ab, 1), 3),

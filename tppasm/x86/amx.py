@@ -7,7 +7,8 @@ groups, 64 bytes = 16 columns): 4 + 2 + 2 = 8 tiles. Per batch block and k step 
 tile is loaded once and feeds gm x gn dot products (4 ``tdp*`` per 4 ``tileloadd``); the loads
 are software-pipelined, prefetched and the batch walked back and forth as
 :mod:`tppasm.x86.amx_pipe` describes. C tiles stay in their accumulators over the whole batch
-and are stored once.
+and are stored once; or, when the batch outgrows L1, over each chunk of it that fits
+(:mod:`tppasm.x86.amx_chunk`: every macro block runs a chunk before the next one starts).
 
 Tails are smaller tiles: the last macro row / column configures its tiles with the remaining
 rows / columns (``rows``, ``colsb``), and k is cut into equal steps of <= 16 groups when it can
@@ -53,6 +54,7 @@ from isa.x86 import K, TMM, YMM, ZMM, Function, dword, eax, gpr, ptr, qword, rsp
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
 from ..backends import register
+from .amx_chunk import CHUNK_SLOTS, Chunks, acc_ld, acc_offset, chunk_blocks, uses_scratch, visits
 from .amx_pipe import Pipeline
 from .batch import add_imm, mem_imm
 from .ctile import emit_activation
@@ -186,7 +188,7 @@ class _Gen:
 
     VARS = ("arow", "crow", "bcol", "rowctr", "colctr", "dir", "da", "db")
 
-    def __init__(self, desc):
+    def __init__(self, desc, chunk=None):
         if desc.dtype not in DOT:
             raise ValueError(f"AMX BRGEMM takes dtype 'bf16' or 'i8', not {desc.dtype!r}")
         self.d, self.p = desc, plan(desc)
@@ -197,17 +199,21 @@ class _Gen:
         self.es_a, self.es_c = A_ES[desc.dtype], ES[desc.c_dtype]
         self.dot = getattr(self.a, DOT[desc.dtype] if desc.dtype == "bf16" else INT8_DOT[desc.signs])
         # stack: spilled arguments, loop variables, tile configs, sttilecfg's output, scratch tiles
+        self.epilogue = uses_scratch(desc)         # C through the scratch tile (and partial sums in the stack)
+        self.chunk = chunk_blocks(desc, self.p) if chunk is None else chunk
+        variables = self.VARS + (CHUNK_SLOTS if self.chunk else ())
         self.arg_slot = {name: 8 * i for i, name in enumerate(names)}
-        self.slots = {name: 64 + 8 * i for i, name in enumerate(self.VARS)}
+        self.slots = {name: 64 + 8 * i for i, name in enumerate(variables)}
         self.regions = self.p.regions()
         self.configs = list(dict.fromkeys(cfg for _, _, cfg in self.regions))
-        self.cfg_base = 128
+        self.cfg_base = (64 + 8 * len(variables) + 63) // 64 * 64
         self.cfg_now = self.cfg_base + 64 * len(self.configs)
         self.partial = desc.k % desc.vnni
         self.pad_a = self.cfg_now + 64
         self.pad_b = self.pad_a + 1024 * self.p.gm * (1 if self.partial else 0)
         self.scratch = self.pad_b + 1024 * self.p.gn * (1 if self.partial and desc.dtype == "bf16" else 0)
-        self.epilogue = desc.bias or desc.act is not None or desc.c_dtype == "bf16"
+        self.acc = self.scratch + ROWS * COLSB      # C's partial sums between chunks (with an epilogue)
+        self.frame = (self.acc + (desc.m * acc_ld(desc) if self.chunk else 0)) if self.epilogue else self.scratch
         regs = sorted(set(INT_ARGS + CALLEE_SAVED + [gpr(0), gpr(10), gpr(11)]), key=lambda r: r.num)
         # args are spilled to the stack at entry, so all 15 registers are ours (tmp must be rax)
         names = ["tmp", "sa", "sb", "ak", "bk", "an", "bn", "bctr", "kctr", "p", "q", "t2", "s64"]
@@ -230,6 +236,10 @@ class _Gen:
     def tmm(self, t):
         return TMM[t]
 
+    def batch_count(self):
+        """The memory operand holding the blocks one batch walk takes: the chunk's, or ``count``."""
+        return self.var("n") if self.chunk else self.arg("count")
+
     def var(self, name):
         return qword[rsp + self.slots[name]]
 
@@ -242,8 +252,7 @@ class _Gen:
     # -- the kernel ---------------------------------------------------------------------------------
     def build(self):
         d, a, r = self.d, self.a, self.r
-        self.fn.stack(self.scratch + (ROWS * COLSB if self.epilogue or (d.beta and d.c_dtype == "bf16")
-                                      else 0))
+        self.fn.stack(self.frame)
         for name, reg in zip(self.arg_slot, self.fn.args):
             a.mov([rsp + self.arg_slot[name]], reg)
         switches = len(self.configs) > 1
@@ -263,17 +272,28 @@ class _Gen:
                 a.shr(r["tmp"], 64 - valid)
             a.kmovq(K[2], r["tmp"])
         self.set_var("dir", 1)                 # flipped before each macro block: the first walks forward
-        loaded = self.configs[0]
-        for rspan, cspan, cfg in self.regions:
-            if cfg != loaded:
-                a.ldtilecfg([rsp + self.cfg_base + 64 * self.configs.index(cfg)])
-                loaded = cfg
-            self.region(rspan, cspan)
-        if not d.tile_setup and loaded != self.configs[0]:
+        if self.chunk:
+            last = visits(self.p)[-1].cfg
+            restore = (lambda: a.ldtilecfg([rsp + self.cfg_base])) if last != self.configs[0] else None
+            chunks = Chunks(self)
+            chunks.emit(chunks.body, between=restore)
+        else:
+            last = self.regions[-1][2]
+            self.all_regions()
+        if not d.tile_setup and last != self.configs[0]:
             a.ldtilecfg([rsp + self.cfg_base])
         if self.consts is not None:
             self.consts.finish(self.fn, scratch=ZMM[3])
         return self.fn.finalize()
+
+    def all_regions(self):
+        """Every region, switching tile configs between them (the first one's is loaded)."""
+        loaded = self.configs[0]
+        for rspan, cspan, cfg in self.regions:
+            if cfg != loaded:
+                self.a.ldtilecfg([rsp + self.cfg_base + 64 * self.configs.index(cfg)])
+                loaded = cfg
+            self.region(rspan, cspan)
 
     def write_config(self, offset, cfg):
         for off in range(0, 64, 4):
@@ -336,31 +356,98 @@ class _Gen:
     def c_offset(self, i, j):
         return i * ROWS * self.d.ldc * self.es_c + j * ROWS * self.es_c
 
-    def block(self, rsizes, csizes):
+    def block(self, rsizes, csizes, here=None, nxt=None, ready=(None, False)):
+        """One macro block over the batch (or chunk); in chunks ``here`` / ``nxt`` are this and
+        the next :class:`~tppasm.x86.amx_chunk.Visit` (None: no hand-off) and ``ready`` says
+        whether the previous one loaded this one's C tiles (None; "direct": yes; "pipe": where the
+        chunk's ``pipe`` flag is set) and first A / B tiles. Returns its ``ready`` for the next."""
+        d = self.d
+        tiles = [(i, j) for i in range(len(rsizes)) for j in range(len(csizes))]
+        hand = c_hand = None
+        if nxt is not None:
+            rows, cols = nxt.row - here.row, nxt.col - here.col
+            hand = (rows * d.lda * self.es_a, cols * 4)
+            c_hand = (rows * d.ldc * self.es_c + cols * self.es_c, rows * acc_ld(d) + cols * 4)
+            if max(map(abs, hand + c_hand)) >= 1 << 30:            # displacements stay int32
+                hand = c_hand = None
+        if ready[0] == "pipe":
+            Chunks(self).branch("pipe", lambda: None, lambda: self.c_in(tiles, rsizes, csizes))
+        elif ready[0] is None:
+            self.c_in(tiles, rsizes, csizes)
+        Pipeline(self, rsizes, csizes, hand, ready[1]).emit()
+        if c_hand is None:
+            self.c_out(tiles, rsizes, csizes)
+        elif not self.epilogue:
+            Chunks(self).handoff_c(tiles, c_hand)
+        else:
+            Chunks(self).branch("pipe", lambda: Chunks(self).handoff_c(tiles, c_hand),
+                                lambda: self.c_out(tiles, rsizes, csizes))
+        return (None if c_hand is None else "pipe" if self.epilogue else "direct"), hand is not None
+
+    def c_in(self, tiles, rsizes, csizes):
+        """The accumulators' start: beta * C, or in a later chunk the partial sums so far."""
+        if not self.chunk:
+            self.c_start(tiles, rsizes, csizes)
+        elif not self.epilogue:                    # partial sums in C: beta=1 or a later chunk loads C
+            if self.d.beta:
+                self.c_tiles(tiles, "tileloadd")
+            else:
+                Chunks(self).branch("first", lambda: self.c_start(tiles, rsizes, csizes),
+                                    lambda: self.c_tiles(tiles, "tileloadd"))
+        else:                                       # partial sums in the stack scratch
+            Chunks(self).branch("first", lambda: self.c_start(tiles, rsizes, csizes),
+                                lambda: self.c_tiles(tiles, "tileloadd", acc=True))
+
+    def c_out(self, tiles, rsizes, csizes):
+        """The accumulators to C (through the epilogue in the last chunk) or the scratch."""
+        if not self.epilogue:
+            self.c_tiles(tiles, "tilestored")
+        elif not self.chunk:
+            self.c_finish(tiles, rsizes, csizes)
+        else:
+            Chunks(self).branch("last", lambda: self.c_finish(tiles, rsizes, csizes),
+                                lambda: self.c_tiles(tiles, "tilestored", acc=True))
+
+    def c_tiles(self, tiles, op, acc=False):
+        """``tileloadd`` (op) or ``tilestored`` of the macro block's accumulators from / to C, or
+        with ``acc`` the fp32 / int32 stack scratch of the partial sums."""
         d, p, a, r = self.d, self.p, self.a, self.r
         cp, stride = r["ak"], r["bk"]
-        tiles = [(i, j) for i in range(len(rsizes)) for j in range(len(csizes))]
-        if d.beta:
-            self.c_pointer(cp)
-            if d.c_dtype == "bf16":
-                self.mov_imm(stride, COLSB)
-                for i, j in tiles:
-                    self.widen_bf16(cp, i, j, rsizes[i], csizes[j])
-                    a.tileloadd(self.tmm(p.c_tile(i, j)), [rsp + self.scratch + stride])
-            else:
-                self.mov_imm(stride, d.ldc * self.es_c)
-                for i, j in tiles:
-                    a.tileloadd(self.tmm(p.c_tile(i, j)), [cp + stride + self.c_offset(i, j)])
+        if acc:
+            Chunks(self).acc_pointer(cp, stride)
+            off = {t: acc_offset(d, *t) for t in tiles}
         else:
+            self.c_pointer(cp)
+            self.mov_imm(stride, d.ldc * self.es_c)
+            off = {t: self.c_offset(*t) for t in tiles}
+        for i, j in tiles:
+            mem, tile = [cp + stride + off[i, j]], self.tmm(p.c_tile(i, j))
+            if op == "tileloadd":
+                a.tileloadd(tile, mem)
+            else:
+                a.tilestored(mem, tile)
+
+    def c_start(self, tiles, rsizes, csizes):
+        """The accumulators = beta * C (``tilezero``, or C loaded; a bf16 C widened first)."""
+        d, p, a, r = self.d, self.p, self.a, self.r
+        cp, stride = r["ak"], r["bk"]
+        if not d.beta:
             for i, j in tiles:
                 a.tilezero(self.tmm(p.c_tile(i, j)))
-        Pipeline(self, rsizes, csizes).emit()
-        self.c_pointer(cp)
-        if not self.epilogue:
-            self.mov_imm(stride, d.ldc * self.es_c)
+        elif d.c_dtype != "bf16":
+            self.c_tiles(tiles, "tileloadd")
+        else:
+            self.c_pointer(cp)
+            self.mov_imm(stride, COLSB)
             for i, j in tiles:
-                a.tilestored([cp + stride + self.c_offset(i, j)], self.tmm(p.c_tile(i, j)))
-            return
+                self.widen_bf16(cp, i, j, rsizes[i], csizes[j])
+                a.tileloadd(self.tmm(p.c_tile(i, j)), [rsp + self.scratch + stride])
+
+    def c_finish(self, tiles, rsizes, csizes):
+        """C = epilogue(accumulators), tile by tile through the scratch tile."""
+        p, a, r = self.p, self.a, self.r
+        cp, stride = r["ak"], r["bk"]
+        self.c_pointer(cp)
         self.mov_imm(stride, COLSB)
         for i, j in tiles:
             a.tilestored([rsp + self.scratch + stride], self.tmm(p.c_tile(i, j)))
@@ -449,20 +536,22 @@ class _Gen:
         from .vector import VectorISA
         if self.consts is None:
             self.consts = xmath.Consts(VectorISA("avx512"), regs=ZMM[8:])
-            self.consts.BASE = (self.scratch + ROWS * COLSB + 63) // 64 * 64
+            self.consts.BASE = (self.frame + 63) // 64 * 64
         emit_activation(self.d.act, self.a, self.consts.v, ZMM[2], x, list(ZMM[3:8]), self.consts,
                         self.d.c_dtype == "bf16")
         return ZMM[2]
 
 
-def generate(desc):
-    """The raw AMX BRGEMM kernel (a :class:`isa.x86.JitFunction`) for a bf16 / i8 descriptor.
+def generate(desc, chunk=None):
+    """The raw AMX BRGEMM kernel (a :class:`isa.x86.JitFunction`) for a bf16 / i8 descriptor;
+    ``chunk``: batch blocks per chunk (:mod:`tppasm.x86.amx_chunk`; None: the model's choice,
+    :func:`~tppasm.x86.amx_chunk.chunk_blocks`; 0: every macro block walks the whole batch).
 
     >>> from tppasm.brgemm import Brgemm
     >>> "tdpbusd" in generate(Brgemm(m=20, n=8, k=12, dtype="i8", beta=1)).disassemble()
     True
     """
-    return _Gen(desc).build()
+    return _Gen(desc, chunk).build()
 
 
 def tileconfig_function(desc):

@@ -10,7 +10,9 @@ loaded two or three ``tdp*`` earlier instead of waiting on a fresh ``tileloadd``
 blocking the A tiles are written one ``tdp*``, the B tiles two before their first reader).
 
 While the steps of batch block b run, ``prefetcht0`` brings the lines of block b + 1 into L1
-(for long k, the lines two steps ahead). Consecutive macro blocks walk the batch in opposite
+(for long k, the lines two steps ahead); not in batch chunks (:mod:`tppasm.x86.amx_chunk`), whose
+blocks stay in L1. There the last block of a macro block also loads the first step of the next
+macro block (``handoff``) instead of nothing. Consecutive macro blocks walk the batch in opposite
 directions, so the panel two neighbours share (A rows along a row of macro blocks) starts with
 the blocks the previous one loaded last, still in L1. The cycle model of
 ``python -m bench amx-static`` (:mod:`bench.amx_model`) is what chose these.
@@ -46,10 +48,14 @@ class Step:
 
 class Pipeline:
     """Emits the batch loop of one macro block of ``gm`` x ``gn`` tiles for the generator ``g``
-    (a :class:`tppasm.x86.amx._Gen`; its registers, stack slots and helpers are used)."""
+    (a :class:`tppasm.x86.amx._Gen`; its registers, stack slots and helpers are used). In batch
+    chunks, ``handoff`` = (A, B) bytes from this macro block's panels to the next one's: its last
+    batch block loads the next one's first step from there; ``preloaded``: the previous one did
+    that for this one."""
 
-    def __init__(self, g, rsizes, csizes):
+    def __init__(self, g, rsizes, csizes, handoff=None, preloaded=False):
         self.g, self.a, self.r, self.d, self.p = g, g.a, g.r, g.d, g.p
+        self.handoff, self.preloaded = handoff, preloaded
         self.rsizes, self.csizes = rsizes, csizes
         self.gm, self.gn = len(rsizes), len(csizes)
         d, p = self.d, self.p
@@ -141,29 +147,42 @@ class Pipeline:
         last_b = {j: q for q, (i, j) in enumerate(self.order)}
         prefetch = list(prefetch)
         per = -(-len(prefetch) // len(self.order)) if prefetch else 0
-        copied = False
         next_block = nbase[0] == self.r["an"]
+        copied = set()
+
+        def emit_loads(loads, adv):
+            for kind, idx in loads:
+                if nxt.scratch and adv not in copied:
+                    self.copy(nxt, nbase, adv)
+                    copied.add(adv)
+                self.load(kind, idx, nxt, nbase, adv)
+
         for q, (i, j) in enumerate(self.order):
             dot(TMM[p.c_tile(i, j)], self.a_tile(i, x), self.b_tile(j, x))
             loads = [("b", jj) for jj, qq in last_b.items() if qq == q] + \
                     [("a", ii) for ii, qq in last_a.items() if qq == q]
             if nxt is not None and loads:
-                skip = a.label()
-                if next_block:                      # none after the last block
+                skip, other = a.label(), a.label()
+                if next_block:                      # after the last block: none, or the next macro block's
                     a.cmp(self.r["bctr"], 1)
-                    a.je(skip)
-                for kind, idx in loads:
-                    if nxt.scratch and not copied:
-                        self.copy(nxt, nbase, nadv)
-                        copied = True
-                    self.load(kind, idx, nxt, nbase, nadv)
+                    if self.handoff:
+                        a.jne(other)
+                        emit_loads(loads, (nadv[0] - self.handoff[0], nadv[1] - self.handoff[1]))
+                        a.jmp(skip)
+                    else:
+                        a.je(skip)
+                a.bind(other)
+                emit_loads(loads, nadv)
                 a.bind(skip)
             for addr in prefetch[q * per:(q + 1) * per]:
                 a.prefetcht0(addr)
 
     def lines(self, step, base, adv, groups=None):
         """Prefetch addresses covering the A and B lines of ``step`` (or of ``groups`` groups from
-        it: a whole batch block) at ``base``; none when a displacement would not fit in 32 bits."""
+        it: a whole batch block) at ``base``; none when a displacement would not fit in 32 bits, nor
+        in batch chunks (their blocks stay in L1; prefetching the next chunk's evicts them)."""
+        if self.g.chunk:
+            return []
         groups = groups or step.width
         out = []
         a_bytes = groups * 4
@@ -188,8 +207,9 @@ class Pipeline:
         if self.steps[-1].tail:
             first[True] = self.steps[-1]
         for step in first.values():
-            self.load_all(step, cur, zero)
-        a.mov(r["bctr"], self.g.arg("count"))
+            if not self.preloaded:
+                self.load_all(step, cur, zero)
+        a.mov(r["bctr"], self.g.batch_count())
         loop = a.label()
         a.bind(loop)
         self.next_block()
@@ -270,7 +290,7 @@ class Pipeline:
         for cur, unit, slot in ((c0, u0, "da"), (c1, u1, "db")):
             if cur is None:
                 continue
-            a.mov(t, g.arg("count"))
+            a.mov(t, g.batch_count())
             a.dec(t)
             _mul_imm(a, t, unit, r["tmp"])
             a.add(cur, t)
