@@ -14,7 +14,9 @@ tile instructions and prefetches in order (``tile_ops``). From these:
   ``renamed`` (tiles renamed like vector registers), with the tile-load lines per cache level.
 
 These are MODELLED figures, not measurements: the latencies and throughputs are the optimization
-manual's, the cache bandwidths assumptions (see :mod:`bench.amx_model`).
+manual's, the cache bandwidths assumptions (see :mod:`bench.amx_model`). Where the model would chunk
+the batch, the table has two rows: the default kernel and the opt-in chunks (``TPPASM_AMX_CHUNKS=1``),
+which win in the renamed reading and lose in the other two; an AMX host decides by timing both.
 
 ``python -m bench amx-static [--json FILE] [--quick] [--choices]`` (``--choices``: the synthetic
 comparison of blockings and ``tdp*`` orders of :mod:`bench.amx_choices` that chose the kernel's)
@@ -141,21 +143,22 @@ def main(argv=None):
     run_case(16, 16, 32, 2, "bf16", 0, "f32")           # warm-up: imports, the assembler's tables
     for case in (QUICK if args.quick else CASES):
         m, n, k, count, dtype, beta, c_dtype = case
-        stats, blocks, jit = run_case(*case)
-        counts = Counter(stats.counts)
-        tdp = sum(v for name, v in counts.items() if name.startswith("tdp"))
-        loads = [op for op in stats.tile_ops if op[0].startswith("tileload")]
-        ab = sum(1 for op in loads if any(s <= op[3] < s + z * c for s, z, c in blocks.values()))
         desc = Brgemm(m=m, n=n, k=k, dtype=dtype, beta=beta, c_dtype=c_dtype)
-        pl, chunk = plan(desc), chunk_blocks(desc, plan(desc))
-        blocking = f"{pl.gm}x{pl.gn}, {pl.steps}x{pl.step}" + (f"+{pl.tail}" if pl.tail else "") + " groups" + \
-            (f", chunks of {chunk}" if chunk else "")
-        pct, res = model(stats, dtype, m, n, k, count)
-        name = f"{dtype} {m}x{n}x{k} count {count} beta {beta} C {c_dtype}"
-        rep.add(name, blocking, tdp, ab, len(loads) - ab, round(tdp / max(ab, 1), 3),
-                len(repeated_loads(stats.tile_ops, blocks)), res.prefetches,
-                "/".join(str(res.lines[lv]) for lv in (1, 2, 3)),
-                round(pct["in-order"], 1), round(pct["ooo"], 1), round(pct["renamed"], 1), round(jit * 1e3, 1))
+        pl, g = plan(desc), chunk_blocks(desc, plan(desc))
+        for chunk in (0, g) if g else (0,):            # the default, and the opt-in batch chunks
+            stats, blocks, jit = run_case(*case, chunk=chunk)
+            counts = Counter(stats.counts)
+            tdp = sum(v for name, v in counts.items() if name.startswith("tdp"))
+            loads = [op for op in stats.tile_ops if op[0].startswith("tileload")]
+            ab = sum(1 for op in loads if any(s <= op[3] < s + z * c for s, z, c in blocks.values()))
+            blocking = f"{pl.gm}x{pl.gn}, {pl.steps}x{pl.step}" + (f"+{pl.tail}" if pl.tail else "") + \
+                " groups" + (f", chunks of {chunk} (TPPASM_AMX_CHUNKS=1)" if chunk else "")
+            pct, res = model(stats, dtype, m, n, k, count)
+            name = f"{dtype} {m}x{n}x{k} count {count} beta {beta} C {c_dtype}"
+            rep.add(name, blocking, tdp, ab, len(loads) - ab, round(tdp / max(ab, 1), 3),
+                    len(repeated_loads(stats.tile_ops, blocks)), res.prefetches,
+                    "/".join(str(res.lines[lv]) for lv in (1, 2, 3)),
+                    round(pct["in-order"], 1), round(pct["ooo"], 1), round(pct["renamed"], 1), round(jit * 1e3, 1))
     reports = [rep]
     if args.choices:
         from .amx_choices import compare

@@ -137,7 +137,9 @@ def plot(records, path, title="tppasm benchmarks"):
     except ImportError:
         print("(matplotlib is not installed: no plot; pip install matplotlib)")
         return 0
-    fig, axes = plt.subplots(len(tables), 1, figsize=(10, 3.6 * len(tables)), squeeze=False)
+    widest = max(len(rows) for rows in tables.values())        # many shapes (conv layers): a wider figure
+    size = (max(10, 0.16 * widest), (3.6 if widest <= 20 else 5.0) * len(tables))
+    fig, axes = plt.subplots(len(tables), 1, figsize=size, squeeze=False)
     for ax, (name, rows) in zip(axes[:, 0], tables.items()):
         xs = list(range(len(rows)))
         series = ["gflops"] + sorted({k for r in rows for k in r if k.endswith("_gflops") and k != "peak_gflops"})
@@ -151,7 +153,8 @@ def plot(records, path, title="tppasm benchmarks"):
             ax.step([x - 0.5 for x in xs] + [xs[-1] + 0.5],
                     [p if isinstance(p, (int, float)) else float("nan") for p in peaks + peaks[-1:]],
                     where="post", color="k", linestyle="--", label="peak")
-        ax.set_xticks(xs, [str(r["x"]) for r in rows], rotation=30, ha="right", fontsize=8)
+        ax.set_xticks(xs, [str(r["x"]) for r in rows], rotation=30 if widest <= 20 else 90,
+                      ha="right" if widest <= 20 else "center", fontsize=8 if widest <= 20 else 6)
         ax.set_ylabel("GFLOP/s")
         ax.set_title(name[:110], fontsize=9)
         ax.legend(fontsize=7)

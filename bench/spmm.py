@@ -136,7 +136,11 @@ def bench_point(rep, size, block, sparsity, dtype, nest, torch, threads, rng, ro
     nan = float("nan")
     rep.add(dtype, f"{block}x{block}", sparsity, nnzb, t_ours * 1e3, t_dense * 1e3, sparse.get("csr", nan) * 1e3,
             sparse.get("bsr", nan) * 1e3, dense_flops / t_ours / 1e9, 100 * frac, ratio,
-            size=size, threads=threads, err=err, bn=nest.bn, spec=nest.lk.spec.text)
+            size=size, threads=threads, err=err, bn=nest.bn, spec=nest.lk.spec.text,
+            x=f"{dtype} {block}x{block} s={sparsity}", gflops=dense_flops / t_ours / 1e9,       # what --plot draws
+            dense_torch_gflops=dense_flops / t_dense / 1e9,
+            **{f"torch_{k}_gflops": dense_flops / t / 1e9 for k, t in sparse.items() if t},
+            peak_gflops=done / t_ours / 1e9 / frac if frac else None)
     return ratio
 
 

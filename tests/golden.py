@@ -8,6 +8,7 @@ generated for fixed feature sets (:data:`FEATURES`), and nests for a fixed 2-thr
 """
 import hashlib
 import json
+import os
 import pathlib
 import sys
 
@@ -63,7 +64,7 @@ def generated(isa):
 def _tpp_hashes():
     from tppasm import backends
     from tppasm.x86 import brgemm as x86_brgemm
-    saved = x86_brgemm.target_features
+    saved, chunks = x86_brgemm.target_features, os.environ.pop("TPPASM_AMX_CHUNKS", None)
     out = {}
     try:
         for isa in ISAS:
@@ -72,8 +73,17 @@ def _tpp_hashes():
             for desc in generated(isa):
                 code = backends.generate(desc, isa).code
                 out[f"{isa} {desc!r}"] = hashlib.sha256(code).hexdigest()[:20]
+        os.environ["TPPASM_AMX_CHUNKS"] = "1"         # the opt-in batch chunks of the AMX BRGEMM
+        for desc in generated("amx"):
+            if desc.kind == "brgemm" and desc.dtype in ("bf16", "i8"):
+                code = backends.generate(desc, "amx").code
+                if hashlib.sha256(code).hexdigest()[:20] != out[f"amx {desc!r}"]:
+                    out[f"amx chunks {desc!r}"] = hashlib.sha256(code).hexdigest()[:20]
     finally:
         x86_brgemm.target_features = saved
+        os.environ.pop("TPPASM_AMX_CHUNKS")
+        if chunks is not None:
+            os.environ["TPPASM_AMX_CHUNKS"] = chunks
     return out
 
 

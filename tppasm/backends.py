@@ -14,6 +14,7 @@ True
 """
 import hashlib
 import importlib
+import os
 import pathlib
 import pkgutil
 import sys
@@ -26,6 +27,10 @@ PACKAGES = {"x86": "tppasm.x86", "sve": "tppasm.sve"}
 # sources whose change can change generated code besides the family's own package: the
 # descriptors (tppasm/*.py) and the machine-code layer (isa/)
 _SHARED_SOURCES = ("tppasm/*.py", "isa/**/*.py")
+
+# environment variables that change an ISA's generated code, read when a kernel is generated
+# (their values are part of every key of its code: :func:`code_options`)
+CODE_OPTIONS = {"amx": ("TPPASM_AMX_CHUNKS",)}
 
 _GENERATORS = {}
 _LOADED = set()
@@ -126,6 +131,15 @@ def registered():
 
 
 _VERSIONS = {}
+
+
+def code_options(isa):
+    """The settings of :data:`CODE_OPTIONS` for ``isa``, as text for a cache key.
+
+    >>> code_options("avx2")
+    ''
+    """
+    return ";".join(f"{name}={os.environ.get(name, '')}" for name in CODE_OPTIONS.get(isa, ()))
 
 
 def source_version(isa):

@@ -64,9 +64,21 @@ def test_int8_chunks(m, n, groups, ktail, act, signs, chunk, count, batch, beta,
                signs=signs, batch=batch, act=act, tile_setup=setup), chunk, count, setup)
 
 
-def test_default_chunks_run_where_the_batch_outgrows_l1():
+def test_default_chunks_run_where_the_batch_outgrows_l1(monkeypatch):
     d = Brgemm(m=64, n=64, k=64, dtype="bf16", c_dtype="bf16", beta=1, bias=True, act="relu")
     g = chunk_blocks(d, plan(d))
+    monkeypatch.delenv("TPPASM_AMX_CHUNKS", raising=False)
+    assert generate(d).code == generate(d, 0).code                    # opt-in: off by default
+    monkeypatch.setenv("TPPASM_AMX_CHUNKS", "1")
     assert g >= 1 and "prefetch" not in generate(d).disassemble()
     _go(d, None, 2 * g + 1, True)                            # three chunks, the last one partial
     assert chunk_blocks(Brgemm(m=64, n=64, k=512, dtype="bf16"), plan(d)) == 0     # a block over the chunk
+
+
+def test_the_chunk_setting_is_part_of_the_cache_key(monkeypatch, tmp_path):
+    from tppasm.cache import disk, kernels
+    code, d = kernels.KernelCode(disk.DiskStore(str(tmp_path), 1 << 20)), Brgemm(m=64, n=64, k=64, dtype="bf16")
+    monkeypatch.delenv("TPPASM_AMX_CHUNKS", raising=False)
+    off = code.raw_key(d, "amx"), code.raw_key(d, "avx512")
+    monkeypatch.setenv("TPPASM_AMX_CHUNKS", "1")
+    assert code.raw_key(d, "amx") != off[0] and code.raw_key(d, "avx512") == off[1]    # AMX code only

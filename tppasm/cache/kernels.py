@@ -91,7 +91,8 @@ class KernelCode:
     def raw_key(self, desc, isa):
         """The store key of ``desc``'s raw kernel on ``isa``; None if ``desc`` cannot be described."""
         text = describe(desc)
-        return None if text is None else "kernel/" + _digest(*self._env(isa), _features(isa), text)
+        return None if text is None else "kernel/" + _digest(*self._env(isa), backends.code_options(isa),
+                                                             _features(isa), text)
 
     def raw(self, desc, isa, generate):
         """(raw kernel, loaded from disk?): the stored code if its key is there, else ``generate(desc, isa)``

@@ -22,7 +22,14 @@ last, shorter chunk, so a call with ``count <= g`` runs one chunk. ``python -m b
 (its cycle model) chose all this: with ``g`` = 2 at 64 x 64 x 64 bf16 x 16 the model's renamed
 reading goes from 79% to 97% of the AMX peak and the in-order one from 61% to 53% (each macro
 block's C makes a round trip per chunk, which only renamed tiles hide).
+
+Which reading the hardware follows has not been measured yet, so chunks are opt-in:
+``TPPASM_AMX_CHUNKS=1`` in the environment (read when a kernel is generated, and part of the disk
+cache's key) makes the generator use :func:`chunk_blocks`' choice; without it every kernel walks
+the whole batch per macro block, as before. On an AMX host, time both
+(``TPPASM_AMX_CHUNKS=1 python -m bench tpp`` against ``python -m bench tpp``).
 """
+import os
 from dataclasses import dataclass
 
 from isa.x86 import TMM, qword, rsp
@@ -95,9 +102,23 @@ def acc_offset(desc, i, j):
     return i * 16 * acc_ld(desc) + j * 64
 
 
+ENV = "TPPASM_AMX_CHUNKS"            # one of tppasm.backends.CODE_OPTIONS["amx"] (cache keys)
+
+
+def enabled():
+    """Whether generated kernels use batch chunks (``TPPASM_AMX_CHUNKS=1``; off by default)."""
+    return os.environ.get(ENV, "0") == "1"
+
+
+def default_chunk(desc, plan):
+    """The chunk a generated kernel uses: :func:`chunk_blocks`' choice when :func:`enabled`, else 0."""
+    return chunk_blocks(desc, plan) if enabled() else 0
+
+
 def chunk_blocks(desc, plan):
     """Batch blocks per chunk for ``desc`` (a bf16 / i8 :class:`tppasm.brgemm.Brgemm`) tiled by
-    ``plan``; 0 keeps one walk of the whole batch per macro block. Chunks pay only where several
+    ``plan`` (the model's choice, whether or not chunks are :func:`enabled`); 0 keeps one walk
+    of the whole batch per macro block. Chunks pay only where several
     macro blocks share panels, the batch can outgrow L1 and one tile config covers C (a chunk
     visits every region, so several configs would be reloaded per chunk); a bf16 C or an
     epilogue needs the scratch, so C must fit in ``ACC_BYTES``.
