@@ -102,10 +102,11 @@ def test_key_covers_every_field_and_the_features(monkeypatch):
     keys.add(code.raw_key(base, "avx512"))
     real = kernels.host()
     fewer = dict(real.features, avx512f=not real.features.get("avx512f"))
+    # the host is read once per process (a fresh KernelCode here)
     monkeypatch.setattr(kernels, "host", lambda: types.SimpleNamespace(levels=real.levels, features=fewer))
-    keys.add(code.raw_key(base, "avx2"))
+    keys.add(kernels.KernelCode(None).raw_key(base, "avx2"))
     monkeypatch.setattr(kernels, "host", lambda: types.SimpleNamespace(levels=(), features=real.features))
-    keys.add(code.raw_key(base, "avx2"))
+    keys.add(kernels.KernelCode(None).raw_key(base, "avx2"))
     assert len(keys) == 11
 
 

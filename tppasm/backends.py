@@ -143,8 +143,10 @@ def code_options(isa):
 
 
 def source_version(isa):
-    """SHA-256 (hex, 16 digits) of every source that can change ``isa``'s generated code: the
-    family's package, the descriptors and the ``isa`` layer. Computed once per process.
+    """SHA-256 (hex, 16 digits) of the path, size and modification time (ns) of every source that
+    can change ``isa``'s generated code: the family's package, the descriptors and the ``isa``
+    layer. Computed once per process; from the files' metadata, as Python's own bytecode cache
+    decides staleness (reading and hashing their contents cost a warm process 3 ms).
 
     >>> len(source_version("avx2")) == 16 and source_version("avx2") == source_version("amx")
     True
@@ -157,6 +159,7 @@ def source_version(isa):
         files = sorted({p for pattern in (package, *_SHARED_SOURCES) for p in root.glob(pattern)})
         h = hashlib.sha256()
         for p in files:
-            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
+            st = p.stat()
+            h.update(f"{p.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
         version = _VERSIONS[fam] = h.hexdigest()[:16]
     return version

@@ -158,6 +158,25 @@ def signature(kernel):
     return inspect.Signature(params)
 
 
+def text_signature(kernel):
+    """:func:`signature` without annotations, as text (cheaply: every kernel's builtin ``__call__``
+    carries it).
+
+    >>> import tppasm
+    >>> text_signature(tppasm.relu(4, 8)), text_signature(tppasm.brgemm(m=4, n=4, k=4))
+    ('(x, out=None, /)', '(a, b, c=None, /, *, count=None)')
+    """
+    alloc = set(kernel.desc.allocated())
+    names = [s.name for s in kernel.operands]
+    trailing = len(names)
+    while trailing and names[trailing - 1] in alloc:
+        trailing -= 1
+    parts = [n if i < trailing else f"{n}=None" for i, n in enumerate(names)]
+    parts += ["/"] if names else []
+    parts += ["*"] + [f"{name}=None" for name in kernel.scalars] if kernel.scalars else []
+    return f"({', '.join(parts)})"
+
+
 def instructions(kernel):
     """The instruction that does the kernel's work, e.g. ``"vfmadd231ps zmm, 24 accumulators"``."""
     cached = getattr(kernel, "_instructions", None)

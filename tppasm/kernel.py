@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import types
+import weakref
 
 import numpy as np
 
@@ -122,6 +123,18 @@ class Descriptor:
         """Raise ValueError naming the parameter when the descriptor is inconsistent."""
 
 
+class _OnFirstRead:
+    """A class attribute computed by ``make()`` when first read (from the class or an instance)."""
+
+    def __init__(self, make):
+        self.make, self.value = make, None
+
+    def __get__(self, obj, cls=None):
+        if self.value is None:
+            self.value = self.make()
+        return self.value
+
+
 class Kernel:
     """A JIT'd TPP. Call it on arrays; ``reference`` runs NumPy; ``disassemble`` shows the code.
 
@@ -190,20 +203,23 @@ class Kernel:
         self._stub = _entry_stub(code_cache, self.desc, self.operands, self.scalars, self.raw.address, call)
         if self._stub is not None:
             # the builtin holds the fallback, hence this kernel, its stub and the method def
-            sig = display.signature(self)
-            text_sig = str(sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()]))
-            params = f"$self, {text_sig[1:]}" if sig.parameters else "$self)"
+            text_sig = display.text_signature(self)
+            params = f"$self, {text_sig[1:]}" if text_sig != "()" else "$self)"
             doc = f"__call__({params}\n--\n\nCall the kernel: {display.call_forms(self)}."
             self._builtin, self._method_def = make_builtin("__call__", self._stub, self._fallback, doc)
 
     def _present(self, builtin):
         """Become an instance of this kernel's own class (its name, docstring and call), with a
-        signature that names the operands: what ``help()`` and ``inspect.signature()`` show."""
+        signature that names the operands: what ``help()`` and ``inspect.signature()`` show
+        (both made when first read: a process loading its kernels from the disk cache would
+        otherwise spend a third of its time writing docstrings nobody reads)."""
+        me = weakref.ref(self)
         cls = type(display.class_name(self.desc), (Kernel,),
                    {"__call__": builtin if builtin is not None else Kernel.__call__,
-                    "__doc__": display.docstring(self), "__module__": Kernel.__module__})
+                    "__doc__": _OnFirstRead(lambda: me() and display.docstring(me())),
+                    "__signature__": _OnFirstRead(lambda: me() and display.signature(me())),
+                    "__module__": Kernel.__module__})
         self.__class__ = cls
-        self.__signature__ = display.signature(self)
 
     def __call__(self, *arrays, count=None):
         """Run the kernel on ``arrays`` (and ``count=`` for batched kernels)."""

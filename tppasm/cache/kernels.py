@@ -85,14 +85,14 @@ class KernelCode:
     def _env(self, isa):
         env = self._envs.get(isa)
         if env is None:
-            env = self._envs[isa] = (FORMAT, __version__, isa, backends.source_version(isa), platform.machine())
+            env = self._envs[isa] = (FORMAT, __version__, isa, backends.source_version(isa), platform.machine(),
+                                     _features(isa))
         return env
 
     def raw_key(self, desc, isa):
         """The store key of ``desc``'s raw kernel on ``isa``; None if ``desc`` cannot be described."""
         text = describe(desc)
-        return None if text is None else "kernel/" + _digest(*self._env(isa), backends.code_options(isa),
-                                                             _features(isa), text)
+        return None if text is None else "kernel/" + _digest(*self._env(isa), backends.code_options(isa), text)
 
     def raw(self, desc, isa, generate):
         """(raw kernel, loaded from disk?): the stored code if its key is there, else ``generate(desc, isa)``

@@ -41,6 +41,7 @@ CHUNK_BYTES = L1_BYTES * 2 // 3   # A + B of one chunk (C shares L1 with it)
 ACC_BYTES = 16 << 10         # the largest fp32 / int32 stack scratch for C's partial sums (64 x 64)
 MAX_VISITS = 16              # macro blocks per chunk (each one's code is emitted: i-cache)
 CHUNK_SLOTS = ("left", "n", "first", "last", "accrow", "pipe")
+ENV = "TPPASM_AMX_CHUNKS"    # "1": chunks on (one of tppasm.backends.CODE_OPTIONS["amx"]: cache keys)
 
 
 @dataclass(frozen=True)
@@ -100,9 +101,6 @@ def acc_ld(desc):
 def acc_offset(desc, i, j):
     """Byte offset of accumulator tile (i, j) of a macro block in the partial-sum scratch."""
     return i * 16 * acc_ld(desc) + j * 64
-
-
-ENV = "TPPASM_AMX_CHUNKS"            # one of tppasm.backends.CODE_OPTIONS["amx"] (cache keys)
 
 
 def enabled():
