@@ -152,6 +152,7 @@ class Kernel:
 
     # defaults for kernels assembled by hand (tests build some with Kernel.__new__)
     _infer, _alloc, _stub, _builtin, jit_seconds, runnable = False, (), None, None, 0.0, True
+    _releases_gil = False
 
     def __init__(self, desc, isa, *, code_cache=None):
         self.desc, self.isa = desc, isa
@@ -159,6 +160,7 @@ class Kernel:
         self.scalars = tuple(desc.scalars)
         start = time.perf_counter()
         self.checked_call = desc.checked_call
+        self._releases_gil = desc.work() >= _GIL_RELEASE_WORK      # big enough to run without the GIL
         if code_cache is None:
             self.raw, self.from_disk = _generate(desc, isa), False
         else:
@@ -174,7 +176,7 @@ class Kernel:
         if x86 and self._stub is None and self.checked_call:
             self.entry = _entry_stub(code_cache, desc, self.operands, self.scalars, self.raw.address)
         self.jit_seconds = time.perf_counter() - start
-        functype = ctypes.CFUNCTYPE if desc.work() >= _GIL_RELEASE_WORK else ctypes.PYFUNCTYPE
+        functype = ctypes.CFUNCTYPE if self._releases_gil else ctypes.PYFUNCTYPE
         self._native = NATIVE_CHECKS and self.entry is not None and self.runnable
         if self._native:
             self._entry = functype(ctypes.c_int32, ctypes.py_object)(self.entry.address)
@@ -199,7 +201,7 @@ class Kernel:
         ``__call__`` is a CPython builtin implemented by the stub (about 0.5 µs less per call than
         a Python method calling ctypes); whatever the stub refuses goes to the Python path."""
         self._fallback = types.MethodType(Kernel.__call__, self)
-        call = Vectorcall(self._fallback, ctypes.addressof(_DIVERT), self.desc.work() >= _GIL_RELEASE_WORK)
+        call = Vectorcall(self._fallback, ctypes.addressof(_DIVERT), self._releases_gil)
         self._stub = _entry_stub(code_cache, self.desc, self.operands, self.scalars, self.raw.address, call)
         if self._stub is not None:
             # the builtin holds the fallback, hence this kernel, its stub and the method def

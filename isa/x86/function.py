@@ -37,7 +37,15 @@ class JitFunction:
         self.memory = ExecutableMemory(code)
         self.address = self.memory.address
         self.signature = (restype, tuple(argtypes))
-        self.cfunc = ctypes.CFUNCTYPE(CTYPES[restype], *(CTYPES[t] for t in argtypes))(self.address)
+        self._cfunc = None
+
+    @property
+    def cfunc(self):
+        """The ctypes function over the code (made on first use: entry stubs never need one)."""
+        if self._cfunc is None:
+            restype, argtypes = self.signature
+            self._cfunc = ctypes.CFUNCTYPE(CTYPES[restype], *(CTYPES[t] for t in argtypes))(self.address)
+        return self._cfunc
 
     def __call__(self, *args):
         return self.cfunc(*args)
