@@ -113,13 +113,16 @@ def spec_candidates(shape, threads):
     batches, two with the output-channel blocks outermost (a block's weights serve every image).
     ``decbfg`` puts the output-channel blocks inside the pixels: a pixel block's input serves them all.
 
-    >>> spec_candidates(layer("conv1", 1), 2)[:4]
-    ['Acdebfg', 'ACdebfg', 'Adcebfg', 'ADcebfg']
+    Images alone in parallel only when there are at least as many as threads (else a thread idles).
+
+    >>> spec_candidates(layer("conv1", 1), 2)[:3], spec_candidates(layer("conv1", 1), 1)[:2]
+    (['ACdebfg', 'ADcebfg', 'ADecbfg'], ['Acdebfg', 'ACdebfg'])
     """
     orders = ["cdebfg", "dcebfg", "decbfg", "cfgbde", "fgbcde", "cdefgb", "dfgbce"]
     out = []
     for order in orders:
-        out.append("A" + order)
+        if shape.n >= threads:
+            out.append("A" + order)
         if threads > 1 or shape.n == 1:
             out.append("A" + order[0].upper() + order[1:])
     if shape.n > 1:             # output-channel blocks outside the images: weights reused across them
