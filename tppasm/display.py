@@ -19,6 +19,13 @@ from isa.listing import Listing
 CONSTRUCTORS = ("unary", "binary", "ternary", "reduce", "transform", "brgemm")
 
 
+def _allocated(kernel):
+    """The operands the kernel's allocating form returns (kept by the kernel; asked of its descriptor
+    for one assembled by hand)."""
+    names = getattr(kernel, "allocated_names", None)
+    return kernel.desc.allocated() if names is None else names
+
+
 def call_text(desc):
     """The constructor call that builds ``desc``'s kernel, defaults left out."""
     if desc.kind not in CONSTRUCTORS or not dataclasses.is_dataclass(desc):
@@ -67,7 +74,7 @@ def _layout(spec):
 
 def operand_rows(kernel):
     """(name, dtype, shape, access, layout) per operand, in call order."""
-    alloc = set(kernel.desc.allocated())
+    alloc = set(_allocated(kernel))
     rows = []
     for spec in kernel.operands:
         access = "written" if spec.writable else "read"
@@ -84,7 +91,7 @@ def call_forms(kernel):
     names = [s.name for s in kernel.operands]
     count = "[, count=n]" if kernel.desc.count_scalar else ""
     forms = [f"k({', '.join(names)}{count})"]
-    alloc = set(kernel.desc.allocated())
+    alloc = set(_allocated(kernel))
     if alloc:
         given = [n for n in names if n not in alloc]
         out = ", ".join(n for n in names if n in alloc)
@@ -145,7 +152,7 @@ def signature(kernel):
     """The call signature: operands positional (annotated ``"dtype[shape]"``), outputs that the
     allocating form makes default to None when they come last, scalars keyword-only."""
     P = inspect.Parameter
-    alloc = set(kernel.desc.allocated())
+    alloc = set(_allocated(kernel))
     names = [s.name for s in kernel.operands]
     trailing = set()
     for name in reversed(names):
@@ -166,7 +173,7 @@ def text_signature(kernel):
     >>> text_signature(tppasm.relu(4, 8)), text_signature(tppasm.brgemm(m=4, n=4, k=4))
     ('(x, out=None, /)', '(a, b, c=None, /, *, count=None)')
     """
-    alloc = set(kernel.desc.allocated())
+    alloc = set(_allocated(kernel))
     names = [s.name for s in kernel.operands]
     trailing = len(names)
     while trailing and names[trailing - 1] in alloc:

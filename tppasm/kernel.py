@@ -152,12 +152,13 @@ class Kernel:
 
     # defaults for kernels assembled by hand (tests build some with Kernel.__new__)
     _infer, _alloc, _stub, _builtin, jit_seconds, runnable = False, (), None, None, 0.0, True
-    _releases_gil = False
+    _releases_gil, allocated_names = False, None
 
     def __init__(self, desc, isa, *, code_cache=None):
         self.desc, self.isa = desc, isa
         self.operands = tuple(desc.operands())
         self.scalars = tuple(desc.scalars)
+        self.allocated_names = tuple(desc.allocated())     # (descriptors build their operands anew each time)
         start = time.perf_counter()
         self.checked_call = desc.checked_call
         self._releases_gil = desc.work() >= _GIL_RELEASE_WORK      # big enough to run without the GIL
@@ -185,8 +186,7 @@ class Kernel:
         # count left out: inferred from the batched operands (never silently 1)
         self._infer = desc.count_scalar in self.scalars and any(s.batch for s in self.operands)
         self._batched = tuple((i, len(s.shape) + 1) for i, s in enumerate(self.operands) if s.batch)
-        alloc = set(desc.allocated())
-        self._alloc = tuple(i for i, s in enumerate(self.operands) if s.name in alloc)
+        self._alloc = tuple(i for i, s in enumerate(self.operands) if s.name in self.allocated_names)
         self._raw = None if self.raw.address is None else ctypes.CFUNCTYPE(   # None: foreign ISA code
             None, *([ctypes.c_void_p] * len(self.operands)), *([ctypes.c_int64] * len(self.scalars)))(self.raw.address)
         self._present(self._builtin)
