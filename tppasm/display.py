@@ -148,19 +148,23 @@ def docstring(kernel):
     return "\n".join(lines)
 
 
+def _optional(kernel):
+    """Operands that default to None: the allocated outputs after the last operand that is not."""
+    alloc, out = set(_allocated(kernel)), set()
+    for spec in reversed(kernel.operands):
+        if spec.name not in alloc:
+            break
+        out.add(spec.name)
+    return out
+
+
 def signature(kernel):
     """The call signature: operands positional (annotated ``"dtype[shape]"``), outputs that the
     allocating form makes default to None when they come last, scalars keyword-only."""
     P = inspect.Parameter
-    alloc = set(_allocated(kernel))
-    names = [s.name for s in kernel.operands]
-    trailing = set()
-    for name in reversed(names):
-        if name not in alloc:
-            break
-        trailing.add(name)
+    optional = _optional(kernel)
     params = [P(s.name, P.POSITIONAL_ONLY, annotation=annotation(s),
-                default=None if s.name in trailing else P.empty) for s in kernel.operands]
+                default=None if s.name in optional else P.empty) for s in kernel.operands]
     params += [P(name, P.KEYWORD_ONLY, default=None) for name in kernel.scalars]
     return inspect.Signature(params)
 
@@ -173,13 +177,9 @@ def text_signature(kernel):
     >>> text_signature(tppasm.relu(4, 8)), text_signature(tppasm.brgemm(m=4, n=4, k=4))
     ('(x, out=None, /)', '(a, b, c=None, /, *, count=None)')
     """
-    alloc = set(_allocated(kernel))
-    names = [s.name for s in kernel.operands]
-    trailing = len(names)
-    while trailing and names[trailing - 1] in alloc:
-        trailing -= 1
-    parts = [n if i < trailing else f"{n}=None" for i, n in enumerate(names)]
-    parts += ["/"] if names else []
+    optional = _optional(kernel)
+    parts = [f"{s.name}=None" if s.name in optional else s.name for s in kernel.operands]
+    parts += ["/"] if parts else []
     parts += ["*"] + [f"{name}=None" for name in kernel.scalars] if kernel.scalars else []
     return f"({', '.join(parts)})"
 
