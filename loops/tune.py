@@ -143,8 +143,8 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     record); ``machine``: the
     :class:`loops.cost.Machine` (default measured on the host); ``key``: what the result is
     remembered under (default: the kernel's name, the reference arrays' shapes and dtypes, the
-    host and the thread count); ``refine``: how many of the fastest are timed again at the end, in
-    3 round-robin rounds, the lowest median winning (a single lucky run does not);
+    host and the thread count); ``refine``: how many of the fastest are timed again at the end, with the
+    reference configuration, in 3 round-robin rounds, the lowest median winning (a single lucky run does not);
     ``clock``: ``"wall"``, or ``"cpu"``: the largest CPU time of the nest's threads, which leaves
     out the time other processes held the cores (for a busy machine; see :meth:`loops.pool.Pool.cpu_seconds`);
     ``probe``: every so many seconds the reference is timed again and the candidates' times are scaled
@@ -202,6 +202,8 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
         raise RuntimeError("no candidate ran: " + "; ".join(f"{c.spec}: {c.note}" for c in cands[:3]))
     timed.sort(key=lambda c: c.seconds)
     finalists = timed[:max(1, refine)]
+    if refine and cands[0].seconds is not None and cands[0] not in finalists:
+        finalists.append(cands[0])                  # the reference plays off too: tuning never loses to it by chance
     samples = {id(c): [c.seconds] for c in finalists}
     for _ in range(3 if len(finalists) > 1 else 0):     # round robin: a period of another load hits all alike
         for c in finalists:
