@@ -218,6 +218,13 @@ def dtype_peak(dtype):
     return peaks.peak_stats(dtype, unit)[1], peaks.peak_loop(dtype, unit), 1.0
 
 
+def peaks_on(threads, dtype):
+    """(call, work per call) of the peak loop of ``dtype``'s BRGEMM unit on ``threads`` threads at
+    once (:func:`bench.peaks.peak_loop_on`)."""
+    from bench import peaks
+    return peaks.peak_loop_on(threads, dtype, peaks.kernel_unit(dtype))
+
+
 TUNE_CLOCK = "wall"      # --tune-clock: how the tuner times candidates (cpu: leaves out other processes)
 
 
@@ -245,7 +252,8 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
     rounds = 5 if quick else 9
     rep = Report(f"GEMM GFLOP/s: tuned DSL (loops.tune.search: spec, block sizes, knobs) and the fixed aBC, numpy, "
                  f"torch, timed back to back (medians of {rounds} interleaved rounds; ratios: medians of per-round ratios); % of the dtype's "
-                 f"peak on 1 thread: median / 90th percentile of 15 ratios timed back to back with the peak loop",
+                 f"peak: on 1 thread the median / 90th percentile of 15 ratios timed back to back with the peak loop, on n "
+                 f"threads the median ratio to the peak loop run on n threads in the same rounds",
                  ["dtype", "M x N x K", "threads", "tuned", "aBC", "numpy", "torch", "tuned/numpy", "tuned/torch",
                   "2T/1T", "%pk", "q90", "numpy %pk", "winner"])
     rng = np.random.default_rng(0)
@@ -283,10 +291,14 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
                                                        torch.from_numpy(b).to(td))
                 if first is not None:
                     named["first"] = first
+                if nt > 1:                      # what nt cores delivered in the same rounds
+                    named["peak"], peak_work = peaks_on(nt, dtype)
                 use_threads(nt, torch)          # and a pause between the peers on 2 threads
                 pct = [float("nan")] * 3
                 with blas_threads(nt):
                     times, ratios = interleaved(list(named.values()), rounds)
+                    if nt > 1:                  # the median over rounds of (peak loop's time / ours)
+                        pct[0] = 100 * flops / peak_work * ratios[list(named).index("peak")] / share
                     if nt == 1:
                         pct[:2] = (100 * x / share
                                    for x in tg.ratio_stats(tg.interleaved_ratios(run, flops, peak_loop, 15, 0.05)))

@@ -195,20 +195,20 @@ def torch_projections(peer, cfg, T):
 
 def first_token_ceiling(cfg, prompt, nt, dtype, layer, peer, runs, clock, rep):
     """A row of ``rep``: ours, torch's layer and torch's projections alone as % of the dtype's peak
-    (the peak loop timed in the same interleaving, times the threads), and the % of peak that
+    (the peak loop run on as many threads, timed in the same interleaving), and the % of peak that
     1.5x torch's layer would need."""
-    from bench.peaks import peak_loop
+    from bench.peaks import peak_loop_on
     x = np.random.default_rng(2).standard_normal((prompt, cfg.hidden)).astype(np.float32)
     import torch
     tx = torch.from_numpy(x)
-    loop, work = peak_loop(dtype)
+    loop, work = peak_loop_on(nt, dtype)
     proj, att = layer_flops(cfg, prompt)
     ours, theirs, mm, top = interleaved([lambda: layer.prefill(x), lambda: peer.run(tx, 0),
                                          torch_projections(peer, cfg, prompt), loop], runs, clock=clock)
-    rate = work / top * nt                                  # the peak, per second, on nt cores
+    rate = work / top                                       # the peak, per second, of nt cores as they ran
     pct = [100 * float(np.median(f / t / rate)) for f, t in ((proj + att, ours), (proj + att, theirs), (proj, mm))]
     need = 100 * float(np.median((proj + att) / (theirs / 1.5) / rate))
-    rep.add(dtype, nt, (proj + att) / 1e9, float(np.median(work / top)) * nt / 1e9, *pct, need)
+    rep.add(dtype, nt, (proj + att) / 1e9, float(np.median(rate)) / 1e9, *pct, need)
 
 
 def inputs(cfg, prompt):
@@ -247,8 +247,8 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
             rep.add(dtype, nt, "next token", 1e3 * np.median(a), 1e3 * np.median(b), float(np.median(b / a)),
                     float(np.median(gbs)), 100 * float(np.median(gbs / bw)), float(np.median(bw)), diff)
     top = Report("First token against the peak: the layer's flops (projections + the T x T attention) per second "
-                 "as % of the measured peak of the dtype's best unit x threads, timed interleaved with the peak "
-                 "loop; 'torch matmuls': its 7 projections alone (their flops only); the last column is what "
+                 "as % of the measured peak of the dtype's best unit on as many threads, the peak loop run on "
+                 "them interleaved with the layers; 'torch matmuls': its 7 projections alone (their flops only); the last column is what "
                  "1.5x torch's layer would need",
                  ["dtype", "threads", "GFLOP", "peak GFLOP/s", "tppasm % peak", "torch % peak",
                   "torch matmuls % peak", "1.5x torch needs % peak"])

@@ -19,6 +19,7 @@ The API the GEMM benches use (stable)::
     peak(dtype, unit=None)   # median GFLOP/s (int8: GOP/s) per core of the unit's loop (best unit by default)
     peak_stats(dtype, unit)  # (median, best) of the same runs
     peak_loop(dtype, unit)   # (call, work per call): the loop itself, for interleaved_ratios
+    peak_loop_on(threads, dtype, unit)   # the same on that many threads at once, work summed
     interleaved_ratios(fn, work, loop), ratio_stats(ratios)   # a kernel's fraction of a peak, back to back
 
 >>> best_unit("f32")
@@ -29,6 +30,7 @@ The API the GEMM benches use (stable)::
 True
 """
 import functools
+import threading
 import time
 
 import numpy as np
@@ -172,18 +174,67 @@ def _check_unit(dtype, unit):
 
 
 @functools.lru_cache(maxsize=None)
-def peak_loop(dtype="f32", unit=None):
-    """(call, work per call) of the peak loop of ``dtype`` on ``unit`` (best by default): a
-    no-argument callable and the GFLOP (GOP) it does times 1e9."""
+def _loop(dtype, unit):
+    """(JitFunction(iters), work per trip, trips per call) of the peak loop."""
     unit = unit or best_unit(dtype)
     _check_unit(dtype, unit)
     if unit == "AMX":
         fn, per = amx_loop(dtype)
-        iters = AMX_ITERS
-    else:
-        fn, per = _vector_loop(unit, host().isa, ITERS)
-        iters = ITERS
+        return fn, per, AMX_ITERS
+    fn, per = _vector_loop(unit, host().isa, ITERS)
+    return fn, per, ITERS
+
+
+@functools.lru_cache(maxsize=None)
+def peak_loop(dtype="f32", unit=None):
+    """(call, work per call) of the peak loop of ``dtype`` on ``unit`` (best by default): a
+    no-argument callable and the GFLOP (GOP) it does times 1e9."""
+    fn, per, iters = _loop(dtype, unit)
     return (lambda: fn(iters)), per * iters
+
+
+@functools.lru_cache(maxsize=None)
+def peak_loop_on(threads, dtype="f32", unit=None):
+    """(call, work per call) of the peak loop run on ``threads`` threads at once, its work summed:
+    the peak of that many cores as they are at the moment it runs. A kernel on n threads compared
+    with this loop timed beside it is compared with what n cores delivered then, not with n times
+    one core's peak: on a shared VM a second vCPU at times delivers half a core or less, for
+    every program alike (numpy's 2-thread GEMM too).
+
+    Each call runs ``LONG`` ordinary calls' trips on every thread (the loop's code releases the
+    GIL), so the threads' start and join cost well under 1%.
+
+    >>> call, work = peak_loop_on(2); call(); work == 2 * LONG * peak_loop()[1]
+    True
+    """
+    fn, per, iters = _loop(dtype, unit)
+    if threads == 1:
+        return (lambda: fn(iters)), per * iters
+    return _Gang(lambda: fn(iters * LONG), threads), per * iters * LONG * threads
+
+
+LONG = 64               # peak_loop_on: trips per thread per call, in ordinary peak_loop calls
+
+
+class _Gang:
+    """Call ``call`` on ``threads`` threads at once: this thread and threads - 1 helpers that wait
+    between calls (daemons: they hold nothing a process exit needs)."""
+
+    def __init__(self, call, threads):
+        self.call, self.start, self.done = call, threading.Barrier(threads), threading.Barrier(threads)
+        for _ in range(threads - 1):
+            threading.Thread(target=self._helper, daemon=True, name="tppasm-peak").start()
+
+    def _helper(self):
+        while True:
+            self.start.wait()
+            self.call()
+            self.done.wait()
+
+    def __call__(self):
+        self.start.wait()
+        self.call()
+        self.done.wait()
 
 
 def peak_stats(dtype="f32", unit=None, runs=9):

@@ -67,11 +67,11 @@ def versus(ours, theirs, rounds=11, seconds=0.02, peak_loop=None):
 
 
 def peak_loop(dtype, work, threads=1):
-    """(callable, factor) for :func:`versus`: the JIT'd peak loop of ``dtype`` (see :func:`peak`)
-    and how many of its calls ``work`` FLOPs on ``threads`` cores at peak would take (the loop runs
-    on one core, so the fraction assumes every core reaches the same peak)."""
-    fn, loop_work = peaks.peak_loop(dtype, peaks.kernel_unit(dtype))
-    return fn, work / (loop_work * threads)
+    """(callable, factor) for :func:`versus`: the JIT'd peak loop of ``dtype`` on ``threads``
+    threads at once (:func:`bench.peaks.peak_loop_on`) and how many of its calls ``work`` FLOPs at
+    that peak would take."""
+    fn, loop_work = peaks.peak_loop_on(threads, dtype, peaks.kernel_unit(dtype))
+    return fn, work / loop_work
 
 
 def quick_seconds(fn, seconds=0.01, runs=3):
