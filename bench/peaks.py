@@ -30,6 +30,7 @@ The API the GEMM benches use (stable)::
 True
 """
 import functools
+import os
 import threading
 import time
 
@@ -214,6 +215,7 @@ def peak_loop_on(threads, dtype="f32", unit=None):
 
 
 LONG = 64               # peak_loop_on: trips per thread per call, in ordinary peak_loop calls
+os.register_at_fork(after_in_child=peak_loop_on.cache_clear)     # a child has none of the gangs' helpers
 
 
 class _Gang:
