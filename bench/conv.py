@@ -34,7 +34,7 @@ import numpy as np
 import tppasm as tpp
 from bench.common import Report, write_json
 from bench.conv_nest import Blocking, Conv, ConvNest
-from bench.versus import add_arguments, geomean, peak_loop, quick_seconds, setup, versus
+from bench.versus import add_arguments, fastest, geomean, peak_loop, quick_seconds, setup, versus
 from tppasm.conv_layout import block_activations, block_weights, unblock_activations
 
 # ResNet-50 v1.5 (stride in the 3x3 of each stage's first block): name, C, K, H=W, R=S, stride,
@@ -139,9 +139,9 @@ def tune_layer(shape, dtype, x, w, pool, threads, quick=False):
     """The fastest (ConvNest, spec, views) for ``shape`` on NCHW operands ``x``, ``w``: every
     :func:`blockings` knob set timed with :func:`default_spec`; the loop kernel's tuner
     (``lk.tune``) over :func:`spec_candidates` for the two fastest; then the three best specs of
-    each timed again, longer and with the bench's clock (the tuner's single calls on the wall
-    clock rank close candidates by chance on a busy machine), each in a fresh nest (a tuned loop
-    kernel runs its remembered best whatever spec it is given)."""
+    each timed again in interleaved rounds with the bench's clock (:func:`bench.versus.fastest`:
+    the tuner's single calls on the wall clock rank close candidates by chance on a busy machine),
+    each in a fresh nest (a tuned loop kernel runs its remembered best whatever spec it is given)."""
     def build(bl, spec):
         nest = ConvNest(shape, dtype, bl, spec=spec, pool=pool)
         return nest, nest.views(block_activations(x, bl.bc, shape.pad, dtype),
@@ -158,13 +158,8 @@ def tune_layer(shape, dtype, x, w, pool, threads, quick=False):
         nest.lk.tune(*views, specs=spec_candidates(shape, threads), reps=3, progress=False)
         ranked = sorted((t, sp) for sp, t, _ in nest.lk.last_tuning if t is not None)
         finalists += [(bl, sp) for _, sp in ranked[:1 if quick else 3]]
-    best = None
-    for bl, sp in finalists:
-        nest, views = build(bl, sp)
-        t = quick_seconds(lambda: nest.lk(*views), 0.03, 5)
-        if best is None or t < best[0]:
-            best = (t, nest, sp, views)
-    return best[1:]
+    built = [(nest, sp, views) for (nest, views), sp in ((build(bl, sp), sp) for bl, sp in finalists)]
+    return built[fastest([lambda nest=nest, views=views: nest.lk(*views) for nest, _, views in built])]
 
 
 def check(shape, nest, lk, views, x, w, torch):
