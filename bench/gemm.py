@@ -252,8 +252,8 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
     rounds = 5 if quick else 9
     rep = Report(f"GEMM GFLOP/s: tuned DSL (loops.tune.search: spec, block sizes, knobs) and the fixed aBC, numpy, "
                  f"torch, timed back to back (medians of {rounds} interleaved rounds; ratios: medians of per-round ratios); % of the dtype's "
-                 f"peak: on 1 thread the median / 90th percentile of 15 ratios timed back to back with the peak loop, on n "
-                 f"threads the median ratio to the peak loop run on n threads in the same rounds",
+                 f"peak: on 1 thread the median / 90th percentile of 15 ratios timed back to back with the "
+                 f"peak loop, on n threads the median ratio to the peak loop run on n threads in the same rounds",
                  ["dtype", "M x N x K", "threads", "tuned", "aBC", "numpy", "torch", "tuned/numpy", "tuned/torch",
                   "2T/1T", "%pk", "q90", "numpy %pk", "winner"])
     rng = np.random.default_rng(0)

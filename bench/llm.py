@@ -248,8 +248,8 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
                     float(np.median(gbs)), 100 * float(np.median(gbs / bw)), float(np.median(bw)), diff)
     top = Report("First token against the peak: the layer's flops (projections + the T x T attention) per second "
                  "as % of the measured peak of the dtype's best unit on as many threads, the peak loop run on "
-                 "them interleaved with the layers; 'torch matmuls': its 7 projections alone (their flops only); the last column is what "
-                 "1.5x torch's layer would need",
+                 "them interleaved with the layers; 'torch matmuls': its 7 projections alone (their flops "
+                 "only); the last column is what 1.5x torch's layer would need",
                  ["dtype", "threads", "GFLOP", "peak GFLOP/s", "tppasm % peak", "torch % peak",
                   "torch matmuls % peak", "1.5x torch needs % peak"])
     for nt, dtype, layer, peer in ceiling:

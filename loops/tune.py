@@ -202,7 +202,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
         raise RuntimeError("no candidate ran: " + "; ".join(f"{c.spec}: {c.note}" for c in cands[:3]))
     timed.sort(key=lambda c: c.seconds)
     finalists = timed[:max(1, refine)]
-    if refine and cands[0].seconds is not None and cands[0] not in finalists:
+    if refine and cands[0].seconds is not None and all(c is not cands[0] for c in finalists):
         finalists.append(cands[0])                  # the reference plays off too: tuning never loses to it by chance
     samples = {id(c): [c.seconds] for c in finalists}
     for _ in range(3 if len(finalists) > 1 else 0):     # round robin: a period of another load hits all alike
