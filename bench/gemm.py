@@ -27,6 +27,7 @@ import tppasm as tpp
 import bench.tpp_gemm as tg
 from bench.common import Report, interleaved, progress, write_json
 from bench.interleave import use_threads
+from bench.versus import peak_loop as versus_peak_loop
 from loops import Loop, kernel
 from loops.pool import Pool, get_pool
 from loops.tune import search
@@ -218,13 +219,6 @@ def dtype_peak(dtype):
     return peaks.peak_stats(dtype, unit)[1], peaks.peak_loop(dtype, unit), 1.0
 
 
-def peaks_on(threads, dtype):
-    """(call, work per call) of the peak loop of ``dtype``'s BRGEMM unit on ``threads`` threads at
-    once (:func:`bench.peaks.peak_loop_on`)."""
-    from bench import peaks
-    return peaks.peak_loop_on(threads, dtype, peaks.kernel_unit(dtype))
-
-
 TUNE_CLOCK = "wall"      # --tune-clock: how the tuner times candidates (cpu: leaves out other processes)
 
 
@@ -292,13 +286,13 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
                 if first is not None:
                     named["first"] = first
                 if nt > 1:                      # what nt cores delivered in the same rounds
-                    named["peak"], peak_work = peaks_on(nt, dtype)
+                    named["peak"], peak_calls = versus_peak_loop(dtype, flops, nt)
                 use_threads(nt, torch)          # and a pause between the peers on 2 threads
                 pct = [float("nan")] * 3
                 with blas_threads(nt):
                     times, ratios = interleaved(list(named.values()), rounds)
                     if nt > 1:                  # the median over rounds of (peak loop's time / ours)
-                        pct[0] = 100 * flops / peak_work * ratios[list(named).index("peak")] / share
+                        pct[0] = 100 * peak_calls * ratios[list(named).index("peak")] / share
                     if nt == 1:
                         pct[:2] = (100 * x / share
                                    for x in tg.ratio_stats(tg.interleaved_ratios(run, flops, peak_loop, 15, 0.05)))
