@@ -31,16 +31,18 @@ def use_threads(n, torch=None):
     SETTLE[0] = 0.25 if n > 1 else 0.0
 
 
-def interleaved(fns, runs, min_run=0.05, clock="wall"):
+def interleaved(fns, runs, min_run=0.05, clock="wall", settle=None):
     """Per-call seconds of each of ``fns`` (one array each) over ``runs`` rounds; in a round each
-    runs a calibrated number of calls (>= ``min_run`` s)."""
+    runs a calibrated number of calls (>= ``min_run`` s), after a pause of ``settle`` seconds
+    (default: :func:`use_threads`'s)."""
     now = CLOCKS[clock]
+    pause = SETTLE[0] if settle is None else settle
     reps = [calibrate(f, min_run) for f in fns]
     out = [[] for _ in fns]
     for _ in range(runs):
         for f, r, acc in zip(fns, reps, out):
-            if SETTLE[0]:
-                time.sleep(SETTLE[0])
+            if pause:
+                time.sleep(pause)
             t = now()
             for _ in range(r):
                 f()

@@ -208,9 +208,9 @@ def peak_loop_on(threads, dtype="f32", unit=None):
     >>> call, work = peak_loop_on(2); call(); work == 2 * LONG * peak_loop()[1]
     True
     """
-    fn, per, iters = _loop(dtype, unit)
     if threads == 1:
-        return (lambda: fn(iters)), per * iters
+        return peak_loop(dtype, unit)
+    fn, per, iters = _loop(dtype, unit)
     return _Gang(lambda: fn(iters * LONG), threads), per * iters * LONG * threads
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from isa.cpu import host
 
 from . import peaks
-from .interleave import CLOCKS, SETTLE, interleaved, use_threads
+from .interleave import CLOCKS, interleaved, use_threads
 
 _PEAKS = {}
 _clock = ["wall"]
@@ -83,11 +83,7 @@ def fastest(fns, rounds=5, seconds=0.03):
     >>> fastest([lambda: sum(range(2000)), lambda: sum(range(20))], rounds=3, seconds=0.001)
     1
     """
-    settle, SETTLE[0] = SETTLE[0], 0.0
-    try:
-        times = interleaved(fns, rounds, seconds, _clock[0])
-    finally:
-        SETTLE[0] = settle
+    times = interleaved(fns, rounds, seconds, _clock[0], settle=0.0)
     return int(np.argmin([np.median(t) for t in times]))
 
 
