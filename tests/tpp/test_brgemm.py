@@ -206,7 +206,8 @@ def test_brgemm_matches_reference(isa, dtype, features, data):
 @given(data=st.data())
 def test_brgemm_in_batch_chunks(isa, dtype, features, data):
     """Batch chunks of 1 or 2 blocks (what large counts of large blocks get): the tiles take one
-    chunk at a time, C carries the partial sums, beta and the epilogue apply once."""
+    chunk at a time, C carries the partial sums, beta and the epilogue apply once; the next
+    chunk's prefetches (on for every block here) change nothing."""
     feats, where = features
     small = not native(isa) or where == "interp"
     desc = data.draw(descriptors(dtype, small))
@@ -217,6 +218,7 @@ def test_brgemm_in_batch_chunks(isa, dtype, features, data):
     c0 = c.copy()
     with pytest.MonkeyPatch.context() as mp:      # fresh code (not the kernel cache), chunked
         mp.setattr(x86_brgemm.Gen, "chunk_size", lambda self: 0 if self.bf16_out else per_chunk)
+        mp.setattr(x86_brgemm, "FAR_BLOCK_BYTES", 0)
         _run(desc, isa, (tuple(target_features(isa)) if feats is None else feats, where), args, count)
     _check(desc, c, pad, a_blocks, b_blocks, c0, bias)
 
@@ -320,6 +322,17 @@ def test_public_api_and_cache():
     c2 = c.copy()
     g.reference(a, b, c2, count=2)
     assert (c2 == c).all()
+
+
+def test_next_chunk_prefetch_only_for_large_strided_blocks():
+    """Blocks of 16 KiB and more in a strided batch prefetch the next chunk into L2; small blocks
+    (L1-resident) and pointer batches (no known distance) do not."""
+    def far(**kw):
+        return "prefetcht1" in generate_brgemm(Brgemm(**kw), "avx512").disassemble()
+    assert far(m=64, n=64, k=64, stride_a=4096, stride_b=4096)
+    assert far(m=64, n=64, k=64, dtype="bf16", stride_a=4096, stride_b=4096)
+    assert not far(m=32, n=32, k=32, stride_a=1024, stride_b=1024)
+    assert not far(m=64, n=64, k=64, batch="address")
 
 
 def test_fused_activations_are_emitted():
