@@ -21,7 +21,7 @@ the threads used (fp32 FMA loop; bf16 ``vdpbf16ps`` loop), and ours/torch as the
 per-round ratios (> 1: ours is faster). The summary gives each (dtype, batch)'s geometric mean over
 the layers and the ratio for the whole network (each layer weighted by how often ResNet-50 runs it).
 % of peak is the median per-round fraction with the peak loop timed in the same rounds (on 2+
-threads: of the threads times the one-core loop).
+threads: of the peak loop running on as many threads, see :func:`bench.peaks.peak_loop_on`).
 """
 import argparse
 import itertools

@@ -94,3 +94,14 @@ def test_profile_times_every_step():
         steps = [s for p, s in names if p == phase]
         assert steps[-1] == "whole step" and {"norm1", "qkv", "attention", "gate_up", "down", "quant_o"} <= set(steps)
     assert ("next token", "mask") in names
+
+
+def test_bench_prompt_must_fit_the_cache(capsys):
+    """``python -m bench llm --small`` picks a prompt its cache holds; a prompt that leaves no
+    position for the next token is refused by name, before any work."""
+    from bench.llm import main
+    with pytest.raises(SystemExit):
+        main(["--small", "--prompt", str(CFG.max_len)])
+    assert f"--prompt {CFG.max_len}" in capsys.readouterr().err
+    assert main(["--small", "--profile", "--threads", "1", "--dtypes", "i8", "--runs", "1"]) == 0
+    assert "(prompt 64;" in capsys.readouterr().out
