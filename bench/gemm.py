@@ -7,12 +7,13 @@ The DSL GEMM is DESIGN.md's: A blocked (Mb, Kb, bm, bk), B (Nb, Kb, bk, bn), C (
 padded with zeros to whole blocks (``tpp.block(..., pad=True)``; ``tpp.unblock(C, shape=(M, N))``
 crops), so any M, N, K runs; the last row and column blocks get BRGEMMs of their own size
 (``edges=True``, the default: measured 1.01-1.02x faster than computing the padding at 1000-2000,
-1.2-1.3x at 100-800) or compute their zero padding too (``edges=False``: no edge code at all). The K loop steps by ``kstep`` blocks (one BRGEMM of that
-count per step, C zeroed at ``ik == 0``). By default every (shape, dtype, thread count) is tuned
-with :func:`loops.tune.search` over the spec, the block sizes of the M and N loops and the knobs of
-:func:`gemm_configs` (bm, bn, bk, kstep, edges), the cost model choosing what is timed; the table
-shows the winner beside the fixed configuration (spec ``aBC``, bm = bk = 64, bn = two vectors
-(:func:`n_block`), kstep 8). Every row times the tuned and fixed GEMM, numpy and torch (and, on 2
+1.2-1.3x at 100-800) or compute their zero padding too (``edges=False``: no edge code at all).
+The K loop steps by ``kstep`` blocks (one BRGEMM of that count per step; the first step's writes
+C with beta=0, the others add to it: 1-2% faster than zeroing C first). By default every (shape,
+dtype, thread count) is tuned with :func:`loops.tune.search` over the spec, the block sizes of the
+M and N loops and the knobs of :func:`gemm_configs` (bm, bn, bk, kstep, edges), the cost model
+choosing what is timed; the table shows the winner beside the fixed configuration (spec ``aBC``,
+bm = bk = 64, bn = two vectors (:func:`n_block`), kstep 8). Every row times the tuned and fixed GEMM, numpy and torch (and, on 2
 threads, the 1-thread winner) back to back in interleaved rounds: GFLOP/s are medians, ratios the
 medians of the per-round ratios. Our pool is sized to the thread count, OpenBLAS limited with
 threadpoolctl, torch with ``torch.set_num_threads``.
@@ -118,15 +119,14 @@ def gemm_maker(a, b, dtype, pool, spec="aBC"):
             kinds = {(False, False): (bm, bn)}
         else:
             kinds = {(r, c): (mt if r else bm, nt if c else bn) for r in (False, True) for c in (False, True)}
-        kernels = {key: (tpp.brgemm(m=m, n=n, k=bk, dtype=dtype, beta=1, lda=bk, ldb=bn, ldc=bn,
-                                    stride_a=bm * bk, stride_b=bk * bn), tpp.zero(m, n, ldo=bn), m, n)
+        kernels = {key: tuple(tpp.brgemm(m=m, n=n, k=bk, dtype=dtype, beta=beta, lda=bk, ldb=bn, ldc=bn,
+                                         stride_a=bm * bk, stride_b=bk * bn) for beta in (0, 1)) + (m, n)
                    for key, (m, n) in kinds.items()}
         loops = (Loop(0, Kb, ks, parallel=False), Loop(0, Mb, blocks=[8, 4]), Loop(0, Nb, blocks=[8, 4]))
 
         def step(k, ik, im, jn, A, B, C):
-            mm, zero, m, n = k
-            if ik == 0:
-                zero(C[im, jn, :m, :n])
+            first, more, m, n = k                # the first K step writes C, the others add to it
+            mm = first if ik == 0 else more
             mm(A[im, ik:ik + ks, :m], B[jn, ik:ik + ks, :, :n], C[im, jn, :m, :n], count=ks)
 
         if len(kernels) == 1:
