@@ -133,3 +133,23 @@ def test_tuned_variants_of_any_shape_match_numpy(M, N, K, threads):
     C[...] = np.nan
     lk.with_spec(found.record["spec"])(A, B, C)
     np.testing.assert_allclose(output(), a @ b, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(a @ b).max())))
+
+
+@pytest.mark.parametrize("faster, keeps", [(0.99, True), (0.9, False)])
+def test_the_reference_is_kept_unless_a_candidate_beats_it_by_the_margin(monkeypatch, faster, keeps):
+    """A 1% win in the playoff is noise on a shared machine: the reference stays; 10% wins."""
+    import loops.tune as tune
+    _, _, make = small_gemm()
+    first = []
+
+    def seconds(c, *args, **kwargs):
+        first[:] = first or [c]                    # the reference is timed first
+        return 1.0 if c is first[0] else faster
+
+    def fake_measure(c, *args, **kwargs):
+        c.seconds = seconds(c)
+    monkeypatch.setattr(tune, "measure", fake_measure)
+    monkeypatch.setattr(tune, "time_again", seconds)
+    knobs = {"bm": [16, 8], "bn": [16], "bk": [16], "kstep": [1], "edges": [True]}
+    r = search(make, knobs, seconds=30, top=10, reps=1, progress=False, remember=False).record
+    assert ((r["knobs"], r["spec"]) == (first[0].config, first[0].spec)) == keeps
