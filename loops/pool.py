@@ -7,7 +7,7 @@ Policy (see :mod:`loops.x86.pool_code` for the code, :mod:`loops.aarch64.pool_co
 same state layout and protocol, ``yield`` in place of ``pause``):
 
 - A region bumps a generation counter; workers spin on it for ``TPPASM_SPIN_US`` microseconds of
-  ``pause`` (default 100; 0 when oversubscribed), then sleep on a futex; the caller issues
+  ``pause`` (default 1000; 0 when oversubscribed), then sleep on a futex; the caller issues
   ``FUTEX_WAKE`` only when a worker is asleep. Completion is a countdown the caller waits on with
   the same spin-then-sleep; barriers wait the same way.
 - Regions are serialized by a lock, so several Python threads may call :meth:`Pool.run`; calling it
@@ -71,6 +71,11 @@ _ASYNC_SIGNALS = signal.valid_signals() - {signal.SIGSEGV, signal.SIGBUS, signal
                                            signal.SIGTRAP, signal.SIGABRT}
 
 
+# Workers spin this long for the next region before sleeping. On a VM, a vCPU whose thread sleeps
+# halts, and waking it costs far more than on bare metal: on the 2-vCPU Zen 4 VM, 1x1 convolutions
+# of 0.2-0.6 ms per call on 2 threads ran at 0.77-0.90x torch (geomean of 3 layers, 2 runs) with
+# 100 µs and at 1.13-1.25x with 500-3000 µs (4 runs); torch's OpenMP workers spin longer still.
+SPIN_US = 1000.0
 MAX_SPIN_US = 1e6            # a second of spinning before sleeping is already far past useful
 MAX_THREADS = 4096
 
@@ -102,11 +107,11 @@ def default_threads():
 
 
 def _spin_us(nthreads):
-    """TPPASM_SPIN_US, else 100 µs, or 0 when there are more threads than CPUs: a spinning thread
+    """TPPASM_SPIN_US, else SPIN_US, or 0 when there are more threads than CPUs: a spinning thread
     would hold the CPU that the thread it waits for needs (measured here: 3 threads on 2 CPUs,
     ~650 µs per empty region with 100 µs of spinning, ~18 µs sleeping at once)."""
     text = os.environ.get("TPPASM_SPIN_US", "").strip()
-    default = 0.0 if nthreads > len(os.sched_getaffinity(0)) else 100.0
+    default = 0.0 if nthreads > len(os.sched_getaffinity(0)) else SPIN_US
     try:
         value = float(text) if text else default
     except ValueError:

@@ -252,6 +252,17 @@ def test_thread_count_fallbacks(monkeypatch):
         Pool(2)
 
 
+def test_spin_defaults(monkeypatch):
+    """Workers spin SPIN_US (long enough for a VM's halted vCPU not to be woken every call), none
+    when threads outnumber CPUs; TPPASM_SPIN_US overrides."""
+    from loops.pool import SPIN_US, _spin_us
+    monkeypatch.delenv("TPPASM_SPIN_US", raising=False)
+    cpus = len(os.sched_getaffinity(0))
+    assert SPIN_US >= 500 and _spin_us(cpus) == SPIN_US and _spin_us(cpus + 1) == 0
+    monkeypatch.setenv("TPPASM_SPIN_US", "20")
+    assert _spin_us(cpus) == 20
+
+
 # -- in subprocesses -----------------------------------------------------------------------------
 def test_thread_count_from_env():
     script = """
