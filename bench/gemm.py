@@ -8,15 +8,16 @@ padded with zeros to whole blocks (``tpp.block(..., pad=True)``; ``tpp.unblock(C
 crops), so any M, N, K runs; the last row and column blocks get BRGEMMs of their own size
 (``edges=True``, the default: measured 1.01-1.02x faster than computing the padding at 1000-2000,
 1.2-1.3x at 100-800) or compute their zero padding too (``edges=False``: no edge code at all).
-The K loop steps by ``kstep`` blocks (one BRGEMM of that count per step; the first step's writes
-C with beta=0, the others add to it: 1-2% faster than zeroing C first). By default every (shape,
-dtype, thread count) is tuned with :func:`loops.tune.search` over the spec, the block sizes of the
-M and N loops and the knobs of :func:`gemm_configs` (bm, bn, bk, kstep, edges), the cost model
-choosing what is timed; the table shows the winner beside the fixed configuration (spec ``aBC``,
-bm = bk = 64, bn = two vectors (:func:`n_block`), kstep 8). Every row times the tuned and fixed GEMM, numpy and torch (and, on 2
-threads, the 1-thread winner) back to back in interleaved rounds: GFLOP/s are medians, ratios the
-medians of the per-round ratios. Our pool is sized to the thread count, OpenBLAS limited with
-threadpoolctl, torch with ``torch.set_num_threads``.
+The K loop steps by ``kstep`` blocks (one BRGEMM of that count per step; the first step's BRGEMM
+writes C with beta=0, the others add to it: 1-2% faster than zeroing C first). By default every
+(shape, dtype, thread count) is tuned with :func:`loops.tune.search` over the spec, the block
+sizes of the M and N loops and the knobs of :func:`gemm_configs` (bm, bn, bk, kstep, edges), the
+cost model choosing what is timed; the table shows the winner beside the fixed configuration
+(spec ``aBC``, bm = bk = 64, bn = two vectors (:func:`n_block`), kstep 8). Every row times the
+tuned and fixed GEMM, numpy and torch (and, on 2 threads, the 1-thread winner) back to back in
+interleaved rounds: GFLOP/s are medians, ratios the medians of the per-round ratios. Our pool is
+sized to the thread count, OpenBLAS limited with threadpoolctl, torch with
+``torch.set_num_threads``.
 """
 import argparse
 import contextlib
