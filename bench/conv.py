@@ -27,7 +27,6 @@ import argparse
 import itertools
 import time
 import zlib
-from dataclasses import replace
 
 import numpy as np
 
@@ -158,8 +157,9 @@ def tune_layer(shape, dtype, x, w, pool, threads, quick=False):
         nest.lk.tune(*views, specs=spec_candidates(shape, threads), reps=3, progress=False)
         ranked = sorted((t, sp) for sp, t, _ in nest.lk.last_tuning if t is not None)
         finalists += [(bl, sp) for _, sp in ranked[:1 if quick else 3]]
-    built = [(nest, sp, views) for (nest, views), sp in ((build(bl, sp), sp) for bl, sp in finalists)]
-    return built[fastest([lambda nest=nest, views=views: nest.lk(*views) for nest, _, views in built])]
+    built = [(*build(bl, sp), sp) for bl, sp in finalists]          # (nest, views, spec)
+    nest, views, spec = built[fastest([lambda n=n, v=v: n.lk(*v) for n, v, _ in built])]
+    return nest, spec, views
 
 
 def check(shape, nest, lk, views, x, w, torch):

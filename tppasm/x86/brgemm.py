@@ -147,9 +147,12 @@ class Gen(CTile):
         overflow L2 each tile would fetch them from L3 again; in chunks that fit, all tiles take
         one chunk (C keeping the partial sums) before the next. Not with bf16 C (partial sums
         need fp32)."""
+        return 0 if self.bf16_out else max(1, CHUNK_BYTES // self.block_bytes())
+
+    def block_bytes(self):
+        """A and B bytes of one batch block."""
         d = self.d
-        block = d.m * d.k * self.es_a + d.k * d.n * self.es_b
-        return 0 if self.bf16_out else max(1, CHUNK_BYTES // block)
+        return d.m * d.k * self.es_a + d.k * d.n * self.es_b
 
     def far_distances(self):
         """Bytes from a batch block of A and of B to the same place one chunk on (0, 0: none).
@@ -159,9 +162,8 @@ class Gen(CTile):
         arrives from L3 on demand. Smaller blocks mostly stay in L1, where the prefetches would only
         take issue slots; pointer batches have no known distance."""
         d = self.d
-        block = d.m * d.k * self.es_a + d.k * d.n * self.es_b
         far = self.chunk * d.stride_a * self.es_a, self.chunk * d.stride_b * self.es_b
-        if not self.chunk or d.batch != "stride" or block < FAR_BLOCK_BYTES or max(far) >= 1 << 31:
+        if not self.chunk or d.batch != "stride" or self.block_bytes() < FAR_BLOCK_BYTES or max(far) >= 1 << 31:
             return 0, 0                                  # (a displacement is 32 bits)
         return far
 
@@ -442,9 +444,10 @@ class Gen(CTile):
         there, B's padding lanes are cleared for bf16, where 0 * inf would not vanish);
         ``first``: the first group of a batch block (nothing of the operand lies before it)."""
         g, dot, r = self, self.dot, self.r
-        if PREFETCH_B and not part:
+        if not part:
             for line in range(0, vecs * self.v.bytes, 64):
-                self.a.prefetcht0([r["b_k"] + b_off + PREFETCH_B * self.d.ldb * 4 + line])
+                if PREFETCH_B:
+                    self.a.prefetcht0([r["b_k"] + b_off + PREFETCH_B * self.d.ldb * 4 + line])
                 if self.far_b:
                     self.a.prefetcht1([r["b_k"] + b_off + self.far_b + line])
         if dot.halves:
