@@ -30,8 +30,6 @@ The API the GEMM benches use (stable)::
 True
 """
 import functools
-import os
-import threading
 import time
 
 import numpy as np
@@ -94,8 +92,9 @@ def kernel_unit(dtype, isa=None, signs="us"):
 
 # -- the loops ------------------------------------------------------------------------------------
 
-def _vector_loop(unit, isa, iters):
-    """(JitFunction(iters), work per trip) of ``unit``'s register-only loop at ``isa``'s width."""
+def _vector_loop(unit, isa, iters, params=("i64",)):
+    """(JitFunction(iters, ...), work per trip) of ``unit``'s register-only loop at ``isa``'s width;
+    ``params``: its signature (the trip count first; the rest unused)."""
     from isa.x86 import Function, rax, vec
     bits = 512 if isa in ("avx512", "amx") else 256
     nregs = 32 if bits == 512 else 16
@@ -104,7 +103,7 @@ def _vector_loop(unit, isa, iters):
     regs = [vec(bits, i) for i in range(nregs)]
     accs, tmps, x, y = regs[:acc], regs[acc:2 * acc], regs[-2], regs[-1]
     lanes = bits // 32
-    fn = Function(f"peak_{unit}_{bits}", ["i64"])
+    fn = Function(f"peak_{unit}_{bits}", list(params))
     a = fn.asm
     zero = a.vpxord if bits == 512 else a.vpxor
     for r in regs[:2 * acc if pairs else acc] + [x, y]:
@@ -129,7 +128,7 @@ def _vector_loop(unit, isa, iters):
     return fn.finalize(), 4 * acc * per
 
 
-def amx_loop(dtype, iters=None):
+def amx_loop(dtype, iters=None, params=("i64",)):
     """(JitFunction(iters), work per trip): independent ``tdp*`` into 6 accumulator tiles, no loads.
 
     Runs on AMX hosts; elsewhere in the interpreter (:mod:`isa.x86.interp`):
@@ -142,7 +141,7 @@ def amx_loop(dtype, iters=None):
     from isa.x86 import TMM, Function, dword, rax, rsp
     from tppasm.x86.amx import tile_config
     cfg = tile_config({t: (16, 64) for t in range(8)})
-    fn = Function(f"peak_amx_{dtype}", ["i64"])
+    fn = Function(f"peak_amx_{dtype}", list(params))
     a = fn.asm
     fn.stack(64)
     for off in range(0, 64, 4):
@@ -175,14 +174,14 @@ def _check_unit(dtype, unit):
 
 
 @functools.lru_cache(maxsize=None)
-def _loop(dtype, unit):
-    """(JitFunction(iters), work per trip, trips per call) of the peak loop."""
+def _loop(dtype, unit, params=("i64",)):
+    """(JitFunction(iters, ...), work per trip, trips per call) of the peak loop."""
     unit = unit or best_unit(dtype)
     _check_unit(dtype, unit)
     if unit == "AMX":
-        fn, per = amx_loop(dtype)
+        fn, per = amx_loop(dtype, params=params)
         return fn, per, AMX_ITERS
-    fn, per = _vector_loop(unit, host().isa, ITERS)
+    fn, per = _vector_loop(unit, host().isa, ITERS, params)
     return fn, per, ITERS
 
 
@@ -194,7 +193,6 @@ def peak_loop(dtype="f32", unit=None):
     return (lambda: fn(iters)), per * iters
 
 
-@functools.lru_cache(maxsize=None)
 def peak_loop_on(threads, dtype="f32", unit=None):
     """(call, work per call) of the peak loop run on ``threads`` threads at once, its work summed:
     the peak of that many cores as they are at the moment it runs. A kernel on n threads compared
@@ -202,41 +200,33 @@ def peak_loop_on(threads, dtype="f32", unit=None):
     one core's peak: on a shared VM a second vCPU at times delivers half a core or less, for
     every program alike (numpy's 2-thread GEMM too).
 
-    Each call runs ``LONG`` ordinary calls' trips on every thread (the loop's code releases the
-    GIL), so the threads' start and join cost well under 1%.
+    The loop runs as a region of :mod:`loops.pool`'s pool, the one tppasm's kernels run on when
+    it has ``threads`` threads: the same workers, waking and spinning as for a kernel's region.
+    (A gang of Python threads beside the pool read up to 10% low: its helper woke to find a pool
+    worker still spinning on its vCPU.) Each call runs ``LONG`` ordinary calls' trips on every
+    thread, so a region's start and end cost well under 1%.
 
     >>> call, work = peak_loop_on(2); call(); work == 2 * LONG * peak_loop()[1]
     True
     """
     if threads == 1:
         return peak_loop(dtype, unit)
-    fn, per, iters = _loop(dtype, unit)
-    return _Gang(lambda: fn(iters * LONG), threads), per * iters * LONG * threads
+    from loops.pool import get_pool
+    fn, per, iters = _loop(dtype, unit, ("i64", "i64", "i64"))
+    pool = get_pool()
+    if pool.nthreads != threads:
+        pool = _pool(threads)
+    address, trips = fn.address, iters * LONG
+    return (lambda: pool.run(address, trips)), per * iters * LONG * threads
 
 
 LONG = 64               # peak_loop_on: trips per thread per call, in ordinary peak_loop calls
-os.register_at_fork(after_in_child=peak_loop_on.cache_clear)     # a child has none of the gangs' helpers
 
 
-class _Gang:
-    """Call ``call`` on ``threads`` threads at once: this thread and threads - 1 helpers that wait
-    between calls (daemons: they hold nothing a process exit needs)."""
-
-    def __init__(self, call, threads):
-        self.call, self.start, self.done = call, threading.Barrier(threads), threading.Barrier(threads)
-        for _ in range(threads - 1):
-            threading.Thread(target=self._helper, daemon=True, name="tppasm-peak").start()
-
-    def _helper(self):
-        while True:
-            self.start.wait()
-            self.call()
-            self.done.wait()
-
-    def __call__(self):
-        self.start.wait()
-        self.call()
-        self.done.wait()
+@functools.lru_cache(maxsize=None)
+def _pool(threads):
+    from loops.pool import Pool
+    return Pool(threads)
 
 
 def peak_stats(dtype="f32", unit=None, runs=9):
