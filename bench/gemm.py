@@ -17,7 +17,9 @@ cost model choosing what is timed; the table shows the winner beside the fixed c
 tuned and fixed GEMM, numpy and torch (and, on 2 threads, the 1-thread winner) back to back in
 interleaved rounds: GFLOP/s are medians, ratios the medians of the per-round ratios. Our pool is
 sized to the thread count, OpenBLAS limited with threadpoolctl, torch with
-``torch.set_num_threads``.
+``torch.set_num_threads``. On n threads the rounds also time the peak loop on n threads and on
+one: "peak 2T/1T" is the ratio of their rates, what the host's second core adds at that moment,
+the ceiling of our own "2T/1T".
 """
 import argparse
 import contextlib
@@ -250,7 +252,7 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
                  f"peak: on 1 thread the median / 90th percentile of 15 ratios timed back to back with the "
                  f"peak loop, on n threads the median ratio to the peak loop run on n threads in the same rounds",
                  ["dtype", "M x N x K", "threads", "tuned", "aBC", "numpy", "torch", "tuned/numpy", "tuned/torch",
-                  "2T/1T", "%pk", "q90", "numpy %pk", "winner"])
+                  "2T/1T", "peak 2T/1T", "%pk", "q90", "numpy %pk", "winner"])
     rng = np.random.default_rng(0)
     for dtype in dtypes:
         peak, peak_loop, share = dtype_peak(dtype)
@@ -290,6 +292,7 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
                     named["peak"], peak_calls = versus_peak_loop(dtype, flops, nt)
                 use_threads(nt, torch)          # and a pause between the peers on 2 threads
                 pct = [float("nan")] * 3
+                host_scaling = float("nan")
                 with blas_threads(nt):
                     times, ratios = interleaved(list(named.values()), rounds)
                     if nt > 1:                  # the median over rounds of (peak loop's time / ours)
@@ -300,16 +303,34 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
                         if dtype == "f32":
                             pct[2] = 100 * tg.ratio_stats(tg.interleaved_ratios(named["numpy"], flops, fp32_loop, 15,
                                                                                   0.05))[0]
+                if nt > 1:
+                    host_scaling = peak_scaling(dtype, nt, rounds)
                 res = {n: (flops / t / 1e9, r) for n, t, r in zip(named, times, ratios)}
                 nan = (float("nan"), float("nan"))
                 (np_g, np_r), (th_g, th_r) = res.get("numpy", nan), res.get("torch", nan)
                 first = run if first is None else first
                 scaling = res.get("first", nan)[1]
                 rep.add(dtype, f"{M}x{N}x{K}", nt, res["tuned"][0], res["fixed"][0], np_g, th_g, np_r, th_r, scaling,
-                        *pct, winner_text(win) if win else "-", x=f"{dtype} {M}x{N}x{K} {nt}T",
+                        host_scaling, *pct, winner_text(win) if win else "-", x=f"{dtype} {M}x{N}x{K} {nt}T",
                         gflops=res["tuned"][0], fixed_gflops=res["fixed"][0], numpy_gflops=np_g,
-                        torch_gflops=th_g, peak_gflops=peak * nt, tuning=win)
+                        torch_gflops=th_g, peak_gflops=peak * nt, host_scaling=host_scaling, tuning=win)
     return rep
+
+
+def peak_scaling(dtype, threads, rounds):
+    """The rate of ``dtype``'s peak loop on ``threads`` threads over its rate on one, timed back to
+    back (no pauses: both are ours) in ``rounds`` rounds, median of the per-round ratios: what the
+    host's cores add at the moment, the ceiling of a kernel's own n-thread speed-up.
+
+    >>> 0.5 < peak_scaling("f32", 2, 3) < 2.2
+    True
+    """
+    from bench import peaks
+    from bench.interleave import interleaved as timed
+    unit = peaks.kernel_unit(dtype)
+    (one, one_work), (many, many_work) = (peaks.peak_loop_on(n, dtype, unit) for n in (1, threads))
+    t1, tn = timed([one, many], rounds, 0.03, settle=0.0)
+    return float(np.median((many_work / tn) / (one_work / t1)))
 
 
 def _check(got, ref, dtype, what):
