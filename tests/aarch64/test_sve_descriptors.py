@@ -257,3 +257,12 @@ def test_native_call_on_sve_host():
     want = c.copy()
     d.reference(a, b, want, bias, count=2)
     np.testing.assert_allclose(c.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
+def test_sve_has_every_kind_of_the_x86_backend():
+    """A TPP added for x86 only would leave models that use it unable to run on AArch64."""
+    from tppasm import backends
+    kinds = {fam: {k for f, k in backends.registered()          # not those a docstring example adds
+                   if f == fam and backends._GENERATORS[f, k].__module__.startswith(f"tppasm.{fam}.")}
+             for fam in ("x86", "sve")}
+    assert kinds["x86"] - kinds["sve"] == {"amx_tileconfig", "amx_tilerelease"}
