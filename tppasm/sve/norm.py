@@ -25,18 +25,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from isa.aarch64 import Function, mem, p, v, x, z
+from isa.aarch64 import Function, p, v, x, z
 
-from .common import add_imm
 from .math import Consts, emit_exp
 from .raw import register_sve
+from .rowwise import P_ALL, P_LANE, R_N, U, load, row_loop, store, walk_columns
 
 __all__ = ["generate"]
 
-U = 2                                             # vectors per step along a row
-P_LANE, P_TMP, P_ALL = (p[0], p[1]), p[5], p[7]
-R_N, R_J, R_T, R_ROWS, R_POOL, R_S = x[14], x[15], x[16], x[17], x[8], x[7]
-STREAM_REGS = (x[9], x[10], x[11], x[12], x[13])
+P_TMP = p[5]
+R_POOL = x[8]
+STREAM_REGS = (x[14], x[15], x[16], x[17], x[7])      # clear of :mod:`.rowwise`'s x9-x13
 NEG_INF = float("-inf")
 
 
@@ -87,56 +86,22 @@ class _Rows:
         self.c.pool()
         return self.f.code()
 
-    # -- memory
+    # -- memory and loops (:mod:`.rowwise`)
     def load(self, s, dst, u):
         """dst = vector u of this step of stream ``s`` in fp32 (inactive lanes 0)."""
-        a, idx = self.a, (R_J, R_T)[u]
-        if s.dtype == "f32":
-            a.ld1w(dst, P_LANE[u].z, mem(s.reg, idx, lsl=2))
-        else:
-            a.ld1h(dst, P_LANE[u].z, mem(s.reg, idx, lsl=1))
-            a.lsl(dst, dst, 16)
-        return dst
+        return load(self.a, s.dtype, dst, u, s.reg)
 
     def store(self, s, val, u):
         """Vector u of this step of stream ``s`` = val (rounded to bf16 in place for a bf16 stream)."""
-        a, idx = self.a, (R_J, R_T)[u]
-        if s.dtype == "f32":
-            a.st1w(val, P_LANE[u], mem(s.reg, idx, lsl=2))
-        else:
-            a.bfcvt(z[val.num].h, P_ALL.m, val)
-            a.st1h(val, P_LANE[u], mem(s.reg, idx, lsl=1))
+        store(self.a, s.dtype, val, u, s.reg)
 
-    # -- loops
     def walk(self, step):
         """Call ``step(u)`` for both vectors of each step along the row (predicates P_LANE[u])."""
-        a = self.a
-        top = a.label("cols")
-        a.mov(R_J, 0)
-        a.bind(top)
-        a.mov(R_T, R_J)
-        for u in range(U):
-            a.whilelo(P_LANE[u].s, R_T, R_N)
-            if u < U - 1:
-                a.incw(R_T)
-        for u in range(U):
-            step(u)
-        a.incw(R_J, "all", U)
-        a.cmp(R_J, R_N)
-        a.b_lo(top)
+        walk_columns(self.a, step)
 
     def row_loop(self, row, streams):
         """Emit ``row()`` once per row, each stream's pointer moving to its next row after it."""
-        a = self.a
-        top = a.label("rows")
-        a.mov_imm(R_ROWS, self.d.m)
-        a.bind(top)
-        row()
-        for s in streams:
-            if s.row_bytes:
-                add_imm(a, s.reg, s.reg, s.row_bytes, R_S)
-        a.subs(R_ROWS, R_ROWS, 1)
-        a.b_ne(top)
+        row_loop(self.a, self.d.m, row, [(s.reg, s.row_bytes) for s in streams if s.row_bytes])
 
     # -- reductions
     def fill(self, regs, value):
