@@ -202,9 +202,10 @@ def peak_loop_on(threads, dtype="f32", unit=None):
 
     The loop runs as a region of :mod:`loops.pool`'s pool, the one tppasm's kernels run on when
     it has ``threads`` threads: the same workers, waking and spinning as for a kernel's region.
-    (A gang of Python threads beside the pool read up to 10% low: its helper woke to find a pool
-    worker still spinning on its vCPU.) Each call runs ``LONG`` ordinary calls' trips on every
-    thread, so a region's start and end cost well under 1%.
+    (A gang of Python threads beside the pool, interleaved with a 2-thread GEMM and torch, read
+    0-12% below it, and our GEMM above 100% of it: its helper could wake on a vCPU where a pool
+    worker still spun.) Each call runs ``LONG`` ordinary calls' trips on every thread, so a
+    region's start and end cost well under 1%.
 
     >>> call, work = peak_loop_on(2); call(); work == 2 * LONG * peak_loop()[1]
     True
