@@ -40,6 +40,13 @@ def view(buf, spec, count):
     return np.lib.stride_tricks.as_strided(buf, spec.full_shape(count), [s * es for s in spec.strides])
 
 
+def close(got, want, rtol, atol):
+    """Flat indices where ``got`` is not within ``atol + rtol |want|`` of ``want`` (NaN matches NaN)."""
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    both_nan = np.isnan(g) & np.isnan(w)
+    return np.flatnonzero(~both_nan & ~(np.abs(g - w) <= atol + rtol * np.abs(w)))
+
+
 def random_fill(rng, dt, size, scale=3.0):
     dt = np.dtype(dt)
     if dt.kind == "f" or dt.name == "bfloat16":
@@ -99,6 +106,29 @@ class DescCase:
         return [(got, self.expected[i]) for got, i in zip(self._call.outputs, self._outs)]
 
 
+class InPlaceCase(DescCase):
+    """A DescCase whose single output is also its input ``alias`` (same buffer, same pointer):
+    the expected output is the reference run on a copy of that input."""
+
+    def __init__(self, desc, alias, seed=0, fill=None):
+        super().__init__(desc, seed=seed, fill=fill)
+        self.alias = next(i for i, s in enumerate(self.specs) if s.name == alias)
+        self.out = next(i for i, s in enumerate(self.specs) if s.writable)
+        self.expected[self.out] = self.bufs[self.alias].copy()
+        views = [view(b, s, 1) for b, s in zip(self.bufs, self.specs)]
+        views[self.out] = view(self.expected[self.out], self.specs[self.out], 1)
+        desc.reference(*views)
+
+    def call(self):
+        ins = [i for i in range(len(self.specs)) if i not in (self.alias, self.out)]
+        order = tuple(len(ins) if i in (self.alias, self.out) else ins.index(i) for i in range(len(self.specs)))
+        self._call = Call(self.kernel.raw.code, [self.bufs[i] for i in ins], [self.bufs[self.alias].copy()], (), order)
+        return self._call
+
+    def results(self):
+        return [(self._call.outputs[0], self.expected[self.out])]
+
+
 class AddressCase:
     """A ``batch="address"`` BRGEMM: the A and B blocks live in two buffers (count blocks each, in a
     shuffled order) and the kernel gets AddressTables of their addresses."""
@@ -135,4 +165,4 @@ class AddressCase:
         return [(self._call.outputs[0], self.want)]
 
 
-__all__ = ["DescCase", "AddressCase", "AddressTable", "view", "poison", "same_examples_at_every_vl", "sve_kernel"]
+__all__ = ["DescCase", "InPlaceCase", "AddressCase", "close", "AddressTable", "view", "poison", "same_examples_at_every_vl", "sve_kernel"]

@@ -15,7 +15,7 @@ from tppasm.kernel import Kernel
 from tppasm.sve.brgemm import MmlaBrgemm
 from tppasm.sve.math import ACCURACY
 from tests.aarch64.marks import needs_sve_runner, vl_params
-from tests.aarch64.sve_cases import AddressCase, DescCase, same_examples_at_every_vl
+from tests.aarch64.sve_cases import AddressCase, DescCase, close, same_examples_at_every_vl
 from tests.support import NAN, SPECIALS, samples, ulp_errors
 
 VLS = (128, 256, 512)
@@ -28,13 +28,6 @@ SETTINGS = dict(max_examples=15, deadline=None, derandomize=True, database=None,
 shape = st.fixed_dictionaries({
     "m": st.integers(1, 4), "n": st.sampled_from([1, 3, 4, 7, 8, 15, 17, 33, 64, 70]),
     "pad": st.integers(0, 3), "seed": st.integers(0, 2 ** 16)})
-
-
-def close(got, want, rtol, atol):
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    both_nan = np.isnan(g) & np.isnan(w)
-    bad = ~both_nan & ~(np.abs(g - w) <= atol + rtol * np.abs(w))
-    return np.flatnonzero(bad)
 
 
 def tolerance(case):

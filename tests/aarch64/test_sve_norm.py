@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from isa.aarch64.emulate import Call
 from isa.aarch64.native import run_calls
 from tppasm.kernel import Kernel
 from tppasm.norm import LayerNorm, RMSNorm, Softmax
 from tests.aarch64.marks import vl_params
-from tests.aarch64.sve_cases import DescCase, extent, poison, same_examples_at_every_vl, sve_kernel, view
+from tests.aarch64.sve_cases import DescCase, InPlaceCase, same_examples_at_every_vl, view
 
 VLS = (128, 256, 512)
 DTYPES = [("f32", "f32"), ("bf16", "bf16"), ("f32", "bf16"), ("bf16", "f32")]
@@ -44,37 +43,6 @@ def shifted(offset):
         if spec.name == "x":
             vw[...] = (vw.astype(np.float32) + offset).astype(vw.dtype)
     return fill
-
-
-class InPlaceCase:
-    """The descriptor called with ``out`` the very buffer ``x`` is read from (same dtype and ld)."""
-
-    def __init__(self, desc, seed=0, fill=None):
-        self.desc = desc
-        self.kernel = sve_kernel(desc)
-        rng = np.random.default_rng(seed)
-        specs = desc.operands()
-        self.bufs = []
-        for spec in specs[:-1]:
-            buf = np.full(extent(spec, 1), poison(spec.np_dtype)).astype(spec.np_dtype)
-            vw = view(buf, spec, 1)
-            vw[...] = (rng.standard_normal(vw.shape) * 3).astype(np.float32).astype(spec.np_dtype)
-            if fill is not None:
-                fill(spec, vw, rng)
-            self.bufs.append(buf)
-        self.want = self.bufs[0].copy()
-        x = view(self.bufs[0], specs[0], 1).copy()
-        desc.reference(x, *(view(b, s, 1) for b, s in zip(self.bufs[1:], specs[1:-1])),
-                       view(self.want, specs[-1], 1))
-
-    def call(self):
-        rest = len(self.bufs) - 1
-        order = (rest, *range(rest), rest)              # x and out: the one output buffer
-        self._call = Call(self.kernel.raw.code, self.bufs[1:], [self.bufs[0].copy()], (), order)
-        return self._call
-
-    def results(self):
-        return [(self._call.outputs[0], self.want)]
 
 
 def tolerance(case):
@@ -119,9 +87,10 @@ def cases_of(s):
              DescCase(rms, seed + 2)]
     dt, ld = DTYPES[i][0], n + pi
     same = dict(ldi=ld, ldo=ld, dtype=dt, out_dtype=dt)
-    cases += [InPlaceCase(Softmax(m, n, **same, scale=s["scale"], mask=s["mask"], ldm=n + pm), seed + 3, softmax_mask),
-              InPlaceCase(LayerNorm(m, n, **same), seed + 4, shifted(s["offset"])),
-              InPlaceCase(RMSNorm(m, n, **same), seed + 5)]
+    cases += [InPlaceCase(Softmax(m, n, **same, scale=s["scale"], mask=s["mask"], ldm=n + pm), "x", seed + 3,
+                          softmax_mask),
+              InPlaceCase(LayerNorm(m, n, **same), "x", seed + 4, shifted(s["offset"])),
+              InPlaceCase(RMSNorm(m, n, **same), "x", seed + 5)]
     return cases
 
 

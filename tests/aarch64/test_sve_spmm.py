@@ -19,7 +19,7 @@ import tppasm
 from isa.aarch64.native import run_calls
 from tppasm.spmm import BlockSpmm
 from tests.aarch64.marks import vl_params
-from tests.aarch64.sve_cases import DescCase, same_examples_at_every_vl, view
+from tests.aarch64.sve_cases import DescCase, close, same_examples_at_every_vl, view
 
 VLS = (128, 256, 512)
 RTOL, ATOL_PER_TERM = 1e-5, 2e-6       # fp32 fused multiply-adds (bf16 products are exact in fp32)
@@ -68,9 +68,7 @@ def run_all(cases, bits):
     run_calls([c.call() for c in cases], vl_bits=bits)
     for c in cases:
         (got, want), = c.results()
-        g, w = got.astype(np.float64), want.astype(np.float64)
-        ok = (np.isnan(g) & np.isnan(w)) | (np.abs(g - w) <= ATOL_PER_TERM * max(terms(c), 1) + RTOL * np.abs(w))
-        bad = np.flatnonzero(~ok)
+        bad = close(got, want, RTOL, ATOL_PER_TERM * max(terms(c), 1))
         assert not bad.size, (f"VL {bits}: {c.desc} count={c.count}: {bad.size} elements of C differ, first at "
                               f"flat {bad[0]}: got {got[bad[0]]!r}, expected {want[bad[0]]!r}")
 
