@@ -24,10 +24,9 @@ import time
 
 import numpy as np
 
-from bench.common import Report, write_json
+from bench.common import Report, pool_of, write_json
 from bench.interleave import add_clock_option, check_clock, interleaved, use_threads
 from bench.models.minilm import MiniLM, model_dir  # noqa: F401  (MiniLM: the public entry)
-from loops.pool import Pool, get_pool
 
 
 def parse_shapes(text):
@@ -52,10 +51,6 @@ def torch_model(dtype):
     return net, run
 
 
-def _pool(n):
-    return get_pool() if get_pool().nthreads == n else Pool(n)
-
-
 def bench_bert(shapes, threads, dtypes, runs, clock="wall"):
     import torch
     rep = Report("all-MiniLM-L6-v2 encoder forward, ms per batch (median of interleaved runs); "
@@ -66,7 +61,7 @@ def bench_bert(shapes, threads, dtypes, runs, clock="wall"):
         _, run_torch = torch_model(dtype)
         for nt in threads:
             use_threads(nt, torch)
-            model = MiniLM.load(dtype, pool=_pool(nt))
+            model = MiniLM.load(dtype, pool=pool_of(nt))
             for B, L in shapes:
                 ids = rng.integers(1000, 30000, (B, L))
                 ids[:, 0], ids[:, -1] = 101, 102
@@ -100,7 +95,7 @@ def profile_bert(shapes, threads, dtypes, runs, clock="wall"):
     for dtype in dtypes:
         top = peak(dtype)
         for nt in threads:
-            model = MiniLM.load(dtype, pool=_pool(nt))
+            model = MiniLM.load(dtype, pool=pool_of(nt))
             for B, L in shapes:
                 ids = rng.integers(1000, 30000, (B, L))
                 mask = np.ones((B, L), np.int64)

@@ -14,6 +14,8 @@ import sys
 
 import numpy as np
 
+import functools
+
 from bench.interleave import interleaved as _interleaved
 from tppasm.timing import calibrate, median_time, time_runs  # noqa: F401  (re-exported)
 
@@ -67,6 +69,24 @@ def host_info():
     from isa.cpu import host
     h = host()
     return {"host": f"{h.vendor} {h.arch}", "isa": h.isa, "threads": len(os.sched_getaffinity(0))}
+
+
+def pool_of(threads):
+    """The thread pool a bench runs ``threads`` threads on: loops' global pool when it has that
+    many, else one pool of that size kept for the process (its workers are started once).
+
+    >>> from loops.pool import get_pool
+    >>> pool_of(get_pool().nthreads) is get_pool(), pool_of(1) is pool_of(1), pool_of(1).nthreads
+    (True, True, 1)
+    """
+    from loops.pool import get_pool
+    return get_pool() if get_pool().nthreads == threads else _own_pool(threads)
+
+
+@functools.lru_cache(maxsize=None)
+def _own_pool(threads):
+    from loops.pool import Pool
+    return Pool(threads)
 
 
 ANNOUNCE = True         # python -m bench collects the files itself and says what it wrote

@@ -29,11 +29,11 @@ import numpy as np
 
 import tppasm as tpp
 import bench.tpp_gemm as tg
-from bench.common import Report, interleaved, progress, write_json
+from bench.common import Report, interleaved, pool_of, progress, write_json
 from bench.interleave import use_threads
 from bench.versus import peak_loop as versus_peak_loop
 from loops import Loop, kernel
-from loops.pool import Pool, get_pool
+from loops.pool import get_pool  # noqa: F401  (gemm_maker's example)
 from loops.tune import search
 
 BLOCK = 64
@@ -66,10 +66,6 @@ def parse_sizes(text):
             raise SystemExit(f"--sizes: {item!r} must be N or MxNxK with positive sizes, e.g. 1000x700x300")
         out.append(tuple(dims * 3) if len(dims) == 1 else tuple(dims))
     return out
-
-
-def _pool(n):
-    return get_pool() if get_pool().nthreads == n else Pool(n)
 
 
 def largest_divisor(n, most):
@@ -266,7 +262,7 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
             flops = 2 * M * N * K
             first = None
             for nt in threads:
-                make = gemm_maker(a, b, dtype, _pool(nt))
+                make = gemm_maker(a, b, dtype, pool_of(nt))
                 fixed, fixed_arrays, fixed_out = make(**configs[0])
                 run_fixed = functools.partial(fixed, *fixed_arrays)
                 run_fixed()

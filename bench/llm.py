@@ -30,16 +30,11 @@ import time
 import numpy as np
 
 import tppasm as tpp
-from bench.common import Report, write_json
+from bench.common import Report, pool_of, write_json
 from bench.interleave import add_clock_option, check_clock, interleaved, use_threads
 from bench.models.llama import LlamaLayer
 from bench.models.llama_weights import Config, random_weights
 from loops import Loop, kernel
-from loops.pool import Pool, get_pool
-
-
-def _pool(n):
-    return get_pool() if get_pool().nthreads == n else Pool(n)
 
 
 def read_sweep(pool, mib=512):
@@ -228,7 +223,7 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
                   "% read BW", "read BW GB/s", "1.5x torch needs % read BW", "max rel diff"])
     w, x, x1 = inputs(cfg, prompt)
     for nt in threads:
-        pool = _pool(nt)
+        pool = pool_of(nt)
         use_threads(nt, torch)
         sweep, swept = read_sweep(pool)
         for dtype in dtypes:
@@ -271,7 +266,7 @@ def profile_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
                  ["dtype", "threads", "phase", "step", "ms", "% of phase", "GFLOP/s or GB/s"])
     w, x, x1 = inputs(cfg, prompt)
     for nt in threads:
-        pool = _pool(nt)
+        pool = pool_of(nt)
         for dtype in dtypes:
             layer = LlamaLayer(cfg, w, dtype, pool)
             layer.prefill(x)

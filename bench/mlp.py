@@ -16,10 +16,10 @@ import argparse
 import numpy as np
 
 import tppasm as tpp
-from bench.common import Report, interleaved, write_json
+from bench.common import Report, interleaved, pool_of, write_json
 from bench.interleave import use_threads
 import bench.gemm as bench_gemm_module
-from bench.gemm import _pool, _torch, dtype_peak, n_block, tuned, winner_text
+from bench.gemm import _torch, dtype_peak, n_block, tuned, winner_text
 from loops import Loop, kernel
 from loops.pool import get_pool
 
@@ -119,7 +119,7 @@ def bench_mlp(T, C, L, threads, dtypes, quick, tune_seconds, bar=True):
         peak = dtype_peak(dtype)[0]
         first = None
         for nt in threads:
-            pool = _pool(nt)
+            pool = pool_of(nt)
             configs = mlp_configs(T, C, quick)
             fixed = _chain(mlp_maker(x, params, dtype, pool)(**configs[0]))
             fixed()

@@ -212,22 +212,14 @@ def peak_loop_on(threads, dtype="f32", unit=None):
     """
     if threads == 1:
         return peak_loop(dtype, unit)
-    from loops.pool import get_pool
+    from bench.common import pool_of
     fn, per, iters = _loop(dtype, unit, ("i64", "i64", "i64"))
-    pool = get_pool()
-    if pool.nthreads != threads:
-        pool = _pool(threads)
+    pool = pool_of(threads)
     address, trips = fn.address, iters * LONG
     return (lambda: pool.run(address, trips)), per * iters * LONG * threads
 
 
 LONG = 64               # peak_loop_on: trips per thread per call, in ordinary peak_loop calls
-
-
-@functools.lru_cache(maxsize=None)
-def _pool(threads):
-    from loops.pool import Pool
-    return Pool(threads)
 
 
 def peak_stats(dtype="f32", unit=None, runs=9):

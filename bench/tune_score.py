@@ -21,7 +21,8 @@ import os
 
 import numpy as np
 
-from bench.gemm import _pool, gemm_maker, winner_text
+from bench.common import pool_of
+from bench.gemm import gemm_maker, winner_text
 from loops.tune import elapsed, search
 
 SPACE = {"bm": [64, 32, 128], "bn": [32, 64], "bk": [64], "kstep": [8], "edges": [False]}
@@ -64,7 +65,7 @@ def exhaustive(size, threads, lock, path, reps=2, clock="wall"):
     """Time every candidate (see the module docstring), resuming ``path``: configurations already
     there are kept (each is written as soon as it is done); returns the data."""
     a, b = operands(size)
-    make = gemm_maker(a, b, "f32", _pool(threads))
+    make = gemm_maker(a, b, "f32", pool_of(threads))
     data = {"size": size, "threads": threads, "clock": clock, "rows": []}
     if os.path.exists(path):
         with open(path) as f:
@@ -176,7 +177,7 @@ def main(argv=None):
     rows = data["rows"]
     size, threads, clock = data["size"], data["threads"], data.get("clock", "wall")
     a, b = operands(size)
-    make = gemm_maker(a, b, "f32", _pool(threads))
+    make = gemm_maker(a, b, "f32", pool_of(threads))
     repredict(make, rows, threads)
     flops = 2 * size ** 3
     best = min((r for r in rows if r.get("retimed")), key=lambda r: r["retimed"])

@@ -17,6 +17,7 @@ import numpy as np
 from isa.cpu import host
 
 from . import peaks
+from .common import pool_of
 from .interleave import CLOCKS, interleaved, use_threads
 
 _PEAKS = {}
@@ -119,13 +120,13 @@ def setup(parser, args):
     torch = torch_or_none()
     if torch is None:
         parser.exit(1, "torch is not installed (pip install -e .[bench]): this bench compares against it\n")
-    from loops.pool import Pool, get_pool
+    from loops.pool import get_pool
     threads = args.threads or get_pool().nthreads
     if args.clock == "cpu" and threads != 1:
         parser.error("--clock cpu measures the calling thread only: use it with --threads 1")
     set_clock(args.clock)
     use_threads(threads, torch)
-    pool = get_pool() if get_pool().nthreads == threads else Pool(threads)
+    pool = pool_of(threads)
     print(f"host {host().isa}, {threads} thread(s), {args.clock} clock; peak per core measured: fp32 "
           f"{peak('f32'):.1f}, bf16 {peak('bf16'):.1f} GFLOP/s")
     return torch, threads, pool
