@@ -63,6 +63,8 @@ class LlamaLayer:
         bf = tpp.dtypes.dtype("bf16")
         self.KT = tpp.aligned(np.zeros((cfg.kv_heads, 1, half, cfg.max_len, 2), bf))     # K^T, VNNI2
         self.V = tpp.aligned(np.zeros((cfg.kv_heads, 1, cfg.max_len // 2, cfg.head_dim, 2), bf))
+        # max_len zeros, then max_len -inf: key_mask's windows (a view per position, no per-token work)
+        self._ramp = tpp.aligned(np.repeat(np.float32([0, -np.inf]), cfg.max_len))
         self._steps = {}
 
     def reset(self):
@@ -84,6 +86,17 @@ class LlamaLayer:
                              f"at {pos}")
         keys = min(-(-(pos + 1) // KEY_BLOCK) * KEY_BLOCK, self.cfg.max_len)
         return self._step(1, keys).run(x, pos)
+
+    def key_mask(self, pos, keys):
+        """The decode softmax's additive mask of ``keys`` keys at ``pos``: 0 up to ``pos``, -inf after
+        (a view of a fixed ramp, so a token costs no NumPy call).
+
+        >>> from bench.models.llama_weights import Config, random_weights
+        >>> LlamaLayer(Config.small(), random_weights(Config.small()), "bf16").key_mask(2, 4).tolist()
+        [0.0, 0.0, 0.0, -inf]
+        """
+        start = self.cfg.max_len - 1 - pos
+        return self._ramp[start:start + keys]
 
     def _rows(self, x):
         x = np.asarray(x, np.float32)

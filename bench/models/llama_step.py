@@ -139,14 +139,17 @@ class Step:
             self.cache = cache
             self.attention = self._prefill_attention(cfg, T, pool, nt)
         else:
+            self.attention = self._decode_attention(cfg, keys, pool)
             put_v = tpp.copy(d, 1, ldx=1, ldo=2, dtype="bf16")
+            put_mask = tpp.copy(1, keys)
 
             @kernel("A", Loop(0, KV), pool=pool)
-            def cache(g, QKV32, KT32, QKVt, V):
+            def cache(g, QKV32, KT32, QKVt, V, M, S):
                 transpose(QKV32[:, k32 + g * half:k32 + g * half + half], KT32[g])
                 put_v(QKVt[v0 + g * d:v0 + g * d + d], V[g])
+                if g == 0:                                  # the position's key mask (a window of a ramp)
+                    put_mask(M, S[KV, 0:1])
             self.cache = cache
-            self.attention = self._decode_attention(cfg, keys, pool)
         self.bm = bm
 
     def _gate_up(self, T, bm, lin, dt, pool):
@@ -206,7 +209,6 @@ class Step:
     def _decode_attention(self, cfg, keys, pool):
         d, G, KV = cfg.head_dim, cfg.group, cfg.kv_heads
         self.S, self.P = tpp.empty((KV + 1, G, keys)), tpp.empty((KV, 1, G, keys), "bf16")
-        self.mask = self.S[KV, 0]                   # the key mask rides in the scores array
         scores = tpp.brgemm(G, keys, d, "bf16", ldb=cfg.max_len)
         softmax = tpp.softmax(G, keys, scale=d ** -0.5, mask="row", out_dtype="bf16")
         context = tpp.brgemm(G, d, keys, "bf16", c_dtype="bf16")
@@ -214,7 +216,7 @@ class Step:
         @kernel("A", Loop(0, KV), pool=pool)
         def attention(g, Q, KT, V, S, P, Ctx):
             scores(Q[g:g + 1], KT[g, :, :, 0:keys], S[g])
-            softmax(S[g], S[KV, 0], P[g, 0])
+            softmax(S[g], S[KV, 0], P[g, 0])         # the key mask rides in the scores array
             context(P[g], V[g, :, 0:keys // 2], Ctx[g])
         return attention
 
@@ -241,12 +243,10 @@ class Step:
             out += [("cache", lambda: self.cache(self.QKV, qkv32, self.KT32, L.V)),
                     ("attention", lambda: self.attention(self.QKV[None], L.KT, L.V, self.S, self.P, self.Ctx))]
         else:
-            def mask():
-                self.mask[...] = np.where(np.arange(self.keys) <= pos, 0.0, -np.inf)
             Q = self.QKV[0, :cfg.hidden].reshape(cfg.kv_heads, cfg.group, d)
+            mask = L.key_mask(pos, self.keys)[None]
             out += [("cache", lambda: self.cache(qkv32, self.KT32[:, :, pos:pos + 1], self.QKV.reshape(-1, 1),
-                                                 L.V[:, 0, pos // 2, :, pos % 2:pos % 2 + 1])),
-                    ("mask", mask),
+                                                 L.V[:, 0, pos // 2, :, pos % 2:pos % 2 + 1], mask, self.S)),
                     ("attention", lambda: self.attention(Q, L.KT, L.V, self.S, self.P,
                                                          self.Ctx.reshape(cfg.kv_heads, cfg.group, d)))]
         if i8:

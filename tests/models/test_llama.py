@@ -93,7 +93,7 @@ def test_profile_times_every_step():
     for phase in ("first token", "next token"):
         steps = [s for p, s in names if p == phase]
         assert steps[-1] == "whole step" and {"norm1", "qkv", "attention", "gate_up", "down", "quant_o"} <= set(steps)
-    assert ("next token", "mask") in names
+    assert ("next token", "cache") in names
 
 
 def test_bench_prompt_must_fit_the_cache(capsys):

@@ -335,6 +335,20 @@ def test_next_chunk_prefetch_only_for_large_strided_blocks():
     assert not far(m=64, n=64, k=64, batch="address")
 
 
+def test_few_row_kernels_stream_b_without_software_prefetch():
+    """Up to STREAM_ROWS rows (a GEMV: each B line read once) the kernel leaves B to the hardware
+    prefetcher; from the next row count on, it prefetches B lines into L1 and the next chunk into L2."""
+    from tppasm.x86.brgemm import STREAM_ROWS
+
+    def prefetches(m, dtype):
+        text = generate_brgemm(Brgemm(m=m, n=64, k=2048, dtype=dtype), "avx512").disassemble()
+        return text.count("prefetcht0"), text.count("prefetcht1")
+    for dtype in ("f32", "bf16", "i8"):
+        assert prefetches(STREAM_ROWS, dtype) == (0, 0)
+        near, far = prefetches(STREAM_ROWS + 1, dtype)
+        assert near > 0 and far > 0, (dtype, near, far)
+
+
 def test_fused_activations_are_emitted():
     for act, name in (("gelu", "vfmadd"), ("gelu_erf", "vdivps"), ("sigmoid", "vdivps"), ("tanh", "vfmadd")):
         assert name in generate_brgemm(Brgemm(m=2, n=9, k=2, act=act, bias=True), "avx2").disassemble()
