@@ -9,7 +9,11 @@ only: tokenization aside) beside the same checkpoint as Hugging Face's ``BertMod
 token ids with a full mask, ``runs`` rounds interleaved (ours, torch, ours, ...), each a calibrated
 number of calls (:mod:`bench.interleave`; ``--clock cpu``: the calling thread's CPU time, 1 thread).
 Printed: medians in ms per batch and the median of the per-round ratios torch/ours (> 1: tppasm
-faster); threads are our pool's size and ``torch.set_num_threads``. Before timing, both outputs are
+faster); threads are our pool's size and ``torch.set_num_threads``. The dtype's peak loop, run on
+as many threads in the same interleaving, puts both forwards' GEMM flops (:func:`step_flops`) in %
+of what the cores delivered, and the issue's goal for the row (:func:`goal`: 2x torch at 1 x 32,
+else 1.25x in fp32 and 1.5x in bf16) as the % of peak it would take; near or above 100%, the goal
+is out of reach by arithmetic on that host. Before timing, both outputs are
 compared (max abs difference). ``--profile`` prints instead where one layer's time goes: each step
 (QKV, the attention's steps, output projection, norms, MLP) as its own nest over the same loops,
 ms per layer, its share of the forward, and the GEMM steps' GFLOP/s against the measured peak.
@@ -51,16 +55,33 @@ def torch_model(dtype):
     return net, run
 
 
+def goal(dtype, batch, tokens):
+    """The issue's speed-up over torch for a row: 2x at 1 x 32 (per-operator overhead), else 1.25x
+    in fp32 and 1.5x in bf16.
+
+    >>> goal("bf16", 8, 128), goal("f32", 1, 32)
+    (1.5, 2.0)
+    """
+    if batch * tokens <= 32:
+        return 2.0
+    return 1.5 if dtype == "bf16" else 1.25
+
+
 def bench_bert(shapes, threads, dtypes, runs, clock="wall"):
     import torch
+    from bench.models.minilm import LAYERS
+    from bench.peaks import peak_loop_on
     rep = Report("all-MiniLM-L6-v2 encoder forward, ms per batch (median of interleaved runs); "
-                 "torch = HF BertModel, inference_mode (bf16: autocast)",
-                 ["dtype", "batch x tokens", "threads", "tppasm ms", "torch ms", "torch/tppasm", "max |diff|"])
+                 "torch = HF BertModel, inference_mode (bf16: autocast); GEMM flops as % of the dtype's peak "
+                 "on as many threads, timed in the same interleaving",
+                 ["dtype", "batch x tokens", "threads", "tppasm ms", "torch ms", "torch/tppasm", "ours % peak",
+                  "torch % peak", "goal", "goal needs % peak", "max |diff|"])
     rng = np.random.default_rng(0)
     for dtype in dtypes:
         _, run_torch = torch_model(dtype)
         for nt in threads:
             use_threads(nt, torch)
+            loop, work = peak_loop_on(nt, dtype)
             model = MiniLM.load(dtype, pool=pool_of(nt))
             for B, L in shapes:
                 ids = rng.integers(1000, 30000, (B, L))
@@ -68,10 +89,12 @@ def bench_bert(shapes, threads, dtypes, runs, clock="wall"):
                 mask = np.ones((B, L), np.int64)
                 tid, tmask = torch.from_numpy(ids), torch.from_numpy(mask)
                 diff = float(np.abs(model.forward(ids, mask) - run_torch(tid, tmask).float().numpy()).max())
-                ours, theirs = interleaved([lambda: model.forward(ids, mask), lambda: run_torch(tid, tmask)], runs,
-                                           clock=clock)
+                ours, theirs, top = interleaved([lambda: model.forward(ids, mask), lambda: run_torch(tid, tmask),
+                                                 loop], runs, clock=clock)
+                rate, flops, want = work / top, LAYERS * sum(step_flops(B, L).values()), goal(dtype, B, L)
+                pct = [100 * float(np.median(flops / t / rate)) for t in (ours, theirs, theirs / want)]
                 rep.add(dtype, f"{B}x{L}", nt, 1e3 * float(np.median(ours)), 1e3 * float(np.median(theirs)),
-                        float(np.median(theirs / ours)), diff)
+                        float(np.median(theirs / ours)), *pct[:2], want, pct[2], diff)
     return rep
 
 
