@@ -325,6 +325,7 @@ class _Instance:
         traced = traced_trees(lk, arrays)
         calls = [c for t in traced for c in t.all_calls()]
         self.kernels = list({id(c.kernel): c.kernel for c in calls}.values())
+        self.lacking = sorted({k.isa for k in self.kernels if not getattr(k, "runnable", True)})
         box = box_of(lk.resolved, spec, self.nthreads)
         self.body, self.init, self.fini = (t.simplify(box) for t in traced)
         _check_calls(lk, arrays, self.body, self.init, self.fini, box)
@@ -370,9 +371,8 @@ class _Instance:
         return ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.py_object)(self._entry_code.address)
 
     def launch(self, address):
-        lacking = sorted({k.isa for k in self.kernels if not getattr(k, "runnable", True)})
-        if lacking:
-            raise RuntimeError(f"the nest calls {', '.join(lacking)} kernels this host cannot run; build them "
+        if self.lacking:
+            raise RuntimeError(f"the nest calls {', '.join(self.lacking)} kernels this host cannot run; build them "
                                "for its ISA (leave isa= unset) or run the nest on such a host")
         if self.pool is None:
             self.code(address, 0, 1)
