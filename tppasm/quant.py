@@ -2,7 +2,9 @@
 
 - :class:`Quantize`: per row, ``scale = max|x| / 127`` and ``q = round(x / scale) + 128`` as uint8
   (symmetric values with the zero point 128 that ``vpdpbusd``'s unsigned operand needs; round to
-  nearest even), for activations quantized per token at run time;
+  nearest even), for activations quantized per token at run time. A row holding a NaN gets scale
+  NaN, else one holding an infinity gets scale inf, on every backend; that row's codes are then
+  unspecified, and dequantizing it gives NaN or inf, never a finite number;
 - :class:`Dequant`: ``out = beta*out + (c + offset) * row_scale * col_scale``: an int32 BRGEMM
   result back to f32/bf16, ``offset`` per column (int32; ``-128 * column sums of the s8 weights``
   removes the zero point), ``row_scale`` per row (the activations'), ``col_scale`` per column (the
@@ -63,10 +65,12 @@ class Quantize(_Rows):
 
     def reference(self, x, q, scale):
         x32 = _to_f64(x).astype(np.float32)
-        amax = np.maximum(np.abs(x32).max(axis=1), np.float32(1e-30))
-        inv = np.float32(127) / amax                                   # as the kernel: one fp32 division
-        scale[...] = amax / np.float32(127)
-        q[...] = np.clip(np.rint(x32 * inv[:, None]) + ZERO_POINT, 0, 255).astype(np.uint8)
+        amax = np.maximum(np.abs(x32).max(axis=1), np.float32(1e-30))  # NaN and inf propagate
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inv = np.float32(127) / amax                               # as the kernel: one fp32 division
+            scale[...] = amax / np.float32(127)
+            codes = np.rint(x32 * inv[:, None]) + ZERO_POINT
+        q[...] = np.clip(np.where(np.isfinite(codes), codes, ZERO_POINT), 0, 255).astype(np.uint8)  # (unspecified)
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,24 @@ def test_quantize_all_zero_row_is_the_references():
     run_all([case], 128)
 
 
+@pytest.mark.parametrize("bits", vl_params(VLS))
+def test_quantize_non_finite_rows_get_a_non_finite_scale(bits):
+    """As on x86: a NaN makes its row's scale NaN (beside an inf too), an inf alone makes it inf,
+    in a first, last or tail lane; the finite rows stay bit for bit the reference's."""
+    n = 37
+
+    def special(spec, v, rng):
+        if spec.name == "x":
+            v[0, 5], v[0, n - 1] = np.nan, -np.inf
+            v[1, n - 1] = np.inf
+            v[2, 0] = np.nan
+    case = DescCase(Quantize(4, n), fill=special)
+    run_calls([case.call()], vl_bits=bits)
+    (q, want_q), (scale, want_s) = case.results()
+    assert np.isnan(scale[[0, 2]]).all() and scale[1] == np.inf, scale
+    assert q.reshape(4, n)[3].tobytes() == want_q.reshape(4, n)[3].tobytes() and scale[3] == want_s[3]
+
+
 @pytest.mark.parametrize("desc", [Rotary(2, 12, 4), SwiGLU(2, 9), Quantize(2, 9), Dequant(2, 9, beta=1)])
 def test_descriptors_take_the_sve_generators(desc):
     """``Kernel(desc, "sve")`` finds these generators (no NotImplementedError) and the code is

@@ -37,6 +37,31 @@ def test_quantize(isa, dt, shp, seed, zero_row):
 
 
 @pytest.mark.parametrize("isa", ISAS)
+@given(dt=st.sampled_from(["f32", "bf16"]), shp=st.data(), seed=st.integers(0, 2 ** 16))
+def test_quantize_non_finite_rows_get_a_non_finite_scale(isa, dt, shp, seed):
+    """A row with a NaN gets scale NaN (even beside an inf), one with an inf and no NaN scale inf,
+    wherever they sit (the first, last or a tail lane); other rows are untouched by them."""
+    m, n, pi, po = shp.draw(shape(isa))
+    m = max(m, 3)
+    rng = np.random.default_rng(seed)
+    k = get_kernel(Quantize(m, n, n + pi, n + po, dt), isa)
+    x = operand(rng, m, n, dt, n + pi)
+    cols = [shp.draw(st.integers(0, n - 1)) for _ in range(3)]
+    x[0, cols[1]] = rng.choice([np.inf, -np.inf])
+    x[0, cols[0]] = np.nan                            # (over the inf when n = 1)
+    x[1, cols[2]] = rng.choice([np.inf, -np.inf])
+    q = poisoned((m, n), np.uint8, n + po, fill=7)
+    scale = np.full(m, 1.0, np.float32)
+    want_q, want_s = q.copy(), scale.copy()
+    k.reference(x, want_q, want_s)
+    run_raw(k, (x, q, scale), isa=isa)
+    assert np.isnan(scale[0]) and scale[1] == np.inf
+    np.testing.assert_array_equal(scale, want_s)
+    np.testing.assert_array_equal(q[2:], want_q[2:])
+    assert (q.base[:, n:] == 7).all(), "kernel wrote past a row's end"
+
+
+@pytest.mark.parametrize("isa", ISAS)
 @given(odt=st.sampled_from(["f32", "bf16"]), beta=st.sampled_from([0, 1]), shp=st.data(), seed=st.integers(0, 2 ** 16))
 def test_dequant(isa, odt, beta, shp, seed):
     m, n, pi, po = shp.draw(shape(isa))

@@ -1,7 +1,8 @@
 """x86 generators (AVX2, AVX-512) for per-row int8 quantization and int32 dequantization
 (:mod:`tppasm.quant`).
 
-Quantize: per row, the maximum |x| (pass 1), then ``vcvtps2dq(x * 127/max) + 128`` packed to bytes
+Quantize: per row, the maximum |x| (pass 1, as int32 bit patterns, so a NaN in the row makes it
+NaN: ``rows.REDUCE_OPS``), then ``vcvtps2dq(x * 127/max) + 128`` packed to bytes
 with unsigned saturation (AVX-512 ``vpmovusdb`` and a masked byte store; AVX2 ``vpackusdw`` /
 ``vpackuswb`` and one ``vpextrb`` per tail byte). Dequant: per vector ``vpaddd`` the column
 offsets, ``vcvtdq2ps``, two multiplies, and an add of the output for beta=1.
@@ -35,7 +36,7 @@ def generate_quantize(desc, isa):
     def amax(u, col, idx, t):
         r = load(a, v, work[u], x, at(x, col, idx), t)
         xm.vand(a, v, r, r, c.i(xm.ABS))
-        a.vmaxps(acc[u], acc[u], r)
+        a.vpmaxsd(acc[u], acc[u], r)
 
     def store(u, col, idx, t):
         r = load(a, v, work[u], x, at(x, col, idx), t)
@@ -66,9 +67,9 @@ def generate_quantize(desc, isa):
         for r in acc:
             a.vxorps(r, r, r) if r.num < 16 else a.vpxord(r, r, r)
         walk(a, v, desc.n, U, amax, tail)
-        combine(a, acc, "max")
-        hreduce(a, v, acc[0], acc[1], "max")
-        a.vmaxps(acc[0], acc[0], c.f(1e-30))
+        combine(a, acc, "max_bits")
+        hreduce(a, v, acc[0], acc[1], "max_bits")
+        a.vpmaxsd(acc[0], acc[0], c.f(1e-30))
         c.load(a, inv, c.f(127.0))
         a.vdivps(inv, inv, acc[0])
         a.vdivps(acc[0], acc[0], c.f(127.0))
