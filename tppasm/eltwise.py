@@ -32,22 +32,31 @@ def _phi(x):
     return 0.5 * np.vectorize(math.erfc, otypes=[np.float64])(-x / math.sqrt(2))
 
 
+def _limits(x, y, at_neg, at_pos):
+    """y, with GELU's limits where x is -inf / +inf (the float formulas meet inf * 0 there)."""
+    return np.where(np.isneginf(x), at_neg, np.where(np.isposinf(x), at_pos, y))
+
+
 def _gelu_tanh(x):
-    return x / (1 + np.exp(-2 * _K0 * (x + _K1 * x ** 3)))          # = 0.5x(1 + tanh(u))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _limits(x, x / (1 + np.exp(-2 * _K0 * (x + _K1 * x ** 3))), -0.0, np.inf)   # = 0.5x(1 + tanh(u))
 
 
 def _gelu_tanh_grad(x):
-    u = _K0 * (x + _K1 * x ** 3)
-    t = np.tanh(u)
-    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _K0 * (1 + 3 * _K1 * x * x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        u = _K0 * (x + _K1 * x ** 3)
+        t = np.tanh(u)
+        return _limits(x, 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _K0 * (1 + 3 * _K1 * x * x), 0.0, 1.0)
 
 
 def _gelu_erf(x):
-    return x * _phi(x)
+    with np.errstate(invalid="ignore"):
+        return _limits(x, x * _phi(x), -0.0, np.inf)
 
 
 def _gelu_erf_grad(x):
-    return _phi(x) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _limits(x, _phi(x) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi), 0.0, 1.0)
 
 
 # op -> reference on float64 values (the result is rounded to the output dtype)

@@ -218,6 +218,28 @@ def test_specials():
         np.testing.assert_array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]), err_msg=op)
 
 
+@pytest.mark.parametrize("bits", vl_params(VLS))
+def test_non_finite_inputs_follow_the_references(bits):
+    """NaN, -NaN and infinities in random lanes (tails included): max/min, reduce max and add, and
+    the unary ops give their references' NaNs and infinities (as tests/tpp/test_eltwise.py on x86)."""
+    from tests.tpp.test_eltwise import assert_same_non_finite, sprinkle
+
+    def fill(spec, v, rng):
+        if spec.name != "dy":                          # (gradients: x only, as on x86)
+            sprinkle(rng, v, 0.2)
+    cases = [DescCase(Binary(op, 3, 37, dtype=dt, out_dtype=dt), seed=i, fill=fill)
+             for i, (op, dt) in enumerate([("max", "f32"), ("min", "f32"), ("max", "bf16")])]
+    cases += [DescCase(Reduce(op, 5, 21, over), seed=i, fill=fill)
+              for i, (op, over) in enumerate([("max", "rows"), ("max", "cols"), ("add", "cols")])]
+    cases += [DescCase(Unary(op, 3, 37), seed=i, fill=fill)
+              for i, op in enumerate(sorted(o for o in UNARY_OPS if o != "zero"))]
+    cases += [DescCase(Unary(op, 3, 37), seed=i, fill=fill) for i, op in enumerate(sorted(GRAD_OPS))]
+    run_calls([c.call() for c in cases], vl_bits=bits)
+    for c in cases:
+        for got, want in c.results():
+            assert_same_non_finite(got, want, f"VL {bits}: {c.desc}")
+
+
 def test_kernel_on_foreign_host_explains():
     import platform
     if platform.machine() in ("aarch64", "arm64"):

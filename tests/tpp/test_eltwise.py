@@ -203,6 +203,57 @@ def test_reduce(isa, op, over, dts, shp, seed):
     assert (err <= tol).all(), f"max err {err.max()}"
 
 
+def sprinkle(rng, x, rate=0.15):
+    """x with NaN, -NaN, inf and -inf in random lanes (first, last and tail lanes included)."""
+    hit = rng.random(x.shape) < rate
+    x[hit] = rng.choice(np.float32([np.nan, -np.nan, np.inf, -np.inf]), hit.sum()).astype(x.dtype)
+    return x
+
+
+def assert_same_non_finite(got, want, what):
+    """NaN where the reference has NaN, the same inf where it has inf; finite lanes left to the
+    tests above (checked here only for not turning non-finite)."""
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    bad = (np.isnan(g) != np.isnan(w)) | (np.isinf(w) & (g != w)) | (np.isfinite(w) & ~np.isfinite(g))
+    assert not bad.any(), f"{what}: {bad.sum()} lanes differ, e.g. got {g[bad][:4]} want {w[bad][:4]}"
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@given(kind=st.sampled_from(["unary", "grad", "binary", "reduce"]), pick=st.integers(0, 99),
+       dt=st.sampled_from(["f32", "bf16"]), shp=st.data(), seed=st.integers(0, 2 ** 16))
+def test_non_finite_inputs_follow_the_references(isa, kind, pick, dt, shp, seed):
+    """NaN and infinities in any lane: each op gives what its NumPy reference gives (np.maximum's
+    NaN rule for max/min and reduce max; GELU's limits at +-inf)."""
+    m, n, pa, _ = shp.draw(shape(isa))
+    rng = np.random.default_rng(seed)
+    x = sprinkle(rng, data(rng, m, n, None, dt, n + pa))
+    if kind == "reduce":
+        op = sorted(REDUCE_OPS)[pick % len(REDUCE_OPS)]
+        over = "rows" if pick % 2 else "cols"
+        k = get_kernel(Reduce(op, m, n, over, n + pa, dt, "f32"), isa)
+        outs = (np.full(n if over == "rows" else m, 7.0, np.float32),)
+        args = (x,) + outs
+    elif kind == "binary":
+        op = ("max", "min")[pick % 2]
+        k = get_kernel(Binary(op, m, n, n + pa, n + pa, n + pa, dt, dt), isa)
+        y = sprinkle(rng, data(rng, m, n, None, dt, n + pa))
+        outs = (poisoned((m, n), D(dt), n + pa),)
+        args = (x, y) + outs
+    elif kind == "grad":
+        op = sorted(GRAD_OPS)[pick % len(GRAD_OPS)]
+        k = get_kernel(Unary(op, m, n, n + pa, n + pa, dt, dt), isa)
+        outs = (poisoned((m, n), D(dt), n + pa),)
+        args = (data(rng, m, n, None, dt, n + pa), x) + outs
+    else:
+        op = sorted(o for o in UNARY_OPS if o != "zero")[pick % (len(UNARY_OPS) - 1)]
+        k = get_kernel(Unary(op, m, n, n + pa, n + pa, dt, dt), isa)
+        outs = (poisoned((m, n), D(dt), n + pa),)
+        args = (x,) + outs
+    with np.errstate(all="ignore"):
+        want = check(k, args, outs, isa)
+    assert_same_non_finite(outs[0], want[-1], f"{kind} {op}")
+
+
 @pytest.mark.parametrize("isa", ISAS)
 @given(op=st.sampled_from(["transpose", "vnni2", "vnni4", "unvnni2", "unvnni4"]),
        dt=st.sampled_from(["f32", "bf16", "i8"]), shp=st.data(), seed=st.integers(0, 2 ** 16))

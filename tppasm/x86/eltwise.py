@@ -94,9 +94,16 @@ def _relu_bwd(a, v, d, s, t, c):
 
 
 GRAD = {"relu_bwd": (1, _relu_bwd), "gelu_bwd": _grad("gelu_tanh_grad"), "gelu_erf_bwd": _grad("gelu_erf_grad")}
-# max/min follow x86: where either input is NaN the result is ``a`` (np.maximum would give NaN)
+def _nan_vop(name):
+    """max/min as np.maximum/np.minimum: NaN where either input is NaN (see xm.max_nan)."""
+    def emit(a, v, d, s, t, c):
+        xm.max_nan(a, v, d, s[1], s[0], t[0], op=name)
+        return d
+    return emit
+
+
 BINARY = {"add": (0, _vop("vaddps")), "sub": (0, _vop("vsubps")), "mul": (0, _vop("vmulps")),
-          "div": (0, _vop("vdivps")), "max": (0, _vop("vmaxps", 1)), "min": (0, _vop("vminps", 1))}
+          "div": (0, _vop("vdivps")), "max": (1, _nan_vop("vmaxps")), "min": (1, _nan_vop("vminps"))}
 
 
 def _muladd(a, v, d, s, t, c):                      # s = (a, b, c)

@@ -41,7 +41,7 @@ from ..approx import (ERFC_MID, ERFC_POLY, ERFC_POLY_BF16, EXP_POLY, EXP_POLY_BF
 
 K7 = K[7]
 OPMASKS = (K[7], K[6], K[5], K[4])     # one per interleaved chain; k1-k3 are tails', bf16 NaNs', AMX's
-LT, LE, NLT, GE, GT = 1, 2, 5, 13, 14     # vcmpps predicates (NLT: also true for NaN)
+LT, LE, UNORD, NLT, GE, GT = 1, 2, 3, 5, 13, 14     # vcmpps predicates (NLT: also true for NaN)
 SIGN, ABS = -0x80000000, 0x7FFFFFFF
 
 NTMP = {"exp": 3, "sigmoid": 3, "tanh": 5, "gelu_tanh": 4, "gelu_erf": 5, "gelu_erf_bf16": 4,
@@ -282,6 +282,21 @@ def keep_if(a, v, reg, x, y, pred, tmp, k=K7):
     else:
         a.vcmpps(tmp, x, y, pred)
         a.vandps(reg, reg, tmp)
+
+
+def max_nan(a, v, dst, first, second, tmp, op="vmaxps", k=K7):
+    """dst = max(first, second) lane by lane, NaN where either is NaN, as np.maximum (``op``
+    "vminps": np.minimum). ``vmaxps`` alone gives its second source where either is NaN, so
+    lanes where ``first`` is NaN take it back. ``first`` is a register other than ``dst``;
+    ``tmp``: an AVX2 scratch vector; ``k``: the AVX-512 opmask clobbered."""
+    if v.avx512:
+        a.vcmpps(k, first, first, UNORD)
+        getattr(a, op)(dst, first, second)
+        a.vmovaps(dst.mask(k), first)
+    else:
+        a.vcmpps(tmp, first, first, UNORD)
+        getattr(a, op)(dst, first, second)
+        a.vblendvps(dst, dst, first, tmp)
 
 
 def clamp(a, v, dst, src, lo, hi, tmp, c):

@@ -3,6 +3,7 @@
 ``over="cols"`` (one value per row): U vector accumulators walk the row, are combined, then
 reduced across lanes. ``over="rows"`` (one value per column): per block of U column vectors the
 accumulators walk down the rows. Tails load masked lanes; for max they are refilled with -inf.
+Max is np.max's: a NaN anywhere makes the result NaN (:func:`tppasm.x86.math.max_nan`).
 
 >>> import numpy as np, tppasm
 >>> x = np.arange(6, dtype=np.float32).reshape(2, 3); out = np.empty(2, np.float32)
@@ -19,18 +20,19 @@ from .vector import VectorISA
 INIT = {"add": 0.0, "sumsq": 0.0, "max": float("-inf")}
 
 
-def _accumulate(a, v, op, acc, x):
+def _accumulate(a, v, op, acc, x, tmp):
     if op == "add":
         a.vaddps(acc, acc, x)
     elif op == "max":
-        a.vmaxps(acc, acc, x)
+        xm.max_nan(a, v, acc, x, acc, tmp)
     else:
         a.vfmadd231ps(acc, x, x)
 
 
-def _combine(a, op, acc, x):
+def _combine(a, v, op, acc, x, tmp):
+    """acc = op(acc, x); ``tmp``: a scratch vector of their width (AVX2 max)."""
     if op == "max":
-        a.vmaxps(acc, acc, x)
+        xm.max_nan(a, v, acc, x, acc, tmp)
     else:
         a.vaddps(acc, acc, x)
 
@@ -91,7 +93,7 @@ def _over_cols(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes):
         loop = a.label()
         a.bind(loop)
         for j in range(unroll):
-            _accumulate(a, v, op, acc[j], load(a, v, ld[j], x, _at(x, j * lanes, r11), None))
+            _accumulate(a, v, op, acc[j], load(a, v, ld[j], x, _at(x, j * lanes, r11), None), tmp[1])
         a.add(r11, unroll * lanes * x.es)
         a.cmp(r11, blocks * unroll * lanes * x.es)
         a.jb(loop)
@@ -102,20 +104,20 @@ def _over_cols(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes):
         r = load(a, v, ld[j % unroll], x, _at(x, col, r11 if base is r11 else None), t)
         if op == "max":
             _max_tail(a, v, r, t, c, tmp[0])
-        _accumulate(a, v, op, acc[j % unroll], r)
+        _accumulate(a, v, op, acc[j % unroll], r, tmp[1])
     for j in range(1, unroll):
-        _combine(a, op, acc[0], acc[j])
+        _combine(a, v, op, acc[0], acc[j], tmp[1])
     r = acc[0]
     if v.avx512:
         a.vextractf64x4(v.half(tmp[0].num), r, 1)
-        _combine(a, op, v.half(r.num), v.half(tmp[0].num))
+        _combine(a, v, op, v.half(r.num), v.half(tmp[0].num), v.half(tmp[1].num))
     x1, t1 = vec(128, r.num), vec(128, tmp[0].num)
     a.vextractf128(t1, v.half(r.num) if v.avx512 else r, 1)
-    _combine(a, op, x1, t1)
+    _combine(a, v, op, x1, t1, vec(128, tmp[1].num))
     a.vshufps(t1, x1, x1, 0x4E)                   # swap the 64-bit halves
-    _combine(a, op, x1, t1)
+    _combine(a, v, op, x1, t1, vec(128, tmp[1].num))
     a.vmovshdup(t1, x1)
-    _combine(a, op, x1, t1)
+    _combine(a, v, op, x1, t1, vec(128, tmp[1].num))
     _store_scalar(a, v, out, x1, tmp, c)
     a.add(out.reg, out.es)
     a.add(x.reg, x.ld * x.es)
@@ -166,7 +168,7 @@ def _over_rows(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes):
             r = load(a, v, ld[j], src, _at(src, col), t)
             if op == "max":
                 _max_tail(a, v, r, t, c, tmp[0])
-            _accumulate(a, v, op, acc[j], r)
+            _accumulate(a, v, op, acc[j], r, tmp[1])
         a.add(r11, x.ld * x.es)
         a.dec(r10)
         a.jnz(top)
