@@ -156,3 +156,19 @@ SPECIALS = {     # (x, f(x)) pairs; NaN in gives NaN out everywhere
     "rsqrt": [(0.0, INF), (INF, 0.0), (-1.0, NAN)],
     "sqrt": [(0.0, 0.0), (INF, INF), (-1.0, NAN)],
 }
+
+
+# -- non-finite inputs (tests/tpp/test_eltwise.py, test_brgemm.py, tests/aarch64/test_sve_descriptors.py)
+def sprinkle(rng, x, rate=0.15):
+    """x with NaN, -NaN, inf and -inf in random lanes (first, last and tail lanes included)."""
+    hit = rng.random(x.shape) < rate
+    x[hit] = rng.choice(np.float32([np.nan, -np.nan, np.inf, -np.inf]), hit.sum()).astype(x.dtype)
+    return x
+
+
+def assert_same_non_finite(got, want, what):
+    """NaN where the reference has NaN, the same inf where it has inf; finite lanes are left to
+    each op's accuracy tests (checked here only for staying finite)."""
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    bad = (np.isnan(g) != np.isnan(w)) | (np.isinf(w) & (g != w)) | (np.isfinite(w) & ~np.isfinite(g))
+    assert not bad.any(), f"{what}: {bad.sum()} lanes differ, e.g. got {g[bad][:4]} want {w[bad][:4]}"

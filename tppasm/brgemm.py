@@ -45,7 +45,7 @@ BATCHES = ("stride", "offset", "address")
 ACTS = {
     None: lambda x: x,
     "relu": lambda x: np.maximum(x, 0),
-    "gelu": lambda x: 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3))),
+    "gelu": UNARY_OPS["gelu"],
     "gelu_erf": UNARY_OPS["gelu_erf"],
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "tanh": np.tanh,
@@ -188,19 +188,21 @@ class Brgemm(Descriptor):
         c[...] = self.compute(a_blocks, b_blocks, c, bias)
 
     def compute(self, a_blocks, b_blocks, c, bias=None):
-        """beta*C + sum A_i @ B_i (+ bias, act) in float64 / int64, cast to C's dtype."""
+        """beta*C + sum A_i @ B_i (+ bias, act) in float64 / int64, cast to C's dtype (NaN and
+        infinities in, IEEE results out, without warnings)."""
         exact = self.dtype == "i8"
         wide = np.int64 if exact else np.float64
         acc = c.astype(wide) if self.beta else np.zeros(c.shape, wide)
-        for ai, bi in zip(a_blocks, b_blocks):
-            if self.vnni > 1:
-                bi = np.swapaxes(bi, -1, -2).reshape(self.groups * self.vnni, self.n)[:self.k]
-            acc += ai.astype(wide) @ bi.astype(wide)
-        if exact:
-            acc = ((acc + 2 ** 31) % 2 ** 32 - 2 ** 31)
-        if bias is not None:
-            acc += bias.astype(wide)
-        return ACTS[self.act](acc).astype(c.dtype)
+        with np.errstate(invalid="ignore", over="ignore"):
+            for ai, bi in zip(a_blocks, b_blocks):
+                if self.vnni > 1:
+                    bi = np.swapaxes(bi, -1, -2).reshape(self.groups * self.vnni, self.n)[:self.k]
+                acc += ai.astype(wide) @ bi.astype(wide)
+            if exact:
+                acc = ((acc + 2 ** 31) % 2 ** 32 - 2 ** 31)
+            if bias is not None:
+                acc += bias.astype(wide)
+            return ACTS[self.act](acc).astype(c.dtype)
 
 
 def _batched(spec, stride):

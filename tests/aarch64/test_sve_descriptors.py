@@ -16,7 +16,7 @@ from tppasm.sve.brgemm import MmlaBrgemm
 from tppasm.sve.math import ACCURACY
 from tests.aarch64.marks import needs_sve_runner, vl_params
 from tests.aarch64.sve_cases import AddressCase, DescCase, close, same_examples_at_every_vl
-from tests.support import NAN, SPECIALS, samples, ulp_errors
+from tests.support import NAN, SPECIALS, assert_same_non_finite, samples, sprinkle, ulp_errors
 
 VLS = (128, 256, 512)
 EXACT = {"copy", "identity", "zero", "relu", "negate", "square", "sqrt", "relu_bwd",
@@ -220,9 +220,9 @@ def test_specials():
 
 @pytest.mark.parametrize("bits", vl_params(VLS))
 def test_non_finite_inputs_follow_the_references(bits):
-    """NaN, -NaN and infinities in random lanes (tails included): max/min, reduce max and add, and
-    the unary ops give their references' NaNs and infinities (as tests/tpp/test_eltwise.py on x86)."""
-    from tests.tpp.test_eltwise import assert_same_non_finite, sprinkle
+    """NaN, -NaN and infinities in random lanes (tails included): max/min, reduce max and add, the
+    unary ops and BRGEMM epilogues give their references' NaNs and infinities (as
+    tests/tpp/test_eltwise.py and test_brgemm.py on x86)."""
 
     def fill(spec, v, rng):
         if spec.name != "dy":                          # (gradients: x only, as on x86)
@@ -234,6 +234,9 @@ def test_non_finite_inputs_follow_the_references(bits):
     cases += [DescCase(Unary(op, 3, 37), seed=i, fill=fill)
               for i, op in enumerate(sorted(o for o in UNARY_OPS if o != "zero"))]
     cases += [DescCase(Unary(op, 3, 37), seed=i, fill=fill) for i, op in enumerate(sorted(GRAD_OPS))]
+    cases += [DescCase(Brgemm(m=5, n=19, k=7, dtype=dt, act=act, bias=True), seed=i,
+                       fill=lambda spec, v, rng: sprinkle(rng, v, 0.05) if spec.name == "a" else None)
+              for i, (dt, act) in enumerate([("f32", "relu"), ("f32", "gelu"), ("bf16", "gelu_erf"), ("f32", "tanh")])]
     run_calls([c.call() for c in cases], vl_bits=bits)
     for c in cases:
         for got, want in c.results():

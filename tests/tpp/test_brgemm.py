@@ -15,7 +15,7 @@ from tppasm.dtypes import dtype as np_dtype
 from tppasm.operand import OperandError
 from tppasm.x86 import brgemm as x86_brgemm
 from tppasm.x86.brgemm import generate_brgemm, target_features
-from tests.support import isa_params, native
+from tests.support import assert_same_non_finite, isa_params, native, sprinkle
 
 EPS32 = 2.0 ** -23
 # (isa, dtype, target features, where): features None = the target's own (the public call);
@@ -347,6 +347,25 @@ def test_few_row_kernels_stream_b_without_software_prefetch():
         assert prefetches(STREAM_ROWS, dtype) == (0, 0)
         near, far = prefetches(STREAM_ROWS + 1, dtype)
         assert near > 0 and far > 0, (dtype, near, far)
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@settings(max_examples=20, deadline=None)
+@given(m=st.integers(1, 20), n=st.integers(1, 40), k=st.integers(1, 24), count=st.integers(1, 3),
+       act=st.sampled_from([None, "relu", "gelu", "gelu_erf", "sigmoid", "tanh"]), bias=st.booleans(),
+       dtype=st.sampled_from(["f32", "bf16"]), seed=st.integers(0, 2 ** 16))
+def test_non_finite_operands_follow_the_reference(isa, m, n, k, count, act, bias, dtype, seed):
+    """NaN and infinities in A: C holds NaN / inf exactly where the reference's does, through the
+    bias and every activation (relu keeps a NaN; GELU at -inf is -0)."""
+    desc = Brgemm(m=m, n=n, k=k, dtype=dtype, c_dtype="f32", bias=bias, act=act, stride_a=m * k, stride_b=k * n)
+    rng = np.random.default_rng(seed)
+    args, a_blocks, b_blocks, c, _, bias_row = _case(desc, count, rng, 0)
+    sprinkle(rng, args[0], 0.05)
+    want = np.zeros_like(c)
+    with np.errstate(all="ignore"):
+        desc.reference(args[0], args[1], want, *([bias_row] if bias else []), count=count)
+    _run(desc, isa, (None, "native"), args, count)
+    assert_same_non_finite(c, want, f"{desc}")
 
 
 def test_fused_activations_are_emitted():

@@ -12,7 +12,7 @@ from tppasm.eltwise import (BINARY_OPS, GRAD_OPS, REDUCE_OPS, UNARY_OPS, Binary,
                             Transform, Unary)
 from tppasm.kernel import get_kernel
 from tppasm.operand import OperandError
-from tests.support import isa_params, native, poisoned, run_raw
+from tests.support import assert_same_non_finite, isa_params, native, poisoned, run_raw, sprinkle
 
 ISAS = isa_params()
 EXACT = {"copy", "identity", "zero", "relu", "negate", "square", "sqrt", "add", "sub", "mul", "div",
@@ -201,21 +201,6 @@ def test_reduce(isa, op, over, dts, shp, seed):
     tol = scale * (count * 2.0 ** -23 + (2.0 ** -8 if odt == "bf16" else 0)) + 1e-6
     err = np.abs(out.astype(np.float64) - want[1].astype(np.float64))
     assert (err <= tol).all(), f"max err {err.max()}"
-
-
-def sprinkle(rng, x, rate=0.15):
-    """x with NaN, -NaN, inf and -inf in random lanes (first, last and tail lanes included)."""
-    hit = rng.random(x.shape) < rate
-    x[hit] = rng.choice(np.float32([np.nan, -np.nan, np.inf, -np.inf]), hit.sum()).astype(x.dtype)
-    return x
-
-
-def assert_same_non_finite(got, want, what):
-    """NaN where the reference has NaN, the same inf where it has inf; finite lanes left to the
-    tests above (checked here only for not turning non-finite)."""
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    bad = (np.isnan(g) != np.isnan(w)) | (np.isinf(w) & (g != w)) | (np.isfinite(w) & ~np.isfinite(g))
-    assert not bad.any(), f"{what}: {bad.sum()} lanes differ, e.g. got {g[bad][:4]} want {w[bad][:4]}"
 
 
 @pytest.mark.parametrize("isa", ISAS)

@@ -164,8 +164,8 @@ class CTile:
             else:
                 v.load(a, free[0], mem, mask)
                 a.vaddps(c, c, free[0])
-        if d.act == "relu":
-            (a.vpmaxsd if d.dtype == "i8" else a.vmaxps)(c, c, free[1])
+        if d.act == "relu":                 # zero first: vmaxps returns a NaN c (its second source)
+            (a.vpmaxsd if d.dtype == "i8" else a.vmaxps)(c, free[1], c)
         if self.bf16_out:
             self.store_bf16(expr, c, mask, scratch[:2])
         else:
