@@ -7,8 +7,9 @@
   unspecified, and dequantizing it gives NaN or inf, never a finite number;
 - :class:`Dequant`: ``out = beta*out + (c + offset) * row_scale * col_scale``: an int32 BRGEMM
   result back to f32/bf16, ``offset`` per column (int32; ``-128 * column sums of the s8 weights``
-  removes the zero point), ``row_scale`` per row (the activations'), ``col_scale`` per column (the
-  weights' per-channel scales); ``beta=1`` accumulates (a residual).
+  removes the zero point; ``c + offset`` wraps in int32, as the BRGEMM's own sums do),
+  ``row_scale`` per row (the activations'), ``col_scale`` per column (the weights' per-channel
+  scales); ``beta=1`` accumulates (a residual).
 
 >>> import numpy as np, tppasm
 >>> x = np.array([[0.5, -1.0, 0.25]], np.float32)
@@ -96,7 +97,9 @@ class Dequant(_Rows):
                 _full("out", self.out_dtype, self.m, self.n, self.ldo, "ldo", writable=True))
 
     def reference(self, c, offset, row_scale, col_scale, out):
-        v = (c.astype(np.int64) + offset.astype(np.int64)).astype(np.float32).astype(np.float64)
+        # c + offset wraps in int32, as the kernels' vpaddd / add and the BRGEMM's int32 sums do
+        s = (c.astype(np.int64) + offset.astype(np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31
+        v = s.astype(np.float32).astype(np.float64)
         v = v * _to_f64(col_scale)[None, :] * _to_f64(row_scale)[:, None]
         _store(out, v + _to_f64(out) if self.beta else v)
 

@@ -152,6 +152,21 @@ def test_quantize_all_zero_row_is_the_references():
     run_all([case], 128)
 
 
+def test_dequant_wraps_c_plus_offset_in_int32():
+    """c + offset past the int32 range wraps, as on x86 and in the reference."""
+    def edges(spec, v, rng):
+        if spec.name == "c":
+            v[0], v[1] = 2 ** 31 - 5, -2 ** 31 + 3
+        elif spec.name == "offset":
+            v[...] = np.where(np.arange(v.size) % 2, 100, -100)
+        else:
+            v[...] = 1.0                                   # the scales
+    case = DescCase(Dequant(2, 21), fill=edges)
+    out = case.expected[-1][:42].reshape(2, 21)
+    assert out[0, 1] < 0 and out[1, 0] > 0
+    run_all([case], 128)
+
+
 @pytest.mark.parametrize("bits", vl_params(VLS))
 def test_quantize_non_finite_rows_get_a_non_finite_scale(bits):
     """As on x86: a NaN makes its row's scale NaN (beside an inf too), an inf alone makes it inf,

@@ -78,6 +78,20 @@ def test_dequant(isa, odt, beta, shp, seed):
 
 
 @pytest.mark.parametrize("isa", ISAS)
+def test_dequant_wraps_c_plus_offset_in_int32(isa):
+    """c + offset past the int32 range wraps (as the BRGEMM's int32 sums do), in the kernel and
+    in the reference alike."""
+    k = get_kernel(Dequant(2, 21), isa)
+    c = np.full((2, 21), 2 ** 31 - 5, np.int32)
+    c[1] = -2 ** 31 + 3
+    offset = np.where(np.arange(21) % 2, 100, -100).astype(np.int32)
+    out = np.zeros((2, 21), np.float32)
+    want = run(k, (c, offset, np.ones(2, np.float32), np.ones(21, np.float32), out), isa)
+    np.testing.assert_array_equal(out, want)
+    assert out[0, 1] < 0 and out[1, 0] > 0                # wrapped, both ways
+
+
+@pytest.mark.parametrize("isa", ISAS)
 @given(dts=st.sampled_from([("f32", "f32"), ("bf16", "bf16"), ("f32", "bf16")]), shp=st.data(),
        seed=st.integers(0, 2 ** 16))
 def test_swiglu(isa, dts, shp, seed):
