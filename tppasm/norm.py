@@ -128,9 +128,9 @@ class LayerNorm(_Norm):
 
     def reference(self, x, gamma, beta, out):
         x = _to_f64(x)
-        mean = x.mean(axis=1, keepdims=True)
-        var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
         with np.errstate(all="ignore"):
+            mean = x.mean(axis=1, keepdims=True)
+            var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
             _store(out, (x - mean) / np.sqrt(var + self.eps) * _to_f64(gamma) + _to_f64(beta))
 
 

@@ -11,7 +11,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from isa.aarch64.native import run_calls
 from tppasm.brgemm import Brgemm
 from tppasm.eltwise import GRAD_OPS, UNARY_OPS, Binary, Reduce, Ternary, Transform, Unary
+from tppasm.glu import SwiGLU
 from tppasm.kernel import Kernel
+from tppasm.norm import LayerNorm, RMSNorm, Softmax
+from tppasm.rotary import Rotary
 from tppasm.sve.brgemm import MmlaBrgemm
 from tppasm.sve.math import ACCURACY
 from tests.aarch64.marks import needs_sve_runner, vl_params
@@ -221,8 +224,8 @@ def test_specials():
 @pytest.mark.parametrize("bits", vl_params(VLS))
 def test_non_finite_inputs_follow_the_references(bits):
     """NaN, -NaN and infinities in random lanes (tails included): max/min, reduce max and add, the
-    unary ops and BRGEMM epilogues give their references' NaNs and infinities (as
-    tests/tpp/test_eltwise.py and test_brgemm.py on x86)."""
+    unary ops, BRGEMM epilogues, norms, rotary and SwiGLU give their references' NaNs and
+    infinities (as tests/tpp/test_eltwise.py, test_brgemm.py and test_norm.py on x86)."""
 
     def fill(spec, v, rng):
         if spec.name != "dy":                          # (gradients: x only, as on x86)
@@ -237,6 +240,10 @@ def test_non_finite_inputs_follow_the_references(bits):
     cases += [DescCase(Brgemm(m=5, n=19, k=7, dtype=dt, act=act, bias=True), seed=i,
                        fill=lambda spec, v, rng: sprinkle(rng, v, 0.05) if spec.name == "a" else None)
               for i, (dt, act) in enumerate([("f32", "relu"), ("f32", "gelu"), ("bf16", "gelu_erf"), ("f32", "tanh")])]
+    rare = lambda spec, v, rng: sprinkle(rng, v, 0.03) if spec.name in ("x", "gate", "up") else None  # noqa: E731
+    cases += [DescCase(d, seed=i, fill=rare) for i, d in enumerate([
+        Softmax(3, 37, mask="row"), Softmax(4, 70, dtype="bf16", out_dtype="bf16"), LayerNorm(3, 37),
+        RMSNorm(3, 37, dtype="bf16"), Rotary(3, 32, 16), SwiGLU(3, 37)])]
     run_calls([c.call() for c in cases], vl_bits=bits)
     for c in cases:
         for got, want in c.results():

@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 from tppasm.dtypes import dtype as D
 from tppasm.kernel import get_kernel
 from tppasm.norm import LayerNorm, RMSNorm, Softmax
+from tppasm.glu import SwiGLU
 from tppasm.rotary import Rotary, rope_tables
-from tests.support import isa_params, native, poisoned, run_raw
+from tests.support import assert_same_non_finite, isa_params, native, poisoned, run_raw, sprinkle
 
 ISAS = isa_params()
 DTYPES = st.sampled_from([("f32", "f32"), ("bf16", "bf16"), ("f32", "bf16"), ("bf16", "f32")])
@@ -121,6 +122,45 @@ def test_rotary(isa, dts, half, heads, m, pads, seed):
     out = poisoned((m, n), D(odt), n + pads[1])
     want = run(k, (x, cos, sin, out), isa)
     assert_close(out, want, odt, scale=2.0)
+    pads_untouched(out)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@given(kind=st.sampled_from(["softmax", "softmax row mask", "layernorm", "rmsnorm", "rotary", "swiglu"]),
+       dts=DTYPES, shp=st.data(), seed=st.integers(0, 2 ** 16))
+def test_non_finite_inputs_follow_the_reference(isa, kind, dts, shp, seed):
+    """NaN and infinities in some lanes: each output lane is NaN / inf exactly where the
+    reference's is (a row's statistics carry them to the whole row)."""
+    m, n, pi, po = shp.draw(shape(isa))
+    if kind == "rotary":
+        n = 2 * max(1, n // 2)                       # one head of n: pairs (x[j], x[j + n/2])
+    dt, odt = dts
+    rng = np.random.default_rng(seed)
+    x = sprinkle(rng, operand(rng, m, n, dt, n + pi), 0.03)
+    out = poisoned((m, n), D(odt), n + po)
+    gamma = rng.standard_normal(n).astype(np.float32)
+    if kind.startswith("softmax"):
+        masked = "row" if "mask" in kind else None
+        k = get_kernel(Softmax(m, n, n + pi, n + po, dt, odt, 1.0, masked, n), isa)
+        mask = np.where(rng.random(n) < 0.3, -np.inf, 0.0).astype(np.float32)
+        args = (x, mask, out) if masked else (x, out)
+    elif kind == "layernorm":
+        k = get_kernel(LayerNorm(m, n, n + pi, n + po, dt, odt, eps=1e-5), isa)
+        args = (x, gamma, rng.standard_normal(n).astype(np.float32), out)
+    elif kind == "rmsnorm":
+        k = get_kernel(RMSNorm(m, n, n + pi, n + po, dt, odt, eps=1e-6), isa)
+        args = (x, gamma, out)
+    elif kind == "rotary":
+        half = n // 2
+        k = get_kernel(Rotary(m, n, n, n + pi, n + po, half, dt, odt), isa)
+        cos, sin = (np.ascontiguousarray(t, np.float32) for t in rope_tables(rng.integers(0, 4096, m), n))
+        args = (x, cos, sin, out)
+    else:
+        k = get_kernel(SwiGLU(m, n, n + pi, n, n + po, dt, odt), isa)
+        args = (x, sprinkle(rng, operand(rng, m, n, dt, n), 0.03), out)
+    with np.errstate(all="ignore"):
+        want = run(k, args, isa)
+    assert_same_non_finite(out, want, f"{kind} {dts}")
     pads_untouched(out)
 
 
