@@ -92,6 +92,16 @@ def test_code_that_is_not_position_independent_is_not_stored(cache_dir):
     assert got is raw and not from_disk and not code.store._pending
 
 
+def test_kernels_with_counts_past_32_bits_run_uncached_without_a_bug_warning(cache_dir):
+    """2^31 rows take a 64-bit immediate, which the audit cannot tell from an address: the kernel
+    is built and not stored, and no "generator bug" warning is raised (one is for other code)."""
+    code = tc.kernel_code()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        k = tpp.reduce("add", 1 << 40, 8, over="cols")
+    assert k.runnable and not code.store._pending
+
+
 def test_key_covers_every_field_and_the_features(monkeypatch):
     code = kernels.KernelCode(None)
     base = Unary("relu", 4, 8)
