@@ -12,6 +12,7 @@ within :data:`BUDGET` pairs, every candidate checked exactly (:func:`holds`).
 >>> difference_window(1, 0, 2, 1, 1, 2, 1).tolist()        # X[i:i+2] against X[i'+1:i'+3]: x - x' in {0, 1, 2}
 [0, 1, 2]
 """
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,15 +88,17 @@ def ap_meet(s1, n1, d1, s2, n2, d2):
     """Whether ``{s1 + d1*t : 0 <= t < n1}`` and ``{s2 + d2*t : 0 <= t < n2}`` share a value
     (NumPy arrays broadcast; steps are positive ints).
 
-    >>> ap_meet(np.array([0, 1]), 4, 2, 5, 3, 1).tolist(), ap_meet(0, 4, 2, 1, 3, 2).tolist()
+    >>> ap_meet(np.array([0, 1]), 4, 2, 5, 3, 1).tolist(), ap_meet(0, 4, 2, 1, 3, 2)
     ([True, True], False)
     """
-    s1, s2 = np.asarray(s1, np.int64), np.asarray(s2, np.int64)
-    lo = np.maximum(s1, s2)
-    hi = np.minimum(s1 + d1 * (n1 - 1), s2 + d2 * (n2 - 1))
+    scalar = isinstance(s1, int) and isinstance(s2, int)   # plain ints: no NumPy (most calls; ~10x faster)
+    if not scalar:
+        s1, s2 = np.asarray(s1, np.int64), np.asarray(s2, np.int64)
+    lo = max(s1, s2) if scalar else np.maximum(s1, s2)
+    hi = (min if scalar else np.minimum)(s1 + d1 * (n1 - 1), s2 + d2 * (n2 - 1))
     if d1 == 1 and d2 == 1:
         return lo <= hi
-    g = int(np.gcd(d1, d2))
+    g = math.gcd(d1, d2)
     ok = (lo <= hi) & ((s2 - s1) % g == 0)
     if d1 == d2:
         return ok
@@ -103,7 +106,7 @@ def ap_meet(s1, n1, d1, s2, n2, d2):
     m1, m2 = d1 // g, d2 // g
     lcm = d1 * m2
     inv = pow(m1, -1, m2) if m2 > 1 else 0
-    k = (((s2 - s1) // g) % m2) * inv % m2 if m2 > 1 else np.zeros_like(s1 - s2)
+    k = (((s2 - s1) // g) % m2) * inv % m2 if m2 > 1 else 0 * (s1 - s2)
     x0 = s1 + d1 * k                                   # first value of AP1 that AP2's lattice holds
     first = x0 + -(-(lo - x0) // lcm) * lcm            # the first such value >= lo
     return ok & (first <= hi)
