@@ -511,3 +511,13 @@ def test_a_shifted_stencil_races_in_either_direction():
         found = check(kernel("A", Loop(0, 8))(body), (Y,), nthreads=2)
         assert found and abs(found[0].at_first["i"] - found[0].at_second["i"]) == 1
         assert check(kernel("a", Loop(0, 8))(body), (Y,), nthreads=2) == []
+
+
+@given(s1=st.integers(-60, 60), s2=st.integers(-60, 60), n1=st.integers(1, 12), n2=st.integers(1, 12),
+       d1=st.integers(1, 9), d2=st.integers(1, 9))
+def test_ap_meet_is_the_intersection_of_the_progressions(s1, s2, n1, n2, d1, d2):
+    """ap_meet on ints (the Python path) and on arrays (NumPy) against the sets themselves."""
+    from loops.race_search import ap_meet
+    brute = bool(set(range(s1, s1 + d1 * n1, d1)) & set(range(s2, s2 + d2 * n2, d2)))
+    assert ap_meet(s1, n1, d1, s2, n2, d2) is brute
+    assert ap_meet(np.array([s1, s1]), n1, d1, np.array([s2, s2]), n2, d2).tolist() == [brute, brute]
