@@ -29,12 +29,10 @@ from tppasm.operand import OperandSpec, mark_written
 from tppasm.x86.entry import NATIVE_CHECKS, build_entry
 
 from . import display, pool as pool_module, races as _races
-from .aarch64 import nest as nest_aarch64
 from .bind import arity, box_of, check_grid, traced_trees
 from .explain import explain
 from .nest_plan import Layout
 from .pool import Pool
-from .x86 import nest as nest_x86
 from .signature import as_arrays, signature, written_objects
 from .spec import LETTERS, Loop, SpecError, parse, serial_order
 from .trace import PyArray, TraceError, run_python
@@ -42,7 +40,10 @@ from .trace import PyArray, TraceError, run_python
 
 # The nest generator of the host; both run on the native pool (loops.pool picks its machine code).
 ON_AARCH64 = host().arch == "aarch64"
-GENERATOR = nest_aarch64 if ON_AARCH64 else nest_x86
+if ON_AARCH64:                 # only the host's generator is imported (the other toolchain: ~40 ms)
+    from .aarch64 import nest as GENERATOR
+else:
+    from .x86 import nest as GENERATOR
 
 
 def kernel(spec, *loops, pool=None, races="refuse"):

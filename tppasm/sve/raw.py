@@ -12,8 +12,6 @@ ctypes); elsewhere ``address`` is None and the code runs only under an emulator
 """
 import platform
 
-from isa.aarch64 import disassemble
-
 from ..backends import register
 
 AARCH64_HOST = platform.machine() in ("aarch64", "arm64")
@@ -32,6 +30,7 @@ class SveCode:
 
     def disassemble(self) -> str:
         """The code as text (capstone)."""
+        from isa.aarch64 import disassemble      # the AArch64 toolchain loads on first use (~35 ms)
         return disassemble(self.code)
 
     def __repr__(self):
