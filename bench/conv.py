@@ -33,7 +33,7 @@ import numpy as np
 import tppasm as tpp
 from bench.common import Report, write_json
 from bench.conv_nest import Blocking, Conv, ConvNest
-from bench.versus import add_arguments, fastest, geomean, peak_loop, quick_seconds, setup, versus
+from bench.versus import add_arguments, fastest, geomean, peak_loop, quick_seconds, ranked, setup, versus
 from tppasm.conv_layout import block_activations, block_weights, unblock_activations
 
 # ResNet-50 v1.5 (stride in the 3x3 of each stage's first block): name, C, K, H=W, R=S, stride,
@@ -136,27 +136,28 @@ def default_spec(shape, threads):
 
 def tune_layer(shape, dtype, x, w, pool, threads, quick=False):
     """The fastest (ConvNest, spec, views) for ``shape`` on NCHW operands ``x``, ``w``: every
-    :func:`blockings` knob set timed with :func:`default_spec`; the loop kernel's tuner
-    (``lk.tune``) over :func:`spec_candidates` for the two fastest; then the three best specs of
-    each timed again in interleaved rounds with the bench's clock (:func:`bench.versus.fastest`:
-    the tuner's single calls on the wall clock rank close candidates by chance on a busy machine),
-    each in a fresh nest (a tuned loop kernel runs its remembered best whatever spec it is given)."""
+    :func:`blockings` knob set timed with :func:`default_spec` in interleaved rounds
+    (:func:`bench.versus.ranked`; timed one after another, a call each, they let a slow phase of
+    the host decide which went on); the loop kernel's tuner (``lk.tune``) over
+    :func:`spec_candidates` for the two fastest; then the three best specs of each timed again in
+    interleaved rounds with the bench's clock (:func:`bench.versus.fastest`: the tuner's single
+    calls on the wall clock rank close candidates by chance on a busy machine), each in a fresh
+    nest (a tuned loop kernel runs its remembered best whatever spec it is given)."""
     def build(bl, spec):
         nest = ConvNest(shape, dtype, bl, spec=spec, pool=pool)
         return nest, nest.views(block_activations(x, bl.bc, shape.pad, dtype),
                                 block_weights(w, bl.bc, bl.bk, dtype), nest.output())
 
-    timed = []
-    for bl in blockings(shape, dtype, quick):
-        nest, views = build(bl, default_spec(shape, threads))
-        timed.append((quick_seconds(lambda: nest.lk(*views)), bl))
-    timed.sort(key=lambda t: t[0])
+    knobs = blockings(shape, dtype, quick)
+    built = [build(bl, default_spec(shape, threads)) for bl in knobs]
+    order = ranked([lambda n=n, v=v: n.lk(*v) for n, v in built], rounds=3, seconds=0.01)
+    del built                                       # (their operands: up to ~60 MB each at N=8)
     finalists = []
-    for _, bl in timed[:1 if quick else 2]:
+    for bl in [knobs[i] for i in order[:1 if quick else 2]]:
         nest, views = build(bl, default_spec(shape, threads))
         nest.lk.tune(*views, specs=spec_candidates(shape, threads), reps=3, progress=False)
-        ranked = sorted((t, sp) for sp, t, _ in nest.lk.last_tuning if t is not None)
-        finalists += [(bl, sp) for _, sp in ranked[:1 if quick else 3]]
+        by_time = sorted((t, sp) for sp, t, _ in nest.lk.last_tuning if t is not None)
+        finalists += [(bl, sp) for _, sp in by_time[:1 if quick else 3]]
     built = [(*build(bl, sp), sp) for bl, sp in finalists]          # (nest, views, spec)
     nest, views, spec = built[fastest([lambda n=n, v=v: n.lk(*v) for n, v, _ in built])]
     return nest, spec, views

@@ -75,17 +75,26 @@ def peak_loop(dtype, work, threads=1):
     return fn, work / loop_work
 
 
+def ranked(fns, rounds=5, seconds=0.03):
+    """Indices of ``fns`` (candidates of ours, no peers), fastest first: each timed in turn in each
+    of ``rounds`` rounds (calls repeated to ~``seconds``), by median, so a slow phase of the host
+    hits every candidate alike instead of the one timed during it. No pauses between them (those
+    are for peers whose idle workers spin, see :func:`use_threads`).
+
+    >>> ranked([lambda: sum(range(2000)), lambda: sum(range(20))], rounds=3, seconds=0.001)
+    [1, 0]
+    """
+    times = interleaved(fns, rounds, seconds, _clock[0], settle=0.0)
+    return [int(i) for i in np.argsort([np.median(t) for t in times], kind="stable")]
+
+
 def fastest(fns, rounds=5, seconds=0.03):
-    """Index of the fastest of ``fns`` (candidates of ours, no peers): each timed in turn in each
-    of ``rounds`` rounds (calls repeated to ~``seconds``), the lowest median winning, so a slow
-    phase of the host hits every candidate alike instead of the one timed during it. No pauses
-    between them (those are for peers whose idle workers spin, see :func:`use_threads`).
+    """Index of the fastest of ``fns`` (:func:`ranked`'s first).
 
     >>> fastest([lambda: sum(range(2000)), lambda: sum(range(20))], rounds=3, seconds=0.001)
     1
     """
-    times = interleaved(fns, rounds, seconds, _clock[0], settle=0.0)
-    return int(np.argmin([np.median(t) for t in times]))
+    return ranked(fns, rounds, seconds)[0]
 
 
 def quick_seconds(fn, seconds=0.01, runs=3):
