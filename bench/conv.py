@@ -151,7 +151,7 @@ def tune_layer(shape, dtype, x, w, pool, threads, quick=False):
     knobs = blockings(shape, dtype, quick)
     built = [build(bl, default_spec(shape, threads)) for bl in knobs]
     order = ranked([lambda n=n, v=v: n.lk(*v) for n, v in built], rounds=3, seconds=0.01)
-    del built                                       # (their operands: up to ~60 MB each at N=8)
+    del built                                       # (their operands: up to ~30 MB each at N=8)
     finalists = []
     for bl in [knobs[i] for i in order[:1 if quick else 2]]:
         nest, views = build(bl, default_spec(shape, threads))

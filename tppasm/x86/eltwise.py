@@ -94,6 +94,8 @@ def _relu_bwd(a, v, d, s, t, c):
 
 
 GRAD = {"relu_bwd": (1, _relu_bwd), "gelu_bwd": _grad("gelu_tanh_grad"), "gelu_erf_bwd": _grad("gelu_erf_grad")}
+
+
 def _nan_vop(name):
     """max/min as np.maximum/np.minimum: NaN where either input is NaN (see xm.max_nan)."""
     def emit(a, v, d, s, t, c):

@@ -2,7 +2,7 @@
 (:mod:`tppasm.quant`).
 
 Quantize: per row, the maximum |x| (pass 1, as int32 bit patterns, so a NaN in the row makes it
-NaN: ``rows.REDUCE_OPS``), then ``vcvtps2dq(x * 127/max) + 128`` packed to bytes
+NaN: ``rows.LANE_OPS``), then ``vcvtps2dq(x * 127/max) + 128`` packed to bytes
 with unsigned saturation (AVX-512 ``vpmovusdb`` and a masked byte store; AVX2 ``vpackusdw`` /
 ``vpackuswb`` and one ``vpextrb`` per tail byte). Dequant: per vector ``vpaddd`` the column
 offsets, ``vcvtdq2ps``, two multiplies, and an add of the output for beta=1.

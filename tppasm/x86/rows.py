@@ -58,12 +58,12 @@ def walk(a, v, n, unroll, vector, tail=None, idx=IDX):
 # "max_bits": the maximum of non-negative floats compared as int32 bit patterns, where a NaN's bits
 # exceed inf's and inf's exceed every finite value's: unlike vmaxps (which returns its second
 # operand when either is NaN, so a running maximum forgets a NaN), a NaN anywhere wins.
-REDUCE_OPS = {"add": "vaddps", "max": "vmaxps", "max_bits": "vpmaxsd"}
+LANE_OPS = {"add": "vaddps", "max": "vmaxps", "max_bits": "vpmaxsd"}
 
 
 def hreduce(a, v, acc, tmp, op):
-    """acc = op over its lanes (op "add", "max" or "max_bits": see REDUCE_OPS), in every lane."""
-    f = getattr(a, REDUCE_OPS[op])
+    """acc = op over its lanes (op "add", "max" or "max_bits": see LANE_OPS), in every lane."""
+    f = getattr(a, LANE_OPS[op])
     if v.avx512:
         a.vshuff64x2(tmp, acc, acc, 0x4E)
         f(acc, acc, tmp)
@@ -79,7 +79,7 @@ def hreduce(a, v, acc, tmp, op):
 
 def combine(a, accs, op):
     """accs[0] = op of all ``accs`` (lane by lane; op as for :func:`hreduce`)."""
-    f = getattr(a, REDUCE_OPS[op])
+    f = getattr(a, LANE_OPS[op])
     for r in accs[1:]:
         f(accs[0], accs[0], r)
 
