@@ -2,6 +2,7 @@
 leading dimensions and batch strides, both betas, all three batch kinds, the epilogue; outputs
 poisoned and every element checked; operands sized exactly so the interpreter faults on any read
 past them. Plus the errors bad input raises."""
+import re
 
 import numpy as np
 import pytest
@@ -221,6 +222,49 @@ def test_brgemm_in_batch_chunks(isa, dtype, features, data):
         mp.setattr(x86_brgemm, "FAR_BLOCK_BYTES", 0)
         _run(desc, isa, (tuple(target_features(isa)) if feats is None else feats, where), args, count)
     _check(desc, c, pad, a_blocks, b_blocks, c0, bias)
+
+
+@pytest.mark.parametrize("isa, dtype, features", _params())
+@settings(max_examples=10)
+@given(data=st.data())
+def test_brgemm_streaming_a(isa, dtype, features, data):
+    """Tall A against a narrow B (one column block of tiles, an A block 4x the B block or more):
+    no batch chunks, and each k loop prefetches the next row tile's A lines, past the last tile
+    too (prefetches never fault: the interpreter runs them against the operands' edges)."""
+    feats, where = features
+    small = not native(isa) or where == "interp"
+    n = data.draw(st.integers(1, 8 if small else 16))
+    m = data.draw(st.integers(max(4 * n, 17), 40 if small else 120))      # > the 16 rows of a tile
+    k = data.draw(st.integers(33 if dtype == "f32" else 65, 80 if small else 160))
+    batch = data.draw(st.sampled_from(["stride", "offset", "address"]))
+    desc = Brgemm(m=m, n=n, k=k, dtype=dtype, batch=batch, beta=data.draw(st.integers(0, 1)),
+                  c_dtype=data.draw(st.sampled_from(["f32", "bf16"])) if dtype == "bf16" else "")
+    variant = (tuple(target_features(isa)) if feats is None else feats, where)
+    assert x86_brgemm.Gen(desc, isa, variant[0]).streams_a(), desc
+    count = data.draw(st.integers(1, 3 if small else 5))
+    args, a_blocks, b_blocks, c, pad, bias = _case(desc, count, np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1))), 0)
+    c0 = c.copy()
+    _run(desc, isa, variant, args, count)
+    _check(desc, c, pad, a_blocks, b_blocks, c0, bias)
+
+
+def test_streaming_a_rule():
+    """Which kernels stream A (no chunks, next-tile A prefetches): a flat 1x1 convolution's
+    448 x 64 x 64 in every dtype; not square blocks, several column blocks, GEMVs or B blocks
+    whose batch outgrows L2."""
+    def streams(**kw):
+        gen = x86_brgemm.Gen(Brgemm(**kw), "avx512", target_features("avx512"))
+        return gen.streams_a(), gen.chunk_size()
+    for dtype in ("f32", "bf16", "i8"):
+        k = {"f32": 64, "bf16": 64, "i8": 128}[dtype]
+        assert streams(m=448, n=64, k=k, dtype=dtype) == (True, 0)
+        assert not streams(m=64, n=64, k=k, dtype=dtype)[0]
+        assert not streams(m=4, n=64, k=2048, dtype=dtype)[0]
+    assert not streams(m=448, n=128, k=64)[0]          # two column blocks: A rows read twice
+    assert not streams(m=4096, n=64, k=512)[0]         # 16 B blocks of 128 KiB
+    text = generate_brgemm(Brgemm(m=448, n=64, k=64), "avx512").disassemble()
+    ahead = re.findall(r"prefetcht1 \[\w+\+0?([0-9A-F]+)h\]", text)
+    assert [int(x, 16) for x in ahead[:6]] == [(6 + i) * 256 for i in range(6)], ahead   # rows 6..11 of 256 B
 
 
 @pytest.mark.parametrize("isa, dtype, features", _params())
