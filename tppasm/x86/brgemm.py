@@ -150,7 +150,7 @@ class Gen(CTile):
         """Batch blocks per chunk, 0 for none. Every tile sweeps its batch blocks, so when they
         overflow L2 each tile would fetch them from L3 again; in chunks that fit, all tiles take
         one chunk (C keeping the partial sums) before the next. Not with bf16 C (partial sums
-        need fp32)."""
+        need fp32), nor where A streams (:meth:`streams_a`)."""
         return 0 if self.bf16_out or self.streams_a() else max(1, CHUNK_BYTES // self.block_bytes())
 
     def streams_a(self):
