@@ -20,12 +20,12 @@ against them.
 >>> [r["reading"] for r in rows], min(rows, key=lambda r: abs(r["model / measured"] - 1))["reading"]
 (['in-order', 'ooo', 'renamed'], 'ooo')
 """
+from .amx_choices import READINGS
 from .amx_model import TDP_WORK, simulate
 
 MEASURED_GFLOPS = 1346.0          # bf16 64x64x64 x 16, the kernel of commit 999c59b
 MEASURED_SMALL_US = 0.87          # a call of the bf16 32x32x32 x 1 kernel
 PEAK_GFLOPS = 2800.0              # tdpbf16ps on independent tiles, same host
-READINGS = {"in-order": dict(in_order=True), "ooo": {}, "renamed": dict(renaming=True)}
 A_BASE, B_BASE, C_BASE = 1 << 30, 2 << 30, 3 << 30
 
 
