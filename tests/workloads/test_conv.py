@@ -98,6 +98,21 @@ def test_flat_1x1_spans_output_rows():
     assert_close(got, ref, "f32")
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_flat_1x1_streaming_its_input(dtype):
+    """A whole 8x8 image per BRGEMM against 16 output channels: the x86 kernel streams A (no batch
+    chunks, next-tile prefetches; tppasm.x86.brgemm.Gen.streams_a), as ResNet-50's 56x56 1x1
+    layers do, and the convolution still matches."""
+    shape, bl = Conv(n=2, c=32, k=32, h=8, w=8), Blocking(bc=16, bk=16, bw=64)
+    if host().arch == "x86_64":
+        from tppasm.x86.brgemm import Gen, target_features
+        desc = Brgemm(m=64, n=16, k=16, dtype=dtype, lda=16, ldb=16, ldc=16, stride_a=8 * 8 * 16, stride_b=16 * 16)
+        isa = "avx512" if host().isa == "amx" else host().isa      # (AMX hosts: bf16 runs on tiles)
+        assert Gen(desc, isa, target_features(isa)).streams_a()
+    got, ref = run_conv(shape, dtype, bl)
+    assert_close(got, ref, dtype)
+
+
 @pytest.mark.parametrize("isa, dtype", [("avx2", "f32"), ("avx2", "bf16"), ("avx512", "f32"), ("avx512", "bf16"),
                                          ("amx", "bf16")])
 def test_brgemm_reads_overlapping_a_rows(isa, dtype):
