@@ -3,13 +3,14 @@ dependencies fits the hardware.
 
 Issue #12 timed, on an Emerald Rapids Xeon (one core, ``python -m bench tpp``, its first run), the
 AMX BRGEMM of that time (commit ``999c59b``): bf16 64x64x64 x 16 at 1,346 GFLOP/s, against a
-``tdpbf16ps`` loop on independent tiles at 2,800 GFLOP/s; and, later that day in a noisier period,
-a call of the 32x32x32 x 1 kernel at ~0.87 us. That kernel had no software pipeline: each k step ran ``A0 B0 tdp B1 tdp A1 tdp
-tdp`` (every operand tile loaded right before its first ``tdp*``), with one ``ldtilecfg`` and
-one ``tilerelease`` per call and no prefetch. :func:`old_trace` rebuilds its tile instructions;
-:func:`calibrate` models both calls in each reading of :mod:`bench.amx_model`, takes the small
-call's measured time minus its modelled time as the cost of a call itself, and compares the
-large call's modelled time plus that cost with its measured time. Cycles become microseconds at
+``tdpbf16ps`` loop on independent tiles at 2,800 GFLOP/s; and, later that day in a noisier
+period, a call of the 32x32x32 x 1 kernel at ~0.87 us. That kernel had no software pipeline:
+each k step ran ``A0 B0 tdp B1 tdp A1 tdp tdp`` (every operand tile loaded right before its first
+``tdp*``), with one ``ldtilecfg`` and one ``tilerelease`` per call and no prefetch.
+:func:`old_trace` rebuilds its tile instructions; :func:`calibrate` models both calls in each
+reading of :mod:`bench.amx_model`, takes the small call's measured time minus its modelled time
+as the cost of a call itself, and compares the large call's modelled time plus that cost with
+its measured time. Cycles become microseconds at
 the clock the peak implies (2,800 GFLOP/s / 1,024 flops per cycle = 2.73 GHz).
 
 One measurement, and the clock is inferred, so this weighs the readings rather than fits the

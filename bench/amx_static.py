@@ -125,6 +125,14 @@ def model(stats, dtype, m, n, k, count):
     return out, res
 
 
+def _table(title, rows):
+    """A Report of ``rows`` (dicts with the same keys, in column order)."""
+    rep = Report(title, list(rows[0]))
+    for row in rows:
+        rep.add(*row.values())
+    return rep
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench amx-static")
     p.add_argument("--json")
@@ -165,20 +173,11 @@ def main(argv=None):
     reports = [rep]
     if args.choices:
         from .amx_choices import compare
-        rows = compare()
-        cols = list(rows[0])
-        choice = Report("Candidate blockings, 64 k steps, loads right after their tile's last reader: "
-                        "MODELLED fraction of cycles the TMUL is busy", cols)
-        for row in rows:
-            choice.add(*row.values())
-        reports.append(choice)
+        reports.append(_table("Candidate blockings, 64 k steps, loads right after their tile's last reader: "
+                              "MODELLED fraction of cycles the TMUL is busy", compare()))
     from .amx_calibration import calibrate
-    rows = calibrate()
-    calib = Report("Calibration: the unpipelined kernel issue #12 measured on an Emerald Rapids core "
-                   "(bf16 64x64x64 x 16, 1,346 GFLOP/s), MODELLED in each reading", list(rows[0]))
-    for row in rows:
-        calib.add(*row.values())
-    reports.append(calib)
+    reports.append(_table("Calibration: the unpipelined kernel issue #12 measured on an Emerald Rapids core "
+                          "(bf16 64x64x64 x 16, 1,346 GFLOP/s), MODELLED in each reading", calibrate()))
     write_json(args.json, reports)
     return 0
 

@@ -163,10 +163,16 @@ class Gen(CTile):
         batch 8 (448 x 64 x 64, 4 blocks), GFLOP/s: chunks of one block with their next-chunk
         prefetch (before) 150-164, no chunks 138-145, chunks and the next-tile prefetch 162-178,
         the next-tile prefetch alone 180-192; res3a_branch2a 154-161 -> 178-180."""
-        d, p = self.d, self.plan
+        d = self.d
+        row_blocks, col_blocks = self.tile_blocks()
         b_block = d.k * d.n * self.es_b
-        return (-(-p.nvec // p.vecs) == 1 and d.m > p.rows and d.m * d.k * self.es_a >= STREAM_A_RATIO * b_block
+        return (col_blocks == 1 and row_blocks > 1 and d.m * d.k * self.es_a >= STREAM_A_RATIO * b_block
                 and b_block * L2_COUNT <= L2_BYTES)
+
+    def tile_blocks(self):
+        """(row blocks, column blocks) of tiles over C."""
+        d, p = self.d, self.plan
+        return -(-d.m // p.rows), -(-p.nvec // p.vecs)
 
     def block_bytes(self):
         """A and B bytes of one batch block."""
@@ -293,9 +299,9 @@ class Gen(CTile):
         per row block; columns outer keeps a column panel of B in L2 while A streams once per
         column block. Rows outer unless A and B of a chunk (else of ~16 batch blocks) overflow a
         512 KiB L2 and columns outer moves fewer bytes."""
-        d, p = self.d, self.plan
+        d = self.d
         footprint = (d.m * d.k * self.es_a + d.k * d.n * self.es_b) * min(self.chunk or L2_COUNT, L2_COUNT)
-        row_blocks, col_blocks = -(-d.m // p.rows), -(-p.nvec // p.vecs)
+        row_blocks, col_blocks = self.tile_blocks()
         return footprint <= L2_BYTES or d.n * self.es_b * row_blocks <= d.m * self.es_a * col_blocks
 
     def column_block(self, first, vecs, times, masked):
