@@ -39,7 +39,9 @@ def descriptors():
            Brgemm(20, 24, 33, dtype="bf16", c_dtype="bf16", bias=True, act="tanh"),
            Brgemm(32, 32, 64, dtype="i8"), Brgemm(9, 17, 13, dtype="i8", signs="ss", beta=1, act="relu"),
            Brgemm(64, 64, 64, dtype="bf16", c_dtype="bf16", beta=1),      # AMX: batch chunks
-           Brgemm(448, 64, 64)]                                            # x86: A streams
+           Brgemm(448, 64, 64),                                            # x86: A streams
+           Brgemm(28, 64, 64, lda=128, bias=True, act="relu", stream_c=True),  # x86: C streams
+           Brgemm(28, 64, 64, dtype="bf16", c_dtype="bf16", stream_c=True)]
     out += [Unary(op, 5, 37) for op in UNARY_OPS] + [Unary(op, 3, 20) for op in GRAD_OPS]
     out += [Unary("relu", 4, 33, bitmask=True), Unary("copy", 6, 19, out_dtype="bf16"),
             Unary("gelu_erf", 3, 50, dtype="bf16", out_dtype="bf16")]

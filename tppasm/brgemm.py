@@ -20,6 +20,14 @@ are never used (``vnni_pack`` writes zeros there; any values are ignored). Epilo
 "sigmoid", "tanh", on the fp32 sums (a bf16 C is rounded once, after it; for a bf16 C the x86
 kernels evaluate gelu_erf to 2^-16 relative, ~1/128 of the rounding, in half the instructions).
 
+``stream_c=True`` asks for non-temporal stores of C (around the caches, no read for ownership):
+for outputs written once and too large for the caches to keep until their next reader, such as
+a convolution layer's output at batch 8. It is a hint that changes no result: the AVX2 and
+AVX-512 kernels follow it for the full vectors of an fp32 or bf16 C in their final stores (after
+the last batch chunk, see :mod:`tppasm.x86.brgemm`) when the tile's address is aligned to the
+store (checked at run time; ``ldc`` must keep rows aligned) and there is no transcendental
+activation; other stores, and the AMX and SVE kernels, store as usual.
+
 >>> import numpy as np, tppasm
 >>> gemm = tppasm.brgemm(m=2, n=3, k=4)
 >>> A = np.ones((2, 2, 4), np.float32); B = np.ones((2, 4, 3), np.float32)
@@ -72,6 +80,7 @@ class Brgemm(Descriptor):
     act: object = None
     tile_setup: bool = True     # AMX: True = load its config when another is loaded; False = a nest's (tileconfig())
     signs: str = "us"           # i8: A and B (u)nsigned or (s)igned: us (u8 x s8), ss, su, uu
+    stream_c: bool = False      # non-temporal stores of C where the kernel can (see the module docstring)
 
     kind = "brgemm"
     scalars = ("count",)
@@ -114,6 +123,7 @@ class Brgemm(Descriptor):
         _need(self.bias in (False, True), "bias", self.bias, "True or False")
         _need(self.act in ACTS, "act", self.act, ", ".join(map(repr, ACTS)))
         _need(self.tile_setup in (False, True), "tile_setup", self.tile_setup, "True or False")
+        _need(self.stream_c in (False, True), "stream_c", self.stream_c, "True or False")
         _need(self.signs in SIGNS if self.dtype == "i8" else self.signs == "us", "signs", self.signs,
               f"one of {', '.join(map(repr, SIGNS))} (signedness of A and B) for dtype='i8', else 'us'")
         if self.dtype == "i8":
@@ -345,7 +355,7 @@ def _check_buffer(spec, buf, offsets, who):
 
 
 def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0, beta=0, c_dtype="",
-           batch="stride", bias=False, act=None, tile_setup=True, signs="us", isa=None):
+           batch="stride", bias=False, act=None, tile_setup=True, signs="us", stream_c=False, isa=None):
     """A JIT'd BRGEMM kernel: call it as ``gemm(A, B, C, count=c)`` (see the module docstring).
 
     >>> import numpy as np, tppasm
@@ -357,7 +367,7 @@ def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0,
     """
     desc = Brgemm(m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc, stride_a=stride_a, stride_b=stride_b,
                   beta=beta, dtype=dtype, c_dtype=c_dtype, batch=batch, bias=bias, act=act,
-                  tile_setup=tile_setup, signs=signs)
+                  tile_setup=tile_setup, signs=signs, stream_c=stream_c)
     kernel = get_kernel(desc, isa)
     return kernel if desc.batch == "stride" else BatchedBrgemm(kernel)
 

@@ -19,6 +19,7 @@ from tppasm.x86.brgemm import generate_brgemm, target_features
 from tests.support import assert_same_non_finite, isa_params, native, sprinkle
 
 EPS32 = 2.0 ** -23
+TRANSCENDENTAL = ("gelu", "gelu_erf", "sigmoid", "tanh")
 # (isa, dtype, target features, where): features None = the target's own (the public call);
 # AVX-512 runs both inner products of each dtype; "interp" runs the code in the interpreter even
 # where the host could run it (any read past an operand faults there)
@@ -155,7 +156,7 @@ def _check(desc, got, pad, a_blocks, b_blocks, c0, bias):
     mag = sum(np.abs(ai.astype(wide)) @ np.abs(_plain(desc, bi).astype(wide)) for ai, bi in zip(a_blocks, b_blocks))
     mag = mag + (np.abs(c0.astype(wide)) if desc.beta else 0) + (np.abs(bias) if bias is not None else 0)
     tol = (desc.k * len(a_blocks) + 3) * EPS32 * mag + 1e-30
-    if desc.act in ("gelu", "gelu_erf", "sigmoid", "tanh"):   # slopes <= 1.13; emitters within 6 ulp (x86.math)
+    if desc.act in TRANSCENDENTAL:   # slopes <= 1.13; emitters within 6 ulp (x86.math)
         tol = 1.2 * tol + 8 * EPS32 * np.abs(want) + 1e-37
     if desc.c_dtype == "bf16":
         tol = tol + 2.0 ** -8 * np.abs(want)
@@ -247,6 +248,43 @@ def test_brgemm_streaming_a(isa, dtype, features, data):
     c0 = c.copy()
     _run(desc, isa, variant, args, count)
     _check(desc, c, pad, a_blocks, b_blocks, c0, bias)
+
+
+@pytest.mark.parametrize("isa, dtype, features", _params())
+@settings(max_examples=12)
+@given(data=st.data())
+def test_brgemm_streaming_c(isa, dtype, features, data):
+    """``stream_c=True``: non-temporal stores of C where its tile is aligned (checked at run time),
+    plain ones elsewhere, after the last batch chunk only; the same results whatever C's alignment
+    (the interpreter faults on a misaligned non-temporal store)."""
+    feats, where = features
+    small = not native(isa) or where == "interp"
+    drawn = data.draw(descriptors(dtype, small))
+    vec = 16 if isa == "avx512" else 8                       # fp32 lanes of a vector
+    ldc = data.draw(st.sampled_from([drawn.ldc, -(-drawn.n // vec) * vec, -(-drawn.n // vec) * vec + 2 * vec]))
+    desc = Brgemm(**{**{f: getattr(drawn, f) for f in ("m", "n", "k", "lda", "ldb", "stride_a", "stride_b", "beta",
+                                                       "dtype", "c_dtype", "batch", "bias", "act")},
+                     "ldc": ldc, "stream_c": True})
+    variant = (tuple(target_features(isa)) if feats is None else feats, where)
+    per_chunk = data.draw(st.sampled_from([0, 1, 2]))              # 0: the kernel's own chunks
+    count = data.draw(st.integers(1, 4))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+    args, a_blocks, b_blocks, c, pad, bias = _case(desc, count, rng, 0)
+    off = data.draw(st.sampled_from([0, 0, 1, 8]))                # elements past a 64-byte boundary
+    full = tppasm.empty((off + desc.m * ldc,), c.dtype)[off:].reshape(desc.m, ldc)
+    full[...] = c.base                                             # C and its poisoned padding
+    args = [full[:, :desc.n] if x is c else x for x in args]
+    c0 = c.copy()
+    with pytest.MonkeyPatch.context() as mp:
+        if per_chunk:
+            mp.setattr(x86_brgemm.Gen, "chunk_size", lambda self: 0 if self.bf16_out else per_chunk)
+        text = generate_brgemm(desc, isa, variant[0]).disassemble()
+        es = np_dtype(desc.c_dtype).itemsize
+        aligned = ldc * es % (vec * (2 if desc.c_dtype == "bf16" else 4)) == 0
+        full_vectors = desc.n >= vec                                # tails store under a mask
+        assert ("vmovnt" in text) == (aligned and full_vectors and desc.act not in TRANSCENDENTAL), desc
+        _run(desc, isa, variant, args, count)
+    _check(desc, full[:, :desc.n], full[:, desc.n:], a_blocks, b_blocks, c0, bias)
 
 
 def test_streaming_a_rule():

@@ -117,10 +117,13 @@ class Gen(CTile):
         self.far_a, self.far_b = self.far_distances()
         self.near_b = self.near_distance()
         self.next_rows = self.streams_a()
+        self.stream_c = self.streams_c()
         if self.chunk:
             self.over_chunks(self.all_tiles)
         else:
             self.all_tiles()
+        if self.stream_c:
+            self.a.sfence()                 # the non-temporal stores are visible before we return
         self.fn.stack(self.slots["end"])
         if self.consts.table:
             self.consts.finish(self.fn)

@@ -73,9 +73,10 @@ class CTile:
         a.vpslld(reg, reg, 16)
 
     def epilogue(self, rows, vecs, acc, masked, free):
-        """Store the tile: with the epilogue after the last chunk, as plain partial sums before."""
+        """Store the tile: with the epilogue (and ``stream_c``) after the last chunk, as plain
+        partial sums before."""
         d, a = self.d, self.a
-        if not (self.chunk and (d.bias or d.act)):
+        if not (self.chunk and (d.bias or d.act or self.stream_c)):
             self.finish_tile(rows, vecs, acc, masked, free)
             return
         full, done = a.label(), a.label()
@@ -127,9 +128,33 @@ class CTile:
             a.dec(count)
             a.jnz(loop)
             return
+        if not self.stream_c:
+            self.store_tile(rows, vecs, acc, masked, free, nt=False)
+            return
+        plain, done = a.label(), a.label()          # non-temporal stores need aligned addresses
+        a.test(r["crow"], self.store_bytes() - 1)
+        a.jnz(plain)
+        self.store_tile(rows, vecs, acc, masked, free, nt=True)
+        a.jmp(done)
+        a.bind(plain)
+        self.store_tile(rows, vecs, acc, masked, free, nt=False)
+        a.bind(done)
+
+    def store_tile(self, rows, vecs, acc, masked, free, nt):
         for j in range(vecs):
             for i in range(rows):
-                self.finish(acc[i][j], j, masked[j], self.c_mem(i, j), free)
+                self.finish(acc[i][j], j, masked[j], self.c_mem(i, j), free, nt)
+
+    def store_bytes(self):
+        """Bytes of one full vector of C as stored (the alignment a non-temporal store needs)."""
+        return self.v.bytes // 2 if self.bf16_out else self.v.bytes
+
+    def streams_c(self):
+        """Whether this kernel follows ``stream_c`` (in batch chunks: the last chunk's stores): no
+        transcendental activation (its staged rows store through :meth:`act_vector`), rows ``ldc``
+        apart that keep a tile's alignment; each tile still checks its own address at run time."""
+        d = self.d
+        return d.stream_c and d.act not in ACT_EMITTERS and d.ldc * self.es_c % self.store_bytes() == 0
 
     def act_vector(self, a, consts, regs, j, mask, s_row, c_row):
         """Vector j of a staged row: + bias, transcendental activation, store. ``regs``: x, the
@@ -151,10 +176,10 @@ class CTile:
         else:
             v.store(a, [expr], dst, mask)
 
-    def finish(self, c, j, mask, expr, free):
-        """One vector of C: + bias (column vector j), relu, store at ``expr``; ``c`` dies.
-        ``free``: [bias, zero (relu), bf16 scratch..., ...], none of them ``c`` (transcendental
-        activations take :meth:`act_vector`)."""
+    def finish(self, c, j, mask, expr, free, nt=False):
+        """One vector of C: + bias (column vector j), relu, store at ``expr`` (``nt``: a full vector
+        non-temporally, ``expr`` aligned); ``c`` dies. ``free``: [bias, zero (relu), bf16
+        scratch..., ...], none of them ``c`` (transcendental activations take :meth:`act_vector`)."""
         d, a, v = self.d, self.a, self.v
         scratch = [reg for reg in free[2:] if reg != c]
         if d.bias:
@@ -167,13 +192,15 @@ class CTile:
         if d.act == "relu":                 # zero first: vmaxps returns a NaN c (its second source)
             (a.vpmaxsd if d.dtype == "i8" else a.vmaxps)(c, free[1], c)
         if self.bf16_out:
-            self.store_bf16(expr, c, mask, scratch[:2])
+            self.store_bf16(expr, c, mask, scratch[:2], nt=nt)
+        elif nt and mask is None:
+            a.vmovntps([expr], c)
         else:
             v.store(a, [expr], c, mask)
 
-    def store_bf16(self, expr, c, mask, t, a=None, k=K[2]):
-        """Round fp32 ``c`` to bf16 (nearest even; NaN stays a quiet NaN) and store; ``c`` dies.
-        ``k``: the opmask clobbered on AVX-512 without BF16."""
+    def store_bf16(self, expr, c, mask, t, a=None, k=K[2], nt=False):
+        """Round fp32 ``c`` to bf16 (nearest even; NaN stays a quiet NaN) and store (``nt``: a full
+        vector non-temporally); ``c`` dies. ``k``: the opmask clobbered on AVX-512 without BF16."""
         a, v, splat = a or self.a, self.v, self.consts.i
         t0, t3 = t
         if v.avx512 and "avx512_bf16" in self.features:
@@ -198,7 +225,9 @@ class CTile:
                 a.vpackusdw(t0, t0, t0)                     # words within each 128-bit lane
                 a.vpermq(t0, t0, 0x08)
             out = v.half(t0.num)
-        if v.avx512:
+        if nt and mask is None:
+            a.vmovntdq([expr], out)
+        elif v.avx512:
             a.vmovdqu16([expr] if mask is None else _masked(expr, mask.reg), out)
         elif mask is None:
             a.vmovdqu([expr], out)
