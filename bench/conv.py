@@ -214,7 +214,7 @@ def bench_layer(rep, name, shape, dtype, pool, threads, torch, quick, rounds):
     gf = shape.flops / t_ours / 1e9
     pct = 100 * frac
     rep.add(name, f"{shape.c}->{shape.k} {shape.r}x{shape.s}/{shape.stride} {shape.h}x{shape.w}", shape.n, dtype,
-            f"{nest.blocking} {spec}", t_ours * 1e3, t_theirs * 1e3, fmt, gf, pct, ratio,
+            f"{nest.blocking}{' stream' if nest.stream_out else ''} {spec}", t_ours * 1e3, t_theirs * 1e3, fmt, gf, pct, ratio,
             layer=name, blocking=str(nest.blocking), spec=spec, err=err, tune_seconds=tune_s, threads=threads,
             flops=shape.flops, x=f"{name} N{shape.n} {dtype}", gflops=gf, torch_gflops=shape.flops / t_theirs / 1e9,
             peak_gflops=gf / frac if frac else None)       # x, *gflops: what --plot draws

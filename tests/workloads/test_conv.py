@@ -20,14 +20,14 @@ from tppasm.conv_layout import (block_activations, block_weights, conv2d_referen
 BF16 = tpp.dtypes.dtype("bf16")
 
 
-def run_conv(shape, dtype, blocking, spec="Acdebfg", seed=0):
+def run_conv(shape, dtype, blocking, spec="Acdebfg", seed=0, stream_out=None):
     """(ours, reference) as NCHW float64 for random operands rounded to ``dtype``."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((shape.n, shape.c, shape.h, shape.w)).astype(np.float32)
     w = rng.standard_normal((shape.k, shape.c, shape.r, shape.s)).astype(np.float32)
     if dtype == "bf16":
         x, w = x.astype(BF16), w.astype(BF16)
-    nest = ConvNest(shape, dtype, blocking, spec=spec)
+    nest = ConvNest(shape, dtype, blocking, spec=spec, stream_out=stream_out)
     y = nest.output()
     y[...] = np.nan
     nest(block_activations(x, blocking.bc, shape.pad), block_weights(w, blocking.bc, blocking.bk, dtype), y)
@@ -111,6 +111,22 @@ def test_flat_1x1_streaming_its_input(dtype):
         assert Gen(desc, isa, target_features(isa)).streams_a()
     got, ref = run_conv(shape, dtype, bl)
     assert_close(got, ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("shape, blocking", [
+    (Conv(n=2, c=32, k=32, h=8, w=8), Blocking(bc=16, bk=16, bw=64)),                 # flat, streams A
+    (Conv(n=2, c=32, k=48, h=9, w=9, stride=2), Blocking(bc=16, bk=16)),              # strided 1x1
+    (Conv(n=1, c=32, k=32, h=6, w=6, r=3, s=3, pad=1), Blocking(bc=16, bk=32, batch="r", fold=True))])
+def test_streamed_output(shape, blocking, dtype):
+    """stream_out=True: a one-call reduction stores the output around the caches (the BRGEMM's
+    stream_c) and still matches; a reduction over several calls (the 3x3, or bf16 through its
+    fp32 scratch) keeps plain stores, since it reads its partial sums back."""
+    nest = ConvNest(shape, dtype, blocking, stream_out=True)
+    assert nest.stream_out == nest.single == (shape.r == 1)
+    got, ref = run_conv(shape, dtype, blocking, stream_out=True)
+    assert_close(got, ref, dtype)
+    assert not ConvNest(shape, dtype, blocking).stream_out            # small outputs: plain stores
 
 
 @pytest.mark.parametrize("isa, dtype", [("avx2", "f32"), ("avx2", "bf16"), ("avx512", "f32"), ("avx512", "bf16"),
