@@ -86,6 +86,37 @@ def test_random_shapes_blockings_and_specs(data):
     assert_close(got, ref, dtype)
 
 
+@settings(max_examples=12)
+@given(st.data())
+def test_padding_rows_are_not_multiplied(data):
+    """An output row takes only the filter rows over the image (a shorter batch with batch="r",
+    no call for the others with "c" and "s"), so NaN in the top and bottom padding rows of the
+    input changes nothing (any product with them would be NaN); bf16 converts each tile once."""
+    r = data.draw(st.sampled_from([3, 5, 7]), "r")
+    pad = data.draw(st.integers(1, r // 2), "pad")
+    h, w = (data.draw(st.integers(max(1, r - 2 * pad), 9), name) for name in ("h", "w"))
+    c = data.draw(st.sampled_from([4, 8]), "c")                    # one or two channel blocks
+    shape = Conv(n=1, c=c, k=8, h=h, w=w, r=r, s=r, stride=data.draw(st.sampled_from([1, 2]), "stride"), pad=pad)
+    dtype = data.draw(st.sampled_from(["f32", "bf16"]), "dtype")
+    batch = data.draw(st.sampled_from(["c", "r", "s"]), "batch")
+    blocking = Blocking(bc=4, bk=8, batch=batch, fold=batch != "s" and data.draw(st.booleans(), "fold"))
+    nest = ConvNest(shape, dtype, blocking)
+    assert nest.edge_rows and all(0 <= lo < hi <= r for _, lo, hi in nest.edge_rows)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+    x = rng.standard_normal((1, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((8, c, r, r)).astype(np.float32)
+    if dtype == "bf16":
+        x, wt = x.astype(BF16), wt.astype(BF16)
+    xb = block_activations(x, 4, pad)
+    xb[:, :, :pad] = np.nan
+    xb[:, :, pad + h:] = np.nan
+    y = nest.output()
+    y[...] = np.nan
+    nest(xb, block_weights(wt, 4, 8, dtype), y)
+    ref = conv2d_reference(x.astype(np.float32), wt.astype(np.float32), shape.stride, pad)
+    assert_close(unblock_activations(y).astype(np.float64), ref, dtype)
+
+
 def test_blocked_output_rows_and_loop_blocks():
     shape = Conv(n=2, c=8, k=32, h=6, w=6, r=3, s=3, pad=1)
     got, ref = run_conv(shape, "f32", Blocking(bc=4, bk=8, bw=3, kblock=2, hblock=2), spec="Acdcdebfg")
