@@ -29,7 +29,7 @@ from isa.x86.function import CALLEE_SAVED, INT_ARGS
 from ..backends import register
 from .batch import add_imm, next_batch
 from .blocking import plan, row_runs
-from .ctile import CTile, _math, activation_tmps, desc_act_heavy
+from .ctile import CTile, _math, activation_tmps, desc_act_heavy, if_else
 from .dot import choose_dot
 from .vector import Mask, VectorISA
 
@@ -337,14 +337,9 @@ class Gen(CTile):
         if d.beta:
             self.init_c(rows, vecs, acc, masked, free, load=True)
         elif self.chunk:                            # later chunks continue from C
-            load, done = a.label(), a.label()
             a.cmp(qword[rsp + self.slots["first"]], 0)
-            a.je(load)
-            self.init_c(rows, vecs, acc, masked, free, load=False)
-            a.jmp(done)
-            a.bind(load)
-            self.init_c(rows, vecs, acc, masked, free, load=True)
-            a.bind(done)
+            if_else(a, a.je, lambda: self.init_c(rows, vecs, acc, masked, free, load=True),
+                    lambda: self.init_c(rows, vecs, acc, masked, free, load=False))
         else:
             self.init_c(rows, vecs, acc, masked, free, load=False)
         for reg, value in zip(self.const_regs, dot.consts):

@@ -36,6 +36,18 @@ def activation_tmps(act):
     return 1 + _math().NTMP[ACT_EMITTERS[act]] if act in ACT_EMITTERS else 1
 
 
+def if_else(a, jump, taken, fallthrough):
+    """Emit the two arms of ``jump(label)`` (a conditional jump of assembler ``a``): ``taken()``
+    runs where it jumps, ``fallthrough()`` where it does not; both continue after."""
+    other, done = a.label(), a.label()
+    jump(other)
+    fallthrough()
+    a.jmp(done)
+    a.bind(other)
+    taken()
+    a.bind(done)
+
+
 class CTile:
     """Methods of :class:`tppasm.x86.brgemm.Gen` that read and write C."""
 
@@ -79,16 +91,12 @@ class CTile:
         if not (self.chunk and (d.bias or d.act or self.stream_c)):
             self.finish_tile(rows, vecs, acc, masked, free)
             return
-        full, done = a.label(), a.label()
+        def partial_sums():
+            for j in range(vecs):
+                for i in range(rows):
+                    self.v.store(a, [self.c_mem(i, j)], acc[i][j], masked[j])
         a.cmp(qword[rsp + self.slots["last"]], 0)
-        a.jne(full)
-        for j in range(vecs):
-            for i in range(rows):
-                self.v.store(a, [self.c_mem(i, j)], acc[i][j], masked[j])
-        a.jmp(done)
-        a.bind(full)
-        self.finish_tile(rows, vecs, acc, masked, free)
-        a.bind(done)
+        if_else(a, a.jne, lambda: self.finish_tile(rows, vecs, acc, masked, free), partial_sums)
 
     def finish_tile(self, rows, vecs, acc, masked, free):
         """bias, activation, conversion and store. Free registers: [bias, zero | activation
@@ -131,14 +139,9 @@ class CTile:
         if not self.stream_c:
             self.store_tile(rows, vecs, acc, masked, free, nt=False)
             return
-        plain, done = a.label(), a.label()          # non-temporal stores need aligned addresses
-        a.test(r["crow"], self.store_bytes() - 1)
-        a.jnz(plain)
-        self.store_tile(rows, vecs, acc, masked, free, nt=True)
-        a.jmp(done)
-        a.bind(plain)
-        self.store_tile(rows, vecs, acc, masked, free, nt=False)
-        a.bind(done)
+        a.test(r["crow"], self.store_bytes() - 1)  # non-temporal stores need aligned addresses
+        if_else(a, a.jnz, lambda: self.store_tile(rows, vecs, acc, masked, free, nt=False),
+                lambda: self.store_tile(rows, vecs, acc, masked, free, nt=True))
 
     def store_tile(self, rows, vecs, acc, masked, free, nt):
         for j in range(vecs):
