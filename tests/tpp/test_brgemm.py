@@ -165,6 +165,15 @@ def _check(desc, got, pad, a_blocks, b_blocks, c0, bias):
     assert (err <= tol).all(), f"max error {err.max()} at {np.unravel_index(np.argmax(err - tol), err.shape)}"
 
 
+def _round_trip(desc, isa, variant, count, seed, spare=0):
+    """Operands for ``desc`` (``spare`` blocks past the batch), the kernel run on them, every
+    element of C checked against the reference."""
+    args, a_blocks, b_blocks, c, pad, bias = _case(desc, count, np.random.default_rng(seed), spare)
+    c0 = c.copy()
+    _run(desc, isa, variant, args, count)
+    _check(desc, c, pad, a_blocks, b_blocks, c0, bias)
+
+
 def _plain(desc, b):
     if desc.vnni == 1:
         return b
@@ -196,11 +205,7 @@ def test_brgemm_matches_reference(isa, dtype, features, data):
     desc.validate()
     count = data.draw(st.integers(1, 3 if small else 4))
     spare = data.draw(st.integers(0, 1))
-    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
-    args, a_blocks, b_blocks, c, pad, bias = _case(desc, count, rng, spare)
-    c0 = c.copy()
-    _run(desc, isa, features, args, count)
-    _check(desc, c, pad, a_blocks, b_blocks, c0, bias)
+    _round_trip(desc, isa, features, count, data.draw(st.integers(0, 2 ** 32 - 1)), spare)
 
 
 @pytest.mark.parametrize("isa, dtype, features", _params())
@@ -215,14 +220,11 @@ def test_brgemm_in_batch_chunks(isa, dtype, features, data):
     desc = data.draw(descriptors(dtype, small))
     count = data.draw(st.integers(2, 5))
     per_chunk = data.draw(st.integers(1, 2))
-    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
-    args, a_blocks, b_blocks, c, pad, bias = _case(desc, count, rng, 0)
-    c0 = c.copy()
     with pytest.MonkeyPatch.context() as mp:      # fresh code (not the kernel cache), chunked
         mp.setattr(x86_brgemm.Gen, "chunk_size", lambda self: 0 if self.bf16_out else per_chunk)
         mp.setattr(x86_brgemm, "FAR_BLOCK_BYTES", 0)
-        _run(desc, isa, (tuple(target_features(isa)) if feats is None else feats, where), args, count)
-    _check(desc, c, pad, a_blocks, b_blocks, c0, bias)
+        _round_trip(desc, isa, (tuple(target_features(isa)) if feats is None else feats, where), count,
+                    data.draw(st.integers(0, 2 ** 32 - 1)))
 
 
 @pytest.mark.parametrize("isa, dtype, features", _params())
@@ -243,11 +245,7 @@ def test_brgemm_streaming_a(isa, dtype, features, data):
     variant = (tuple(target_features(isa)) if feats is None else feats, where)
     assert x86_brgemm.Gen(desc, isa, variant[0]).streams_a(), desc
     count = data.draw(st.integers(1, 3 if small else 5))
-    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
-    args, a_blocks, b_blocks, c, pad, bias = _case(desc, count, rng, 0)
-    c0 = c.copy()
-    _run(desc, isa, variant, args, count)
-    _check(desc, c, pad, a_blocks, b_blocks, c0, bias)
+    _round_trip(desc, isa, variant, count, data.draw(st.integers(0, 2 ** 32 - 1)))
 
 
 @pytest.mark.parametrize("isa, dtype, features", _params())
@@ -314,12 +312,9 @@ def test_looped_k_with_few_groups(isa, dtype, features, groups):
     feats, where = features
     f = {"f32": 1, "bf16": 2, "i8": 4}[dtype]
     desc = Brgemm(m=7, n=20, k=groups * f + (1 if f > 1 else 0), dtype=dtype, batch="address")
-    args, a_blocks, b_blocks, c, pad, bias = _case(desc, 2, np.random.default_rng(groups), 0)
-    c0 = c.copy()
     with pytest.MonkeyPatch.context() as mp:      # fresh code, never fully unrolled, unroll 2
         mp.setattr(x86_brgemm, "UNROLL_INSTRUCTIONS", 1)
-        _run(desc, isa, (tuple(target_features(isa)) if feats is None else feats, where), args, 2)
-    _check(desc, c, pad, a_blocks, b_blocks, c0, bias)
+        _round_trip(desc, isa, (tuple(target_features(isa)) if feats is None else feats, where), 2, groups)
 
 
 @pytest.mark.parametrize("isa, dtype, features", [p for p in _params() if p.values[1] != "f32"])
