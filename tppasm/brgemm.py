@@ -23,7 +23,7 @@ kernels evaluate gelu_erf to 2^-16 relative, ~1/128 of the rounding, in half the
 ``stream_c=True`` asks for non-temporal stores of C (around the caches, no read for ownership):
 for outputs written once and too large for the caches to keep until their next reader, such as
 a convolution layer's output at batch 8. It is a hint that changes no result: the AVX2 and
-AVX-512 kernels follow it for the full vectors of an fp32 or bf16 C in their final stores (after
+AVX-512 kernels follow it for the full vectors of C (any dtype) in their final stores (after
 the last batch chunk, see :mod:`tppasm.x86.brgemm`) when the tile's address is aligned to the
 store (checked at run time; ``ldc`` must keep rows aligned) and there is no transcendental
 activation; other stores, and the AMX and SVE kernels, store as usual.

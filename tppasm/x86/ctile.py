@@ -91,6 +91,7 @@ class CTile:
         if not (self.chunk and (d.bias or d.act or self.stream_c)):
             self.finish_tile(rows, vecs, acc, masked, free)
             return
+
         def partial_sums():
             for j in range(vecs):
                 for i in range(rows):
