@@ -27,6 +27,7 @@ import argparse
 import itertools
 import time
 import zlib
+from dataclasses import replace
 
 import numpy as np
 
@@ -79,7 +80,8 @@ def layer(name, n):
 
 def blockings(shape, dtype, quick=False):
     """The hand-enumerated knobs tried for ``shape``: channel blocks of 64 (the stem: its C, made
-    even for bf16's VNNI pairs; bf16 3x3 layers also 128: half the partial-sum passes through the
+    even for bf16's VNNI pairs, and with the filter columns folded also its odd C, pairs then
+    running over a filter row: no zero channel; bf16 3x3 layers also 128: half the partial-sum passes through the
     fp32 scratch, k twice as long: +4-9% on res3b/4b/5b_branch2b at batch 8 on Zen 4, where fp32
     gained under 1%), output-channel blocks of 32 and 64, every BRGEMM batch axis the
     filter has, with and without the filter columns folded into k, and a whole or half output row
@@ -88,8 +90,8 @@ def blockings(shape, dtype, quick=False):
 
     >>> [str(b) for b in blockings(layer("res2a_branch2a", 1), "f32", quick=True)]
     ['bc=64 bk=64 bw=448 batch=c cstep=0']
-    >>> len(blockings(layer("conv1", 1), "bf16"))
-    20
+    >>> len(blockings(layer("conv1", 1), "bf16")), len(blockings(layer("conv1", 1), "f32"))
+    (28, 20)
     >>> sorted({b.bc for b in blockings(layer("res3b_branch2b", 8), "bf16")})
     [64, 128]
     """
@@ -106,8 +108,11 @@ def blockings(shape, dtype, quick=False):
         widths = [rows * q] if quick else sorted({q, rows * q, p * q})
     else:
         widths = [q] + ([q // 2] if q >= 56 and q % 2 == 0 and not quick else [])
-    return [Blocking(bc=c, bk=bk, bw=bw, batch=ax, fold=fold)
-            for c, bk, (ax, fold), bw in itertools.product(bcs, bks, axes, widths)]
+    out = [Blocking(bc=c, bk=bk, bw=bw, batch=ax, fold=fold)
+           for c, bk, (ax, fold), bw in itertools.product(bcs, bks, axes, widths)]
+    if bc != shape.c and shape.c < 64 and not quick:   # bf16, odd C: folded pairs need no zero channel
+        out += [replace(b, bc=shape.c) for b in out if b.fold and b.bc == bc]
+    return out
 
 
 def spec_candidates(shape, threads):
@@ -151,7 +156,7 @@ def tune_layer(shape, dtype, x, w, pool, threads, quick=False):
     def build(bl, spec):
         nest = ConvNest(shape, dtype, bl, spec=spec, pool=pool)
         return nest, nest.views(block_activations(x, bl.bc, shape.pad, dtype),
-                                block_weights(w, bl.bc, bl.bk, dtype), nest.output())
+                                block_weights(w, bl.bc, bl.bk, dtype, fold=bl.fold), nest.output())
 
     knobs = blockings(shape, dtype, quick)
     built = [build(bl, default_spec(shape, threads)) for bl in knobs]

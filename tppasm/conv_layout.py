@@ -87,14 +87,20 @@ def unblock_activations(xb, channels=None, pad=0):
                                 [:, :channels])
 
 
-def block_weights(w, bc, bk, dtype=None):
+def block_weights(w, bc, bk, dtype=None, fold=False):
     """KCRS weights as ``(K/bk, ceil(C/bc), R, S, bc, bk)`` (channels past C zero); with
     ``dtype="bf16"`` each (bc, bk) block VNNI2-packed: ``(K/bk, C/bc, R, S, bc/2, bk, 2)``.
+    ``fold=True`` merges each filter row's S x bc values into one k axis, ``(K/bk, C/bc, R,
+    S*bc, bk)``, for convolutions that fold the filter columns into the GEMM's k; in bf16 the
+    VNNI2 pairs run over those S*bc rows (``(..., R, ceil(S*bc/2), bk, 2)``, a zero pad row when
+    S*bc is odd), so bc may be odd: a 3-channel input needs no zero channel.
 
     >>> block_weights(np.ones((4, 3, 1, 1), np.float32), bc=4, bk=2).shape
     (2, 1, 1, 1, 4, 2)
     >>> block_weights(np.ones((4, 4, 3, 3), np.float32), bc=4, bk=4, dtype="bf16").shape
     (1, 1, 3, 3, 2, 4, 2)
+    >>> block_weights(np.ones((4, 3, 7, 7), np.float32), bc=3, bk=4, dtype="bf16", fold=True).shape
+    (1, 1, 7, 11, 4, 2)
     """
     w = np.asarray(w)
     if w.ndim != 4:
@@ -105,13 +111,15 @@ def block_weights(w, bc, bk, dtype=None):
         raise ValueError(f"block_weights: bk={bk} must divide the {k} output channels")
     dt = w.dtype if dtype is None else to_dtype(dtype)
     vnni = dt == to_dtype("bf16")
-    if vnni and bc % 2:
+    if vnni and bc % 2 and not fold:
         raise ValueError(f"block_weights: bf16 weights pair channels (VNNI2): bc={bc} must be even; "
-                         f"pad the channels with bc={bc + 1}")
+                         f"pad the channels with bc={bc + 1}, or pair over filter rows with fold=True")
     cb = -(-c // bc)
     padded = np.zeros((k, cb * bc, r, s), dt)
     padded[:, :c] = w
     blocked = padded.reshape(k // bk, bk, cb, bc, r, s).transpose(0, 2, 4, 5, 3, 1)
+    if fold:
+        blocked = blocked.reshape(k // bk, cb, r, s * bc, bk)
     return vnni_pack(blocked, 2) if vnni else aligned(blocked)
 
 

@@ -20,8 +20,9 @@ from tppasm.conv_layout import (block_activations, block_weights, conv2d_referen
 BF16 = tpp.dtypes.dtype("bf16")
 
 
-def run_conv(shape, dtype, blocking, spec="Acdebfg", seed=0, stream_out=None):
-    """(ours, reference) as NCHW float64 for random operands rounded to ``dtype``."""
+def run_conv(shape, dtype, blocking, spec="Acdebfg", seed=0, stream_out=None, fold_weights=False):
+    """(ours, reference) as NCHW float64 for random operands rounded to ``dtype`` (weights in
+    ``block_weights(..., fold=True)``'s layout with ``fold_weights``)."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((shape.n, shape.c, shape.h, shape.w)).astype(np.float32)
     w = rng.standard_normal((shape.k, shape.c, shape.r, shape.s)).astype(np.float32)
@@ -30,7 +31,8 @@ def run_conv(shape, dtype, blocking, spec="Acdebfg", seed=0, stream_out=None):
     nest = ConvNest(shape, dtype, blocking, spec=spec, stream_out=stream_out)
     y = nest.output()
     y[...] = np.nan
-    nest(block_activations(x, blocking.bc, shape.pad), block_weights(w, blocking.bc, blocking.bk, dtype), y)
+    weights = block_weights(w, blocking.bc, blocking.bk, dtype, fold_weights)
+    nest(block_activations(x, blocking.bc, shape.pad), weights, y)
     got = unblock_activations(y).astype(np.float64)
     assert y.dtype == tpp.dtypes.dtype(dtype)
     assert not np.isnan(got).any(), "an output element was not written"
@@ -145,6 +147,27 @@ def test_flat_1x1_streaming_its_input(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("shape, bc, batch", [
+    (Conv(n=2, c=3, k=8, h=12, w=11, r=7, s=7, stride=2, pad=3), 3, "r"),     # the stem, odd bc
+    (Conv(n=1, c=5, k=16, h=6, w=7, r=3, s=3, pad=1), 5, "c"),                  # odd bc, one block
+    (Conv(n=1, c=10, k=8, h=5, w=5, r=3, s=3, pad=1), 5, "r"),                  # two odd channel blocks
+    (Conv(n=1, c=8, k=8, h=5, w=6, r=3, s=3, pad=1), 4, "c")])                  # even bc: either layout
+def test_folded_weights(shape, bc, batch, dtype):
+    """fold=True nests take block_weights(..., fold=True): in bf16 its VNNI2 pairs run over a
+    filter row's S*bc values, so an odd bc (a 3-channel input) needs no zero channel; bf16 with an
+    odd bc and no fold is refused, naming fold=True."""
+    blocking = Blocking(bc=bc, bk=8, batch=batch, fold=True)
+    got, ref = run_conv(shape, dtype, blocking, fold_weights=True)
+    assert_close(got, ref, dtype)
+    if bc % 2 == 0:
+        again, _ = run_conv(shape, dtype, blocking)
+        np.testing.assert_array_equal(again, got)
+    elif dtype == "bf16":
+        with pytest.raises(ValueError, match="fold=True"):
+            ConvNest(shape, dtype, Blocking(bc=bc, bk=8, batch=batch))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("shape, blocking", [
     (Conv(n=2, c=32, k=32, h=8, w=8), Blocking(bc=16, bk=16, bw=64)),                 # flat, streams A
     (Conv(n=2, c=32, k=48, h=9, w=9, stride=2), Blocking(bc=16, bk=16)),              # strided 1x1
@@ -211,7 +234,7 @@ def test_reference_convolution_by_hand():
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "f32", Blocking(bc=4, bk=3)), "bk=3 must divide K=8"),
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4, 3, 3), "f32", Blocking(bc=4, bk=8, bw=3)), "bw=3 must divide"),
     (lambda: ConvNest(Conv(1, 12, 8, 4, 4), "f32", Blocking(bc=4, bk=8, cstep=2)), "cstep=2 must divide"),
-    (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "bf16", Blocking(bc=3, bk=8)), "even bc"),
+    (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "bf16", Blocking(bc=3, bk=8)), "bc=3 must be even, or fold=True"),
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "f16", Blocking(bc=4, bk=8)), "dtype='f16'"),
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "f32", Blocking(bc=4, bk=8, batch="k")), "batch='k'"),
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "f32", Blocking(bc=4, bk=8, batch="s", fold=True)), "use batch='c' or 'r'"),
