@@ -80,11 +80,11 @@ def layer(name, n):
 
 def blockings(shape, dtype, quick=False):
     """The hand-enumerated knobs tried for ``shape``: channel blocks of 64 (the stem: its C, made
-    even for bf16's VNNI pairs, and with the filter columns folded also its odd C, pairs then
-    running over a filter row: no zero channel; bf16 3x3 layers also 128: half the partial-sum passes through the
-    fp32 scratch, k twice as long: +4-9% on res3b/4b/5b_branch2b at batch 8 on Zen 4, where fp32
-    gained under 1%), output-channel blocks of 32 and 64, every BRGEMM batch axis the
-    filter has, with and without the filter columns folded into k, and a whole or half output row
+    even for bf16's VNNI pairs, and with the filter columns folded also its odd C, the pairs then
+    running over a filter row: no zero channel; bf16 3x3 layers also 128: half the partial-sum
+    passes through the fp32 scratch, k twice as long: +4-9% on res3b/4b/5b_branch2b at batch 8
+    on Zen 4, where fp32 gained under 1%), output-channel blocks of 32 and 64, every BRGEMM batch
+    axis the filter has, with and without the filter columns folded into k, and a whole or half output row
     per BRGEMM (a flat 1x1 convolution: one row, up to eight rows or the whole image; long GEMMs
     stream the input better when it comes from L3).
 
@@ -223,8 +223,9 @@ def bench_layer(rep, name, shape, dtype, pool, threads, torch, quick, rounds):
     t_ours, t_theirs, ratio, frac = versus(ours, theirs, rounds=rounds, peak_loop=peak_loop(dtype, shape.flops, threads))
     gf = shape.flops / t_ours / 1e9
     pct = 100 * frac
+    knobs = f"{nest.blocking}{' stream' if nest.stream_out else ''} {spec}"
     rep.add(name, f"{shape.c}->{shape.k} {shape.r}x{shape.s}/{shape.stride} {shape.h}x{shape.w}", shape.n, dtype,
-            f"{nest.blocking}{' stream' if nest.stream_out else ''} {spec}", t_ours * 1e3, t_theirs * 1e3, fmt, gf, pct, ratio,
+            knobs, t_ours * 1e3, t_theirs * 1e3, fmt, gf, pct, ratio,
             layer=name, blocking=str(nest.blocking), spec=spec, err=err, tune_seconds=tune_s, threads=threads,
             flops=shape.flops, x=f"{name} N{shape.n} {dtype}", gflops=gf, torch_gflops=shape.flops / t_theirs / 1e9,
             peak_gflops=gf / frac if frac else None)       # x, *gflops: what --plot draws

@@ -176,7 +176,7 @@ class ConvNest:
         trips = (self.cb // cstep, 1 if bl.batch == "r" else sh.r, 1 if bl.batch == "s" or bl.fold else sh.s)
         self.single = trips == (1, 1, 1)
         self.needs_scratch = dtype == "bf16" and not self.single
-        out_bytes = sh.n * sh.k * sh.p * sh.q * (4 if dtype == "f32" else 2)
+        out_bytes = sh.n * sh.k * sh.p * sh.q * tpp.dtypes.dtype(dtype).itemsize
         big = out_bytes > caches()[-1].size // 4
         self.stream_out = self.single and (big if stream_out is None else bool(stream_out))
         self.edge_rows = self._edge_rows()
@@ -260,9 +260,9 @@ class ConvNest:
         span = (bw - 1) * st + 1                          # input columns under bw output pixels
         fold = bl.fold
         args = dict(m=bw, n=bl.bk, k=bl.bc * (sh.s if fold else 1), dtype=dt, lda=st * bl.bc, ldb=bl.bk, ldc=bl.bk)
-        w_row = sh.s * bl.bc + (sh.s * bl.bc) % 2 * (dt == "bf16")    # a filter row's weights (VNNI-padded)
-        strides = {"c": (self.hp * self.wp * bl.bc, sh.r * w_row * bl.bk),
-                   "r": (self.gwp * bl.bc, w_row * bl.bk),
+        w_row = int(np.prod(self.weight_shape(folded=True)[3:]))       # a filter row's weights (VNNI-padded)
+        strides = {"c": (self.hp * self.wp * bl.bc, sh.r * w_row),
+                   "r": (self.gwp * bl.bc, w_row),
                    "s": (bl.bc, bl.bc * bl.bk)}[bl.batch]
         out = dt if self.single else "f32"
         first = tpp.brgemm(**args, stride_a=strides[0], stride_b=strides[1], beta=0, c_dtype=out,
