@@ -37,6 +37,7 @@ def descriptors():
            Brgemm(7, 40, 9, lda=11, ldb=48, ldc=41, act="relu"), Brgemm(16, 16, 16, batch="offset"),
            Brgemm(16, 16, 16, batch="address"), Brgemm(32, 32, 32, dtype="bf16"),
            Brgemm(20, 24, 33, dtype="bf16", c_dtype="bf16", bias=True, act="tanh"),
+           Brgemm(24, 48, 40, dtype="bf16", c_dtype="bf16", bias=True, act="gelu_erf"),   # gelu_erf_bf16
            Brgemm(32, 32, 64, dtype="i8"), Brgemm(9, 17, 13, dtype="i8", signs="ss", beta=1, act="relu"),
            Brgemm(64, 64, 64, dtype="bf16", c_dtype="bf16", beta=1),      # AMX: batch chunks
            Brgemm(448, 64, 64),                                            # x86: A streams

@@ -122,3 +122,22 @@ def test_gelu_erf_for_bf16_results(isa):
     specials = y[1 << 20:(1 << 20) + len(SPECIALS["gelu_erf"])]
     np.testing.assert_array_equal(specials, [c[1] for c in SPECIALS["gelu_erf"]])
     assert np.signbit(specials[1]) and np.isnan(y[-1])
+
+
+@pytest.mark.parametrize("isa", [i for i in ("avx2", "avx512") if native(i)])
+def test_exp_for_bf16_results(isa):
+    """The cheaper exp of softmaxes with a bf16 output: relative error within ACCURACY_BF16 on
+    the normal results of [-87.3, 88.7], and exp's special values."""
+    from tppasm.x86 import math as xm
+    f = _emitter_loop("exp_bf16", isa)
+    x = np.concatenate([samples("exp", -87.3, 88.7, 1 << 20),
+                        np.array([c[0] for c in SPECIALS["exp"]] + [NAN] * 16, np.float32)])
+    x = x[:x.size // 16 * 16]
+    y = np.full_like(x, np.nan)
+    f(x.ctypes.data, y.ctypes.data, x.size)
+    want = np.exp(x[:1 << 20].astype(np.float64))
+    rel = np.abs(y[:1 << 20] - want) / want
+    assert rel.max() <= xm.ACCURACY_BF16["exp_bf16"], f"{rel.max():.3g} at x={x[rel.argmax()]}"
+    specials = y[1 << 20:(1 << 20) + len(SPECIALS["exp"])]
+    np.testing.assert_array_equal(specials, [c[1] for c in SPECIALS["exp"]])
+    assert np.isnan(y[-1])

@@ -36,7 +36,7 @@ import struct
 
 from isa.x86 import Assembler, K, bcst, dword, eax, ptr, r10, r11, rsp, vec
 
-from ..approx import (ERFC_MID, ERFC_POLY, ERFC_POLY_BF16, EXP_POLY, EXP_POLY_BF16, FLT_MAX, K0, K1,  # noqa: F401
+from ..approx import (ERFC_MID, ERFC_POLY, EXP_POLY, EXP_POLY_BF16, FLT_MAX, HALF_ERFC_POLY_BF16, K0, K1,  # noqa: F401
                       LN2, LN2_HI, LN2_LO, LOG2E, MAGIC, TANH_POLY, TANH_SMALL)
 
 K7 = K[7]
@@ -44,7 +44,7 @@ OPMASKS = (K[7], K[6], K[5], K[4])     # one per interleaved chain; k1-k3 are ta
 LT, LE, UNORD, NLT, GE, GT = 1, 2, 3, 5, 13, 14     # vcmpps predicates (NLT: also true for NaN)
 SIGN, ABS = -0x80000000, 0x7FFFFFFF
 
-NTMP = {"exp": 3, "sigmoid": 3, "tanh": 5, "gelu_tanh": 4, "gelu_erf": 5, "gelu_erf_bf16": 4,
+NTMP = {"exp": 3, "exp_bf16": 3, "sigmoid": 3, "tanh": 5, "gelu_tanh": 4, "gelu_erf": 5, "gelu_erf_bf16": 4,
         "gelu_tanh_grad": 5, "gelu_erf_grad": 5, "reciprocal": 2, "rsqrt": 2}
 
 # max error in fp32 ulps vs float64 rounded to fp32, 2^20 samples of the domain (measured worst
@@ -57,7 +57,7 @@ ACCURACY = {"exp": 2, "sigmoid": 3, "tanh": 3, "gelu_tanh": 16, "gelu_erf": 6, "
             "gelu_erf_grad": 4, "reciprocal": 2, "rsqrt": 2}
 # gelu_erf_bf16 is for results rounded to bf16 next (BRGEMM epilogues with a bf16 C): relative
 # error <= 2^-16 (128 fp32 ulps; measured 1.1e-5) on [-13, 12], the specials of gelu_erf.
-ACCURACY_BF16 = {"gelu_erf_bf16": 2.0 ** -16}
+ACCURACY_BF16 = {"gelu_erf_bf16": 2.0 ** -16, "exp_bf16": 2.0 ** -16}
 
 
 def f32_bits(value):
@@ -323,6 +323,20 @@ def emit_exp(a, v, dst, src, tmp, c):
     _exp_reduced(a, v, dst, t0, t0, (), (t1, t2), c)
 
 
+def emit_exp_bf16(a, v, dst, src, tmp, c):
+    """dst = exp(src) to 2^-16 relative (:data:`ACCURACY_BF16`), for a result rounded to bf16
+    next (softmax probabilities): one ln 2 in the reduction and a degree-4 polynomial (AVX-512:
+    10 instructions where emit_exp takes 14); the same clamps and specials. tmp: 3."""
+    t0, t1, t2 = tmp[:3]
+    clamp(a, v, t0, src, -104.0, 88.8, t1, c)
+    c.load(a, t1, c.f(MAGIC))
+    a.vfmadd231ps(t1, t0, c.f(LOG2E))              # s = n + MAGIC in its low mantissa bits
+    a.vsubps(t2, t1, c.f(MAGIC))
+    a.vfnmadd231ps(t0, t2, c.f(LN2))               # r
+    horner(a, dst, t0, EXP_POLY_BF16, c)
+    _scale_pow2(a, v, dst, t1, t2, c)
+
+
 def _exp_reduced(a, v, dst, approx, base, adds, tmp, c):
     """dst = exp(base + sum(adds)) given ``approx`` ~ that sum (to pick n); ``approx`` is
     clobbered (it becomes the reduced argument r), ``base`` too unless it is ``approx``."""
@@ -471,27 +485,39 @@ def emit_gelu_erf(a, v, dst, src, tmp, c):
     a.vmulps(dst, dst, tmp[0])
 
 
+GELU_BF16_LIM = 15.0      # |x| clamp: Phi(-15) < 2^-150, so x Phi(-|x|) is 0 in fp32 (AVX-512)
+GELU_BF16_AVX2_LO = -13.0  # AVX2 builds 2^n in one factor (y >= -87): below, the result (< 4e-38) is -0
+
+
 def emit_gelu_erf_bf16(a, v, dst, src, tmp, c):
-    """dst = gelu_erf(src) to 2^-16 relative, for a result rounded to bf16 next: emit_gelu_erf's
-    formula with P of degree 5, x^2/2 rounded once and exp(y) = p(r) 2^n by one reduction and a
-    degree-4 p (AVX2: y >= -87, 2^n one factor; results under ~1e-37 may be off, then flushed
-    by the bf16 rounding): ~30 instructions where emit_gelu_erf takes ~55. tmp: 4."""
+    """dst = gelu_erf(src) to 2^-16 relative, for a result rounded to bf16 next: with s = |x|
+    (clamped) and t = 1/(1 + s/sqrt 8), h = Phi(-s) = t exp(Q(t) - s^2/2), Q of degree 5
+    (:data:`HALF_ERFC_POLY_BF16`), exp by one reduction and a degree-4 polynomial; then x h for
+    x < 0 and x - x h for x >= 0, with x clamped to +-15 in the products (so +-inf and the far
+    left give inf and -0; a NaN passes through). ~28 instructions where emit_gelu_erf takes ~55
+    (AVX2: results under ~4e-38 are -0). tmp: 4."""
     t0, t1, t2, t3 = tmp[:4]
     vand(a, v, t3, src, c.i(ABS))
-    a.vminps(t3, t3, c.f(14.142135))                # |x|
+    a.vminps(t3, t3, c.f(GELU_BF16_LIM))           # s = |x| (a NaN gives the limit)
     c.load(a, t2, c.f(1.0))
-    a.vfmadd231ps(t2, t3, c.f(0.5 * 0.7071067811865476))   # d = 1 + a/2 in [1, 8.1], a = |x|/sqrt 2
+    a.vfmadd231ps(t2, t3, c.f(0.5 * 0.7071067811865476))   # d = 1 + a/2, a = s/sqrt 2
     _estimate(a, v, "vrcp", t0, t2)                 # t = 1/d: the estimate and one Newton step,
-    c.load(a, t1, c.f(1.0))                         # 2^-22 (a bf16 BRGEMM with this epilogue,
-    a.vfnmadd231ps(t1, t2, t0)                      # 1024x1536x384: 80.1-80.4% of the peak with
-    a.vfmadd213ps(t1, t0, t0)                       # vdivps, 80.8-81.4% so; Zen 4)
-    a.vmovaps(t2, t1)
-    a.vsubps(t1, t2, c.f(ERFC_MID))
-    horner(a, dst, t1, ERFC_POLY_BF16, c)           # P
-    a.vmulps(t1, t3, c.f(-0.5))
-    a.vfmadd231ps(dst, t1, t3)                      # y = P - x^2/2
-    if not v.avx512:
-        a.vmaxps(dst, dst, c.f(-87.0))              # 2^n in one factor below
+    c.load(a, t1, c.f(1.0))                         # 2^-22 (vdivps measured slower in a bf16
+    a.vfnmadd231ps(t1, t2, t0)                      # BRGEMM with this epilogue; Zen 4)
+    a.vfmadd213ps(t1, t0, t0)
+    horner(a, dst, t1, HALF_ERFC_POLY_BF16, c)      # Q(t)
+    a.vmulps(t2, t3, c.f(-0.5))
+    a.vfmadd231ps(dst, t2, t3)                      # y = Q - s^2/2
+    c.load(a, t2, c.f(GELU_BF16_LIM))
+    a.vminps(t2, t2, src)                           # x clamped (NaN kept: the second source)
+    if v.avx512:
+        c.load(a, t3, c.f(-GELU_BF16_LIM))
+        a.vmaxps(t2, t3, t2)
+    else:
+        a.vmaxps(dst, dst, c.f(-87.0))
+        a.vcmpps(t3, src, c.f(GELU_BF16_AVX2_LO), NLT)
+        a.vblendvps(t2, c.into(a, t0, -0.0), t2, t3)
+    a.vmulps(t2, t2, t1)                            # w = x t
     c.load(a, t0, c.f(MAGIC))
     a.vfmadd231ps(t0, dst, c.f(LOG2E))              # s: n in its low bits
     a.vsubps(t1, t0, c.f(MAGIC))
@@ -499,19 +525,18 @@ def emit_gelu_erf_bf16(a, v, dst, src, tmp, c):
     if v.avx512:
         horner(a, t0, dst, EXP_POLY_BF16, c)
         a.vscalefps(t1, t0, t1)
+        a.vmulps(t1, t1, t2)                        # x h
+        a.vptestnmd(c.k, src, c.i(SIGN))
+        a.vmovaps(dst, t1)
+        a.vsubps(dst.mask(c.k), src, t1)            # x >= 0: x - x h
     else:
         horner(a, t1, dst, EXP_POLY_BF16, c)
         a.vpaddd(t0, t0, c.i(127 - f32_bits(MAGIC)))
         a.vpslld(t0, t0, 23)                        # 2^n
         a.vmulps(t1, t1, t0)
-    a.vmulps(t1, t1, t2)                            # E = erfc(a)
-    a.vmulps(t0, t1, c.f(0.5))                      # Phi(x) for x < 0
-    c.load(a, t1, c.f(1.0))
-    a.vsubps(t1, t1, t0)                            # Phi(x) for x >= 0
-    select_sign(a, v, dst, t1, t0, src, c)
-    keep_if(a, v, dst, src, c.f(-14.1), GE, t0, c.k)
-    a.vmaxps(t0, c.into(a, t0, -FLT_MAX), src)
-    a.vmulps(dst, dst, t0)
+        a.vmulps(t1, t1, t2)                        # x h
+        a.vsubps(t0, src, t1)
+        a.vblendvps(dst, t0, t1, src)               # by the sign of x
 
 
 def emit_gelu_erf_grad(a, v, dst, src, tmp, c):
@@ -570,7 +595,7 @@ def _keep_estimate(a, v, y, est, tmp, k):
         a.vblendvps(y, y, est, tmp)
 
 
-EMITTERS = {"exp": emit_exp, "sigmoid": emit_sigmoid, "tanh": emit_tanh, "gelu_tanh": emit_gelu_tanh,
+EMITTERS = {"exp": emit_exp, "exp_bf16": emit_exp_bf16, "sigmoid": emit_sigmoid, "tanh": emit_tanh, "gelu_tanh": emit_gelu_tanh,
             "gelu_erf": emit_gelu_erf, "gelu_erf_bf16": emit_gelu_erf_bf16,
             "gelu_tanh_grad": emit_gelu_tanh_grad, "gelu_erf_grad": emit_gelu_erf_grad,
             "reciprocal": emit_reciprocal, "rsqrt": emit_rsqrt}

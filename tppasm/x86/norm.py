@@ -2,7 +2,8 @@
 
 Each row is read in passes while it sits in L1: softmax takes the row maximum of ``scale*x + mask``,
 then sums ``exp(. - max)`` (writing the exponentials when the output is fp32), then scales by
-1/sum (a bf16 output recomputes the exponentials instead of rounding twice); a row of up to 16
+1/sum (a bf16 output recomputes the exponentials instead of rounding twice, and takes the cheaper
+exp of bf16 results, :func:`tppasm.x86.math.emit_exp_bf16`); a row of up to 16
 vectors (8 on AVX2) is instead loaded once into registers and each exp computed once (twice as
 fast for attention rows of 128-256 with a bf16 output); layer norm takes the
 mean, then the variance around it (two passes: no cancellation), then writes
@@ -47,8 +48,9 @@ def generate_softmax(desc, isa):
     mask = Stream(args[1], desc.mask, "f32", desc.ldm) if desc.mask else None
     out = Stream(args[-1], "full", desc.out_dtype, desc.ldo)
     cvt = v.avx512 and "avx512_bf16" in x86_brgemm.target_features(isa)     # vcvtneps2bf16 for a bf16 output
+    exp = xm.emit_exp_bf16 if desc.out_dtype == "bf16" else xm.emit_exp
     if -(-desc.n // v.lanes(4)) <= CACHED[v.avx512]:
-        return _softmax_in_registers(fn, v, desc, x, mask, out, cvt)
+        return _softmax_in_registers(fn, v, desc, x, mask, out, cvt, exp)
     R = Regs(fn, v, desc.n)
     tail, U, W = R.tail, (4 if v.avx512 else 2), (2 if v.avx512 else 1)
     acc, (mx, inv) = R.take(U), R.take(2)
@@ -69,7 +71,7 @@ def generate_softmax(desc, isa):
         src, dst, *tmp = work[u % W]
         logits(src, dst, col, idx, t)
         a.vsubps(src, src, mx)
-        xm.emit_exp(a, v, dst, src, tmp, c)
+        exp(a, v, dst, src, tmp, c)
         zero_tail(a, v, dst, t)
         return dst
 
@@ -110,7 +112,7 @@ def generate_softmax(desc, isa):
     return fn.finalize()
 
 
-def _softmax_in_registers(fn, v, desc, x, mask, out, cvt):
+def _softmax_in_registers(fn, v, desc, x, mask, out, cvt, exp):
     """Softmax of rows that fit in registers: one load, one exp per element (the tail's dead lanes
     are -inf, so their exp is 0 and the sums need no mask). A row is one dependency chain
     (maximum, exponentials, sum, scale: ~200 cycles) that the out-of-order window hardly overlaps
@@ -143,7 +145,7 @@ def _softmax_in_registers(fn, v, desc, x, mask, out, cvt):
         hreduce(a, v, acc, tmp[0], "max")
         for e in E:
             a.vsubps(e, e, acc)
-            xm.emit_exp(a, v, e, e, tmp, c)
+            exp(a, v, e, e, tmp, c)
         _tree(a, "add", E, scratch)
         a.vmovaps(total, acc)
         hreduce(a, v, total, tmp[0], "add")
