@@ -15,8 +15,9 @@ tile instructions and prefetches in order (``tile_ops``). From these:
 
 These are MODELLED figures, not measurements: the latencies and throughputs are the optimization
 manual's, the cache bandwidths assumptions (see :mod:`bench.amx_model`). Where the model would chunk
-the batch, the table has two rows: the default kernel and the opt-in chunks (``TPPASM_AMX_CHUNKS=1``),
-which win in the renamed reading and lose in the other two; an AMX host decides by timing both.
+the batch, the table has two rows: the kernel without chunks and the one with them
+(``TPPASM_AMX_CHUNKS=1``), which win in the renamed reading and lose in the other two; an AMX host
+decides by timing both (:mod:`tppasm.x86.amx_probe`).
 
 A last table sets the model against the one AMX measurement on record (:mod:`bench.amx_calibration`):
 the reading that fits it best is ``ooo``.

@@ -233,12 +233,15 @@ def test_command_line_and_version(monkeypatch, capsys):
     assert main([]) == 0 and "usage: python -m tppasm" in capsys.readouterr().out
     import isa.cpu
     real = isa.cpu.host()
-    every = types.SimpleNamespace(**{**real.__dict__, "features": {k: True for k in real.features}})
+    every = types.SimpleNamespace(**{**real.__dict__, "features": {k: True for k in real.features},
+                                     "levels": ["avx2", "avx512", "amx"]})
     every.as_dict = real.as_dict
     monkeypatch.setattr(isa.cpu, "host", lambda: every)
+    monkeypatch.setenv("TPPASM_AMX_CHUNKS", "0")
     info()
     text = capsys.readouterr().out
     assert "features" in text and "absent" not in text
+    assert "amx       batch chunks off (TPPASM_AMX_CHUNKS" in text
 
 
 def test_thread_count_at_run_time():

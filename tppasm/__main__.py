@@ -36,6 +36,10 @@ def info(as_json=False):
         print(f"absent    {' '.join(off)}")
     for what, why in h.notes.items():
         print(f"note      {what}: {why}")
+    if "amx" in h.levels:
+        from tppasm.x86 import amx, amx_probe
+        how = "TPPASM_AMX_CHUNKS" if amx_probe.setting() != "auto" else "timed once on this CPU, kept in the cache"
+        print(f"amx       batch chunks {'on' if amx.chunks_on() else 'off'} ({how}; tppasm.x86.amx_probe)")
 
 
 def demo():

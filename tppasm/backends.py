@@ -31,6 +31,7 @@ _SHARED_SOURCES = ("tppasm/*.py", "isa/**/*.py")
 # environment variables that change an ISA's generated code, read when a kernel is generated
 # (their values are part of every key of its code: :func:`code_options`)
 CODE_OPTIONS = {"amx": ("TPPASM_AMX_CHUNKS",)}
+_OPTION_VALUES = {}      # (isa, name) -> the setting in effect, where the family decides it (register_option)
 
 _GENERATORS = {}
 _LOADED = set()
@@ -133,13 +134,28 @@ def registered():
 _VERSIONS = {}
 
 
+def register_option(isa, name, value):
+    """Make ``value()`` (text) the setting of option ``name`` of :data:`CODE_OPTIONS` that
+    ``isa``'s code is generated with, where it is more than the environment variable's text
+    (``TPPASM_AMX_CHUNKS`` unset: what the host decided).
+
+    >>> register_option("doc_isa", "DOC_OPTION", lambda: "1"); _OPTION_VALUES.pop(("doc_isa", "DOC_OPTION"))()
+    '1'
+    """
+    _OPTION_VALUES[(isa, name)] = value
+
+
 def code_options(isa):
-    """The settings of :data:`CODE_OPTIONS` for ``isa``, as text for a cache key.
+    """The settings of :data:`CODE_OPTIONS` in effect for ``isa``, as text for a cache key.
 
     >>> code_options("avx2")
     ''
     """
-    return ";".join(f"{name}={os.environ.get(name, '')}" for name in CODE_OPTIONS.get(isa, ()))
+    names = CODE_OPTIONS.get(isa, ())
+    if names:
+        _load(family(isa))                   # its generators register what decides the settings
+    return ";".join(f"{name}={_OPTION_VALUES.get((isa, name), lambda n=name: os.environ.get(n, ''))()}"
+                    for name in names)
 
 
 def _sources(root, pattern):

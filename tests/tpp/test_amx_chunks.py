@@ -10,9 +10,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tppasm.brgemm import Brgemm, tileconfig, tilerelease
-from tppasm.x86.amx import generate, plan
+from tppasm.x86.amx import chunks_on, generate, plan
 from tppasm.x86.amx_chunk import chunk_blocks, visits
 
+from tests.support import native
 from tests.tpp.test_amx import _cfg_tuple, _check, _run
 
 common = dict(m=st.integers(17, 64), n=st.integers(1, 64), chunk=st.integers(1, 3), count=st.integers(1, 7),
@@ -68,7 +69,10 @@ def test_default_chunks_run_where_the_batch_outgrows_l1(monkeypatch):
     d = Brgemm(m=64, n=64, k=64, dtype="bf16", c_dtype="bf16", beta=1, bias=True, act="relu")
     g = chunk_blocks(d, plan(d))
     monkeypatch.delenv("TPPASM_AMX_CHUNKS", raising=False)
-    assert generate(d).code == generate(d, 0).code                    # opt-in: off by default
+    if not native("amx"):
+        assert generate(d).code == generate(d, 0).code                # interpreted AMX: off unless set
+    monkeypatch.setenv("TPPASM_AMX_CHUNKS", "0")
+    assert generate(d).code == generate(d, 0).code
     monkeypatch.setenv("TPPASM_AMX_CHUNKS", "1")
     assert g >= 1 and "prefetch" not in generate(d).disassemble()
     _go(d, None, 2 * g + 1, True)                            # three chunks, the last one partial
@@ -78,7 +82,10 @@ def test_default_chunks_run_where_the_batch_outgrows_l1(monkeypatch):
 def test_the_chunk_setting_is_part_of_the_cache_key(monkeypatch, tmp_path):
     from tppasm.cache import disk, kernels
     code, d = kernels.KernelCode(disk.DiskStore(str(tmp_path), 1 << 20)), Brgemm(m=64, n=64, k=64, dtype="bf16")
-    monkeypatch.delenv("TPPASM_AMX_CHUNKS", raising=False)
+    monkeypatch.setenv("TPPASM_AMX_CHUNKS", "0")
     off = code.raw_key(d, "amx"), code.raw_key(d, "avx512")
     monkeypatch.setenv("TPPASM_AMX_CHUNKS", "1")
-    assert code.raw_key(d, "amx") != off[0] and code.raw_key(d, "avx512") == off[1]    # AMX code only
+    on = code.raw_key(d, "amx")
+    assert on != off[0] and code.raw_key(d, "avx512") == off[1]    # AMX code only
+    monkeypatch.delenv("TPPASM_AMX_CHUNKS")
+    assert code.raw_key(d, "amx") == (on if chunks_on() else off[0])     # the setting in effect, not its text

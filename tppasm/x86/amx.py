@@ -53,8 +53,9 @@ from dataclasses import dataclass
 from isa.x86 import K, TMM, YMM, ZMM, Function, dword, eax, gpr, ptr, qword, rsp
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
-from ..backends import register
-from .amx_chunk import CHUNK_SLOTS, Chunks, acc_ld, acc_offset, default_chunk, uses_scratch, visits
+from ..backends import register, register_option
+from . import amx_probe
+from .amx_chunk import CHUNK_SLOTS, Chunks, acc_ld, acc_offset, chunk_blocks, uses_scratch, visits
 from .amx_pipe import Pipeline
 from .batch import add_imm, mem_imm
 from .ctile import emit_activation
@@ -200,7 +201,7 @@ class _Gen:
         self.dot = getattr(self.a, DOT[desc.dtype] if desc.dtype == "bf16" else INT8_DOT[desc.signs])
         # stack: spilled arguments, loop variables, tile configs, sttilecfg's output, scratch tiles
         self.epilogue = uses_scratch(desc)         # C through the scratch tile (and partial sums in the stack)
-        self.chunk = default_chunk(desc, self.p) if chunk is None else chunk
+        self.chunk = (chunk_blocks(desc, self.p) if chunks_on() else 0) if chunk is None else chunk
         variables = self.VARS + (CHUNK_SLOTS if self.chunk else ())
         self.arg_slot = {name: 8 * i for i, name in enumerate(names)}
         self.slots = {name: 64 + 8 * i for i, name in enumerate(variables)}
@@ -544,15 +545,34 @@ class _Gen:
 
 def generate(desc, chunk=None):
     """The raw AMX BRGEMM kernel (a :class:`isa.x86.JitFunction`) for a bf16 / i8 descriptor;
-    ``chunk``: batch blocks per chunk (:mod:`tppasm.x86.amx_chunk`; None: the default,
-    :func:`~tppasm.x86.amx_chunk.default_chunk`, which is 0 unless ``TPPASM_AMX_CHUNKS=1``;
-    0: every macro block walks the whole batch).
+    ``chunk``: batch blocks per chunk (:mod:`tppasm.x86.amx_chunk`; None: :func:`chunk_blocks`'
+    choice where :func:`chunks_on`, else 0; 0: every macro block walks the whole batch).
 
     >>> from tppasm.brgemm import Brgemm
     >>> "tdpbusd" in generate(Brgemm(m=20, n=8, k=12, dtype="i8", beta=1)).disassemble()
     True
     """
     return _Gen(desc, chunk).build()
+
+
+def chunks_on():
+    """Whether generated kernels use batch chunks: ``TPPASM_AMX_CHUNKS=1`` / ``0``, else the
+    host's verdict (:mod:`tppasm.x86.amx_probe`: timed once where AMX runs natively; off where it
+    is interpreted). Part of every AMX kernel's cache key (``tppasm.backends.code_options``).
+
+    >>> import os; os.environ.get("TPPASM_AMX_CHUNKS") or chunks_on() in (True, False)
+    True
+    """
+    return amx_probe.verdict(_probe_kernel)
+
+
+def _probe_kernel(chunked):
+    from tppasm.brgemm import Brgemm
+    desc = Brgemm(**{k: v for k, v in amx_probe.PROBE.items() if k != "count"})
+    return _Gen(desc, chunk_blocks(desc, plan(desc)) if chunked else 0).build()
+
+
+register_option("amx", amx_probe.ENV, lambda: "1" if chunks_on() else "0")
 
 
 def tileconfig_function(desc):

@@ -23,13 +23,12 @@ last, shorter chunk, so a call with ``count <= g`` runs one chunk. ``python -m b
 reading goes from 79% to 97% of the AMX peak and the in-order one from 61% to 53% (each macro
 block's C makes a round trip per chunk, which only renamed tiles hide).
 
-Which reading the hardware follows has not been measured yet, so chunks are opt-in:
-``TPPASM_AMX_CHUNKS=1`` in the environment (read when a kernel is generated, and part of the disk
-cache's key) makes the generator use :func:`chunk_blocks`' choice; without it every kernel walks
-the whole batch per macro block, as before. On an AMX host, time both
-(``TPPASM_AMX_CHUNKS=1 python -m bench tpp`` against ``python -m bench tpp``).
+Which reading the hardware follows has not been measured yet, so the host decides:
+:mod:`tppasm.x86.amx_probe` times both kernels of one shape once where AMX runs natively and
+keeps chunks only where they win; ``TPPASM_AMX_CHUNKS=1`` / ``0`` forces them on / off (read when
+a kernel is generated, and part of the disk cache's key). On an AMX host, time both
+(``TPPASM_AMX_CHUNKS=1 python -m bench tpp`` against ``TPPASM_AMX_CHUNKS=0 python -m bench tpp``).
 """
-import os
 from dataclasses import dataclass
 
 from isa.x86 import TMM, qword, rsp
@@ -41,7 +40,6 @@ CHUNK_BYTES = L1_BYTES * 2 // 3   # A + B of one chunk (C shares L1 with it)
 ACC_BYTES = 16 << 10         # the largest fp32 / int32 stack scratch for C's partial sums (64 x 64)
 MAX_VISITS = 16              # macro blocks per chunk (each one's code is emitted: i-cache)
 CHUNK_SLOTS = ("left", "n", "first", "last", "accrow", "pipe")
-ENV = "TPPASM_AMX_CHUNKS"    # "1": chunks on (one of tppasm.backends.CODE_OPTIONS["amx"]: cache keys)
 
 
 @dataclass(frozen=True)
@@ -103,21 +101,11 @@ def acc_offset(desc, i, j):
     return i * 16 * acc_ld(desc) + j * 64
 
 
-def enabled():
-    """Whether generated kernels use batch chunks (``TPPASM_AMX_CHUNKS=1``; off by default)."""
-    return os.environ.get(ENV, "0") == "1"
-
-
-def default_chunk(desc, plan):
-    """The chunk a generated kernel uses: :func:`chunk_blocks`' choice when :func:`enabled`, else 0."""
-    return chunk_blocks(desc, plan) if enabled() else 0
-
-
 def chunk_blocks(desc, plan):
     """Batch blocks per chunk for ``desc`` (a bf16 / i8 :class:`tppasm.brgemm.Brgemm`) tiled by
-    ``plan`` (the model's choice, whether or not chunks are :func:`enabled`); 0 keeps one walk
-    of the whole batch per macro block. Chunks pay only where several
-    macro blocks share panels, the batch can outgrow L1 and one tile config covers C (a chunk
+    ``plan`` (the model's choice, whether or not chunks are on: ``tppasm.x86.amx.chunks_on``); 0
+    keeps one walk of the whole batch per macro block. Chunks pay only where several macro blocks
+    share panels, the batch can outgrow L1 and one tile config covers C (a chunk
     visits every region, so several configs would be reloaded per chunk); a bf16 C or an
     epilogue needs the scratch, so C must fit in ``ACC_BYTES``.
 
