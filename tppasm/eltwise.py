@@ -4,7 +4,9 @@ layout transforms.
 A 2-D operand is (rows m, cols n) with a row stride in elements (row-major, NumPy's) named after
 the operand: ``ldx`` for x (and dy), ``lda``/``ldb``/``ldc`` for a/b/c, ``ldo`` for out (the
 descriptors keep the field ``ldi`` for x; ``ldi=`` still works in the constructors, deprecated).
-bf16 operands are computed in fp32 (inputs widened exactly, outputs rounded to nearest even).
+bf16 operands are computed in fp32 (inputs widened exactly, outputs rounded to nearest even);
+with a bf16 output the x86 kernels evaluate exp and gelu_erf to 2^-16 relative (~1/128 of the
+rounding that follows) in fewer instructions.
 Broadcast operands (``bcast_a``/``bcast_b``) are 1-D: ``"row"`` one row of n values used by every
 row, ``"col"`` one value per row (m values), ``"scalar"`` one value (shape (1,)).
 

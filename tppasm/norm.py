@@ -155,7 +155,8 @@ class RMSNorm(_Norm):
 def softmax(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", scale=1.0, mask=None, ldm=0, isa=None):
     """The kernel ``out = softmax(scale * x (+ mask))`` over each of m rows; with a mask it takes
     (x, mask, out): additive fp32 values (0 or -inf), one row of n (``mask="row"``) or (m, n)
-    (``mask="full"``, row stride ``ldm``).
+    (``mask="full"``, row stride ``ldm``). With a bf16 ``out_dtype`` the x86 kernels take exp to
+    2^-16 relative (~1/128 of the rounding that follows) in fewer instructions.
 
     >>> import numpy as np, tppasm
     >>> x = np.zeros((1, 3), np.float32); out = np.empty_like(x)

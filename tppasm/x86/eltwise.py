@@ -75,6 +75,8 @@ UNARY = {
     "gelu": _math("gelu_tanh"),
     "gelu_erf": _math("gelu_erf"),
 }
+# a bf16 output is rounded to 2^-9 right after: these take the forms accurate to 2^-16 (xm.ACCURACY_BF16)
+UNARY_BF16_OUT = {"exp": _math("exp_bf16"), "gelu_erf": _math("gelu_erf_bf16")}
 
 
 def _grad(name):
@@ -313,7 +315,7 @@ def generate_unary(desc, isa):
             ins, (ntmp, body), bits = [dy, Stream(regs[1], "full", desc.dtype, desc.ldi)], GRAD[desc.op], None
     else:
         ins = [Stream(regs[0], "full", desc.dtype, desc.ldi)]
-        ntmp, body = UNARY[desc.op]
+        ntmp, body = (UNARY_BF16_OUT if desc.out_dtype == "bf16" and desc.op in UNARY_BF16_OUT else UNARY)[desc.op]
         bits = (Stream(regs[2], "bits", "u8", desc.mask_bytes), "out") if desc.bitmask else None
     walk_rows(fn, v, desc.m, desc.n, ins, [out], body, ntmp, bits)
     return fn.finalize()
