@@ -11,10 +11,6 @@ their median is at least :data:`MARGIN` faster. The verdict goes to the disk cac
 (:func:`tppasm.cache.remember`, keyed by the CPU's model and microcode), so later processes on
 the host reuse it. ``TPPASM_AMX_CHUNKS=1`` or ``=0`` overrides it; where AMX is interpreted,
 chunks stay off unless set.
-
->>> timings = iter([2.0, 1.0] * 7)         # unchunked, chunked: chunks twice as fast
->>> decide(lambda kernel: next(timings), rounds=7)
-{'chunks': True, 'speedup': 2.0}
 """
 import os
 import sys
@@ -52,7 +48,12 @@ def setting():
 def decide(time_kernel, rounds=ROUNDS):
     """{'chunks', 'speedup'} from ``time_kernel(chunked)`` (seconds for a fixed number of calls
     of the unchunked / chunked kernel), timed in ``rounds`` interleaved rounds; speedup is the
-    median ratio unchunked / chunked."""
+    median ratio unchunked / chunked.
+
+    >>> timings = iter([2.0, 1.0] * 7)         # unchunked, chunked: chunks twice as fast
+    >>> decide(lambda chunked: next(timings), rounds=7)
+    {'chunks': True, 'speedup': 2.0}
+    """
     ratios = sorted(time_kernel(False) / time_kernel(True) for _ in range(rounds))
     speedup = ratios[len(ratios) // 2]
     return {"chunks": speedup >= MARGIN, "speedup": round(speedup, 3)}
@@ -61,7 +62,11 @@ def decide(time_kernel, rounds=ROUNDS):
 def verdict(build):
     """Whether AMX BRGEMMs should use batch chunks on this host (see the module docstring);
     ``build(chunked)`` returns the raw kernel of :data:`PROBE` either way (only called where AMX
-    runs natively and no verdict is stored)."""
+    runs natively and no verdict is stored).
+
+    >>> os.environ.get(ENV) is not None or "amx" in host().levels or verdict(None) is False
+    True
+    """
     global _verdict
     value = setting()
     if value != "auto":
@@ -111,7 +116,11 @@ def _native_timer(build):
 
 
 def cpu_identity():
-    """The CPU's model name and microcode revision (from /proc/cpuinfo), else its vendor."""
+    """The CPU's model name and microcode revision (from /proc/cpuinfo), else its vendor.
+
+    >>> bool(cpu_identity())
+    True
+    """
     fields = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
@@ -127,6 +136,9 @@ def cpu_identity():
 
 
 def reset():
-    """Forget this process's verdict (tests; a changed ``TPPASM_AMX_CHUNKS`` needs no reset)."""
+    """Forget this process's verdict (tests; a changed ``TPPASM_AMX_CHUNKS`` needs no reset).
+
+    >>> reset()
+    """
     global _verdict
     _verdict = None
