@@ -29,9 +29,10 @@ Tile state: a kernel built with ``tile_setup=True`` reads the loaded config (``s
 config loaded (no ``tilerelease``: Intel's advice is to release only before AMX idles a while,
 and Linux releases the tiles itself before the core idles), so back-to-back calls of one kernel,
 or of kernels sharing a config, configure once. A kernel never relies on tile *data* left by
-anyone. :func:`tilerelease_function` (``tppasm.tilerelease()``) releases on request.
-``tile_setup=False`` kernels are for loop nests that call :func:`tileconfig_function` once per
-thread before (``init``) and :func:`tilerelease_function` after (``fini``): they assume the
+anyone. :func:`~tppasm.x86.amx_config.tilerelease_function` (``tppasm.tilerelease()``) releases
+on request. ``tile_setup=False`` kernels are for loop nests that call
+:func:`~tppasm.x86.amx_config.tileconfig_function` once per thread before (``init``) and
+:func:`~tppasm.x86.amx_config.tilerelease_function` after (``fini``): they assume the
 config of their first region is loaded; a shape with several regions switches configs inside and
 restores the first before returning.
 
@@ -573,41 +574,3 @@ def _probe_kernel(chunked):
 
 
 register_option("amx", amx_probe.ENV, lambda: "1" if chunks_on() else "0")
-
-
-def tileconfig_function(desc):
-    """A no-argument function that loads the tile config ``desc``'s ``tile_setup=False`` kernel expects.
-
-    >>> from tppasm.brgemm import Brgemm
-    >>> tileconfig_function(Brgemm(m=16, n=16, k=32, dtype="bf16")).disassemble().count("ldtilecfg")
-    1
-    """
-    cfg = plan(desc).regions()[0][2]
-    fn = Function("amx_tileconfig", [])
-    fn.stack(64)
-    for off in range(0, 64, 4):
-        v = int.from_bytes(cfg[off:off + 4], "little")
-        fn.asm.mov(dword[rsp + off], v - (1 << 32) if v >= 1 << 31 else v)
-    fn.asm.ldtilecfg([rsp])
-    return fn.finalize()
-
-
-def tilerelease_function():
-    """A no-argument function that releases the tiles (``tilerelease``).
-
-    >>> tilerelease_function().disassemble().count("tilerelease")
-    1
-    """
-    fn = Function("amx_tilerelease", [])
-    fn.asm.tilerelease()
-    return fn.finalize()
-
-
-@register("x86", "amx_tileconfig")
-def _generate_tileconfig(desc, isa):
-    return tileconfig_function(desc.gemm)
-
-
-@register("x86", "amx_tilerelease")
-def _generate_tilerelease(desc, isa):
-    return tilerelease_function()
