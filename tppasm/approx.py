@@ -46,7 +46,7 @@ def _fit_erfc(degree=10, mid=ERFC_MID, halve=False):
     lo, hi = 1 / 6, 1.0
     t = (np.cos(np.linspace(0, np.pi, 3000)) * 0.5 + 0.5) * (hi - lo) + lo
     a = 2 * (1 / t - 1)
-    y = np.log(np.array([math.erfc(z) for z in a]) / (t + t * halve)) + a * a
+    y = np.log(np.array([math.erfc(z) for z in a]) / (t * (2 if halve else 1))) + a * a
     return [float(k) for k in np.polyfit(t - mid, y, degree)]
 
 

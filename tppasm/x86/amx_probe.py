@@ -19,7 +19,7 @@ import time
 
 from isa.cpu import host
 
-from .. import forking
+from .. import cache, forking
 
 ENV = "TPPASM_AMX_CHUNKS"
 SETTINGS = ("1", "0", "auto")
@@ -80,7 +80,6 @@ def verdict(build):
 
 
 def _stored_or_timed(build):
-    from .. import cache
     key = f"{cpu_identity()} {sorted(PROBE.items())} margin={MARGIN}"
     record = cache.recall("amx", key)
     if not (isinstance(record, dict) and isinstance(record.get("chunks"), bool)):
