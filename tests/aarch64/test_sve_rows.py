@@ -27,7 +27,7 @@ from isa.aarch64.native import run_calls
 from tppasm.glu import SwiGLU
 from tppasm.quant import Dequant, Quantize
 from tppasm.rotary import Rotary
-from tests.aarch64.marks import vl_params
+from tests.aarch64.marks import needs_sve_runner, vl_params
 from tests.aarch64.sve_cases import DescCase, InPlaceCase, close, same_examples_at_every_vl, sve_kernel, view
 
 VLS = (128, 256, 512)
@@ -142,6 +142,7 @@ def test_quantize_dequant(bits, s):
     run_all(cases, bits)
 
 
+@needs_sve_runner(128)
 def test_quantize_all_zero_row_is_the_references():
     """An all-zero row: the reference floors max|x| at 1e-30, so its scale is 1e-30/127 (not 0) and
     every code is the zero point; the kernel writes exactly that."""
@@ -152,6 +153,7 @@ def test_quantize_all_zero_row_is_the_references():
     run_all([case], 128)
 
 
+@needs_sve_runner(128)
 def test_dequant_wraps_c_plus_offset_in_int32():
     """c + offset past the int32 range wraps, as on x86 and in the reference."""
     def edges(spec, v, rng):
