@@ -37,7 +37,9 @@ import numpy as np
 from isa.cpu import host
 from tppasm.timing import calibrate, time_runs
 
-ACCUMULATORS = 12               # independent vector chains: latency x issue width on every x86 part
+# Independent vector chains, at least latency x issue width on every x86 part: Zen 5 issues two
+# vdpbf16ps a cycle at about 6 cycles' latency, so 12 chains read 9% under its kernels' speed.
+ACCUMULATORS = 24
 AMX_ACCUMULATORS = 6            # tiles 0..5 accumulate, 6 and 7 are the operands
 ITERS = 1 << 13                 # loop trips per call (4 copies of the accumulators each)
 AMX_ITERS = 1 << 9
