@@ -22,8 +22,13 @@ decides by timing both (:mod:`tppasm.x86.amx_probe`).
 A last table sets the model against the one AMX measurement on record (:mod:`bench.amx_calibration`):
 the reading that fits it best is ``ooo``.
 
-``python -m bench amx-static [--json FILE] [--quick] [--choices]`` (``--choices``: the synthetic
-comparison of blockings and ``tdp*`` orders of :mod:`bench.amx_choices` that chose the kernel's)
+``--conv`` adds the BRGEMMs of ResNet-50's 3x3 layers on 7x7 and 14x14 images, one output row per
+call against several through the padded width (``bench.conv_nest.Blocking.rows``), in % of the
+AMX peak counting only the products that reach the output.
+
+``python -m bench amx-static [--json FILE] [--quick] [--choices] [--conv]`` (``--choices``: the
+synthetic comparison of blockings and ``tdp*`` orders of :mod:`bench.amx_choices` that chose the
+kernel's)
 """
 import argparse
 import time
@@ -126,6 +131,27 @@ def model(stats, dtype, m, n, k, count):
     return out, res
 
 
+def conv_rows(layers=("res5b_branch2b", "res4b_branch2b"), bk=(32, 64), bc=64, count=8):
+    """A Report: each layer's bf16 BRGEMM (bc-deep blocks, ``count`` per call) over one output row
+    and over the row spans :func:`bench.conv.row_spans` offers, MODELLED in % of the AMX peak of the
+    products that reach the output (the padded width's extra columns do not count)."""
+    from .conv import layer, row_spans
+    rep = Report("Convolution BRGEMMs over 1 or several output rows (bench.conv_nest rows), bf16: MODELLED "
+                 "% of the AMX peak in useful products",
+                 ["layer", "bk", "rows", "BRGEMM m", "useful rows", "% in-order", "% ooo", "% renamed"])
+    for name in layers:
+        sh = layer(name, 1)
+        wp = sh.w + 2 * sh.pad
+        for n in bk:
+            for rows in [1] + row_spans(sh):
+                m = (rows - 1) * wp + sh.q
+                stats, _, _ = run_case(m, n, bc, count, "bf16", 1, "f32")
+                pct, _ = model(stats, "bf16", m, n, bc, count)
+                useful = rows * sh.q / m
+                rep.add(name, n, rows, m, rows * sh.q, *(round(pct[mode] * useful, 1) for mode in MODES))
+    return rep
+
+
 def _table(title, rows):
     """A Report of ``rows`` (dicts with the same keys, in column order)."""
     rep = Report(title, list(rows[0]))
@@ -140,6 +166,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="three kernels only")
     p.add_argument("--choices", action="store_true", help="also score candidate blockings and tdp orders "
                    "on synthetic traces (bench.amx_choices)")
+    p.add_argument("--conv", action="store_true", help="also the 7x7 and 14x14 3x3 convolution BRGEMMs, "
+                   "one output row and several (bench.conv_nest rows)")
     args = p.parse_args(argv)
     from tppasm.brgemm import Brgemm
     from tppasm.x86.amx import plan
@@ -176,6 +204,8 @@ def main(argv=None):
         from .amx_choices import compare
         reports.append(_table("Candidate blockings, 64 k steps, loads right after their tile's last reader: "
                               "MODELLED fraction of cycles the TMUL is busy", compare()))
+    if args.conv:
+        reports.append(conv_rows())
     from .amx_calibration import calibrate
     reports.append(_table("Calibration: the unpipelined kernel issue #12 measured on an Emerald Rapids core "
                           "(bf16 64x64x64 x 16, 1,346 GFLOP/s), MODELLED in each reading", calibrate()))

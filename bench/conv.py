@@ -32,6 +32,7 @@ from dataclasses import replace
 import numpy as np
 
 import tppasm as tpp
+from isa.cpu import host
 from bench.common import Report, write_json
 from bench.conv_nest import Blocking, Conv, ConvNest
 from bench.versus import add_arguments, fastest, geomean, peak_loop, quick_seconds, ranked, setup, versus
@@ -78,7 +79,7 @@ def layer(name, n):
     raise ValueError(f"no layer {name!r}; the layers are {', '.join(x[0] for x in LAYERS)}")
 
 
-def blockings(shape, dtype, quick=False):
+def blockings(shape, dtype, quick=False, amx=None):
     """The hand-enumerated knobs tried for ``shape``: channel blocks of 64 (the stem: its C, made
     even for bf16's VNNI pairs, and with the filter columns folded also its odd C, the pairs then
     running over a filter row: no zero channel; bf16 3x3 layers also 128: half the partial-sum
@@ -86,7 +87,8 @@ def blockings(shape, dtype, quick=False):
     on Zen 4, where fp32 gained under 1%), output-channel blocks of 32 and 64, every BRGEMM batch
     axis the filter has, with and without the filter columns folded into k, and a whole or half output row
     per BRGEMM (a flat 1x1 convolution: one row, up to eight rows or the whole image; long GEMMs
-    stream the input better when it comes from L3).
+    stream the input better when it comes from L3). On AMX hosts (``amx``: the host's ISA is
+    amx by default) bf16 layers also try BRGEMMs through several output rows (:func:`row_spans`).
 
     >>> [str(b) for b in blockings(layer("res2a_branch2a", 1), "f32", quick=True)]
     ['bc=64 bk=64 bw=448 batch=c cstep=0']
@@ -95,6 +97,7 @@ def blockings(shape, dtype, quick=False):
     >>> sorted({b.bc for b in blockings(layer("res3b_branch2b", 8), "bf16")})
     [64, 128]
     """
+    amx = host().isa == "amx" if amx is None else amx
     bc = 64 if shape.c >= 64 else shape.c + (shape.c % 2 if dtype == "bf16" else 0)
     bcs = [bc] + ([128] if dtype == "bf16" and shape.r > 1 and shape.c % 128 == 0 and not quick else [])
     bks = [64] if quick else [32, 64]
@@ -112,7 +115,24 @@ def blockings(shape, dtype, quick=False):
            for c, bk, (ax, fold), bw in itertools.product(bcs, bks, axes, widths)]
     if bc != shape.c and shape.c < 64 and not quick:   # bf16, odd C: folded pairs need no zero channel
         out += [replace(b, bc=shape.c) for b in out if b.fold and b.bc == bc]
+    if amx and dtype == "bf16" and not quick:
+        out += [replace(b, rows=rows) for b in out if b.batch != "s" and b.bw == q for rows in row_spans(shape)]
     return out
+
+
+def row_spans(shape):
+    """Output rows per BRGEMM worth trying on AMX (``Blocking.rows``): for a stride-1 3x3 layer whose
+    output row is under 16 pixels (a tile's rows): the fewest rows above one and the most that
+    stay under 128 BRGEMM rows (rows must divide P).
+
+    >>> row_spans(layer("res5b_branch2b", 1)), row_spans(layer("res4b_branch2b", 1)), row_spans(layer("res3b_branch2b", 1))
+    ([7], [2, 7], [])
+    """
+    if shape.stride != 1 or shape.flat or shape.q >= 16:
+        return []
+    wp = shape.w + 2 * shape.pad
+    spans = [d for d in range(2, shape.p + 1) if shape.p % d == 0 and (d - 1) * wp + shape.q <= 128]
+    return sorted({spans[0], spans[-1]}) if spans else []
 
 
 def spec_candidates(shape, threads):
@@ -183,7 +203,7 @@ def check(shape, nest, lk, views, x, w, torch):
     tw = torch.from_numpy(w.astype(np.float32))
     with torch.no_grad():
         ref = torch.nn.functional.conv2d(tx, tw, stride=shape.stride, padding=shape.pad).numpy()
-    got = unblock_activations(y.reshape(nest.output().shape)).astype(np.float32)
+    got = unblock_activations(nest.result(y.reshape(nest.output().shape))).astype(np.float32)
     return float(np.abs(got - ref).max() / np.abs(ref).max())
 
 

@@ -34,6 +34,20 @@ so its first and last steps are those with every reduction index at its first an
 A 1x1, stride-1, unpadded convolution is a GEMM over all pixels of an image: its rows are
 flattened (P = 1, Q = H*W), so ``bw`` may span several output rows (the paper's ``h_in_gemm``).
 
+``rows > 1`` (stride 1, not flat, whole rows, ``batch="c"`` or ``"r"``) runs each BRGEMM through
+that many output rows over the padded width: output pixel (oh, ow) reads the input at
+(oh + r) * Wp + ow + s, so consecutive "pixels" of the padded grid are consecutive A rows across
+row ends, and one BRGEMM of m = (rows - 1) * Wp + Q rows covers the block; the Wp - Q columns
+between its rows are computed and thrown away. The output then keeps the padded width,
+``(N, K/bk, P, Wp, bk)`` (:meth:`ConvNest.result` is the ``(N, K/bk, P, Q, bk)`` view). This is for
+AMX, whose tiles hold 16 rows: a 7- or 14-pixel row fills 7 or 14 of them and loads its B tiles
+for few products. Modelled on Sapphire Rapids (``bench.amx_model``; bf16 BRGEMMs of k 64 x 8
+blocks, n 32 and 64; useful products only, ooo / renamed readings): a 7x7 layer's row 16 / 24-25%
+of the AMX peak, its 7 rows 40-41 / 52-54%; a 14x14 layer's row 31 / 47-50%, 2 rows 49-51 /
+59-74%; at 28 pixels and more a row fills its tiles and more rows gain nothing. On AVX-512 the
+thrown-away columns only cost (Zen 5, bf16 batch 1: res4b_branch2b 0.30 -> 0.32-0.33 ms).
+Edge rows keep all their taps (the padding rows hold zeros).
+
 An output row whose filter rows reach into the top or bottom zero padding takes only the
 filter rows over the image (:attr:`ConvNest.edge_rows`): with ``batch="r"`` a shorter batch
 from the first of them, with ``"c"`` and ``"s"`` no call for the others; those products are
@@ -117,7 +131,8 @@ class Blocking:
     a flat convolution one output row too); ``batch``: the reduction axis of the BRGEMM batch
     ("c", "r", "s"); ``cstep``: channel blocks per batch with ``batch="c"`` (0: all);
     ``kblock``/``hblock``: block sizes of the output-channel and output-row loops, for specs
-    that write c or d twice; ``fold``: the filter columns in k (see the module docstring).
+    that write c or d twice; ``fold``: the filter columns in k; ``rows``: output rows per BRGEMM
+    through the padded width (see the module docstring).
     """
 
     bc: int = 64
@@ -128,6 +143,7 @@ class Blocking:
     kblock: int = 1
     hblock: int = 1
     fold: bool = False
+    rows: int = 1
 
     def __str__(self):
         parts = [f"bc={self.bc}", f"bk={self.bk}", f"bw={self.bw}", f"batch={self.batch}"]
@@ -135,6 +151,8 @@ class Blocking:
             parts.append(f"cstep={self.cstep}")
         if self.fold:
             parts.append("fold")
+        if self.rows > 1:
+            parts.append(f"rows={self.rows}")
         return " ".join(parts)
 
 
@@ -168,6 +186,9 @@ class ConvNest:
         bw = bl.bw or sh.q
         _need(self.gq % bw == 0, f"bw={bw} must divide the {self.gq} output pixels of a GEMM row")
         self.bw = bw
+        self._check_rows()
+        self.m = (bl.rows - 1) * self.wp + sh.q if bl.rows > 1 else bw     # BRGEMM rows
+        self.out_q = self.wp if bl.rows > 1 else sh.q                     # output columns kept
         cstep = (bl.cstep or self.cb) if bl.batch == "c" else 1
         _need(self.cb % cstep == 0, f"cstep={cstep} must divide the {self.cb} channel blocks")
         self.cstep = cstep
@@ -183,11 +204,27 @@ class ConvNest:
         self.scratch = None                               # allocated by the first views()
         self.lk = self._nest(spec, pool)
 
+    def _check_rows(self):
+        sh, bl = self.shape, self.blocking
+        _need(isinstance(bl.rows, int) and bl.rows >= 1, f"rows={bl.rows!r}; expected an int >= 1")
+        if bl.rows == 1:
+            return
+        what = f"rows={bl.rows} (output rows per BRGEMM through the padded width)"
+        _need(sh.stride == 1 and not sh.flat, f"{what} needs stride 1 and a convolution that is not a flat 1x1 "
+              "(a flat one spans output rows with bw instead); use rows=1")
+        _need(bl.batch in ("c", "r"), f"{what} takes batch='c' or 'r', not {bl.batch!r}")
+        _need(bl.bw in (0, sh.q), f"{what} takes whole output rows: bw=0, not {bl.bw}")
+        _need(sh.p % bl.rows == 0, f"{what} must divide the {sh.p} output rows")
+        _need(bl.hblock == 1 or bl.hblock % bl.rows == 0, f"hblock={bl.hblock} must be a multiple of rows={bl.rows}")
+
     def _edge_rows(self):
         """(output row, first, end) of the filter rows on the image, for the rows whose taps reach
-        into the zero padding (rows with no tap on the image keep them all: they sum zeros)."""
+        into the zero padding (rows with no tap on the image keep them all: they sum zeros); none
+        with ``rows > 1``, whose BRGEMMs span several output rows."""
         sh = self.shape
         out = []
+        if self.blocking.rows > 1:
+            return ()
         for oh in range(sh.p):
             first = max(0, sh.pad - oh * sh.stride)
             end = min(sh.r, sh.pad + sh.h - oh * sh.stride)
@@ -216,9 +253,20 @@ class ConvNest:
         return (self.kb, self.cb, sh.r, sh.s, bl.bc, bl.bk)
 
     def output(self, dtype=None):
-        """A new output array ``(N, K/bk, P, Q, bk)`` of the convolution's dtype (uninitialized, aligned)."""
+        """A new output array ``(N, K/bk, P, Q, bk)`` of the convolution's dtype (uninitialized,
+        aligned); with ``rows > 1`` ``(N, K/bk, P, Wp, bk)``, whose last Wp - Q columns are scratch."""
         sh = self.shape
-        return tpp.empty((sh.n, self.kb, sh.p, sh.q, self.blocking.bk), dtype or self.dtype)
+        return tpp.empty((sh.n, self.kb, sh.p, self.out_q, self.blocking.bk), dtype or self.dtype)
+
+    def result(self, y):
+        """The ``(N, K/bk, P, Q, bk)`` convolution in an output array ``y`` of :meth:`output`'s shape
+        (a view without the scratch columns of ``rows > 1``).
+
+        >>> nest = ConvNest(Conv(n=1, c=4, k=8, h=4, w=4, r=3, s=3, pad=1), "f32", Blocking(bc=4, bk=8, rows=2))
+        >>> nest.output().shape, nest.result(nest.output()).shape
+        ((1, 1, 4, 6, 8), (1, 1, 4, 4, 8))
+        """
+        return y[:, :, :, :self.shape.q]
 
     def views(self, x, w, y):
         """The arrays the nest reads: flat convolutions as one pixel row; ``batch="s"`` reads the
@@ -227,7 +275,7 @@ class ConvNest:
         sh, bl = self.shape, self.blocking
         w_shapes = {self.weight_shape()} | ({self.weight_shape(folded=True)} if bl.fold else set())
         for name, arr, want in (("input", x, {self.input_shape()}), ("weights", w, w_shapes),
-                                ("output", y, {(sh.n, self.kb, sh.p, sh.q, bl.bk)})):
+                                ("output", y, {(sh.n, self.kb, sh.p, self.out_q, bl.bk)})):
             if not isinstance(arr, np.ndarray) or arr.shape not in want or not arr.flags.c_contiguous:
                 got = getattr(arr, "shape", type(arr).__name__)
                 shapes = " or ".join(map(str, sorted(want)))
@@ -240,7 +288,15 @@ class ConvNest:
             y = y.reshape(sh.n, self.kb, 1, sh.p * sh.q, bl.bk)
             acc = tuple(a.reshape(y.shape) for a in acc)
         st = x.strides
-        if bl.batch == "s":
+        if bl.rows > 1:          # (n, cb, r, padded pixel, k): pixel p of filter row r at p + r*Wp
+            k = (sh.s if bl.fold else 1) * bl.bc
+            pixels = sh.p * self.wp - (sh.s - 1 if bl.fold else 0)
+            x = np.lib.stride_tricks.as_strided(x, (sh.n, self.cb, sh.r, pixels, k),
+                                                (st[0], st[1], st[2], st[3], st[4]), writeable=False)
+            w = w.reshape(self.weight_shape(folded=True)) if bl.fold else w
+            y = y.reshape(sh.n, self.kb, sh.p * self.wp, bl.bk)
+            acc = tuple(a.reshape(y.shape) for a in acc)
+        elif bl.batch == "s":
             x = np.lib.stride_tricks.as_strided(
                 x, (sh.n, self.cb, x.shape[2], sh.s, self.gwp - sh.s + 1, bl.bc),
                 (st[0], st[1], st[2], st[3], st[3], st[4]), writeable=False)
@@ -258,8 +314,8 @@ class ConvNest:
         sh, bl, dt = self.shape, self.blocking, self.dtype
         bw, st, count, cs = self.bw, sh.stride, self.count, self.cstep
         span = (bw - 1) * st + 1                          # input columns under bw output pixels
-        fold = bl.fold
-        args = dict(m=bw, n=bl.bk, k=bl.bc * (sh.s if fold else 1), dtype=dt, lda=st * bl.bc, ldb=bl.bk, ldc=bl.bk)
+        fold, rows, m, wp = bl.fold, bl.rows, self.m, self.wp
+        args = dict(m=m, n=bl.bk, k=bl.bc * (sh.s if fold else 1), dtype=dt, lda=st * bl.bc, ldb=bl.bk, ldc=bl.bk)
         w_row = int(np.prod(self.weight_shape(folded=True)[3:]))       # a filter row's weights (VNNI-padded)
         strides = {"c": (self.hp * self.wp * bl.bc, sh.r * w_row),
                    "r": (self.gwp * bl.bc, w_row),
@@ -268,7 +324,7 @@ class ConvNest:
         first = tpp.brgemm(**args, stride_a=strides[0], stride_b=strides[1], beta=0, c_dtype=out,
                            stream_c=self.stream_out)
         more = tpp.brgemm(**args, stride_a=strides[0], stride_b=strides[1], beta=1)
-        to_bf16 = tpp.copy(bw, bl.bk, out_dtype="bf16") if self.needs_scratch else None
+        to_bf16 = tpp.copy(m, bl.bk, out_dtype="bf16") if self.needs_scratch else None
         batch = bl.batch
         steps = {"c": (cs, 1, sh.s if fold else 1), "r": (1, sh.r, sh.s if fold else 1), "s": (1, 1, sh.s)}[batch]
         last = (self.cb - cs, sh.r - steps[1], sh.s - steps[2])
@@ -285,6 +341,11 @@ class ConvNest:
 
         def operands(n, cb, kb, oh, ow, r, s, lo, hi, X, W):
             """(A blocks, B blocks, count) of one BRGEMM."""
+            if rows > 1:                                # X: (n, cb, r, padded pixel, k)
+                p = oh * wp + s
+                if batch == "c":
+                    return X[n, cb:cb + cs, r, p:p + m], W[kb, cb:cb + cs, r] if fold else W[kb, cb:cb + cs, r, s], count
+                return X[n, cb, lo:hi, p:p + m], W[kb, cb, lo:hi] if fold else W[kb, cb, lo:hi, s], hi - lo
             if batch == "c":
                 a = X[n, cb:cb + cs, oh * st + r, ow * st + s:ow * st + s + span:st]
                 b = W[kb, cb:cb + cs, r] if fold else W[kb, cb:cb + cs, r, s]
@@ -312,18 +373,22 @@ class ConvNest:
                 more(a, b, C, count=n_blocks)
             return hi - 1 if r_last is None else r_last
 
+        def tile(Y, n, kb, oh, ow):
+            """The output tile of one BRGEMM (Y flat over the padded pixels with rows > 1)."""
+            return Y[n, kb, oh * wp:oh * wp + m] if rows > 1 else Y[n, kb, oh, ow:ow + bw]
+
         def conv(n, cb, kb, oh, ow, r, s, X, W, Y):
-            step(n, cb, kb, oh, ow, r, s, X, W, Y[n, kb, oh, ow:ow + bw])
+            step(n, cb, kb, oh, ow, r, s, X, W, tile(Y, n, kb, oh, ow))
 
         def conv_bf16(n, cb, kb, oh, ow, r, s, X, W, Y, Acc):
-            r_end = step(n, cb, kb, oh, ow, r, s, X, W, Acc[n, kb, oh, ow:ow + bw])
+            r_end = step(n, cb, kb, oh, ow, r, s, X, W, tile(Acc, n, kb, oh, ow))
             if r_end is not None and cb == last[0] and r == r_end and s == last[2]:
-                to_bf16(Acc[n, kb, oh, ow:ow + bw], Y[n, kb, oh, ow:ow + bw])
+                to_bf16(tile(Acc, n, kb, oh, ow), tile(Y, n, kb, oh, ow))
 
         loops = (Loop(0, sh.n),
                  Loop(0, self.cb, steps[0], parallel=False),
                  Loop(0, self.kb, blocks=[bl.kblock] if bl.kblock > 1 else []),
-                 Loop(0, self.gp, blocks=[bl.hblock] if bl.hblock > 1 else []),
+                 Loop(0, self.gp, rows, blocks=[bl.hblock] if bl.hblock > 1 else []),
                  Loop(0, self.gq, bw),
                  Loop(0, sh.r, steps[1], parallel=False),
                  Loop(0, sh.s, steps[2], parallel=False))

@@ -326,3 +326,16 @@ def test_dispatch():
     assert "tdp" not in _generate(bf, "avx512").disassemble()
     with pytest.raises(ValueError, match="tile_setup"):
         Brgemm(m=1, n=1, k=2, dtype="bf16", tile_setup=2).validate()
+
+
+def test_conv_rows_table_models_the_conv_nests_brgemms():
+    """``amx-static --conv``: one row per (layer, bk, rows) of ``bench.conv.row_spans``, the BRGEMM m
+    of ``bench.conv_nest`` (rows through the padded width) and modelled percentages in (0, 100]."""
+    from bench.amx_static import conv_rows
+    from bench.conv import layer
+    from bench.conv_nest import Blocking, ConvNest
+    rep = conv_rows(layers=("res5b_branch2b",), bk=(32,))
+    assert [(r["rows"], r["BRGEMM m"], r["useful rows"]) for r in rep.rows] == [(1, 7, 7), (7, 61, 49)]
+    nest = ConvNest(layer("res5b_branch2b", 1), "bf16", Blocking(bc=64, bk=32, rows=7))
+    assert nest.m == 61
+    assert all(0 < r[k] <= 100 for r in rep.rows for k in ("% in-order", "% ooo", "% renamed"))

@@ -33,7 +33,7 @@ def run_conv(shape, dtype, blocking, spec="Acdebfg", seed=0, stream_out=None, fo
     y[...] = np.nan
     weights = block_weights(w, blocking.bc, blocking.bk, dtype, fold_weights)
     nest(block_activations(x, blocking.bc, shape.pad), weights, y)
-    got = unblock_activations(y).astype(np.float64)
+    got = unblock_activations(nest.result(y)).astype(np.float64)
     assert y.dtype == tpp.dtypes.dtype(dtype)
     assert not np.isnan(got).any(), "an output element was not written"
     return got, conv2d_reference(x.astype(np.float32), w.astype(np.float32), shape.stride, shape.pad)
@@ -84,8 +84,31 @@ def test_random_shapes_blockings_and_specs(data):
     cstep = data.draw(st.sampled_from([d for d in range(1, cb + 1) if cb % d == 0]), "cstep")
     dtype = data.draw(st.sampled_from(["f32", "bf16"]), "dtype")
     spec = data.draw(st.sampled_from(spec_candidates(shape, 2)), "spec")
-    got, ref = run_conv(shape, dtype, Blocking(bc=bc, bk=bk, bw=bw, batch=batch, cstep=cstep, fold=fold), spec)
+    spans = stride == 1 and not shape.flat and batch != "s" and bw == shape.q
+    rows = data.draw(st.sampled_from([d for d in range(1, shape.p + 1) if shape.p % d == 0]), "rows") if spans else 1
+    got, ref = run_conv(shape, dtype, Blocking(bc=bc, bk=bk, bw=bw, batch=batch, cstep=cstep, fold=fold, rows=rows),
+                        spec)
     assert_close(got, ref, dtype)
+
+
+ROW_SHAPES = [Conv(n=2, c=8, k=16, h=4, w=5, r=3, s=3, pad=1), Conv(n=1, c=6, k=8, h=6, w=6, r=3, s=3),
+              Conv(n=1, c=4, k=8, h=4, w=3, r=5, s=5, pad=2), Conv(n=1, c=3, k=8, h=7, w=7, r=3, s=3, pad=1)]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("batch", ["c", "r", "c+fold", "r+fold"])
+@pytest.mark.parametrize("shape", ROW_SHAPES, ids=str)
+def test_rows_through_the_padded_width(shape, batch, dtype):
+    """BRGEMMs over several output rows (rows > 1): every output element written and right, for
+    every divisor of P, over 1 and 2 channel blocks; the output keeps the padded width, whose
+    extra columns :meth:`ConvNest.result` leaves out."""
+    bc = 4
+    for rows in [d for d in range(2, shape.p + 1) if shape.p % d == 0]:
+        blocking = Blocking(bc=bc, bk=8, batch=batch[0], fold=batch.endswith("fold"), rows=rows)
+        nest = ConvNest(shape, dtype, blocking)
+        assert nest.m == (rows - 1) * nest.wp + shape.q and nest.output().shape[3] == nest.wp
+        got, ref = run_conv(shape, dtype, blocking)
+        assert_close(got, ref, dtype)
 
 
 @settings(max_examples=12)
@@ -239,6 +262,13 @@ def test_reference_convolution_by_hand():
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "f32", Blocking(bc=4, bk=8, batch="k")), "batch='k'"),
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "f32", Blocking(bc=4, bk=8, batch="s", fold=True)), "use batch='c' or 'r'"),
     (lambda: Conv(1, 4, 8, 2, 2, 5, 5).p, "does not fit"),
+    (lambda: ConvNest(Conv(1, 4, 8, 5, 5, 3, 3, 2), "f32", Blocking(bc=4, bk=8, rows=2)), "needs stride 1"),
+    (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "f32", Blocking(bc=4, bk=8, rows=2)), "not a flat 1x1"),
+    (lambda: ConvNest(Conv(1, 4, 8, 4, 4, 3, 3, 1, 1), "f32", Blocking(bc=4, bk=8, batch="s", rows=2)), "batch='c' or 'r'"),
+    (lambda: ConvNest(Conv(1, 4, 8, 4, 4, 3, 3, 1, 1), "f32", Blocking(bc=4, bk=8, bw=2, rows=2)), "bw=0, not 2"),
+    (lambda: ConvNest(Conv(1, 4, 8, 4, 4, 3, 3, 1, 1), "f32", Blocking(bc=4, bk=8, rows=3)), "divide the 4 output rows"),
+    (lambda: ConvNest(Conv(1, 4, 8, 4, 4, 3, 3, 1, 1), "f32", Blocking(bc=4, bk=8, rows=0)), "rows=0"),
+    (lambda: ConvNest(Conv(1, 4, 8, 4, 4, 3, 3, 1, 1), "f32", Blocking(bc=4, bk=8, rows=2, hblock=3)), "multiple of rows"),
     (lambda: block_weights(np.ones((4, 4, 1, 1)), 3, 4, dtype="bf16"), "bc=3 must be even"),
     (lambda: block_activations(np.ones((4, 4, 1)), 4), "NCHW"),
     (lambda: out_size(5, 3, 0), "stride=0"),
