@@ -14,6 +14,11 @@ import numpy as np
 from .spec import SpecError
 from .trace import TraceError
 
+# A candidate's repeats stop once they have taken this long: a run of 40 ms (a 2048^3 GEMM) is timed
+# by its checking run and one repeat instead of three, so a search's budget times about 1.7x as many
+# candidates at that size (a slow outlier still meets the final round-robin rounds of the search).
+REPEAT_SECONDS = 0.03
+
 
 @dataclass
 class Candidate:
@@ -93,22 +98,26 @@ class Builds:
 
 
 def measure(c, builds, reference, reps, rtol, clock="wall", probe=None):
-    """Time candidate ``c`` (min of ``reps`` runs, kept if lower than before) after a checking run;
-    with a :class:`Probe`, scaled by the machine's speed of the moment."""
+    """Time candidate ``c`` (the min of its checking run and up to ``reps`` more, kept if lower than
+    before; the repeats stop after :data:`REPEAT_SECONDS`, one at least); with a :class:`Probe`,
+    scaled by the machine's speed of the moment."""
     try:
         built = builds.get(c.config)
         if built.own is None:
             built.reference()
         variant = built.lk.with_spec(c.spec)
         built.restore()
-        variant(*built.arrays)
+        runs = [elapsed(variant, built.arrays, clock)]
         want = reference if built.output is not None else built.own
         if not same(built.result(), want, rtol):
             c.seconds, c.note = None, "different result, skipped"
             return
         scale = probe.scale() if probe is not None else 1.0
-        best = min(elapsed(variant, built.arrays, clock) for _ in range(reps)) * scale
-        c.seconds = min(best, c.seconds or float("inf"))
+        spent = 0.0
+        while len(runs) <= reps and (len(runs) < 2 or spent < REPEAT_SECONDS):
+            runs.append(elapsed(variant, built.arrays, clock))
+            spent += runs[-1]
+        c.seconds = min(min(runs) * scale, c.seconds or float("inf"))
     except (SpecError, TraceError, IndexError, ValueError) as e:
         c.seconds, c.note = None, str(e).splitlines()[0]
 

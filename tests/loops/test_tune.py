@@ -153,3 +153,27 @@ def test_the_reference_is_kept_unless_a_candidate_beats_it_by_the_margin(monkeyp
     knobs = {"bm": [16, 8], "bn": [16], "bk": [16], "kstep": [1], "edges": [True]}
     r = search(make, knobs, seconds=30, top=10, reps=1, progress=False, remember=False).record
     assert ((r["knobs"], r["spec"]) == (first[0].config, first[0].spec)) == keeps
+
+
+@pytest.mark.parametrize("run, runs", [(0.001, 4), (0.02, 3), (0.05, 2)])
+def test_a_candidate_is_timed_by_its_checking_run_and_repeats_up_to_a_time(monkeypatch, run, runs):
+    """The checking run is the first sample; repeats (``reps`` at most, one at least) stop once they
+    took :data:`loops.trial.REPEAT_SECONDS`: a long run gets one, a short one all three. The
+    candidate's seconds are the least of its samples."""
+    import loops.trial as trial
+    from loops.trial import Builds, Candidate, measure
+    _, _, make = small_gemm()
+    builds = Builds(make)
+    config = {"bm": 16, "bn": 16, "bk": 16, "kstep": 1, "edges": True}
+    reference = builds.get(config).reference()
+    times = iter([run * 1.5] + [run] * 10)
+    calls = []
+
+    def fake_elapsed(fn, arrays, clock="wall"):
+        fn(*arrays)
+        calls.append(1)
+        return next(times)
+    monkeypatch.setattr(trial, "elapsed", fake_elapsed)
+    c = Candidate(config, "aBC")
+    measure(c, builds, reference, 3, 1e-4)
+    assert (len(calls), c.seconds) == (runs, run) and not c.note
