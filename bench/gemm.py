@@ -12,11 +12,11 @@ The K loop steps by ``kstep`` blocks (one BRGEMM of that count per step; the fir
 writes C with beta=0, the others add to it: 1-2% faster than zeroing C first). By default every
 (shape, dtype, thread count) is tuned with :func:`loops.tune.search` over the spec, the block
 sizes of the M and N loops and the knobs of :func:`gemm_configs` (bm, bn, bk, kstep, edges), the
-cost model choosing what is timed, for :func:`tune_budget` seconds; the table shows the winner beside the fixed configuration
-(spec ``aBC``, bm = bk = 64, bn = two vectors (:func:`n_block`), kstep 8). Every row times the
-tuned and fixed GEMM, numpy and torch (and, on 2 threads, the 1-thread winner) back to back in
-interleaved rounds: GFLOP/s are medians, ratios the medians of the per-round ratios. Our pool is
-sized to the thread count, OpenBLAS limited with threadpoolctl, torch with
+cost model choosing what is timed, for :func:`tune_budget` seconds; the table shows the winner
+beside the fixed configuration (spec ``aBC``, bm = bk = 64, bn = two vectors (:func:`n_block`),
+kstep 8). Every row times the tuned and fixed GEMM, numpy and torch (and, on 2 threads, the
+1-thread winner) back to back in interleaved rounds: GFLOP/s are medians, ratios the medians of
+the per-round ratios. Our pool is sized to the thread count, OpenBLAS limited with threadpoolctl, torch with
 ``torch.set_num_threads``. On n threads the rounds also time the peak loop on n threads and on
 one: "peak 2T/1T" is the ratio of their rates, what the host's second core adds at that moment,
 the ceiling of our own "2T/1T".

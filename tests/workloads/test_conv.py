@@ -102,9 +102,8 @@ def test_rows_through_the_padded_width(shape, batch, dtype):
     """BRGEMMs over several output rows (rows > 1): every output element written and right, for
     every divisor of P, over 1 and 2 channel blocks; the output keeps the padded width, whose
     extra columns :meth:`ConvNest.result` leaves out."""
-    bc = 4
     for rows in [d for d in range(2, shape.p + 1) if shape.p % d == 0]:
-        blocking = Blocking(bc=bc, bk=8, batch=batch[0], fold=batch.endswith("fold"), rows=rows)
+        blocking = Blocking(bc=4, bk=8, batch=batch[0], fold=batch.endswith("fold"), rows=rows)
         nest = ConvNest(shape, dtype, blocking)
         assert nest.m == (rows - 1) * nest.wp + shape.q and nest.output().shape[3] == nest.wp
         got, ref = run_conv(shape, dtype, blocking)
