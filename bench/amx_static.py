@@ -141,10 +141,9 @@ def conv_rows(layers=("res5b_branch2b", "res4b_branch2b"), bk=(32, 64), bc=64, c
                  ["layer", "bk", "rows", "BRGEMM m", "useful rows", "% in-order", "% ooo", "% renamed"])
     for name in layers:
         sh = layer(name, 1)
-        wp = sh.w + 2 * sh.pad
         for n in bk:
             for rows in [1] + row_spans(sh):
-                m = (rows - 1) * wp + sh.q
+                m = sh.spanned(rows)
                 stats, _, _ = run_case(m, n, bc, count, "bf16", 1, "f32")
                 pct, _ = model(stats, "bf16", m, n, bc, count)
                 useful = rows * sh.q / m

@@ -130,8 +130,7 @@ def row_spans(shape):
     """
     if shape.stride != 1 or shape.flat or shape.q >= 16:
         return []
-    wp = shape.w + 2 * shape.pad
-    spans = [d for d in range(2, shape.p + 1) if shape.p % d == 0 and (d - 1) * wp + shape.q <= 128]
+    spans = [d for d in range(2, shape.p + 1) if shape.p % d == 0 and shape.spanned(d) <= 128]
     return sorted({spans[0], spans[-1]}) if spans else []
 
 

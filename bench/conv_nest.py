@@ -110,6 +110,19 @@ class Conv:
         return out_size(self.w, self.s, self.stride, self.pad)
 
     @property
+    def wp(self):
+        """The padded input width."""
+        return self.w + 2 * self.pad
+
+    def spanned(self, rows):
+        """BRGEMM rows of ``rows`` output rows through the padded width (``Blocking.rows``).
+
+        >>> Conv(n=1, c=4, k=4, h=7, w=7, r=3, s=3, pad=1).spanned(7)
+        61
+        """
+        return (rows - 1) * self.wp + self.q
+
+    @property
     def flops(self):
         return 2 * self.n * self.k * self.c * self.r * self.s * self.p * self.q
 
@@ -179,7 +192,7 @@ class ConvNest:
         _need(not (bl.fold and bl.batch == "s"), "fold=True puts the filter columns in k: use batch='c' or 'r'")
         self.shape, self.dtype, self.blocking = sh, dtype, bl
         self.cb, self.kb = -(-sh.c // bl.bc), sh.k // bl.bk
-        self.hp, self.wp = sh.h + 2 * sh.pad, sh.w + 2 * sh.pad
+        self.hp, self.wp = sh.h + 2 * sh.pad, sh.wp
         # the GEMM geometry: a flat convolution's pixels form one row per image
         self.gp, self.gq = (1, sh.p * sh.q) if sh.flat else (sh.p, sh.q)
         self.gwp = sh.h * sh.w if sh.flat else self.wp
@@ -187,7 +200,7 @@ class ConvNest:
         _need(self.gq % bw == 0, f"bw={bw} must divide the {self.gq} output pixels of a GEMM row")
         self.bw = bw
         self._check_rows()
-        self.m = (bl.rows - 1) * self.wp + sh.q if bl.rows > 1 else bw     # BRGEMM rows
+        self.m = sh.spanned(bl.rows) if bl.rows > 1 else bw                # BRGEMM rows
         self.out_q = self.wp if bl.rows > 1 else sh.q                     # output columns kept
         cstep = (bl.cstep or self.cb) if bl.batch == "c" else 1
         _need(self.cb % cstep == 0, f"cstep={cstep} must divide the {self.cb} channel blocks")
@@ -222,9 +235,9 @@ class ConvNest:
         into the zero padding (rows with no tap on the image keep them all: they sum zeros); none
         with ``rows > 1``, whose BRGEMMs span several output rows."""
         sh = self.shape
-        out = []
         if self.blocking.rows > 1:
             return ()
+        out = []
         for oh in range(sh.p):
             first = max(0, sh.pad - oh * sh.stride)
             end = min(sh.r, sh.pad + sh.h - oh * sh.stride)
@@ -291,8 +304,7 @@ class ConvNest:
         if bl.rows > 1:          # (n, cb, r, padded pixel, k): pixel p of filter row r at p + r*Wp
             k = (sh.s if bl.fold else 1) * bl.bc
             pixels = sh.p * self.wp - (sh.s - 1 if bl.fold else 0)
-            x = np.lib.stride_tricks.as_strided(x, (sh.n, self.cb, sh.r, pixels, k),
-                                                (st[0], st[1], st[2], st[3], st[4]), writeable=False)
+            x = np.lib.stride_tricks.as_strided(x, (sh.n, self.cb, sh.r, pixels, k), st, writeable=False)
             w = w.reshape(self.weight_shape(folded=True)) if bl.fold else w
             y = y.reshape(sh.n, self.kb, sh.p * self.wp, bl.bk)
             acc = tuple(a.reshape(y.shape) for a in acc)
