@@ -1,7 +1,7 @@
 """GEMM of any shape written in the loop DSL, tuned per shape, against numpy (OpenBLAS) and torch.
 
 ``python -m bench gemm [--sizes 512,1024,2048,4096x1024x1024,1000x700x300] [--threads 1,2]
-[--dtypes f32,bf16] [--no-tune] [--tune-seconds S] [--quick] [--json FILE]``
+[--dtypes f32,bf16] [--no-tune] [--tune-seconds S] [--fresh] [--quick] [--json FILE]``
 
 The DSL GEMM is DESIGN.md's: A blocked (Mb, Kb, bm, bk), B (Nb, Kb, bk, bn), C (Mb, Nb, bm, bn),
 padded with zeros to whole blocks (``tpp.block(..., pad=True)``; ``tpp.unblock(C, shape=(M, N))``
@@ -12,7 +12,9 @@ The K loop steps by ``kstep`` blocks (one BRGEMM of that count per step; the fir
 writes C with beta=0, the others add to it: 1-2% faster than zeroing C first). By default every
 (shape, dtype, thread count) is tuned with :func:`loops.tune.search` over the spec, the block
 sizes of the M and N loops and the knobs of :func:`gemm_configs` (bm, bn, bk, kstep, edges), the
-cost model choosing what is timed, for :func:`tune_budget` seconds; the table shows the winner
+cost model choosing what is timed, for :func:`tune_budget` seconds, resuming the search an earlier
+run remembered in tppasm's cache (so repeated runs add up their budgets; ``--fresh``: not, and
+nothing remembered); the table shows the winner
 beside the fixed configuration (spec ``aBC``, bm = bk = 64, bn = two vectors (:func:`n_block`),
 kstep 8). Every row times the tuned and fixed GEMM, numpy and torch (and, on 2 threads, the
 1-thread winner) back to back in interleaved rounds: GFLOP/s are medians, ratios the medians of
@@ -219,16 +221,31 @@ def dtype_peak(dtype):
 
 
 TUNE_CLOCK = "wall"      # --tune-clock: how the tuner times candidates (cpu: leaves out other processes)
+FRESH = False            # --fresh: search from nothing, neither reading nor writing remembered results
 
 
 def tuned(make, configs, seconds, key, progress_bar):
-    """:func:`loops.tune.search` over ``configs``; prints and returns its :class:`loops.tune.Tuned`."""
-    found = search(make, configs, seconds=seconds, key=key, progress=progress_bar, clock=TUNE_CLOCK)
+    """:func:`loops.tune.search` over ``configs``, resuming the search an earlier run remembered on
+    disk (its winner timed first and kept in the final rounds; ``--fresh``: not); prints and
+    returns its :class:`loops.tune.Tuned`."""
+    found = search(make, configs, seconds=seconds, key=key, progress=progress_bar, clock=TUNE_CLOCK,
+                   remember=not FRESH, resume=not FRESH)
     r = found.record
     print(f"# tuned {' '.join(map(str, key))}: {winner_text(r)} of {r['candidates']} modelled, "
           f"{r['timed']} timed in {r['elapsed']:.0f} s ({r['seconds'] * 1e3:.2f} ms vs the fixed "
-          f"{r['reference_seconds'] * 1e3:.2f} ms)", flush=True)
+          f"{r['reference_seconds'] * 1e3:.2f} ms){resumed_text(r)}", flush=True)
     return found
+
+
+def resumed_text(record):
+    """What a tuning record owes to earlier runs ('' for a first search).
+
+    >>> resumed_text({"resumed": True, "runs": 3, "tuning_seconds": 151.2}), resumed_text({"runs": 1})
+    ('; resumed from the remembered search: 3 runs, 151 s of tuning in all', '')
+    """
+    if not record.get("resumed"):
+        return ""
+    return f"; resumed from the remembered search: {record['runs']} runs, {record['tuning_seconds']:.0f} s of tuning in all"
 
 
 def tune_budget(M, N, K, base=20.0):
@@ -362,11 +379,14 @@ def main(argv=None):
     p.add_argument("--tune-clock", choices=["wall", "cpu"], default="wall",
                    help="how the tuner times candidates: cpu leaves out the time other processes held the cores "
                         "(a busy machine); the table is wall clock either way")
+    p.add_argument("--fresh", action="store_true",
+                   help="tune from nothing: do not resume (or update) the searches earlier runs remembered "
+                        "in tppasm's cache")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    global TUNE_CLOCK
-    TUNE_CLOCK = args.tune_clock
+    global TUNE_CLOCK, FRESH
+    TUNE_CLOCK, FRESH = args.tune_clock, args.fresh
     sizes = parse_sizes(args.sizes or ("512,1024" if args.quick else "512,1024,2048,4096x1024x1024,1000x700x300"))
     threads = [int(t) for t in args.threads.split(",")]
     seconds = 0 if args.no_tune else args.tune_seconds if args.tune_seconds is not None else 6 if args.quick else \

@@ -1,7 +1,7 @@
 """An MLP written in the loop DSL (fully connected layers, bias + relu fused), tuned, against torch.
 
 ``python -m bench mlp [--rows 1024] [--channels 1024] [--layers 4] [--threads 1,2] [--dtypes f32,bf16]
-[--no-tune] [--tune-seconds 20] [--quick] [--json FILE]``
+[--no-tune] [--tune-seconds 20] [--fresh] [--quick] [--json FILE]``
 
 Each layer is one loop kernel: the rows (bm per block) by the output channels (bc per block), one
 BRGEMM over all input-channel blocks per output block with the bias and relu in its epilogue. A
@@ -9,7 +9,8 @@ layer's output blocks are the next layer's input blocks, so bc is both n and k o
 row and channel count works: activations and weights are padded with zeros to whole blocks, and a
 padded channel stays zero through every layer (zero weights, zero bias, relu(0) = 0). All layers
 have one shape, so one tuning (:func:`loops.tune.search` over bm, bc, the spec and its block
-sizes) serves every layer. Compared with ``torch.nn.Sequential(Linear, ReLU, ...)`` in the same run.
+sizes) serves every layer; like ``bench gemm``, it resumes the search an earlier run remembered
+(``--fresh``: not). Compared with ``torch.nn.Sequential(Linear, ReLU, ...)`` in the same run.
 """
 import argparse
 
@@ -180,10 +181,11 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true")
     p.add_argument("--tune-clock", choices=["wall", "cpu"], default="wall",
                    help="how the tuner times candidates (see python -m bench gemm --help)")
+    p.add_argument("--fresh", action="store_true", help="tune from nothing (see python -m bench gemm --help)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    bench_gemm_module.TUNE_CLOCK = args.tune_clock
+    bench_gemm_module.TUNE_CLOCK, bench_gemm_module.FRESH = args.tune_clock, args.fresh
     T = args.rows or (512 if args.quick else 1024)
     C = args.channels or (512 if args.quick else 1024)
     if min(T, C, args.layers) < 1:

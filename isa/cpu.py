@@ -193,6 +193,27 @@ def host() -> Host:
     return h
 
 
+def identity():
+    """The CPU's vendor, model name, family, model, stepping and microcode revision (from
+    /proc/cpuinfo), else its vendor: what a decision measured on one CPU is remembered under.
+
+    >>> bool(identity())
+    True
+    """
+    fields = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    break                                  # the first processor is enough
+                name, _, value = line.partition(":")
+                fields[name.strip()] = value.strip()
+    except OSError:
+        pass
+    return " ".join(fields.get(k, "") for k in ("vendor_id", "model name", "cpu family", "model", "stepping",
+                                                "microcode")).strip() or host().vendor
+
+
 def select_isa(h, forced, known):
     """The ISA level to use: the host's best, or ``forced`` when the host has it."""
     if not forced:

@@ -18,7 +18,8 @@ timed again every ``probe`` seconds, :class:`loops.trial.Probe`). Each candidate
 same array contents as the reference run (the first knob values and the kernel's own spec;
 outputs poisoned with NaN when the reference overwrites them all) and a result that differs from
 the reference's is reported and never picked. Results are remembered per (kernel, shapes, dtypes, host, threads) in
-:data:`REMEMBERED` as plain JSON-able dicts, and a repeated search returns the remembered record.
+:data:`REMEMBERED` as plain JSON-able dicts, and on disk for later processes (:mod:`loops.remembered`);
+a repeated search returns the remembered record, or with ``resume=True`` searches on from it.
 
 >>> import numpy as np
 >>> from tppasm.eltwise import Unary
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import remembered
 from .enumerate import enumerate_union, spec_space
 from .signature import signature
 from .spec import LETTERS, SpecError
@@ -136,7 +138,7 @@ def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4, bl
 
 
 def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, reps=3, model=True, machine=None,
-           progress=True, rtol=1e-4, key=None, remember=True, refine=5, clock="wall", probe=0):
+           progress=True, rtol=1e-4, key=None, remember=True, refine=5, clock="wall", probe=0, resume=False):
     """Search ``knobs`` x specs x block sizes; return :class:`Tuned`. ``knobs``: name -> values for
     ``make`` (every combination, the first values first), or a list of keyword dicts.
 
@@ -148,7 +150,13 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     record); ``machine``: the
     :class:`loops.cost.Machine` (default measured on the host); ``key``: what the result is
     remembered under (default: the kernel's name, the reference arrays' shapes and dtypes, the
-    host and the thread count); ``refine``: how many of the fastest are timed again at the end, with the
+    host and the thread count); ``remember``: return the result remembered for this search, in this
+    process or on disk by an earlier one (:mod:`loops.remembered`; generated again and its result
+    checked first), else search and remember the result both ways; ``resume`` (with ``remember``):
+    search again anyway, the remembered winner timed first and kept in the final rounds, so a
+    result remembered across runs only gets better (``record["runs"]`` counts the searches,
+    ``record["tuning_seconds"]`` their time; ``record["recalled"]`` is True when nothing was
+    searched); ``refine``: how many of the fastest are timed again at the end, with the
     reference configuration, in 3 round-robin rounds, the lowest median winning (a single lucky run does not)
     unless it beats the reference's by less than :data:`MARGIN`;
     ``clock``: ``"wall"``, or ``"cpu"``: the largest CPU time of the nest's threads, which leaves
@@ -179,9 +187,19 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     ref = builds.get(configs[0])
     threads = ref.lk.pool.nthreads
     key = key if key is not None else _default_key(ref, threads)
-    if remember and key in REMEMBERED:
+    if resume and not remember:
+        raise ValueError("search: resume=True continues the remembered search; it needs remember=True")
+    if remember and key in REMEMBERED and not resume:
         return _rebuild(builds, REMEMBERED[key])
+    disk = remembered.disk_key(key, configs, specs, blocks, make, ref.lk.body, threads) if remember else None
+    earlier = REMEMBERED.get(key) if remember else None
+    if earlier is None or earlier.get("knobs") not in configs:
+        earlier = remembered.load(disk, configs) if remember else None
     reference = ref.reference()
+    seed = _recalled(earlier, builds, reference, reps, rtol, clock)
+    if seed is not None and not resume:
+        record = REMEMBERED[key] = dict(earlier, recalled=True)
+        return _rebuild(builds, record)
     timer = Probe(ref.lk, ref.arrays, reps, clock, probe) if probe else None
     cands, unmodelled = [], 0
     for config, lk, predict in _models(configs, builds, ref, model, machine, threads, start + (deadline - start) / 4):
@@ -192,12 +210,20 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
         for s in list(specs) if specs is not None else space(lk, blocks):
             cands.append(Candidate(config, s, _safe(predict, s) if predict else None))
     modelled = time.perf_counter() - start
+    if seed is not None:                            # the remembered winner stands for its candidate, timed already
+        same = [i for i, c in enumerate(cands) if (c.config, c.spec) == (seed.config, seed.spec)]
+        if same:
+            seed.predicted, cands[same[0]] = cands[same[0]].predicted, seed
     order = _Order(cands, model, top, threads)
     bar = _Progress(order.total, progress)
     timed, finals = [], start + (deadline - start) * 0.9       # the last tenth: the final rounds
+    if seed is not None:
+        timed.append(seed)
     for c in order:
         if time.perf_counter() > finals and timed:
             break
+        if c is seed:
+            continue
         measure(c, builds, reference, reps, rtol, clock, timer)
         if c.seconds is not None:
             timed.append(c)
@@ -208,8 +234,9 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
         raise RuntimeError("no candidate ran: " + "; ".join(f"{c.spec}: {c.note}" for c in cands[:3]))
     timed.sort(key=lambda c: c.seconds)
     finalists = timed[:max(1, refine)]
-    if refine and cands[0].seconds is not None and all(c is not cands[0] for c in finalists):
-        finalists.append(cands[0])                  # the reference plays off too: tuning never loses to it by chance
+    for c in (cands[0], seed):                      # the reference and the remembered winner play off too:
+        if refine and c is not None and c.seconds is not None and all(f is not c for f in finalists):
+            finalists.append(c)                     # tuning never loses to them by chance
     samples = {id(c): [c.seconds] for c in finalists}
     for _ in range(3 if len(finalists) > 1 else 0):     # round robin: a period of another load hits all alike
         for c in finalists:
@@ -227,8 +254,12 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
               "skipped": sum(1 for c in cands if c.note), "model": bool(model),
               "predicted_rank": ranked.get(id(best), 0), "modelling_seconds": modelled, "clock": clock,
               "elapsed": time.perf_counter() - start}
+    record["runs"] = (earlier.get("runs", 1) + 1) if seed is not None else 1
+    record["tuning_seconds"] = record["elapsed"] + (earlier.get("tuning_seconds", 0.0) if seed is not None else 0.0)
+    record["resumed"] = seed is not None
     if remember:
         REMEMBERED[key] = record
+        remembered.store(disk, record)
     out = _rebuild(builds, record)
     out.candidates = cands
     return out
@@ -249,6 +280,16 @@ def _configs(knobs):
         if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or not list(values):
             raise TypeError(f"knobs[{name!r}]={values!r}: give a non-empty list of values to try, e.g. [32, 64]")
     return [dict(zip(knobs, values)) for values in itertools.product(*knobs.values())] or [{}]
+
+
+def _recalled(record, builds, reference, reps, rtol, clock):
+    """The remembered winner ``record`` as a timed candidate, or None (no record, or a result that
+    differs from the reference's: a stale or damaged record is searched again)."""
+    if record is None:
+        return None
+    c = Candidate(dict(record["knobs"]), record["spec"])
+    measure(c, builds, reference, reps, rtol, clock)
+    return c if c.seconds is not None else None
 
 
 def _rebuild(builds, record):

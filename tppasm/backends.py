@@ -182,13 +182,23 @@ def source_version(isa):
     >>> len(source_version("avx2")) == 16 and source_version("avx2") == source_version("amx")
     True
     """
-    fam = family(isa)
-    version = _VERSIONS.get(fam)
+    return tree_version((PACKAGES[family(isa)].replace(".", "/") + "/**/*.py", *_SHARED_SOURCES))
+
+
+def tree_version(patterns):
+    """SHA-256 (hex, 16 digits) of the path, size and modification time (ns) of every ``.py`` file
+    that ``patterns`` ("dir/*.py" or "dir/**/*.py", relative to the repository root) name; once per
+    process for each tuple of patterns.
+
+    >>> tree_version(("loops/**/*.py",)) == tree_version(("loops/**/*.py",)) != tree_version(("isa/*.py",))
+    True
+    """
+    patterns = tuple(patterns)
+    version = _VERSIONS.get(patterns)
     if version is None:
         root = pathlib.Path(__file__).resolve().parent.parent
-        package = PACKAGES[fam].replace(".", "/") + "/**/*.py"
         h = hashlib.sha256()
-        for name, st in sorted({f for pattern in (package, *_SHARED_SOURCES) for f in _sources(root, pattern)}):
+        for name, st in sorted({f for pattern in patterns for f in _sources(root, pattern)}):
             h.update(f"{name}\0{st[0]}\0{st[1]}\0".encode())
-        version = _VERSIONS[fam] = h.hexdigest()[:16]
+        version = _VERSIONS[patterns] = h.hexdigest()[:16]
     return version

@@ -5,6 +5,7 @@ import types
 import numpy as np
 import pytest
 
+from isa.cpu import identity
 from tppasm import cache
 from tppasm.brgemm import Brgemm
 from tppasm.x86 import amx, amx_probe
@@ -69,7 +70,7 @@ def test_the_setting_overrides_the_verdict(fresh, monkeypatch):
 def test_a_damaged_record_is_timed_again(fresh, monkeypatch):
     calls = []
     monkeypatch.setattr(amx_probe, "_native_timer", fake_timer(2.0, 1.0, calls))
-    key = f"{amx_probe.cpu_identity()} {sorted(amx_probe.PROBE.items())} margin={amx_probe.MARGIN}"
+    key = f"{identity()} {sorted(amx_probe.PROBE.items())} margin={amx_probe.MARGIN}"
     cache.remember("amx", key, {"chunks": "yes"})
     assert amx_probe.verdict(None) is True and calls
 

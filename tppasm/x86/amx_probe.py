@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from isa.cpu import host
+from isa.cpu import host, identity
 
 from .. import cache, forking
 
@@ -80,7 +80,7 @@ def verdict(build):
 
 
 def _stored_or_timed(build):
-    key = f"{cpu_identity()} {sorted(PROBE.items())} margin={MARGIN}"
+    key = f"{identity()} {sorted(PROBE.items())} margin={MARGIN}"
     record = cache.recall("amx", key)
     if not (isinstance(record, dict) and isinstance(record.get("chunks"), bool)):
         record = decide(_native_timer(build))
@@ -112,26 +112,6 @@ def _native_timer(build):
         return time.perf_counter() - start
     time_kernel(False), time_kernel(True)         # warm both
     return time_kernel
-
-
-def cpu_identity():
-    """The CPU's model name and microcode revision (from /proc/cpuinfo), else its vendor.
-
-    >>> bool(cpu_identity())
-    True
-    """
-    fields = {}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if not line.strip():
-                    break                                  # the first processor is enough
-                name, _, value = line.partition(":")
-                fields[name.strip()] = value.strip()
-    except OSError:
-        pass
-    return " ".join(fields.get(k, "") for k in ("vendor_id", "model name", "cpu family", "model", "stepping",
-                                                "microcode")).strip() or host().vendor
 
 
 def reset():

@@ -1,0 +1,140 @@
+"""Tuning results across processes (loops.remembered): a later process takes an earlier search's
+winner, checked first, or resumes the search from it; nothing is applied to other code, shapes,
+knob spaces or thread counts, and a damaged record costs a search, never a wrong result."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tppasm as tpp
+from loops import Loop, kernel, remembered
+from loops.trial import Built
+from loops.tune import REMEMBERED, search
+from tppasm import cache
+
+SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import tppasm as tpp
+    from loops import Loop, kernel
+    from loops.tune import search
+
+    def make(bm):
+        zero = tpp.zero(bm, 8)
+        X = np.ones((64 // bm, bm, 8), np.float32)
+
+        @kernel("A", Loop(0, 64 // bm))
+        def clear(i, X):
+            zero(X[i])
+        return clear, (X,), lambda: X.reshape(64, 8)
+
+    found = search(make, {"bm": [4, 8, 16]}, seconds=5, top=6, reps=1, progress=False, resume="resume" in sys.argv)
+    r = found.record
+    print(json.dumps({k: r.get(k) for k in ("spec", "knobs", "runs", "recalled", "resumed", "timed")}))
+    """)
+
+
+def _zeroing(wrong_knob=False):
+    """make(bm, wrong) clearing 64 x 8 floats; wrong=True leaves the last block alone (a wrong result)."""
+    def make(bm, wrong=False):
+        zero = tpp.zero(bm, 8)
+        X = np.ones((64 // bm, bm, 8), np.float32)
+        blocks = 64 // bm - (1 if wrong else 0)
+
+        @kernel("A", Loop(0, blocks))
+        def clear(i, X):
+            zero(X[i])
+        return clear, (X,), lambda: X.reshape(64, 8)
+    return make
+
+
+def test_a_later_process_takes_the_remembered_winner_or_resumes_from_it(tmp_path):
+    script = tmp_path / "search.py"
+    script.write_text(SCRIPT)
+
+    def run(*args, **env):
+        done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "TPPASM_CACHE_DIR": str(tmp_path / "cache"), **env})
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    first = run()
+    assert not first["recalled"] and first["runs"] == 1 and first["timed"] >= 2
+    again = run()
+    assert again["recalled"] and (again["spec"], again["knobs"]) == (first["spec"], first["knobs"])
+    resumed = run("resume")
+    assert resumed["resumed"] and not resumed["recalled"] and resumed["runs"] == 2
+    assert run("resume")["runs"] == 3
+    off = run(TPPASM_CACHE="0")
+    assert not off["recalled"] and off["runs"] == 1
+
+
+def test_a_remembered_record_is_checked_before_use(tmp_path):
+    make = _zeroing()
+    knobs = {"bm": [8, 16], "wrong": [False, True]}
+    key = ("test_remembered", "checked")
+    with cache.using(tmp_path):
+        try:
+            found = search(make, knobs, seconds=10, top=6, reps=1, progress=False, key=key)
+            assert found.record["knobs"]["wrong"] is False           # a wrong configuration never wins
+            REMEMBERED.pop(key)
+            disk = remembered.disk_key(key, [dict(zip(knobs, v)) for v in ((8, False), (8, True), (16, False),
+                                                                           (16, True))],
+                                       None, True, make, found.kernel.body, found.record["threads"])
+            assert remembered.load(disk, [found.record["knobs"]]) is not None
+            for damage in ({"knobs": {"bm": 8, "wrong": True}},      # its result differs from the reference's
+                           {"spec": "Z"},                            # not a spec of these loops
+                           {"knobs": {"bm": 32, "wrong": False}}):   # not in the space searched
+                cache.remember("tune", disk, {**found.record, **damage})
+                REMEMBERED.pop(key, None)
+                again = search(make, knobs, seconds=10, top=6, reps=1, progress=False, key=key)
+                assert not again.record.get("recalled") and again.record["knobs"]["wrong"] is False
+                X = again.arrays[0]
+                X[...] = np.nan
+                again()
+                assert (again.output() == 0).all()
+        finally:
+            REMEMBERED.pop(key, None)
+
+
+def test_the_key_holds_what_the_result_depends_on():
+    make = _zeroing()
+    args = dict(key=("k",), configs=[{"bm": 8}], specs=None, blocks=True, make=make, body=make, threads=1)
+    key = remembered.disk_key(**args)
+    assert key == remembered.disk_key(**{**args, "make": _zeroing(), "body": _zeroing()})     # the same code
+    for name, value in [("key", ("k", 2)), ("configs", [{"bm": 16}]), ("specs", ["a"]), ("blocks", False),
+                        ("make", lambda bm: 0), ("body", lambda i: 0), ("threads", 2)]:
+        assert remembered.disk_key(**{**args, name: value}) != key, name
+
+
+def test_records_that_are_not_plain_json_stay_in_the_process(tmp_path):
+    with cache.using(tmp_path):
+        assert remembered.store("k", {"spec": "a", "knobs": {"bm": 8}})
+        assert not remembered.store("k2", {"spec": "a", "knobs": {"tile": (8, 8)}})
+        assert remembered.load("k2", [{"tile": (8, 8)}]) is None
+        assert remembered.load("k", [{"bm": 8}])["spec"] == "a" and remembered.load("k", [{"bm": 4}]) is None
+
+
+def test_resume_needs_remember():
+    with pytest.raises(ValueError, match="needs remember=True"):
+        search(_zeroing(), {"bm": [8]}, progress=False, remember=False, resume=True)
+
+
+def test_the_reference_run_leaves_shared_inputs_as_they_were():
+    """A reference whose result depends on its inputs (NaN-poisoned, they spoil it) puts them back:
+    the configurations of a search may share input arrays (bench.gemm's blocked A and B)."""
+    shared = np.arange(32, dtype=np.float32).reshape(4, 8)
+    out = np.zeros((4, 8), np.float32)
+    add = tpp.binary("add", 4, 8)
+
+    @kernel("a", Loop(0, 1))
+    def twice(i, X, Y):
+        add(X, X, Y)
+    built = Built((twice, (shared, out)))
+    want = built.reference()
+    assert not built.poison
+    np.testing.assert_array_equal(shared, np.arange(32, dtype=np.float32).reshape(4, 8))
+    np.testing.assert_array_equal(want[1], 2 * shared)
