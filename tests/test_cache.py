@@ -332,3 +332,24 @@ def test_cli_info_and_clear(tmp_path):
     assert "cleared" in text
     assert json.loads(run("from tppasm.__main__ import main; main(['cache', 'info', '--json'])",
                           env))["entries"] == {}
+
+
+def test_forgetting_one_namespace_keeps_the_kernels_and_other_records(tmp_path):
+    _fill_like_kernels(tmp_path, 1)
+    env = {"TPPASM_CACHE_DIR": str(tmp_path)}
+    run("""
+        import tppasm.cache as tc
+        tc.remember("tune", "a", {"spec": "aBC"}); tc.remember("tune", "b", {"spec": "Ab"})
+        tc.remember("amx", "v", {"chunks": True})
+    """, env)
+    text = run("from tppasm.__main__ import main; main(['cache', 'clear', '--only', 'tune'])", env)
+    assert text.strip() == "forgot 2 tune records"
+    left = json.loads(run("from tppasm.__main__ import main; main(['cache', 'info', '--json'])", env))["entries"]
+    assert left["kernel"] == 3 and left["amx"] == 1 and "tune" not in left
+    out = run("""
+        import tppasm.cache as tc
+        print(tc.recall("tune", "a"), tc.recall("amx", "v"), tc.forget("tune"))
+    """, env)
+    assert out.strip() == "None {'chunks': True} 0"
+    with pytest.raises(ValueError, match="namespace"):
+        tc.forget("kernel")

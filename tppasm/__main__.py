@@ -83,9 +83,13 @@ def demo():
     return 0 if ok else 1
 
 
-def cache(action, as_json=False):
-    """``cache info``: where the disk cache is, what it holds, its counts; ``cache clear``: empty it."""
+def cache(action, as_json=False, only=None):
+    """``cache info``: where the disk cache is, what it holds, its counts; ``cache clear``: empty it
+    (``only``: just the records of that namespace, e.g. "tune")."""
     import tppasm.cache as tc
+    if action == "clear" and only:
+        print(f"forgot {tc.forget(only)} {only} records")
+        return 0
     if action == "clear":
         before = tc.info()
         tc.clear()
@@ -109,7 +113,7 @@ def cache(action, as_json=False):
     print(f"size      {_size(i['live_bytes'])} stored, {_size(i['disk_bytes'])} on disk in {i['segments']} "
           f"segments; cap {_size(i['cap_bytes'])} (TPPASM_CACHE_MB)")
     print(f"counts    {stats} (all processes so far)")
-    print("clear it with: python -m tppasm cache clear; turn it off with TPPASM_CACHE=0")
+    print("clear it with: python -m tppasm cache clear [--only tune]; turn it off with TPPASM_CACHE=0")
     return 0
 
 
@@ -132,6 +136,8 @@ def main(argv=None):
     pc = sub.add_parser("cache", help="show (info) or empty (clear) the disk cache of generated kernels")
     pc.add_argument("action", choices=("info", "clear"))
     pc.add_argument("--json", action="store_true", help="machine-readable output (info)")
+    pc.add_argument("--only", metavar="NAMESPACE", help="clear: only the records of NAMESPACE (tune: the tuner's "
+                    "remembered results; amx: the AMX verdict), keeping the kernels")
     args = p.parse_args(argv)
     if args.cmd is None:
         p.print_help()
@@ -139,7 +145,12 @@ def main(argv=None):
     if args.cmd == "info":
         return info(args.json)
     if args.cmd == "cache":
-        return cache(args.action, args.json)
+        if args.only is not None and args.action != "clear":
+            p.error("--only goes with clear: python -m tppasm cache clear --only tune")
+        try:
+            return cache(args.action, args.json, args.only)
+        except ValueError as e:
+            p.error(str(e))
     return demo()
 
 

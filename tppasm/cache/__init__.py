@@ -23,6 +23,7 @@ The tuner's records (a small API for any component with expensive, reusable deci
 
     remember("tune", key, {"spec": "aBC", "us": 41.5})    # key: any string (hashed)
     recall("tune", key)                                    # -> the record, or None
+    forget("tune")                                         # every record of the namespace
 
 >>> import tempfile
 >>> with using(tempfile.mkdtemp()):
@@ -187,6 +188,14 @@ def info():
     if s is None:
         return {"directory": directory(), "enabled": False, "why": _why_off}
     return {"enabled": True, **s.info()}
+
+
+def forget(namespace):
+    """Delete the records of ``namespace`` (e.g. "tune": every remembered tuning result), keeping the
+    kernels and other records; how many were deleted (0 when the cache is off)."""
+    _record_key(namespace, "")
+    s = store()
+    return 0 if s is None else s.forget(namespace)
 
 
 def clear():

@@ -402,6 +402,20 @@ class DiskStore:
                 "disk_bytes": _tree_bytes(self.root), "segments": len(index["segments"]),
                 "cap_bytes": self.cap, "stats": {k: counts.get(k, 0) for k in _STATS}}
 
+    def forget(self, namespace):
+        """Delete the records of ``namespace`` (kernels and other namespaces stay); how many there were."""
+        prefix = namespace + "/"
+        self.flush()                        # this process's pending records reach the index first
+        with self._lock:
+            with _FileLock(os.path.join(self.root, "lock")):
+                index, _ = self._load_index()
+                gone = [key for key in index["records"] if key.startswith(prefix)]
+                for key in gone:
+                    del index["records"][key]
+                self._write_json("index.json", index)
+            self._index, self._index_id = index, None
+        return len(gone)
+
     def clear(self):
         """Delete everything stored (other processes regenerate what they miss)."""
         with self._lock:
