@@ -245,7 +245,8 @@ def resumed_text(record):
     """
     if not record.get("resumed"):
         return ""
-    return f"; resumed from the remembered search: {record['runs']} runs, {record['tuning_seconds']:.0f} s of tuning in all"
+    return (f"; resumed from the remembered search: {record['runs']} runs, "
+            f"{record['tuning_seconds']:.0f} s of tuning in all")
 
 
 def tune_budget(M, N, K, base=20.0):

@@ -12,7 +12,8 @@ data, a spec string and knob values: the winner is generated again from it by th
 generators, and its result is checked against the reference before it is used, so a damaged or
 stale record costs a search, never a wrong result.
 
->>> disk_key(("k",), [{"bm": 8}], None, True, disk_key, disk_key, 1) == disk_key(("k",), [{"bm": 8}], None, True, disk_key, disk_key, 1)
+>>> args = (("gemm", 64), [{"bm": 8}], None, True, load, store, 1)     # make, body: any functions
+>>> disk_key(*args) == disk_key(*args) != disk_key(*args[:-1], 2)
 True
 """
 import hashlib

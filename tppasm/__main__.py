@@ -88,7 +88,8 @@ def cache(action, as_json=False, only=None):
     (``only``: just the records of that namespace, e.g. "tune")."""
     import tppasm.cache as tc
     if action == "clear" and only:
-        print(f"forgot {tc.forget(only)} {only} records")
+        n = tc.forget(only)
+        print(f"forgot {n} {only} record{'' if n == 1 else 's'}")
         return 0
     if action == "clear":
         before = tc.info()

@@ -193,7 +193,7 @@ def info():
 def forget(namespace):
     """Delete the records of ``namespace`` (e.g. "tune": every remembered tuning result), keeping the
     kernels and other records; how many were deleted (0 when the cache is off)."""
-    _record_key(namespace, "")
+    _record_key(namespace, "")                 # refuses a malformed or reserved namespace
     s = store()
     return 0 if s is None else s.forget(namespace)
 
