@@ -121,18 +121,20 @@ def _spec_space(loops, times):
 
 
 def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4, blocks=False, seconds=None,
-         model=True):
+         model=True, remember=False):
     """Time candidate specs of ``lk`` on ``arrays``; remember and return the best spec.
 
     ``specs``: the candidates (default :func:`space`, ranked by the cost model when ``model``, else
     :func:`candidates`); ``budget``: how many are timed at most; ``seconds``: a wall-clock limit;
     ``blocks``: search block sizes too (see :func:`space`). ``lk.last_tuning`` holds (spec, seconds
-    or None, note) per timed candidate after the call.
+    or None, note) per timed candidate after the call. ``remember=True``: also keep the winner on
+    disk and take it back, checked, in a later process instead of tuning again, as :func:`search`
+    does (``lk.last_tuning`` then holds the remembered winner's check alone).
     """
     if specs is None and not model:
         specs = candidates(lk, budget) if not blocks else space(lk, blocks)[:budget]
     found = search(lambda: (lk, arrays), {}, specs=specs, blocks=blocks, seconds=seconds, top=budget,
-                   reps=reps, model=model, progress=progress, rtol=rtol, remember=False)
+                   reps=reps, model=model, progress=progress, rtol=rtol, remember=remember)
     lk.last_tuning = [(c.spec, c.seconds, c.note) for c in found.candidates if c.seconds is not None or c.note]
     return found.record["spec"]
 
@@ -199,7 +201,9 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     seed = _recalled(earlier, builds, reference, reps, rtol, clock)
     if seed is not None and not resume:
         record = REMEMBERED[key] = dict(earlier, recalled=True)
-        return _rebuild(builds, record)
+        out = _rebuild(builds, record)
+        out.candidates = [seed]                     # its check: the one candidate timed
+        return out
     timer = Probe(ref.lk, ref.arrays, reps, clock, probe) if probe else None
     cands, unmodelled = [], 0
     for config, lk, predict in _models(configs, builds, ref, model, machine, threads, start + (deadline - start) / 4):

@@ -138,3 +138,21 @@ def test_the_reference_run_leaves_shared_inputs_as_they_were():
     assert not built.poison
     np.testing.assert_array_equal(shared, np.arange(32, dtype=np.float32).reshape(4, 8))
     np.testing.assert_array_equal(want[1], 2 * shared)
+
+
+def test_lk_tune_remembers_on_request(tmp_path):
+    zero = tpp.zero(4, 8)
+    X = np.ones((8, 4, 4, 8), np.float32)
+
+    @kernel("AB", Loop(0, 8), Loop(0, 4))
+    def clear(i, j, X):
+        zero(X[i, j])
+    with cache.using(tmp_path):
+        best = clear.tune(X, budget=4, reps=1, progress=False, remember=True)
+        assert len(clear.last_tuning) >= 2
+        REMEMBERED.clear()
+        assert clear.tune(X, budget=4, reps=1, progress=False, remember=True) == best
+        assert [spec for spec, _, _ in clear.last_tuning] == [best]
+        REMEMBERED.clear()
+        clear.tune(X, budget=4, reps=1, progress=False)             # the default: tunes again
+        assert len(clear.last_tuning) >= 2
