@@ -353,3 +353,20 @@ def test_forgetting_one_namespace_keeps_the_kernels_and_other_records(tmp_path):
     assert out.strip() == "None {'chunks': True} 0"
     with pytest.raises(ValueError, match="namespace"):
         tc.forget("kernel")
+
+
+def test_cli_lists_the_records(tmp_path):
+    env = {"TPPASM_CACHE_DIR": str(tmp_path)}
+    assert run("from tppasm.__main__ import main; main(['cache', 'list'])", env).strip() == "no records"
+    run("""
+        import tppasm.cache as tc
+        tc.remember("tune", "a", {"kernel": "gemm", "key": ["gemm", "f32", 64, 1], "spec": "aBC",
+                                  "knobs": {"bm": 32}, "seconds": 0.0012, "runs": 2, "tuning_seconds": 30.4})
+        tc.remember("amx", "v", {"chunks": True})
+    """, env)
+    text = run("from tppasm.__main__ import main; main(['cache', 'list'])", env)
+    assert "tune   gemm f32 64 1 -> aBC bm=32: 1.200 ms, 2 run(s), 30 s of tuning" in text
+    assert 'amx    {"chunks": true}' in text
+    only = run("from tppasm.__main__ import main; main(['cache', 'list', '--only', 'amx'])", env)
+    assert only.strip() == 'amx    {"chunks": true}'
+    assert tc.records("nothing") == []

@@ -1,6 +1,7 @@
 """``python -m tppasm info [--json]`` describes the host; ``python -m tppasm demo`` JITs a BRGEMM,
-checks it against NumPy and times it beside numpy's matmul; ``python -m tppasm cache info|clear``
-shows or empties the disk cache of generated kernels; ``python -m tppasm`` alone lists the commands."""
+checks it against NumPy and times it beside numpy's matmul; ``python -m tppasm cache info|list|clear``
+shows the disk cache of generated kernels, lists its records (the tuner's remembered results) or
+empties it; ``python -m tppasm`` alone lists the commands."""
 import argparse
 import json
 import sys
@@ -87,6 +88,14 @@ def cache(action, as_json=False, only=None):
     """``cache info``: where the disk cache is, what it holds, its counts; ``cache clear``: empty it
     (``only``: just the records of that namespace, e.g. "tune")."""
     import tppasm.cache as tc
+    if action == "list":
+        found = tc.records(only)
+        for namespace, record in found:
+            print(f"{namespace:6s} {_record_text(namespace, record)}")
+        if not found:
+            off = "" if tc.info()["enabled"] else " (the cache is off)"
+            print(f"no {only + ' ' if only else ''}records{off}")
+        return 0
     if action == "clear" and only:
         n = tc.forget(only)
         print(f"forgot {n} {only} record{'' if n == 1 else 's'}")
@@ -114,8 +123,21 @@ def cache(action, as_json=False, only=None):
     print(f"size      {_size(i['live_bytes'])} stored, {_size(i['disk_bytes'])} on disk in {i['segments']} "
           f"segments; cap {_size(i['cap_bytes'])} (TPPASM_CACHE_MB)")
     print(f"counts    {stats} (all processes so far)")
-    print("clear it with: python -m tppasm cache clear [--only tune]; turn it off with TPPASM_CACHE=0")
+    print("list its records with: python -m tppasm cache list; clear it with: python -m tppasm cache clear "
+          "[--only tune]; turn it off with TPPASM_CACHE=0")
     return 0
+
+
+def _record_text(namespace, record):
+    """One line for a stored record: a tuning result as what was tuned -> the winner."""
+    if namespace == "tune" and isinstance(record, dict) and "spec" in record:
+        key = record.get("key", "")
+        what = " ".join(map(str, key)) if isinstance(key, list) else str(key)
+        knobs = "".join(f" {k}={v}" for k, v in (record.get("knobs") or {}).items())
+        tuning = record.get("tuning_seconds", record.get("elapsed", 0))
+        return (f"{what} -> {record['spec']}{knobs}: {record.get('seconds', 0) * 1e3:.3f} ms, "
+                f"{record.get('runs', 1)} run(s), {tuning:.0f} s of tuning")
+    return json.dumps(record)
 
 
 def _size(n):
@@ -134,11 +156,11 @@ def main(argv=None):
     pi = sub.add_parser("info", help="describe the host CPU and the ISA tppasm targets")
     pi.add_argument("--json", action="store_true", help="machine-readable output")
     sub.add_parser("demo", help="JIT a BRGEMM, check it against NumPy, time it beside numpy")
-    pc = sub.add_parser("cache", help="show (info) or empty (clear) the disk cache of generated kernels")
-    pc.add_argument("action", choices=("info", "clear"))
+    pc = sub.add_parser("cache", help="show (info), list the records of (list) or empty (clear) the disk cache")
+    pc.add_argument("action", choices=("info", "list", "clear"))
     pc.add_argument("--json", action="store_true", help="machine-readable output (info)")
-    pc.add_argument("--only", metavar="NAMESPACE", help="clear: only the records of NAMESPACE (tune: the tuner's "
-                    "remembered results; amx: the AMX verdict), keeping the kernels")
+    pc.add_argument("--only", metavar="NAMESPACE", help="list, clear: only the records of NAMESPACE (tune: the "
+                    "tuner's remembered results; amx: the AMX verdict); clear keeps the kernels")
     args = p.parse_args(argv)
     if args.cmd is None:
         p.print_help()
@@ -146,8 +168,8 @@ def main(argv=None):
     if args.cmd == "info":
         return info(args.json)
     if args.cmd == "cache":
-        if args.only is not None and args.action != "clear":
-            p.error("--only goes with clear: python -m tppasm cache clear --only tune")
+        if args.only is not None and args.action == "info":
+            p.error("--only goes with list or clear: python -m tppasm cache list --only tune")
         try:
             return cache(args.action, args.json, args.only)
         except ValueError as e:

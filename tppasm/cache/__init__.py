@@ -23,6 +23,7 @@ The tuner's records (a small API for any component with expensive, reusable deci
 
     remember("tune", key, {"spec": "aBC", "us": 41.5})    # key: any string (hashed)
     recall("tune", key)                                    # -> the record, or None
+    records("tune")                                        # [("tune", record)] of the namespace
     forget("tune")                                         # every record of the namespace
 
 >>> import tempfile
@@ -188,6 +189,15 @@ def info():
     if s is None:
         return {"directory": directory(), "enabled": False, "why": _why_off}
     return {"enabled": True, **s.info()}
+
+
+def records(namespace=None):
+    """[(namespace, record)] stored for ``namespace`` (every one when None), least recently used first;
+    [] when the cache is off."""
+    if namespace is not None:
+        _record_key(namespace, "")             # refuses a malformed or reserved namespace
+    s = store()
+    return [] if s is None else [(k.split("/", 1)[0], r) for k, r in s.records(namespace)]
 
 
 def forget(namespace):

@@ -402,6 +402,15 @@ class DiskStore:
                 "disk_bytes": _tree_bytes(self.root), "segments": len(index["segments"]),
                 "cap_bytes": self.cap, "stats": {k: counts.get(k, 0) for k in _STATS}}
 
+    def records(self, namespace=None):
+        """[(key, record)] of ``namespace`` (every namespace when None), least recently used first."""
+        self.flush()                        # this process's pending records are listed too
+        with self._lock:
+            self._refresh()
+            found = [(k, r) for k, r in self._index["records"].items()
+                     if namespace is None or k.startswith(namespace + "/")]
+        return [(k, r["record"]) for k, r in sorted(found, key=lambda kr: kr[1].get("used", 0))]
+
     def forget(self, namespace):
         """Delete the records of ``namespace`` (kernels and other namespaces stay); how many there were."""
         prefix = namespace + "/"
