@@ -35,6 +35,7 @@ a repeated search returns the remembered record, or with ``resume=True`` searche
 True
 """
 import functools
+import hashlib
 import itertools
 import random
 import sys
@@ -51,6 +52,7 @@ from .trace import TraceError
 from .trial import Builds, Candidate, Probe, elapsed, measure, time_again  # noqa: F401  (elapsed: tuning API)
 
 REMEMBERED = {}          # key (tuple) -> record (JSON-able dict) of every search in this process
+EXPLORED = 4096          # candidates a record lists as timed (digests), so a resumed search times others
 # A candidate replaces the reference only when its playoff median is this much faster: on a shared
 # VM a 1% win is noise, and a spec with many short parallel regions that won so (22 regions per
 # 1000x700x300 GEMM on 2 threads: 2.25 against the reference's 2.28 ms) then ran at half speed in
@@ -155,8 +157,9 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     host and the thread count); ``remember``: return the result remembered for this search, in this
     process or on disk by an earlier one (:mod:`loops.remembered`; generated again and its result
     checked first), else search and remember the result both ways; ``resume`` (with ``remember``):
-    search again anyway, the remembered winner timed first and kept in the final rounds, so a
-    result remembered across runs only gets better (``record["runs"]`` counts the searches,
+    search again anyway, the remembered winner timed first and kept in the final rounds and the
+    candidates earlier runs timed left out (``record["explored"]``), so each run times new ones and
+    the result remembered across runs only gets better (``record["runs"]`` counts the searches,
     ``record["tuning_seconds"]`` their time; ``record["recalled"]`` is True when nothing was
     searched); ``refine``: how many of the fastest are timed again at the end, with the
     reference configuration, in 3 round-robin rounds, the lowest median winning (a single lucky run does not)
@@ -218,7 +221,8 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
         same = [i for i, c in enumerate(cands) if (c.config, c.spec) == (seed.config, seed.spec)]
         if same:
             seed.predicted, cands[same[0]] = cands[same[0]].predicted, seed
-    order = _Order(cands, model, top, threads)
+    explored = set(earlier.get("explored", ())) if seed is not None else set()
+    order = _Order(cands, model, top, threads, skip=explored)
     bar = _Progress(order.total, progress)
     timed, finals = [], start + (deadline - start) * 0.9       # the last tenth: the final rounds
     if seed is not None:
@@ -261,6 +265,8 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     record["runs"] = (earlier.get("runs", 1) + 1) if seed is not None else 1
     record["tuning_seconds"] = record["elapsed"] + (earlier.get("tuning_seconds", 0.0) if seed is not None else 0.0)
     record["resumed"] = seed is not None
+    tried = {_explored(c) for c in cands if c.seconds is not None or c.note}
+    record["explored"] = sorted(explored | tried)[-EXPLORED:]
     if remember:
         REMEMBERED[key] = record
         remembered.store(disk, record)
@@ -284,6 +290,11 @@ def _configs(knobs):
         if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or not list(values):
             raise TypeError(f"knobs[{name!r}]={values!r}: give a non-empty list of values to try, e.g. [32, 64]")
     return [dict(zip(knobs, values)) for values in itertools.product(*knobs.values())] or [{}]
+
+
+def _explored(c):
+    """A short digest of a candidate (configuration and spec): what a resumed search does not time again."""
+    return hashlib.sha256(repr((sorted(c.config.items()), c.spec)).encode()).hexdigest()[:10]
 
 
 def _recalled(record, builds, reference, reps, rtol, clock):
@@ -375,12 +386,13 @@ class _Order:
     predicted ``BREADTH`` of every configuration (so each is measured), then the rest by predicted
     time scaled by its configuration's measured/predicted ratio so far (the model's error is mostly
     per configuration: how fast its kernels run inside the nest). Candidates that are the same nest
-    (on one thread, specs that differ only in case) are timed once; ``top`` caps the count."""
+    (on one thread, specs that differ only in case) are timed once, those in ``skip`` (digests of
+    candidates an earlier run timed) not at all, the reference always; ``top`` caps the count."""
 
     BREADTH, RESORT = 2, 32
 
-    def __init__(self, cands, model, top, threads):
-        self.threads, self.first = threads, cands[0]
+    def __init__(self, cands, model, top, threads, skip=()):
+        self.threads, self.first, self.skip = threads, cands[0], skip
         rest = cands[1:]
         self.broad, self.deep = rest, []
         if model:
@@ -401,7 +413,7 @@ class _Order:
 
         def fresh(c):
             k = self._key(c)
-            if k in seen:
+            if k in seen or (c is not self.first and self.skip and _explored(c) in self.skip):
                 return False
             seen.add(k)
             return True

@@ -161,3 +161,21 @@ def test_lk_tune_remembers_on_request(tmp_path):
         clear.tune(X, budget=4, reps=1, progress=False)             # the default: tunes again
         assert len(clear.last_tuning) >= 2
     forget_in_process()
+
+
+def test_a_resumed_search_times_new_candidates(tmp_path):
+    make = _zeroing()
+    key = ("test_remembered", "explore")
+    with cache.using(tmp_path):
+        try:
+            first = search(make, {"bm": [4, 8, 16]}, seconds=10, top=4, reps=1, progress=False, key=key)
+            before = {(tuple(c.config.items()), c.spec) for c in first.candidates if c.seconds is not None}
+            again = search(make, {"bm": [4, 8, 16]}, seconds=10, top=4, reps=1, progress=False, key=key,
+                           resume=True)
+            now = {(tuple(c.config.items()), c.spec) for c in again.candidates if c.seconds is not None}
+            reference = (tuple(first.candidates[0].config.items()), first.candidates[0].spec)
+            winner = (tuple(first.record["knobs"].items()), first.record["spec"])
+            assert now - before and now & before <= {reference, winner}
+            assert set(first.record["explored"]) < set(again.record["explored"])
+        finally:
+            REMEMBERED.pop(key, None)
