@@ -198,8 +198,8 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
         return _rebuild(builds, REMEMBERED[key])
     disk = remembered.disk_key(key, configs, specs, blocks, make, ref.lk.body, threads) if remember else None
     earlier = REMEMBERED.get(key) if remember else None
-    if earlier is None or earlier.get("knobs") not in configs:
-        earlier = remembered.load(disk, configs) if remember else None
+    if remember and (earlier is None or earlier.get("knobs") not in configs):
+        earlier = remembered.load(disk, configs)
     reference = ref.reference()
     seed = _recalled(earlier, builds, reference, reps, rtol, clock)
     if seed is not None and not resume:
@@ -221,7 +221,8 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
         same = [i for i, c in enumerate(cands) if (c.config, c.spec) == (seed.config, seed.spec)]
         if same:
             seed.predicted, cands[same[0]] = cands[same[0]].predicted, seed
-    explored = set(earlier.get("explored", ())) if seed is not None else set()
+    prior = earlier if seed is not None else {"runs": 0}      # what the searches before this one did
+    explored = set(prior.get("explored", ()))
     order = _Order(cands, model, top, threads, skip=explored)
     bar = _Progress(order.total, progress)
     timed, finals = [], start + (deadline - start) * 0.9       # the last tenth: the final rounds
@@ -262,8 +263,8 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
               "skipped": sum(1 for c in cands if c.note), "model": bool(model),
               "predicted_rank": ranked.get(id(best), 0), "modelling_seconds": modelled, "clock": clock,
               "elapsed": time.perf_counter() - start}
-    record["runs"] = (earlier.get("runs", 1) + 1) if seed is not None else 1
-    record["tuning_seconds"] = record["elapsed"] + (earlier.get("tuning_seconds", 0.0) if seed is not None else 0.0)
+    record["runs"] = prior.get("runs", 1) + 1
+    record["tuning_seconds"] = record["elapsed"] + prior.get("tuning_seconds", 0.0)
     record["resumed"] = seed is not None
     tried = {_explored(c) for c in cands if c.seconds is not None or c.note}
     record["explored"] = sorted(explored | tried)[-EXPLORED:]

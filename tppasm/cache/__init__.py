@@ -153,10 +153,14 @@ def after_fork_in_child():
 os.register_at_fork(after_in_child=after_fork_in_child)
 
 
-def _record_key(namespace, key):
+def _check_namespace(namespace):
     if not isinstance(namespace, str) or not re.fullmatch(r"[a-z0-9_.-]{1,64}", namespace) or namespace in RESERVED:
         raise ValueError(f"namespace {namespace!r}: expected a short lowercase name (letters, digits, '_', '.', "
                          f"'-'), not one of {', '.join(RESERVED)}, e.g. 'tune'")
+
+
+def _record_key(namespace, key):
+    _check_namespace(namespace)
     if not isinstance(key, str):
         raise TypeError(f"key {key!r}: expected a string (e.g. repr of what the record depends on)")
     return f"{namespace}/{hashlib.sha256(key.encode()).hexdigest()[:40]}"
@@ -195,7 +199,7 @@ def records(namespace=None):
     """[(namespace, record)] stored for ``namespace`` (every one when None), least recently used first;
     [] when the cache is off."""
     if namespace is not None:
-        _record_key(namespace, "")             # refuses a malformed or reserved namespace
+        _check_namespace(namespace)
     s = store()
     return [] if s is None else [(k.split("/", 1)[0], r) for k, r in s.records(namespace)]
 
@@ -203,7 +207,7 @@ def records(namespace=None):
 def forget(namespace):
     """Delete the records of ``namespace`` (e.g. "tune": every remembered tuning result), keeping the
     kernels and other records; how many were deleted (0 when the cache is off)."""
-    _record_key(namespace, "")                 # refuses a malformed or reserved namespace
+    _check_namespace(namespace)
     s = store()
     return 0 if s is None else s.forget(namespace)
 
