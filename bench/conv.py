@@ -288,7 +288,8 @@ def bench_layer(rep, name, shape, dtype, pool, threads, torch, quick, rounds):
         how = "kept" if (prior.blocking, prior.spec) == (nest.blocking, spec) else "new"
     if not FRESH:
         choice = conv_remembered.Choice(nest.blocking, spec, t_ours, runs, tune_s + (prior.tuning_seconds if prior else 0))
-        conv_remembered.store(key, ["conv", name, f"N={shape.n}", dtype, threads], choice)
+        conv_remembered.store(key, ["conv", name, f"N={shape.n}", dtype, threads] + (["quick"] if quick else []),
+                              choice)
     gf = shape.flops / t_ours / 1e9
     pct = 100 * frac
     chosen = f"{nest.blocking}{' stream' if nest.stream_out else ''} {spec}"
