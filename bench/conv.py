@@ -279,23 +279,14 @@ def bench_layer(rep, name, shape, dtype, pool, threads, torch, quick, rounds):
     ours = lambda: lk(*views)   # noqa: E731
     theirs, fmt = torch_conv(shape, dtype, x, w, torch)
     t_ours, t_theirs, ratio, frac = versus(ours, theirs, rounds=rounds, peak_loop=peak_loop(dtype, shape.flops, threads))
-    runs = 1 + (prior.runs if prior else 0)
-    if FRESH:
-        how = "fresh"
-    elif prior is None:
-        how = "first"
-    else:
-        how = "kept" if (prior.blocking, prior.spec) == (nest.blocking, spec) else "new"
-    if not FRESH:
-        choice = conv_remembered.Choice(nest.blocking, spec, t_ours, runs, tune_s + (prior.tuning_seconds if prior else 0))
-        conv_remembered.store(key, ["conv", name, f"N={shape.n}", dtype, threads] + (["quick"] if quick else []),
-                              choice)
+    how, runs = ("fresh", 1) if FRESH else conv_remembered.update(
+        key, ["conv", name, f"N={shape.n}", dtype, threads] + (["quick"] if quick else []), prior, nest.blocking,
+        spec, t_ours, tune_s)
     gf = shape.flops / t_ours / 1e9
     pct = 100 * frac
     chosen = f"{nest.blocking}{' stream' if nest.stream_out else ''} {spec}"
     rep.add(name, f"{shape.c}->{shape.k} {shape.r}x{shape.s}/{shape.stride} {shape.h}x{shape.w}", shape.n, dtype,
-            chosen, how, runs,
-            t_ours * 1e3, t_theirs * 1e3, fmt, gf, pct, ratio,
+            chosen, how, runs, t_ours * 1e3, t_theirs * 1e3, fmt, gf, pct, ratio,
             layer=name, blocking=str(nest.blocking), spec=spec, err=err, tune_seconds=tune_s, threads=threads,
             flops=shape.flops, x=f"{name} N{shape.n} {dtype}", gflops=gf, torch_gflops=shape.flops / t_theirs / 1e9,
             peak_gflops=gf / frac if frac else None)       # x, *gflops: what --plot draws
@@ -323,8 +314,7 @@ def main(argv=None):
     rep = Report(f"ResNet-50 v1.5 forward convolutions, {threads} thread(s): loops.kernel + tppasm.brgemm vs "
                  "torch.nn.functional.conv2d",
                  ["layer", "C->K RxS/stride HxW", "N", "dtype", "blocking, spec", "choice", "runs", "ms ours",
-                  "ms torch",
-                  "torch fmt", "GFLOP/s", "% peak", "ours/torch"])
+                  "ms torch", "torch fmt", "GFLOP/s", "% peak", "ours/torch"])
     rounds = 5 if args.quick else 11
     rows = []
     for dtype in args.dtypes.split(","):

@@ -68,3 +68,19 @@ def store(key, what, choice):
     record = {"key": what, "spec": choice.spec, "knobs": asdict(choice.blocking), "seconds": choice.seconds,
               "runs": choice.runs, "tuning_seconds": choice.tuning_seconds}
     return remembered.store(key, record)
+
+
+def update(key, what, prior, blocking, spec, seconds, tuning_seconds):
+    """Remember this run's choice (``prior``: the one loaded, or None) with the runs and tuning
+    seconds summed up; returns (how, runs): how is "first", "kept" (the prior won again) or "new".
+
+    >>> update("doctest key", ["conv"], None, Blocking(), "Acdebfg", 0.001, 2.0)
+    ('first', 1)
+    """
+    if prior is None:
+        how, runs, before = "first", 1, 0.0
+    else:
+        how = "kept" if (prior.blocking, prior.spec) == (blocking, spec) else "new"
+        runs, before = prior.runs + 1, prior.tuning_seconds
+    store(key, what, Choice(blocking, spec, seconds, runs, before + tuning_seconds))
+    return how, runs

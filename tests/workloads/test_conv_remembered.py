@@ -90,3 +90,13 @@ def test_a_prior_choice_runs_in_the_final_round_and_the_pick_is_right(monkeypatc
     got = bconv.result(nest, views)
     ref = conv2d_reference(x, w, SHAPE.stride, SHAPE.pad)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def test_update_counts_runs_and_tells_kept_from_new():
+    key = conv_remembered.layer_key(SHAPE, "f32", 1, KNOBS, SPECS) + "\nupdated"
+    assert conv_remembered.update(key, ["conv"], None, KNOBS[0], SPECS[0], 0.002, 3.0) == ("first", 1)
+    prior = conv_remembered.load(key, KNOBS, SPECS)
+    assert conv_remembered.update(key, ["conv"], prior, KNOBS[0], SPECS[0], 0.002, 2.0) == ("kept", 2)
+    prior = conv_remembered.load(key, KNOBS, SPECS)
+    assert conv_remembered.update(key, ["conv"], prior, KNOBS[1], SPECS[0], 0.001, 1.0) == ("new", 3)
+    assert conv_remembered.load(key, KNOBS, SPECS) == conv_remembered.Choice(KNOBS[1], SPECS[0], 0.001, 3, 6.0)
