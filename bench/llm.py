@@ -7,14 +7,17 @@ Shape: hidden 2048, 32 query heads, 8 KV heads of 64, MLP 8192 (a 1B-class layer
 (seed 0). Rows: first-token latency (the prompt through the layer, causal, cache filled) and
 next-token latency (one token at position ``prompt`` against the cache), ms, tppasm beside torch
 timed interleaved (medians); next-token weight streaming in GB/s (layer weight bytes / latency) and
-as a % of the host's read bandwidth, measured with the same threads in the same interleaving (a
-reduce TPP over a 512 MiB array, row blocks split across the threads), and the % of that bandwidth
+as a % of the host's read bandwidth, measured with the same threads in the same interleaving (the
+faster of a reduce TPP over a 512 MiB array, row blocks split across the threads, and m = 1
+BRGEMMs at the layer's pace over 512 MiB of weights), and the % of that bandwidth
 which streaming our weights at 1.5x torch's speed would take (near or above 100%: out of reach). ``--clock cpu`` times with
 the calling thread's CPU clock (1 thread only: on a shared machine it leaves out time other
 processes held the core). torch's layer: ``F.linear`` on bf16 weights, ``F.rms_norm``,
 ``scaled_dot_product_attention`` (GQA, causal), bf16 activations; its int8 peer is
 ``torch.ao.quantization.quantize_dynamic`` (fbgemm, per-channel int8 weights, dynamic per-tensor
-activations). Before timing, outputs are compared (max |diff| / max |torch|). A second table
+activations). Our next-token projections take the ``pace`` (``tppasm.brgemm``'s hint) that
+streams weights fastest on the host, measured at each run (:mod:`bench.models.stream_pace`; a
+table lists the rate at every pace). Before timing, outputs are compared (max |diff| / max |torch|). A third table
 puts first-token latency against the dtype's measured peak (timed in the same interleaving):
 ours, torch's layer, torch's projections alone, and the fraction of the peak that 1.5x torch
 would take; where that is near or above 100%, the 1.5x goal is out of reach by arithmetic.
@@ -32,6 +35,7 @@ import numpy as np
 import tppasm as tpp
 from bench.common import Report, pool_of, write_json
 from bench.interleave import add_clock_option, check_clock, interleaved, use_threads
+from bench.models import stream_pace
 from bench.models.llama import LlamaLayer
 from bench.models.llama_weights import Config, random_weights
 from loops import Loop, kernel
@@ -222,12 +226,15 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
                  ["dtype", "threads", "phase", "tppasm ms", "torch ms", "torch/tppasm", "weights GB/s",
                   "% read BW", "read BW GB/s", "1.5x torch needs % read BW", "max rel diff"])
     w, x, x1 = inputs(cfg, prompt)
+    paces = []
     for nt in threads:
         pool = pool_of(nt)
         use_threads(nt, torch)
         sweep, swept = read_sweep(pool)
         for dtype in dtypes:
-            layer, peer = LlamaLayer(cfg, w, dtype, pool), TorchLayer(cfg, w, dtype)
+            pace, rates = stream_pace.best(dtype, pool)
+            paces.append((dtype, nt, pace, rates))
+            layer, peer = LlamaLayer(cfg, w, dtype, pool, pace=pace), TorchLayer(cfg, w, dtype)
             tx, tx1 = torch.from_numpy(x), torch.from_numpy(x1)
             ours, theirs = layer.prefill(x), peer.run(tx, 0).float().numpy()
             diff = float(np.abs(ours - theirs).max() / np.abs(theirs).max())
@@ -237,13 +244,20 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
             ceiling.append((nt, dtype, layer, peer))
             ours, theirs = layer.decode(x1, prompt), peer.run(tx1, prompt).float().numpy()
             diff = float(np.abs(ours - theirs).max() / np.abs(theirs).max())
-            a, b, c = interleaved([lambda: layer.decode(x1, prompt), lambda: peer.run(tx1, prompt), sweep], runs,
-                                  clock=clock)
-            gbs, bw = weight_bytes(layer) / a / 1e9, swept / c / 1e9
+            stream, streamed = stream_pace.sweep(dtype, pace, pool, mib=512)
+            a, b, c, e = interleaved([lambda: layer.decode(x1, prompt), lambda: peer.run(tx1, prompt), sweep, stream],
+                                     runs, clock=clock)
+            gbs, bw = weight_bytes(layer) / a / 1e9, np.maximum(swept / c, streamed / e) / 1e9
             needs = 1.5 * weight_bytes(layer) / b / 1e9 / bw          # our weight bytes at 1.5x torch's speed
             rep.add(dtype, nt, "next token", 1e3 * np.median(a), 1e3 * np.median(b), float(np.median(b / a)),
                     float(np.median(gbs)), 100 * float(np.median(gbs / bw)), float(np.median(bw)),
                     100 * float(np.median(needs)), diff)
+    taken = Report("Decoding pace: tppasm.brgemm's pace (cycles per k group) of the next-token projections, the "
+                   "fastest of stream_pace.measure's interleaved sweeps of m = 1 BRGEMMs over "
+                   f"{stream_pace.default_mib()} MiB of weights, GB/s at each pace",
+                   ["dtype", "threads", "pace taken"] + [f"pace {p} GB/s" for p in stream_pace.PACES])
+    for dtype, nt, pace, rates in paces:
+        taken.add(dtype, nt, pace, *(rates[p] for p in stream_pace.PACES))
     top = Report("First token against the peak: the layer's flops (projections + the T x T attention) per second "
                  "as % of the measured peak of the dtype's best unit on as many threads, the peak loop run on "
                  "them interleaved with the layers; 'torch matmuls': its 7 projections alone (their flops "
@@ -253,7 +267,7 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
     for nt, dtype, layer, peer in ceiling:
         use_threads(nt, torch)
         first_token_ceiling(cfg, prompt, nt, dtype, layer, peer, runs, clock, top)
-    return [rep, top]
+    return [rep, taken, top]
 
 
 def profile_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
@@ -268,7 +282,7 @@ def profile_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
     for nt in threads:
         pool = pool_of(nt)
         for dtype in dtypes:
-            layer = LlamaLayer(cfg, w, dtype, pool)
+            layer = LlamaLayer(cfg, w, dtype, pool, pace=stream_pace.best(dtype, pool)[0])
             layer.prefill(x)
             keys = min(-(-(prompt + 1) // KEY_BLOCK) * KEY_BLOCK, cfg.max_len)
             lins = {"qkv": layer.qkv, "o": layer.o, "gate_up": layer.gu, "down": layer.down}

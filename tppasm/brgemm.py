@@ -28,6 +28,17 @@ the last batch chunk, see :mod:`tppasm.x86.brgemm`) when the tile's address is a
 store (checked at run time; ``ldc`` must keep rows aligned) and there is no transcendental
 activation; other stores, and the AMX and SVE kernels, store as usual.
 
+``pace=P`` (0..64 cycles) is a hint for kernels that stream B from memory, each B line used by a
+row or a few (a GEMV: batch-1 decoding): the AVX2 and AVX-512 kernels add a chain of P dependent
+one-cycle additions per k group, on a register nothing reads, so the k loop issues B's loads at
+most one group (4 bytes of every column) per P cycles. On a core whose memory stream slows down
+when demand loads run far ahead of the hardware prefetcher, that is faster: on Zen 4, one core
+streaming int8 weights from DRAM (m = 1, panels of 2048 x 64) read 23.7-25.1 GB/s at P = 0 and
+24.7-28.7 at P = 12, in three interleaved runs; bf16 gained nothing there (``vdpbf16ps``'s longer
+latency paces its loop already). It changes no result; the AMX tile kernels (bf16 and int8 on AMX
+hosts) and the SVE kernels ignore it. Which P (if any) is fastest depends on the host's memory
+system, so measure it (``bench.models.stream_pace`` does, for the LLM's decoding).
+
 >>> import numpy as np, tppasm
 >>> gemm = tppasm.brgemm(m=2, n=3, k=4)
 >>> A = np.ones((2, 2, 4), np.float32); B = np.ones((2, 4, 3), np.float32)
@@ -50,6 +61,7 @@ INT8_DTYPE = {"u": "u8", "s": "i8"}
 C_DTYPES = {"f32": ("f32",), "bf16": ("f32", "bf16"), "i8": ("i32",)}
 VNNI = {"f32": 1, "bf16": 2, "i8": 4}
 BATCHES = ("stride", "offset", "address")
+MAX_PACE = 64
 ACTS = {
     None: lambda x: x,
     "relu": lambda x: np.maximum(x, 0),
@@ -81,6 +93,7 @@ class Brgemm(Descriptor):
     tile_setup: bool = True     # AMX: True = load its config when another is loaded; False = a nest's (tileconfig())
     signs: str = "us"           # i8: A and B (u)nsigned or (s)igned: us (u8 x s8), ss, su, uu
     stream_c: bool = False      # non-temporal stores of C where the kernel can (see the module docstring)
+    pace: int = 0               # x86: cycles per k group at least (see the module docstring)
 
     kind = "brgemm"
     scalars = ("count",)
@@ -124,6 +137,8 @@ class Brgemm(Descriptor):
         _need(self.act in ACTS, "act", self.act, ", ".join(map(repr, ACTS)))
         _need(self.tile_setup in (False, True), "tile_setup", self.tile_setup, "True or False")
         _need(self.stream_c in (False, True), "stream_c", self.stream_c, "True or False")
+        _need(_is_int(self.pace) and 0 <= self.pace <= MAX_PACE, "pace", self.pace,
+              f"an int in [0, {MAX_PACE}] (cycles per k group; 0: no pacing)")
         _need(self.signs in SIGNS if self.dtype == "i8" else self.signs == "us", "signs", self.signs,
               f"one of {', '.join(map(repr, SIGNS))} (signedness of A and B) for dtype='i8', else 'us'")
         if self.dtype == "i8":
@@ -355,7 +370,7 @@ def _check_buffer(spec, buf, offsets, who):
 
 
 def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0, beta=0, c_dtype="",
-           batch="stride", bias=False, act=None, tile_setup=True, signs="us", stream_c=False, isa=None):
+           batch="stride", bias=False, act=None, tile_setup=True, signs="us", stream_c=False, pace=0, isa=None):
     """A JIT'd BRGEMM kernel: call it as ``gemm(A, B, C, count=c)`` (see the module docstring).
 
     >>> import numpy as np, tppasm
@@ -367,7 +382,7 @@ def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0,
     """
     desc = Brgemm(m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc, stride_a=stride_a, stride_b=stride_b,
                   beta=beta, dtype=dtype, c_dtype=c_dtype, batch=batch, bias=bias, act=act,
-                  tile_setup=tile_setup, signs=signs, stream_c=stream_c)
+                  tile_setup=tile_setup, signs=signs, stream_c=stream_c, pace=pace)
     kernel = get_kernel(desc, isa)
     return kernel if desc.batch == "stride" else BatchedBrgemm(kernel)
 

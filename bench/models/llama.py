@@ -31,6 +31,7 @@ import numpy as np
 
 import tppasm as tpp
 from loops.pool import get_pool
+from tppasm.brgemm import MAX_PACE
 
 from .llama_step import BN, Step
 from .llama_weights import Linear
@@ -41,11 +42,17 @@ KEY_BLOCK = 64       # decode pads the key range to a multiple of this
 
 class LlamaLayer:
     """The layer for ``cfg`` with fp32 ``weights`` (see llama_weights.random_weights) in ``dtype``
-    "bf16" or "i8" (int8 weights, per-column scales; bf16 attention)."""
+    "bf16" or "i8" (int8 weights, per-column scales; bf16 attention). ``pace``: the ``pace`` of the
+    BRGEMMs that stream weights (decoding), 0 for none; ``stream_pace.best(dtype, pool)[0]``
+    measures the host's best."""
 
-    def __init__(self, cfg, weights, dtype="bf16", pool=None):
+    def __init__(self, cfg, weights, dtype="bf16", pool=None, pace=0):
         if dtype not in ("bf16", "i8"):
             raise ValueError(f"LlamaLayer: dtype={dtype!r}; expected 'bf16' or 'i8'")
+        if isinstance(pace, bool) or not isinstance(pace, int) or not 0 <= pace <= MAX_PACE:
+            raise ValueError(f"LlamaLayer: pace={pace!r}; expected an int in [0, {MAX_PACE}] "
+                             "(cycles per k group of the decoding projections; 0: none)")
+        self.pace = pace
         if BN % cfg.head_dim or cfg.heads % cfg.kv_heads or any(n % BN for n in (cfg.hidden, cfg.kv_dim, cfg.ffn)):
             raise ValueError(f"LlamaLayer: head_dim must divide {BN} and hidden, kv_dim, ffn be multiples of it")
         self.cfg, self.dtype, self.pool = cfg, dtype, pool or get_pool()

@@ -5,6 +5,8 @@ the cache, crossing a key block."""
 import numpy as np
 import pytest
 
+import tppasm as tpp
+
 from bench.models.llama import KEY_BLOCK, LlamaLayer
 from bench.models.llama_step import QUERY_BLOCK
 from bench.models.llama_weights import Config, random_weights, reference_layer, rms_norm, rope
@@ -72,10 +74,35 @@ def test_prefill_attention_in_causal_blocks(prompt):
     assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "i8"])
+def test_paced_decoding_changes_no_result(dtype, monkeypatch):
+    """``pace`` reaches the BRGEMMs of decoding (one row) and of no prefill (64 rows), and the
+    outputs are the same bit for bit."""
+    import bench.models.llama_step as step
+    built, original = [], tpp.brgemm
+
+    def brgemm(m, n, k, dtype, **kw):
+        built.append((m, kw.get("pace", 0)))
+        return original(m, n, k, dtype, **kw)
+    monkeypatch.setattr(step.tpp, "brgemm", brgemm)
+    w = random_weights(CFG)
+    rng = np.random.default_rng(3)
+    x, x1 = rng.standard_normal((64, CFG.hidden)).astype(np.float32), rng.standard_normal((1, CFG.hidden))
+    plain, paced = LlamaLayer(CFG, w, dtype), LlamaLayer(CFG, w, dtype, pace=8)
+    assert np.array_equal(plain.prefill(x), paced.prefill(x))
+    assert all(pace == 0 for _, pace in built)
+    for pos in (64, 65):
+        assert np.array_equal(plain.decode(x1, pos), paced.decode(x1, pos))
+    assert {pace for m, pace in built if m == 1} == {0, 8}
+
+
 def test_refused():
     w = random_weights(CFG)
     with pytest.raises(ValueError, match="dtype"):
         LlamaLayer(CFG, w, "f16")
+    for pace in (-1, 65, 2.5, True):
+        with pytest.raises(ValueError, match="pace"):
+            LlamaLayer(CFG, w, "bf16", pace=pace)
     layer = LlamaLayer(CFG, w, "bf16")
     with pytest.raises(ValueError, match="rows"):
         layer.prefill(np.zeros((3, CFG.hidden + 1), np.float32))

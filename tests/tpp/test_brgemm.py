@@ -2,6 +2,7 @@
 leading dimensions and batch strides, both betas, all three batch kinds, the epilogue; outputs
 poisoned and every element checked; operands sized exactly so the interpreter faults on any read
 past them. Plus the errors bad input raises."""
+import dataclasses
 import re
 
 import numpy as np
@@ -285,6 +286,42 @@ def test_brgemm_streaming_c(isa, dtype, features, data):
     _check(desc, full[:, :desc.n], full[:, desc.n:], a_blocks, b_blocks, c0, bias)
 
 
+def _paced(desc, isa, features):
+    """(disassembly, the pace chain's register name, its ``vpaddd r, r, r`` count)."""
+    gen = x86_brgemm.Gen(desc, isa, features)
+    text = str(gen.build().disassemble())
+    reg = str(gen.pace_reg)
+    return text, reg, text.count(f"vpaddd {reg},{reg},{reg}")
+
+
+@pytest.mark.parametrize("isa, dtype, features", _params())
+@settings(max_examples=8)
+@given(data=st.data())
+def test_brgemm_paced(isa, dtype, features, data):
+    """``pace=P``: P ``vpaddd r, r, r`` per k group on a register of the pace's own, and the same
+    results as any kernel."""
+    feats, where = features
+    small = not native(isa) or where == "interp"
+    pace = data.draw(st.sampled_from([1, 8, 64]))
+    desc = dataclasses.replace(data.draw(descriptors(dtype, small)), pace=pace)
+    variant = (tuple(target_features(isa)) if feats is None else feats, where)
+    _, _, length = _paced(desc, isa, variant[0])
+    assert length and length % pace == 0, desc
+    _round_trip(desc, isa, variant, data.draw(st.integers(1, 3)), data.draw(st.integers(0, 2 ** 32 - 1)))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "i8"])
+@pytest.mark.parametrize("m", [1, 2, 4])
+def test_pace_chain_register_is_its_own(dtype, m):
+    """In a GEMV's kernel (no epilogue, whose temporaries may reuse the register after the k loops)
+    the chain's register appears in no other instruction, and ``pace=0`` emits no chain."""
+    desc = Brgemm(m=m, n=64, k=512, dtype=dtype, pace=8)
+    text, reg, length = _paced(desc, "avx512", target_features("avx512"))
+    assert length % 8 == 0 and len(re.findall(rf"\b[xyz]mm{reg[3:]}\b", text)) == 3 * length
+    plain = x86_brgemm.Gen(dataclasses.replace(desc, pace=0), "avx512", target_features("avx512"))
+    assert f"vpaddd {reg},{reg},{reg}" not in str(plain.build().disassemble())
+
+
 def test_streaming_a_rule():
     """Which kernels stream A (no chunks, next-tile A prefetches): a flat 1x1 convolution's
     448 x 64 x 64 in every dtype; not square blocks, several column blocks, GEMVs or B blocks
@@ -459,7 +496,9 @@ def test_fused_activations_are_emitted():
     (dict(m=4, n=4, k=4, beta=2), "beta"), (dict(m=4, n=4, k=4, beta=0.5), "beta"),
     (dict(m=4, n=4, k=4, batch="list"), "batch"), (dict(m=4, n=4, k=4, act="swish"), "act"),
     (dict(m=4, n=4, k=4, c_dtype="bf16"), "c_dtype"), (dict(m=4, n=4, k=4, dtype="i8", bias=True), "bias"),
-    (dict(m=4, n=4, k=4, stride_a=-1), "stride_a"),
+    (dict(m=4, n=4, k=4, stride_a=-1), "stride_a"), (dict(m=4, n=4, k=4, pace=-1), "pace=-1"),
+    (dict(m=4, n=4, k=4, pace=65), "pace=65"), (dict(m=4, n=4, k=4, pace=2.0), "pace=2.0"),
+    (dict(m=4, n=4, k=4, pace=True), "pace=True"),
 ])
 def test_bad_descriptor(kwargs, words):
     with pytest.raises(ValueError, match=words):

@@ -89,13 +89,13 @@ def plan(desc, v, dot, epilogue_regs):
     lanes = v.lanes(4)
     nvec = -(-desc.n // lanes)
     tail = desc.n % lanes
-    mask_regs = 1 if tail and not v.avx512 else 0
-    loop_regs = v.nregs - mask_regs - dot.na - len(dot.consts) - dot.tmps
+    reserved = (1 if tail and not v.avx512 else 0) + (1 if desc.pace else 0)   # AVX2 mask, pace chain
+    loop_regs = v.nregs - reserved - dot.na - len(dot.consts) - dot.tmps
     groups = desc.groups
     row_b, line_cycles = desc.ldb * 4, LINE_CYCLES[v.bytes * 8]
     best = None
     for vecs in range(1, min(nvec, 8) + 1):
-        rmax = min((loop_regs - vecs * dot.nb) // vecs, (v.nregs - mask_regs - epilogue_regs) // vecs,
+        rmax = min((loop_regs - vecs * dot.nb) // vecs, (v.nregs - reserved - epilogue_regs) // vecs,
                    desc.m, 16)
         for rows in range(1, rmax + 1):
             cost = 0.0

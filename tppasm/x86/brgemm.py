@@ -90,9 +90,14 @@ class Gen(CTile):
         self.r = dict(zip(want, free))
 
     def vregs(self, rows, vecs):
-        """Accumulators, then B, A, constant, scratch registers, and the AVX2 mask register."""
+        """Accumulators, then B, A, constant, scratch registers; the AVX2 mask register and the
+        pace chain's (``pace_reg``) are the last ones."""
         v, dot = self.v, self.dot
         n = v.nregs - (1 if self.plan.tail and not v.avx512 else 0)
+        self.pace_reg = None
+        if self.d.pace:
+            n -= 1
+            self.pace_reg = v.reg(n)
         acc = [[v.reg(r * vecs + j) for j in range(vecs)] for r in range(rows)]
         rest = [v.reg(i) for i in range(rows * vecs, n)]
         b = [rest[j * dot.nb:(j + 1) * dot.nb] for j in range(vecs)]
@@ -475,7 +480,7 @@ class Gen(CTile):
     def group_size(self, rows, vecs):
         """Instructions per k group of a rows x vecs tile."""
         dot = self.dot
-        return vecs * (1 + dot.b_ops) + rows * (1 + dot.a_ops) + rows * vecs * dot.ops
+        return vecs * (1 + dot.b_ops) + rows * (1 + dot.a_ops) + rows * vecs * dot.ops + self.d.pace
 
     def group(self, a_off, b_off, rows, vecs, acc, b, a_regs, tmps, masked, row_a, part=0, first=False):
         """One k group; ``part`` > 0: only its first ``part`` k values exist (A is read up to
@@ -488,6 +493,7 @@ class Gen(CTile):
                     self.a.prefetcht0([r["b_k"] + b_off + self.near_b + line])
                 if self.far_b:
                     self.a.prefetcht1([r["b_k"] + b_off + self.far_b + line])
+        self.pace()
         if dot.halves:
             self.group_halves(a_off, b_off, rows, vecs, acc, b, a_regs, masked, row_a, part, first)
             return
@@ -501,6 +507,14 @@ class Gen(CTile):
             dot.load_a(g, a_regs, src)
             for j in range(vecs):
                 dot.acc(g, acc[i][j], b[j], a_regs, tmps, self.const_regs)
+
+    def pace(self):
+        """``pace`` dependent single-cycle additions on a register nothing reads: the k loop, and so
+        the loads of B, cannot run ahead faster than one group per ``pace`` cycles (see the
+        ``pace`` hint in :mod:`tppasm.brgemm`)."""
+        reg = self.pace_reg
+        for _ in range(self.d.pace):
+            self.a.vpaddd(reg, reg, reg)
 
     def group_halves(self, a_off, b_off, rows, vecs, acc, b, a_regs, masked, row_a, part, first):
         """A bf16 group as its even k step, then (unless ``part``) its odd one: fp32 FMAs each."""

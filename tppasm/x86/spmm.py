@@ -51,7 +51,7 @@ class SpmmGen:
         self.a = self.fn.asm
         self.lanes = self.v.lanes(4)
         self.groups = desc.bk // desc.vnni
-        shape = SimpleNamespace(m=desc.bm, n=desc.n, groups=self.groups, ldb=desc.ldb)
+        shape = SimpleNamespace(m=desc.bm, n=desc.n, groups=self.groups, ldb=desc.ldb, pace=0)
         self.plan = plan(shape, self.v, self.dot, 0)
         self.row_b = desc.ldb * 4                     # bytes between k groups of B (a VNNI row group)
         self.block_bytes = desc.bm * desc.bk * self.es

@@ -1,0 +1,88 @@
+"""The ``pace`` at which a batch-1 projection streams its weights fastest on this host.
+
+A GEMV (one token through a projection) reads each weight once: its speed is the speed of the
+weight stream from memory. ``tppasm.brgemm(..., pace=P)`` makes a kernel's k loop issue its
+weight loads at most one k group per P cycles (see :mod:`tppasm.brgemm`); whether that helps,
+and which P, depends on the memory system, so :func:`measure` times it: m = 1 BRGEMMs over
+panels of K x 64 weights, larger together than the last-level cache, one sweep per pace in turn
+(interleaved), split across the pool's threads like the layer's projections. Measured on Zen 4,
+three runs of 31 rounds over 64 MiB (then the default size): int8 on 1 thread 23.7-25.1 GB/s at pace 0, 24.7-28.7 at 12;
+on 2 threads 33.4-50.5 at 0, 34.6-57.1 at 8; bf16 fastest at 0 (25.5-28.1 and 56.5-61.0).
+
+>>> from bench.common import pool_of
+>>> pace, rates = best("i8", pool_of(1), paces=(0, 8), mib=2, rounds=1)
+>>> pace in (0, 8), sorted(rates)
+(True, [0, 8])
+"""
+import time
+
+import numpy as np
+
+import tppasm as tpp
+from isa.cpu import caches
+from loops import Loop, kernel
+
+PACES = (0, 4, 8, 12, 16)
+BN, K = 64, 2048          # one panel: the layer's (2048 x 64 columns)
+VNNI = {"bf16": 2, "i8": 4}
+A_DTYPE = {"bf16": "bf16", "i8": "u8"}
+C_DTYPE = {"bf16": "f32", "i8": "i32"}
+
+
+def _operands(dtype, mib):
+    """(X, W, Out) of a sweep over ``mib`` MiB of weights (panels of K x BN, VNNI-packed)."""
+    if dtype not in VNNI:
+        raise ValueError(f"stream_pace: dtype={dtype!r}; expected 'bf16' or 'i8'")
+    size = np.dtype(tpp.dtypes.numpy_dtype(dtype)).itemsize
+    panels = max(1, ((mib or default_mib()) << 20) // (K * BN * size))
+    f = VNNI[dtype]
+    W = tpp.empty((panels, K // f, BN, f), dtype)
+    W.view(np.uint8)[...] = 1
+    X = tpp.empty((1, 1, K), A_DTYPE[dtype])
+    X.view(np.uint8)[...] = 1
+    return X, W, tpp.empty((panels, 1, BN), C_DTYPE[dtype])
+
+
+def _run(operands, pace, pool):
+    X, W, out = operands
+    gemm = tpp.brgemm(1, BN, K, tpp.dtypes.name_of(W.dtype), pace=pace)
+
+    @kernel("A", Loop(0, W.shape[0]), pool=pool)
+    def stream(j, X, W, Out):
+        gemm(X, W[j:j + 1], Out[j])
+    return lambda: stream(X, W, out)
+
+
+def sweep(dtype, pace, pool, mib=None):
+    """(run, bytes): one read of ``mib`` MiB (default :func:`default_mib`) of ``dtype`` ("bf16" or
+    "i8") weights through m = 1 BRGEMMs of ``pace``, panels split across the pool's threads."""
+    operands = _operands(dtype, mib)
+    return _run(operands, pace, pool), operands[1].nbytes
+
+
+def default_mib():
+    """Four times the last-level cache, at least 128 MiB: a sweep that the caches cannot hold (at
+    twice, 2 threads on Zen 4 read 41 GB/s where 512 MiB gave 31-34: the L3 still held part)."""
+    return max(128, 4 * max(c.size for c in caches()) >> 20)
+
+
+def measure(dtype, pool, paces=PACES, mib=None, rounds=11):
+    """{pace: GB/s}, the median over ``rounds`` interleaved sweeps of ``mib`` MiB of ``dtype``
+    ("bf16" or "i8") weights (the same for every pace) through m = 1 BRGEMMs of each pace."""
+    operands = _operands(dtype, mib)
+    runs = {p: _run(operands, p, pool) for p in paces}
+    times = {p: [] for p in paces}
+    for run in runs.values():
+        run()                                             # JIT, and the pages touched once
+    for r in range(rounds):
+        for p in (paces if r % 2 == 0 else paces[::-1]):
+            start = time.perf_counter()
+            runs[p]()
+            times[p].append(time.perf_counter() - start)
+    return {p: operands[1].nbytes / float(np.median(t)) / 1e9 for p, t in times.items()}
+
+
+def best(dtype, pool, **kw):
+    """(the fastest pace, {pace: GB/s}) from :func:`measure` (keyword arguments go to it)."""
+    rates = measure(dtype, pool, **kw)
+    return max(rates, key=lambda p: (rates[p], -p)), rates
