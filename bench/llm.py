@@ -257,7 +257,7 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
                    f"{stream_pace.default_mib()} MiB of weights, GB/s at each pace",
                    ["dtype", "threads", "pace taken"] + [f"pace {p} GB/s" for p in stream_pace.PACES])
     for dtype, nt, pace, rates in paces:
-        taken.add(dtype, nt, pace, *(rates[p] for p in stream_pace.PACES))
+        taken.add(dtype, nt, pace, *(rates.get(p, float("nan")) for p in stream_pace.PACES))
     top = Report("First token against the peak: the layer's flops (projections + the T x T attention) per second "
                  "as % of the measured peak of the dtype's best unit on as many threads, the peak loop run on "
                  "them interleaved with the layers; 'torch matmuls': its 7 projections alone (their flops "

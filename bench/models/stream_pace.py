@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 import tppasm as tpp
-from isa.cpu import caches
+from isa.cpu import caches, host
 from loops import Loop, kernel
 
 PACES = (0, 4, 8, 12, 16)
@@ -66,10 +66,24 @@ def default_mib():
     return max(128, 4 * max(c.size for c in caches()) >> 20)
 
 
+def follows_pace(dtype, isa=None):
+    """Whether ``isa``'s (default: this host's) BRGEMM kernels of ``dtype`` follow ``pace``: the
+    AVX2 and AVX-512 ones do, AMX tile kernels (bf16, int8) and SVE ones ignore it.
+
+    >>> follows_pace("i8", "avx512"), follows_pace("i8", "amx"), follows_pace("bf16", "sve")
+    (True, False, False)
+    """
+    isa = isa or host().isa
+    return isa in ("avx2", "avx512") or (isa == "amx" and dtype == "f32")
+
+
 def measure(dtype, pool, paces=PACES, mib=None, rounds=11):
     """{pace: GB/s}, the median over ``rounds`` interleaved sweeps of ``mib`` MiB of ``dtype``
-    ("bf16" or "i8") weights (the same for every pace) through m = 1 BRGEMMs of each pace."""
+    ("bf16" or "i8") weights (the same for every pace) through m = 1 BRGEMMs of each pace; pace 0
+    alone where the host's kernels ignore the pace (:func:`follows_pace`)."""
     operands = _operands(dtype, mib)
+    if not follows_pace(dtype):
+        paces = (0,)
     runs = {p: _run(operands, p, pool) for p in paces}
     times = {p: [] for p in paces}
     for run in runs.values():
