@@ -6,8 +6,9 @@ weight loads at most one k group per P cycles (see :mod:`tppasm.brgemm`); whethe
 and which P, depends on the memory system, so :func:`measure` times it: m = 1 BRGEMMs over
 panels of K x 64 weights, larger together than the last-level cache, one sweep per pace in turn
 (interleaved), split across the pool's threads like the layer's projections. Measured on Zen 4,
-three runs of 31 rounds over 64 MiB (then the default size): int8 on 1 thread 23.7-25.1 GB/s at pace 0, 24.7-28.7 at 12;
-on 2 threads 33.4-50.5 at 0, 34.6-57.1 at 8; bf16 fastest at 0 (25.5-28.1 and 56.5-61.0).
+three runs of 31 rounds over 64 MiB (then the default size): int8 on 1 thread 23.7-25.1 GB/s at
+pace 0, 24.7-28.7 at 12; on 2 threads 33.4-50.5 at 0, 34.6-57.1 at 8; bf16 fastest at 0
+(25.5-28.1 and 56.5-61.0).
 
 >>> from bench.common import pool_of
 >>> pace, rates = best("i8", pool_of(1), paces=(0, 8), mib=2, rounds=1)

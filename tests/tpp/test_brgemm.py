@@ -322,6 +322,16 @@ def test_pace_chain_register_is_its_own(dtype, m):
     assert f"vpaddd {reg},{reg},{reg}" not in str(plain.build().disassemble())
 
 
+@pytest.mark.parametrize("isa, dtype", [("amx", "bf16"), ("amx", "i8"), ("sve", "f32"), ("sve", "bf16"),
+                                        ("sve", "i8")])
+def test_pace_is_ignored_where_documented(isa, dtype):
+    """AMX tile kernels and SVE kernels ignore ``pace``: the same code with it as without."""
+    from tppasm.backends import generator
+    desc = Brgemm(m=4, n=16, k=64, dtype=dtype)
+    gen = generator(isa, "brgemm")
+    assert gen(desc, isa).code == gen(dataclasses.replace(desc, pace=8), isa).code
+
+
 def test_streaming_a_rule():
     """Which kernels stream A (no chunks, next-tile A prefetches): a flat 1x1 convolution's
     448 x 64 x 64 in every dtype; not square blocks, several column blocks, GEMVs or B blocks
