@@ -322,8 +322,9 @@ def test_pace_chain_register_is_its_own(dtype, m):
     assert f"vpaddd {reg},{reg},{reg}" not in str(plain.build().disassemble())
 
 
-@pytest.mark.parametrize("isa, dtype", [("amx", "bf16"), ("amx", "i8"), ("sve", "f32"), ("sve", "bf16"),
-                                        ("sve", "i8")])
+@pytest.mark.parametrize("isa, dtype", [pytest.param(isa, dt, id=f"{isa}_code-{dt}")     # code only: no ISA run
+                                        for isa, dt in [("amx", "bf16"), ("amx", "i8"), ("sve", "f32"),
+                                                        ("sve", "bf16"), ("sve", "i8")]])
 def test_pace_is_ignored_where_documented(isa, dtype):
     """AMX tile kernels and SVE kernels ignore ``pace``: the same code with it as without."""
     from tppasm.backends import generator
