@@ -31,7 +31,7 @@ import numpy as np
 
 import tppasm as tpp
 from loops.pool import get_pool
-from tppasm.brgemm import MAX_PACE
+from tppasm.brgemm import Brgemm
 
 from .llama_step import BN, Step
 from .llama_weights import Linear
@@ -49,9 +49,7 @@ class LlamaLayer:
     def __init__(self, cfg, weights, dtype="bf16", pool=None, pace=0):
         if dtype not in ("bf16", "i8"):
             raise ValueError(f"LlamaLayer: dtype={dtype!r}; expected 'bf16' or 'i8'")
-        if isinstance(pace, bool) or not isinstance(pace, int) or not 0 <= pace <= MAX_PACE:
-            raise ValueError(f"LlamaLayer: pace={pace!r}; expected an int in [0, {MAX_PACE}] "
-                             "(cycles per k group of the decoding projections; 0: none)")
+        Brgemm(1, 1, 1, pace=pace).validate()          # the decoding kernels are built later
         self.pace = pace
         if BN % cfg.head_dim or cfg.heads % cfg.kv_heads or any(n % BN for n in (cfg.hidden, cfg.kv_dim, cfg.ffn)):
             raise ValueError(f"LlamaLayer: head_dim must divide {BN} and hidden, kv_dim, ffn be multiples of it")

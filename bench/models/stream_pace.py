@@ -22,17 +22,15 @@ import numpy as np
 import tppasm as tpp
 from isa.cpu import caches, host
 from loops import Loop, kernel
+from tppasm.brgemm import A_DTYPE, C_DTYPES, VNNI
 
 PACES = (0, 4, 8, 12, 16)
 BN, K = 64, 2048          # one panel: the layer's (2048 x 64 columns)
-VNNI = {"bf16": 2, "i8": 4}
-A_DTYPE = {"bf16": "bf16", "i8": "u8"}
-C_DTYPE = {"bf16": "f32", "i8": "i32"}
 
 
 def _operands(dtype, mib):
     """(X, W, Out) of a sweep over ``mib`` MiB of weights (panels of K x BN, VNNI-packed)."""
-    if dtype not in VNNI:
+    if dtype not in ("bf16", "i8"):
         raise ValueError(f"stream_pace: dtype={dtype!r}; expected 'bf16' or 'i8'")
     size = np.dtype(tpp.dtypes.numpy_dtype(dtype)).itemsize
     panels = max(1, ((mib or default_mib()) << 20) // (K * BN * size))
@@ -41,7 +39,7 @@ def _operands(dtype, mib):
     W.view(np.uint8)[...] = 1
     X = tpp.empty((1, 1, K), A_DTYPE[dtype])
     X.view(np.uint8)[...] = 1
-    return X, W, tpp.empty((panels, 1, BN), C_DTYPE[dtype])
+    return X, W, tpp.empty((panels, 1, BN), C_DTYPES[dtype][0])
 
 
 def _run(operands, pace, pool):
