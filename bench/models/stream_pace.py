@@ -23,6 +23,7 @@ import tppasm as tpp
 from isa.cpu import caches, host
 from loops import Loop, kernel
 from tppasm.brgemm import A_DTYPE, C_DTYPES, VNNI
+from tppasm.x86.brgemm import tile_kernel
 
 PACES = (0, 4, 8, 12, 16)
 BN, K = 64, 2048          # one panel: the layer's (2048 x 64 columns)
@@ -73,7 +74,7 @@ def follows_pace(dtype, isa=None):
     (True, False, False)
     """
     isa = isa or host().isa
-    return isa in ("avx2", "avx512") or (isa == "amx" and dtype == "f32")
+    return isa in ("avx2", "avx512", "amx") and not tile_kernel(dtype, isa)
 
 
 def measure(dtype, pool, paces=PACES, mib=None, rounds=11):

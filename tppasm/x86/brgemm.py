@@ -530,10 +530,20 @@ class Gen(CTile):
                 for j in range(vecs):
                     self.a.vfmadd231ps(acc[i][j], b[j][0], a_regs[0])
 
+def tile_kernel(dtype, isa):
+    """Whether ``isa``'s BRGEMM of ``dtype`` is an AMX tile kernel (bf16 and int8 on AMX; fp32 there
+    is an AVX-512 kernel).
+
+    >>> tile_kernel("bf16", "amx"), tile_kernel("f32", "amx"), tile_kernel("i8", "avx512")
+    (True, False, False)
+    """
+    return isa == "amx" and dtype in ("bf16", "i8")
+
+
 @register("x86", "brgemm")
 def generate(desc, isa):
     # tile kernels for bf16 and int8 (any k: a partial last group is padded inside); fp32 on AVX-512
-    if isa == "amx" and desc.dtype in ("bf16", "i8"):
+    if tile_kernel(desc.dtype, isa):
         from .amx import generate as generate_amx
         return generate_amx(desc)
     return generate_brgemm(desc, isa)
