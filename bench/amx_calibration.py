@@ -16,7 +16,8 @@ the clock the peak implies (2,800 GFLOP/s / 1,024 flops per cycle = 2.73 GHz).
 One measurement, and the clock is inferred, so this weighs the readings rather than fits the
 model. The order does not hang on the call's cost: with none at all the ratios read 1.47, 0.80
 and 0.66, ``ooo`` still the nearest. An AMX host should time the current kernels (``python -m
-bench tpp``) and set this against them.
+bench tpp``) and set this against them, and run ``python -m bench amx-micro``
+(:mod:`bench.amx_micro`), whose loops isolate what the readings disagree on.
 
 >>> rows = calibrate()
 >>> [r["reading"] for r in rows], min(rows, key=lambda r: abs(r["model / measured"] - 1))["reading"]

@@ -130,6 +130,19 @@ def _vector_loop(unit, isa, iters, params=("i64",)):
     return fn.finalize(), 4 * acc * per
 
 
+def configure_full_tiles(fn):
+    """Emit into ``fn`` (an :class:`isa.x86.Function`) the configuration of all 8 tiles at 16
+    rows x 64 bytes, written to 64 bytes of stack scratch at ``[rsp]``, and its ``ldtilecfg``."""
+    from isa.x86 import dword, rsp
+    from tppasm.x86.amx import tile_config
+    cfg = tile_config({t: (16, 64) for t in range(8)})
+    fn.stack(64)
+    for off in range(0, 64, 4):
+        v = int.from_bytes(cfg[off:off + 4], "little")
+        fn.asm.mov(dword[rsp + off], v - (1 << 32) if v >= 1 << 31 else v)
+    fn.asm.ldtilecfg([rsp])
+
+
 def amx_loop(dtype, iters=None, params=("i64",)):
     """(JitFunction(iters), work per trip): independent ``tdp*`` into 6 accumulator tiles, no loads.
 
@@ -140,16 +153,10 @@ def amx_loop(dtype, iters=None, params=("i64",)):
     >>> m = Machine(); _ = m.call(fn.code, args=[2]); m.stats.counts["tdpbf16ps"], work
     (48, 393216)
     """
-    from isa.x86 import TMM, Function, dword, rax, rsp
-    from tppasm.x86.amx import tile_config
-    cfg = tile_config({t: (16, 64) for t in range(8)})
+    from isa.x86 import TMM, Function, rax
     fn = Function(f"peak_amx_{dtype}", list(params))
     a = fn.asm
-    fn.stack(64)
-    for off in range(0, 64, 4):
-        v = int.from_bytes(cfg[off:off + 4], "little")
-        a.mov(dword[rsp + off], v - (1 << 32) if v >= 1 << 31 else v)
-    a.ldtilecfg([rsp])
+    configure_full_tiles(fn)
     for t in range(8):
         a.tilezero(TMM[t])
     dot = a.tdpbf16ps if dtype == "bf16" else a.tdpbusd

@@ -1,0 +1,239 @@
+"""How a core runs tile loads beside tile products, measured: synthetic AMX loops timed on this
+host and set against the three readings of the cycle model (:mod:`bench.amx_model`), which
+decides which reading the AMX blocking should be chosen by.
+
+The model's readings (``in-order``, ``ooo``: a tile is not reloaded while a ``tdp*`` still
+reads it, ``renamed``: tiles renamed like vector registers) disagree most on a loop that reloads
+the operand tile of a ``tdp*`` in flight. So far one timing of one old kernel weighs them
+(:mod:`bench.amx_calibration`); these loops isolate each effect. Each loop's body is data
+(:data:`LOOPS`); its machine code runs natively where the host has AMX and, everywhere, in the
+interpreter, whose record of the tile instructions is what the model reads. Operands are bf16
+tiles of one array: the first 8 (8 KiB, L1) for most loops; the ``_l2`` loops walk 1 MiB of them
+(L2), new blocks every trip. One ``ldtilecfg`` per call, before the loop.
+
+Cycles come from the ``tdp`` loop: its independent ``tdpbf16ps`` run one per 16 cycles (the
+model's figure, the optimization manual's), so the host's cycles per trip of a loop are its time
+per trip times 16 x 24 / the ``tdp`` loop's time per trip. The model's cycles per trip are the
+difference between two runs of the loop (12 and 4 trips; 96 and 32 for the ``_l2`` loops) over
+their difference in trips, so the ``ldtilecfg`` and the cold start drop out. A reading's misfit is the mean |ln(model / measured)| over the loops other
+than ``tdp``; the smallest fits.
+
+Where AMX is interpreted (no AMX on this host) only the model's columns are filled: a MODEL, not
+a measurement. ``python -m bench amx-micro [--rounds N] [--json FILE]``
+
+>>> rows = model_rows()
+>>> [r["loop"] for r in rows][:3], rows[0]["ooo"], rows[0]["renamed"]
+(['tdp', 'chain', 'load'], 384.0, 384.0)
+>>> reload = rows[3]; reload["loop"], reload["renamed"] < reload["ooo"] / 2
+('reload', True)
+"""
+import argparse
+import math
+import time
+
+import numpy as np
+
+from .amx_choices import READINGS
+from .amx_model import L2_BW, LOAD_ROW_CYCLES, TDP_CYCLES, TDP_LATENCY, simulate
+from .common import Report, write_json
+
+BLOCK = 1024                          # bytes of one operand tile: 16 rows x 64
+L1_BLOCKS = 8                         # 8 KiB: the loops that stay in L1
+L2_BLOCKS = 1024                      # 1 MiB: the loops that stream from L2 (48 KiB L1, 2 MiB L2)
+
+
+def _load(tile, block):
+    return ("load", tile, block)
+
+
+def _tdp(c, a, b):
+    return ("tdp", c, a, b)
+
+
+STEP2X2 = [_load(4, 0), _load(5, 1), _load(6, 2), _load(7, 3), _tdp(0, 4, 6), _tdp(1, 4, 7), _tdp(2, 5, 6), _tdp(3, 5, 7)]
+
+# name: (what it isolates, body of one trip, operand blocks it walks). A loop over more than
+# L1_BLOCKS moves its blocks on by the ones its body reads each trip, wrapping round. Tiles 6 and 7
+# are loaded once before the loop.
+LOOPS = {
+    "tdp": ("TMUL throughput, the clock: 24 independent tdp into 6 tiles",
+            [_tdp(t, 6, 7) for _ in range(4) for t in range(6)], L1_BLOCKS),
+    "chain": ("tdp latency: 4 tdp into one tile, each waiting for the last", [_tdp(0, 6, 7)] * 4, L1_BLOCKS),
+    "load": ("tile-load issue rate from L1: 8 loads, no tdp", [_load(t, t) for t in range(8)], L1_BLOCKS),
+    "reload": ("renaming: 4 x (load T6, tdp reading T6), T6 reloaded while a tdp reads it",
+               [op for i in range(4) for op in (_load(6, i), _tdp(i, 6, 7))], L1_BLOCKS),
+    "reload2": ("the same over two operand tiles, T4 and T5 in turn",
+                [op for i in range(4) for op in (_load(4 + i % 2, i), _tdp(i, 4 + i % 2, 7))], L1_BLOCKS),
+    "step2x2": ("a 2x2 BRGEMM k step from L1: A0 A1 B0 B1 loaded, 4 tdp", STEP2X2, L1_BLOCKS),
+    "load_l2": ("tile loads from L2: 8 loads of new lines, no tdp", [_load(t, t) for t in range(8)], L2_BLOCKS),
+    "step2x2_l2": ("the 2x2 k step on operands streaming from L2", STEP2X2, L2_BLOCKS),
+}
+MODEL_TRIPS = {L1_BLOCKS: (4, 12), L2_BLOCKS: (32, 96)}   # L2: 96 trips read 384-768 KiB, no wrap
+
+
+def operands(seed=0):
+    """The loops' operand array: L2_BLOCKS tiles of bf16 (random normal: real products, no
+    denormals), 64-byte aligned; the L1 loops use its first L1_BLOCKS."""
+    import ml_dtypes
+    import tppasm as tpp
+    out = tpp.empty((L2_BLOCKS, BLOCK // 2), "bf16")
+    out[...] = np.random.default_rng(seed).standard_normal(out.shape).astype(ml_dtypes.bfloat16)
+    return out
+
+
+def build(name):
+    """The JitFunction(trips, operands) of loop ``name``: tiles configured, zeroed, tiles 6 and 7
+    loaded from blocks 6 and 7, then ``trips`` times the body, then ``tilerelease``.
+
+    >>> from isa.x86.interp import Machine
+    >>> m = Machine(); _ = m.call(build("step2x2").code, args=[2, m.map(operands())])
+    >>> m.stats.counts["tdpbf16ps"], m.stats.counts["tileloadd"]
+    (8, 10)
+    """
+    from isa.x86 import TMM, Function, r8, r9, r10, r11, rax
+    from .peaks import configure_full_tiles
+    _, body, span = LOOPS[name]
+    fn = Function(f"amx_micro_{name}", ["i64", "ptr"])
+    a = fn.asm
+    configure_full_tiles(fn)
+    base, stride, start, left = r10, r11, r8, r9
+    a.mov(base, fn.args[1])
+    a.mov(stride, 64)
+    for t in range(8):
+        a.tilezero(TMM[t])
+    for t in (6, 7):
+        a.tileloadd(TMM[t], [base + stride + t * BLOCK])
+    per = 1 + max(op[2] for op in body if op[0] == "load") if span > L1_BLOCKS else 0
+    if per:
+        a.mov(start, base)
+        a.mov(left, span // per)
+    loop, go_on = a.label(), a.label()
+    a.mov(rax, fn.args[0])
+    a.bind(loop)
+    for op in body:
+        if op[0] == "load":
+            a.tileloadd(TMM[op[1]], [base + stride + op[2] * BLOCK])
+        else:
+            a.tdpbf16ps(TMM[op[1]], TMM[op[2]], TMM[op[3]])
+    if per:
+        a.add(base, per * BLOCK)
+        a.dec(left)
+        a.jnz(go_on)
+        a.mov(base, start)
+        a.mov(left, span // per)
+        a.bind(go_on)
+    a.dec(rax)
+    a.jnz(loop)
+    a.tilerelease()
+    return fn.finalize()
+
+
+def model_cycles(name):
+    """{reading: modelled cycles per trip of loop ``name``}, from its code run in the interpreter."""
+    from isa.x86.interp import Machine
+    fn, ops = build(name), operands()
+    trips = MODEL_TRIPS[LOOPS[name][2]]
+    traces = []
+    for n in trips:
+        m = Machine()
+        m.call(fn.code, args=[n, m.map(ops)])
+        traces.append(m.stats.tile_ops)
+    return {reading: (simulate(traces[1], **kw).cycles - simulate(traces[0], **kw).cycles) / (trips[1] - trips[0])
+            for reading, kw in READINGS.items()}
+
+
+def model_rows():
+    """One record per loop: what it isolates and the modelled cycles per trip in each reading."""
+    return [{"loop": name, "isolates": what, **{r: round(c, 1) for r, c in model_cycles(name).items()}}
+            for name, (what, _, _) in LOOPS.items()]
+
+
+def measure(rounds=9, seconds=0.002, loops=None):
+    """{loop: host cycles per trip}: each loop timed in ``rounds`` interleaved rounds (median), in
+    cycles of the ``tdp`` loop's clock (16 per tdp). ``loops``: {name: call(trips)}, by default
+    the loops' native code (AMX hosts only)."""
+    from tppasm.timing import calibrate
+    if loops is None:
+        ops = operands()
+        loops = {name: (lambda trips, fn=build(name), ptr=ops.ctypes.data: fn(trips, ptr)) for name in LOOPS}
+    trips = {}
+    for name, call in loops.items():
+        call(64)
+        trips[name] = 64 * calibrate(lambda call=call: call(64), seconds)
+    per_trip = {name: [] for name in loops}
+    for _ in range(rounds):
+        for name, call in loops.items():
+            t = time.perf_counter()
+            call(trips[name])
+            per_trip[name].append((time.perf_counter() - t) / trips[name])
+    med = {name: float(np.median(v)) for name, v in per_trip.items()}
+    clock = TDP_CYCLES * len(LOOPS["tdp"][1]) / med["tdp"]
+    return {name: t * clock for name, t in med.items()}
+
+
+def misfit(measured, modelled):
+    """{reading: mean |ln(model / measured)|} over the loops other than ``tdp`` (the clock), from
+    ``measured`` {loop: cycles} and ``modelled`` {loop: {reading: cycles}}; the smallest fits.
+
+    >>> misfit({"tdp": 384, "reload": 64}, {"tdp": {"ooo": 384, "renamed": 384}, "reload": {"ooo": 128, "renamed": 64}})
+    {'ooo': 0.693, 'renamed': 0.0}
+    """
+    loops = [n for n in measured if n != "tdp"]
+    readings = [r for r in READINGS if r in modelled[loops[0]]]
+    return {r: round(sum(abs(math.log(modelled[n][r] / measured[n])) for n in loops) / len(loops), 3)
+            for r in readings}
+
+
+def implied(measured):
+    """The model's parameters as ``measured`` {loop: cycles per trip} implies them, beside the
+    model's own: tdp latency (``chain`` / 4), cycles per tile load from L1 (``load`` / 8) and
+    bytes per cycle from L2 into tiles (8 KiB / ``load_l2``).
+
+    >>> implied({"chain": 208.0, "load": 64.0, "load_l2": 170.7})
+    {'tdp latency': (52.0, 52), 'L1 cycles per tile load': (8.0, 8.0), 'L2 bytes per cycle': (48.0, 48.0)}
+    """
+    return {"tdp latency": (round(measured["chain"] / 4, 1), TDP_LATENCY),
+            "L1 cycles per tile load": (round(measured["load"] / 8, 1), 16 * LOAD_ROW_CYCLES),
+            "L2 bytes per cycle": (round(8 * BLOCK / measured["load_l2"], 1), L2_BW)}
+
+
+def run(rounds=9):
+    """Print the table: per loop, modelled cycles per trip in each reading and, on AMX hosts, this
+    host's; then each reading's misfit. Returns (the :class:`Report`, misfit or None)."""
+    from isa.cpu import host
+    native = "amx" in host().levels
+    rows = model_rows()
+    measured = measure(rounds) if native else None
+    rep = Report("AMX loops: cycles per trip in the model's three readings (MODELLED) and on this host "
+                 "(measured, in cycles of the tdp loop: 16 a tdp)",
+                 ["loop", "isolates", *READINGS, "this host" if native else "this host (no AMX: not measured)"])
+    for r in rows:
+        rep.add(r["loop"], r["isolates"], *(r[k] for k in READINGS),
+                round(measured[r["loop"]], 1) if native else "-")
+    fit = None
+    if native:
+        fit = misfit(measured, {r["loop"]: r for r in rows})
+        print("\nmisfit, mean |ln(model / measured)| over the loops but tdp: "
+              + ", ".join(f"{k} {v}" for k, v in fit.items()) + f"; the reading that fits: {min(fit, key=fit.get)}")
+        print("implied by this host (model's figure): "
+              + ", ".join(f"{k} {v} ({m})" for k, (v, m) in implied(measured).items()))
+    else:
+        print("\nno AMX on this host: the model's columns only. On an AMX host the last column is measured "
+              "and a misfit line says which reading fits.")
+    return rep, fit
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench amx-micro", description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds per loop (AMX hosts)")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error(f"--rounds {args.rounds}: expected a positive number of rounds")
+    rep, fit = run(args.rounds)
+    if args.json:
+        write_json(args.json, [rep, [{"table": "misfit", **fit}] if fit else []])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""bench.amx_micro: the AMX loops that decide the cycle model's reading. Their code runs in the
+interpreter here (natively on AMX hosts); the timing pipeline is checked on stand-in loops that
+take a reading's modelled cycles."""
+import time
+from collections import Counter
+
+import pytest
+
+from bench.amx_micro import L1_BLOCKS, LOOPS, BLOCK, build, main, measure, misfit, model_rows, operands
+from isa.x86.interp import Machine
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return {r["loop"]: r for r in model_rows()}
+
+
+def _run(name, trips):
+    m = Machine()
+    base = m.map(operands())
+    m.call(build(name).code, args=[trips, base])
+    return m.stats, base
+
+
+@pytest.mark.parametrize("name", list(LOOPS))
+def test_each_trip_runs_its_body(name):
+    (one, _), (three, _) = _run(name, 1), _run(name, 3)
+    body = Counter(op[0] for op in LOOPS[name][1])
+    assert three.counts["tdpbf16ps"] - one.counts["tdpbf16ps"] == 2 * body["tdp"]
+    assert three.counts["tileloadd"] - one.counts["tileloadd"] == 2 * body["load"]
+    assert one.counts["ldtilecfg"] == one.counts["tilerelease"] == 1
+
+
+@pytest.mark.parametrize("name", [n for n, (_, _, span) in LOOPS.items() if span > L1_BLOCKS])
+def test_streaming_loops_read_new_blocks_and_wrap(name):
+    _, body, span = LOOPS[name]
+    per = 1 + max(op[2] for op in body if op[0] == "load")
+    wrap = span // per
+    stats, base = _run(name, wrap + 1)
+    loads = [op[3] - base for op in stats.tile_ops if op[0] == "tileloadd"][2:]   # after tiles 6 and 7
+    n = sum(op[0] == "load" for op in body)
+    trips = [loads[i:i + n] for i in range(0, len(loads), n)]
+    assert len(trips) == wrap + 1
+    assert [min(t) for t in trips[:wrap]] == [k * per * BLOCK for k in range(wrap)]
+    assert max(max(t) for t in trips) < span * BLOCK            # never past the operand array
+    assert trips[wrap] == trips[0]                              # then round again
+
+
+def test_the_readings_differ_where_the_loops_say(rows):
+    for name in ("tdp", "chain", "load", "load_l2"):             # no tile is reloaded under a reader
+        assert rows[name]["in-order"] == rows[name]["ooo"] == rows[name]["renamed"]
+    assert rows["reload"]["renamed"] * 2 < rows["reload"]["ooo"]
+    assert rows["reload2"]["renamed"] < rows["reload2"]["ooo"] < rows["reload2"]["in-order"]
+    assert rows["tdp"]["ooo"] == 16 * 24
+
+
+@pytest.mark.parametrize("reading", ["in-order", "ooo", "renamed"])
+def test_timing_recovers_the_reading_a_core_follows(reading, rows):
+
+    def stand_in(cycles, seconds_per_cycle=2e-8):
+        def call(trips):
+            end = time.perf_counter() + trips * cycles * seconds_per_cycle
+            while time.perf_counter() < end:
+                pass
+        return call
+
+    measured = measure(rounds=3, loops={n: stand_in(rows[n][reading]) for n in LOOPS})
+    for n in LOOPS:
+        assert measured[n] == pytest.approx(rows[n][reading], rel=0.15)
+    fit = misfit(measured, rows)
+    assert min(fit, key=fit.get) == reading
+
+
+def test_suite_runs_and_refuses_bad_rounds(capsys, tmp_path):
+    main(["--rounds", "1", "--json", str(tmp_path / "m.json")])
+    out = capsys.readouterr().out
+    assert "reload2" in out and (tmp_path / "m.json").exists()
+    with pytest.raises(SystemExit):
+        main(["--rounds", "0"])
+    assert "expected a positive number of rounds" in capsys.readouterr().err
