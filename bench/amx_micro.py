@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from .amx_choices import READINGS
-from .amx_model import L2_BW, LOAD_ROW_CYCLES, TDP_CYCLES, TDP_LATENCY, simulate
+from .amx_model import L2_BW, LOAD_ROW_CYCLES, SERIAL, STORE_CYCLES, TDP_CYCLES, TDP_LATENCY, simulate
 from .common import Report, write_json
 
 BLOCK = 1024                          # bytes of one operand tile: 16 rows x 64
@@ -48,6 +48,10 @@ def _load(tile, block):
 
 def _tdp(c, a, b):
     return ("tdp", c, a, b)
+
+
+def _store(tile, block):
+    return ("store", tile, block)
 
 
 STEP2X2 = [_load(4, 0), _load(5, 1), _load(6, 2), _load(7, 3), _tdp(0, 4, 6), _tdp(1, 4, 7), _tdp(2, 5, 6), _tdp(3, 5, 7)]
@@ -67,6 +71,9 @@ LOOPS = {
     "step2x2": ("a 2x2 BRGEMM k step from L1: A0 A1 B0 B1 loaded, 4 tdp", STEP2X2, L1_BLOCKS),
     "load_l2": ("tile loads from L2: 8 loads of new lines, no tdp", [_load(t, t) for t in range(8)], L2_BLOCKS),
     "step2x2_l2": ("the 2x2 k step on operands streaming from L2", STEP2X2, L2_BLOCKS),
+    "store": ("tile-store rate into L1: 4 tilestored (past the operands)", [_store(t, 8 + t) for t in range(4)],
+              L1_BLOCKS),
+    "config": ("an ldtilecfg, as a kernel call that must configure pays", [("config",)], L1_BLOCKS),
 }
 MODEL_TRIPS = {L1_BLOCKS: (4, 12), L2_BLOCKS: (32, 96)}   # L2: 96 trips read 384-768 KiB, no wrap
 
@@ -90,7 +97,7 @@ def build(name):
     >>> m.stats.counts["tdpbf16ps"], m.stats.counts["tileloadd"]
     (8, 10)
     """
-    from isa.x86 import TMM, Function, r8, r9, r10, r11, rax
+    from isa.x86 import TMM, Function, r8, r9, r10, r11, rax, rsp
     from .peaks import configure_full_tiles
     _, body, span = LOOPS[name]
     fn = Function(f"amx_micro_{name}", ["i64", "ptr"])
@@ -113,6 +120,10 @@ def build(name):
     for op in body:
         if op[0] == "load":
             a.tileloadd(TMM[op[1]], [base + stride + op[2] * BLOCK])
+        elif op[0] == "store":
+            a.tilestored([base + stride + op[2] * BLOCK], TMM[op[1]])
+        elif op[0] == "config":
+            a.ldtilecfg([rsp])
         else:
             a.tdpbf16ps(TMM[op[1]], TMM[op[2]], TMM[op[3]])
     if per:
@@ -186,15 +197,19 @@ def misfit(measured, modelled):
 
 def implied(measured):
     """The model's parameters as ``measured`` {loop: cycles per trip} implies them, beside the
-    model's own: tdp latency (``chain`` / 4), cycles per tile load from L1 (``load`` / 8) and
-    bytes per cycle from L2 into tiles (8 KiB / ``load_l2``).
+    model's own: tdp latency (``chain`` / 4), cycles per tile load from L1 (``load`` / 8), bytes
+    per cycle from L2 into tiles (8 KiB / ``load_l2``), cycles per tile store (``store`` / 4) and
+    per ``ldtilecfg`` (``config``).
 
-    >>> implied({"chain": 208.0, "load": 64.0, "load_l2": 170.7})
-    {'tdp latency': (52.0, 52), 'L1 cycles per tile load': (8.0, 8.0), 'L2 bytes per cycle': (48.0, 48.0)}
+    >>> got = implied({"chain": 208.0, "load": 64.0, "load_l2": 170.7, "store": 64.0, "config": 204.0})
+    >>> got["tdp latency"], got["L2 bytes per cycle"], got["ldtilecfg cycles"]
+    ((52.0, 52), (48.0, 48.0), (204.0, 204))
     """
     return {"tdp latency": (round(measured["chain"] / 4, 1), TDP_LATENCY),
             "L1 cycles per tile load": (round(measured["load"] / 8, 1), 16 * LOAD_ROW_CYCLES),
-            "L2 bytes per cycle": (round(8 * BLOCK / measured["load_l2"], 1), L2_BW)}
+            "L2 bytes per cycle": (round(8 * BLOCK / measured["load_l2"], 1), L2_BW),
+            "cycles per tile store": (round(measured["store"] / 4, 1), STORE_CYCLES),
+            "ldtilecfg cycles": (round(measured["config"], 1), SERIAL["ldtilecfg"])}
 
 
 def run(rounds=9):
