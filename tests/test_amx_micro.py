@@ -78,3 +78,20 @@ def test_suite_runs_and_refuses_bad_rounds(capsys, tmp_path):
     with pytest.raises(SystemExit):
         main(["--rounds", "0"])
     assert "expected a positive number of rounds" in capsys.readouterr().err
+
+
+def test_an_amx_host_gets_the_fit_and_the_implied_figures(monkeypatch, capsys, rows):
+    """run() as an AMX host would: a core that follows the renamed reading exactly (its timings
+    stand in for the native loops) is told so, and its implied figures are the model's own."""
+    import types
+
+    import bench.amx_micro as micro
+    import isa.cpu
+    monkeypatch.setattr(isa.cpu, "host", lambda: types.SimpleNamespace(levels=("avx2", "avx512", "amx")))
+    monkeypatch.setattr(micro, "measure", lambda rounds: {n: rows[n]["renamed"] for n in LOOPS})
+    rep, fit = micro.run(rounds=1)
+    out = capsys.readouterr().out
+    assert fit["renamed"] == 0.0 < fit["ooo"] < fit["in-order"]
+    assert "the reading that fits: renamed" in out
+    assert "tdp latency 52.0 (52)" in out and "ldtilecfg cycles 204.0 (204)" in out
+    assert [r["this host"] for r in rep.rows] == [rows[n]["renamed"] for n in LOOPS]
