@@ -99,6 +99,8 @@ def build(name):
     """
     from isa.x86 import TMM, Function, r8, r9, r10, r11, rax, rsp
     from .peaks import configure_full_tiles
+    if name not in LOOPS:
+        raise ValueError(f"amx-micro: no loop {name!r}; the loops are {', '.join(LOOPS)}")
     _, body, span = LOOPS[name]
     fn = Function(f"amx_micro_{name}", ["i64", "ptr"])
     a = fn.asm

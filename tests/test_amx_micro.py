@@ -46,6 +46,11 @@ def test_streaming_loops_read_new_blocks_and_wrap(name):
     assert trips[wrap] == trips[0]                              # then round again
 
 
+def test_an_unknown_loop_is_refused_by_name():
+    with pytest.raises(ValueError, match="no loop 'tdp2'; the loops are tdp, chain"):
+        build("tdp2")
+
+
 def test_the_readings_differ_where_the_loops_say(rows):
     for name in ("tdp", "chain", "load", "load_l2"):             # no tile is reloaded under a reader
         assert rows[name]["in-order"] == rows[name]["ooo"] == rows[name]["renamed"]
