@@ -9,14 +9,15 @@ the operand tile of a ``tdp*`` in flight. So far one timing of one old kernel we
 (:data:`LOOPS`); its machine code runs natively where the host has AMX and, everywhere, in the
 interpreter, whose record of the tile instructions is what the model reads. Operands are bf16
 tiles of one array: the first 8 (8 KiB, L1) for most loops; the ``_l2`` loops walk 1 MiB of them
-(L2), new blocks every trip. One ``ldtilecfg`` per call, before the loop.
+(L2), new blocks every trip. One ``ldtilecfg`` per call, before the loop (the ``config`` loop
+adds one a trip).
 
 Cycles come from the ``tdp`` loop: its independent ``tdpbf16ps`` run one per 16 cycles (the
 model's figure, the optimization manual's), so the host's cycles per trip of a loop are its time
 per trip times 16 x 24 / the ``tdp`` loop's time per trip. The model's cycles per trip are the
 difference between two runs of the loop (12 and 4 trips; 96 and 32 for the ``_l2`` loops) over
-their difference in trips, so the ``ldtilecfg`` and the cold start drop out. A reading's misfit is the mean |ln(model / measured)| over the loops other
-than ``tdp``; the smallest fits.
+their difference in trips, so the ``ldtilecfg`` and the cold start drop out. A reading's misfit
+is the mean |ln(model / measured)| over the loops other than ``tdp``; the smallest fits.
 
 Where AMX is interpreted (no AMX on this host) only the model's columns are filled: a MODEL, not
 a measurement. ``python -m bench amx-micro [--rounds N] [--json FILE]``
@@ -54,7 +55,8 @@ def _store(tile, block):
     return ("store", tile, block)
 
 
-STEP2X2 = [_load(4, 0), _load(5, 1), _load(6, 2), _load(7, 3), _tdp(0, 4, 6), _tdp(1, 4, 7), _tdp(2, 5, 6), _tdp(3, 5, 7)]
+STEP2X2 = [_load(4, 0), _load(5, 1), _load(6, 2), _load(7, 3),
+           _tdp(0, 4, 6), _tdp(1, 4, 7), _tdp(2, 5, 6), _tdp(3, 5, 7)]
 
 # name: (what it isolates, body of one trip, operand blocks it walks). A loop over more than
 # L1_BLOCKS moves its blocks on by the ones its body reads each trip, wrapping round. Tiles 6 and 7
