@@ -19,6 +19,11 @@ difference between two runs of the loop (12 and 4 trips; 96 and 32 for the ``_l2
 their difference in trips, so the ``ldtilecfg`` and the cold start drop out. A reading's misfit
 is the mean |ln(model / measured)| over the loops other than ``tdp``; the smallest fits.
 
+On an AMX host the report goes on: the reading that fits, the timings the host implies where they
+differ from the model's (:func:`host_figures`, a :class:`bench.amx_model.Figures` that
+:func:`bench.amx_model.simulate` takes), and the AMX BRGEMM at issue #12's goal shape modelled
+with the host's timings beside the model's own, with and without batch chunks.
+
 Where AMX is interpreted (no AMX on this host) only the model's columns are filled: a MODEL, not
 a measurement. ``python -m bench amx-micro [--rounds N] [--json FILE]``
 
@@ -31,11 +36,12 @@ a measurement. ``python -m bench amx-micro [--rounds N] [--json FILE]``
 import argparse
 import math
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from .amx_choices import READINGS
-from .amx_model import L2_BW, LOAD_ROW_CYCLES, SERIAL, STORE_CYCLES, TDP_CYCLES, TDP_LATENCY, simulate
+from .amx_model import FIGURES, TDP_CYCLES, simulate
 from .common import Report, write_json
 
 BLOCK = 1024                          # bytes of one operand tile: 16 rows x 64
@@ -78,6 +84,7 @@ LOOPS = {
     "config": ("an ldtilecfg, as a kernel call that must configure pays", [("config",)], L1_BLOCKS),
 }
 MODEL_TRIPS = {L1_BLOCKS: (4, 12), L2_BLOCKS: (32, 96)}   # L2: 96 trips read 384-768 KiB, no wrap
+GOAL = (64, 64, 64, 16)                                   # issue #12's AMX goal: bf16 m, n, k, count
 
 
 def operands(seed=0):
@@ -199,21 +206,60 @@ def misfit(measured, modelled):
             for r in readings}
 
 
-def implied(measured):
-    """The model's parameters as ``measured`` {loop: cycles per trip} implies them, beside the
-    model's own: tdp latency (``chain`` / 4), cycles per tile load from L1 (``load`` / 8), bytes
-    per cycle from L2 into tiles (8 KiB / ``load_l2``), cycles per tile store (``store`` / 4) and
-    per ``ldtilecfg`` (``config``).
+def host_figures(measured, reading):
+    """The model's :class:`bench.amx_model.Figures` as ``measured`` {loop: cycles per trip}
+    implies them: tdp latency ``chain`` / 4, a tile load's row cycles ``load`` / 8 / 16, L2 bytes
+    per cycle 8 KiB / ``load_l2``, a tile store ``store`` / 4, ``ldtilecfg`` ``config``; and where
+    ``reading`` (the one that fits) does not rename tiles, the load-to-use latency ``reload`` / 4
+    - 16 (each reload waits for its tdp's 16 cycles, then for the load), L2 and L3 latencies
+    shifted by as much. Where tiles are renamed the reloads hide the latency: the model's stays.
 
-    >>> got = implied({"chain": 208.0, "load": 64.0, "load_l2": 170.7, "store": 64.0, "config": 204.0})
-    >>> got["tdp latency"], got["L2 bytes per cycle"], got["ldtilecfg cycles"]
-    ((52.0, 52), (48.0, 48.0), (204.0, 204))
+    >>> f = host_figures({"chain": 160.0, "load": 64.0, "load_l2": 128.0, "store": 64.0, "config": 100.0,
+    ...                   "reload": 200.0}, "ooo")
+    >>> f.tdp_latency, f.l2_bw, f.ldtilecfg, f.load_latency[1:]
+    (40.0, 64.0, 100.0, (34.0, 45.0, 134.0))
     """
-    return {"tdp latency": (round(measured["chain"] / 4, 1), TDP_LATENCY),
-            "L1 cycles per tile load": (round(measured["load"] / 8, 1), 16 * LOAD_ROW_CYCLES),
-            "L2 bytes per cycle": (round(8 * BLOCK / measured["load_l2"], 1), L2_BW),
-            "cycles per tile store": (round(measured["store"] / 4, 1), STORE_CYCLES),
-            "ldtilecfg cycles": (round(measured["config"], 1), SERIAL["ldtilecfg"])}
+    lat = FIGURES.load_latency
+    if reading != "renamed":
+        shift = measured["reload"] / 4 - FIGURES.tdp_cycles - lat[1]
+        lat = (None,) + tuple(x + shift for x in lat[1:])
+    return replace(FIGURES, tdp_latency=measured["chain"] / 4, load_row_cycles=measured["load"] / 8 / 16,
+                   l2_bw=8 * BLOCK / measured["load_l2"], store_cycles=measured["store"] / 4,
+                   ldtilecfg=measured["config"], load_latency=lat)
+
+
+def differences(figures, tolerance=0.02):
+    """``name host (model)`` for each of ``figures``' timings more than ``tolerance`` (relative)
+    from the model's own.
+
+    >>> differences(replace(FIGURES, tdp_latency=40.0, l2_bw=48.5, load_latency=(None, 30, 41, 130)))
+    ['tdp_latency 40 (52)', 'load_latency 30/41/130 (45/56/145)']
+    """
+    def far(a, b):
+        if isinstance(a, tuple):
+            return any(far(x, y) for x, y in zip(a, b) if x is not None)
+        return abs(a - b) > tolerance * abs(b)
+
+    def text(v):              # load_latency: L1/L2/L3
+        return "/".join(text(x) for x in v if x is not None) if isinstance(v, tuple) else f"{round(v, 2):g}"
+    return [f"{k} {text(v)} ({text(getattr(FIGURES, k))})" for k, v in vars(figures).items()
+            if far(v, getattr(FIGURES, k))]
+
+
+def goal_kernel(figures):
+    """{"default" / "chunks": {reading: MODELLED % of the AMX peak}} of the bf16 BRGEMM at issue
+    #12's goal shape (64 x 64 x 64 x 16, fp32 C), without and with batch chunks, under ``figures``."""
+    from tppasm.brgemm import Brgemm
+    from tppasm.x86.amx import plan
+    from tppasm.x86.amx_chunk import chunk_blocks
+    from .amx_static import model, run_case
+    m, n, k, count = GOAL
+    desc = Brgemm(m=m, n=n, k=k, dtype="bf16")
+    out = {}
+    for name, chunk in (("default", 0), ("chunks", chunk_blocks(desc, plan(desc)))):
+        stats, _, _ = run_case(m, n, k, count, "bf16", 0, "f32", chunk=chunk)
+        out[name] = model(stats, "bf16", m, n, k, count, figures)[0]
+    return out
 
 
 def run(rounds=9):
@@ -232,10 +278,16 @@ def run(rounds=9):
     fit = None
     if native:
         fit = misfit(measured, {r["loop"]: r for r in rows})
+        best = min(fit, key=fit.get)
         print("\nmisfit, mean |ln(model / measured)| over the loops but tdp: "
-              + ", ".join(f"{k} {v}" for k, v in fit.items()) + f"; the reading that fits: {min(fit, key=fit.get)}")
-        print("implied by this host (model's figure): "
-              + ", ".join(f"{k} {v} ({m})" for k, (v, m) in implied(measured).items()))
+              + ", ".join(f"{k} {v}" for k, v in fit.items()) + f"; the reading that fits: {best}")
+        figures = host_figures(measured, best)
+        print("this host's figures, where they differ from the model's (in brackets): "
+              + (", ".join(differences(figures)) or "none"))
+        mine, its = goal_kernel(figures), goal_kernel(FIGURES)
+        for name in mine:
+            print(f"bf16 64x64x64 x 16, {name}: MODELLED % of the AMX peak with this host's figures (the model's) "
+                  + ", ".join(f"{r} {mine[name][r]:.1f} ({its[name][r]:.1f})" for r in mine[name]))
     else:
         print("\nno AMX on this host: the model's columns only. On an AMX host the last column is measured "
               "and a misfit line says which reading fits.")

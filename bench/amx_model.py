@@ -51,6 +51,32 @@ UOPS = {"tileloadd": 16, "tileloaddt1": 16, "tilestored": 16}
 TDP_WORK = {"bf16": 16 * 16 * 32 * 2, "i8": 16 * 16 * 64 * 2}   # work of a full tile product
 
 
+@dataclass(frozen=True)
+class Figures:
+    """The timings :func:`simulate` assumes (cycles; bytes per cycle). The defaults are the
+    module's constants above; a host's own come from ``python -m bench amx-micro``
+    (:func:`bench.amx_micro.host_figures`).
+
+    >>> Figures().load_latency[1], Figures(tdp_latency=40).tdp_latency
+    (45, 40)
+    """
+
+    tdp_cycles: float = TDP_CYCLES
+    tdp_latency: float = TDP_LATENCY
+    load_row_cycles: float = LOAD_ROW_CYCLES
+    load_latency: tuple = (None, LOAD_LATENCY[1], LOAD_LATENCY[2], LOAD_LATENCY[3])   # by level
+    store_cycles: float = STORE_CYCLES
+    ldtilecfg: float = SERIAL["ldtilecfg"]
+    l2_bw: float = L2_BW
+    l3_bw: float = L3_BW
+
+    def serial(self, name):
+        return self.ldtilecfg if name == "ldtilecfg" else SERIAL[name]
+
+
+FIGURES = Figures()
+
+
 class _Lru:
     """A fully associative LRU set of lines (the caches' replacement, approximately)."""
 
@@ -91,10 +117,12 @@ def _lines(addr, stride, colsb, rows):
         yield from range(start // LINE, (start + max(colsb, 1) - 1) // LINE + 1)
 
 
-def simulate(ops, renaming=False, in_order=False, window=WINDOW, warm=True):
+def simulate(ops, renaming=False, in_order=False, window=WINDOW, warm=True, figures=FIGURES):
     """Model the cycles of ``ops`` (the interpreter's ``tile_ops`` of one call) on one core;
     ``in_order``: tile instructions start in program order (a load waits for the ``tdp`` before
-    it to start), else only their operands and units order them."""
+    it to start), else only their operands and units order them; ``figures``: the timings
+    (:class:`Figures`)."""
+    f = figures
     l1, l2 = _Lru(L1_BYTES), _Lru(L2_BYTES)
     if warm:
         for name, _, _, addr, stride, colsb, rows in ops:
@@ -123,18 +151,18 @@ def simulate(ops, renaming=False, in_order=False, window=WINDOW, warm=True):
             start = max(start, last_start)
         if name in SERIAL:
             start = max([start] + finish)
-            end = barrier = start + SERIAL[name]
-            res.serial += SERIAL[name]
+            end = barrier = start + f.serial(name)
+            res.serial += f.serial(name)
             done = end
         elif name == "tdp":
             start = max(start, tmul)
-            tmul = end = start + TDP_CYCLES
-            done = start + TDP_LATENCY
+            tmul = end = start + f.tdp_cycles
+            done = start + f.tdp_latency
             res.tdp += 1
-            res.tdp_cycles += TDP_CYCLES
+            res.tdp_cycles += f.tdp_cycles
         elif name.startswith("tileload"):
             start = max(start, load)
-            load = start + rows * LOAD_ROW_CYCLES
+            load = start + rows * f.load_row_cycles
             level, arrival = 1, 0.0
             for line in _lines(addr, stride, colsb, rows):
                 if l1.touch(line):
@@ -144,15 +172,15 @@ def simulate(ops, renaming=False, in_order=False, window=WINDOW, warm=True):
                 lv = 2 if l2.touch(line) else 3
                 level = max(level, lv)
                 res.lines[lv] += 1
-                fill = max(fill, start) + LINE / (L2_BW if lv == 2 else L3_BW)
+                fill = max(fill, start) + LINE / (f.l2_bw if lv == 2 else f.l3_bw)
                 l1.lines[line] = fill
                 arrival = max(arrival, fill)
             end = load
-            done = max(start + LOAD_LATENCY[level], arrival + 5)
+            done = max(start + f.load_latency[level], arrival + 5)
             res.loads += 1
         elif name == "tilestored":
             start = max(start, store)
-            store = end = start + STORE_CYCLES
+            store = end = start + f.store_cycles
             for line in _lines(addr, stride, colsb, rows):
                 if not l1.touch(line, end):
                     l2.touch(line)
@@ -165,7 +193,7 @@ def simulate(ops, renaming=False, in_order=False, window=WINDOW, warm=True):
             line = addr // LINE
             if not l1.touch(line):
                 lv = 2 if l2.touch(line) else 3
-                fill = max(fill, issue) + LINE / (L2_BW if lv == 2 else L3_BW)
+                fill = max(fill, issue) + LINE / (f.l2_bw if lv == 2 else f.l3_bw)
                 l1.lines[line] = fill
             end = done = issue
         if not name.startswith("prefetch"):

@@ -118,14 +118,16 @@ def run_case(m, n, k, count, dtype, beta, c_dtype, chunk=None):
     return mach.stats, blocks, jit
 
 
-def model(stats, dtype, m, n, k, count):
-    """{mode: modelled % of the AMX peak} and the renamed run's :class:`bench.amx_model.Result`."""
-    from .amx_model import TDP_CYCLES, TDP_WORK, simulate
+def model(stats, dtype, m, n, k, count, figures=None):
+    """{mode: modelled % of the AMX peak} and the renamed run's :class:`bench.amx_model.Result`;
+    ``figures``: the model's timings (:class:`bench.amx_model.Figures`; its own by default)."""
+    from .amx_model import FIGURES, TDP_CYCLES, TDP_WORK, simulate
     work = 2 * m * n * k * count
     out, res = {}, None
     vector = sum(v for name, v in stats.counts.items() if name.startswith(("v", "k")))
     for mode in MODES:
-        res = simulate(stats.tile_ops, renaming=mode == "renamed", in_order=mode == "in-order")
+        res = simulate(stats.tile_ops, renaming=mode == "renamed", in_order=mode == "in-order",
+                       figures=figures or FIGURES)
         cycles = max(res.cycles, vector / 2)          # AVX-512 work (epilogue, k-tail copies): 2 per cycle
         out[mode] = 100 * work / (cycles * TDP_WORK[dtype] / TDP_CYCLES)
     return out, res

@@ -6,7 +6,9 @@ from collections import Counter
 
 import pytest
 
-from bench.amx_micro import L1_BLOCKS, LOOPS, BLOCK, build, main, measure, misfit, model_rows, operands
+from bench.amx_micro import (BLOCK, L1_BLOCKS, LOOPS, build, differences, goal_kernel, host_figures, main, measure,
+                              misfit, model_rows, operands)
+from bench.amx_model import FIGURES
 from isa.x86.interp import Machine
 
 
@@ -98,5 +100,21 @@ def test_an_amx_host_gets_the_fit_and_the_implied_figures(monkeypatch, capsys, r
     out = capsys.readouterr().out
     assert fit["renamed"] == 0.0 < fit["ooo"] < fit["in-order"]
     assert "the reading that fits: renamed" in out
-    assert "tdp latency 52.0 (52)" in out and "ldtilecfg cycles 204.0 (204)" in out
+    assert "differ from the model's (in brackets): none" in out
+    assert "bf16 64x64x64 x 16, chunks: MODELLED % of the AMX peak" in out
     assert [r["this host"] for r in rep.rows] == [rows[n]["renamed"] for n in LOOPS]
+
+
+def test_a_host_s_figures_feed_the_model(rows):
+    """Timings that follow the ooo reading but load tiles 15 cycles sooner, tdp latency 40: the
+    figures say so, and the goal kernel models faster under them."""
+    measured = {n: rows[n]["ooo"] for n in LOOPS}
+    measured["reload"] -= 4 * 15
+    measured["chain"] = 160.0
+    figures = host_figures(measured, "ooo")
+    assert figures.load_latency[1:] == (30, 41, 130) and figures.tdp_latency == 40
+    assert figures.l2_bw == pytest.approx(48, rel=1e-3) and figures.ldtilecfg == 204
+    assert host_figures(measured, "renamed").load_latency == FIGURES.load_latency
+    assert differences(figures) == ["tdp_latency 40 (52)", "load_latency 30/41/130 (45/56/145)"]
+    faster, model = goal_kernel(figures)["default"]["ooo"], goal_kernel(FIGURES)["default"]["ooo"]
+    assert faster > model + 3
