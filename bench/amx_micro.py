@@ -84,7 +84,6 @@ LOOPS = {
     "config": ("an ldtilecfg, as a kernel call that must configure pays", [("config",)], L1_BLOCKS),
 }
 MODEL_TRIPS = {L1_BLOCKS: (4, 12), L2_BLOCKS: (32, 96)}   # L2: 96 trips read 384-768 KiB, no wrap
-GOAL = (64, 64, 64, 16)                                   # issue #12's AMX goal: bf16 m, n, k, count
 
 
 def operands(seed=0):
@@ -246,19 +245,22 @@ def differences(figures, tolerance=0.02):
             if far(v, getattr(FIGURES, k))]
 
 
-def goal_kernel(figures):
-    """{"default" / "chunks": {reading: MODELLED % of the AMX peak}} of the bf16 BRGEMM at issue
-    #12's goal shape (64 x 64 x 64 x 16, fp32 C), without and with batch chunks, under ``figures``."""
+def goal_kernel(*figures):
+    """For each of ``figures``: {"default" / "chunks": {reading: MODELLED % of the AMX peak}} of
+    the AMX BRGEMM at issue #12's goal shape (:data:`tppasm.x86.amx_probe.PROBE`, fp32 C), without
+    and with batch chunks. Each kernel is interpreted once and modelled under every ``figures``."""
     from tppasm.brgemm import Brgemm
     from tppasm.x86.amx import plan
     from tppasm.x86.amx_chunk import chunk_blocks
+    from tppasm.x86.amx_probe import PROBE
     from .amx_static import model, run_case
-    m, n, k, count = GOAL
-    desc = Brgemm(m=m, n=n, k=k, dtype="bf16")
-    out = {}
+    m, n, k, count, dtype = (PROBE[key] for key in ("m", "n", "k", "count", "dtype"))
+    desc = Brgemm(m=m, n=n, k=k, dtype=dtype)
+    out = [{} for _ in figures]
     for name, chunk in (("default", 0), ("chunks", chunk_blocks(desc, plan(desc)))):
-        stats, _, _ = run_case(m, n, k, count, "bf16", 0, "f32", chunk=chunk)
-        out[name] = model(stats, "bf16", m, n, k, count, figures)[0]
+        stats, _, _ = run_case(m, n, k, count, dtype, 0, "f32", chunk=chunk)
+        for got, fig in zip(out, figures):
+            got[name] = model(stats, dtype, m, n, k, count, fig)[0]
     return out
 
 
@@ -284,9 +286,10 @@ def run(rounds=9):
         figures = host_figures(measured, best)
         print("this host's figures, where they differ from the model's (in brackets): "
               + (", ".join(differences(figures)) or "none"))
-        mine, its = goal_kernel(figures), goal_kernel(FIGURES)
+        mine, its = goal_kernel(figures, FIGURES)
         for name in mine:
-            print(f"bf16 64x64x64 x 16, {name}: MODELLED % of the AMX peak with this host's figures (the model's) "
+            print(f"the AMX BRGEMM of issue #12's goal, {name}: MODELLED % of the AMX peak with this host's "
+                  "figures (the model's) "
                   + ", ".join(f"{r} {mine[name][r]:.1f} ({its[name][r]:.1f})" for r in mine[name]))
     else:
         print("\nno AMX on this host: the model's columns only. On an AMX host the last column is measured "
