@@ -146,8 +146,11 @@ class Affine:
         raise TraceError(f"loop index {self} used as a truth value; write a comparison, e.g. 'if {self} == 0:'")
 
     def _cmp(self, other, op):
-        if not isinstance(other, (Affine, int, np.integer)) or isinstance(other, bool):
-            return NotImplemented
+        if not isinstance(other, (Affine, int, np.integer)) or isinstance(other, (bool, np.bool_)):
+            # NotImplemented would make '==' quietly False (a branch that never runs) and '<' a bare TypeError
+            raise TraceError(f"cannot compare loop index {self} with {type(other).__name__} {other!r}: "
+                             f"an 'if' in a body compares indices with ints or other indices "
+                             f"(e.g. 'if {self} {op} 2:')")
         return Cond(self - other, op)
 
     __eq__, __ne__, __lt__, __le__, __gt__, __ge__ = (
