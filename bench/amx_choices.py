@@ -13,7 +13,7 @@ fraction of cycles the TMUL is busy in the model's three readings of tile depend
 >>> rows[0]["blocking"], 0 < rows[0]["L1 ooo"] <= 1
 ('2x2 A1 B1 columns', True)
 """
-from .amx_model import simulate
+from .amx_model import FIGURES, simulate
 
 CANDIDATES = [(2, 2, 1, 1, "rows"), (2, 2, 1, 1, "columns"), (1, 2, 2, 2, "rows"), (2, 1, 2, 2, "rows"),
               (1, 3, 2, 1, "rows"), (3, 1, 1, 2, "columns"), (1, 1, 3, 3, "rows")]
@@ -51,14 +51,15 @@ def trace(gm, gn, abuf, bbuf, order, steps=64, resident=True):
     return ops
 
 
-def compare(candidates=CANDIDATES, steps=64):
-    """One record per candidate: TMUL utilization per reading, operands from L1 and from L2."""
+def compare(candidates=CANDIDATES, steps=64, figures=FIGURES):
+    """One record per candidate: TMUL utilization per reading, operands from L1 and from L2;
+    ``figures``: the model's timings (:class:`bench.amx_model.Figures`)."""
     out = []
     for gm, gn, abuf, bbuf, order in candidates:
         rec = {"blocking": f"{gm}x{gn} A{abuf} B{bbuf} {order}", "loads/tdp": round((gm + gn) / (gm * gn), 2)}
         for where, resident in (("L1", True), ("L2", False)):
             ops = trace(gm, gn, abuf, bbuf, order, steps, resident)
             for name, kw in READINGS.items():
-                rec[f"{where} {name}"] = round(simulate(ops, **kw).utilization(), 3)
+                rec[f"{where} {name}"] = round(simulate(ops, figures=figures, **kw).utilization(), 3)
         out.append(rec)
     return out

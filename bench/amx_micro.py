@@ -25,7 +25,9 @@ differ from the model's (:func:`host_figures`, a :class:`bench.amx_model.Figures
 with the host's timings beside the model's own, with and without batch chunks.
 
 Where AMX is interpreted (no AMX on this host) only the model's columns are filled: a MODEL, not
-a measurement. ``python -m bench amx-micro [--rounds N] [--json FILE]``
+a measurement. ``python -m bench amx-micro [--rounds N] [--json FILE] [--figures FILE]``
+(``--figures``, AMX hosts: the host's timings and the reading that fits, which ``python -m bench
+amx-static --figures FILE`` then models every kernel with)
 
 >>> rows = model_rows()
 >>> [r["loop"] for r in rows][:3], rows[0]["ooo"], rows[0]["renamed"]
@@ -41,7 +43,7 @@ from dataclasses import replace
 import numpy as np
 
 from .amx_choices import READINGS
-from .amx_model import FIGURES, TDP_CYCLES, simulate
+from .amx_model import FIGURES, TDP_CYCLES, save_figures, simulate
 from .common import Report, write_json
 
 BLOCK = 1024                          # bytes of one operand tile: 16 rows x 64
@@ -264,10 +266,11 @@ def goal_kernel(*figures):
     return out
 
 
-def run(rounds=9):
+def run(rounds=9, figures_path=None):
     """Print the table: per loop, modelled cycles per trip in each reading and, on AMX hosts, this
-    host's; then each reading's misfit. Returns (the :class:`Report`, misfit or None)."""
-    from isa.cpu import host
+    host's; then each reading's misfit, and (``figures_path``) write the host's figures and the
+    reading that fits for ``amx-static --figures``. Returns (the :class:`Report`, misfit or None)."""
+    from isa.cpu import host, identity
     native = "amx" in host().levels
     rows = model_rows()
     measured = measure(rounds) if native else None
@@ -286,6 +289,10 @@ def run(rounds=9):
         figures = host_figures(measured, best)
         print("this host's figures, where they differ from the model's (in brackets): "
               + (", ".join(differences(figures)) or "none"))
+        if figures_path:
+            save_figures(figures_path, figures, best, identity())
+            print(f"wrote {figures_path}: python -m bench amx-static --figures {figures_path} models every "
+                  "kernel with them")
         mine, its = goal_kernel(figures, FIGURES)
         for name in mine:
             print(f"the AMX BRGEMM of issue #12's goal, {name}: MODELLED % of the AMX peak with this host's "
@@ -301,10 +308,17 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench amx-micro", description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds per loop (AMX hosts)")
     p.add_argument("--json", default=None)
+    p.add_argument("--figures", metavar="FILE", help="AMX hosts: write the timings the loops imply, and the "
+                   "reading that fits, for python -m bench amx-static --figures FILE")
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error(f"--rounds {args.rounds}: expected a positive number of rounds")
-    rep, fit = run(args.rounds)
+    if args.figures:
+        from isa.cpu import host
+        if "amx" not in host().levels:
+            p.error(f"--figures {args.figures}: this host has no AMX, so no loop is timed and there are no "
+                    "figures to write; run it on an AMX host (bench/device_check.sh does where a lent machine has AMX)")
+    rep, fit = run(args.rounds, args.figures)
     if args.json:
         write_json(args.json, [rep, [{"table": "misfit", **fit}] if fit else []])
 

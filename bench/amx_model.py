@@ -35,6 +35,7 @@ assumptions.
 >>> simulate(indep).cycles                     # independent ones issue every 16 cycles
 292.0
 """
+import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -75,6 +76,54 @@ class Figures:
 
 
 FIGURES = Figures()
+READINGS = ("in-order", "ooo", "renamed")
+
+
+def save_figures(path, figures, reading, host=""):
+    """Write ``figures`` (a host's, from ``python -m bench amx-micro --figures FILE``), the
+    ``reading`` that fit that host and its name as JSON, for ``python -m bench amx-static
+    --figures FILE`` (:func:`load_figures`).
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "f.json")
+    >>> save_figures(path, Figures(tdp_latency=40), "ooo", "a core")
+    >>> f, reading, host = load_figures(path); f.tdp_latency, f.load_latency == FIGURES.load_latency, reading
+    (40.0, True, 'ooo')
+    """
+    with open(path, "w") as out:
+        json.dump({"figures": vars(figures), "reading": reading, "host": host}, out, indent=1)
+        out.write("\n")
+
+
+def _cycles(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+        raise ValueError(v)
+    return float(v)
+
+
+def load_figures(path):
+    """(:class:`Figures`, reading, host) from a file :func:`save_figures` wrote; ValueError
+    naming the fix for anything else."""
+    fix = "write it with python -m bench amx-micro --figures FILE on an AMX host"
+    try:
+        with open(path) as src:
+            data = json.load(src)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--figures {path}: cannot read it ({e}); {fix}") from None
+    names = set(vars(FIGURES))
+    given = data.get("figures") if isinstance(data, dict) else None
+    if not isinstance(given, dict) or set(given) != names or data.get("reading") not in READINGS:
+        raise ValueError(f"--figures {path}: expected {{'figures': {{{', '.join(sorted(names))}}}, 'reading': "
+                         f"one of {', '.join(READINGS)}, 'host': ...}}; {fix}")
+    try:
+        lat = given["load_latency"]
+        if not isinstance(lat, list) or len(lat) != 4 or lat[0] is not None:
+            raise ValueError(lat)
+        given = {k: (None, *map(_cycles, v[1:])) if k == "load_latency" else _cycles(v) for k, v in given.items()}
+    except ValueError:
+        raise ValueError(f"--figures {path}: the figures must be numbers >= 0, load_latency [null, L1, L2, L3]; "
+                         f"{fix}") from None
+    return Figures(**given), data["reading"], str(data.get("host", ""))
 
 
 class _Lru:

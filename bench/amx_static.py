@@ -26,9 +26,11 @@ the reading that fits it best is ``ooo``.
 call against several through the padded width (``bench.conv_nest.Blocking.rows``), in % of the
 AMX peak counting only the products that reach the output.
 
-``python -m bench amx-static [--json FILE] [--quick] [--choices] [--conv]`` (``--choices``: the
-synthetic comparison of blockings and ``tdp*`` orders of :mod:`bench.amx_choices` that chose the
-kernel's)
+``python -m bench amx-static [--json FILE] [--quick] [--choices] [--conv] [--figures FILE]``
+(``--choices``: the synthetic comparison of blockings and ``tdp*`` orders of
+:mod:`bench.amx_choices` that chose the kernel's; ``--figures``: every table but the calibration,
+which weighs the model's own timings, modelled with the ones ``python -m bench amx-micro
+--figures FILE`` measured on an AMX host)
 """
 import argparse
 import time
@@ -36,6 +38,7 @@ from collections import Counter
 
 import numpy as np
 
+from .amx_model import READINGS as MODES
 from .common import Report, write_json
 
 CASES = [  # (m, n, k, count, dtype, beta, c_dtype)
@@ -52,7 +55,6 @@ CASES = [  # (m, n, k, count, dtype, beta, c_dtype)
     (17, 33, 36, 8, "i8", 1, "i32"),
 ]
 QUICK = CASES[:1] + CASES[4:6]
-MODES = ("in-order", "ooo", "renamed")
 
 
 def repeated_loads(tile_ops, blocks):
@@ -133,10 +135,11 @@ def model(stats, dtype, m, n, k, count, figures=None):
     return out, res
 
 
-def conv_rows(layers=("res5b_branch2b", "res4b_branch2b"), bk=(32, 64), bc=64, count=8):
+def conv_rows(layers=("res5b_branch2b", "res4b_branch2b"), bk=(32, 64), bc=64, count=8, figures=None):
     """A Report: each layer's bf16 BRGEMM (bc-deep blocks, ``count`` per call) over one output row
     and over the row spans :func:`bench.conv.row_spans` offers, MODELLED in % of the AMX peak of the
-    products that reach the output (the padded width's extra columns do not count)."""
+    products that reach the output (the padded width's extra columns do not count); ``figures``:
+    as :func:`model`'s."""
     from .conv import layer, row_spans
     rep = Report("Convolution BRGEMMs over 1 or several output rows (bench.conv_nest rows), bf16: MODELLED "
                  "% of the AMX peak in useful products",
@@ -147,7 +150,7 @@ def conv_rows(layers=("res5b_branch2b", "res4b_branch2b"), bk=(32, 64), bc=64, c
             for rows in [1] + row_spans(sh):
                 m = sh.spanned(rows)
                 stats, _, _ = run_case(m, n, bc, count, "bf16", 1, "f32")
-                pct, _ = model(stats, "bf16", m, n, bc, count)
+                pct, _ = model(stats, "bf16", m, n, bc, count, figures)
                 useful = rows * sh.q / m
                 rep.add(name, n, rows, m, rows * sh.q, *(round(pct[mode] * useful, 1) for mode in MODES))
     return rep
@@ -169,15 +172,28 @@ def main(argv=None):
                    "on synthetic traces (bench.amx_choices)")
     p.add_argument("--conv", action="store_true", help="also the 7x7 and 14x14 3x3 convolution BRGEMMs, "
                    "one output row and several (bench.conv_nest rows)")
+    p.add_argument("--figures", metavar="FILE", help="model with the timings python -m bench amx-micro "
+                   "--figures FILE measured on an AMX host instead of the model's own")
     args = p.parse_args(argv)
     from tppasm.brgemm import Brgemm
     from tppasm.x86.amx import plan
     from tppasm.x86.amx_chunk import chunk_blocks
+    from .amx_model import FIGURES, load_figures
 
-    print("MODELLED, not measured: AMX kernels run in the interpreter here; cycles from "
-          "bench.amx_model (Sapphire/Emerald Rapids: tdp* 16 cycles, tileloadd 8 + 45 latency, "
-          "L2 48 B/cycle; three readings of tile dependencies)")
-    rep = Report("AMX BRGEMM static mix and modelled % of the AMX peak (per call, warm caches)",
+    figures = FIGURES
+    if args.figures:
+        try:
+            figures, reading, host = load_figures(args.figures)
+        except ValueError as e:
+            p.error(str(e))
+        print(f"MODELLED with the timings amx-micro measured on {host or 'an AMX host'} ({args.figures}); "
+              f"the reading that fit it there: {reading}")
+    else:
+        print("MODELLED, not measured: AMX kernels run in the interpreter here; cycles from "
+              "bench.amx_model (Sapphire/Emerald Rapids: tdp* 16 cycles, tileloadd 8 + 45 latency, "
+              "L2 48 B/cycle; three readings of tile dependencies)")
+    rep = Report("AMX BRGEMM static mix and modelled % of the AMX peak (per call, warm caches"
+                 + (f"; the timings of {args.figures})" if args.figures else ")"),
                  ["kernel", "blocking", "tdp", "tileloadd A+B", "other tile loads", "tdp/load",
                   "repeats in a step", "prefetches", "L1/L2/L3 lines", "% in-order", "% ooo", "% renamed",
                   "JIT ms"])
@@ -194,7 +210,7 @@ def main(argv=None):
             ab = sum(1 for op in loads if any(s <= op[3] < s + z * c for s, z, c in blocks.values()))
             blocking = f"{pl.gm}x{pl.gn}, {pl.steps}x{pl.step}" + (f"+{pl.tail}" if pl.tail else "") + \
                 " groups" + (f", chunks of {chunk} (TPPASM_AMX_CHUNKS=1)" if chunk else "")
-            pct, res = model(stats, dtype, m, n, k, count)
+            pct, res = model(stats, dtype, m, n, k, count, figures)
             name = f"{dtype} {m}x{n}x{k} count {count} beta {beta} C {c_dtype}"
             rep.add(name, blocking, tdp, ab, len(loads) - ab, round(tdp / max(ab, 1), 3),
                     len(repeated_loads(stats.tile_ops, blocks)), res.prefetches,
@@ -204,9 +220,9 @@ def main(argv=None):
     if args.choices:
         from .amx_choices import compare
         reports.append(_table("Candidate blockings, 64 k steps, loads right after their tile's last reader: "
-                              "MODELLED fraction of cycles the TMUL is busy", compare()))
+                              "MODELLED fraction of cycles the TMUL is busy", compare(figures=figures)))
     if args.conv:
-        reports.append(conv_rows())
+        reports.append(conv_rows(figures=figures))
     from .amx_calibration import calibrate
     reports.append(_table("Calibration: the unpipelined kernel issue #12 measured on an Emerald Rapids core "
                           "(bf16 64x64x64 x 16, 1,346 GFLOP/s), MODELLED in each reading", calibrate()))

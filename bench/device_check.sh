@@ -4,13 +4,16 @@
 # one call of about 8 minutes.
 #   1. host:      lscpu, `python -m tppasm info` (which ISA levels run natively).
 #   2. amx-micro: where the CPU has AMX, the tile loops that decide the cycle model's reading
-#                 (`bench/amx_micro.py`), then the AMX BRGEMMs of issue #12's goal shapes with the
+#                 (`bench/amx_micro.py`), the host's timings they imply ($OUT/amx-figures.json) and
+#                 the model's kernels and candidate blockings again under them (`amx-static
+#                 --quick --choices --figures`), then the AMX BRGEMMs of issue #12's goal shapes with the
 #                 batch chunks off, on, and as the host's probe decides (`bench/tpp_gemm.py`),
 #                 and the int8 one.
 #   3. gemm:      the tuned DSL GEMM at 1024^3 on 1, 2 and all cores (bf16 where the CPU has AMX or
 #                 AVX512-BF16, else f32), against numpy and torch: scaling past 2 threads.
 #   4. llm:       the LLaMA-style layer, bf16 and int8, on 1 thread and all cores.
-# Each step has its own time limit and writes $OUT/<step>.txt: at most 5 files, all of which come back.
+# Each step has its own time limit and writes $OUT/<step>.txt: at most 6 files with the figures,
+# all of which come back (the tool returns up to 8).
 #
 # Here, before the call (once per checkout; .whl stays out of git through .git/info/exclude):
 #   echo /.whl/ >> .git/info/exclude
@@ -50,7 +53,8 @@ step() {    # step NAME SECONDS COMMAND...: run it under a limit, its output to 
 step host 60 bash -c "lscpu | head -n 30; echo; '$PY' -m tppasm info"
 if "$PY" -c "import sys; from isa.cpu import host; sys.exit('amx' not in host().levels)"; then
     GEMM_DTYPE=bf16
-    step amx-micro 60 "$PY" -m bench amx-micro
+    step amx-micro 120 bash -c "'$PY' -m bench amx-micro --figures '$OUT/amx-figures.json' &&
+        '$PY' -m bench amx-static --quick --choices --figures '$OUT/amx-figures.json'"
     step tpp-amx 180 bash -c "for chunks in 0 1 auto; do echo \"## TPPASM_AMX_CHUNKS=\$chunks\";
         TPPASM_AMX_CHUNKS=\$chunks '$PY' -m bench.tpp_gemm --shapes bf16:64:16,i8:64:16,bf16:32:16; done"
 elif "$PY" -c "import sys; from bench.peaks import units; sys.exit(units('bf16')[0] != 'BF16-dot')"; then

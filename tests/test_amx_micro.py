@@ -1,6 +1,7 @@
 """bench.amx_micro: the AMX loops that decide the cycle model's reading. Their code runs in the
 interpreter here (natively on AMX hosts); the timing pipeline is checked on stand-in loops that
 take a reading's modelled cycles."""
+import json
 import time
 from collections import Counter
 
@@ -8,7 +9,9 @@ import pytest
 
 from bench.amx_micro import (BLOCK, L1_BLOCKS, LOOPS, build, differences, goal_kernel, host_figures, main, measure,
                               misfit, model_rows, operands)
-from bench.amx_model import FIGURES
+from bench.amx_choices import compare
+from bench.amx_model import FIGURES, load_figures
+from bench.amx_static import main as static_main
 from isa.x86.interp import Machine
 
 
@@ -87,22 +90,76 @@ def test_suite_runs_and_refuses_bad_rounds(capsys, tmp_path):
     assert "expected a positive number of rounds" in capsys.readouterr().err
 
 
-def test_an_amx_host_gets_the_fit_and_the_implied_figures(monkeypatch, capsys, rows):
-    """run() as an AMX host would: a core that follows the renamed reading exactly (its timings
-    stand in for the native loops) is told so, and its implied figures are the model's own."""
+def _as_amx_host(monkeypatch, timings):
     import types
 
     import bench.amx_micro as micro
     import isa.cpu
     monkeypatch.setattr(isa.cpu, "host", lambda: types.SimpleNamespace(levels=("avx2", "avx512", "amx")))
-    monkeypatch.setattr(micro, "measure", lambda rounds: {n: rows[n]["renamed"] for n in LOOPS})
-    rep, fit = micro.run(rounds=1)
+    monkeypatch.setattr(micro, "measure", lambda rounds: dict(timings))
+    return micro
+
+
+def test_an_amx_host_gets_the_fit_and_the_implied_figures(monkeypatch, capsys, rows, tmp_path):
+    """run() as an AMX host would: a core that follows the renamed reading exactly (its timings
+    stand in for the native loops) is told so, and its implied figures, written for amx-static,
+    are the model's own."""
+    micro = _as_amx_host(monkeypatch, {n: rows[n]["renamed"] for n in LOOPS})
+    rep, fit = micro.run(rounds=1, figures_path=str(tmp_path / "f.json"))
     out = capsys.readouterr().out
     assert fit["renamed"] == 0.0 < fit["ooo"] < fit["in-order"]
     assert "the reading that fits: renamed" in out
     assert "differ from the model's (in brackets): none" in out
     assert "the AMX BRGEMM of issue #12's goal, chunks: MODELLED % of the AMX peak" in out
     assert [r["this host"] for r in rep.rows] == [rows[n]["renamed"] for n in LOOPS]
+    figures, reading, host = load_figures(tmp_path / "f.json")
+    assert differences(figures) == [] and reading == "renamed" and host
+
+
+def test_amx_static_models_with_a_host_s_figures(monkeypatch, capsys, rows, tmp_path):
+    """amx-micro --figures on a (stand-in) AMX host whose tdp latency is 40, then amx-static
+    --figures: its tables say whose timings they use, and the kernels model faster than with the
+    model's own; the candidate blockings likewise."""
+    timings = {n: rows[n]["ooo"] for n in LOOPS}
+    timings["chain"] = 160.0
+    path = str(tmp_path / "f.json")
+    with monkeypatch.context() as patch:
+        _as_amx_host(patch, timings).main(["--rounds", "1", "--figures", path])
+    assert f"wrote {path}" in capsys.readouterr().out
+    figures, reading, _ = load_figures(path)
+    assert figures.tdp_latency == 40 and reading == "ooo"
+    tables = {}
+    for name, extra in (("own", []), ("host", ["--figures", path])):
+        static_main(["--quick", "--json", str(tmp_path / f"{name}.json")] + extra)
+        tables[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    assert "MODELLED with the timings amx-micro measured on" in capsys.readouterr().out
+    own, host = ([r for r in tables[k] if r.get("kernel", "").startswith("bf16 64x64x64")] for k in ("own", "host"))
+    assert own and all(f"the timings of {path}" in r["table"] for r in host)
+    assert all(h["% ooo"] > o["% ooo"] for h, o in zip(host, own))
+    one = [(2, 2, 1, 1, "columns")]
+    assert compare(one, steps=8, figures=figures)[0]["L1 ooo"] > compare(one, steps=8)[0]["L1 ooo"]
+
+
+@pytest.mark.parametrize("text, words", [
+    ("not json", "cannot read it"),
+    ('{"figures": {}, "reading": "ooo"}', "expected {'figures'"),
+    (json.dumps({"figures": {**vars(FIGURES), "load_latency": [None, "x", 1, 2]}, "reading": "ooo"}),
+     "must be numbers"),
+    (json.dumps({"figures": {**vars(FIGURES), "tdp_latency": -1}, "reading": "ooo"}), "must be numbers"),
+    (json.dumps({"figures": vars(FIGURES), "reading": "fast"}), "'reading': one of in-order, ooo, renamed")])
+def test_a_bad_figures_file_is_refused_with_the_fix(tmp_path, capsys, text, words):
+    path = tmp_path / "f.json"
+    path.write_text(text)
+    with pytest.raises(SystemExit):
+        static_main(["--quick", "--figures", str(path)])
+    err = capsys.readouterr().err
+    assert words in err and "amx-micro --figures FILE on an AMX host" in err
+
+
+def test_no_figures_without_amx(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        main(["--figures", str(tmp_path / "f.json")])
+    assert "this host has no AMX" in capsys.readouterr().err and not (tmp_path / "f.json").exists()
 
 
 def test_a_host_s_figures_feed_the_model(rows):

@@ -27,7 +27,9 @@ def test_steps_and_outputs(tmp_path, amx):
     assert "-m bench gemm" in gemm and f"--dtypes {'bf16' if amx else 'f32'}" in gemm
     assert "--threads 1" in (out / "llm.txt").read_text()
     if amx:
-        assert "-m bench amx-micro" in (out / "amx-micro.txt").read_text()
+        micro = (out / "amx-micro.txt").read_text()
+        assert f"-m bench amx-micro --figures {out}/amx-figures.json" in micro
+        assert f"-m bench amx-static --quick --choices --figures {out}/amx-figures.json" in micro
         tpp = (out / "tpp-amx.txt").read_text()
         assert [line.split("=")[1] for line in tpp.splitlines() if line.startswith("## ")] == ["0", "1", "auto"]
         assert tpp.count("-m bench.tpp_gemm --shapes bf16:64:16") == 3
