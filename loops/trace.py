@@ -149,7 +149,7 @@ class Affine:
         if not isinstance(other, (Affine, int, np.integer)) or isinstance(other, (bool, np.bool_)):
             # NotImplemented would make '==' quietly False (a branch that never runs) and '<' a bare TypeError
             raise TraceError(f"cannot compare loop index {self} with {type(other).__name__} {other!r}: "
-                             f"an 'if' in a body compares indices with ints or other indices "
+                             "an 'if' in a body compares indices with ints or other indices "
                              f"(e.g. 'if {self} {op} 2:')")
         return Cond(self - other, op)
 
