@@ -23,7 +23,7 @@ bench tpp``) and set this against them, and run ``python -m bench amx-micro``
 >>> [r["reading"] for r in rows], min(rows, key=lambda r: abs(r["model / measured"] - 1))["reading"]
 (['in-order', 'ooo', 'renamed'], 'ooo')
 """
-from .amx_choices import READINGS
+from .amx_model import READINGS
 from .amx_model import TDP_WORK, simulate
 
 MEASURED_GFLOPS = 1346.0          # bf16 64x64x64 x 16, the kernel of commit 999c59b

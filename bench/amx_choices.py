@@ -13,11 +13,10 @@ fraction of cycles the TMUL is busy in the model's three readings of tile depend
 >>> rows[0]["blocking"], 0 < rows[0]["L1 ooo"] <= 1
 ('2x2 A1 B1 columns', True)
 """
-from .amx_model import FIGURES, simulate
+from .amx_model import FIGURES, READINGS, simulate
 
 CANDIDATES = [(2, 2, 1, 1, "rows"), (2, 2, 1, 1, "columns"), (1, 2, 2, 2, "rows"), (2, 1, 2, 2, "rows"),
               (1, 3, 2, 1, "rows"), (3, 1, 1, 2, "columns"), (1, 1, 3, 3, "rows")]
-READINGS = {"in-order": dict(in_order=True), "ooo": {}, "renamed": dict(renaming=True)}
 
 
 def trace(gm, gn, abuf, bbuf, order, steps=64, resident=True):

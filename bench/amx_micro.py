@@ -42,8 +42,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .amx_choices import READINGS
-from .amx_model import FIGURES, TDP_CYCLES, save_figures, simulate
+from .amx_model import FIGURES, READINGS, TDP_CYCLES, save_figures, simulate
 from .common import Report, write_json
 
 BLOCK = 1024                          # bytes of one operand tile: 16 rows x 64

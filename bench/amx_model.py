@@ -76,7 +76,8 @@ class Figures:
 
 
 FIGURES = Figures()
-READINGS = ("in-order", "ooo", "renamed")
+# the readings of tile dependencies, each as simulate()'s keywords
+READINGS = {"in-order": dict(in_order=True), "ooo": {}, "renamed": dict(renaming=True)}
 
 
 def save_figures(path, figures, reading, host=""):

@@ -38,7 +38,7 @@ from collections import Counter
 
 import numpy as np
 
-from .amx_model import READINGS as MODES
+from .amx_model import READINGS
 from .common import Report, write_json
 
 CASES = [  # (m, n, k, count, dtype, beta, c_dtype)
@@ -127,9 +127,8 @@ def model(stats, dtype, m, n, k, count, figures=None):
     work = 2 * m * n * k * count
     out, res = {}, None
     vector = sum(v for name, v in stats.counts.items() if name.startswith(("v", "k")))
-    for mode in MODES:
-        res = simulate(stats.tile_ops, renaming=mode == "renamed", in_order=mode == "in-order",
-                       figures=figures or FIGURES)
+    for mode in READINGS:
+        res = simulate(stats.tile_ops, figures=figures or FIGURES, **READINGS[mode])
         cycles = max(res.cycles, vector / 2)          # AVX-512 work (epilogue, k-tail copies): 2 per cycle
         out[mode] = 100 * work / (cycles * TDP_WORK[dtype] / TDP_CYCLES)
     return out, res
@@ -152,7 +151,7 @@ def conv_rows(layers=("res5b_branch2b", "res4b_branch2b"), bk=(32, 64), bc=64, c
                 stats, _, _ = run_case(m, n, bc, count, "bf16", 1, "f32")
                 pct, _ = model(stats, "bf16", m, n, bc, count, figures)
                 useful = rows * sh.q / m
-                rep.add(name, n, rows, m, rows * sh.q, *(round(pct[mode] * useful, 1) for mode in MODES))
+                rep.add(name, n, rows, m, rows * sh.q, *(round(pct[mode] * useful, 1) for mode in READINGS))
     return rep
 
 

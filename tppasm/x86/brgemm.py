@@ -530,6 +530,7 @@ class Gen(CTile):
                 for j in range(vecs):
                     self.a.vfmadd231ps(acc[i][j], b[j][0], a_regs[0])
 
+
 def tile_kernel(dtype, isa):
     """Whether ``isa``'s BRGEMM of ``dtype`` is an AMX tile kernel (bf16 and int8 on AMX; fp32 there
     is an AVX-512 kernel).
