@@ -20,7 +20,7 @@ import tppasm as tpp
 from bench.common import Report, interleaved, pool_of, write_json
 from bench.interleave import use_threads
 import bench.gemm as bench_gemm_module
-from bench.gemm import _torch, dtype_peak, n_block, tuned, winner_text
+from bench.gemm import _torch, dtype_peak, fitted, n_block, tuned, winner_text
 from loops import Loop, kernel
 from loops.pool import get_pool
 
@@ -87,14 +87,19 @@ def mlp_maker(x, params, dtype, pool, spec="aBC"):
 
 
 def mlp_configs(T, C, quick=False):
-    """Knob values for the MLP layer: the fixed (bm 64, bc two vectors) first.
+    """Knob values for the MLP layer: the fixed (bm 64, bc two vectors) first, then the others
+    that pad by at most 1/8, among them the sizes :func:`bench.gemm.fitted` to T and C.
 
     >>> mlp_configs(1024, 1024)[0] == {"bm": 64, "bc": n_block()}
     True
+    >>> sorted({c["bm"] for c in mlp_configs(1000, 1024)})
+    [32, 63, 64, 125, 128]
     """
     nb = n_block()
     bms = [64, 32] if quick else [64, 32, 128]
     bcs = [nb, 2 * nb] if quick else [nb, 2 * nb, nb // 2 * 3]
+    bms += [b for b in fitted(T, bms) if b not in bms]
+    bcs += [b for b in fitted(C, bcs, nb // 2) if b not in bcs]
     out = []
     for bm in bms:
         for bc in bcs:

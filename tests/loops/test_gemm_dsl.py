@@ -95,7 +95,7 @@ def test_tune_remembers_the_best_spec():
 
 from hypothesis import given, strategies as st  # noqa: E402
 
-from bench.gemm import gemm_configs, gemm_maker  # noqa: E402
+from bench.gemm import gemm_configs, gemm_maker, k_granule  # noqa: E402
 from loops.pool import get_pool  # noqa: E402
 
 
@@ -107,8 +107,8 @@ def _bf16_ok():
         return False
 
 
-@given(M=st.integers(1, 70), N=st.integers(1, 70), K=st.integers(1, 90), bm=st.sampled_from([8, 16, 32]),
-       bn=st.sampled_from([16, 32]), bk=st.sampled_from([8, 16, 32]), kstep=st.integers(1, 4),
+@given(M=st.integers(1, 70), N=st.integers(1, 70), K=st.integers(1, 90), bm=st.sampled_from([8, 16, 25, 32]),
+       bn=st.sampled_from([16, 32]), bk=st.sampled_from([8, 16, 32, 33, 50]), kstep=st.integers(1, 4),
        edges=st.booleans(), dtype=st.sampled_from(["f32", "bf16"]), spec=st.sampled_from(["aBC", "BCa", "cBab"]))
 def test_any_shape_gemm_matches_numpy(M, N, K, bm, bn, bk, kstep, edges, dtype, spec):
     if dtype == "bf16" and not _bf16_ok():
@@ -134,3 +134,14 @@ def test_gemm_configs_start_with_the_fixed_one_and_are_distinct():
     assert not all(c["edges"] for c in configs)                   # 1000 and 700 do not divide: both ways
     keys = [tuple(sorted(c.items())) for c in configs]
     assert len(set(keys)) == len(keys)
+
+
+@given(M=st.integers(1, 3000), N=st.integers(1, 3000), K=st.integers(1, 3000), dtype=st.sampled_from(["f32", "bf16"]))
+def test_gemm_configs_fit_the_shape(M, N, K, dtype):
+    """Every shape gets block sizes that cover it with little padding: some K block computes at
+    most K + K/8 (+ a granule), not up to twice K, and bf16 K blocks stay whole VNNI pairs."""
+    configs = gemm_configs(M, N, K, dtype)
+    granule = k_granule(dtype)
+    assert min(tpp.nblocks(K, c["bk"]) * c["bk"] for c in configs) <= max(K * 9 / 8, K + granule - 1)
+    assert min(tpp.nblocks(M, c["bm"]) * c["bm"] for c in configs) <= M * 9 / 8
+    assert all(c["bk"] % granule == 0 for c in configs[1:])
