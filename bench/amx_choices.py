@@ -12,6 +12,10 @@ fraction of cycles the TMUL is busy in the model's three readings of tile depend
 >>> rows = compare([(2, 2, 1, 1, "columns")], steps=8)
 >>> rows[0]["blocking"], 0 < rows[0]["L1 ooo"] <= 1
 ('2x2 A1 B1 columns', True)
+
+:func:`every_blocking` lists every candidate that fits the 8 tiles, and :func:`best` picks the
+fastest of each column: the ceiling of what any blocking reaches in each reading, not only the
+few :data:`CANDIDATES`.
 """
 from .amx_model import FIGURES, READINGS, simulate
 
@@ -62,3 +66,32 @@ def compare(candidates=CANDIDATES, steps=64, figures=FIGURES):
                 rec[f"{where} {name}"] = round(simulate(ops, figures=figures, **kw).utilization(), 3)
         out.append(rec)
     return out
+
+
+def every_blocking(tiles=8):
+    """Every (gm, gn, abuf, bbuf, order) whose accumulators and operand buffers fit ``tiles``
+    tiles; "columns" only where it differs from "rows" (gm and gn both above 1).
+
+    >>> len(every_blocking()), (2, 2, 1, 1, "columns") in every_blocking(), (1, 1, 4, 3, "rows") in every_blocking()
+    (39, True, True)
+    """
+    out = []
+    for gm in range(1, tiles):
+        for gn in range(1, tiles):
+            for abuf in range(1, tiles):
+                for bbuf in range(1, tiles):
+                    if gm * gn + gm * abuf + gn * bbuf <= tiles:
+                        out += [(gm, gn, abuf, bbuf, order) for order in ("rows", "columns")[:1 + (gm > 1 < gn)]]
+    return out
+
+
+def best(rows):
+    """For each reading and level of :func:`compare`'s ``rows``: the highest TMUL busy fraction and
+    the blocking that reaches it.
+
+    >>> best([{"blocking": "x", "loads/tdp": 1, "L1 ooo": 0.5}, {"blocking": "y", "loads/tdp": 2, "L1 ooo": 0.7}])
+    [{'reading': 'L1 ooo', 'best': 0.7, 'blocking': 'y'}]
+    """
+    columns = [c for c in rows[0] if c not in ("blocking", "loads/tdp")]
+    return [{"reading": c, "best": top[c], "blocking": top["blocking"]}
+            for c in columns for top in [max(rows, key=lambda r: r[c])]]

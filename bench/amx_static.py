@@ -28,7 +28,8 @@ AMX peak counting only the products that reach the output.
 
 ``python -m bench amx-static [--json FILE] [--quick] [--choices] [--conv] [--figures FILE]``
 (``--choices``: the synthetic comparison of blockings and ``tdp*`` orders of
-:mod:`bench.amx_choices` that chose the kernel's; ``--figures``: every table but the calibration,
+:mod:`bench.amx_choices` that chose the kernel's, and the best of every blocking that fits the 8
+tiles in each reading; ``--figures``: every table but the calibration,
 which weighs the model's own timings, modelled with the ones ``python -m bench amx-micro
 --figures FILE`` measured on an AMX host)
 """
@@ -217,9 +218,12 @@ def main(argv=None):
                     round(pct["in-order"], 1), round(pct["ooo"], 1), round(pct["renamed"], 1), round(jit * 1e3, 1))
     reports = [rep]
     if args.choices:
-        from .amx_choices import compare
+        from .amx_choices import best, compare, every_blocking
         reports.append(_table("Candidate blockings, 64 k steps, loads right after their tile's last reader: "
                               "MODELLED fraction of cycles the TMUL is busy", compare(figures=figures)))
+        every = every_blocking()
+        reports.append(_table(f"The ceiling: the best of all {len(every)} blockings of 8 tiles (48 k steps), "
+                              "MODELLED", best(compare(every, steps=48, figures=figures))))
     if args.conv:
         reports.append(conv_rows(figures=figures))
     from .amx_calibration import calibrate
