@@ -125,10 +125,20 @@ class Spec:
         """
         out = []
         for i, lp in enumerate(loops):
-            start, end, step, blocks = self.bake[i]
-            lp = Loop(lp.start if start is None else start, lp.end if end is None else end,
-                      lp.step if step is None else step, lp.blocks if blocks is None else blocks,
-                      lp.parallel)
+            baked = self.bake[i]
+            fields = [lp.start, lp.end, lp.step, lp.blocks]
+            fields = [old if new is None else new for old, new in zip(fields, baked)]
+            try:
+                lp = Loop(*fields, lp.parallel)
+            except SpecError as e:
+                if all(v is None for v in baked):
+                    raise
+                at = next(v.pos for v in self.levels if v.loop == i and self.text[v.pos + 1:v.pos + 2] == "[")
+                start, end, step, blocks = fields
+                _fail(self.text, at, f"with the bounds baked here, loop '{LETTERS[i]}' would be Loop({start}, "
+                      f"{end}, {step}, blocks={list(blocks)}), which is refused: {e}",
+                      "bake bounds that fit the declared Loop, or bake its block sizes too (the fourth "
+                      "field, e.g. '[,,2,(4)]')")
             need = self.occurrences[i] - 1
             if need > len(lp.blocks):
                 lv = [v for v in self.levels if v.loop == i][len(lp.blocks) + 1]

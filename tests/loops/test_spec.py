@@ -99,5 +99,8 @@ def test_declaration_errors():
         Loop(0, 8, 2, blocks=[3])
     with pytest.raises(SpecError, match="step=0"):
         Loop(0, 8, 0)
+    with pytest.raises(SpecError, match=r"position 1 .*baked here, loop 'a' would be Loop\(0, 8, 2, blocks=\[3\]\)"
+                                        r".*multiple of step=2.*bake its block sizes too"):
+        kernel("ba[,,2,()]a", Loop(0, 8, blocks=[3]), Loop(0, 2))(lambda i, j: None)
     with pytest.raises(SpecError, match="first 2 parameters receive the loop indices"):
         kernel("ab", Loop(0, 2), Loop(0, 2))(lambda i: None)
