@@ -51,7 +51,23 @@ def _table():
 
 
 def _short_name(x):
-    """The short name of ``x`` without importing ml_dtypes unless ``x`` is a bfloat16, else None."""
+    """The short name of ``x`` without importing ml_dtypes unless ``x`` is a bfloat16, else None.
+    Spellings once recognized are remembered: NumPy's ``dtype.name`` alone takes microseconds, and
+    every allocation and kernel call asks."""
+    if not isinstance(x, (str, np.dtype, type)):
+        return _recognize(x)
+    short = _KNOWN.get(x)
+    if short is None:
+        short = _recognize(x)
+        if short is not None:
+            _KNOWN[x] = short
+    return short
+
+
+_KNOWN = {}
+
+
+def _recognize(x):
     if x is None or isinstance(x, bool):
         return None
     if isinstance(x, str):
