@@ -143,11 +143,11 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=
         dz = empty((n, m), dt)
         plan.act_grad(dy, saved, dz)
     if dx is not None:
-        plan.dx(dz, _b_operand(plan.pack_w, w), dx)
+        plan.dx(dz, w, dx)
     if dw is not None:
         dzt = empty((m, n), dt)
         plan.transpose_dz(dz, dzt)
-        plan.dw(dzt, _b_operand(plan.pack_x, x), dw)
+        plan.dw(dzt, x, dw)
     if db is not None:
         plan.db(dz, db)
     return dx, dw, db
@@ -206,9 +206,10 @@ class RowGemm:
 
 class PanelGemm:
     """``C = A @ W.T`` (+ bias, activation) for A (rows, k) and a weight W (m, k) in
-    ``torch.nn.Linear``'s layout. W is transposed in panels of ``panel`` of its rows (default
-    :func:`panel_width`) into contiguous (k x panel) blocks of B (for bf16 VNNI2, which is the
-    transpose of W's bf16 pairs read as 32-bit words), each used at once by one BRGEMM over all of
+    ``torch.nn.Linear``'s layout, or with ``b_layout="km"`` ``C = A @ B`` for B (k, m). B is
+    packed in panels of ``panel`` of its columns (default :func:`panel_width`) into contiguous
+    (k x panel) blocks (for bf16 VNNI2: from W, the transpose of its bf16 pairs read as 32-bit
+    words; from B, the vnni2 transform), each used at once by one BRGEMM over all of
     A's rows, over k in batch blocks of :data:`PANEL_K` where they divide k. Threads (up to
     ``threads``, each at least ``min_flops`` of work as in :func:`row_blocks`) take runs of panels,
     each packing its own; a weight in one panel is packed first and its rows shared instead. On Zen
@@ -224,8 +225,8 @@ class PanelGemm:
     (5.0, 5.0)
     """
 
-    def __init__(self, rows, m, k, dtype="f32", threads=1, min_flops=None, panel=None, **options):
-        self.rows, self.m, self.k, self.dtype = rows, m, k, dtype
+    def __init__(self, rows, m, k, dtype="f32", threads=1, min_flops=None, panel=None, b_layout="w", **options):
+        self.rows, self.m, self.k, self.dtype, self.b_layout = rows, m, k, dtype, b_layout
         self.pairs, self.np_dtype = dtype == "bf16", numpy_dtype(dtype)
         self.words = -(-k // 2) if self.pairs else k
         panel = panel or panel_width(m, k, dtype)
@@ -237,16 +238,26 @@ class PanelGemm:
         else:                                             # one panel, packed first; threads take rows
             self.groups, self.blocks = None, row_blocks(rows, m, k, threads, min_flops)
         widths = {hi - lo for lo, hi in self.panels}
-        self.transpose = {w: transform("transpose", w, self.words, dtype="f32") for w in widths}
+        if b_layout == "w":
+            self.packs = {w: transform("transpose", w, self.words, dtype="f32") for w in widths}
+        elif self.pairs:
+            self.packs = {w: transform("vnni2", k, w, ldx=m, dtype=dtype) for w in widths}
+        else:
+            self.packs = {w: unary("copy", k, w, ldx=m, dtype=dtype) for w in widths}
         self.kernels = {(hi - lo, w): brgemm(hi - lo, w, self.bk, dtype, c_dtype=dtype, lda=k, ldc=m,
                                              stride_a=self.bk, stride_b=self.bk * w, **options)
                         for lo, hi in self.blocks for w in widths}
 
-    def _pack(self, words, c0, c1):
-        """Panel (c0, c1) of W (``words``: W as 32-bit words): (k, width), (ceil(k/2), width, 2) bf16."""
-        panel = empty((self.words, c1 - c0), np.float32)
-        self.transpose[c1 - c0](words[c0:c1], panel)
-        return panel.view(self.np_dtype).reshape(self.words, c1 - c0, 2) if self.pairs else panel
+    def _pack(self, b, c0, c1):
+        """Columns c0..c1 of B as a (k, width) panel, (ceil(k/2), width, 2) for bf16; ``b``: W as
+        32-bit words, or B itself."""
+        if self.b_layout == "w":
+            panel = empty((self.words, c1 - c0), np.float32)
+            self.packs[c1 - c0](b[c0:c1], panel)
+            return panel.view(self.np_dtype).reshape(self.words, c1 - c0, 2) if self.pairs else panel
+        panel = empty((self.words, c1 - c0, 2) if self.pairs else (self.k, c1 - c0), self.np_dtype)
+        self.packs[c1 - c0](b[:, c0:c1], panel)
+        return panel
 
     def _product(self, a, panel, c, bias, lo, hi, c0, c1):
         count = self.k // self.bk
@@ -256,18 +267,20 @@ class PanelGemm:
         self.kernels[hi - lo, c1 - c0](batch, panel.reshape((count, -1) + panel.shape[1:]), c[lo:hi, c0:c1],
                                        *extra, count=count)
 
-    def _panels(self, a, words, c, bias, group):
+    def _panels(self, a, b, c, bias, group):
         for c0, c1 in group:
-            self._product(a, self._pack(words, c0, c1), c, bias, 0, self.rows, c0, c1)
+            self._product(a, self._pack(b, c0, c1), c, bias, 0, self.rows, c0, c1)
 
-    def __call__(self, a, w, c, bias=None):
-        if self.pairs and self.k % 2:
-            w = np.concatenate([w, np.zeros((w.shape[0], 1), w.dtype)], axis=1)
-        words = np.ascontiguousarray(w).view(np.float32)
+    def __call__(self, a, b, c, bias=None):
+        """C from A (rows, k) and W (m, k) or, with ``b_layout="km"``, B (k, m)."""
+        if self.b_layout == "w":
+            if self.pairs and self.k % 2:
+                b = np.concatenate([b, np.zeros((b.shape[0], 1), b.dtype)], axis=1)
+            b = np.ascontiguousarray(b).view(np.float32)
         if self.groups:
-            jobs = [functools.partial(self._panels, a, words, c, bias, group) for group in self.groups]
+            jobs = [functools.partial(self._panels, a, b, c, bias, group) for group in self.groups]
         else:
-            panel = self._pack(words, 0, self.m)
+            panel = self._pack(b, 0, self.m)
             jobs = [functools.partial(self._product, a, panel, c, bias, lo, hi, 0, self.m) for lo, hi in self.blocks]
         if len(jobs) == 1:
             return jobs[0]()
@@ -347,25 +360,40 @@ def _forward_plan(n, m, k, dt, bias, act, threads):
 
 @functools.lru_cache(maxsize=256)
 def _backward_plan(n, m, k, dt, act, threads):
-    kernels = dict(dx=RowGemm(n, k, m, dt, threads), dw=RowGemm(m, k, n, dt, threads),
-                   transpose_dz=transform("transpose", n, m, dtype=dt),
+    kernels = dict(dx=PanelGemm(n, k, m, dt, threads, b_layout="km"), dw=PanelGemm(m, k, n, dt, threads, b_layout="km"),
+                   transpose_dz=Transpose(n, m, dt),
                    db=reduce("add", n, m, over="rows", dtype=dt, out_dtype="f32"))
     if act is not None:
         kernels["act_grad"] = unary(act + "_bwd", n, m, dtype=dt)
-    bf16 = dt == "bf16"
-    kernels.update(pack_w=transform("vnni2", m, k, dtype=dt) if bf16 else None,
-                   pack_x=transform("vnni2", n, k, dtype=dt) if bf16 else None)
     return _Plan(**kernels)
 
 
-def _b_operand(pack, b):
-    """B of a BRGEMM from a row-major (k, n) ``b``: itself (f32), or packed to VNNI2 by the
-    transform kernel ``pack`` (bf16)."""
-    if pack is None:
-        return b
-    packed = empty((-(-b.shape[0] // 2), b.shape[1], 2), b.dtype)
-    pack(b, packed)
-    return packed
+class Transpose:
+    """``out = x.T`` for x (rows, cols). bf16 with an even ``cols`` goes through 32-bit words: x's
+    pairs transposed as fp32, then split by the unvnni2 transform, 3.7-5.4x faster than the bf16
+    transpose kernel, which copies element by element (Zen 4: 1024 x 1024 0.74 ms against 2.78).
+
+    >>> import numpy as np; from tppasm.dtypes import dtype
+    >>> x = np.arange(6, dtype=np.float32).reshape(2, 3).astype(dtype("bf16")); out = np.empty((3, 2), x.dtype)
+    >>> Transpose(2, 3, "bf16")(x, out); out.astype(np.float32).tolist()
+    [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
+    """
+
+    def __init__(self, rows, cols, dtype):
+        self.rows, self.cols = rows, cols
+        self.words = dtype == "bf16" and cols % 2 == 0
+        if self.words:
+            self.transpose = transform("transpose", rows, cols // 2, dtype="f32")
+            self.split = transform("unvnni2", cols, rows, dtype="bf16")
+        else:
+            self.transpose = transform("transpose", rows, cols, dtype=dtype)
+
+    def __call__(self, x, out):
+        if not self.words:
+            return self.transpose(x, out)
+        pairs = empty((self.cols // 2, self.rows), np.float32)
+        self.transpose(np.ascontiguousarray(x).view(np.float32), pairs)
+        self.split(pairs.view(x.dtype).reshape(self.cols // 2, self.rows, 2), out)
 
 
 def _dtype(*arrays):

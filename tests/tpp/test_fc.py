@@ -61,8 +61,9 @@ def test_few_rows_against_a_large_weight(n, m, k, dt, act):
 @pytest.mark.parametrize("act", [None, "relu", "gelu_erf"])
 @pytest.mark.parametrize("panels", [True, False])
 def test_weight_panels(n, m, k, dt, act, panels):
-    """The panel forward: W transposed in panels of 64 rows (an edge panel where 64 does not divide
-    m) or in one, k in batch blocks of 64 where they divide it, else whole (odd for bf16: W padded)."""
+    """The panel GEMMs: W transposed in panels of 64 rows (an edge panel where 64 does not divide
+    m) or in one, k in batch blocks of 64 where they divide it, else whole (odd for bf16: W padded);
+    in the backward, w and x in panels of 64 columns."""
     assert not fc.transposed(n, m, k)
     with split_rows(), panels_from(0 if panels else 1 << 40):
         check_layer(n, m, k, dt, act, bias=True, threads=3, seed=n + m + k, scale=k ** -0.5)
@@ -73,11 +74,13 @@ def panels_from(nbytes):
     """Weights of more than ``nbytes`` in panels (real calls: above a core's L2)."""
     saved, fc.PANEL_BYTES = fc.PANEL_BYTES, nbytes
     fc._forward_plan.cache_clear()
+    fc._backward_plan.cache_clear()
     try:
         yield
     finally:
         fc.PANEL_BYTES = saved
         fc._forward_plan.cache_clear()
+        fc._backward_plan.cache_clear()
 
 
 def check_layer(n, m, k, dt, act, bias, threads, seed, scale=1.0):
