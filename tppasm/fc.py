@@ -91,16 +91,8 @@ def _forward_transposed(plan, x, w, bias, out):
     """``out = x @ w.T + bias`` (then relu, where fused) as the transpose of ``w @ x.T``: x.T (for
     bf16 its VNNI2 packing, which is the transpose of x's bf16 pairs read as 32-bit words) is B,
     w itself A; the fp32 product is transposed back, and the bias add rounds it once to out."""
-    n, k = x.shape
-    if plan.pack_x is None:
-        xt = empty((k, n), x.dtype)
-        plan.transpose_x(x, xt)
-    else:
-        if k % 2:
-            x = np.concatenate([x, np.zeros((n, 1), x.dtype)], axis=1)
-        words = empty((x.shape[1] // 2, n), np.float32)
-        plan.transpose_x(np.ascontiguousarray(x).view(np.float32), words)
-        xt = words.view(x.dtype).reshape(x.shape[1] // 2, n, 2)
+    n = x.shape[0]
+    xt = plan.pack_x(_as_words(x, plan.pack_x.pairs))
     yt = empty((w.shape[0], n), np.float32)
     plan.gemm(w, xt, yt)
     y32 = empty((n, w.shape[0]), np.float32)
@@ -239,7 +231,7 @@ class PanelGemm:
             self.groups, self.blocks = None, row_blocks(rows, m, k, threads, min_flops)
         widths = {hi - lo for lo, hi in self.panels}
         if b_layout == "w":
-            self.packs = {w: transform("transpose", w, self.words, dtype="f32") for w in widths}
+            self.packs = {w: TransposedB(w, k, dtype) for w in widths}
         elif self.pairs:
             self.packs = {w: transform("vnni2", k, w, ldx=m, dtype=dtype) for w in widths}
         else:
@@ -250,41 +242,74 @@ class PanelGemm:
 
     def _pack(self, b, c0, c1):
         """Columns c0..c1 of B as a (k, width) panel, (ceil(k/2), width, 2) for bf16; ``b``: W as
-        32-bit words, or B itself."""
+        32-bit words (:func:`_as_words`), or B itself."""
         if self.b_layout == "w":
-            panel = empty((self.words, c1 - c0), np.float32)
-            self.packs[c1 - c0](b[c0:c1], panel)
-            return panel.view(self.np_dtype).reshape(self.words, c1 - c0, 2) if self.pairs else panel
+            return self.packs[c1 - c0](b[c0:c1])
         panel = empty((self.words, c1 - c0, 2) if self.pairs else (self.k, c1 - c0), self.np_dtype)
         self.packs[c1 - c0](b[:, c0:c1], panel)
         return panel
 
-    def _product(self, a, panel, c, bias, lo, hi, c0, c1):
-        count = self.k // self.bk
+    def _batch(self, a, lo, hi):
+        """Rows lo..hi of A as the BRGEMM's batch of k blocks."""
         x = a[lo:hi]
-        batch = np.lib.stride_tricks.as_strided(x, (count, hi - lo, self.bk), (self.bk * x.itemsize,) + x.strides)
+        return np.lib.stride_tricks.as_strided(x, (self.k // self.bk, hi - lo, self.bk),
+                                               (self.bk * x.itemsize,) + x.strides)
+
+    def _product(self, batch, panel, c, bias, lo, hi, c0, c1):
         extra = () if bias is None else (bias[c0:c1],)
-        self.kernels[hi - lo, c1 - c0](batch, panel.reshape((count, -1) + panel.shape[1:]), c[lo:hi, c0:c1],
-                                       *extra, count=count)
+        self.kernels[hi - lo, c1 - c0](batch, panel.reshape((len(batch), -1) + panel.shape[1:]), c[lo:hi, c0:c1],
+                                       *extra, count=len(batch))
 
     def _panels(self, a, b, c, bias, group):
+        batch = self._batch(a, 0, self.rows)
         for c0, c1 in group:
-            self._product(a, self._pack(b, c0, c1), c, bias, 0, self.rows, c0, c1)
+            self._product(batch, self._pack(b, c0, c1), c, bias, 0, self.rows, c0, c1)
+
+    def _rows(self, a, panel, c, bias, lo, hi):
+        self._product(self._batch(a, lo, hi), panel, c, bias, lo, hi, 0, self.m)
 
     def __call__(self, a, b, c, bias=None):
         """C from A (rows, k) and W (m, k) or, with ``b_layout="km"``, B (k, m)."""
         if self.b_layout == "w":
-            if self.pairs and self.k % 2:
-                b = np.concatenate([b, np.zeros((b.shape[0], 1), b.dtype)], axis=1)
-            b = np.ascontiguousarray(b).view(np.float32)
+            b = _as_words(b, self.pairs)
         if self.groups:
             jobs = [functools.partial(self._panels, a, b, c, bias, group) for group in self.groups]
         else:
             panel = self._pack(b, 0, self.m)
-            jobs = [functools.partial(self._product, a, panel, c, bias, lo, hi, 0, self.m) for lo, hi in self.blocks]
+            jobs = [functools.partial(self._rows, a, panel, c, bias, lo, hi) for lo, hi in self.blocks]
         if len(jobs) == 1:
             return jobs[0]()
         _parallel(jobs)
+
+
+def _as_words(x, pairs):
+    """x (rows, k) as 32-bit words: itself for fp32; for bf16 (``pairs``) its pairs, an odd k padded
+    with a zero."""
+    if pairs and x.shape[1] % 2:
+        x = np.concatenate([x, np.zeros((x.shape[0], 1), x.dtype)], axis=1)
+    return np.ascontiguousarray(x).view(np.float32)
+
+
+class TransposedB:
+    """The B of a BRGEMM from a matrix given by its r rows of k (W, or x): its transpose (k, r), for
+    bf16 the VNNI2 packing of it (ceil(k/2), r, 2), which is the fp32 transpose of the rows' bf16
+    pairs read as 32-bit words. Called with the rows as words (:func:`_as_words`).
+
+    >>> import numpy as np; from tppasm.dtypes import dtype
+    >>> x = np.arange(6, dtype=np.float32).reshape(2, 3).astype(dtype("bf16"))
+    >>> TransposedB(2, 3, "bf16")(_as_words(x, True)).astype(np.float32).tolist()
+    [[[0.0, 1.0], [3.0, 4.0]], [[2.0, 0.0], [5.0, 0.0]]]
+    """
+
+    def __init__(self, r, k, dtype):
+        self.r, self.pairs, self.np_dtype = r, dtype == "bf16", numpy_dtype(dtype)
+        self.words = -(-k // 2) if self.pairs else k
+        self.kernel = transform("transpose", r, self.words, dtype="f32")
+
+    def __call__(self, words):
+        out = empty((self.words, self.r), np.float32)
+        self.kernel(words, out)
+        return out.view(self.np_dtype).reshape(self.words, self.r, 2) if self.pairs else out
 
 
 PANEL, PANEL_K = 64, 64    # columns of C per BRGEMM call; k per batch block (where it divides k)
@@ -344,9 +369,7 @@ def _forward_plan(n, m, k, dt, bias, act, threads):
     fused = "relu" if act == "relu" else None          # the gelus keep z for the backward
     kernels = {"transposed": transposed(n, m, k)}
     if kernels["transposed"]:
-        words = -(-k // 2) if dt == "bf16" else k      # bf16: x's pairs move as 32-bit words
-        kernels.update(transpose_x=transform("transpose", n, words, dtype="f32"),
-                       pack_x=True if dt == "bf16" else None,
+        kernels.update(pack_x=TransposedB(n, k, dt),
                        gemm=RowGemm(m, n, k, dt, threads, c_dtype="f32"),
                        transpose_y=transform("transpose", m, n, dtype="f32"),
                        add_bias=binary("add", n, m, dtype="f32", out_dtype=dt, bcast_b="row", post=fused),
@@ -382,15 +405,15 @@ class Transpose:
 
     def __init__(self, rows, cols, dtype):
         self.rows, self.cols = rows, cols
-        self.words = dtype == "bf16" and cols % 2 == 0
-        if self.words:
+        self.by_words = dtype == "bf16" and cols % 2 == 0
+        if self.by_words:
             self.transpose = transform("transpose", rows, cols // 2, dtype="f32")
             self.split = transform("unvnni2", cols, rows, dtype="bf16")
         else:
             self.transpose = transform("transpose", rows, cols, dtype=dtype)
 
     def __call__(self, x, out):
-        if not self.words:
+        if not self.by_words:
             return self.transpose(x, out)
         pairs = empty((self.cols // 2, self.rows), np.float32)
         self.transpose(np.ascontiguousarray(x).view(np.float32), pairs)
