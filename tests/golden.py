@@ -28,6 +28,7 @@ def descriptors():
     from tppasm.brgemm import Brgemm
     from tppasm.eltwise import BINARY_OPS, GRAD_OPS, REDUCE_OPS, TRANSFORMS, UNARY_OPS, Binary, Reduce, Ternary, \
         Transform, Unary
+    from tppasm.gemm_nt import GemmNT
     from tppasm.glu import SwiGLU
     from tppasm.norm import LayerNorm, RMSNorm, Softmax
     from tppasm.quant import Dequant, Quantize
@@ -55,7 +56,8 @@ def descriptors():
     out += [Softmax(5, 37), Softmax(3, 200, dtype="bf16", out_dtype="bf16", scale=0.125, mask="row"),
             Softmax(4, 20, mask="full", ldm=24), LayerNorm(6, 45), RMSNorm(3, 70, dtype="bf16"),
             Rotary(4, 24, 8), SwiGLU(5, 33), Quantize(4, 50), Dequant(3, 40, beta=1),
-            BlockSpmm(8, 8, 40, 5), BlockSpmm(16, 32, 64, 4, dtype="bf16", beta=1), BlockSpmm(5, 3, 17, 2)]
+            BlockSpmm(8, 8, 40, 5), BlockSpmm(16, 32, 64, 4, dtype="bf16", beta=1), BlockSpmm(5, 3, 17, 2),
+            GemmNT(5, 13, 37), GemmNT(3, 9, 70, lda=72, dtype="bf16", c_dtype="bf16")]
     return out
 
 

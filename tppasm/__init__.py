@@ -13,4 +13,5 @@ from .norm import layernorm, rmsnorm, softmax  # noqa: F401,E402
 from .rotary import rope_tables, rotary  # noqa: F401,E402
 from .quant import dequant, quantize  # noqa: F401,E402
 from .glu import swiglu  # noqa: F401,E402
+from .gemm_nt import gemm_nt  # noqa: F401,E402
 from .spmm import block_spmm  # noqa: F401,E402

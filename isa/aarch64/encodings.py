@@ -105,6 +105,8 @@ str      b8206800 -   Wt [x,x{lsl2}]
 str      fd000000 -   Dt [x,u12*8]
 str      fc000c00 -   Dt [x,s9]!
 str      fc000400 -   Dt [x],s9
+str      bd000000 -   St [x,u12*4]
+str      7d000000 -   Ht [x,u12*2]
 str      b8000400 -   Wt [x],s9
 strb     39000000 -   Wt [x,u12*1]
 strb     38000400 -   Wt [x],s9
@@ -474,8 +476,8 @@ def kind(token: str, t: str | None = None) -> Kind:
             default = lr
         lo = int(m[3]) if m[3] else POS[m[2]]
         return Gpr(lo, 64 if m[1] == "X" else 32, sp=bool(m[4]), role=m[2], default=default)
-    if m := re.fullmatch(r"D(t2|t)", token):
-        return Vr(POS[m[1]], "d", m[1])
+    if m := re.fullmatch(r"([DSH])(t2|t)", token):
+        return Vr(POS[m[2]], m[1].lower(), m[2])
     if m := re.fullmatch(r"\{Zt\.(\w)\}", token):
         return ZList(0, m[1])
     if m := re.fullmatch(r"Zn\.(\w)\[dup\]", token):

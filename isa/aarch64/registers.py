@@ -116,6 +116,7 @@ class VReg:
 
     d = property(lambda self: VReg(self.num, "d"))
     s = property(lambda self: VReg(self.num, "s"))
+    h = property(lambda self: VReg(self.num, "h"))
     q = property(lambda self: VReg(self.num, "q"))
 
     @property

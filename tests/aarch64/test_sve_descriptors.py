@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from isa.aarch64.native import run_calls
 from tppasm.brgemm import Brgemm
 from tppasm.eltwise import GRAD_OPS, UNARY_OPS, Binary, Reduce, Ternary, Transform, Unary
+from tppasm.gemm_nt import GemmNT
 from tppasm.glu import SwiGLU
 from tppasm.kernel import Kernel
 from tppasm.norm import LayerNorm, RMSNorm, Softmax
@@ -224,8 +225,8 @@ def test_specials():
 @pytest.mark.parametrize("bits", vl_params(VLS))
 def test_non_finite_inputs_follow_the_references(bits):
     """NaN, -NaN and infinities in random lanes (tails included): max/min, reduce max and add, the
-    unary ops, BRGEMM epilogues, norms, rotary and SwiGLU give their references' NaNs and
-    infinities (as tests/tpp/test_eltwise.py, test_brgemm.py and test_norm.py on x86)."""
+    unary ops, BRGEMM epilogues, norms, rotary, SwiGLU and GemmNT (in A) give their references' NaNs
+    and infinities (as tests/tpp/test_eltwise.py, test_brgemm.py and test_norm.py on x86)."""
 
     def fill(spec, v, rng):
         if spec.name != "dy":                          # (gradients: x only, as on x86)
@@ -244,6 +245,9 @@ def test_non_finite_inputs_follow_the_references(bits):
     cases += [DescCase(d, seed=i, fill=rare) for i, d in enumerate([
         Softmax(3, 37, mask="row"), Softmax(4, 70, dtype="bf16", out_dtype="bf16"), LayerNorm(3, 37),
         RMSNorm(3, 37, dtype="bf16"), Rotary(3, 32, 16), SwiGLU(3, 37)])]
+    cases += [DescCase(GemmNT(5, 11, 37, dtype=dt, c_dtype=cdt), seed=i,
+                       fill=lambda spec, v, rng: sprinkle(rng, v, 0.02) if spec.name == "a" else None)
+              for i, (dt, cdt) in enumerate([("f32", "f32"), ("bf16", "f32"), ("bf16", "bf16")])]
     run_calls([c.call() for c in cases], vl_bits=bits)
     for c in cases:
         for got, want in c.results():

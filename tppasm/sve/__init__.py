@@ -8,8 +8,9 @@ takes a descriptor of :mod:`tppasm.brgemm` or :mod:`tppasm.eltwise` and returns 
 B in the descriptor's x86 VNNI layout via the dot kernels; :class:`~tppasm.sve.brgemm.MmlaBrgemm`
 selects the MMLA kernels and their layout), Softmax / LayerNorm / RMSNorm (:mod:`.norm`), Rotary
 (:mod:`.rotary`), SwiGLU (:mod:`.glu`), Quantize / Dequant (:mod:`.quant`; rows walked by
-:mod:`.rowwise`) and BlockSpmm (:mod:`.spmm`): every kind the x86 backend has but the AMX tile
-setup. The microkernels and loop driver under the BRGEMM keep their own signature (:mod:`.microkernel`).
+:mod:`.rowwise`), GemmNT (:mod:`.gemm_nt`) and BlockSpmm (:mod:`.spmm`): every kind the x86
+backend has but the AMX tile setup. The microkernels and loop driver under the BRGEMM keep their
+own signature (:mod:`.microkernel`).
 
 >>> from tppasm.eltwise import Unary
 >>> from tppasm.kernel import Kernel

@@ -1,0 +1,86 @@
+"""``C = A @ B.T``: every row of A dotted with every row of B, both read along k as stored.
+
+A is (m, k) with row stride ``lda``, B is (n, k) with row stride ``ldb`` (``torch.nn.Linear``'s
+weight layout: out_features rows of in_features), C is (m, n) with row stride ``ldc``. Where a
+BRGEMM wants B as (k, n) rows (or VNNI-packed), which for a weight in this layout means a
+transpose first, this kernel streams B once, a few of its rows at a time, each row's vector
+multiplied by the vectors of a few rows of A held in registers, and reduces each accumulator
+across lanes at the end. That is the product of few rows against a large weight (a decoder's next
+token): memory-bound, not bound by broadcasts or a transpose.
+
+dtypes: ``f32``, or ``bf16`` A and B (pairs along k: ``vdpbf16ps`` / ``bfdot`` where the target
+has them, else widened exactly to fp32) with an ``f32`` or ``bf16`` C (rounded to nearest even
+once, from the fp32 sum). Sums accumulate in fp32 in an order of the kernel's choosing.
+
+>>> import numpy as np, tppasm
+>>> a = np.array([[1, 2, 3]], np.float32); b = np.array([[1, 0, 0], [1, 1, 1]], np.float32)
+>>> tppasm.gemm_nt(1, 2, 3)(a, b).tolist()
+[[1.0, 6.0]]
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
+from .kernel import Descriptor, get_kernel
+
+C_DTYPES = {"f32": ("f32",), "bf16": ("f32", "bf16")}
+MAX_ROW_BYTES = 1 << 26     # row strides the generated code reaches by displacements (< 2 GiB)
+
+
+@dataclass(frozen=True)
+class GemmNT(Descriptor):
+    """C (m, n) = A (m, k) @ B (n, k).T; row strides lda, ldb, ldc (0: dense)."""
+
+    m: int
+    n: int
+    k: int
+    lda: int = 0
+    ldb: int = 0
+    ldc: int = 0
+    dtype: str = "f32"
+    c_dtype: str = ""
+
+    kind = "gemm_nt"
+
+    def __post_init__(self):
+        self._normalize()
+        _default(self, lda=self.k, ldb=self.k, ldc=self.n, c_dtype="f32")
+
+    def validate(self):
+        _positive(self, "m", "n", "k")
+        for name, least in (("lda", self.k), ("ldb", self.k), ("ldc", self.n)):
+            _ld(self, name, least)
+        _dtypes(self, "dtype")
+        if self.c_dtype not in C_DTYPES[self.dtype]:
+            raise ValueError(f"gemm_nt: c_dtype={self.c_dtype!r}; expected "
+                             f"{' or '.join(map(repr, C_DTYPES[self.dtype]))} for dtype={self.dtype!r}")
+        es = {"f32": 4, "bf16": 2}
+        for name, dt in (("lda", self.dtype), ("ldb", self.dtype), ("ldc", self.c_dtype)):
+            if getattr(self, name) * es[dt] > MAX_ROW_BYTES:
+                raise ValueError(f"gemm_nt: {name}={getattr(self, name)} spans more than "
+                                 f"{MAX_ROW_BYTES >> 20} MiB per row; call it on a copy with dense rows")
+
+    def operands(self):
+        return (_full("a", self.dtype, self.m, self.k, self.lda, "lda", dtype_param="dtype"),
+                _full("b", self.dtype, self.n, self.k, self.ldb, "ldb", dtype_param="dtype"),
+                _full("c", self.c_dtype, self.m, self.n, self.ldc, "ldc", writable=True, dtype_param="c_dtype"))
+
+    def work(self):
+        return 2 * self.m * self.n * self.k + super().work()
+
+    def reference(self, a, b, c):
+        with np.errstate(all="ignore"):
+            _store(c, _to_f64(a) @ _to_f64(b).T)
+
+
+def gemm_nt(m, n, k, lda=0, ldb=0, ldc=0, dtype="f32", c_dtype="", isa=None):
+    """The kernel (a, b, c): ``c = a @ b.T`` for a (m, k), b (n, k), c (m, n); ``kernel(a, b)``
+    allocates and returns c.
+
+    >>> import numpy as np
+    >>> w = np.ones((5, 4), np.float32); x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    >>> gemm_nt(2, 5, 4)(x, w)[:, 0].tolist()
+    [6.0, 22.0]
+    """
+    return get_kernel(GemmNT(m, n, k, lda, ldb, ldc, dtype, c_dtype), isa)
