@@ -46,12 +46,22 @@ def test_forward_and_backward_match_numpy(n, m, k, dt, act, bias, threads, seed)
         check_layer(n, m, k, dt, act, bias, threads, seed)
 
 
-@pytest.mark.parametrize("n, m, k", [(1, 40, 33), (3, 64, 65), (5, 48, 32), (2, 17, 200)])
+@pytest.mark.parametrize("n, m, k", [(1, 40, 33), (3, 64, 65), (5, 48, 32), (2, 17, 200), (16, 70, 100)])
 @pytest.mark.parametrize("dt", fc.DTYPES)
 @pytest.mark.parametrize("act", fc.ACTS)
 def test_few_rows_against_a_large_weight(n, m, k, dt, act):
+    """The forward of gemm_nt's dot products (w streamed as stored), odd k among them, rows of w split."""
+    assert fc.dots(n, m, k)
+    with split_rows():
+        check_layer(n, m, k, dt, act, bias=k % 2 == 1, threads=3, seed=n * m * k, scale=k ** -0.5)
+
+
+@pytest.mark.parametrize("n, m, k", [(17, 64, 65), (20, 40, 200), (33, 130, 96)])
+@pytest.mark.parametrize("dt", fc.DTYPES)
+@pytest.mark.parametrize("act", [None, "relu", "gelu"])
+def test_rows_fewer_than_the_weight(n, m, k, dt, act):
     """The transposed forward ((w @ x.T).T: x, not w, is moved), odd k among them, rows of w split."""
-    assert fc.transposed(n, m, k)
+    assert not fc.dots(n, m, k) and fc.transposed(n, m, k)
     with split_rows():
         check_layer(n, m, k, dt, act, bias=k % 2 == 1, threads=3, seed=n * m * k, scale=k ** -0.5)
 
@@ -64,7 +74,7 @@ def test_weight_panels(n, m, k, dt, act, panels):
     """The panel GEMMs: W transposed in panels of 64 rows (an edge panel where 64 does not divide
     m) or in one, k in batch blocks of 64 where they divide it, else whole (odd for bf16: W padded);
     in the backward, w and x in panels of 64 columns."""
-    assert not fc.transposed(n, m, k)
+    assert not fc.dots(n, m, k) and not fc.transposed(n, m, k)
     with split_rows(), panels_from(0 if panels else 1 << 40):
         check_layer(n, m, k, dt, act, bias=True, threads=3, seed=n + m + k, scale=k ** -0.5)
 
@@ -107,11 +117,13 @@ def check_layer(n, m, k, dt, act, bias, threads, seed, scale=1.0):
     dx, dw, db = fc.backward(dy, x, w, act, saved, *outs, threads=threads)
     assert all(a is b for a, b in zip((dx, dw, db), outs))
     dz = dy.astype(np.float64)
+    # the gelu gradient TPPs' absolute error (test_math_accuracy), carried through each product
+    err = np.abs(dz) * 2.0 ** -20 if gelu else np.zeros_like(dz)
     if act is not None:
         dz = dz * GRAD_OPS[act + "_bwd"](saved.astype(np.float64))
-    close(dx, dz @ w64, np.abs(dz) @ np.abs(w64), dt)
-    close(dw, dz.T @ x64, np.abs(dz).T @ np.abs(x64), dt)
-    close(db, dz.sum(0), np.abs(dz).sum(0), dt)
+    close(dx, dz @ w64, np.abs(dz) @ np.abs(w64), dt, atol=err @ np.abs(w64) + 1e-30)
+    close(dw, dz.T @ x64, np.abs(dz).T @ np.abs(x64), dt, atol=err.T @ np.abs(x64) + 1e-30)
+    close(db, dz.sum(0), np.abs(dz).sum(0), dt, atol=err.sum(0) + 1e-30)
 
 
 def test_row_blocks():
