@@ -1,5 +1,5 @@
 """``python -m bench SUITE [--json FILE] [--plot FILE.png] [suite options]``: suites are isa, tpp, gemm,
-mlp, pool, cache, sve-static, amx-static, amx-micro, x86-static, conv, spmm, bert, llm, ddp, all.
+mlp, pool, cache, sve-static, amx-static, amx-micro, x86-static, conv, spmm, bert, llm, ddp, linear, all.
 
 ``--json FILE`` writes exactly FILE with the records of every module of the suite; ``--plot FILE.png``
 draws their GFLOP/s per shape with the peak as a line (see :mod:`bench.common`)."""
@@ -28,6 +28,7 @@ SUITES = {
     "bert": ["bench.bert"],
     "llm": ["bench.llm"],
     "ddp": ["bench.ddp_mlp"],
+    "linear": ["bench.linear"],
 }
 
 

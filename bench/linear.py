@@ -1,0 +1,111 @@
+"""``python -m bench linear``: ``torch.ops.tppasm.linear`` (:mod:`tppasm.torch`, the layer of
+:mod:`tppasm.fc`) against ``torch.nn.functional.linear`` on the same tensors, forward
+(``inference_mode``) and, with ``--backward``, forward + backward, per shape n x k -> m (rows, in
+features, out features) and dtype, timed in interleaved rounds (:func:`bench.versus.versus`).
+
+Besides the ratio (torch's time / ours: > 1 means ours is faster) and GFLOP/s against the measured
+peak, each row gives the path :func:`tppasm.fc.forward` takes (``dots``: :func:`tppasm.gemm_nt`
+for a few rows; ``transposed``; ``panels``) and how fast the weight was read (GB/s), which for a
+few rows (a decoder's next token) is the figure that matters: the last table measures the host's
+read bandwidth with the same threads (:func:`bench.llm.read_sweep`) to compare it with.
+Every output is checked against torch's first (relative to the largest |y|: 1e-4 fp32, 2e-2 bf16).
+"""
+import argparse
+
+from bench.common import Report, write_json
+from bench.versus import add_arguments, peak, setup, versus
+
+FEW_ROWS = "1x4096x4096,8x4096x4096,16x4096x4096,1x4096x11008,4x768x3072,1x1024x1024,8x1024x1024"
+GEMMS = "64x4096x4096,1024x1024x1024,4096x768x3072,1000x300x700,127x65x1000"
+TOLERANCE = {"f32": 1e-4, "bf16": 2e-2}
+
+
+def shapes(text):
+    """``"NxKxM,..."`` as (n, k, m) triples.
+
+    >>> shapes("1x4096x4096,8x64x32")
+    [(1, 4096, 4096), (8, 64, 32)]
+    """
+    try:
+        out = [tuple(int(v) for v in s.split("x")) for s in text.split(",") if s]
+    except ValueError:
+        out = []
+    if not out or any(len(s) != 3 or min(s) < 1 for s in out):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected rows x in x out triples, e.g. 8x4096x4096,1x768x3072")
+    return out
+
+
+def path_of(n, k, m):
+    """The forward path :mod:`tppasm.fc` takes for this shape.
+
+    >>> path_of(1, 4096, 4096), path_of(1024, 1024, 1024)
+    ('dots', 'panels')
+    """
+    from tppasm import fc
+    return "dots" if fc.dots(n, m, k) else "transposed" if fc.transposed(n, m, k) else "panels"
+
+
+def bench_shape(rep, torch, threads, n, k, m, dtype, backward, rounds):
+    """One row: ours vs torch for x (n, k), w (m, k), b (m), forward or forward + backward."""
+    from tppasm.torch.ops import linear
+    F = torch.nn.functional
+    tdt = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    g = torch.Generator().manual_seed(n * k + m)
+    x = torch.randn(n, k, generator=g).mul_(k ** -0.5).to(tdt).requires_grad_(backward)
+    w = torch.randn(m, k, generator=g).to(tdt).requires_grad_(backward)
+    b = torch.randn(m, generator=g).to(tdt).requires_grad_(backward)
+    dy = torch.randn(n, m, generator=g).to(tdt)
+
+    def step(fn):
+        if not backward:
+            with torch.inference_mode():
+                return fn(x, w, b)
+        x.grad = w.grad = b.grad = None
+        y = fn(x, w, b)
+        y.backward(dy)
+        return y
+    ours, theirs = step(linear).detach().float(), step(F.linear).detach().float()
+    err = float((ours - theirs).abs().max() / max(float(theirs.abs().max()), 1e-30))
+    if not err <= TOLERANCE[dtype]:
+        raise AssertionError(f"linear {n}x{k}->{m} {dtype}: max relative difference {err:.3g} from torch")
+    t_ours, t_torch, ratio = versus(lambda: step(linear), lambda: step(F.linear), rounds=rounds)
+    flops = 2 * n * k * m * (3 if backward else 1)
+    gflops = flops / t_ours / 1e9
+    wbytes = m * k * w.element_size()
+    rep.add(dtype, f"{n}x{k}->{m}", path_of(n, k, m), t_ours * 1e3, t_torch * 1e3, ratio, gflops,
+            100 * gflops / (peak(dtype) * threads), wbytes / t_ours / 1e9, err,
+            x=f"{dtype} {n}x{k}x{m}", gflops=gflops, torch_gflops=flops / t_torch / 1e9,
+            peak_gflops=peak(dtype) * threads)
+    return ratio
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench linear", description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", type=shapes, default=shapes(FEW_ROWS + "," + GEMMS),
+                   help=f"rows x in x out triples (default: {FEW_ROWS},{GEMMS})")
+    p.add_argument("--dtypes", default="f32,bf16")
+    p.add_argument("--backward", action="store_true", help="time forward + backward (y.backward(dy))")
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--sweep-mib", type=int, default=512, help="MiB read by the bandwidth sweep (default 512)")
+    add_arguments(p)
+    args = p.parse_args(argv)
+    torch, threads, pool = setup(p, args)
+    what = "forward + backward" if args.backward else "forward (inference_mode)"
+    rep = Report(f"torch.ops.tppasm.linear vs torch.nn.functional.linear, {what}, {threads} thread(s)",
+                 ["dtype", "n x k -> m", "path", "ms ours", "ms torch", "torch/ours", "GFLOP/s", "% peak",
+                  "weight GB/s", "max rel. diff"])
+    for dtype in args.dtypes.split(","):
+        for n, k, m in args.shapes:
+            bench_shape(rep, torch, threads, n, k, m, dtype, args.backward, args.rounds)
+    from bench.llm import read_sweep
+    from bench.versus import quick_seconds
+    sweep, nbytes = read_sweep(pool, args.sweep_mib)
+    bw = Report(f"Read bandwidth of the host on {threads} thread(s) (a {args.sweep_mib} MiB row-sum sweep): the ceiling of "
+                "a weight read once", ["GB/s"])
+    bw.add(nbytes / quick_seconds(sweep, seconds=0.5) / 1e9)
+    write_json(args.json, [rep, bw])
+    return 0
+
+
+if __name__ == "__main__":
+    main()
