@@ -16,7 +16,7 @@ panels and 12.1 transposed; 1 row: 3.0 against 5.8 and 14.6). The gelus run as a
 which the backward needs. The backward is
 ``dz = dy * act'(z)`` (the relu_bwd / gelu_bwd TPPs), ``dx = dz @ w`` and ``dw = dz.T @ x``
 (panel GEMMs again, over columns of w and x, copied or VNNI2-packed a panel at a time; dz
-transposed by :class:`Transpose`), ``db = sum of dz over rows`` (a reduce TPP, fp32). Arrays are float32 or
+transposed by the transpose TPP), ``db = sum of dz over rows`` (a reduce TPP, fp32). Arrays are float32 or
 ml_dtypes.bfloat16 (the bias float32); bf16 products accumulate in fp32.
 
 >>> import numpy as np
@@ -445,39 +445,11 @@ def _forward_plan(n, m, k, dt, bias, act, threads):
 def _backward_plan(n, m, k, dt, act, threads):
     kernels = dict(dx=PanelGemm(n, k, m, dt, threads, b_layout="km"),
                    dw=PanelGemm(m, k, n, dt, threads, b_layout="km"),
-                   transpose_dz=Transpose(n, m, dt),
+                   transpose_dz=transform("transpose", n, m, dtype=dt),
                    db=reduce("add", n, m, over="rows", dtype=dt, out_dtype="f32"))
     if act is not None:
         kernels["act_grad"] = unary(act + "_bwd", n, m, dtype=dt)
     return _Plan(**kernels)
-
-
-class Transpose:
-    """``out = x.T`` for x (rows, cols). bf16 with an even ``cols`` goes through 32-bit words: x's
-    pairs transposed as fp32, then split by the unvnni2 transform, 3.7-5.4x faster than the bf16
-    transpose kernel, which copies element by element (Zen 4: 1024 x 1024 0.74 ms against 2.78).
-
-    >>> import numpy as np; from tppasm.dtypes import dtype
-    >>> x = np.arange(8, dtype=np.float32).reshape(2, 4).astype(dtype("bf16")); out = np.empty((4, 2), x.dtype)
-    >>> Transpose(2, 4, "bf16")(x, out); out.astype(np.float32).tolist()
-    [[0.0, 4.0], [1.0, 5.0], [2.0, 6.0], [3.0, 7.0]]
-    """
-
-    def __init__(self, rows, cols, dtype):
-        self.rows, self.cols = rows, cols
-        self.by_words = dtype == "bf16" and cols % 2 == 0
-        if self.by_words:
-            self.transpose = transform("transpose", rows, cols // 2, dtype="f32")
-            self.split = transform("unvnni2", cols, rows, dtype="bf16")
-        else:
-            self.transpose = transform("transpose", rows, cols, dtype=dtype)
-
-    def __call__(self, x, out):
-        if not self.by_words:
-            return self.transpose(x, out)
-        pairs = empty((self.cols // 2, self.rows), np.float32)
-        self.transpose(np.ascontiguousarray(x).view(np.float32), pairs)
-        self.split(pairs.view(x.dtype).reshape(self.cols // 2, self.rows, 2), out)
 
 
 def _dtype(*arrays):

@@ -1,7 +1,8 @@
 """x86 generators for layout transforms (transpose, VNNI2/VNNI4 pack and unpack).
 
-4-byte transposes move 8x8 blocks through ymm registers (unpack, shuffle, lane permute); everything
-else (edges, 1- and 2-byte elements, VNNI) is an element-for-element copy through general
+4-byte transposes move 8x8 blocks through ymm registers (unpack, shuffle, lane permute), 2-byte
+ones 8x8 blocks through xmm registers (three unpack stages); everything else (edges, 1-byte
+elements, VNNI unpacking) is an element-for-element copy through general
 registers in three nested loops, ``out[a*oa + b*ob + c*oc] = x[a*ia + b*ib + c*ic]``, so any
 element size and shape works and nothing outside the operands is touched; rows the VNNI layout
 pads are written as zeros.
@@ -65,8 +66,8 @@ def generate_transform(desc, isa):
     x, out = fn.args
     es = to_dtype(desc.dtype).itemsize
     m, n, f = desc.m, desc.n, desc.factor
-    if desc.op == "transpose" and es == 4 and m >= 8 and n >= 8:
-        _transpose8(a, x, out, m, n, desc.ldi, desc.ldo)
+    if desc.op == "transpose" and es in (2, 4) and m >= 8 and n >= 8:
+        (_transpose8 if es == 4 else _transpose8w)(a, x, out, m, n, desc.ldi, desc.ldo)
     elif desc.op == "transpose":
         _copy3(a, es, x, out, (1, m, n), (0, desc.ldi, 1), (0, 1, desc.ldo))
     elif desc.op.startswith("vnni"):
@@ -136,14 +137,48 @@ def _transpose8(a, x, out, m, n, ldi, ldo):
         for c in range(8):
             a.vmovups([r15 + c * ldo * 4], y[8 + c])
     _blocks(a, x, out, mb, nb, block, (32, 8 * ldo * 4), (8 * ldi * 4, 32))
+    _transpose_edges(a, x, out, m, n, ldi, ldo, 4)
+
+
+# the 8x8 word transpose: each stage interleaves the low and the high halves of register pairs
+# (the previous stage's outputs, numbered as they were written): words of row pairs, then dwords,
+# then qwords, after which register c holds column c
+_WORD_STAGES = (("wd", ((0, 1), (2, 3), (4, 5), (6, 7))), ("dq", ((0, 2), (1, 3), (4, 6), (5, 7))),
+                ("qdq", ((0, 4), (1, 5), (2, 6), (3, 7))))
+
+
+def _transpose8w(a, x, out, m, n, ldi, ldo):
+    """out (n, m) = x (m, n)^T for 2-byte elements: 8x8 blocks in xmm registers (interleave words,
+    then dwords, then qwords of row pairs), scalar edges."""
+    mb, nb = m // 8, n // 8
+    y = [vec(128, i) for i in range(16)]
+
+    def block():
+        for r in range(8):
+            a.vmovdqu(y[r], [r14 + r * ldi * 2])
+        for stage, (unpack, pairs) in enumerate(_WORD_STAGES):
+            src, dst = (0, 8) if stage % 2 == 0 else (8, 0)
+            for i, (p, q) in enumerate(pairs):
+                getattr(a, f"vpunpckl{unpack}")(y[dst + 2 * i], y[src + p], y[src + q])
+                getattr(a, f"vpunpckh{unpack}")(y[dst + 2 * i + 1], y[src + p], y[src + q])
+        for c in range(8):
+            a.vmovdqu([r15 + c * ldo * 2], y[8 + c])
+    _blocks(a, x, out, mb, nb, block, (16, 8 * ldo * 2), (8 * ldi * 2, 16))
+    _transpose_edges(a, x, out, m, n, ldi, ldo, 2)
+
+
+def _transpose_edges(a, x, out, m, n, ldi, ldo, es):
+    """The elements the 8x8 blocks leave: the last n % 8 columns of every row, then the last
+    m % 8 rows of the block columns."""
+    mb, nb = m // 8, n // 8
     if n % 8:                                       # right edge: all rows, the last n % 8 columns
-        a.lea(rcx, [x + nb * 8 * 4])
-        a.lea(rdx, [out + nb * 8 * ldo * 4])
-        _copy3(a, 4, rcx, rdx, (1, m, n % 8), (0, ldi, 1), (0, 1, ldo))
+        a.lea(rcx, [x + nb * 8 * es])
+        a.lea(rdx, [out + nb * 8 * ldo * es])
+        _copy3(a, es, rcx, rdx, (1, m, n % 8), (0, ldi, 1), (0, 1, ldo))
     if m % 8:                                       # bottom edge: the last m % 8 rows
-        a.lea(rcx, [x + mb * 8 * ldi * 4])
-        a.lea(rdx, [out + mb * 8 * 4])
-        _copy3(a, 4, rcx, rdx, (1, m % 8, nb * 8), (0, ldi, 1), (0, 1, ldo))
+        a.lea(rcx, [x + mb * 8 * ldi * es])
+        a.lea(rdx, [out + mb * 8 * es])
+        _copy3(a, es, rcx, rdx, (1, m % 8, nb * 8), (0, ldi, 1), (0, 1, ldo))
 
 
 def _vnni_pack(a, x, out, groups, n, ldi, f, es):
