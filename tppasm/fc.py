@@ -35,8 +35,8 @@ import numpy as np
 
 from .brgemm import brgemm
 from .dtypes import dtype as numpy_dtype, name_of
-from .gemm_nt import MAX_ROW_BYTES, gemm_nt
 from .eltwise import GRAD_OPS, UNARY_OPS, binary, reduce, transform, unary
+from .gemm_nt import MAX_ROW_BYTES, gemm_nt
 from .layout import empty
 
 ACTS = (None, "relu", "gelu", "gelu_erf")
@@ -53,6 +53,7 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     >>> y.shape, z.shape
     ((2, 4), (2, 4))
     """
+    x, w = _rows("x", x), _rows("w", w)
     dt = _dtype(x, w)
     (n, k), m = x.shape, w.shape[0]
     _need(w.shape == (m, k), lambda: f"w has shape {w.shape}; expected (out_features, {k}) for x of shape "
@@ -60,9 +61,11 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     _need(bias is None or (bias.shape == (m,) and bias.dtype == np.float32),
           lambda: f"bias must be float32 of shape ({m},), got {getattr(bias, 'shape', None)} "
                   f"{getattr(bias, 'dtype', '')}")
+    bias = None if bias is None else np.ascontiguousarray(bias)
     _need(act in ACTS, lambda: f"act={act!r}; expected one of {ACTS}")
-    y = empty((n, m), x.dtype) if out is None else out
-    z = None if act not in ("gelu", "gelu_erf") else (empty((n, m), x.dtype) if pre is None else pre)
+    y = empty((n, m), x.dtype) if out is None else _output("out", out, (n, m), x.dtype)
+    z = None if act not in ("gelu", "gelu_erf") else \
+        empty((n, m), x.dtype) if pre is None else _output("pre", pre, (n, m), x.dtype)
     if min(n, m, k) == 0:
         acc = np.zeros((n, m), np.float64) + (0 if bias is None else bias.astype(np.float64))
         if z is not None:
@@ -142,15 +145,19 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=
     >>> dx, dw.tolist()[0], db.tolist()
     (None, [3.0, 3.0], [3.0, 3.0, 3.0, 3.0])
     """
+    dy, x, w = _rows("dy", dy), _rows("x", x), _rows("w", w)
+    saved = None if saved is None else _rows("saved", saved)
     dt = _dtype(x, w, dy)
     (n, k), m = x.shape, w.shape[0]
+    _need(w.shape == (m, k), lambda: f"w has shape {w.shape}; expected (out_features, {k}) for x of shape "
+                                     f"{x.shape}")
     _need(dy.shape == (n, m), lambda: f"dy has shape {dy.shape}; expected {(n, m)}")
     _need(act in ACTS, lambda: f"act={act!r}; expected one of {ACTS}")
     _need((saved is None) == (act is None) and (saved is None or saved.shape == (n, m)),
           lambda: f"saved must be y (relu) or z (gelu) of shape {(n, m)}, or None when act is None")
-    dx = empty((n, k), dt) if dx is True else dx if dx is not False else None
-    dw = empty((m, k), dt) if dw is True else dw if dw is not False else None
-    db = empty((m,), "f32") if db is True else db if db is not False else None
+    dx, dw, db = (empty(shape, dtype) if out is True else None if out is False else _output(name, out, shape, dtype)
+                  for name, out, shape, dtype in (("dx", dx, (n, k), dt), ("dw", dw, (m, k), dt),
+                                                  ("db", db, (m,), "f32")))
     if min(n, m, k) == 0:                     # nothing to multiply: NumPy does the rest
         dz = dy.astype(np.float64)
         if act is not None:
@@ -461,6 +468,29 @@ def _dtype(*arrays):
     _need(name in DTYPES, lambda: f"arrays are {', '.join(str(a.dtype) for a in arrays)}; expected all "
                                   "float32 or all bfloat16")
     return name
+
+
+def _rows(name, a):
+    """``a``, a 2-D array, with dense rows (copied only when they are not): the kernels are built
+    for row strides equal to the row length."""
+    _need(getattr(a, "ndim", None) == 2, lambda: f"{name} must be a 2-D array, got {type(a).__name__} of "
+                                                 f"shape {getattr(a, 'shape', None)}")
+    return np.ascontiguousarray(a)
+
+
+def _output(name, a, shape, dt):
+    """``a``, when it is a C-contiguous array of ``shape`` and dtype ``dt`` to write a result into."""
+    want = numpy_dtype(dt)
+    ok = isinstance(a, np.ndarray) and a.shape == shape and a.dtype == want and a.flags.c_contiguous
+    _need(ok, lambda: f"{name} must be a C-contiguous {want} array of shape {shape}, got {_describe(a)}; pass "
+                      f"such an array (e.g. tppasm.empty({shape}, {name_of(want)!r})) or let it be allocated")
+    return a
+
+
+def _describe(a):
+    if not isinstance(a, np.ndarray):
+        return type(a).__name__
+    return f"{a.dtype} of shape {a.shape}" + ("" if a.flags.c_contiguous else ", not contiguous")
 
 
 def _one(a):

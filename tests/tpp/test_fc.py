@@ -173,3 +173,30 @@ def test_empty_dimensions(n, m, k):
 def test_bad_arguments_are_explained(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("n", [3, 20, 70])                  # the dots, transposed and panel forwards
+@pytest.mark.parametrize("dt", fc.DTYPES)
+def test_strided_inputs_are_taken_and_strided_outputs_refused(n, dt):
+    """Views with row strides past their width (x, w, dy, a bias slice) give the dense result; an
+    output that is not a C-contiguous array of the right shape and dtype is refused, naming it."""
+    rng = np.random.default_rng(n)
+    m, k = 90, 64
+    x = rng.standard_normal((n, k + 6)).astype(np.float32).astype(D(dt))[:, :k]
+    w = rng.standard_normal((m, k + 3)).astype(np.float32).astype(D(dt))[:, :k]
+    b = rng.standard_normal(2 * m).astype(np.float32)[::2]
+    y, _ = fc.forward(x, w, b, "relu")
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    close(y, np.maximum(x64 @ w64.T + b, 0), np.abs(x64) @ np.abs(w64).T + np.abs(b), dt)
+    dy = rng.standard_normal((n, m + 5)).astype(np.float32).astype(D(dt))[:, :m]
+    dx, dw, db = fc.backward(dy, x, w)
+    dy64 = dy.astype(np.float64)
+    close(dx, dy64 @ w64, np.abs(dy64) @ np.abs(w64), dt)
+    close(dw, dy64.T @ x64, np.abs(dy64).T @ np.abs(x64), dt)
+    wide = nan((n, m + 4), dt)[:, :m]
+    with pytest.raises(ValueError, match=r"out must be a C-contiguous .* not contiguous; pass such an array"):
+        fc.forward(x, w, out=wide)
+    with pytest.raises(ValueError, match="dw must be a C-contiguous"):
+        fc.backward(dy, x, w, dw=nan((m, k), "f32" if dt == "bf16" else "bf16"))
+    with pytest.raises(ValueError, match="x must be a 2-D array"):
+        fc.forward(x[0], w)
