@@ -14,7 +14,7 @@ nearest even in a general register, NaN quieted).
 >>> tppasm.gemm_nt(2, 3, 20)(a, b).tolist()
 [[190.0, 590.0, 990.0], [190.0, 590.0, 990.0]]
 """
-from isa.x86 import Function, ax, dword, eax, gpr, ptr, r8, r9, r10, r11, r12, rax, rcx, rdx, rdi, rsi, vec, word
+from isa.x86 import Function, ax, dword, eax, gpr, ptr, r8, r9, r10, r11, r12, rax, rcx, vec, word
 
 from ..backends import register
 from . import brgemm
@@ -41,6 +41,7 @@ class _Gen:
         self.d, self.v = desc, VectorISA(isa)
         self.fn = Function("gemm_nt", ["ptr"] * 3)
         self.a = self.fn.asm
+        self.pa, self.pb, self.pc = self.fn.args      # A; B, then C, advanced block by block
         self.dp = desc.dtype == "bf16" and self.v.avx512 and "avx512_bf16" in features
         self.es, self.esc = ES[desc.dtype], ES[desc.c_dtype]
         # elements of k per vector step: bf16 pairs fill a vector for vdpbf16ps, else fp32 lanes
@@ -72,7 +73,7 @@ class _Gen:
         d, a = self.d, self.a
         rows_a = [self.load(a_regs[i], r8, i, d.lda, koff, tail) for i in range(len(acc))]
         for j in range(len(acc[0])):
-            b = self.load(b_regs[j % 2], rsi, j, d.ldb, koff, tail)
+            b = self.load(b_regs[j % 2], self.pb, j, d.ldb, koff, tail)
             for i, x in enumerate(rows_a):
                 if self.dp:
                     a.vdpbf16ps(acc[i][j], x, b)
@@ -80,7 +81,7 @@ class _Gen:
                     a.vfmadd231ps(acc[i][j], x, b)
 
     def block(self, ra, rb):
-        """C rows r9.. (ra of them), columns rb, from A rows at r8 and B rows at rsi."""
+        """C rows at r9 (ra of them), rb columns, from A rows at r8 and the B rows at pb."""
         v, a = self.v, self.a
         regs = iter(self.regs)        # A and B first: low numbers, which VEX forms can name
         a_regs = [v.reg(next(regs)) for _ in range(ra)]
@@ -145,11 +146,11 @@ class _Gen:
         a.mov(word[r9 + disp], ax)
 
     def rows_of_a(self, rb):
-        """Every block of A's rows against the B block at rsi, C columns at rdx."""
+        """Every block of A's rows against the B block at pb, C columns at pc."""
         d, a = self.d, self.a
         ra = blocking(d.m, self.v.name)[0]
-        a.mov(r8, rdi)
-        a.mov(r9, rdx)
+        a.mov(r8, self.pa)
+        a.mov(r9, self.pc)
         whole, rest = divmod(d.m, ra)
         if whole:
             a.mov(rcx, whole)
@@ -172,8 +173,8 @@ class _Gen:
             top = a.label()
             a.bind(top)
             self.rows_of_a(rb)
-            a.add(rsi, rb * d.ldb * self.es)
-            a.add(rdx, rb * self.esc)
+            a.add(self.pb, rb * d.ldb * self.es)
+            a.add(self.pc, rb * self.esc)
             a.dec(r11)
             a.jnz(top)
         if rest:
