@@ -100,10 +100,11 @@ DOT_ROWS = 16       # Zen 4: at 32 rows the transposed or panel forward is about
 
 def _forward_dots(plan, x, w, bias, out):
     """``out = x @ w.T + bias`` (then relu, where fused) from gemm_nt's dot products, straight into
-    out without a bias or relu, else in fp32 and rounded once by the bias add."""
+    out without a bias or relu, else in fp32 (out itself for fp32: the add works in place) and
+    rounded once by the bias add."""
     if plan.add_bias is None:
         return plan.gemm(x, w, out)
-    y32 = empty(out.shape, np.float32)
+    y32 = out if out.dtype == np.float32 else empty(out.shape, np.float32)
     plan.gemm(x, w, y32)
     plan.add_bias(y32, plan.zero_bias if bias is None else bias, out)
 
