@@ -282,6 +282,11 @@ class PanelGemm:
         self.rows, self.m, self.k, self.dtype, self.b_layout = rows, m, k, dtype, b_layout
         self.pairs, self.np_dtype = dtype == "bf16", numpy_dtype(dtype)
         self.words = -(-k // 2) if self.pairs else k
+        # fp32 B (k, m) for a few rows: read in place, its columns split among the threads; a panel
+        # copy would be used by those rows only
+        self.in_place = b_layout == "km" and not self.pairs and rows <= DOT_ROWS
+        if self.in_place:
+            panel = -(-m // len(split(m, 2 * rows * m * k, threads, min_flops)))
         panel = panel or panel_width(m, k, dtype)
         self.panels = [(lo, min(lo + panel, m)) for lo in range(0, m, panel)]
         self.bk = PANEL_K if k % PANEL_K == 0 and k > PANEL_K else k
@@ -291,19 +296,24 @@ class PanelGemm:
         else:                                             # one panel, packed first; threads take rows
             self.groups, self.blocks = None, row_blocks(rows, m, k, threads, min_flops)
         widths = {hi - lo for lo, hi in self.panels}
-        if b_layout == "w":
+        if self.in_place:
+            self.packs = None
+        elif b_layout == "w":
             self.packs = {w: TransposedB(w, k, dtype) for w in widths}
         elif self.pairs:
             self.packs = {w: transform("vnni2", k, w, ldx=m, dtype=dtype) for w in widths}
         else:
             self.packs = {w: unary("copy", k, w, ldx=m, dtype=dtype) for w in widths}
-        self.kernels = {(hi - lo, w): brgemm(hi - lo, w, self.bk, dtype, c_dtype=dtype, lda=k, ldc=m,
-                                             stride_a=self.bk, stride_b=self.bk * w, **options)
+        ldb = m if self.in_place else 0
+        self.kernels = {(hi - lo, w): brgemm(hi - lo, w, self.bk, dtype, c_dtype=dtype, lda=k, ldb=ldb, ldc=m,
+                                             stride_a=self.bk, stride_b=self.bk * (ldb or w), **options)
                         for lo, hi in self.blocks for w in widths}
 
     def _pack(self, b, c0, c1):
         """Columns c0..c1 of B as a (k, width) panel, (ceil(k/2), width, 2) for bf16; ``b``: W as
         32-bit words (:func:`_as_words`), or B itself."""
+        if self.in_place:
+            return b[:, c0:c1]
         if self.b_layout == "w":
             return self.packs[c1 - c0](b[c0:c1])
         panel = empty((self.words, c1 - c0, 2) if self.pairs else (self.k, c1 - c0), self.np_dtype)

@@ -41,6 +41,23 @@ def test_values_and_gradients_match_torch(dtype, act, shape, out, bias):
         torch.testing.assert_close(g.double(), r, **TOL[dtype])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_large_outputs_live_in_numpy_memory_and_accumulate(dtype):
+    """Outputs of 4 MiB or more (here dw, and y) are NumPy-backed tensors (huge pages): values and
+    gradients as torch's, and a second backward accumulates into w.grad like any tensor."""
+    x, w, b = inputs((2, 2048), 1024, dtype)
+    y = tt.linear(x, w, b, "relu")
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    ref = torch.relu(F.linear(x64, w64, b64))
+    torch.testing.assert_close(y.double(), ref, **TOL[dtype])
+    for _ in range(2):
+        tt.linear(x, w, b, "relu").sum().backward()
+        ref.sum().backward(retain_graph=True)
+    assert w.grad.dtype == dtype and w.grad.is_contiguous() and w.grad.nbytes >= 4 << 20
+    for got, want in ((x.grad, x64.grad), (w.grad, w64.grad), (b.grad, b64.grad)):
+        torch.testing.assert_close(got.double(), want, **TOL[dtype])
+
+
 def test_only_needed_gradients_are_computed():
     x, w, b = inputs((4, 6), 3, torch.float32)
     x.requires_grad_(False)

@@ -50,10 +50,12 @@ def test_forward_and_backward_match_numpy(n, m, k, dt, act, bias, threads, seed)
 @pytest.mark.parametrize("dt", fc.DTYPES)
 @pytest.mark.parametrize("act", fc.ACTS)
 def test_few_rows_against_a_large_weight(n, m, k, dt, act):
-    """The forward of gemm_nt's dot products (w streamed as stored), odd k among them, rows of w split."""
+    """The forward of gemm_nt's dot products (w streamed as stored), odd k among them, rows of w
+    split; the backward's dx reads an fp32 w in place, its columns split."""
     assert fc.dots(n, m, k)
     with split_rows():
         check_layer(n, m, k, dt, act, bias=k % 2 == 1, threads=3, seed=n * m * k, scale=k ** -0.5)
+        assert fc._backward_plan(n, m, k, dt, act, 3).dx.in_place == (dt == "f32")
 
 
 @pytest.mark.parametrize("n, m, k", [(17, 64, 65), (20, 40, 200), (33, 130, 96)])
