@@ -13,7 +13,8 @@ Every output is checked against torch's first (relative to the largest |y|: 1e-4
 import argparse
 
 from bench.common import Report, write_json
-from bench.versus import add_arguments, peak, setup, versus
+from bench.llm import read_sweep
+from bench.versus import add_arguments, peak, quick_seconds, setup, versus
 
 FEW_ROWS = "1x4096x4096,8x4096x4096,16x4096x4096,1x4096x11008,4x768x3072,1x1024x1024,8x1024x1024"
 GEMMS = "64x4096x4096,1024x1024x1024,4096x768x3072,1000x300x700,127x65x1000"
@@ -97,8 +98,6 @@ def main(argv=None):
     for dtype in args.dtypes.split(","):
         for n, k, m in args.shapes:
             bench_shape(rep, torch, threads, n, k, m, dtype, args.backward, args.rounds)
-    from bench.llm import read_sweep
-    from bench.versus import quick_seconds
     sweep, nbytes = read_sweep(pool, args.sweep_mib)
     bw = Report(f"Read bandwidth of the host on {threads} thread(s) (a {args.sweep_mib} MiB row-sum sweep): the ceiling of "
                 "a weight read once", ["GB/s"])

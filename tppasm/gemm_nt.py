@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .dtypes import dtype as to_dtype
 from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
 from .kernel import Descriptor, get_kernel
 
@@ -55,9 +56,8 @@ class GemmNT(Descriptor):
         if self.c_dtype not in C_DTYPES[self.dtype]:
             raise ValueError(f"gemm_nt: c_dtype={self.c_dtype!r}; expected "
                              f"{' or '.join(map(repr, C_DTYPES[self.dtype]))} for dtype={self.dtype!r}")
-        es = {"f32": 4, "bf16": 2}
         for name, dt in (("lda", self.dtype), ("ldb", self.dtype), ("ldc", self.c_dtype)):
-            if getattr(self, name) * es[dt] > MAX_ROW_BYTES:
+            if getattr(self, name) * to_dtype(dt).itemsize > MAX_ROW_BYTES:
                 raise ValueError(f"gemm_nt: {name}={getattr(self, name)} spans more than "
                                  f"{MAX_ROW_BYTES >> 20} MiB per row; call it on a copy with dense rows")
 

@@ -18,10 +18,8 @@ from isa.x86 import Function, ax, dword, eax, gpr, ptr, r8, r9, r10, r11, r12, r
 
 from ..backends import register
 from . import brgemm
-from .stream import Stream, Tail, load, make_tail
+from .stream import ES, Stream, Tail, load, make_tail
 from .vector import VectorISA
-
-ES = {"f32": 4, "bf16": 2}
 
 
 def blocking(m, isa):
