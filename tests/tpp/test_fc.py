@@ -3,15 +3,17 @@ random shapes (odd k and n for the bf16 VNNI tails), every activation, with and 
 outputs poisoned with NaN and checked written."""
 import contextlib
 import multiprocessing
+import platform
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tppasm import fc
+from tppasm import fc, kernel
 from tppasm.dtypes import dtype as D
 from tppasm.eltwise import GRAD_OPS, UNARY_OPS
+from tppasm.x86.entry import NATIVE_CHECKS
 
 
 def nan(shape, dt):
@@ -55,7 +57,8 @@ def test_few_rows_against_a_large_weight(n, m, k, dt, act):
     assert fc.dots(n, m, k)
     with split_rows():
         check_layer(n, m, k, dt, act, bias=k % 2 == 1, threads=3, seed=n * m * k, scale=k ** -0.5)
-        assert fc._backward_plan(n, m, k, dt, act, 3).dx.in_place == (dt == "f32")
+        dx = fc._backward_plan(n, m, k, dt, act, 3).dx
+        assert isinstance(dx, fc.StripGemm) if dt == "bf16" else dx.in_place
 
 
 @pytest.mark.parametrize("n, m, k", [(17, 64, 65), (20, 40, 200), (33, 130, 96)])
@@ -81,21 +84,68 @@ def test_weight_panels(n, m, k, dt, act, panels):
         check_layer(n, m, k, dt, act, bias=True, threads=3, seed=n + m + k, scale=k ** -0.5)
 
 
-@contextlib.contextmanager
+@pytest.mark.parametrize("n, m, k", [(3, 131, 40), (9, 200, 33), (16, 129, 70)])
+@pytest.mark.parametrize("act", [None, "gelu"])
+def test_few_rows_bf16_dx_in_strips(n, m, k, act):
+    """bf16 dx for a few rows: w packed a strip of its rows at a time (strips of 64 here, the last
+    one shorter and odd), each thread taking a run of its columns."""
+    with split_rows(), fc_setting("STRIP_BYTES", 0):
+        strips = fc._backward_plan(n, m, k, "bf16", act, 3).dx.strips
+        assert len(strips) == -(-m // 64) and strips[-1][1] - strips[-1][0] == m % 64
+        check_layer(n, m, k, "bf16", act, bias=True, threads=3, seed=n * m * k, scale=k ** -0.5)
+
+
 def panels_from(nbytes):
     """Weights of more than ``nbytes`` in panels (real calls: above a core's L2)."""
-    saved, fc.PANEL_BYTES = fc.PANEL_BYTES, nbytes
+    return fc_setting("PANEL_BYTES", nbytes)
+
+
+@contextlib.contextmanager
+def fc_setting(name, value):
+    """fc's constant ``name`` set to ``value`` (its plans made anew) while the block runs."""
+    saved = getattr(fc, name)
+    setattr(fc, name, value)
     fc._forward_plan.cache_clear()
     fc._backward_plan.cache_clear()
     try:
         yield
     finally:
-        fc.PANEL_BYTES = saved
+        setattr(fc, name, saved)
         fc._forward_plan.cache_clear()
         fc._backward_plan.cache_clear()
 
 
+@contextlib.contextmanager
+def native_calls_only():
+    """Fail a call of any kernel that its native entry refused and handed to the Python path (a
+    batch stride unlike the kernel's, say), which costs 10-20 us a call on a 2-vCPU Zen 4: the
+    packed operands fc builds must be exactly what its kernels were built for."""
+    calls = []
+    if not NATIVE:
+        yield calls
+        return
+    slow = kernel.Kernel._slow_call
+
+    def spy(self, arrays, values):
+        calls.append(f"{self.desc} with {[(a.shape, a.strides) for a in arrays]}")
+        return slow(self, arrays, values)
+    kernel.Kernel._slow_call = spy
+    try:
+        yield calls
+    finally:
+        kernel.Kernel._slow_call = slow
+    assert not calls, f"{len(calls)} kernel call(s) took the Python path: {calls[0]}"
+
+
+NATIVE = NATIVE_CHECKS and platform.machine() in ("x86_64", "AMD64")
+
+
 def check_layer(n, m, k, dt, act, bias, threads, seed, scale=1.0):
+    with native_calls_only():
+        _check_layer(n, m, k, dt, act, bias, threads, seed, scale)
+
+
+def _check_layer(n, m, k, dt, act, bias, threads, seed, scale=1.0):
     """``scale``: of x, so that long rows keep z near 1, where the gelu gradients' own accuracy
     (tested in test_eltwise) is not lost in the tolerance of tiny values."""
     rng = np.random.default_rng(seed)
