@@ -84,13 +84,16 @@ def test_weight_panels(n, m, k, dt, act, panels):
         check_layer(n, m, k, dt, act, bias=True, threads=3, seed=n + m + k, scale=k ** -0.5)
 
 
-@pytest.mark.parametrize("n, m, k", [(3, 131, 40), (9, 200, 33), (16, 129, 70)])
+@pytest.mark.parametrize("n, m, k", [(3, 131, 40), (9, 200, 33), (16, 129, 70), (41, 67, 20)])
 @pytest.mark.parametrize("act", [None, "gelu"])
 def test_few_rows_bf16_dx_in_strips(n, m, k, act):
-    """bf16 dx for a few rows: w packed a strip of its rows at a time (strips of 64 here, the last
-    one shorter and odd), each thread taking a run of its columns."""
+    """bf16 dx for up to STRIP_ROWS rows: w packed a strip of its rows at a time (strips of 64
+    here, the last one shorter and odd), each thread taking a run of its columns."""
     with split_rows(), fc_setting("STRIP_BYTES", 0):
-        strips = fc._backward_plan(n, m, k, "bf16", act, 3).dx.strips
+        dx = fc._backward_plan(n, m, k, "bf16", act, 3).dx
+        strips = dx.strips
+        assert isinstance(dx, fc.StripGemm) and not isinstance(fc._backward_plan(65, m, k, "bf16", act, 3).dx,
+                                                               fc.StripGemm)
         assert len(strips) == -(-m // 64) and strips[-1][1] - strips[-1][0] == m % 64
         check_layer(n, m, k, "bf16", act, bias=True, threads=3, seed=n * m * k, scale=k ** -0.5)
 
