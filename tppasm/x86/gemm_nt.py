@@ -5,7 +5,12 @@ read from memory once and from the caches for the other A blocks). Per block, RA
 accumulators walk k one vector at a time: the RA vectors of A are loaded, then each B row's
 vector feeds RA FMAs (bf16: ``vdpbf16ps`` on pairs where the target has AVX512-BF16, else both
 widened exactly to fp32). Every line of B is used as soon as it arrives, so B streams at the
-speed of memory whatever its row stride. A k tail loads masked lanes (zeros beyond the row).
+speed of memory whatever its row stride, and each step prefetches the same k of the next block's
+rows into L2, so that the next block arrives while this one is multiplied (else the first A
+block's pass waits on memory and the others leave it idle; Zen 4, 1 thread, against a 4096 x 4096
+weight, ms before / after: fp32 1 row 3.1 / 2.6, 8 rows 5.2 / 3.4-3.8, 16 rows 7.5 / 5.7; bf16 1
+row 1.35 / 1.08, 8 rows 2.6 / 1.6-1.8, 16 rows 3.95 / 2.8-3.0). A k tail loads masked lanes (zeros
+beyond the row).
 Each accumulator is then summed across lanes and stored as one element of C (bf16: rounded to
 nearest even in a general register, NaN quieted).
 
@@ -70,7 +75,10 @@ class _Gen:
     def k_step(self, acc, a_regs, b_regs, koff, tail):
         d, a = self.d, self.a
         rows_a = [self.load(a_regs[i], r8, i, d.lda, koff, tail) for i in range(len(acc))]
-        for j in range(len(acc[0])):
+        rb = len(acc[0])
+        for j in range(rb):
+            if tail is None:                    # the next block's row j (past B: prefetches never fault)
+                a.prefetcht1([self.pb + koff + (rb + j) * d.ldb * self.es])
             b = self.load(b_regs[j % 2], self.pb, j, d.ldb, koff, tail)
             for i, x in enumerate(rows_a):
                 if self.dp:
