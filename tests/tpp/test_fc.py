@@ -48,7 +48,7 @@ def test_forward_and_backward_match_numpy(n, m, k, dt, act, bias, threads, seed)
         check_layer(n, m, k, dt, act, bias, threads, seed)
 
 
-@pytest.mark.parametrize("n, m, k", [(1, 40, 33), (3, 64, 65), (5, 48, 32), (2, 17, 200), (16, 70, 100)])
+@pytest.mark.parametrize("n, m, k", [(1, 40, 33), (3, 64, 65), (5, 48, 32), (2, 17, 200), (16, 70, 100), (31, 40, 65)])
 @pytest.mark.parametrize("dt", fc.DTYPES)
 @pytest.mark.parametrize("act", fc.ACTS)
 def test_few_rows_against_a_large_weight(n, m, k, dt, act):
@@ -61,7 +61,7 @@ def test_few_rows_against_a_large_weight(n, m, k, dt, act):
         assert isinstance(dx, fc.StripGemm) if dt == "bf16" else dx.in_place
 
 
-@pytest.mark.parametrize("n, m, k", [(17, 64, 65), (20, 40, 200), (33, 130, 96)])
+@pytest.mark.parametrize("n, m, k", [(33, 130, 96), (34, 130, 201), (40, 200, 120)])
 @pytest.mark.parametrize("dt", fc.DTYPES)
 @pytest.mark.parametrize("act", [None, "relu", "gelu"])
 def test_rows_fewer_than_the_weight(n, m, k, dt, act):
