@@ -130,7 +130,7 @@ def _forward_transposed(plan, x, w, bias, out):
     bf16 its VNNI2 packing, which is the transpose of x's bf16 pairs read as 32-bit words) is B,
     w itself A; the fp32 product is transposed back, and the bias add rounds it once to out."""
     n = x.shape[0]
-    xt = plan.pack_x(_as_words(x, plan.pack_x.pairs))
+    xt = plan.pack_x(x)
     yt = empty((w.shape[0], n), np.float32)
     plan.gemm(w, xt, yt)
     y32 = empty((n, w.shape[0]), np.float32)
@@ -314,8 +314,8 @@ class PanelGemm:
                         for lo, hi in self.blocks for w in widths}
 
     def _pack(self, b, c0, c1):
-        """Columns c0..c1 of B as a (k, width) panel, (ceil(k/2), width, 2) for bf16; ``b``: W as
-        32-bit words (:func:`_as_words`), or B itself."""
+        """Columns c0..c1 of B as a (k, width) panel, (ceil(k/2), width, 2) for bf16; ``b``: W (its
+        rows c0..c1 are transposed), or B itself."""
         if self.in_place:
             return b[:, c0:c1]
         if self.b_layout == "w":
@@ -343,8 +343,6 @@ class PanelGemm:
 
     def __call__(self, a, b, c, bias=None):
         """C from A (rows, k) and W (m, k) or, with ``b_layout="km"``, B (k, m)."""
-        if self.b_layout == "w":
-            b = _as_words(b, self.pairs)
         if self.groups:
             jobs = [functools.partial(self._panels, a, b, c, bias, group) for group in self.groups]
         else:
@@ -412,33 +410,36 @@ def _k_blocks(x, bk, count):
     return np.lib.stride_tricks.as_strided(x, (count, x.shape[0], bk), (bk * x.itemsize,) + x.strides)
 
 
-def _as_words(x, pairs):
-    """x (rows, k) as 32-bit words: itself for fp32; for bf16 (``pairs``) its pairs, an odd k padded
-    with a zero."""
-    if pairs and x.shape[1] % 2:
-        x = np.concatenate([x, np.zeros((x.shape[0], 1), x.dtype)], axis=1)
-    return np.ascontiguousarray(x).view(np.float32)
-
-
 class TransposedB:
-    """The B of a BRGEMM from a matrix given by its r rows of k (W, or x): its transpose (k, r), for
-    bf16 the VNNI2 packing of it (ceil(k/2), r, 2), which is the fp32 transpose of the rows' bf16
-    pairs read as 32-bit words. Called with the rows as words (:func:`_as_words`).
+    """The B of a BRGEMM from a matrix given by its r rows of k (W, or x; C-contiguous): its
+    transpose (k, r), for bf16 the VNNI2 packing of it (ceil(k/2), r, 2), which for an even k is
+    the fp32 transpose of the rows' bf16 pairs read as 32-bit words; an odd k's rows have no such
+    view, and are transposed as bf16, then packed (1000 x 65: 7.8 us, where padding the rows with a
+    copy for the one-pass form took 20).
 
     >>> import numpy as np; from tppasm.dtypes import dtype
     >>> x = np.arange(6, dtype=np.float32).reshape(2, 3).astype(dtype("bf16"))
-    >>> TransposedB(2, 3, "bf16")(_as_words(x, True)).astype(np.float32).tolist()
+    >>> TransposedB(2, 3, "bf16")(x).astype(np.float32).tolist()
     [[[0.0, 1.0], [3.0, 4.0]], [[2.0, 0.0], [5.0, 0.0]]]
     """
 
     def __init__(self, r, k, dtype):
-        self.r, self.pairs, self.np_dtype = r, dtype == "bf16", numpy_dtype(dtype)
+        self.r, self.k, self.pairs, self.np_dtype = r, k, dtype == "bf16", numpy_dtype(dtype)
         self.words = -(-k // 2) if self.pairs else k
-        self.kernel = transform("transpose", r, self.words, dtype="f32")
+        self.odd = self.pairs and k % 2 == 1
+        if self.odd:
+            self.kernels = transform("transpose", r, k, dtype=dtype), transform("vnni2", k, r, dtype=dtype)
+        else:
+            self.kernels = transform("transpose", r, self.words, dtype="f32"),
 
-    def __call__(self, words):
+    def __call__(self, rows):
         out = empty((self.words, self.r), np.float32)
-        self.kernel(words, out)
+        if self.odd:
+            transposed = empty((self.k, self.r), self.np_dtype)
+            self.kernels[0](rows, transposed)
+            self.kernels[1](transposed, out.view(self.np_dtype).reshape(self.words, self.r, 2))
+        else:
+            self.kernels[0](rows.view(np.float32), out)
         return out.view(self.np_dtype).reshape(self.words, self.r, 2) if self.pairs else out
 
 
