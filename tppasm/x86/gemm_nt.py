@@ -10,9 +10,8 @@ rows into L2, so that the next block arrives while this one is multiplied (else 
 block's pass waits on memory and the others leave it idle; Zen 4, 1 thread, against a 4096 x 4096
 weight, ms before / after: fp32 1 row 3.1 / 2.6, 8 rows 5.2 / 3.4-3.8, 16 rows 7.5 / 5.7; bf16 1
 row 1.35 / 1.08, 8 rows 2.6 / 1.6-1.8, 16 rows 3.95 / 2.8-3.0). A k tail loads masked lanes (zeros
-beyond the row).
-Each accumulator is then summed across lanes and stored as one element of C (bf16: rounded to
-nearest even in a general register, NaN quieted).
+beyond the row). Each accumulator is then summed across lanes and stored as one element of C
+(bf16: rounded to nearest even in a general register, NaN quieted).
 
 >>> import numpy as np, tppasm
 >>> a = np.ones((2, 20), np.float32); b = np.arange(60, dtype=np.float32).reshape(3, 20)
