@@ -5,11 +5,14 @@ read from memory once and from the caches for the other A blocks). Per block, RA
 accumulators walk k one vector at a time: the RA vectors of A are loaded, then each B row's
 vector feeds RA FMAs (bf16: ``vdpbf16ps`` on pairs where the target has AVX512-BF16, else both
 widened exactly to fp32). Every line of B is used as soon as it arrives, so B streams at the
-speed of memory whatever its row stride, and each step prefetches the same k of the next block's
-rows into L2, so that the next block arrives while this one is multiplied (else the first A
-block's pass waits on memory and the others leave it idle; Zen 4, 1 thread, against a 4096 x 4096
-weight, ms before / after: fp32 1 row 3.1 / 2.6, 8 rows 5.2 / 3.4-3.8, 16 rows 7.5 / 5.7; bf16 1
-row 1.35 / 1.08, 8 rows 2.6 / 1.6-1.8, 16 rows 3.95 / 2.8-3.0). A k tail loads masked lanes (zeros
+speed of memory whatever its row stride. Each pass over a B block (one per block of A's rows)
+prefetches into L2 its share of the next block's rows at the k it reads, so that the next block
+arrives while this one is multiplied: without, the first pass waited on memory and the others
+left it idle; prefetching all of the next block's rows in every pass took too many load slots
+(AVX2: slower than none at 16 rows). Zen 4, 1 thread, against a 4096 x 4096 weight, ms without /
+with: fp32 1 row 3.05-3.16 / 2.2-2.3, 8 rows 5.2-5.5 / 2.9-4.0, 16 rows 7.5-8.3 / 5.0-5.5 (96% of
+the FMA peak at best); bf16 1 row 1.35-1.40 / 0.92-0.97, 8 rows 2.6-2.7 / 1.54-1.61; 16 x 11008 x
+4096 10.2-11.0 / 6.8-7.0; AVX2 code, fp32 16 rows 9.1-9.5 / 7.3. A k tail loads masked lanes (zeros
 beyond the row). Each accumulator is then summed across lanes and stored as one element of C
 (bf16: rounded to nearest even in a general register, NaN quieted).
 
@@ -18,7 +21,7 @@ beyond the row). Each accumulator is then summed across lanes and stored as one 
 >>> tppasm.gemm_nt(2, 3, 20)(a, b).tolist()
 [[190.0, 590.0, 990.0], [190.0, 590.0, 990.0]]
 """
-from isa.x86 import Function, ax, dword, eax, gpr, ptr, r8, r9, r10, r11, r12, rax, rcx, vec, word
+from isa.x86 import Function, ax, dword, eax, gpr, ptr, r8, r9, r10, r11, r12, r13, rax, rcx, vec, word
 
 from ..backends import register
 from . import brgemm
@@ -55,6 +58,8 @@ class _Gen:
         else:
             self.tail = make_tail(self.fn, self.v, rem, regs)
         self.regs = regs
+        ra, rb = blocking(desc.m, isa)
+        self.prefetch_rows = -(-rb // -(-desc.m // ra))      # of the next B block in each pass, at r13
 
     def stream(self, reg, ld):
         return Stream(reg, "full", self.d.dtype, ld)
@@ -74,10 +79,9 @@ class _Gen:
     def k_step(self, acc, a_regs, b_regs, koff, tail):
         d, a = self.d, self.a
         rows_a = [self.load(a_regs[i], r8, i, d.lda, koff, tail) for i in range(len(acc))]
-        rb = len(acc[0])
-        for j in range(rb):
-            if tail is None:                    # the next block's row j (past B: prefetches never fault)
-                a.prefetcht1([self.pb + koff + (rb + j) * d.ldb * self.es])
+        for j in range(len(acc[0])):
+            if tail is None and j < self.prefetch_rows:     # (past B's end too: prefetches never fault)
+                a.prefetcht1([r13 + koff + j * d.ldb * self.es])
             b = self.load(b_regs[j % 2], self.pb, j, d.ldb, koff, tail)
             for i, x in enumerate(rows_a):
                 if self.dp:
@@ -154,6 +158,7 @@ class _Gen:
         """Every block of A's rows against the B block at pb, C columns at pc."""
         d, a = self.d, self.a
         ra = blocking(d.m, self.v.name)[0]
+        a.lea(r13, [self.pb + rb * d.ldb * self.es])
         a.mov(r8, self.pa)
         a.mov(r9, self.pc)
         whole, rest = divmod(d.m, ra)
@@ -164,6 +169,7 @@ class _Gen:
             self.block(ra, rb)
             a.add(r8, ra * d.lda * self.es)
             a.add(r9, ra * d.ldc * self.esc)
+            a.add(r13, self.prefetch_rows * d.ldb * self.es)
             a.dec(rcx)
             a.jnz(top)
         if rest:
