@@ -96,9 +96,10 @@ def dots(n, m, k):
     return n <= DOT_ROWS and max(m, k) * 4 <= MAX_ROW_BYTES
 
 
-# Zen 4, 1 thread, ms forward dots / transposed: fp32 24 x 4096 -> 4096 9.7 / 17.2, 32 rows 12.9 / 16.2,
-# 48 rows 19.3 / 15.7; bf16 32 rows 6.2 / 8.8, 48 rows 10.2 / 8.6; 32 x 768 -> 3072 1.8 / 1.9 and bf16
-# 1.05 / 0.93. The fp32 backward's dx in place, ms against panels: 32 x 4096 -> 4096 14.9 / 19.5
+# Zen 4, 1 thread, ms forward dots / transposed: fp32 24 x 4096 -> 4096 7.5 / 13.4, 32 rows 9.8 / 13.6,
+# 48 rows 16.0 / 14.9, 64 rows 21.0 / 19.9; bf16 32 rows 5.1 / 7.1, 48 rows 7.8 / 7.7; 32 x 768 -> 3072
+# fp32 1.6 / 1.6, bf16 0.85 / 0.94. The fp32 backward's dx in place, ms against panels: 32 x 4096 ->
+# 4096 14.9 / 19.5
 DOT_ROWS = 32
 
 
