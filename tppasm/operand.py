@@ -85,6 +85,8 @@ def check(spec: OperandSpec, arr, count=1, who="kernel", origin="numpy"):
     got = tuple(s // es if s % es == 0 else s / es for s in arr.strides)
     dims = arr.shape
     for axis, (g, w, d) in enumerate(zip(got, spec.strides, dims)):
+        if spec.batch and axis == 0 and count == 1:      # the kernel reads the first block only
+            continue
         if d > 1 and g != w:
             if spec.ld_name and axis == nd - 2 and isinstance(g, int) and g >= spec.shape[-1] and \
                     (got[-1] == 1 or dims[-1] == 1):

@@ -86,6 +86,27 @@ def test_both_entries_compute_and_explain(make):
         g(a, b, np.zeros((5, 3), np.float32), 1)
 
 
+@pytest.mark.parametrize("make", [lambda d: tk.get_kernel(d), _tuple_entry_kernel], ids=["builtin", "tuple"])
+def test_one_block_views_enter_natively(make, monkeypatch):
+    """For one block the batch stride is free (``a[None]`` has stride 0): such calls stay native;
+    for more blocks a batch stride the kernel was not built with is explained."""
+    g = make(Brgemm(m=4, n=6, k=5))
+    slow = []
+    python_path = tk.Kernel._slow_call
+    monkeypatch.setattr(tk.Kernel, "_slow_call", lambda self, *args: slow.append(1) or python_path(self, *args))
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((4, 5), np.float32), rng.standard_normal((5, 6), np.float32)
+    spaced = rng.standard_normal((2, 8, 5), np.float32)[:, :4]        # batch stride 40 elements, not 20
+    bb = rng.standard_normal((2, 5, 6), np.float32)
+    for x, y, count in ((a[None], b[None], None), (a[None], b[None], 1), (spaced, bb, 1)):
+        c = np.full((4, 6), np.nan, np.float32)
+        g(x, y, c) if count is None else g(x, y, c, count=count)
+        np.testing.assert_allclose(c, x[0] @ y[0], rtol=1e-5, atol=1e-5)
+    assert slow == [] or not tk.NATIVE_CHECKS
+    with pytest.raises(OperandError, match="stride_a=40"):
+        g(spaced, bb, np.zeros((4, 6), np.float32))
+
+
 def test_builtin_entry_keeps_reference_counts():
     c = np.zeros((4, 4), np.float32)
     before = sys.getrefcount(None), sys.getrefcount(A), sys.getrefcount(c)

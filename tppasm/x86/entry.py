@@ -173,7 +173,14 @@ def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=No
         a.mov(ptr, [item + STRIDES])
         es = spec.np_dtype.itemsize
         for axis, (d, st) in enumerate(zip(dims, spec.strides)):
-            if d is None or d > 1:              # numpy leaves strides of length-1 axes arbitrary
+            if d is None:                       # the batch stride matters only past the first block
+                one_block = a.label()
+                a.cmp(count, 1)
+                a.je(one_block)
+                a.cmp(qword[ptr + 8 * axis], st * es)
+                a.jne(fail)
+                a.bind(one_block)
+            elif d > 1:                         # numpy leaves strides of length-1 axes arbitrary
                 a.cmp(qword[ptr + 8 * axis], st * es)
                 a.jne(fail)
         a.mov(regs[i], [item + DATA])
