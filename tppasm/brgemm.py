@@ -62,6 +62,7 @@ C_DTYPES = {"f32": ("f32",), "bf16": ("f32", "bf16"), "i8": ("i32",)}
 VNNI = {"f32": 1, "bf16": 2, "i8": 4}
 BATCHES = ("stride", "offset", "address")
 MAX_PACE = 64
+MAX_SIZE = 1 << 40       # elements: any size, ld or stride beyond (4 TiB of fp32) is a mistake
 ACTS = {
     None: lambda x: x,
     "relu": lambda x: np.maximum(x, 0),
@@ -116,23 +117,29 @@ class Brgemm(Descriptor):
     # -- checks -------------------------------------------------------------------------------
     def validate(self):
         for name in ("m", "n", "k"):
-            _need(_is_int(getattr(self, name)) and getattr(self, name) >= 1, name, getattr(self, name),
-                  "an int >= 1")
+            _need(_is_int(getattr(self, name)) and 1 <= getattr(self, name) < MAX_SIZE, name, getattr(self, name),
+                  "an int in [1, 2**40)")
         if self.dtype not in VNNI:
             raise ValueError(f"brgemm: dtype={self.dtype!r}; legal values: {', '.join(VNNI)}")
         # A's rows may overlap (lda < k): it is only read, e.g. a convolution reads the S*bc values
         # under each output pixel as one row, consecutive pixels stride*bc apart
-        _need(_is_int(self.lda) and self.lda >= 1, "lda", self.lda, "an int >= 1 (A's row stride)")
+        _need(_is_int(self.lda) and 1 <= self.lda < MAX_SIZE, "lda", self.lda,
+              "an int in [1, 2**40) (A's row stride)")
         for name, least in (("ldb", self.n), ("ldc", self.n)):
             value = getattr(self, name)
-            _need(_is_int(value) and value >= least, name, value, f"an int >= {least} (the row width)")
+            _need(_is_int(value) and least <= value < MAX_SIZE, name, value,
+                  f"an int in [{least}, 2**40) (at least the row width)")
         for name in ("stride_a", "stride_b"):
             value = getattr(self, name)
-            _need(_is_int(value) and value >= 0, name, value, "an int >= 0 (elements between blocks)")
+            _need(_is_int(value) and 0 <= value < MAX_SIZE, name, value,
+                  "an int in [0, 2**40) (elements between blocks)")
         _need(self.beta in (0, 1) and not isinstance(self.beta, float), "beta", self.beta, "0 or 1")
         _need(self.c_dtype in C_DTYPES[self.dtype], "c_dtype", self.c_dtype,
               f"{' or '.join(map(repr, C_DTYPES[self.dtype]))} for dtype={self.dtype!r}")
         _need(self.batch in BATCHES, "batch", self.batch, ", ".join(map(repr, BATCHES)))
+        _need(self.batch == "stride" or (self.stride_a, self.stride_b) == self.dense_strides(), "stride_a, stride_b",
+              (self.stride_a, self.stride_b), f"them left out with batch={self.batch!r}: its blocks are found by "
+              f"{'offsets' if self.batch == 'offset' else 'addresses'}, not strides (or pass batch='stride')")
         _need(self.bias in (False, True), "bias", self.bias, "True or False")
         _need(self.act in ACTS, "act", self.act, ", ".join(map(repr, ACTS)))
         _need(self.tile_setup in (False, True), "tile_setup", self.tile_setup, "True or False")
@@ -144,6 +151,10 @@ class Brgemm(Descriptor):
         if self.dtype == "i8":
             _need(not self.bias, "bias", self.bias, "False for dtype='i8' (int32 C has no fp32 bias)")
             _need(self.act in (None, "relu"), "act", self.act, "None or 'relu' for dtype='i8'")
+
+    def dense_strides(self):
+        """(stride_a, stride_b) of blocks stored one after the other: the defaults."""
+        return self.m * self.lda, self.groups * self.vnni * self.ldb
 
     @property
     def checked_call(self):

@@ -21,14 +21,24 @@ from .kernel import Descriptor, get_kernel
 from .operand import OperandSpec
 
 
+FLT_MAX = float(np.finfo(np.float32).max)
+FLT_NORMAL = float(np.finfo(np.float32).tiny)      # the smallest normal fp32
+
+
 def _real(desc, name, positive=False):
-    """Normalize the float field ``name`` to a Python float; ValueError unless finite (and > 0)."""
+    """Normalize the float field ``name`` to a Python float; ValueError unless the kernels' fp32
+    holds it (finite; and positive: at least the smallest normal fp32, which a flush to zero or
+    an underflow cannot turn into 0)."""
     value = getattr(desc, name)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ValueError(f"{desc.kind}: {name}={value!r}; expected a finite float")
     value = float(value)
-    if not math.isfinite(value) or (positive and value <= 0):
-        raise ValueError(f"{desc.kind}: {name}={value!r}; expected a finite float{' > 0' if positive else ''}")
+    if not math.isfinite(value) or abs(value) > FLT_MAX:
+        raise ValueError(f"{desc.kind}: {name}={value!r}; expected a finite fp32 value (|{name}| <= {FLT_MAX:.7g}): "
+                         "the kernels compute in fp32")
+    if positive and value < FLT_NORMAL:
+        raise ValueError(f"{desc.kind}: {name}={value!r}; expected a float >= {FLT_NORMAL:.7g} (fp32's smallest "
+                         f"normal; the kernels compute in fp32, where a smaller {name} is 0 or flushed to 0)")
     object.__setattr__(desc, name, value)
 
 
@@ -90,6 +100,9 @@ class Softmax(_RowOp):
             raise ValueError(f"softmax: mask={self.mask!r}; expected None, 'row' (n values for every row) "
                              "or 'full' (an (m, n) array)")
         _ld(self, "ldm", self.n)
+        if self.mask != "full" and self.ldm != self.n:
+            raise ValueError(f"softmax: ldm={self.ldm} is the row stride of mask='full' and this softmax has "
+                             f"mask={self.mask!r}; leave ldm out, or pass mask='full' with an (m, n) mask")
 
     def operands(self):
         x, out = self._io()

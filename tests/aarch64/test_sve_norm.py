@@ -80,14 +80,15 @@ def cases_of(s):
     m, n, (pi, po, pm), i, seed = s["m"], s["n"], s["pads"], s["dtypes"], s["seed"]
     dts = [DTYPES[(i + j) % len(DTYPES)] for j in range(3)]
     lds = dict(ldi=n + pi, ldo=n + po)
-    soft = Softmax(m, n, **lds, dtype=dts[0][0], out_dtype=dts[0][1], scale=s["scale"], mask=s["mask"], ldm=n + pm)
+    ldm = n + pm if s["mask"] == "full" else 0          # the row stride of a full mask only
+    soft = Softmax(m, n, **lds, dtype=dts[0][0], out_dtype=dts[0][1], scale=s["scale"], mask=s["mask"], ldm=ldm)
     layer = LayerNorm(m, n, **lds, dtype=dts[1][0], out_dtype=dts[1][1], eps=1e-5)
     rms = RMSNorm(m, n, **lds, dtype=dts[2][0], out_dtype=dts[2][1], eps=1e-6)
     cases = [DescCase(soft, seed, fill=softmax_mask), DescCase(layer, seed + 1, fill=shifted(s["offset"])),
              DescCase(rms, seed + 2)]
     dt, ld = DTYPES[i][0], n + pi
     same = dict(ldi=ld, ldo=ld, dtype=dt, out_dtype=dt)
-    cases += [InPlaceCase(Softmax(m, n, **same, scale=s["scale"], mask=s["mask"], ldm=n + pm), "x", seed + 3,
+    cases += [InPlaceCase(Softmax(m, n, **same, scale=s["scale"], mask=s["mask"], ldm=ldm), "x", seed + 3,
                           softmax_mask),
               InPlaceCase(LayerNorm(m, n, **same), "x", seed + 4, shifted(s["offset"])),
               InPlaceCase(RMSNorm(m, n, **same), "x", seed + 5)]

@@ -188,8 +188,9 @@ def descriptors(draw, dtype, small):
     k = draw(st.integers(1, top))
     lda, ldb, ldc = (x + draw(st.sampled_from([0, 0, 1, 5, 16])) for x in (k, n, n))
     batch = draw(st.sampled_from(["stride", "stride", "offset", "address"]))
-    stride_a = m * lda + draw(st.sampled_from([0, 0, 3, 64]))
-    stride_b = k * ldb + draw(st.sampled_from([0, 0, 4]))
+    strided = batch == "stride"                # offsets and addresses find blocks without strides
+    stride_a = m * lda + draw(st.sampled_from([0, 0, 3, 64])) if strided else 0
+    stride_b = k * ldb + draw(st.sampled_from([0, 0, 4])) if strided else 0
     beta = draw(st.integers(0, 1))
     c_dtype = draw(st.sampled_from(["f32", "bf16"])) if dtype == "bf16" else ""
     bias = dtype != "i8" and draw(st.booleans())
@@ -510,6 +511,9 @@ def test_fused_activations_are_emitted():
     (dict(m=4, n=4, k=4, stride_a=-1), "stride_a"), (dict(m=4, n=4, k=4, pace=-1), "pace=-1"),
     (dict(m=4, n=4, k=4, pace=65), "pace=65"), (dict(m=4, n=4, k=4, pace=2.0), "pace=2.0"),
     (dict(m=4, n=4, k=4, pace=True), "pace=True"),
+    (dict(m=4, n=10**30, k=4), "n=1000"), (dict(m=4, n=4, k=4, ldb=2**64), "ldb"),
+    (dict(m=4, n=4, k=4, batch="offset", stride_a=1000), "left out with batch='offset'"),
+    (dict(m=4, n=4, k=4, batch="address", stride_b=7), "found by addresses"),
 ])
 def test_bad_descriptor(kwargs, words):
     with pytest.raises(ValueError, match=words):

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import tppasm
 from tppasm.dtypes import dtype as D
 from tppasm.kernel import get_kernel
 from tppasm.norm import LayerNorm, RMSNorm, Softmax
@@ -59,7 +60,8 @@ def test_softmax(isa, dts, masked, scale, shp, seed, pm):
     m, n, pi, po = shp.draw(shape(isa))
     dt, odt = dts
     rng = np.random.default_rng(seed)
-    k = get_kernel(Softmax(m, n, n + pi, n + po, dt, odt, scale, masked, n + pm), isa)
+    ldm = n + pm if masked == "full" else 0                  # the row stride of a full mask only
+    k = get_kernel(Softmax(m, n, n + pi, n + po, dt, odt, scale, masked, ldm), isa)
     x = operand(rng, m, n, dt, n + pi)
     out = poisoned((m, n), D(odt), n + po)
     rows = m if masked == "full" else 1
@@ -185,7 +187,14 @@ def test_in_place(isa):
     (lambda: Softmax(2, 3, scale="1"), "finite float"),
     (lambda: Softmax(2, 3, mask="col"), "mask"),
     (lambda: Softmax(2, 3, mask="full", ldm=2), "ldm"),
-    (lambda: LayerNorm(2, 3, eps=0.0), "> 0"),
+    (lambda: LayerNorm(2, 3, eps=0.0), "smallest normal"),
+    (lambda: LayerNorm(2, 3, eps=1e-50), "smallest normal"),        # 0 in fp32: constant rows were NaN
+    (lambda: RMSNorm(2, 3, eps=1e-39), "smallest normal"),          # subnormal in fp32
+    (lambda: LayerNorm(2, 3, eps=1e39), "fp32"),                    # inf in fp32
+    (lambda: RMSNorm(2, 3, eps=3.5e38), "fp32"),
+    (lambda: Softmax(2, 3, scale=-1e39), "fp32"),
+    (lambda: Softmax(2, 3, ldm=7), "mask='full'"),                  # ldm of no mask
+    (lambda: Softmax(2, 3, mask="row", ldm=7), "mask='full'"),
     (lambda: RMSNorm(2, 3, ldi=2), "ldx"),
     (lambda: LayerNorm(2, 3, dtype="i8"), "dtype"),
     (lambda: Rotary(2, 6, 4), "divide"),
@@ -195,6 +204,14 @@ def test_in_place(isa):
 def test_refused(make, message):
     with pytest.raises(ValueError, match=message):
         make().validate()
+
+
+def test_smallest_normal_eps_keeps_constant_rows_finite():
+    x, g = np.ones((1, 4), np.float32), np.ones(4, np.float32)
+    out = tppasm.layernorm(1, 4, eps=float(np.finfo(np.float32).tiny))(x, g, np.full(4, 0.5, np.float32))
+    assert out.tolist() == [[0.5] * 4]
+    assert tppasm.rmsnorm(1, 4, eps=float(np.finfo(np.float32).tiny))(np.zeros((1, 4), np.float32), g).tolist() == \
+        [[0.0] * 4]
 
 
 def test_wrong_operands_explained():

@@ -246,6 +246,10 @@ class MmlaBrgemm(Brgemm):
             object.__setattr__(self, "stride_b", ceil_div(self.k, g) * g * (self.ldb or 2 * ceil_div(self.n, 2)))
         super().__post_init__()
 
+    def dense_strides(self):
+        g = self.mmla_group
+        return self.m * self.lda, ceil_div(self.k, g) * g * self.ldb
+
     @property
     def mmla_group(self):
         return MMLA_GROUP[SVE_DTYPE[self.dtype]]
