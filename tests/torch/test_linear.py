@@ -1,5 +1,6 @@
 """tppasm.torch: the tppasm::linear operator against torch's own linear layer (values and
 gradients, f32 and bf16, every activation), torch.library.opcheck, nn.Module use, torch.compile."""
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e .[test] pins torch==2.13.0)")
@@ -131,7 +132,103 @@ def test_meta_tensors_get_shapes():
     (lambda: tt.linear(torch.ones(2, 3), torch.ones(4, 3), torch.ones(3)), ValueError, r"expected \(4,\)"),
     (lambda: tt.linear(torch.ones(2, 3), torch.ones(4, 3), act="tanh"), ValueError, "act='tanh'"),
     (lambda: tt.Linear(3, 4, act="swish"), ValueError, "act='swish'"),
+    (lambda: tt.linear(torch.ones(2, 3).to_sparse(), torch.ones(4, 3)), ValueError,
+     r"x is a torch.sparse_coo tensor; .* pass x.to_dense\(\)"),
+    (lambda: tt.linear(torch.ones(2, 3), torch.ones(4, 3).to_sparse()), ValueError, r"pass weight.to_dense\(\)"),
+    (lambda: tt.linear(torch.ones(2, 3), torch.ones(4, 3), torch.ones(4).to_sparse()), ValueError,
+     r"pass bias.to_dense\(\)"),
+    (lambda: tt.linear(np.ones((2, 3), np.float32), torch.ones(4, 3)), TypeError,
+     r"x is a ndarray; expected a torch.Tensor: pass torch.from_numpy\(x\)"),
+    (lambda: tt.linear(torch.ones(2, 3), [[1.0] * 3] * 4), TypeError, r"pass torch.as_tensor\(weight\)"),
+    (lambda: tt.linear(torch.ones(2, 3), torch.ones(4, 3), np.ones(4, np.float32)), TypeError,
+     r"bias is a ndarray; expected a torch.Tensor or None"),
+    (lambda: tt.linear(torch.ones(2, 3), torch.ones(4, 3), act=1), TypeError, r"act=1 \(int\); expected one of"),
+    (lambda: tt.Linear(3, 4)(np.ones((2, 3), np.float32)), TypeError, r"pass torch.from_numpy\(x\)"),
+    (lambda: torch.ops.tppasm.linear_backward(torch.ones(2, 4).to_sparse(), torch.ones(2, 3), torch.ones(4, 3), None,
+                                              None, [True] * 3), ValueError,
+     r"tppasm::linear_backward: dy is a torch.sparse_coo tensor; .* pass dy.to_dense\(\)"),
 ])
 def test_bad_arguments_are_explained(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+@pytest.mark.parametrize("args, error, message", [
+    ((torch.ones(2, 5), torch.ones(2, 3), torch.ones(4, 3), None, None, [True] * 3), ValueError,
+     r"dy has shape \(2, 5\); expected \(2, 4\) for x \(2, 3\) and weight \(4, 3\)"),
+    ((torch.ones(2, 4), torch.ones(2, 3), torch.ones(4, 3), None, None, [True]), ValueError,
+     r"needs=\[True\]; expected 3 bools"),
+    ((torch.ones(2, 4), torch.ones(2, 3), torch.ones(4, 2), None, None, [True] * 3), ValueError,
+     r"x \(2, 3\) and weight \(4, 2\) do not fit"),
+    ((torch.ones(2, 4), torch.ones(2, 3), torch.ones(4, 3), None, "relu", [True] * 3), ValueError,
+     "saved is None with act='relu'; expected y for relu"),
+    ((torch.ones(2, 4), torch.ones(2, 3), torch.ones(4, 3), torch.ones(2, 4), None, [True] * 3), ValueError,
+     "saved is a tensor with act=None"),
+    ((torch.ones(2, 4), torch.ones(2, 3), torch.ones(4, 3), torch.ones(4, 2), "gelu", [True] * 3), ValueError,
+     r"saved has shape \(4, 2\); expected \(2, 4\)"),
+    ((torch.ones(1, 2, 4), torch.ones(1, 2, 3), torch.ones(4, 3), torch.ones(3, 4), "gelu", [True] * 3), ValueError,
+     r"saved has shape \(3, 4\); expected \(1, 2, 4\) or \(2, 4\) for x \(1, 2, 3\)"),
+    ((torch.ones(2, 4), torch.ones(2, 3), torch.ones(4, 3), torch.ones(2, 4, dtype=torch.float64), "relu", [True] * 3),
+     TypeError, r"saved is torch.float64; .* pass saved.float\(\)"),
+    ((torch.ones(2, 4, dtype=torch.bfloat16), torch.ones(2, 3), torch.ones(4, 3), None, None, [True] * 3), TypeError,
+     r"dy is torch.bfloat16 and x torch.float32; pass both in one dtype"),
+    ((torch.ones(2, 4), torch.ones(2, 3), torch.ones(4, 3), None, "tanh", [True] * 3), ValueError, "act='tanh'"),
+])
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_bad_backward_arguments_are_explained(args, error, message, device):
+    """``torch.ops.tppasm.linear_backward`` is public: the real and the fake kernel refuse what does
+    not fit."""
+    args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+    with pytest.raises(error, match=r"tppasm::linear_backward: .*" + message):
+        torch.ops.tppasm.linear_backward(*args)
+
+
+def test_the_real_kernel_refuses_other_devices():
+    """Only meta tensors are at hand on a CPU-only build: handed to the CPU kernel itself (the
+    dispatcher would take them to the fake kernel), they stand for a tensor on any other device."""
+    cpu = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+    x, w = torch.empty(2, 3, device="meta"), torch.empty(4, 3, device="meta")
+    with pytest.raises(ValueError, match=r"x is a tensor on meta; tppasm kernels run on the CPU: pass x.cpu\(\)"):
+        torch.ops.tppasm.linear.default.redispatch(cpu, x, w, None, None)
+    with pytest.raises(ValueError, match=r"tppasm::linear_backward: x is a tensor on meta; .* pass x.cpu\(\)"):
+        torch.ops.tppasm.linear_backward.default.redispatch(cpu, torch.empty(2, 4, device="meta"), x, w, None, None,
+                                                            [True] * 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("act", tt.ACTS)
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")
+@pytest.mark.parametrize("shape, out", [((2, 0), 3), ((2, 4, 0), 3), ((0, 0), 3), ((0,), 2), ((0, 3), 2), ((3, 2), 0)])
+def test_empty_dimensions_match_torch(dtype, act, shape, out):
+    """No input features (y is act(bias), x's gradient empty, the weight's zeros), no rows (the
+    weight's and bias's gradients zeros) or no outputs, with any leading shape, as torch's
+    linear gives them."""
+    torch.manual_seed(0)
+    layer = tt.Linear(shape[-1], out, act=act, dtype=dtype)
+    with torch.no_grad():                          # torch initializes the bias of no inputs to zeros
+        layer.bias.copy_(torch.randn(out))
+    x = torch.randn(shape).to(dtype).requires_grad_()
+    y = layer(x)
+    ref = TORCH_ACT[act](F.linear(x.double(), layer.weight.double(), layer.bias.double()))
+    assert y.dtype == dtype and y.shape == ref.shape
+    torch.testing.assert_close(y.double(), ref, **TOL[dtype])
+    dy = torch.randn(y.shape).to(dtype)
+    got = torch.autograd.grad(y, (x, layer.weight, layer.bias), dy)
+    want = torch.autograd.grad(ref, (x, layer.weight, layer.bias), dy.double())
+    for g, r in zip(got, want):
+        assert g.dtype == dtype and g.shape == r.shape
+        torch.testing.assert_close(g.double(), r.double(), **TOL[dtype])
+    y = tt.linear(x, layer.weight, None, act)                   # no bias: act(0)
+    assert y.shape == ref.shape and not y.any()
+
+
+def test_fc_views_tensors_and_explains_those_it_cannot_take():
+    """tppasm.fc takes CPU tensors (bf16 too) as views; a tensor that requires grad is refused
+    under grad mode, saying what to pass, as are sparse ones."""
+    from tppasm import fc
+    x, w = torch.ones(2, 3, dtype=torch.bfloat16), torch.ones(4, 3, dtype=torch.bfloat16)
+    assert (fc.forward(x, w)[0].astype(np.float32) == 3).all()
+    with pytest.raises(ValueError, match=r"fc.forward: operand x is a tensor that requires grad.*x.detach\(\)"):
+        fc.forward(torch.ones(2, 3, requires_grad=True), torch.ones(4, 3))
+    with pytest.raises(ValueError, match=r"fc.backward: operand w is a torch.sparse_coo tensor.*to_dense\(\)"):
+        fc.backward(torch.ones(2, 4), torch.ones(2, 3), torch.ones(4, 3).to_sparse())

@@ -230,6 +230,65 @@ def test_bad_arguments_are_explained(call, message):
         call()
 
 
+X, W, DY = np.ones((2, 3), np.float32), np.ones((4, 3), np.float32), np.ones((2, 4), np.float32)
+
+
+def read_only(shape, dt="f32"):
+    a = np.zeros(shape, D(dt))
+    a.flags.writeable = False
+    return a
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: fc.forward(X, W, [0.0] * 4), TypeError, r"fc.forward: bias is a list; .* np.asarray\(bias, np.float32\)"),
+    (lambda: fc.forward([[1.0] * 3] * 2, W), TypeError, r"fc.forward: x is a list; .* np.asarray\(x, np.float32\)"),
+    (lambda: fc.forward(X, W, act="relu", pre=np.zeros((2, 4), np.float32)), ValueError,
+     r"fc.forward: pre is given with act='relu', which has no pre-activation .* pass pre=None"),
+    (lambda: fc.forward(X, W, pre="garbage"), ValueError, "pre is given with act=None"),
+    (lambda: fc.forward(X, W, act="gelu", pre="garbage"), TypeError,
+     r"fc.forward: pre must be a C-contiguous writable float32 array of shape \(2, 4\), got str"),
+    (lambda: fc.forward(X, W, act="gelu", pre=np.zeros((4, 2), np.float32)), ValueError,
+     r"fc.forward: pre must be .* got float32 of shape \(4, 2\)"),
+    (lambda: fc.forward(X, W, act="gelu", pre=read_only((2, 4))), ValueError, "fc.forward: pre .* read-only"),
+    (lambda: fc.forward(X, W, out=read_only((2, 4))), ValueError,
+     r"fc.forward: out must be a C-contiguous writable .* got float32 of shape \(2, 4\), read-only; pass such an "
+     "array"),
+    (lambda: fc.backward(DY, X, W, "relu", np.ones((2, 4))), ValueError,
+     r"fc.backward: saved has dtype float64, x float32; .* saved.astype\(x.dtype\)"),
+    (lambda: fc.backward(DY, X, W, "gelu", np.ones((2, 4), D("bf16"))), ValueError, "saved has dtype bfloat16"),
+    (lambda: fc.backward(DY, X, W, dx=read_only((2, 3))), ValueError,
+     "fc.backward: dx must be a C-contiguous writable .* read-only"),
+    (lambda: fc.backward(DY, X, W, dw=read_only((4, 3))), ValueError, "fc.backward: dw .* read-only"),
+    (lambda: fc.backward(DY, X, W, db=read_only(4)), ValueError, "fc.backward: db .* read-only"),
+    (lambda: fc.backward(DY, X, W, db=np.zeros(4, D("bf16"))), ValueError,
+     "db must be a C-contiguous writable float32"),
+    (lambda: fc.backward(DY, X, W, dx=None), TypeError,
+     r"fc.backward: dx must be .* got NoneType; .* or pass True \(allocated\) or False \(not computed\)"),
+])
+def test_own_arguments_are_named(call, error, message):
+    """fc's own arguments are checked before any kernel sees them, and refusals name them (not a
+    kernel's operand) with the type the fault is of."""
+    with pytest.raises(error, match=message):
+        call()
+
+
+@pytest.mark.parametrize("threads, error", [("2", TypeError), (None, TypeError), ([2], TypeError), (True, TypeError),
+                                            (2.5, TypeError), (np.float32(2), TypeError), (0, ValueError),
+                                            (-3, ValueError), (np.int64(0), ValueError)])
+def test_threads_must_be_a_positive_int(threads, error):
+    with pytest.raises(error, match=r"fc.forward: threads=.* expected an int >= 1"):
+        fc.forward(X, W, threads=threads)
+    with pytest.raises(error, match=r"fc.backward: threads=.* expected an int >= 1"):
+        fc.backward(DY, X, W, threads=threads)
+
+
+def test_threads_takes_numpy_integers():
+    for threads in (1, np.int64(3), np.uint8(2)):
+        assert (fc.forward(X, W, threads=threads)[0] == 3).all()
+        assert (fc.backward(DY, X, W, threads=threads)[2] == 2).all()
+    assert (fc.forward(X, W)[0] == 3).all()                 # the default: one thread
+
+
 @pytest.mark.parametrize("n", [3, 20, 70])                  # the dots, transposed and panel forwards
 @pytest.mark.parametrize("dt", fc.DTYPES)
 def test_strided_inputs_are_taken_and_strided_outputs_refused(n, dt):

@@ -40,24 +40,65 @@ def linear(x, weight, bias=None, act=None):
     >>> list(y.shape), list(x.grad.shape)
     ([2, 4], [2, 3])
     """
+    # the operator's schema would refuse these with a RuntimeError that does not say what to pass
+    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
+        if not isinstance(t, Tensor) and (t is not None or name != "bias"):
+            fix = f"torch.from_numpy({name})" if isinstance(t, np.ndarray) else f"torch.as_tensor({name})"
+            raise TypeError(f"tppasm.torch.linear: {name} is a {type(t).__name__}; expected a torch.Tensor"
+                            f"{' or None' if name == 'bias' else ''}: pass {fix}")
+    if act is not None and not isinstance(act, str):
+        raise TypeError(f"tppasm.torch.linear: act={act!r} ({type(act).__name__}); expected one of {ACTS}")
     return torch.ops.tppasm.linear(x, weight, bias, act)[0]
 
 
-def _check(x, weight, bias, act):
+def _check(x, weight, bias, act, real=True, who="tppasm.torch.linear"):
+    """Refuse what the kernels cannot take; ``real``: for the real kernel (fake kernels also see
+    meta tensors, which take no device check)."""
     if act not in ACTS:
-        raise ValueError(f"tppasm.torch.linear: act={act!r}; expected one of {ACTS}")
+        raise ValueError(f"{who}: act={act!r}; expected one of {ACTS}")
     for name, t in (("x", x), ("weight", weight), ("bias", bias)):
-        if t is not None and t.dtype not in _DTYPES:
-            raise TypeError(f"tppasm.torch.linear: {name} is {t.dtype}; tppasm kernels take torch.float32 or "
-                            f"torch.bfloat16: pass {name}.float() or {name}.bfloat16()")
-        if t is not None and t.dtype != x.dtype:
-            raise TypeError(f"tppasm.torch.linear: {name} is {t.dtype} and x {x.dtype}; pass both in one dtype "
-                            f"({name}.to(x.dtype))")
+        if t is not None:
+            _check_tensor(who, name, t, x, real)
     if weight.dim() != 2 or x.dim() < 1 or x.shape[-1] != weight.shape[1]:
-        raise ValueError(f"tppasm.torch.linear: x {tuple(x.shape)} and weight {tuple(weight.shape)} do not fit: "
+        raise ValueError(f"{who}: x {tuple(x.shape)} and weight {tuple(weight.shape)} do not fit: "
                          "weight is (out_features, in_features) and x (..., in_features)")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
-        raise ValueError(f"tppasm.torch.linear: bias has shape {tuple(bias.shape)}; expected ({weight.shape[0]},)")
+        raise ValueError(f"{who}: bias has shape {tuple(bias.shape)}; expected ({weight.shape[0]},)")
+
+
+def _check_tensor(who, name, t, x, real):
+    """``t`` (named ``name``) a dense float32 or bfloat16 tensor in x's dtype, on the CPU if ``real``."""
+    if t.layout != torch.strided:
+        raise ValueError(f"{who}: {name} is a {t.layout} tensor; tppasm kernels take dense tensors: pass "
+                         f"{name}.to_dense()")
+    if real and t.device.type != "cpu":
+        raise ValueError(f"{who}: {name} is a tensor on {t.device}; tppasm kernels run on the CPU: pass {name}.cpu()")
+    if t.dtype not in _DTYPES:
+        raise TypeError(f"{who}: {name} is {t.dtype}; tppasm kernels take torch.float32 or torch.bfloat16: pass "
+                        f"{name}.float() or {name}.bfloat16()")
+    if t.dtype != x.dtype:
+        raise TypeError(f"{who}: {name} is {t.dtype} and x {x.dtype}; pass both in one dtype ({name}.to(x.dtype))")
+
+
+def _check_backward(dy, x, weight, saved, act, needs, real=True):
+    """Refuse arguments of ``linear_backward`` that do not fit together (it is public as
+    ``torch.ops.tppasm.linear_backward``, though autograd is its usual caller)."""
+    who = "tppasm::linear_backward"
+    _check(x, weight, None, act, real, who)
+    if len(needs) != 3:
+        raise ValueError(f"{who}: needs={needs!r}; expected 3 bools, whether dx, dweight and dbias are computed "
+                         "(e.g. [True, True, True])")
+    y_shape, z_shape = (*x.shape[:-1], weight.shape[0]), (math.prod(x.shape[:-1]), weight.shape[0])
+    # saved is y (relu) or z (the gelus, 2-D); shapes may be symbolic (no sets)
+    for name, t, shapes in (("dy", dy, (y_shape,)), ("saved", saved, (y_shape, z_shape)[:1 if x.dim() == 2 else 2])):
+        if t is not None:
+            _check_tensor(who, name, t, x, real)
+            if tuple(t.shape) not in shapes:
+                raise ValueError(f"{who}: {name} has shape {tuple(t.shape)}; expected {' or '.join(map(str, shapes))} "
+                                 f"for x {tuple(x.shape)} and weight {tuple(weight.shape)}")
+    if (saved is None) != (act is None):
+        raise ValueError(f"{who}: saved is {'None' if saved is None else 'a tensor'} with act={act!r}; expected y for "
+                         "relu, z (the operator's second output) for the gelus, None without an activation")
 
 
 def _new(*shape, dtype):
@@ -86,7 +127,7 @@ def _view(t):
 def _linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], act: Optional[str]) -> tuple[Tensor, Tensor]:
     """(y, z): y = act(x @ weight.T + bias); z the pre-activation for the gelus, else empty."""
     _check(x, weight, bias, act)
-    rows = x.reshape(-1, x.shape[-1]).contiguous()
+    rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1]).contiguous()     # -1 is ambiguous for 0 columns
     out = weight.shape[0]
     y = _new(rows.shape[0], out, dtype=x.dtype)
     z = _new(*y.shape, dtype=x.dtype) if act in _GELUS else x.new_empty(0)
@@ -98,7 +139,7 @@ def _linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], act: Optional[str
 
 @_linear.register_fake
 def _(x, weight, bias, act):
-    _check(x, weight, bias, act)
+    _check(x, weight, bias, act, real=False)
     y = x.new_empty(*x.shape[:-1], weight.shape[0])
     z = x.new_empty(math.prod(x.shape[:-1]), weight.shape[0]) if act in _GELUS else x.new_empty(0)
     return y, z
@@ -108,7 +149,8 @@ def _(x, weight, bias, act):
 def _linear_backward(dy: Tensor, x: Tensor, weight: Tensor, saved: Optional[Tensor], act: Optional[str],
                      needs: list[bool]) -> tuple[Tensor, Tensor, Tensor]:
     """(dx, dweight, dbias in float32) of ``linear``; a gradient ``needs`` leaves out is empty."""
-    rows = x.reshape(-1, x.shape[-1]).contiguous()
+    _check_backward(dy, x, weight, saved, act, needs)
+    rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1]).contiguous()
     n, k, m = rows.shape[0], rows.shape[1], weight.shape[0]
     grads = [_new(n, k, dtype=x.dtype) if needs[0] else x.new_empty(0),
              _new(m, k, dtype=x.dtype) if needs[1] else x.new_empty(0),
@@ -123,6 +165,7 @@ def _linear_backward(dy: Tensor, x: Tensor, weight: Tensor, saved: Optional[Tens
 
 @_linear_backward.register_fake
 def _(dy, x, weight, saved, act, needs):
+    _check_backward(dy, x, weight, saved, act, needs, real=False)
     return (x.new_empty(x.shape) if needs[0] else x.new_empty(0),
             weight.new_empty(weight.shape) if needs[1] else x.new_empty(0),
             x.new_empty(weight.shape[0], dtype=torch.float32) if needs[2] else x.new_empty(0, dtype=torch.float32))
