@@ -10,7 +10,7 @@ thread pool is :mod:`loops.pool` (``get_num_threads()`` / ``set_num_threads(n)``
 ...     pass
 >>> nothing()
 """
-from .decorator import LoopKernel, kernel  # noqa: F401
+from .decorator import BoundsError, LoopKernel, kernel  # noqa: F401
 from .pool import get_num_threads, set_num_threads  # noqa: F401
 from .spec import Loop, SpecError  # noqa: F401
 from .trace import TraceError, thread  # noqa: F401

@@ -98,6 +98,48 @@ def _check_body(body):
                             "async or await)")
 
 
+def _parameters(body, varargs=False):
+    """The names of ``body``'s parameters, which the nest fills by position (loop indices, then
+    arrays); TypeError unless ``body`` is a Python function (a ``def``, lambda, method, partial or
+    object with a Python ``__call__``) whose parameters can all be passed so. ``varargs``: a
+    ``*args`` parameter is allowed (hooks take "as many arrays as they name"); it ends the names.
+
+    >>> _parameters(lambda i, X, Y: None)
+    ['i', 'X', 'Y']
+    """
+    fn = body
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    name = getattr(body, "__name__", type(body).__name__)
+    call = getattr(type(fn), "__call__", None)
+    python = (inspect.isfunction(fn) or (inspect.ismethod(fn) and inspect.isfunction(fn.__func__))
+              or (not isinstance(fn, type) and not inspect.isroutine(fn) and inspect.isfunction(call)))
+    if not python:
+        raise TypeError(f"loop body {name!r} is a {type(fn).__name__} ({fn!r}), not a Python function: a body "
+                        "receives one loop index per declared Loop, then the arrays, and calls tppasm kernels "
+                        "on views of them; write it as a def, e.g. 'def body(i, X, Y): relu(X[i], Y[i])'")
+    try:
+        params = list(inspect.signature(body).parameters.values())
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"loop body {name!r}: its parameters cannot be read ({e}); write it as a def that names "
+                        "one parameter per loop index, then one per array: 'def body(i, X, Y): ...'") from None
+    names = []
+    for p in params:
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names.append(p.name)
+        elif p.kind == p.VAR_POSITIONAL and varargs:
+            break
+        elif p.kind == p.KEYWORD_ONLY and p.default is not p.empty:
+            continue                          # a keyword with a default (e.g. bound by a partial): never passed
+        else:
+            what = {p.VAR_POSITIONAL: f"'*{p.name}'", p.VAR_KEYWORD: f"'**{p.name}'",
+                    p.KEYWORD_ONLY: f"the keyword-only parameter {p.name!r} (after '*')"}[p.kind]
+            raise TypeError(f"loop body {name!r} takes {what}: the nest passes the loop indices, then the arrays, "
+                            "by position, one named parameter each; write e.g. 'def body(i, X, Y):' "
+                            "(no '*', '*args' or '**kwargs')")
+    return names
+
+
 _ALL = weakref.WeakSet()       # every loop kernel: set_num_threads drops their compiled nests
 
 
@@ -122,7 +164,7 @@ class LoopKernel:
             if not isinstance(lp, Loop):
                 raise SpecError(f"loop declarations must be Loop(start, end, step=1, blocks=[...]), got {lp!r}")
         name = getattr(body, "__name__", type(body).__name__)
-        params = list(inspect.signature(body).parameters)
+        params = _parameters(body)
         if len(params) < len(loops):
             raise SpecError(f"{name} declares {len(params)} parameters but {len(loops)} loops: its first "
                             f"{len(loops)} parameters receive the loop indices, the rest the arrays")
@@ -150,6 +192,7 @@ class LoopKernel:
         ... def setup(): pass
         """
         _check_body(fn)
+        _parameters(fn, varargs=True)
         self.hooks["init"].append(fn)
         self._invalidate()
         return fn
@@ -157,6 +200,7 @@ class LoopKernel:
     def fini(self, fn):
         """Register ``fn(*arrays)`` to run once per thread after the nest."""
         _check_body(fn)
+        _parameters(fn, varargs=True)
         self.hooks["fini"].append(fn)
         self._invalidate()
         return fn
@@ -330,6 +374,7 @@ class _Instance:
         box = box_of(lk.resolved, spec, self.nthreads)
         self.body, self.init, self.fini = (t.simplify(box) for t in traced)
         _check_calls(lk, arrays, self.body, self.init, self.fini, box)
+        _check_int64(lk, arrays, (self.body, self.init, self.fini), box)
         if lk.races != "allow":
             _check_races_of(lk, arrays, self)
         self.layout = Layout(len(arrays), len(self.kernels), len(lk.loops))
@@ -423,9 +468,30 @@ def _check_races_of(lk, arrays, inst):
 
 # -- bind-time checks: every access stays inside its array, over every iteration ----------------
 
+INT64 = 1 << 63            # native nests compute offsets and comparisons in int64
+
 def _box(lk, spec, nthreads):
     """Range (inclusive) of every index and thread coordinate over the run of ``lk`` under ``spec``."""
     return box_of(lk.resolved, spec, nthreads)
+
+
+class BoundsError(IndexError, ValueError):
+    """An access in a loop body that reaches outside its array for some iteration, found when the
+    nest is bound (its first call on arrays of these shapes), before any of it runs. The message
+    names the access, the range it must stay in and an iteration where it does not. An IndexError
+    (what NumPy raises for an index out of range) and a ValueError (a rejected shape).
+
+    >>> import numpy as np, tppasm as tpp
+    >>> from loops import BoundsError, Loop, kernel
+    >>> relu = tpp.relu(1, 4)
+    >>> k = kernel("a", Loop(0, 3))(lambda i, X, Y: relu(X[i + 1:i + 2], Y[i:i + 1]))
+    >>> X = np.zeros((3, 4), np.float32)
+    >>> try:
+    ...     k(X, X.copy())
+    ... except BoundsError as e:
+    ...     print(str(e).split(";")[1])
+     fails at i=2
+    """
 
 
 def _check_calls(lk, arrays, body, init, fini, box):
@@ -461,7 +527,7 @@ def _check_call(lk, call, arrays, box):
         bad = _counterexample(expr, lo, hi, call.path, box, lk)
         if bad is not None:
             allowed = f">= {lo}" if hi >= 1 << 61 else f"in [{lo}, {hi}]"
-            raise IndexError(f"out of bounds: {message}: {expr} must be {allowed}; fails at {bad}")
+            raise BoundsError(f"out of bounds: {message}: {expr} must be {allowed}; fails at {bad}")
 
 
 def _counterexample(expr, lo, hi, path, box, lk):
@@ -472,6 +538,8 @@ def _counterexample(expr, lo, hi, path, box, lk):
         return _describe(expr, box, lk)           # conservative: over the box of index values
     grids = np.meshgrid(*[np.arange(lp.start, lp.end, lp.step) for lp in lk.resolved], indexing="ij")
     env = dict(zip(loop_vars, (g.ravel() for g in grids)))
+    if max([expr.magnitude(box)] + [t.expr.magnitude(box) for t, _ in path]) >= INT64:
+        env = {v: g.astype(object) for v, g in env.items()}      # int64 would overflow: Python ints
     mask = np.ones(grids[0].size if grids else 1, bool)
     for test, outcome in path:
         mask &= test.holds(env) == outcome
@@ -483,10 +551,43 @@ def _counterexample(expr, lo, hi, path, box, lk):
     return ", ".join(f"{n}={int(env[v][j])}" for n, v in zip(lk.index_names, loop_vars))
 
 
+def _check_int64(lk, arrays, trees, box):
+    """ValueError unless the native nest's 64-bit arithmetic is exact: each byte offset of a call and
+    each compared expression, evaluated term by term over every iteration, stays within +-2**63."""
+    names = dict(zip(LETTERS, lk.index_names))
+    fix = ("shift the loop to start near 0 (Loop(0, n) with X[i] rather than Loop(b, b + n) with "
+           "X[i - b]), or use smaller constants")
+    if any(lp.trip == 0 for lp in lk.resolved):
+        trees = trees[1:]                     # the body never runs (as in _check_calls)
+    tests = {}
+    for tree in trees:
+        for call in tree.all_calls():
+            for test, _ in call.path:
+                tests[test.key()] = test
+            for (arg, offset), spec in zip(call.args, call.kernel.operands):
+                item = arrays[arg].itemsize
+                reach = (offset * item).magnitude(box)
+                if reach >= INT64:
+                    raise ValueError(f"{call.text}: the byte offset of operand {spec.name} in "
+                                     f"{lk.array_names[arg]} ({item} * ({offset})) reaches {reach} over the "
+                                     f"loops' ranges ({_ranges(offset, box, names)}); native nests compute "
+                                     f"byte offsets in 64-bit integers, within +-2**63: {fix}")
+    for test in tests.values():
+        reach = test.expr.magnitude(box)
+        if reach >= INT64:
+            raise ValueError(f"'if {test!r}': the comparison reaches {reach} over the loops' ranges "
+                             f"({_ranges(test.expr, box, names)}); native nests compare in 64-bit integers, "
+                             f"within +-2**63: {fix}")
+
+
+def _ranges(expr, box, names):
+    return ", ".join(f"{names.get(v, v)} in [{box[v][0]}, {box[v][1]}]" for v in sorted(expr.vars())) or "constant"
+
+
 def _describe(expr, box, lk):
     names = dict(zip(LETTERS, lk.index_names))
     return "some iteration (" + ", ".join(f"{names.get(v, v)} in [{box[v][0]}, {box[v][1]}]"
                                          for v in sorted(expr.vars())) + ")"
 
 
-__all__ = ["kernel", "LoopKernel", "Loop", "SpecError", "TraceError"]
+__all__ = ["kernel", "LoopKernel", "Loop", "BoundsError", "SpecError", "TraceError"]

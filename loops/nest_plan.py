@@ -157,6 +157,16 @@ class NestWalk:
         if node.test is not None:
             self.branch(node.test, lambda: self.tree(node.then), lambda: self.tree(node.other))
 
+    @staticmethod
+    def imm64(value, what):
+        """``value`` as a constant of the generated code; ValueError unless it fits in int64 (the bind
+        check, ``loops.decorator._check_int64``, refuses such nests first; AArch64's ``mov_imm``
+        would keep only the low 64 bits)."""
+        if not -2 ** 63 <= value < 2 ** 63:
+            raise ValueError(f"{what}: the constant {value} does not fit in 64 bits; native nests compute "
+                             "offsets and comparisons in 64-bit integers")
+        return value
+
     def check_arity(self, call, nregs_max):
         if len(call.args) + len(call.scalars) > nregs_max:
             raise TraceError(f"{call.text}: kernels with more than {nregs_max} arguments cannot be called "

@@ -52,9 +52,21 @@ class Loop:
     parallel: bool = True
 
     def __post_init__(self):
-        if isinstance(self.blocks, (int, str)) or not hasattr(self.blocks, "__iter__"):
-            raise SpecError(f"Loop blocks={self.blocks!r} must be a list of block sizes, e.g. blocks=[{self.blocks!r}]")
-        object.__setattr__(self, "blocks", tuple(self.blocks))
+        blocks = self.blocks
+        if isinstance(blocks, (int, np.integer, str)) or not hasattr(blocks, "__iter__"):
+            example = int(blocks) if isinstance(blocks, np.integer) else blocks
+            raise SpecError(f"Loop blocks={blocks!r} must be a list of block sizes, e.g. blocks=[{example!r}]")
+        if isinstance(blocks, np.ndarray) and (blocks.ndim != 1 or blocks.dtype.kind not in "iu"):
+            raise SpecError(f"Loop blocks={blocks!r}: a NumPy array of block sizes must be 1-D of integers "
+                            f"(got {blocks.ndim}-D {blocks.dtype}); e.g. blocks=[8, 4]")
+        if not isinstance(blocks, (list, tuple, range, np.ndarray)):
+            ordered = isinstance(blocks, (set, frozenset)) and blocks and all(
+                isinstance(b, (int, np.integer)) for b in blocks)
+            example = sorted(map(int, blocks), reverse=True) if ordered else [8, 4]
+            raise SpecError(f"Loop blocks={blocks!r} is a {type(blocks).__name__}: block sizes go outermost first, "
+                            f"so give them in order as a list or tuple, e.g. blocks={example}")
+        blocks = tuple(int(b) if isinstance(b, np.integer) else b for b in blocks)
+        object.__setattr__(self, "blocks", blocks)
         for name in ("start", "end", "step"):
             value = getattr(self, name)
             if isinstance(value, np.integer):
@@ -72,7 +84,8 @@ class Loop:
                             f"2**61 (native loops count in 64-bit integers)")
         for b in self.blocks:
             if not isinstance(b, int) or isinstance(b, bool) or b < 1 or b % self.step or b >= LOOP_LIMIT:
-                raise SpecError(f"Loop block size {b!r} must be a positive multiple of step={self.step}, below 2**61")
+                raise SpecError(f"Loop block size {b!r} must be an int, a positive multiple of step={self.step}, "
+                                "below 2**61")
         if not isinstance(self.parallel, bool):
             raise SpecError(f"Loop parallel={self.parallel!r} must be True or False")
 
@@ -152,12 +165,28 @@ class Spec:
                         _fail(self.text, lv.pos, f"loop '{lv.letter}' is declared parallel=False",
                               f"write it lower case '{lv.letter}'")
             out.append(lp)
+        if self.mode == "collapse":
+            first, last = self.run
+            total = 1
+            for lv in self.levels[first:last + 1]:
+                total *= _level_trip(out[lv.loop], lv)
+            if total >= LOOP_LIMIT:
+                _fail(self.text, self.levels[first].pos, f"the collapsed parallel run has {total} iterations (the "
+                      "product of its loops' trip counts); native nests count them in 64-bit integers, below "
+                      "2**61", "collapse fewer loops (write one of them lower case) or declare smaller loops")
         return tuple(out)
 
     @property
     def nthreads_needed(self):
         r, c, l = self.grid
         return r * c * l if self.mode == "grid" else 1
+
+
+def _level_trip(lp, lv):
+    """The most iterations level ``lv`` (an occurrence of loop ``lp``) runs per instance."""
+    span = lp.end - lp.start if lv.occurrence == 0 else lp.blocks[lv.occurrence - 1]
+    stride = lp.step if lv.last else lp.blocks[lv.occurrence]
+    return max(0, -(-span // stride))
 
 
 def _fail(text, pos, what, legal):

@@ -125,19 +125,45 @@ class Affine:
     def _not_affine(self, op):
         raise TraceError(f"'{op}' on loop index {self} is not compilable: offsets must be affine "
                          "(+, -, * by an int); use a blocked loop (Loop(..., blocks=[...]), letter written "
-                         "twice) or a loop step instead of dividing indices")
+                         "twice) or a loop step instead of dividing indices or taking their remainder")
 
     def __floordiv__(self, o):
         self._not_affine("//")
 
-    __rfloordiv__ = __truediv__ = __rtruediv__ = __mod__ = __rmod__ = __floordiv__
+    def __rfloordiv__(self, o):
+        self._not_affine("//")
+
+    def __truediv__(self, o):
+        self._not_affine("/")
+
+    __rtruediv__ = __truediv__
+
+    def __mod__(self, o):
+        self._not_affine("%")
+
+    __rmod__ = __mod__
+
+    def __divmod__(self, o):
+        self._not_affine("divmod")
+
+    __rdivmod__ = __divmod__
 
     def __index__(self):
         raise TraceError(f"loop index {self} used as a Python int (range(), list index, int(), shape, ...); "
                          "inside a traced body indices may only index array arguments (A[i, j]), appear "
-                         "in affine offsets, or be compared in an 'if'")
+                         "in affine offsets, or be compared in an 'if'; an array indexed by a loop index "
+                         "must be a parameter of the body (not a global, closure variable or "
+                         "functools.partial argument): declare it as one and pass it in the call")
 
     __int__ = __index__
+
+    # NumPy swallows __index__'s error when it indexes an array and converts the index instead:
+    # __array__ raises the same TraceError there; __array_ufunc__ = None keeps 3 == i, np.int64(2) * i
+    # working (NumPy defers to Affine's reflected operators instead of converting i to an array).
+    __array_ufunc__ = None
+
+    def __array__(self, *args, **kwargs):
+        self.__index__()
 
     def __hash__(self):
         raise TraceError(f"loop index {self} cannot be hashed (dict key, set member); compare it in an 'if' instead")
@@ -162,6 +188,15 @@ class Affine:
         for v, c in self.terms:
             out = out + c * env[v]
         return out
+
+    def magnitude(self, box):
+        """A bound on ``|value|`` and on every partial sum while evaluating it over ``box``: whether
+        int64 arithmetic (NumPy, the native nest) computes it exactly.
+
+        >>> Affine((("a", -3),), 5).magnitude({"a": (-4, 2)})
+        17
+        """
+        return abs(self.const) + sum(abs(c) * max(abs(box[v][0]), abs(box[v][1])) for v, c in self.terms)
 
     def bounds(self, box):
         """(min, max) over ``box`` (var -> (lo, hi) inclusive)."""

@@ -127,12 +127,17 @@ def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4, bl
     """Time candidate specs of ``lk`` on ``arrays``; remember and return the best spec.
 
     ``specs``: the candidates (default :func:`space`, ranked by the cost model when ``model``, else
-    :func:`candidates`); ``budget``: how many are timed at most; ``seconds``: a wall-clock limit;
-    ``blocks``: search block sizes too (see :func:`space`). ``lk.last_tuning`` holds (spec, seconds
-    or None, note) per timed candidate after the call. ``remember=True``: also keep the winner on
+    :func:`candidates`), each checked first (a refused spec raises its :class:`SpecError`);
+    ``budget``: how many are timed at most; ``seconds``: a wall-clock limit (None: none);
+    ``blocks``: search block sizes too (True, or a dict loop letter -> times blocked; see
+    :func:`space`). ``lk.last_tuning`` holds (spec, seconds or None, note) per timed candidate after
+    the call. ``remember=True``: also keep the winner on
     disk and take it back, checked, in a later process instead of tuning again, as :func:`search`
     does (``lk.last_tuning`` then holds the remembered winner's check alone).
     """
+    _check_options("tune", budget=budget, reps=reps, rtol=rtol, seconds=seconds,
+                   flags=dict(progress=progress, model=model, remember=remember))
+    _check_search_space("tune", lk, specs, blocks)
     if specs is None and not model:
         specs = candidates(lk, budget) if not blocks else space(lk, blocks)[:budget]
     found = search(lambda: (lk, arrays), {}, specs=specs, blocks=blocks, seconds=seconds, top=budget,
@@ -148,11 +153,11 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
 
     ``make(**config)`` returns ``(lk, arrays)`` or ``(lk, arrays, output)``; without ``output``, each
     configuration's results are checked against its own kernel's spec. ``specs``: a fixed list
-    (else :func:`space` of each configuration's kernel with ``blocks``); ``top``: how many are timed
-    at most; ``seconds``: the wall-clock budget (modelling included: configurations are modelled
+    (else :func:`space` of each configuration's kernel with ``blocks``), checked against the first
+    configuration's kernel before anything is timed; ``top``: how many are timed at most (None: all);
+    ``seconds``: the wall-clock budget (None: none; modelling included: configurations are modelled
     best kernel first, and those not modelled in its first 40% are left out, counted in the
-    record); ``machine``: the
-    :class:`loops.cost.Machine` (default measured on the host); ``key``: what the result is
+    record); ``machine``: the :class:`loops.cost.Machine` (default measured on the host); ``key``: what the result is
     remembered under (default: the kernel's name, the reference arrays' shapes and dtypes, the
     host and the thread count); ``remember``: return the result remembered for this search, in this
     process or on disk by an earlier one (:mod:`loops.remembered`; generated again and its result
@@ -184,12 +189,15 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     (True, True)
     """
     start = time.perf_counter()
+    _check_options("search", top=top, reps=reps, rtol=rtol, seconds=seconds, refine=refine, probe=probe,
+                   machine=machine, flags=dict(progress=progress, model=model, remember=remember, resume=resume))
     deadline = start + seconds if seconds else float("inf")
     if clock not in ("wall", "cpu"):
         raise ValueError(f"search: clock={clock!r}; expected 'wall' or 'cpu'")
     configs = _configs(knobs)
     builds = Builds(make)
     ref = builds.get(configs[0])
+    _check_search_space("search", ref.lk, specs, blocks)
     threads = ref.lk.pool.nthreads
     key = key if key is not None else _default_key(ref, threads)
     if resume and not remember:
@@ -274,6 +282,77 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     out = _rebuild(builds, record)
     out.candidates = cands
     return out
+
+
+_LEAST = {"budget": 1, "top": 1, "reps": 1, "refine": 0}
+
+
+def _check_options(who, seconds=None, rtol=0.0, probe=0, machine=None, flags=(), **counts):
+    """TypeError/ValueError for a tuning option of the wrong type or out of range (before any run).
+
+    >>> _check_options("tune", reps=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: tune: reps=0; expected an int >= 1, e.g. reps=5
+    """
+    for name, value in counts.items():
+        if value is None and name == "top":
+            continue
+        least = _LEAST[name]
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{who}: {name}={value!r}; expected an int >= {least}, e.g. {name}={max(least, 5)}"
+                            + (" (or None: no limit)" if name == "top" else ""))
+        if value < least:
+            raise ValueError(f"{who}: {name}={value!r}; expected an int >= {least}, e.g. {name}={max(least, 5)}")
+    _check_real(who, "seconds", seconds, "a positive number of seconds (the wall-clock budget), or None for no limit",
+                lambda v: v > 0, none_ok=True)
+    _check_real(who, "rtol", rtol, "a relative tolerance >= 0, e.g. rtol=1e-4", lambda v: v >= 0)
+    _check_real(who, "probe", probe, "seconds >= 0 between probes of the machine's speed (0: never)", lambda v: v >= 0)
+    for name, value in dict(flags).items():
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{who}: {name}={value!r}; expected True or False")
+    if machine is not None:
+        from .cost import Machine
+        if not isinstance(machine, Machine):
+            raise TypeError(f"{who}: machine={machine!r}; expected a loops.cost.Machine (e.g. "
+                            "Machine.host(threads)) or None for the host's")
+
+
+def _check_real(who, name, value, expected, ok, none_ok=False):
+    if value is None and none_ok:
+        return
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{who}: {name}={value!r}; expected {expected}")
+    if not np.isfinite(value) or not ok(value):
+        raise ValueError(f"{who}: {name}={value!r}; expected {expected}")
+
+
+def _check_search_space(who, lk, specs, blocks):
+    """SpecError for a spec of ``specs`` that ``lk`` cannot take, TypeError/ValueError for a ``specs``
+    or ``blocks`` of the wrong form: found before anything is timed."""
+    if specs is not None:
+        if isinstance(specs, (str, bytes)) or not isinstance(specs, (list, tuple)):
+            raise TypeError(f"{who}: specs={specs!r}; expected a list of spec strings, e.g. specs=['aBC', 'aCB'] "
+                            "(or None: searched)")
+        if not specs:
+            raise ValueError(f"{who}: specs=[] gives nothing to time; list one spec at least, or pass None to search")
+        for text in specs:
+            if not isinstance(text, str):
+                raise TypeError(f"{who}: specs holds {type(text).__name__} {text!r}; each spec is a string, e.g. 'aBC'")
+            lk.with_spec(text)                  # SpecError naming the position when the spec is refused
+    if isinstance(blocks, (bool, np.bool_)):
+        return
+    if not isinstance(blocks, dict):
+        raise TypeError(f"{who}: blocks={blocks!r}; expected True (block every loop once), False, or a dict "
+                        "loop letter -> times blocked, e.g. blocks={'a': 2}")
+    letters = LETTERS[:len(lk.loops)]
+    for letter, times in blocks.items():
+        if not isinstance(letter, str) or letter not in letters:
+            raise ValueError(f"{who}: blocks has the key {letter!r}; keys are the letters of the declared loops "
+                             f"({', '.join(letters)}), e.g. blocks={{'a': 1}}")
+        if isinstance(times, (bool, np.bool_)) or not isinstance(times, (int, np.integer)) or times < 0:
+            raise ValueError(f"{who}: blocks[{letter!r}]={times!r}; expected how many times to block loop "
+                             f"'{letter}', an int >= 0, e.g. blocks={{{letter!r}: 1}}")
 
 
 def _configs(knobs):

@@ -71,12 +71,12 @@ class _Gen(NestWalk):
         if factor == 1:
             self.a.add(dst, dst, T3)
         else:
-            self.a.mov_imm(T4, factor)
+            self.a.mov_imm(T4, self.imm64(factor, f"a factor of {src_name}"))
             self.a.madd(dst, T3, T4, dst)
 
     def affine(self, reg, expr, scale=1):
         """reg = scale * expr."""
-        self.a.mov_imm(reg, expr.const * scale)
+        self.a.mov_imm(reg, self.imm64(expr.const * scale, repr(expr)))
         for v, c in expr.terms:
             self.madd_const(reg, self.var_slot(v), c * scale)
 
@@ -365,7 +365,7 @@ class _Gen(NestWalk):
             item = self.items[arg]
             a.ldr(reg, mem(CTX, self.lay.array(arg)))
             if offset.const:
-                a.mov_imm(T0, offset.const * item)     # may be negative
+                a.mov_imm(T0, self.imm64(offset.const * item, call.text))     # may be negative
                 a.add(reg, reg, T0)
             for v, c in offset.terms:
                 self.madd_const(reg, self.var_slot(v), c * item)

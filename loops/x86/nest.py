@@ -57,15 +57,23 @@ class _Gen(NestWalk):
         name = self.var_slot(v)
         return r12 if name == "tid" else self.slot(name)
 
+    def scaled(self, src, factor):
+        """r11 = factor * src (imul takes a 32-bit immediate; a larger factor goes through r11)."""
+        if -2 ** 31 <= factor < 2 ** 31:
+            self.a.imul(r11, src, factor)
+        else:
+            self.a.mov(r11, self.imm64(factor, "a factor of an index"))
+            self.a.imul(r11, src)
+
     def affine(self, reg, expr, scale=1):
         """reg = scale * expr (uses r11)."""
-        self.mov(reg, expr.const * scale)
+        self.mov(reg, self.imm64(expr.const * scale, repr(expr)))
         for v, c in expr.terms:
             src = self.var(v)
             if c * scale == 1:
                 self.a.add(reg, src)
             else:
-                self.a.imul(r11, src, c * scale)
+                self.scaled(src, c * scale)
                 self.a.add(reg, r11)
 
     def barrier(self):
@@ -331,13 +339,13 @@ class _Gen(NestWalk):
             item = self.items[arg]
             a.mov(reg, qword[rbx + self.lay.array(arg)])
             if offset.const:
-                self.add(reg, offset.const * item)
+                self.add(reg, self.imm64(offset.const * item, call.text))
             for v, c in offset.terms:
                 src = self.var(v)
                 if c * item == 1:
                     a.add(reg, src)
                 else:
-                    a.imul(r11, src, c * item)
+                    self.scaled(src, c * item)
                     a.add(reg, r11)
         for reg, value in zip(ARG_REGS[len(call.args):], call.scalars):
             a.mov(reg, value)
