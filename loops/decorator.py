@@ -25,6 +25,7 @@ import numpy as np
 from isa.cpu import host
 from isa.x86 import Function, qword, rax
 from tppasm.dtypes import name_of
+from tppasm.kernel import ISAUnavailableError
 from tppasm.operand import OperandSpec, mark_written
 from tppasm.x86.entry import NATIVE_CHECKS, build_entry
 
@@ -418,8 +419,8 @@ class _Instance:
 
     def launch(self, address):
         if self.lacking:
-            raise RuntimeError(f"the nest calls {', '.join(self.lacking)} kernels this host cannot run; build them "
-                               "for its ISA (leave isa= unset) or run the nest on such a host")
+            raise ISAUnavailableError(f"the nest calls {', '.join(self.lacking)} kernels this host cannot run; "
+                                      "build them for its ISA (leave isa= unset) or run the nest on such a host")
         if self.pool is None:
             self.code(address, 0, 1)
         else:

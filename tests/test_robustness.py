@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tppasm as tpp
+from isa.cpu import host
 from loops import Loop, kernel
 from loops.spec import SpecError
 from loops.trace import TraceError
@@ -190,6 +191,82 @@ def test_messages_name_the_real_fix():
         tpp.unblock(np.ones((1, 1, 2, 2)), outer="x")
 
 
+@pytest.mark.skipif(host().isa == "amx", reason="the host runs AMX")
+def test_an_offset_batch_brgemm_for_a_missing_level_is_refused_not_run():
+    out = run_isolated("""
+        g = tpp.brgemm(4, 4, 4, batch="offset", isa="amx")
+        try:
+            g(np.ones(16, np.float32), np.ones(16, np.float32), np.zeros((4, 4), np.float32),
+              np.zeros((1, 2), np.int64))
+        except tpp.ISAUnavailableError as e:
+            print("refused:", e)
+        """)
+    assert "refused: brgemm: this kernel's amx code cannot run on this host" in out
+
+
+# -- parameters that do not apply are refused, not ignored -------------------------------------------
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: tpp.unary("zero", 2, 4, ldx=7), "ldx=7 does not apply: op 'zero' reads no x"),
+    (lambda: tpp.transform("vnni2", 4, 3, ldo=99), "ldo=99 does not apply: 'vnni2' writes a dense packed out"),
+    (lambda: tpp.transform("unvnni2", 4, 3, ldx=99), "ldx=99 does not apply: 'unvnni2' reads a dense packed x"),
+    (lambda: tpp.binary("add", 2, 4, lda=99, bcast_a="row"), "lda=99 does not apply: with bcast_a='row'"),
+    (lambda: tpp.binary("add", 2, 4, ldb=5, bcast_b="scalar"), "ldb=5 does not apply: with bcast_b='scalar'"),
+    (lambda: tpp.ternary("muladd", 2, 4, ldb=99, bcast_b="col"), "ldb=99 does not apply: with bcast_b='col'"),
+    (lambda: tpp.block(np.ones((3, 3)), 2, 2, pad="no"), "pad='no'; expected True"),
+])
+def test_parameters_that_do_not_apply_are_refused(make, words):
+    with pytest.raises(ValueError, match=words):
+        make()
+
+
+def test_parameters_equal_to_what_is_used_anyway_are_accepted():
+    assert tpp.unary("zero", 2, 4, ldx=4) is tpp.zero(2, 4)
+    assert tpp.binary("add", 2, 4, lda=4, bcast_a="row") is tpp.binary("add", 2, 4, bcast_a="row")
+    assert tpp.transform("vnni2", 4, 3, ldo=0) is tpp.transform("vnni2", 4, 3)
+    assert tpp.block(np.ones((3, 3)), 2, 2, pad=np.bool_(True)).shape == (2, 2, 2, 2)
+
+
+# -- helpers that once crashed, returned nonsense or explained nothing --------------------------------
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: tpp.rope_tables(5, 4), ValueError, r"1-D sequence of token positions.*np\.arange\(5\)"),
+    (lambda: tpp.rope_tables([0, 1], 0), ValueError, "head_dim=0; expected an even int >= 2"),
+    (lambda: tpp.rope_tables([0, 1], -4), ValueError, "head_dim=-4"),
+    (lambda: tpp.rope_tables([0, 1], 3), ValueError, "head_dim=3"),
+    (lambda: tpp.rope_tables([0, 1], 4, base=-1), ValueError, "base=-1; expected a finite number > 0"),
+    (lambda: tpp.rope_tables([0, float("nan")], 4), ValueError, "NaN"),
+    (lambda: tpp.nblocks(10, 0), ValueError, "b=0; expected an int >= 1"),
+    (lambda: tpp.nblocks(10, -3), ValueError, "b=-3"),
+    (lambda: tpp.nblocks(10, 2.5), ValueError, "b=2.5"),
+    (lambda: tpp.nblocks(-1, 2), ValueError, "n=-1; expected an int >= 0"),
+    (lambda: tpp.spmm.bcsr(np.ones((4, 4)), 0, 2), ValueError, "bm=0; expected a positive int"),
+    (lambda: tpp.spmm.random_block_sparse(8, 8, 0, 4, .5, np.random.default_rng(0)), ValueError, "bm=0"),
+    (lambda: tpp.spmm.random_block_sparse(9, 8, 4, 4, .5, np.random.default_rng(0)), ValueError,
+     "m=9; expected a positive multiple of bm=4"),
+    (lambda: tpp.spmm.random_block_sparse(8, 8, 4, 4, .5, 0), TypeError, "default_rng"),
+    (lambda: tpp.vnni_pack(np.ones((4, 4), np.float32), 4.0), ValueError, "factor=4.0; expected the int"),
+    (lambda: tpp.vnni_pack(np.ones((4, 4), np.float32), True), ValueError, "factor=True"),
+    (lambda: tpp.aligned(None), TypeError, "not numeric data"),
+    (lambda: tpp.empty(2**64), ValueError, "more than an array can address"),
+    (lambda: tpp.empty((2**40, 2**40)), ValueError, "more than an array can address"),
+    (lambda: tpp.brgemm(4, 4, 4, dtype=np.ones(3)), ValueError, r"dtype=array.*a dtype such as 'f32'"),
+    (lambda: tpp.brgemm(4, 4, 4, isa=[]), ValueError, r"isa=\[\]: expected one of 'avx2'"),
+])
+def test_helpers_explain_bad_arguments(call, error, words):
+    with pytest.raises(error, match=words):
+        call()
+
+
+def test_helpers_still_take_what_they_took():
+    cos, sin = tpp.rope_tables(np.arange(3), 4, base=500000)
+    assert cos.shape == sin.shape == (3, 2)
+    assert tpp.rope_tables([0.5, 1.5], 2)[0].dtype == np.float32       # scaled positions
+    assert tpp.nblocks(np.int64(10), 4) == 3 and tpp.nblocks(0, 4) == 0
+    assert tpp.vnni_pack(np.ones((4, 4), np.int8), np.int64(4)).shape == (1, 4, 4)
+    assert tpp.vnni_pack(np.ones((4, 4), np.int8), "int8").shape == (1, 4, 4)
+
+
 # -- exceptions that name the fix (issue 11: "Wrong exception types") --------------------------------
 
 def test_isa_names_are_read_as_tppasm_isa_reads_them():
@@ -302,6 +379,10 @@ def _public_calls():
         tpp.unblock: (np.ones((2, 2, 2, 2)),), tpp.empty: ((4, 4), "f32"),
         tpp.vnni_pack: (np.ones((4, 4), np.float32), 2), tpp.vnni_unpack: (np.ones((2, 4, 2), np.float32),),
         tpp.get_kernel: (tpp.eltwise.Unary("relu", 2, 4),), tpp.tileconfig: (None,),
+        tpp.nblocks: (10, 4), tpp.rope_tables: ([0, 1], 4), tpp.block_spmm: (2, 2, 4, 2),
+        tpp.spmm.bcsr: (np.ones((4, 4)), 2, 2),
+        tpp.spmm.random_block_sparse: (8, 8, 4, 4, 0.5, np.random.default_rng()),
+        tpp.rotary: (1, 4, 4), tpp.quantize: (2, 4), tpp.dequant: (2, 4),
         Loop: (0, 4), Pool: (2,), set_num_threads: (2,),
     }
     for fn, args in good.items():

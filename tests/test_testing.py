@@ -12,6 +12,7 @@ from isa.x86 import Function, rax, xmm0, ymm0
 from loops import Loop, kernel
 from tppasm.eltwise import Unary
 from tppasm.kernel import Kernel
+from tppasm.operand import OperandError
 from tppasm.testing import assert_matches_reference, check, strategies as S
 
 GOOD = [lambda: tpp.relu(3, 17), lambda: tpp.unary("gelu", 5, 9, ldx=12), lambda: tpp.relu(2, 9, bitmask=True),
@@ -124,3 +125,56 @@ def test_operands_match_the_kernel_layout(data):
     bounds = data.draw(S.loop_bounds(max_trip=4))
     lp = Loop(*bounds)
     assert lp.trip <= 4 and all(b % lp.step == 0 for b in lp.blocks)
+
+
+# -- arrays that are not what the kernel takes are explained before anything runs -----------------
+
+@pytest.mark.parametrize("kernel, arrays, error, words", [
+    (lambda: tpp.relu(2, 4), (np.ones(3),), OperandError, r"operand x has dtype float64"),
+    (lambda: tpp.relu(2, 4), (np.ones(3, np.float32),), OperandError, r"operand x has 1 dimensions \(3,\)"),
+    (lambda: tpp.relu(2, 4), (np.ones((2, 4)), np.ones((2, 4))), OperandError,
+     r"operand x has dtype float64, expected float32.*astype\(np.float32\)"),
+    (lambda: tpp.relu(2, 4), (np.ones((2, 4), np.float32),) * 3, TypeError,
+     r"takes 2 arrays \(x, out\), or its 1 inputs \(x\); got 3"),
+    (lambda: tpp.brgemm(2, 3, 4), (np.ones((2, 2, 4), np.float32), np.ones((2, 4, 3), np.float32)),
+     OperandError, "count=0"),
+    (lambda: tpp.brgemm(2, 3, 4, batch="offset"), (np.array([None] * 8), np.ones(12, np.float32),
+                                                   np.empty((2, 3), np.float32), np.zeros((1, 2), np.int64)),
+     ValueError, "array #0 has dtype object"),
+    (lambda: tpp.brgemm(2, 3, 4, batch="offset"), (np.ones(8), np.ones(12, np.float32),
+                                                   np.empty((2, 3), np.float32), np.zeros((1, 2), np.int64)),
+     OperandError, "C-contiguous float32 array"),
+])
+def test_arrays_are_checked_against_the_kernel_first(kernel, arrays, error, words):
+    count = 0 if "count" in words else None
+    with pytest.raises(error, match=words):
+        assert_matches_reference(kernel(), *arrays, count=count)
+
+
+def test_inputs_alone_and_tensors_are_checked_as_a_call_takes_them():
+    x = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
+    assert_matches_reference(tpp.relu(2, 4), x)                      # out allocated, as relu(x) does
+    torch = pytest.importorskip("torch")
+    assert_matches_reference(tpp.relu(2, 4), torch.from_numpy(x), torch.empty(2, 4))
+
+
+@pytest.mark.parametrize("make", [lambda: tpp.block_spmm(3, 2, 17, 3), lambda: tpp.block_spmm(3, 4, 16, 3, "bf16"),
+                                  lambda: tpp.block_spmm(3, 2, 9, 3, beta=1, ldc=11)])
+def test_block_spmm_is_checked_like_any_kernel(make):
+    spmm = make()
+    assert_matches_reference(spmm, max_examples=8)
+    arrays = find(S.operands(spmm), lambda a: a[0][1] > a[0][0] + 1)       # in-range indices, 2+ blocks
+    rowptr, colidx = arrays[:2]
+    assert 0 <= rowptr[0] < rowptr[1] <= len(colidx) and ((0 <= colidx) & (colidx < 3)).all()
+    colidx[rowptr[0]] = 3
+    with pytest.raises(ValueError, match=f"colidx\\[{rowptr[0]}\\] = 3 is not a block column"):
+        assert_matches_reference(spmm, *arrays)
+
+
+def test_poison_covers_every_float_width():
+    from tppasm.testing import poison_bits
+    first = np.array([poison_bits(np.float64, 0)], np.uint64).view(np.float64)
+    second = np.array([poison_bits(np.float64, 1)], np.uint64).view(np.float64)
+    assert np.isnan(first).all() and np.isfinite(second).all()
+    with pytest.raises(ValueError, match="complex64 is no kernel operand's"):
+        poison_bits(np.complex64, 0)

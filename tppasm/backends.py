@@ -61,16 +61,16 @@ def register(family, *kinds):
 
 
 def family(isa):
-    """The backend family of an ISA level (``"avx512"`` -> ``"x86"``); ValueError names the levels.
+    """The backend family of an ISA level (``"avx512"`` -> ``"x86"``), read as :func:`level` reads it
+    (None: the host's); ValueError names the levels.
 
-    >>> family("amx")
-    'x86'
+    >>> family("amx"), family(" AVX2")
+    ('x86', 'x86')
     """
     try:
         return FAMILIES[isa]
     except (KeyError, TypeError):
-        raise ValueError(f"isa={isa!r}: expected one of {', '.join(map(repr, FAMILIES))} "
-                         "(or None for the host's level)") from None
+        return FAMILIES[level(isa)]
 
 
 def level(isa):
@@ -83,7 +83,7 @@ def level(isa):
     if isa is None:
         from isa.cpu import host
         return host().isa
-    name = isa.strip().lower() if isinstance(isa, str) else isa
+    name = isa.strip().lower() if isinstance(isa, str) else None
     if name not in FAMILIES:
         from isa.cpu import host
         raise ValueError(f"isa={isa!r}: expected one of {', '.join(map(repr, FAMILIES))} (this host runs "

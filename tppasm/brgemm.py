@@ -52,7 +52,7 @@ import numpy as np
 from . import kernel as _kernel
 from .eltwise import UNARY_OPS
 from .kernel import Descriptor, get_kernel, scalar_arg, unchecked_in_body
-from .operand import OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of
+from .operand import OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of, refuse_masked
 
 A_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "u8"}
 B_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "i8"}
@@ -294,6 +294,7 @@ class BatchedBrgemm:
         if _kernel.TRACING and not all(isinstance(x, (np.ndarray, list, tuple)) for x in (a, b, c)):
             raise TypeError(unchecked_in_body(d))
         target = c
+        c_origin, rest_origins = origin_of(c), [origin_of(x) for x in rest]
         a, b = (_as_blocks(x, name, who) for x, name in ((a, "a"), (b, "b")))
         c = _foreign(c, "c", who, writes=True)
         rest = [_foreign(x, "offsets" if i == 0 and d.batch == "offset" else "bias", who) for i, x in enumerate(rest)]
@@ -302,11 +303,11 @@ class BatchedBrgemm:
         count = scalar_arg(who, "count", count)
         spec_a, spec_b = d.block_specs()
         ops = {s.name: s for s in self.kernel.operands}
-        check(ops["c"], c, who=who)
+        check(ops["c"], c, who=who, origin=c_origin)
         rest = list(rest)
         if d.batch == "offset":
             offsets = rest.pop(0) if rest else None
-            check(ops["offsets"], offsets, count, who=who)
+            check(ops["offsets"], offsets, count, who=who, origin=rest_origins[0] if rest_origins else None)
             offsets = offsets[:count].copy()       # what is checked is what runs, whatever other threads do
             for spec, buf, col in ((spec_a, a, 0), (spec_b, b, 1)):
                 _check_buffer(spec, buf, offsets[:, col], who)
@@ -327,7 +328,7 @@ class BatchedBrgemm:
             if not rest:
                 raise OperandError(f"{who}: the kernel was built with bias=True; pass bias (n,) float32")
             bias = rest.pop(0)
-            check(ops["bias"], bias, who=who)
+            check(ops["bias"], bias, who=who, origin=rest_origins[1 if d.batch == "offset" else 0])
             args.append(bias)
         if rest:
             raise TypeError(f"{who}: too many arrays for batch={d.batch!r}, bias={d.bias}")
@@ -366,6 +367,7 @@ def _batch_count(desc, a, b, rest):
 
 
 def _check_buffer(spec, buf, offsets, who):
+    refuse_masked(buf, f"{who}: operand {spec.name}")
     if not isinstance(buf, np.ndarray) or buf.dtype != spec.np_dtype or not buf.flags.c_contiguous:
         raise OperandError(f"{who}: with batch='offset', operand {spec.name} must be a C-contiguous "
                            f"{spec.np_dtype} array (offsets count elements from its start)")

@@ -110,6 +110,23 @@ def _ld(desc, name, minimum):
                          f">= {minimum}")
 
 
+def _unused(desc, name, used, why, instead=""):
+    """Refuse a leading dimension the kernel has no use for, unless it is the value ``used`` anyway."""
+    value = getattr(desc, name)
+    if value != used:
+        public = PUBLIC_NAMES.get(name, name)
+        raise ValueError(f"{desc.kind}: {public}={value!r} does not apply: {why}; leave {public} out{instead}")
+
+
+def _unused_broadcast_lds(desc):
+    """A broadcast a or b is a 1-D vector: its ``lda``/``ldb`` can only be the default, n."""
+    for side in ("a", "b"):
+        bcast = getattr(desc, f"bcast_{side}")
+        if bcast in ("row", "col", "scalar"):
+            _unused(desc, f"ld{side}", desc.n, f"with bcast_{side}={bcast!r}, {side} is 1-D and has no row stride",
+                    f", or pass bcast_{side}=None for a full (m, n) {side} whose rows are ld{side} apart")
+
+
 def _dtypes(desc, *names, allowed=FLOAT_DTYPES):
     for name in names:
         value = getattr(desc, name)
@@ -405,8 +422,14 @@ class Transform(Descriptor):
             _ld(self, "ldo", self.m)
         elif self.op.startswith("vnni"):
             _ld(self, "ldi", self.n)
+            _unused(self, "ldo", 0, f"{self.op!r} writes a dense packed out {self._packed_shape()}")
         else:
             _ld(self, "ldo", self.n)
+            _unused(self, "ldi", 0, f"{self.op!r} reads a dense packed x {self._packed_shape()}",
+                    " (and pass np.ascontiguousarray(x) if yours is a view)")
+
+    def _packed_shape(self):
+        return (-(-self.m // self.factor), self.n, self.factor)
 
     def operands(self):
         m, n, f = self.m, self.n, self.factor
@@ -455,7 +478,10 @@ def unary(op, m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", bitmask=False, isa=
     [[1.0, 1.0, 1.0]]
     """
     from .kernel import get_kernel
-    return get_kernel(Unary(op, m, n, _renamed("unary", ldx, ldi), ldo, dtype, out_dtype, bitmask), isa)
+    desc = Unary(op, m, n, _renamed("unary", ldx, ldi), ldo, dtype, out_dtype, bitmask)
+    if desc.op == "zero":
+        _unused(desc, "ldi", desc.n, "op 'zero' reads no x (it only writes out, whose rows are ldo apart)")
+    return get_kernel(desc, isa)
 
 
 def zero(m, n, dtype="f32", ldo=0, isa=None):
@@ -504,7 +530,9 @@ def binary(op, m, n, lda=0, ldb=0, ldo=0, dtype="f32", out_dtype="", bcast_a=Non
     [[1.0, 1.0], [2.0, 2.0]]
     """
     from .kernel import get_kernel
-    return get_kernel(Binary(op, m, n, lda, ldb, ldo, dtype, out_dtype, bcast_a, bcast_b, post), isa)
+    desc = Binary(op, m, n, lda, ldb, ldo, dtype, out_dtype, bcast_a, bcast_b, post)
+    _unused_broadcast_lds(desc)
+    return get_kernel(desc, isa)
 
 
 def ternary(op, m, n, lda=0, ldb=0, ldc=0, dtype="f32", out_dtype="", bcast_a=None, bcast_b=None, isa=None):
@@ -517,7 +545,9 @@ def ternary(op, m, n, lda=0, ldb=0, ldc=0, dtype="f32", out_dtype="", bcast_a=No
     [[4.0, 7.0]]
     """
     from .kernel import get_kernel
-    return get_kernel(Ternary(op, m, n, lda, ldb, ldc, dtype, out_dtype, bcast_a, bcast_b), isa)
+    desc = Ternary(op, m, n, lda, ldb, ldc, dtype, out_dtype, bcast_a, bcast_b)
+    _unused_broadcast_lds(desc)
+    return get_kernel(desc, isa)
 
 
 def reduce(op, m, n, over="cols", ldx=0, dtype="f32", out_dtype="", isa=None, *, ldi=None):

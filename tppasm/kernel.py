@@ -9,6 +9,7 @@ from the disk cache (:mod:`tppasm.cache`) when an earlier process generated it.
 """
 import ctypes
 import dataclasses
+import functools
 import operator
 import os
 import sys
@@ -51,6 +52,16 @@ def tracing(delta):
 DTYPE_FIELDS = ("dtype", "out_dtype", "c_dtype")
 
 
+class ISAUnavailableError(RuntimeError, ValueError):
+    """A kernel built for an ISA level this host lacks (``isa="amx"`` on a host without AMX, say)
+    was called: its code would die on an illegal instruction, so it is never run. A RuntimeError
+    (what these calls raised before) and a ValueError (a wrong argument: ``isa=``).
+
+    >>> issubclass(ISAUnavailableError, RuntimeError) and issubclass(ISAUnavailableError, ValueError)
+    True
+    """
+
+
 def _dtype_like(value):
     """A string, or something NumPy (or torch) reads as a dtype: what a dtype field may hold."""
     torch = sys.modules.get("torch")
@@ -88,7 +99,8 @@ class Descriptor:
             value = getattr(self, f.name)
             if f.name in DTYPE_FIELDS and value is None and f.default == "":
                 value = ""                                     # None: the default, as ""
-            if f.name in DTYPE_FIELDS and value != "" and _dtype_like(value):
+            # (an array's == is elementwise: compare only strings with "")
+            if f.name in DTYPE_FIELDS and not (isinstance(value, str) and value == "") and _dtype_like(value):
                 value = name_of(value, self.kind, f.name)     # every spelling: np.float32, "float32", ...
             if f.type is bool:
                 value = bool(value) if isinstance(value, np.bool_) else value
@@ -98,6 +110,8 @@ class Descriptor:
                 ok, legal = isinstance(value, int) and not isinstance(value, bool), "an int"
             elif f.type is str:
                 ok, legal = isinstance(value, str) or (value is None and f.default is None), "a string"
+                if f.name in DTYPE_FIELDS:
+                    legal += " (a dtype such as 'f32', 'bf16', 'i8' or np.float32)"
             else:
                 try:
                     ok, legal = hash(value) is not None, "a hashable value"
@@ -155,6 +169,8 @@ class Kernel:
     _releases_gil, allocated_names = False, None
 
     def __init__(self, desc, isa, *, code_cache=None):
+        _check_descriptor(desc, "Kernel")
+        isa = backends.level(isa)                 # None: the host's level, as get_kernel reads it
         self.desc, self.isa = desc, isa
         self.operands = tuple(desc.operands())
         self.scalars = tuple(desc.scalars)
@@ -189,6 +205,8 @@ class Kernel:
         self._alloc = tuple(i for i, s in enumerate(self.operands) if s.name in self.allocated_names)
         self._raw = None if self.raw.address is None else ctypes.CFUNCTYPE(   # None: foreign ISA code
             None, *([ctypes.c_void_p] * len(self.operands)), *([ctypes.c_int64] * len(self.scalars)))(self.raw.address)
+        if not self.runnable:         # callers of _raw (BatchedBrgemm) get the error, never the code
+            self._raw = functools.partial(_unavailable, desc.kind, isa)
         self._present(self._builtin)
 
     @property
@@ -267,8 +285,7 @@ class Kernel:
         for spec, arr in zip(self.operands, arrays):
             check(spec, arr, count, who=self.desc.kind)
         if self._raw is None or not self.runnable:
-            raise RuntimeError(f"{self.desc.kind}: {self.isa} code cannot run on this host (its levels: "
-                               f"{', '.join(host().levels) or 'none'}); run it in an emulator or interpreter")
+            _unavailable(self.desc.kind, self.isa)
         self._raw(*(a.ctypes.data for a in arrays), *values)
 
     def _count_of(self, arrays):
@@ -354,6 +371,18 @@ class Kernel:
             if len(parts) >= 3:
                 counts[parts[2]] = counts.get(parts[2], 0) + 1
         return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def _unavailable(kind, isa, *args):
+    """Raise :class:`ISAUnavailableError` for a ``kind`` kernel whose ``isa`` code this host cannot run."""
+    if kind.startswith("amx_"):         # tileconfig/tilerelease: no other level has tiles
+        fix = "call it only where isa.cpu.host().isa == 'amx' (a nest built for this host needs no tile setup)"
+    else:
+        fix = f"build the kernel for the host's level (leave isa= unset: {host().isa})"
+    raise ISAUnavailableError(
+        f"{kind}: this kernel's {isa} code cannot run on this host (its levels: "
+        f"{', '.join(host().levels) or 'none'}): {fix}, or run this code in the interpreter (isa.x86.interp) "
+        "or an emulator")
 
 
 def _rebuild(desc, isa, runnable):
@@ -458,12 +487,12 @@ forking.guard(sys.modules[__name__], "_LOCK", threading.Lock)     # every lock a
 os.register_at_fork(after_in_child=_CACHE.after_fork_in_child)
 
 
-def _check_descriptor(desc):
+def _check_descriptor(desc, who="get_kernel"):
     if isinstance(desc, Descriptor):
         return
     if isinstance(desc, Kernel):
-        raise TypeError(f"get_kernel({desc!r}): this is already a kernel; call it directly")
-    raise TypeError(f"get_kernel(desc): desc={desc!r} is not a TPP descriptor; pass one such as "
+        raise TypeError(f"{who}({desc!r}): this is already a kernel; call it directly")
+    raise TypeError(f"{who}(desc): desc={desc!r} is not a TPP descriptor; pass one such as "
                     "tppasm.brgemm.Brgemm(m, n, k) or tppasm.eltwise.Unary('relu', m, n), or build the kernel "
                     "with a constructor: tppasm.brgemm(m, n, k), tppasm.relu(m, n), tppasm.unary('relu', m, n), ...")
 

@@ -21,6 +21,7 @@ from .dtypes import NUMPY_NAMES, name_of, numpy_dtype
 
 VNNI_FACTORS = {"bf16": 2, "i8": 4}
 ALIGN = 64      # bytes: a cache line, and an AVX-512 vector
+_MAX_BYTES = int(np.iinfo(np.intp).max)
 
 
 def empty(shape, dtype="f32", align=ALIGN):
@@ -47,6 +48,9 @@ def empty(shape, dtype="f32", align=ALIGN):
         raise ValueError(f"empty: shape {shape!r} must be non-negative integers, e.g. (64, 64)")
     shape = tuple(int(d) for d in shape)
     count = math.prod(shape)
+    if max(shape, default=0) > _MAX_BYTES or count * dt.itemsize > _MAX_BYTES - align:
+        raise ValueError(f"empty: shape {shape} of {dt.name} would span {count * dt.itemsize} bytes, more than an "
+                         f"array can address (2**63 - 1 bytes); check the shape")
     raw = np.empty((max(count, 1) * dt.itemsize) + align, np.uint8)
     start = -raw.ctypes.data % align
     # an empty slice of raw would not keep its start, so cut one element at least, then trim
@@ -64,6 +68,10 @@ def aligned(x, align=ALIGN):
     """
     _check_align("aligned", align)
     x = np.asarray(x)
+    if x.dtype.hasobject:
+        raise TypeError(f"aligned: x of type {type(x.item(0) if x.size else x).__name__} is not numeric data "
+                        "(NumPy reads it as Python objects); pass a NumPy array, a torch tensor or (nested) lists "
+                        "of numbers")
     if x.flags.c_contiguous and x.ctypes.data % align == 0:
         return x
     out = empty(x.shape, x.dtype, align)
@@ -95,6 +103,8 @@ def block(x, bm, bk, outer="m", pad=False):
     x = np.asarray(x)
     if x.ndim != 2:
         raise ValueError(f"block: x must be 2-D (rows, cols), got shape {x.shape}")
+    if not isinstance(pad, (bool, np.bool_)):
+        raise ValueError(f"block: pad={pad!r}; expected True (fill the last blocks with zeros) or False")
     rows, cols = x.shape
     for name, size, dim in (("bm", bm, rows), ("bk", bk, cols)):
         if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
@@ -158,7 +168,10 @@ def nblocks(n, b):
     >>> nblocks(1000, 64), nblocks(1024, 64)
     (16, 16)
     """
-    return -(-n // b)
+    for name, value, least, what in (("n", n, 0, "the size to cover"), ("b", b, 1, "the block size")):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise ValueError(f"nblocks: {name}={value!r}; expected an int >= {least} ({what})")
+    return -(-int(n) // int(b))
 
 
 def vnni_pack(b, factor):
@@ -202,12 +215,14 @@ def vnni_unpack(bv, k=None):
 
 
 def _factor(factor):
-    if not isinstance(factor, (int, np.integer)) or isinstance(factor, bool):
+    if isinstance(factor, (int, np.integer)) and not isinstance(factor, bool):
+        f = int(factor)
+    else:
         try:
-            factor = name_of(factor)            # any dtype spelling: "bfloat16", np.int8, ...
+            f = VNNI_FACTORS.get(name_of(factor))     # any dtype spelling: "bfloat16", np.int8, ...
         except TypeError:
-            pass
-    f = VNNI_FACTORS.get(factor, factor)
+            f = None
     if f not in (1, 2, 4):
-        raise ValueError(f"vnni factor {factor!r}: expected 2 (bf16), 4 (int8) or one of {list(VNNI_FACTORS)}")
+        raise ValueError(f"vnni_pack: factor={factor!r}; expected the int 2 (bf16), 4 (int8) or 1, or one of the "
+                         f"dtypes {list(VNNI_FACTORS)}")
     return f

@@ -66,6 +66,7 @@ def check(spec: OperandSpec, arr, count=1, who="kernel", origin="numpy"):
     if not isinstance(arr, np.ndarray):
         raise OperandError(_not_an_array(where, arr, spec.writable, f"{_shape_text(spec)}, '{spec.dtype}'",
                                          _spelled(spec)))
+    refuse_masked(arr, where, spec.writable)
     want = spec.np_dtype
     if arr.dtype != want:
         raise OperandError(f"{where} has dtype {arr.dtype}, expected {want} ('{spec.dtype}', as the kernel "
@@ -102,6 +103,18 @@ def check(spec: OperandSpec, arr, count=1, who="kernel", origin="numpy"):
                                f"{axis}{hint}")
     if spec.writable and not arr.flags.writeable:
         raise OperandError(f"{where} is read-only{_READ_ONLY[origin]} but the kernel writes it; pass a writable array")
+
+
+def refuse_masked(arr, where, writes=False):
+    """Raise :class:`OperandError` if ``arr`` is a NumPy masked array: a kernel would read (or write)
+    every element, whatever its mask says. ``where`` names the operand ("brgemm: operand a")."""
+    masked = sys.modules.get("numpy.ma")       # (no masked array exists before numpy.ma is imported)
+    if masked is not None and isinstance(arr, masked.MaskedArray):
+        fix = ("pass x.data (the same memory; the mask stays as it is)" if writes
+               else "pass x.filled(value) (masked elements replaced by value) or x.data (the values as stored, "
+               "mask ignored)")
+        raise OperandError(f"{where} is a NumPy masked array, whose mask a kernel cannot see (it "
+                           f"{'writes' if writes else 'reads'} every element); {fix}")
 
 
 _CONTIGUOUS = {"numpy": "np.ascontiguousarray(...)", "torch": "x.contiguous()",

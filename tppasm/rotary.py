@@ -10,6 +10,7 @@ values each) become ``x1*cos - x2*sin`` and ``x2*cos + x1*sin`` with the row's f
 >>> tppasm.rotary(1, 2, 2)(x, cos, sin, out); out.tolist()
 [[-2.0, 1.0]]
 """
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,6 +85,21 @@ def rope_tables(positions, head_dim, base=10000.0):
     >>> [round(float(v), 4) for v in (cos[1, 0], sin[1, 0])], cos.dtype.name
     ([0.5403, 0.8415], 'float32')
     """
-    inv = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    angles = np.asarray(positions, np.float64)[:, None] * inv[None, :]
+    pos = np.asarray(positions)
+    if pos.ndim != 1 or pos.dtype.kind not in "iuf":
+        hint = (f"; for positions 0..{int(positions) - 1} pass np.arange({int(positions)})"
+                if pos.ndim == 0 and pos.dtype.kind in "iu" and not isinstance(positions, bool) else "")
+        raise ValueError(f"rope_tables: positions must be a 1-D sequence of token positions (ints, or floats for "
+                         f"scaled positions), e.g. np.arange(seq_len); got {type(positions).__name__} of shape "
+                         f"{pos.shape} and dtype {pos.dtype}{hint}")
+    if pos.dtype.kind == "f" and not np.isfinite(pos).all():
+        raise ValueError("rope_tables: positions hold NaN or infinities; pass finite token positions")
+    if isinstance(head_dim, bool) or not isinstance(head_dim, (int, np.integer)) or head_dim < 2 or head_dim % 2:
+        raise ValueError(f"rope_tables: head_dim={head_dim!r}; expected an even int >= 2 (the values of one head, "
+                         "rotated in two halves: the tables hold head_dim / 2 angles per position)")
+    if isinstance(base, bool) or not isinstance(base, (int, float, np.integer, np.floating)) or \
+            not (math.isfinite(base) and base > 0):
+        raise ValueError(f"rope_tables: base={base!r}; expected a finite number > 0 (10000.0 in most models)")
+    inv = float(base) ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    angles = pos.astype(np.float64)[:, None] * inv[None, :]
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)

@@ -14,11 +14,11 @@ row-major, so the dense dimension n lies along vector registers; every element o
 is broadcast against whole rows of B, which keeps the vectors full for any block size (4x4 to
 32x32), and all blocks of a block row accumulate into the same C rows, held in registers.
 
-``count`` is the number of stored blocks (``colidx`` and ``values`` hold at least that many; an
-all-zero matrix still stores one unused block). The index arrays are checked before the native
-call (:class:`BlockSpmmKernel`, ValueError naming the bad entry). The raw kernel, which loop nests
-call, checks them too: it never reads outside its operands, and a block row with an index out of
-range gets NaN in every element of its C block instead of a result.
+``count`` is the number of stored blocks (``colidx`` and ``values`` hold at least that many, and
+by default exactly that many; an all-zero matrix still stores one unused block). The index arrays
+are checked before the native call (:class:`BlockSpmmKernel`, ValueError naming the bad entry).
+The raw kernel, which loop nests call, checks them too: it never reads outside its operands, and
+a block row with an index out of range gets NaN in every element of its C block instead of a result.
 
 >>> import numpy as np, tppasm
 >>> spmm = tppasm.block_spmm(bm=2, bk=2, n=3, kb=2)
@@ -34,7 +34,7 @@ import numpy as np
 from . import kernel as _kernel
 from .dtypes import dtype as to_dtype
 from .kernel import Descriptor, get_kernel, scalar_arg
-from .operand import OperandError, OperandSpec, check
+from .operand import OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of
 
 DTYPES = {"f32": 1, "bf16": 2}      # dtype -> VNNI factor of B
 INDEX = "i32"
@@ -94,6 +94,10 @@ class BlockSpmm(Descriptor):
                 b,
                 OperandSpec("c", "f32", (self.bm, self.n), (self.ldc, 1), writable=True, ld_name="ldc"))
 
+    def allocated(self):
+        """C when the kernel only writes it (beta=0); with beta=1 C is read too, so always passed."""
+        return () if self.beta else ("c",)
+
     def work(self):
         """Bytes + flops of a call with a few stored blocks in the row (the count is not known here)."""
         return 2 * self.bm * self.bk * self.n * 4 + sum(s.nbytes() for s in self.operands())
@@ -138,16 +142,32 @@ class BlockSpmmKernel:
     def __getattr__(self, name):
         return getattr(self.kernel, name)
 
-    def __call__(self, rowptr, colidx, values, b, c, count=1):
+    def __call__(self, rowptr, colidx, values, b, c, count=None):
+        """``count`` defaults to the number of blocks ``colidx`` and ``values`` hold (when they agree)."""
+        objs = (rowptr, colidx, values, b, c)
         if _kernel.TRACING:
-            return self.kernel(rowptr, colidx, values, b, c, count=count)
+            return self.kernel(*objs, count=count)
         d = self.desc
-        count = scalar_arg(d.kind, "count", count)
+        count = scalar_arg(d.kind, "count", self.kernel._count_of(objs) if count is None else count)
         ops = self.kernel.operands
-        check(ops[0], rowptr, who=d.kind)
-        check(ops[1], colidx, count, who=d.kind)
-        d.check_indices(rowptr, colidx, count)
-        self.kernel(rowptr, colidx, values, b, c, count=count)
+        if type(rowptr) is type(colidx) is type(values) is type(b) is type(c) is np.ndarray:
+            check(ops[0], rowptr, who=d.kind)
+            check(ops[1], colidx, count, who=d.kind)
+            d.check_indices(rowptr, colidx, count)
+            self.kernel(*objs, count=count)
+            return
+        # torch tensors, DLPack objects (zero-copy views: C's result lands in the caller's tensor), or
+        # anything else, checked here in the caller's terms
+        arrays = []
+        for spec, obj in zip(ops, objs):
+            if origin_of(obj) is None:
+                check(spec, obj, who=d.kind)           # not an array: say which shape and dtype to pass
+            arrays.append(as_ndarray(obj, spec.name, d.kind, writes=spec.writable))
+        for spec, arr, obj in zip(ops, arrays, objs):
+            check(spec, arr, count, d.kind, origin_of(obj))
+        d.check_indices(arrays[0], arrays[1], count)
+        self.kernel(*arrays, count=count)
+        mark_written([c])
 
     def reference(self, *arrays, **scalars):
         return self.desc.reference(*arrays, **scalars)
@@ -177,6 +197,7 @@ def bcsr(a, bm, bk, dtype=None):
     >>> rowptr.tolist(), colidx.tolist(), values.shape
     ([0, 1, 2], [1, 0], (2, 2, 3))
     """
+    _block_sizes("bcsr", bm, bk)
     a = np.asarray(a)
     if a.ndim != 2 or a.shape[0] % bm or a.shape[1] % bk:
         raise ValueError(f"bcsr: a must be 2-D with bm={bm} dividing its rows and bk={bk} its columns, "
@@ -203,14 +224,33 @@ def random_block_sparse(m, k, bm, bk, sparsity, rng, dtype=np.float32):
     >>> int((a.reshape(2, 4, 2, 4).transpose(0, 2, 1, 3).reshape(4, 16) != 0).any(axis=1).sum())
     2
     """
-    if not 0.0 <= sparsity <= 1.0:
-        raise ValueError(f"random_block_sparse: sparsity={sparsity!r} must be in [0, 1]")
+    _block_sizes("random_block_sparse", bm, bk)
+    for name, size, block in (("m", m, bm), ("k", k, bk)):
+        if not _is_size(size) or size % block:
+            raise ValueError(f"random_block_sparse: {name}={size!r}; expected a positive multiple of "
+                             f"b{name}={block} (whole blocks)")
+    if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float, np.integer, np.floating)) or \
+            not 0.0 <= sparsity <= 1.0:
+        raise ValueError(f"random_block_sparse: sparsity={sparsity!r} must be a number in [0, 1]")
+    if not (hasattr(rng, "permutation") and hasattr(rng, "standard_normal")):
+        raise TypeError(f"random_block_sparse: rng={rng!r} is not a NumPy random generator; pass "
+                        "np.random.default_rng(seed)")
     mb, kb = m // bm, k // bk
     zero = np.zeros(mb * kb, bool)
     zero[rng.permutation(mb * kb)[:int(round(sparsity * mb * kb))]] = True
     a = rng.standard_normal((mb, kb, bm, bk)).astype(dtype)
     a[zero.reshape(mb, kb)] = 0
     return np.ascontiguousarray(a.transpose(0, 2, 1, 3).reshape(m, k))
+
+
+def _is_size(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1
+
+
+def _block_sizes(who, bm, bk):
+    for name, size in (("bm", bm), ("bk", bk)):
+        if not _is_size(size):
+            raise ValueError(f"{who}: {name}={size!r}; expected a positive int block size")
 
 
 def check_bcsr(rowptr, colidx, count, kb):

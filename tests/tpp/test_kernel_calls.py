@@ -135,3 +135,61 @@ def test_long_calls_release_the_interpreter_lock():
         t.join()
     for c in outs:
         np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+
+
+# -- operands a kernel cannot use as given -----------------------------------------------------
+
+def test_block_spmm_takes_torch_tensors():
+    torch = pytest.importorskip("torch")
+    spmm = tpp.block_spmm(2, 2, 4, 2)
+    rowptr, colidx = torch.tensor([0, 1], dtype=torch.int32), torch.tensor([1], dtype=torch.int32)
+    values, b = torch.ones(1, 2, 2), torch.arange(16, dtype=torch.float32).reshape(4, 4)
+    c = torch.full((2, 4), float("nan"))
+    spmm(rowptr, colidx, values, b, c)                     # count inferred: the blocks colidx holds
+    assert torch.equal(c, (values[0] @ b[2:]).float())     # the result lands in the tensor
+    with pytest.raises(OperandError, match=r"dtype int64, expected int32.*\.to\(torch\.int32\)"):
+        spmm(rowptr.long(), colidx, values, b, c, count=1)
+    with pytest.raises(OperandError, match=r"x\.contiguous\(\)"):
+        spmm(rowptr, colidx, values, b.t(), c, count=1)
+    with pytest.raises(ValueError, match="colidx\\[0\\] = 5"):
+        spmm(rowptr, torch.tensor([5], dtype=torch.int32), values, b, c, count=1)
+    with pytest.raises(OperandError, match="requires grad"):
+        spmm(rowptr, colidx, values, b, torch.zeros(2, 4, requires_grad=True), count=1)
+
+
+def test_offset_batches_explain_tensor_refusals_in_torch_terms():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(OperandError, match=r"dtype int32, expected int64.*\.to\(torch\.int64\)"):
+        tpp.brgemm(2, 3, 4, batch="offset")(torch.ones(8), torch.ones(12), torch.empty(2, 3),
+                                             torch.zeros(1, 2, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("position", [0, 1])
+def test_masked_arrays_are_refused_not_read_without_their_mask(position):
+    x = np.ones((2, 4), np.float32)
+    arrays = [x, np.empty_like(x)]
+    arrays[position] = np.ma.masked_array(arrays[position], mask=True)
+    with pytest.raises(OperandError, match="masked array.*" + ("x.filled" if position == 0 else "x.data")):
+        tpp.relu(2, 4)(*arrays)
+    with pytest.raises(OperandError, match="masked array"):
+        G(np.ma.masked_array(A), B, np.zeros((4, 4), np.float32))
+
+
+@pytest.mark.skipif(tk.host().isa == "amx", reason="the host runs AMX")
+def test_code_for_a_level_the_host_lacks_raises_isa_unavailable():
+    x = np.ones((2, 4), np.float32)
+    for call, words in ((lambda: tpp.relu(2, 4, isa="amx")(x), "leave isa= unset"),
+                        (lambda: tpp.tilerelease()(), "only where")):
+        with pytest.raises(tpp.ISAUnavailableError, match="amx code cannot run on this host.*" + words) as e:
+            call()
+        assert isinstance(e.value, RuntimeError) and isinstance(e.value, ValueError)
+
+
+def test_the_kernel_class_reads_isa_and_desc_as_get_kernel_does():
+    from tppasm.eltwise import Unary
+    assert tk.Kernel(Unary("relu", 2, 4), None).isa == tk.host().isa
+    assert tk.Kernel(Unary("relu", 2, 4), " AVX2").isa == "avx2"
+    with pytest.raises(TypeError, match=r"Kernel\(desc\): desc='relu' is not a TPP descriptor"):
+        tk.Kernel("relu", "avx512")
+    with pytest.raises(ValueError, match="isa='x86'.*or None for the host's level"):
+        tk.Kernel(Unary("relu", 2, 4), "x86")

@@ -31,12 +31,14 @@ Importing this package does not import hypothesis; the strategies do (the ``test
 """
 import numpy as np
 
+from ..kernel import ISAUnavailableError, scalar_arg
 from ..layout import empty
+from ..operand import as_ndarray, check as check_operand, origin_of
 
 GUARD = 64                                # bytes of poison before and after each copy
 # (first run, second run) poison bit patterns per item size for floats: a signalling NaN that no
 # arithmetic produces, then a large finite value; for integers two byte patterns
-FLOAT_POISON = {2: (0x7FA5, 0xFF7A), 4: (0x7FA5A5A5, 0xFF7A5A5A)}
+FLOAT_POISON = {2: (0x7FA5, 0xFF7A), 4: (0x7FA5A5A5, 0xFF7A5A5A), 8: (0x7FF4A5A5A5A5A5A5, 0xFFEA5A5A5A5A5A5A)}
 INT_POISON = (0xA5, 0x5A)
 RTOL = {"f32": 1e-5, "bf16": 2.0 ** -7}
 # bf16 dot products (vdpbf16ps, tdpbf16ps, SVE bfdot) flush denormal inputs and products to zero:
@@ -62,9 +64,14 @@ def poison_bits(dtype, run):
     ('0x7fa5a5a5', '0x5a')
     """
     dt = np.dtype(dtype)
-    if dt.kind == "f" or dt.name == "bfloat16":
+    if run not in (0, 1):
+        raise ValueError(f"poison_bits: run={run!r}; expected 0 (the first run) or 1 (the second)")
+    if dt.name == "bfloat16" or (dt.kind == "f" and dt.itemsize in FLOAT_POISON):
         return FLOAT_POISON[dt.itemsize][run]
-    return int.from_bytes(bytes([INT_POISON[run]]) * dt.itemsize, "little")
+    if dt.kind in "iub":
+        return int.from_bytes(bytes([INT_POISON[run]]) * dt.itemsize, "little")
+    raise ValueError(f"poison_bits: dtype {dt} is no kernel operand's; expected floats (2, 4 or 8 bytes, "
+                     "bfloat16) or integers")
 
 
 def _bits(a):
@@ -107,7 +114,9 @@ class Guarded:
 def _kind(kernel):
     if hasattr(kernel, "python") and hasattr(kernel, "array_names"):
         return "loop"
-    if hasattr(kernel, "kernel") and hasattr(kernel, "desc"):
+    # a BRGEMM batched by offsets or addresses takes other arrays than its raw kernel's operands;
+    # other wrappers (block_spmm's, which checks the indices first) take the operands as they are
+    if hasattr(kernel, "kernel") and getattr(getattr(kernel, "desc", None), "kind", None) == "brgemm":
         return "batched"
     if hasattr(kernel, "operands") and hasattr(kernel, "desc"):
         return "kernel"
@@ -137,6 +146,39 @@ def _roles(kernel, kind, arrays, outputs):
         only = picked
         written = sorted(set(written) | set(picked))
     return names, written, only
+
+
+def _operands_of(kernel, kind, arrays, count):
+    """``arrays`` as NumPy arrays (torch tensors and DLPack objects viewed, not copied), a kernel's
+    write-only outputs added where only its inputs are given (as a call allocates them), each
+    checked against the kernel's operands: OperandError (a ValueError) names what to pass."""
+    arrays = [as_ndarray(a, f"#{i}", "assert_matches_reference") if origin_of(a) in ("torch", "dlpack") else a
+              for i, a in enumerate(arrays)]
+    if kind != "kernel":              # the call checks them (batched BRGEMMs, loop kernels), but the
+        for i, a in enumerate(arrays):    # copies need a dtype that can hold poison
+            if isinstance(a, np.ndarray) and not (a.dtype.kind in "iubf" or a.dtype.name == "bfloat16"):
+                raise ValueError(f"assert_matches_reference: array #{i} has dtype {a.dtype}, which no kernel "
+                                 "takes; pass arrays of the dtypes the kernel computes in")
+        return arrays
+    specs, who = kernel.operands, f"assert_matches_reference: {kernel.desc.kind}"
+    alloc = [i for i, s in enumerate(specs) if s.name in kernel.desc.allocated()]
+    if alloc and len(arrays) == len(specs) - len(alloc):
+        given = iter(arrays)
+        arrays = [empty(s.shape, s.np_dtype) if i in alloc else next(given) for i, s in enumerate(specs)]
+    if len(arrays) != len(specs):
+        inputs = [s.name for i, s in enumerate(specs) if i not in alloc]
+        also = f", or its {len(inputs)} inputs ({', '.join(inputs)})" if alloc else ""
+        raise TypeError(f"{who} takes {len(specs)} arrays ({', '.join(s.name for s in specs)}){also}; "
+                        f"got {len(arrays)}")
+    if count is not None:
+        n = scalar_arg(who, "count", count)
+    elif kernel.desc.count_scalar is not None:
+        n = kernel._count_of(arrays)
+    else:
+        n = 1
+    for spec, a in zip(specs, arrays):
+        check_operand(spec, a, n, who)
+    return arrays
 
 
 def _call(kernel, kind, arrays, count):
@@ -202,8 +244,9 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
     """The checks of :func:`assert_matches_reference` on one set of arrays; a list of problems."""
     kind = _kind(kernel)
     if kind != "loop" and not getattr(kernel, "runnable", True):
-        raise RuntimeError(f"assert_matches_reference: {kernel!r} cannot run on this host; check it where it runs "
-                           "(or in the interpreter, isa.x86.interp)")
+        raise ISAUnavailableError(f"assert_matches_reference: {kernel!r} cannot run on this host; check it where "
+                                  "it runs (or in the interpreter, isa.x86.interp)")
+    arrays = _operands_of(kernel, kind, arrays, count)
     names, written, only = _roles(kernel, kind, arrays, outputs)
     runs = []
     for run in (0, 1):
@@ -250,7 +293,10 @@ def assert_matches_reference(kernel, *arrays, count=None, outputs=None, rtol=Non
     reference on ``arrays``, or on each example of a hypothesis strategy of array tuples (given
     as the only array argument; none: :func:`tppasm.testing.strategies.operands` of the kernel).
 
-    ``count``: a batched kernel's count (default: inferred, as a call does). ``outputs``: names
+    ``arrays`` are what a call takes: every operand, or a kernel's inputs alone (its write-only
+    outputs are then allocated); torch tensors and DLPack objects are viewed as NumPy arrays. A
+    kernel's arrays are checked against its operands first (OperandError, a ValueError, says
+    what to pass). ``count``: a batched kernel's count (default: inferred, as a call does). ``outputs``: names
     or positions of write-only arrays to poison and check as fully written (default: the
     outputs the kernel only writes; for a loop kernel, the arrays its calls only write).
     ``rtol``/``atol``: float tolerances (defaults in the module docstring). ``max_examples``:

@@ -128,6 +128,7 @@ def operands(draw, kernel, max_count=4, specials=False, align=None):
         raise TypeError(f"operands: {kernel!r} is not a kernel with a stride batch; draw its arrays with "
                         "tppasm.testing.strategies.arrays")
     count = draw(st.integers(1, max_count)) if any(s.batch for s in kernel.operands) else 1
+    indices = _indices(draw, kernel.desc, count)
     out = []
     for spec in kernel.operands:
         dt = spec.np_dtype
@@ -137,10 +138,23 @@ def operands(draw, kernel, max_count=4, specials=False, align=None):
         view = np.lib.stride_tricks.as_strided(buf, shape, [s * dt.itemsize for s in spec.strides])
         if spec.writable and spec.name in kernel.desc.allocated():
             view[...] = 0
+        elif spec.name in indices:
+            view[...] = indices[spec.name]
         else:
             view[...] = _fill(draw, dt, shape, specials)
         out.append(view)
     return tuple(out)
+
+
+def _indices(draw, desc, count):
+    """Values of the index operands a kernel checks before it runs (block_spmm's rowptr and colidx),
+    drawn in range: indices out of range are refused, never computed (name -> values)."""
+    if getattr(desc, "kind", None) != "block_spmm":
+        return {}
+    start = draw(st.integers(0, count))
+    end = draw(st.integers(start, count))
+    cols = draw(hnp.arrays(np.int32, (count,), elements=st.integers(0, desc.kb - 1)))
+    return {"rowptr": np.array([start, end], np.int32), "colidx": cols}
 
 
 def block_sizes(step=1, max_blocks=2, max_factor=4):
