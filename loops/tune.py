@@ -47,7 +47,7 @@ import numpy as np
 from . import remembered
 from .enumerate import enumerate_union, spec_space
 from .signature import signature
-from .spec import LETTERS, SpecError
+from .spec import LETTERS, SpecError, parse
 from .trace import TraceError
 from .trial import Builds, Candidate, Probe, elapsed, measure, time_again  # noqa: F401  (elapsed: tuning API)
 
@@ -336,10 +336,17 @@ def _check_search_space(who, lk, specs, blocks):
                             "(or None: searched)")
         if not specs:
             raise ValueError(f"{who}: specs=[] gives nothing to time; list one spec at least, or pass None to search")
+        refused = []
         for text in specs:
             if not isinstance(text, str):
                 raise TypeError(f"{who}: specs holds {type(text).__name__} {text!r}; each spec is a string, e.g. 'aBC'")
-            lk.with_spec(text)                  # SpecError naming the position when the spec is refused
+            parse(text, len(lk.loops))          # a malformed spec: SpecError naming the position
+            try:
+                lk.with_spec(text)              # refused by these loops (a parallel=False loop in upper case, ...)
+            except SpecError as e:
+                refused.append(e)
+        if len(refused) == len(specs):          # such a candidate is skipped (and counted), unless all are
+            raise refused[0]
     if isinstance(blocks, (bool, np.bool_)):
         return
     if not isinstance(blocks, dict):

@@ -224,6 +224,13 @@ def test_tune_options_checked_before_timing(options, error, what, capsys):
     assert not hasattr(lk, "last_tuning")
 
 
+def test_tune_skips_candidates_the_loops_refuse_unless_all_are():
+    lk = kernel("a", Loop(0, 6, parallel=False))(lambda i, X, Y: relu(X[i], Y[i]))
+    assert lk.tune(G, zeros(), specs=["A", "a"], reps=1, progress=False) == "a"     # 'A': i is serial
+    with pytest.raises(SpecError, match="declared parallel=False"):
+        lk.tune(G, zeros(), specs=["A"], reps=1, progress=False)
+
+
 def test_tune_documented_defaults_still_work():
     lk = tunable()
     assert lk.tune(G, zeros(), budget=2, reps=1, progress=False, seconds=None) in ("A", "a")
