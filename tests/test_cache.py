@@ -113,6 +113,59 @@ def test_damaged_cache_is_regenerated_never_run(tmp_path, damage):
     assert _kernels(tmp_path, n=1) == {"from_disk": 3, "kernels": 3}
 
 
+def test_an_entry_pointed_at_another_keys_record_is_a_miss_never_run(tmp_path):
+    """Each entry of the index given the next one's segment, offset and SHA-256: every blob still
+    verifies, but holds another kernel's (or stub's) code; the key inside the record tells."""
+    _fill_like_kernels(tmp_path, 1)
+    path = tmp_path / "index.json"
+    index = json.loads(path.read_text())
+    keys = sorted(index["entries"])
+    values = [index["entries"][k] for k in keys]
+    index["entries"] = dict(zip(keys, values[1:] + values[:1]))
+    path.write_text(json.dumps(index))
+    assert _kernels(tmp_path, n=1)["from_disk"] == 0          # each kernel checked against NumPy
+    assert _kernels(tmp_path, n=1) == {"from_disk": 3, "kernels": 3}
+
+
+def test_special_files_in_the_directory_cost_misses_never_a_hang(tmp_path):
+    """A FIFO (no writer: an open for reading would wait forever) or a link to /dev/zero (a read
+    that never ends) in place of the segments, the index or the counts."""
+    _fill_like_kernels(tmp_path, 1)
+    for path in _data_files(tmp_path):
+        path.unlink()
+        os.mkfifo(path)
+    (tmp_path / "stats.json").unlink()
+    os.symlink("/dev/zero", tmp_path / "stats.json")
+    script = f"N = 1\n" + KERNELS
+    assert json.loads(run(script, {"TPPASM_CACHE_DIR": str(tmp_path)}, timeout=60).splitlines()[-1])["from_disk"] == 0
+    (tmp_path / "index.json").unlink()
+    os.mkfifo(tmp_path / "index.json")
+    assert json.loads(run(script, {"TPPASM_CACHE_DIR": str(tmp_path)}, timeout=60).splitlines()[-1])["from_disk"] == 0
+    assert _kernels(tmp_path, n=1) == {"from_disk": 3, "kernels": 3}
+
+
+def test_index_fields_of_other_types_are_dropped_like_absent_entries(tmp_path):
+    _fill_like_kernels(tmp_path, 1)
+    path = tmp_path / "index.json"
+    index = json.loads(path.read_text())
+    (k1, e1), (k2, e2), (k3, e3) = list(index["entries"].items())[:3]
+    index["entries"].update({k1: [e1], k2: {**e2, "size": 1 << 40}, k3: {**e3, "used": "x"}})
+    index["records"] = {"tune/a": ["x"], "tune/b": "text", "tune/c": {"record": {"spec": "aBC"}, "used": "x"},
+                        "tune/d": {"record": {"spec": "aBC"}, "used": 1.0, "size": 20}}
+    index["segments"]["seg-bogus"] = "x"
+    path.write_text(json.dumps(index))
+    (tmp_path / "stats.json").write_text('{"hits": "x", "misses": [1]}')
+    store = disk.DiskStore(tmp_path, 1 << 20)
+    assert [store.get(k) for k in (k1, k2, k3)] == [None] * 3
+    assert store.records() == [("tune/d", {"spec": "aBC"})]
+    store.put("kernel/new", b"\xc3", {})
+    assert store.flush() and store.get("kernel/new") == (b"\xc3", {})
+    kept = json.loads(path.read_text())
+    assert "kernel/new" in kept["entries"] and not {k1, k2, k3} & set(kept["entries"])
+    assert list(kept["records"]) == ["tune/d"] and "seg-bogus" not in kept["segments"]
+    assert store.info()["entries"]["tune"] == 1
+
+
 def test_blob_with_wrong_hash_is_discarded(cache_dir):
     store = tc.store()
     store.put("kernel/x", b"\xc3" * 10, {"type": "x86"})
@@ -151,12 +204,15 @@ def test_unsafe_directory_is_refused_with_the_fix(tmp_path, monkeypatch):
 
 
 def test_environment_errors_name_the_fix(tmp_path, monkeypatch):
-    for name, value in (("TPPASM_CACHE", "maybe"), ("TPPASM_CACHE_MB", "-3"), ("TPPASM_CACHE_MB", "lots")):
+    for name, value in (("TPPASM_CACHE", "maybe"), ("TPPASM_CACHE_MB", "-3"), ("TPPASM_CACHE_MB", "lots"),
+                        ("TPPASM_CACHE_MB", "1e-9")):
         monkeypatch.setenv(name, value)
         with pytest.raises(ValueError, match=name):
             with tc.using(tmp_path):
                 tc.store()
         monkeypatch.delenv(name)
+    (tmp_path / "file").write_text("")
+    assert disk.check_directory(str(tmp_path / "file")).startswith("is not a directory")
 
 
 # -- concurrency and killed writers ----------------------------------------------------------
@@ -249,8 +305,9 @@ def test_write_failure_warns_once_and_kernels_still_come(cache_dir, monkeypatch)
     store = tc.store()
     store.put("kernel/a", b"\xc3", {})
     with pytest.warns(RuntimeWarning, match="No space left"):
-        store.flush()
+        assert store.flush() is False
     assert store.failure is not None
+    assert tc.remember("tune", "k", {"spec": "aBC"}) is False
     k = tk.Kernel(Unary("relu", 2, 13), tk.host().isa, code_cache=tc.kernel_code())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -294,7 +351,7 @@ def test_segments_are_ragged_mmaps_of_the_stored_blobs(tmp_path):
     for key, entry in store._index["entries"].items():
         seg = RaggedMmap(tmp_path / entry["seg"])
         assert seg.starts[entry["i"]] == entry["start"]
-        assert disk._unpack(bytes(seg[entry["i"]])) == (blobs[key], {})
+        assert disk._unpack(bytes(seg[entry["i"]]), key) == (blobs[key], {})
 
 
 def test_many_flushes_keep_few_segments(tmp_path):
@@ -334,6 +391,19 @@ def test_cli_info_and_clear(tmp_path):
                           env))["entries"] == {}
 
 
+def test_cli_says_when_the_cache_cannot_be_cleared(tmp_path, monkeypatch, capsys):
+    from tppasm.__main__ import main
+    _fill_like_kernels(tmp_path, 1)
+
+    def refused(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", path)
+    monkeypatch.setattr(disk.shutil, "rmtree", refused)
+    with tc.using(tmp_path):
+        assert main(["cache", "clear"]) == 1
+    err = capsys.readouterr().err
+    assert "could not delete 1 of the cache's files" in err and "permissions" in err
+
+
 def test_forgetting_one_namespace_keeps_the_kernels_and_other_records(tmp_path):
     _fill_like_kernels(tmp_path, 1)
     env = {"TPPASM_CACHE_DIR": str(tmp_path)}
@@ -369,4 +439,9 @@ def test_cli_lists_the_records(tmp_path):
     assert 'amx    {"chunks": true}' in text
     only = run("from tppasm.__main__ import main; main(['cache', 'list', '--only', 'amx'])", env)
     assert only.strip() == 'amx    {"chunks": true}'
+    as_json = run("from tppasm.__main__ import main; main(['cache', 'list', '--only', 'amx', '--json'])", env)
+    assert json.loads(as_json) == [{"namespace": "amx", "record": {"chunks": True}}]
+    run("import tppasm.cache as tc; tc.remember('tune', 'odd', {'spec': 'aBC', 'knobs': [1], 'seconds': 'x'})", env)
+    assert 'tune   {"spec": "aBC", "knobs": [1], "seconds": "x"}' in run(
+        "from tppasm.__main__ import main; main(['cache', 'list'])", env)
     assert tc.records("nothing") == []

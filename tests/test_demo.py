@@ -24,3 +24,14 @@ def test_info_says_which_levels_run_natively_and_which_are_tested_otherwise(caps
     v = __import__("json").loads(capsys.readouterr().out)["verification"]
     assert v["native"] == host().levels and set(v["native"] + v["interpreter"] + v["emulator"]) == {
         "avx2", "avx512", "amx", "sve"}
+
+
+def test_a_malformed_setting_is_one_line_naming_the_fix_not_a_traceback():
+    from tests.scripts import start
+    for command in ("info", "demo", "cache"):
+        proc = start(f"import sys; from tppasm.__main__ import main; sys.exit(main([{command!r}] + "
+                     f"(['info'] if {command!r} == 'cache' else [])))",
+                     {"TPPASM_ISA": "bogus", "TPPASM_CACHE_MB": "1e-9" if command == "cache" else "64"})
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2 and "Traceback" not in err, (command, err)
+        assert ("TPPASM_CACHE_MB='1e-9'" if command == "cache" else "TPPASM_ISA='bogus'") in err

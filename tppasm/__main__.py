@@ -90,6 +90,9 @@ def cache(action, as_json=False, only=None):
     import tppasm.cache as tc
     if action == "list":
         found = tc.records(only)
+        if as_json:
+            print(json.dumps([{"namespace": ns, "record": r} for ns, r in found], indent=2))
+            return 0
         for namespace, record in found:
             print(f"{namespace:6s} {_record_text(namespace, record)}")
         if not found:
@@ -98,12 +101,16 @@ def cache(action, as_json=False, only=None):
         return 0
     if action == "clear" and only:
         n = tc.forget(only)
-        print(f"forgot {n} {only} record{'' if n == 1 else 's'}")
+        print(json.dumps({"forgot": n, "namespace": only}) if as_json else
+              f"forgot {n} {only} record{'' if n == 1 else 's'}")
         return 0
     if action == "clear":
         before = tc.info()
         tc.clear()
-        if before["enabled"]:
+        if as_json:
+            print(json.dumps({"cleared": before["enabled"], "directory": before["directory"],
+                              "entries": sum(before.get("entries", {}).values())}))
+        elif before["enabled"]:
             print(f"cleared {before['directory']} ({sum(before['entries'].values())} entries, "
                   f"{_size(before['disk_bytes'])})")
         else:
@@ -129,15 +136,23 @@ def cache(action, as_json=False, only=None):
 
 
 def _record_text(namespace, record):
-    """One line for a stored record: a tuning result as what was tuned -> the winner."""
+    """One line for a stored record: a tuning result as what was tuned -> the winner (any other
+    record, or one whose fields have other types, as its JSON)."""
     if namespace == "tune" and isinstance(record, dict) and "spec" in record:
-        key = record.get("key", "")
-        what = " ".join(map(str, key)) if isinstance(key, list) else str(key)
-        knobs = "".join(f" {k}={v}" for k, v in (record.get("knobs") or {}).items())
-        tuning = record.get("tuning_seconds", record.get("elapsed", 0))
-        return (f"{what} -> {record['spec']}{knobs}: {record.get('seconds', 0) * 1e3:.3f} ms, "
-                f"{record.get('runs', 1)} run(s), {tuning:.0f} s of tuning")
+        try:
+            return _tuning_text(record)
+        except (AttributeError, TypeError, ValueError):
+            pass
     return json.dumps(record)
+
+
+def _tuning_text(record):
+    key = record.get("key", "")
+    what = " ".join(map(str, key)) if isinstance(key, list) else str(key)
+    knobs = "".join(f" {k}={v}" for k, v in (record.get("knobs") or {}).items())
+    tuning = record.get("tuning_seconds", record.get("elapsed", 0))
+    return (f"{what} -> {record['spec']}{knobs}: {record.get('seconds', 0) * 1e3:.3f} ms, "
+            f"{record.get('runs', 1)} run(s), {tuning:.0f} s of tuning")
 
 
 def _size(n):
@@ -158,23 +173,27 @@ def main(argv=None):
     sub.add_parser("demo", help="JIT a BRGEMM, check it against NumPy, time it beside numpy")
     pc = sub.add_parser("cache", help="show (info), list the records of (list) or empty (clear) the disk cache")
     pc.add_argument("action", choices=("info", "list", "clear"))
-    pc.add_argument("--json", action="store_true", help="machine-readable output (info)")
+    pc.add_argument("--json", action="store_true", help="machine-readable output")
     pc.add_argument("--only", metavar="NAMESPACE", help="list, clear: only the records of NAMESPACE (tune: the "
                     "tuner's remembered results; amx: the AMX verdict); clear keeps the kernels")
     args = p.parse_args(argv)
     if args.cmd is None:
         p.print_help()
         return 0
-    if args.cmd == "info":
-        return info(args.json)
-    if args.cmd == "cache":
-        if args.only is not None and args.action == "info":
-            p.error("--only goes with list or clear: python -m tppasm cache list --only tune")
-        try:
+    if args.cmd == "cache" and args.only is not None and args.action == "info":
+        p.error("--only goes with list or clear: python -m tppasm cache list --only tune")
+    try:
+        if args.cmd == "info":
+            return info(args.json)
+        if args.cmd == "cache":
             return cache(args.action, args.json, args.only)
-        except ValueError as e:
-            p.error(str(e))
-    return demo()
+        return demo()
+    except ValueError as e:             # a malformed setting (TPPASM_ISA, TPPASM_CACHE_MB, ...): the message names it
+        print(f"python -m tppasm {args.cmd}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:                # the cache directory cannot be written
+        print(f"python -m tppasm {args.cmd}: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -78,8 +78,8 @@ def _settings():
         mb = float(text) if text else DEFAULT_MB
     except ValueError:
         mb = -1
-    if not 0 < mb < 1 << 40:
-        raise ValueError(f"TPPASM_CACHE_MB={text!r}: expected a size in MiB greater than 0 (default {DEFAULT_MB})")
+    if not 1 <= mb < 1 << 40:
+        raise ValueError(f"TPPASM_CACHE_MB={text!r}: expected a size in MiB of at least 1 (default {DEFAULT_MB})")
     return flag not in _OFF, int(mb * (1 << 20))
 
 
@@ -167,17 +167,17 @@ def _record_key(namespace, key):
 
 
 def remember(namespace, key, record):
-    """Store the JSON-able ``record`` under (``namespace``, ``key``) on disk now; False if the cache is off."""
+    """Store the JSON-able ``record`` under (``namespace``, ``key``) on disk now; whether it got there
+    (False if the cache is off or the directory cannot be written: a warning says why, once)."""
     k = _record_key(namespace, key)
     s = store()
     if s is None:
         return False
     try:
-        s.put_record(k, record)
-    except TypeError as e:
+        return s.put_record(k, record)
+    except (TypeError, ValueError) as e:
         raise TypeError(f"record for {namespace}/{key!r}: {e}; pass dicts, lists, strings, numbers, "
                         "booleans and None only") from None
-    return True
 
 
 def recall(namespace, key):

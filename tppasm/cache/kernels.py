@@ -152,9 +152,13 @@ class KernelCode:
             if len(self._templates) >= 4096:
                 self._templates.clear()
             self._templates[key] = t
-        if t is None:                                   # not templatable: built here, as without a cache
-            return build_entry(kind, operands, scalars, addresses.raw(), count_scalar, call=addresses.call)
-        return stubs.instantiate(t, addresses)
+        if t is not None:
+            try:
+                return stubs.instantiate(t, addresses)
+            except (IndexError, KeyError, TypeError):   # addresses these operands do not have: not our template
+                self.store.discard(key)
+                self._templates[key] = None
+        return build_entry(kind, operands, scalars, addresses.raw(), count_scalar, call=addresses.call)
 
 
 def _rebuild(code, meta):
