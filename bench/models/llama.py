@@ -3,7 +3,9 @@ grouped-query attention with a KV cache, SwiGLU MLP; weights bf16, or int8 with 
 
 ``layer.prefill(x)`` runs a prompt (T rows of x, positions 0..T-1; the first token's latency) and
 fills the cache; ``layer.decode(x, pos)`` runs one token at ``pos`` against the cache (next-token
-latency). Both return the layer's output rows (fp32; the residual stream stays fp32).
+latency): the tokens go in order, ``pos`` at most the number of positions the cache holds (the
+prompt's, one more per token; a smaller ``pos`` goes back, forgetting the positions from it on).
+Both return the layer's output rows (fp32; the residual stream stays fp32).
 
 Every projection is a nest over (column block, row block) with the column blocks outermost
 (``"BA"``): each thread takes a contiguous range of weight panels and streams each panel once,
@@ -33,28 +35,40 @@ import tppasm as tpp
 from loops.pool import get_pool
 from tppasm.brgemm import Brgemm
 
+from .checks import check_pool, choice, float_weights
 from .llama_step import BN, Step
-from .llama_weights import Linear
+from .llama_weights import Linear, check_config, weight_shapes
 
 KC = 512             # K chunk of the down projection's batch-reduce
 KEY_BLOCK = 64       # decode pads the key range to a multiple of this
 
 
 class LlamaLayer:
-    """The layer for ``cfg`` with fp32 ``weights`` (see llama_weights.random_weights) in ``dtype``
-    "bf16" or "i8" (int8 weights, per-column scales; bf16 attention). ``pace``: the ``pace`` of the
-    BRGEMMs that stream weights (decoding), 0 for none; ``stream_pace.best(dtype, pool)[0]``
-    measures the host's best."""
+    """The layer for the Config ``cfg`` with floating-point ``weights`` (float32 copies are used),
+    the arrays of llama_weights.weight_shapes(cfg) by name (see llama_weights.random_weights), in
+    ``dtype`` "bf16" or "i8" (int8 weights, per-column scales; bf16 attention). The kernels need
+    head_dim dividing 64, hidden and kv_heads * head_dim multiples of 64, ffn one of 64 up to 512 and
+    of 512 above, and an even max_len.
+    ``pool``: a loops.pool.Pool (None: the process's). ``pace``: the ``pace`` of the BRGEMMs that
+    stream weights (decoding), 0 for none; ``stream_pace.best(dtype, pool)[0]`` measures the host's
+    best. ``length``: the positions the cache holds (0..length-1)."""
 
     def __init__(self, cfg, weights, dtype="bf16", pool=None, pace=0):
-        if dtype not in ("bf16", "i8"):
-            raise ValueError(f"LlamaLayer: dtype={dtype!r}; expected 'bf16' or 'i8'")
+        check_config(cfg, "LlamaLayer")
+        choice(dtype, ("bf16", "i8"), "LlamaLayer: dtype")
+        check_pool(pool, "LlamaLayer")
         Brgemm(1, 1, 1, pace=pace).validate()          # the decoding kernels are built later
         self.pace = pace
-        if BN % cfg.head_dim or cfg.heads % cfg.kv_heads or any(n % BN for n in (cfg.hidden, cfg.kv_dim, cfg.ffn)):
-            raise ValueError(f"LlamaLayer: head_dim must divide {BN} and hidden, kv_dim, ffn be multiples of it")
+        if BN % cfg.head_dim or any(n % BN for n in (cfg.hidden, cfg.kv_dim, cfg.ffn)) or cfg.ffn % min(cfg.ffn, KC):
+            raise ValueError(f"LlamaLayer: the kernels need head_dim dividing {BN}, hidden and kv_heads * head_dim "
+                             f"multiples of {BN}, ffn one of {BN} up to {KC} and of {KC} above; got "
+                             f"head_dim={cfg.head_dim}, hidden={cfg.hidden}, kv_heads * head_dim={cfg.kv_dim}, "
+                             f"ffn={cfg.ffn} (Config.small() is a shape that fits)")
+        if cfg.max_len % 2:
+            raise ValueError(f"LlamaLayer: max_len={cfg.max_len} must be even (the V cache holds pairs of positions); "
+                             f"write max_len={cfg.max_len + 1}")
+        w = float_weights(weights, weight_shapes(cfg), "LlamaLayer")
         self.cfg, self.dtype, self.pool = cfg, dtype, pool or get_pool()
-        w = weights
         D, F = cfg.hidden, cfg.ffn
         w13 = np.stack([w["w1"].reshape(D, F // BN, BN), w["w3"].reshape(D, F // BN, BN)], 2).reshape(D, 2 * F)
         self.qkv = Linear(np.concatenate([w["wq"], w["wk"], w["wv"]], 1), BN, dtype)
@@ -71,44 +85,78 @@ class LlamaLayer:
         # max_len zeros, then max_len -inf: key_mask's windows (a view per position, no per-token work)
         self._ramp = tpp.aligned(np.repeat(np.float32([0, -np.inf]), cfg.max_len))
         self._steps = {}
+        self.length = 0                                  # positions the cache holds: 0..length-1
 
     def reset(self):
         """Forget the cache (zeros: positions past the current one contribute nothing, never NaN)."""
         self.KT[...] = 0
         self.V[...] = 0
+        self.length = 0
 
     def prefill(self, x):
-        """Output rows for the prompt ``x`` (T, hidden) at positions 0..T-1; fills the cache."""
-        x = self._rows(x)
+        """Output rows for the prompt ``x`` (T, hidden) real numbers, 1 <= T <= max_len, at positions
+        0..T-1; the cache then holds them (and only them)."""
+        x = self._rows(x, "prefill")
         self.reset()
-        return self._step(x.shape[0], None).run(x, 0)
+        out = self._step(x.shape[0], None).run(x, 0)
+        self.length = x.shape[0]
+        return out
 
     def decode(self, x, pos):
-        """Output row for one token ``x`` (1, hidden) at position ``pos`` (0 < pos < max_len)."""
-        x = self._rows(x)
-        if x.shape[0] != 1 or not 0 <= pos < self.cfg.max_len:
-            raise ValueError(f"decode: one row at a position in [0, {self.cfg.max_len}), got {x.shape[0]} rows "
-                             f"at {pos}")
+        """Output row for one token ``x`` (1, hidden) at the int position ``pos``, from 0 to the
+        positions the cache holds (:attr:`length`) and below max_len; the cache then holds 0..pos."""
+        x = self._rows(x, "decode")
+        if x.shape[0] != 1:
+            raise ValueError(f"decode: one row (1, {self.cfg.hidden}) at a time, got {x.shape[0]} rows "
+                             "(prefill(x) takes a prompt)")
+        pos = self._position(pos, "decode")
+        if pos > self.length:
+            held = f"0..{self.length - 1}" if self.length else "none"
+            raise ValueError(f"decode: position {pos} skips positions {self.length}..{pos - 1}, which the cache "
+                             f"does not hold (it holds {held}); decode the tokens in order, the next at "
+                             f"pos={self.length}, after prefill(prompt)")
         keys = min(-(-(pos + 1) // KEY_BLOCK) * KEY_BLOCK, self.cfg.max_len)
-        return self._step(1, keys).run(x, pos)
+        out = self._step(1, keys).run(x, pos)
+        self.length = pos + 1
+        return out
 
     def key_mask(self, pos, keys):
-        """The decode softmax's additive mask of ``keys`` keys at ``pos``: 0 up to ``pos``, -inf after
-        (a view of a fixed ramp, so a token costs no NumPy call).
+        """The decode softmax's additive mask of ``keys`` keys (1..max_len) at ``pos`` (0..max_len-1):
+        0 up to ``pos``, -inf after (a view of a fixed ramp, so a token costs no NumPy call).
 
         >>> from bench.models.llama_weights import Config, random_weights
         >>> LlamaLayer(Config.small(), random_weights(Config.small()), "bf16").key_mask(2, 4).tolist()
         [0.0, 0.0, 0.0, -inf]
         """
+        pos = self._position(pos, "key_mask")
+        if isinstance(keys, bool) or not isinstance(keys, (int, np.integer)):
+            raise TypeError(f"key_mask: keys={keys!r}; expected an int (write int(keys))")
+        if not 1 <= keys <= self.cfg.max_len:
+            raise ValueError(f"key_mask: keys={keys}; expected 1 <= keys <= max_len = {self.cfg.max_len}")
+        return self._key_mask(pos, keys)
+
+    def _key_mask(self, pos, keys):
         start = self.cfg.max_len - 1 - pos
         return self._ramp[start:start + keys]
 
-    def _rows(self, x):
+    def _position(self, pos, who):
+        if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)):
+            raise TypeError(f"{who}: pos={pos!r}; expected an int position (write int(pos))")
+        if not 0 <= pos < self.cfg.max_len:
+            raise ValueError(f"{who}: position {pos} is outside the cache's [0, {self.cfg.max_len}) (a Config with "
+                             "a larger max_len holds more)")
+        return int(pos)
+
+    def _rows(self, x, who):
+        x = np.asarray(x)
+        if x.dtype.kind not in "fiu":
+            raise TypeError(f"{who}: x of dtype {x.dtype}; expected real numbers (write x.astype(np.float32))")
         x = np.asarray(x, np.float32)
         if x.ndim != 2 or x.shape[1] != self.cfg.hidden or not 1 <= x.shape[0] <= self.cfg.max_len:
-            raise ValueError(f"expected (tokens, {self.cfg.hidden}) rows with 1 <= tokens <= {self.cfg.max_len}, "
-                             f"got {x.shape}")
-        return x
+            one = " (one token: write x[None])" if x.ndim == 1 else ""
+            raise ValueError(f"{who}: expected (tokens, {self.cfg.hidden}) rows with 1 <= tokens <= "
+                             f"{self.cfg.max_len}, got {x.shape}{one}")
+        return np.ascontiguousarray(x)
 
     def _step(self, T, keys):
         key = (T, keys)

@@ -246,7 +246,7 @@ class Step:
                     ("attention", lambda: self.attention(self.QKV[None], L.KT, L.V, self.S, self.P, self.Ctx))]
         else:
             Q = self.QKV[0, :cfg.hidden].reshape(cfg.kv_heads, cfg.group, d)
-            mask = L.key_mask(pos, self.keys)[None]
+            mask = L._key_mask(pos, self.keys)[None]
             out += [("cache", lambda: self.cache(qkv32, self.KT32[:, :, pos:pos + 1], self.QKV.reshape(-1, 1),
                                                  L.V[:, 0, pos // 2, :, pos % 2:pos % 2 + 1], mask, self.S)),
                     ("attention", lambda: self.attention(Q, L.KT, L.V, self.S, self.P,

@@ -17,9 +17,20 @@ import numpy as np
 
 import tppasm as tpp
 
+from .checks import positive_float, positive_int
+
 
 @dataclass(frozen=True)
 class Config:
+    """The layer's shape: ``hidden`` = ``heads`` * ``head_dim`` (head_dim even: rotary pairs),
+    ``kv_heads`` dividing ``heads``, all positive ints, as are ``ffn`` and ``max_len`` (the cache's
+    positions); ``eps`` (RMSNorm) and ``rope_base`` finite numbers > 0.
+
+    >>> Config(hidden=128, heads=4, kv_heads=3, head_dim=32)
+    Traceback (most recent call last):
+    ...
+    ValueError: Config: heads=4 must be a multiple of kv_heads=3 (each KV head serves heads / kv_heads query heads)
+    """
     hidden: int = 2048
     heads: int = 32
     kv_heads: int = 8
@@ -28,6 +39,20 @@ class Config:
     eps: float = 1e-5
     rope_base: float = 10000.0
     max_len: int = 1024
+
+    def __post_init__(self):
+        for name in ("hidden", "heads", "kv_heads", "head_dim", "ffn", "max_len"):
+            object.__setattr__(self, name, positive_int(getattr(self, name), f"Config: {name}"))
+        for name in ("eps", "rope_base"):
+            object.__setattr__(self, name, positive_float(getattr(self, name), f"Config: {name}"))
+        if self.heads % self.kv_heads:
+            raise ValueError(f"Config: heads={self.heads} must be a multiple of kv_heads={self.kv_heads} (each KV "
+                             "head serves heads / kv_heads query heads)")
+        if self.hidden != self.heads * self.head_dim:
+            raise ValueError(f"Config: hidden={self.hidden} must be heads * head_dim = {self.heads * self.head_dim} "
+                             "(the query and output projections are hidden x hidden)")
+        if self.head_dim % 2:
+            raise ValueError(f"Config: head_dim={self.head_dim} must be even (rotary embeddings turn pairs)")
 
     @classmethod
     def small(cls):
@@ -47,17 +72,31 @@ class Config:
         return self.heads // self.kv_heads
 
 
+def check_config(cfg, who):
+    """Refuse a ``cfg`` that is not a :class:`Config`."""
+    if not isinstance(cfg, Config):
+        raise TypeError(f"{who}: cfg={cfg!r:.60}; expected a bench.models.llama_weights.Config (e.g. Config.small())")
+
+
+def weight_shapes(cfg):
+    """{name: shape} of the layer's weights for the Config ``cfg``: projections (in, out), RMSNorm
+    gains (hidden,)."""
+    check_config(cfg, "weight_shapes")
+    D, F, KV = cfg.hidden, cfg.ffn, cfg.kv_dim
+    return {"wq": (D, D), "wk": (D, KV), "wv": (D, KV), "wo": (D, D), "w1": (D, F), "w3": (D, F), "w2": (F, D),
+            "rms1": (D,), "rms2": (D,)}
+
+
 def random_weights(cfg, seed=0):
-    """fp32 weights, N(0, 1/fan_in) (activations keep their scale through the layer)."""
+    """fp32 weights, N(0, 1/fan_in) (activations keep their scale through the layer); gains 1 + N(0, 0.01)."""
+    check_config(cfg, "random_weights")
     rng = np.random.default_rng(seed)
 
-    def mat(k, n):
-        return (rng.standard_normal((k, n), np.float32) / np.sqrt(k)).astype(np.float32)
-    D, F = cfg.hidden, cfg.ffn
-    return {"wq": mat(D, D), "wk": mat(D, cfg.kv_dim), "wv": mat(D, cfg.kv_dim), "wo": mat(D, D),
-            "w1": mat(D, F), "w3": mat(D, F), "w2": mat(F, D),
-            "rms1": (1 + 0.1 * rng.standard_normal(D)).astype(np.float32),
-            "rms2": (1 + 0.1 * rng.standard_normal(D)).astype(np.float32)}
+    def draw(shape):
+        if len(shape) == 1:
+            return (1 + 0.1 * rng.standard_normal(shape[0])).astype(np.float32)
+        return (rng.standard_normal(shape, np.float32) / np.sqrt(shape[0])).astype(np.float32)
+    return {name: draw(shape) for name, shape in weight_shapes(cfg).items()}
 
 
 def quantize_columns(w):

