@@ -1,5 +1,6 @@
 """tppasm.torch: the tppasm::linear operator against torch's own linear layer (values and
-gradients, f32 and bf16, every activation), torch.library.opcheck, nn.Module use, torch.compile."""
+gradients, f32 and bf16, every activation), torch.library.opcheck, nn.Module use, torch.compile,
+CPU autocast and torch.func transforms."""
 import numpy as np
 import pytest
 
@@ -10,7 +11,8 @@ import tppasm.torch as tt  # noqa: E402
 F = torch.nn.functional
 TORCH_ACT = {None: lambda z: z, "relu": torch.relu, "gelu": lambda z: F.gelu(z, approximate="tanh"),
              "gelu_erf": F.gelu}
-TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
+       torch.float16: dict(rtol=5e-3, atol=5e-3)}
 
 
 def inputs(shape, out, dtype, bias=True, seed=0):
@@ -116,6 +118,99 @@ def test_compiled_module_uses_the_custom_op(backend):
     torch.testing.assert_close(cx, gx)
     graph = torch._dynamo.explain(net)(x)
     assert graph.graph_break_count == 0 and graph.graph_count == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("act", tt.ACTS)
+@pytest.mark.parametrize("shape, out, bias", [((7, 13), 9, True), ((2, 3, 17), 5, False)])
+def test_autocast_matches_torch_linear(dtype, act, shape, out, bias):
+    """Under CPU autocast the float32 layer returns autocast's dtype, as torch.nn.Linear does, with
+    its values, and float32 gradients for x and the float32 parameters (float16: computed in
+    float32, no float16 kernels), through the module and the operator itself."""
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(shape[-1], out, bias=bias)
+    ours = tt.Linear(shape[-1], out, bias=bias, act=act)
+    ours.load_state_dict(plain.state_dict())
+    x = torch.randn(shape, requires_grad=True)
+    with torch.autocast("cpu", dtype=dtype):
+        want, got = TORCH_ACT[act](plain(x)), ours(x)
+        op = torch.ops.tppasm.linear(x, ours.weight, ours.bias, act)[0]
+    assert want.dtype == got.dtype == op.dtype == dtype
+    torch.testing.assert_close(got, want, **TOL[dtype])
+    torch.testing.assert_close(op, got, rtol=0, atol=0)
+    dy = torch.randn(want.shape).to(dtype)
+    leaves = [x, *ours.parameters()]
+    for g, r in zip(torch.autograd.grad(got, leaves, dy), torch.autograd.grad(want, [x, *plain.parameters()], dy)):
+        assert g.dtype == r.dtype == torch.float32
+        torch.testing.assert_close(g, r, **TOL[dtype])
+
+
+def test_compiled_module_under_autocast():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(tt.Linear(16, 32, act="gelu"), tt.Linear(32, 8, act="relu"))
+    x = torch.randn(4, 16, requires_grad=True)
+
+    def step(model):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = model(x)
+        return y, torch.autograd.grad(y.float().sum(), (x, net[0].weight))
+
+    (eager, grads), (compiled, cgrads) = step(net), step(torch.compile(net, backend="aot_eager", fullgraph=True))
+    assert compiled.dtype == torch.bfloat16 and cgrads[1].dtype == torch.float32
+    torch.testing.assert_close(compiled, eager)
+    for c, e in zip(cgrads, grads):
+        torch.testing.assert_close(c, e)
+
+
+@pytest.mark.filterwarnings("ignore:There is a performance drop because we have not yet implemented the batching rule")
+@pytest.mark.parametrize("autocast", [False, True], ids=["f32", "autocast-bf16"])
+@pytest.mark.parametrize("act", tt.ACTS)
+def test_func_grad_matches_torch(act, autocast):
+    """torch.func.grad (which needs an autograd.Function with setup_context) and jacrev, in float32
+    and under bf16 autocast, against torch's linear."""
+    x, w, b = (t.detach() for t in inputs((2, 3, 7), 5, torch.float32))
+
+    def loss(linear):
+        def f(w, b, x):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                y = linear(x, w, b, act)
+            return y.float().pow(2).sum()
+        return f
+
+    ref = lambda x, w, b, act: TORCH_ACT[act](F.linear(x, w, b))    # noqa: E731
+    got = torch.func.grad(loss(tt.linear), argnums=(0, 1, 2))(w, b, x)
+    want = torch.func.grad(loss(ref), argnums=(0, 1, 2))(w, b, x)
+    for g, r in zip(got, want):
+        assert g.dtype == torch.float32
+        torch.testing.assert_close(g, r, **TOL[torch.bfloat16 if autocast else torch.float32])
+    jac = torch.func.jacrev(lambda w: tt.linear(x, w, b, act))(w)
+    torch.testing.assert_close(jac, torch.func.jacrev(lambda w: ref(x, w, b, act))(w), **TOL[torch.float32])
+
+
+@pytest.mark.filterwarnings("ignore:There is a performance drop because we have not yet implemented the batching rule")
+def test_func_vmap_of_grad_gives_per_sample_gradients():
+    x, w, b = (t.detach() for t in inputs((6, 7), 5, torch.float32))
+    loss = lambda linear: lambda w, b, x: torch.relu(linear(x, w, b)).pow(2).sum()     # noqa: E731
+    per_sample = [torch.func.vmap(torch.func.grad(loss(f), argnums=(0, 1)), in_dims=(None, None, 0))(w, b, x)
+                  for f in (tt.linear, F.linear)]
+    for g, r in zip(*per_sample):
+        assert g.shape == r.shape and g.shape[0] == 6
+        torch.testing.assert_close(g, r, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x, w: torch.autograd.grad(torch.autograd.grad(tt.linear(x, w).pow(2).sum(), x, create_graph=True)[0].sum(),
+                                      x), "no second derivative"),
+    (lambda x, w: torch.func.grad(lambda x: torch.func.grad(lambda x: tt.linear(x, w).pow(2).sum())(x).sum())(x),
+     "no second derivative"),
+    (lambda x, w: torch.func.jvp(lambda x: tt.linear(x, w), (x,), (x,)), "no forward-mode derivative"),
+    (lambda x, w: torch.func.hessian(lambda x: tt.linear(x, w).sum())(x), "no forward-mode derivative"),
+], ids=["double-backward", "grad-of-grad", "jvp", "hessian"])
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")      # torch's forward mode imports use it
+def test_unsupported_derivatives_are_explained(call, message):
+    with pytest.raises(RuntimeError, match=f"tppasm.torch.linear has {message} .*use .*torch.nn.functional.linear"):
+        call(torch.randn(3, 4, requires_grad=True), torch.randn(2, 4))
 
 
 def test_meta_tensors_get_shapes():

@@ -1,8 +1,8 @@
 """tppasm kernels as torch operators: ``torch.ops.tppasm.linear`` (a fully connected layer with
 fused bias and activation, forward and backward on TPPs), :func:`linear` and the module
-:class:`Linear`, usable in training, in ``nn.Module``s and under ``torch.compile`` (where the
-operators are opaque custom ops with fake kernels). Importing this module imports torch;
-``import tppasm`` alone never does.
+:class:`Linear`, usable in training, in ``nn.Module``s, under ``torch.compile`` (where the
+operators are opaque custom ops with fake kernels), CPU autocast and ``torch.func.grad``.
+Importing this module imports torch; ``import tppasm`` alone never does.
 
 >>> import torch, tppasm.torch as tt
 >>> layer = tt.Linear(3, 2, act="relu")

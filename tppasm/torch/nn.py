@@ -16,12 +16,18 @@ from .ops import ACTS, linear
 class Linear(torch.nn.Linear):
     """``y = act(x @ weight.T + bias)`` for x (..., in_features); ``act`` in :data:`ACTS`
     (None, "relu", "gelu" = tanh form, "gelu_erf"); float32 or bfloat16 (``dtype=`` or ``.to()``).
+    Under ``torch.autocast("cpu")`` and torch.func transforms it behaves as :func:`linear` says
+    (as ``torch.nn.Linear`` under autocast: bfloat16 out, float32 gradients to float32 parameters).
 
     >>> layer = Linear(4, 8, act="gelu", dtype=torch.bfloat16)
     >>> layer.extra_repr()
     "in_features=4, out_features=8, bias=True, act='gelu'"
     >>> layer(torch.ones(2, 4, dtype=torch.bfloat16)).dtype == torch.bfloat16
     True
+    >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+    ...     y = Linear(4, 8)(torch.ones(2, 4))
+    >>> y.dtype
+    torch.bfloat16
     """
 
     def __init__(self, in_features, out_features, bias=True, act=None, device=None, dtype=None):

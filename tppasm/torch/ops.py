@@ -1,7 +1,8 @@
 """The torch operators ``tppasm::linear`` and ``tppasm::linear_backward`` (registered with
 ``torch.library``): real kernels run :mod:`tppasm.fc` on zero-copy NumPy views of the tensors,
-fake kernels give shapes to ``torch.compile``, and ``linear``'s autograd formula calls
-``linear_backward``.
+fake kernels give shapes to ``torch.compile``, ``linear``'s autograd formula calls
+``linear_backward``, and an AutocastCPU kernel runs ``linear`` under ``torch.autocast("cpu")`` as
+torch runs its own (:func:`_autocast`).
 
 >>> import torch
 >>> x = torch.tensor([[1.0, -2.0]]); w = torch.eye(2)
@@ -10,6 +11,7 @@ fake kernels give shapes to ``torch.compile``, and ``linear``'s autograd formula
 >>> y, z = torch.ops.tppasm.linear(x, w, None, None); list(z.shape)         # z: only for the gelus
 [0]
 """
+import functools
 import math
 from typing import Optional
 
@@ -39,6 +41,24 @@ def linear(x, weight, bias=None, act=None):
     >>> y = linear(x, torch.ones(4, 3), torch.zeros(4), act="gelu_erf"); y.sum().backward()
     >>> list(y.shape), list(x.grad.shape)
     ([2, 4], [2, 3])
+
+    Under ``torch.autocast("cpu", dtype=torch.bfloat16)`` it casts x, weight and bias to bfloat16
+    and returns bfloat16, as torch's linear does (gradients reach float32 tensors in float32);
+    under ``dtype=torch.float16`` (tppasm has no float16 kernels) it computes in float32 and
+    returns float16, torch's dtype there. ``torch.func.grad``, ``vjp`` and ``jacrev`` take it, and
+    ``vmap``, which loops over the batch (torch warns of its batching fallback, under jacrev too);
+    forward mode (``jvp``, ``jacfwd``, ``hessian``) and second derivatives are refused. Under those
+    transforms call this function (or :class:`Linear`), not ``torch.ops.tppasm.linear``, which
+    torch cannot differentiate there (pytorch issue 168393); nor does ``torch.compile`` take a
+    transform over it (issue 170834).
+
+    >>> w = torch.ones(4, 3, requires_grad=True)
+    >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+    ...     y = linear(x, w)
+    >>> y.dtype, torch.autograd.grad(y.sum(), w)[0].dtype
+    (torch.bfloat16, torch.float32)
+    >>> torch.func.grad(lambda w: linear(x, w).sum())(w)[0].tolist()
+    [2.0, 2.0, 2.0]
     """
     # the operator's schema would refuse these with a RuntimeError that does not say what to pass
     for name, t in (("x", x), ("weight", weight), ("bias", bias)):
@@ -48,7 +68,11 @@ def linear(x, weight, bias=None, act=None):
                             f"{' or None' if name == 'bias' else ''}: pass {fix}")
     if act is not None and not isinstance(act, str):
         raise TypeError(f"tppasm.torch.linear: act={act!r} ({type(act).__name__}); expected one of {ACTS}")
-    return torch.ops.tppasm.linear(x, weight, bias, act)[0]
+    if not torch._C._are_functorch_transforms_active():
+        return torch.ops.tppasm.linear(x, weight, bias, act)[0]
+    # torch.func takes an autograd.Function (see _Transformable), which autocast does not reach into: cast here
+    call = functools.partial(_autocast, _Linear.apply) if torch.is_autocast_enabled("cpu") else _Linear.apply
+    return call(x, weight, bias, act)[0]
 
 
 def _check(x, weight, bias, act, real=True, who="tppasm.torch.linear"):
@@ -181,9 +205,70 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, dy, _dz):
     x, weight, saved = ctx.saved_tensors
     needs = list(ctx.needs_input_grad[:3])
-    dx, dw, db = torch.ops.tppasm.linear_backward(dy, x, weight, saved, ctx.act, needs)
+    # torch.func transforms take an autograd.Function, not the operator (see _Transformable)
+    call = _LinearBackward.apply if torch._C._are_functorch_transforms_active() else torch.ops.tppasm.linear_backward
+    dx, dw, db = call(dy, x, weight, saved, ctx.act, needs)
     return (dx if needs[0] else None, dw if needs[1] else None,
             db.to(ctx.bias_dtype) if needs[2] else None, None)
 
 
+def _no_second_derivative(ctx, *grads):
+    raise RuntimeError("tppasm.torch.linear has no second derivative (tppasm::linear_backward is not differentiable): "
+                       "for double backward, grad of grad or hessian use torch.nn.functional.linear")
+
+
+def _no_forward_mode(ctx, *tangents):
+    raise RuntimeError("tppasm.torch.linear has no forward-mode derivative (torch.func.jvp, jacfwd, hessian): use "
+                       "reverse mode (torch.func.vjp, jacrev, grad) or torch.nn.functional.linear")
+
+
 _linear.register_autograd(_backward, setup_context=_setup_context)
+_linear_backward.register_autograd(_no_second_derivative)
+
+
+def _autocast(call, x, weight, bias, act):
+    """``call(x, weight, bias, act)`` -> (y, z) as CPU autocast runs torch's linear: x, weight and
+    bias cast to autocast's dtype (float64 and non-CPU tensors left as autocast leaves them), the
+    casts differentiable (float32 parameters get float32 gradients), autocast off inside. tppasm
+    has no float16 kernels: under float16 autocast the inputs are cast to float32 and y and z
+    rounded to float16, the dtype torch's linear returns there."""
+    dtype = torch.get_autocast_dtype("cpu")
+    compute = dtype if dtype in _DTYPES else torch.float32
+    args = [t.to(compute) if t is not None and t.is_floating_point() and t.dtype != torch.float64
+            and t.device.type == "cpu" else t for t in (x, weight, bias)]
+    with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)):
+        y, z = call(*args, act)
+    return y.to(dtype), z.to(dtype)
+
+
+torch.library.impl("tppasm::linear", "AutocastCPU", functools.partial(_autocast, torch.ops.tppasm.linear))
+
+
+class _Transformable(torch.autograd.Function):
+    """An operator as an autograd.Function with ``setup_context``, which torch.func transforms need
+    and do not find in a ``torch.library.custom_op`` (its generated autograd.Function has none:
+    pytorch issue 168393). vmap runs the operator on each batch element (torch's batching
+    fallback); forward mode is refused."""
+    generate_vmap_rule = True
+    jvp = staticmethod(_no_forward_mode)
+
+
+class _Linear(_Transformable):
+    @staticmethod
+    def forward(x, weight, bias, act):
+        return torch.ops.tppasm.linear(x, weight, bias, act)
+
+    setup_context = staticmethod(_setup_context)
+    backward = staticmethod(_backward)
+
+
+class _LinearBackward(_Transformable):
+    @staticmethod
+    def forward(dy, x, weight, saved, act, needs):
+        return torch.ops.tppasm.linear_backward(dy, x, weight, saved, act, needs)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    backward = staticmethod(_no_second_derivative)
