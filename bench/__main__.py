@@ -3,6 +3,7 @@ mlp, pool, cache, sve-static, amx-static, amx-micro, x86-static, conv, spmm, ber
 
 ``--json FILE`` writes exactly FILE with the records of every module of the suite; ``--plot FILE.png``
 draws their GFLOP/s per shape with the peak as a line (see :mod:`bench.common`)."""
+import argparse
 import importlib
 import json
 import os
@@ -11,6 +12,7 @@ import tempfile
 
 import bench.common as common
 from bench.common import plot
+from bench.options import plot_file, writable_file
 
 SUITES = {
     "isa": ["bench.isa"],
@@ -32,20 +34,34 @@ SUITES = {
 }
 
 
-def _take(argv, flag):
-    """Remove ``flag VALUE`` from ``argv``; return VALUE (or None).
+OWN = ("--json", "--plot")      # python -m bench's own options; the others go to the suite's modules
 
-    >>> argv = ["--quick", "--json", "x.json"]; _take(argv, "--json"), argv
-    ('x.json', ['--quick'])
+
+def _parser(suite):
+    """python -m bench's own options, checked (:mod:`bench.options`) before any suite module runs."""
+    p = argparse.ArgumentParser(prog=f"python -m bench {suite}", add_help=False, allow_abbrev=False,
+                                usage=f"%(prog)s [--json FILE] [--plot FILE.png] [options of the suite: see "
+                                      f"python -m bench {suite} --help]")
+    p.add_argument("--json", metavar="FILE", type=writable_file("--json run.json"),
+                   help="write the records of every module of the suite to this file")
+    p.add_argument("--plot", metavar="FILE.png", type=plot_file, help="draw their GFLOP/s per shape")
+    return p
+
+
+def split(argv):
+    """(python -m bench's own options: the ``--json``/``--plot`` in ``argv`` with their values, the
+    rest for the suite), in order; a flag without a value stays alone (argparse then says so).
+
+    >>> split(["--quick", "--json", "x.json", "--plot=x.png", "--json"])
+    (['--json', 'x.json', '--plot=x.png', '--json'], ['--quick'])
     """
-    if flag not in argv:
-        return None
-    i = argv.index(flag)
-    if i + 1 >= len(argv):
-        raise SystemExit(f"{flag} needs a file name")
-    value = argv[i + 1]
-    del argv[i:i + 2]
-    return value
+    own, rest, i = [], [], 0
+    while i < len(argv):
+        flag = argv[i].split("=", 1)[0]
+        n = 1 if flag not in OWN or "=" in argv[i] else 2
+        (own if flag in OWN else rest).extend(argv[i:i + n])
+        i += n
+    return own, rest
 
 
 def run(names, argv, json_path=None, plot_path=None):
@@ -77,10 +93,11 @@ def main(argv=None):
     if not argv or argv[0] not in (*SUITES, "all"):
         print(__doc__)
         return 2
-    suite, rest = argv[0], argv[1:]
+    suite = argv[0]
+    own, rest = split(argv[1:])
+    opts = _parser(suite).parse_args(own)        # a bad --json or --plot exits here, before any suite runs
     names = [m for s in SUITES.values() for m in s] if suite == "all" else SUITES[suite]
-    json_path, plot_path = _take(rest, "--json"), _take(rest, "--plot")
-    run(names, rest, json_path, plot_path)
+    run(names, rest, opts.json, opts.plot)
     return 0
 
 

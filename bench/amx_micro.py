@@ -44,6 +44,7 @@ import numpy as np
 
 from .amx_model import FIGURES, READINGS, TDP_CYCLES, save_figures, simulate
 from .common import Report, write_json
+from .options import count, json_option, writable_file
 
 BLOCK = 1024                          # bytes of one operand tile: 16 rows x 64
 L1_BLOCKS = 8                         # 8 KiB: the loops that stay in L1
@@ -303,20 +304,26 @@ def run(rounds=9, figures_path=None):
     return rep, fit
 
 
-def main(argv=None):
+def parse(argv=None):
+    """The options of ``python -m bench amx-micro``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench amx-micro", description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds per loop (AMX hosts)")
-    p.add_argument("--json", default=None)
-    p.add_argument("--figures", metavar="FILE", help="AMX hosts: write the timings the loops imply, and the "
-                   "reading that fits, for python -m bench amx-static --figures FILE")
+    p.add_argument("--rounds", type=count("rounds", "--rounds 9"), default=9,
+                   help="interleaved timing rounds per loop (AMX hosts)")
+    json_option(p)
+    p.add_argument("--figures", metavar="FILE", type=writable_file("--figures figures.json"),
+                   help="AMX hosts: write the timings the loops imply, and the reading that fits, for "
+                        "python -m bench amx-static --figures FILE")
     args = p.parse_args(argv)
-    if args.rounds < 1:
-        p.error(f"--rounds {args.rounds}: expected a positive number of rounds")
     if args.figures:
         from isa.cpu import host
         if "amx" not in host().levels:
             p.error(f"--figures {args.figures}: this host has no AMX, so no loop is timed and there are no "
                     "figures to write; run it on an AMX host (bench/device_check.sh does where a lent machine has AMX)")
+    return args
+
+
+def main(argv=None):
+    args = parse(argv)
     rep, fit = run(args.rounds, args.figures)
     if args.json:
         write_json(args.json, [rep, [{"table": "misfit", **fit}] if fit else []])

@@ -41,6 +41,7 @@ import numpy as np
 
 from .amx_model import READINGS
 from .common import Report, write_json
+from .options import json_option
 
 CASES = [  # (m, n, k, count, dtype, beta, c_dtype)
     (64, 64, 64, 16, "bf16", 0, "f32"),
@@ -164,9 +165,10 @@ def _table(title, rows):
     return rep
 
 
-def main(argv=None):
+def parse(argv=None):
+    """The options of ``python -m bench amx-static``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench amx-static")
-    p.add_argument("--json")
+    json_option(p)
     p.add_argument("--quick", action="store_true", help="three kernels only")
     p.add_argument("--choices", action="store_true", help="also score candidate blockings and tdp orders "
                    "on synthetic traces (bench.amx_choices)")
@@ -175,17 +177,24 @@ def main(argv=None):
     p.add_argument("--figures", metavar="FILE", help="model with the timings python -m bench amx-micro "
                    "--figures FILE measured on an AMX host instead of the model's own")
     args = p.parse_args(argv)
+    from .amx_model import FIGURES, load_figures
+    args.model = (FIGURES, None, None)          # the figures modelled with, the reading that fit them, their host
+    if args.figures:
+        try:
+            args.model = load_figures(args.figures)
+        except ValueError as e:
+            p.error(str(e))
+    return args
+
+
+def main(argv=None):
+    args = parse(argv)
     from tppasm.brgemm import Brgemm
     from tppasm.x86.amx import plan
     from tppasm.x86.amx_chunk import chunk_blocks
-    from .amx_model import FIGURES, load_figures
 
-    figures = FIGURES
+    figures, reading, host = args.model
     if args.figures:
-        try:
-            figures, reading, host = load_figures(args.figures)
-        except ValueError as e:
-            p.error(str(e))
         print(f"MODELLED with the timings amx-micro measured on {host or 'an AMX host'} ({args.figures}); "
               f"the reading that fit it there: {reading}")
     else:

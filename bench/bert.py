@@ -30,16 +30,21 @@ import numpy as np
 
 from bench.common import Report, pool_of, write_json
 from bench.interleave import add_clock_option, check_clock, interleaved, use_threads
-from bench.models.minilm import MiniLM, model_dir  # noqa: F401  (MiniLM: the public entry)
+from bench.models.minilm import POSITIONS, MiniLM, model_dir  # noqa: F401  (MiniLM: the public entry)
+from bench.options import count, dtypes_option, json_option, shapes, threads_option
 
 
 def parse_shapes(text):
-    """'1x32,8x128' -> [(1, 32), (8, 128)] as (batch, tokens).
+    """'1x32,8x128' -> [(1, 32), (8, 128)] as (batch, tokens) (``--shapes``' type: argparse's error
+    for anything else, or more tokens than the model has positions).
 
     >>> parse_shapes("1x32,8x128")
     [(1, 32), (8, 128)]
     """
-    return [tuple(int(v) for v in item.lower().split("x")) for item in text.split(",")]
+    return _SHAPES(text)
+
+
+_SHAPES = shapes("batch x tokens pairs", "--shapes 1x32,8x128", 2, most=(None, POSITIONS))
 
 
 def torch_model(dtype):
@@ -141,17 +146,24 @@ def profile_bert(shapes, threads, dtypes, runs, clock="wall"):
     return rep
 
 
-def main(argv=None):
+def parse(argv=None):
+    """The options of ``python -m bench bert``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench bert", description=__doc__.splitlines()[0])
-    p.add_argument("--shapes", default="1x32,8x128", help="batch x tokens, comma separated")
-    p.add_argument("--threads", default="1,2")
-    p.add_argument("--dtypes", default="f32,bf16")
-    p.add_argument("--runs", type=int, default=7, help="interleaved timing runs per row")
+    p.add_argument("--shapes", type=parse_shapes, default="1x32,8x128",
+                   help=f"batch x tokens, comma separated (tokens at most {POSITIONS}; default 1x32,8x128)")
+    threads_option(p)
+    dtypes_option(p, ("f32", "bf16"))
+    p.add_argument("--runs", type=count("runs", "--runs 7"), default=7, help="interleaved timing runs per row")
     add_clock_option(p)
     p.add_argument("--profile", action="store_true", help="instead: a per-step breakdown of one layer")
-    p.add_argument("--json", default=None)
+    json_option(p)
     args = p.parse_args(argv)
     check_clock(p, args)
+    return args
+
+
+def main(argv=None):
+    args = parse(argv)
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -159,11 +171,8 @@ def main(argv=None):
         print("torch and transformers are needed for the comparison: pip install -e .[bench]")
         return 1
     start = time.perf_counter()
-    shapes, threads = parse_shapes(args.shapes), [int(t) for t in args.threads.split(",")]
-    if args.profile:
-        rep = profile_bert(shapes, threads, args.dtypes.split(","), args.runs, args.clock)
-    else:
-        rep = bench_bert(shapes, threads, args.dtypes.split(","), args.runs, args.clock)
+    run = profile_bert if args.profile else bench_bert
+    rep = run(args.shapes, args.threads, args.dtypes, args.runs, args.clock)
     print(f"\n({time.perf_counter() - start:.0f} s)")
     write_json(args.json, [rep])
     return 0

@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from .common import Report, median_time, write_json
+from .options import count, json_option
 
 
 def kernel_mix():
@@ -87,12 +88,18 @@ def _stats(values):
     return float(np.median(values)), float(np.min(values))
 
 
-def main(argv=None):
+def parse(argv=None):
+    """The options of ``python -m bench cache``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench cache")
-    p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--json")
+    p.add_argument("--repeat", type=count("repeats", "--repeat 5"), default=5,
+                   help="fresh processes of each kind (default 5)")
+    json_option(p)
     p.add_argument("--child", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse(argv)
     if args.child:
         return _child(args.child)
 

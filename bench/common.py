@@ -2,8 +2,10 @@
 
 How a suite plugs in: a module under ``bench/`` with ``main(argv)`` that accepts ``--json FILE``,
 prints its tables with :class:`Report` and ends with ``write_json(args.json, reports)``; list it in
-``bench.__main__.SUITES``. ``python -m bench SUITE --json FILE --plot FILE.png`` then runs every
-module of the suite, merges their records into exactly FILE and draws the plot (:func:`plot`).
+``bench.__main__.SUITES``. Its options are read by ``parse(argv)``, which checks them (the types of
+:mod:`bench.options`: a bad one is argparse's error, exit status 2) and does no work.
+``python -m bench SUITE --json FILE --plot FILE.png`` (both checked before anything runs) then runs
+every module of the suite, merges their records into exactly FILE and draws the plot (:func:`plot`).
 A record joins the plot when it has ``gflops`` (ours) and an ``x`` label; its other ``*_gflops``
 keys are further series (``numpy_gflops``, ``torch_gflops``, ...) and ``peak_gflops`` is drawn as
 the peak line. Every record also names the host and its ISA (:func:`host_info`).

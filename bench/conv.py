@@ -38,8 +38,10 @@ import tppasm as tpp
 from isa.cpu import host
 from bench import conv_remembered
 from bench.common import Report, write_json
+from bench.options import counts, dtypes_option, names
 from bench.conv_nest import Blocking, Conv, ConvNest
 from bench.versus import add_arguments, fastest, geomean, peak_loop, quick_seconds, ranked, setup, versus
+from bench.versus import parse as parse_options
 from tppasm.conv_layout import block_activations, block_weights, unblock_activations
 
 # ResNet-50 v1.5 (stride in the 3x3 of each stage's first block): name, C, K, H=W, R=S, stride,
@@ -293,34 +295,39 @@ def bench_layer(rep, name, shape, dtype, pool, threads, torch, quick, rounds):
     return ratio, t_ours, t_theirs
 
 
-def main(argv=None):
+def parse(argv=None):
+    """The options of ``python -m bench conv``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench conv", description=__doc__.splitlines()[0])
-    p.add_argument("--batch", default="1,8", help="comma list of batch sizes (default 1,8)")
-    p.add_argument("--dtypes", default="f32,bf16")
-    p.add_argument("--layers", default="", help="comma list of layer names (default: all 23)")
+    p.add_argument("--batch", type=counts("batch sizes", "--batch 1,8"), default="1,8",
+                   help="comma list of batch sizes (default 1,8)")
+    dtypes_option(p, ("f32", "bf16"))
+    p.add_argument("--layers", type=names("layer names", [x[0] for x in LAYERS], "--layers conv1,res2a_branch1"),
+                   default=None, help="comma list of layer names (default: all 23)")
     p.add_argument("--quick", action="store_true", help="one blocking per layer, fewer rounds")
     p.add_argument("--fresh", action="store_true",
                    help="tune from nothing: do not time (or update) the choices earlier runs remembered in "
                         "tppasm's cache")
     add_arguments(p)
-    args = p.parse_args(argv)
+    return parse_options(p, argv)
+
+
+def main(argv=None):
     global FRESH
+    args = parse(argv)
     FRESH = args.fresh
-    torch, threads, pool = setup(p, args)
-    names = args.layers.split(",") if args.layers else [x[0] for x in LAYERS]
+    torch, threads, pool = setup(args)
+    layers = args.layers or [x[0] for x in LAYERS]
     weight = {x[0]: x[7] for x in LAYERS}
-    for nm in names:
-        layer(nm, 1)                                   # unknown names fail before any timing
     rep = Report(f"ResNet-50 v1.5 forward convolutions, {threads} thread(s): loops.kernel + tppasm.brgemm vs "
                  "torch.nn.functional.conv2d",
                  ["layer", "C->K RxS/stride HxW", "N", "dtype", "blocking, spec", "choice", "runs", "ms ours",
                   "ms torch", "torch fmt", "GFLOP/s", "% peak", "ours/torch"])
     rounds = 5 if args.quick else 11
     rows = []
-    for dtype in args.dtypes.split(","):
-        for n in (int(b) for b in args.batch.split(",")):
+    for dtype in args.dtypes:
+        for n in args.batch:
             results = {}
-            for nm in names:
+            for nm in layers:
                 results[nm] = bench_layer(rep, nm, layer(nm, n), dtype, pool, threads, torch, args.quick, rounds)
             ratios = [r for r, _, _ in results.values()]
             net_ours = sum(weight[nm] * t for nm, (_, t, _) in results.items())

@@ -32,26 +32,27 @@ import tempfile
 import time
 
 from .common import Report, write_json
+from .options import checked, count, json_option, real
 
 TOLERANCE = {"f32": 1e-4, "bf16": 5e-2}     # largest relative loss difference that counts as the same curve
+MAX_RANKS = 256             # processes --ranks spawns on one machine, each a Python with torch: more swamps it
 
 
 def parse(argv=None):
+    """The options of ``python -m bench ddp``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench ddp", description=__doc__.splitlines()[0])
-    p.add_argument("--ranks", type=int, default=2, help="processes to spawn on this machine (ignored under torchrun)")
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--batch", type=int, default=256, help="rows per rank and step")
-    p.add_argument("--width", type=int, default=512, help="features of every layer")
-    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--ranks", type=count("ranks", "--ranks 2", most=MAX_RANKS), default=2,
+                   help="processes to spawn on this machine (ignored under torchrun)")
+    p.add_argument("--steps", type=count("steps", "--steps 20"), default=20)
+    p.add_argument("--batch", type=count("rows", "--batch 256"), default=256, help="rows per rank and step")
+    p.add_argument("--width", type=count("features", "--width 512"), default=512, help="features of every layer")
+    p.add_argument("--layers", type=count("layers", "--layers 4"), default=4)
     p.add_argument("--dtype", choices=sorted(TOLERANCE), default="f32")
-    p.add_argument("--lr", type=float, default=0.003, help="Adam's learning rate")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json")
-    args = p.parse_args(argv)
-    for name in ("ranks", "steps", "batch", "width", "layers"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} must be at least 1")
-    return args
+    p.add_argument("--lr", type=checked(lambda text: real(text, strict=True), "a positive learning rate", "--lr 0.003"),
+                   default=0.003, help="Adam's learning rate")
+    p.add_argument("--seed", type=count("seed", "--seed 0", least=0), default=0)
+    json_option(p)
+    return p.parse_args(argv)
 
 
 def main(argv=None):

@@ -33,6 +33,7 @@ import tppasm as tpp
 import bench.tpp_gemm as tg
 from bench.common import Report, interleaved, pool_of, progress, write_json
 from bench.interleave import use_threads
+from bench.options import checked, dtypes_option, items, json_option, seconds, threads_option, whole
 from bench.versus import peak_loop as versus_peak_loop
 from loops import Loop, kernel
 from loops.pool import get_pool  # noqa: F401  (gemm_maker's example)
@@ -56,18 +57,25 @@ def n_block():
 
 
 def parse_sizes(text):
-    """'512,4096x1024x1024' -> [(512, 512, 512), (4096, 1024, 1024)] as (M, N, K).
+    """'512,4096x1024x1024' -> [(512, 512, 512), (4096, 1024, 1024)] as (M, N, K); argparse's
+    error, naming the form, for anything else (``--sizes``' type).
 
     >>> parse_sizes("512,64x32x16")
     [(512, 512, 512), (64, 32, 16)]
     """
-    out = []
-    for item in text.split(","):
-        dims = [int(x) for x in item.lower().split("x")]
-        if len(dims) not in (1, 3) or min(dims) < 1:
-            raise SystemExit(f"--sizes: {item!r} must be N or MxNxK with positive sizes, e.g. 1000x700x300")
-        out.append(tuple(dims * 3) if len(dims) == 1 else tuple(dims))
-    return out
+    return _SIZES(text)
+
+
+def _size(item):
+    """'512' -> (512, 512, 512), '64x32x16' -> (64, 32, 16); ValueError for anything else."""
+    dims = [whole(x) for x in item.lower().split("x")]
+    if len(dims) not in (1, 3):
+        raise ValueError(f"{len(dims)} sizes")
+    return tuple(dims * 3) if len(dims) == 1 else tuple(dims)
+
+
+_SIZES = checked(lambda text: [_size(s) for s in items(text)], "sizes N or MxNxK (positive), comma separated",
+                 "--sizes 512,1000x700x300")
 
 
 def largest_divisor(n, most):
@@ -403,16 +411,17 @@ def _check(got, ref, dtype, what):
         raise AssertionError(f"DSL GEMM {what}: relative error {err}")
 
 
-def main(argv=None):
+def parse(argv=None):
+    """The options of ``python -m bench gemm``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench gemm", description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default=None,
+    p.add_argument("--sizes", type=parse_sizes, default=None,
                    help="comma list of N or MxNxK (default 512,1024,2048,4096x1024x1024,1000x700x300)")
-    p.add_argument("--threads", default="1,2")
-    p.add_argument("--dtypes", default="f32,bf16")
+    threads_option(p)
+    dtypes_option(p, ("f32", "bf16"))
     p.add_argument("--no-tune", action="store_true", help="only the fixed configuration (spec aBC)")
-    p.add_argument("--tune-seconds", type=float, default=None, metavar="S",
-                   help="tuning budget per shape, dtype and thread count (default: 20, growing with the "
-                        "square root of the work past 1024^3 up to 60 (tune_budget); --quick 6)")
+    p.add_argument("--tune-seconds", type=seconds("--tune-seconds 20"), default=None, metavar="S",
+                   help="tuning budget per shape, dtype and thread count (0: no tuning; default: 20, growing with "
+                        "the square root of the work past 1024^3 up to 60 (tune_budget); --quick 6)")
     p.add_argument("--quick", action="store_true", help="sizes 512,1024, fewer runs and knobs")
     p.add_argument("--tune-clock", choices=["wall", "cpu"], default="wall",
                    help="how the tuner times candidates: cpu leaves out the time other processes held the cores "
@@ -421,15 +430,18 @@ def main(argv=None):
                    help="tune from nothing: do not resume (or update) the searches earlier runs remembered "
                         "in tppasm's cache")
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--json", default=None)
-    args = p.parse_args(argv)
+    json_option(p)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse(argv)
     global TUNE_CLOCK, FRESH
     TUNE_CLOCK, FRESH = args.tune_clock, args.fresh
-    sizes = parse_sizes(args.sizes or ("512,1024" if args.quick else "512,1024,2048,4096x1024x1024,1000x700x300"))
-    threads = [int(t) for t in args.threads.split(",")]
-    seconds = 0 if args.no_tune else args.tune_seconds if args.tune_seconds is not None else 6 if args.quick else \
+    sizes = args.sizes or parse_sizes("512,1024" if args.quick else "512,1024,2048,4096x1024x1024,1000x700x300")
+    budget = 0 if args.no_tune else args.tune_seconds if args.tune_seconds is not None else 6 if args.quick else \
         tune_budget
-    rep = bench_gemm(sizes, threads, args.dtypes.split(","), args.quick, seconds, not args.no_progress)
+    rep = bench_gemm(sizes, args.threads, args.dtypes, args.quick, budget, not args.no_progress)
     write_json(args.json, [rep])
     return 0
 

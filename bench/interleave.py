@@ -59,5 +59,6 @@ def add_clock_option(parser):
 
 
 def check_clock(parser, args):
-    if args.clock == "cpu" and args.threads != "1":
+    """Refuse ``--clock cpu`` unless ``--threads`` (a list, :func:`bench.options.threads_option`) is just 1."""
+    if args.clock == "cpu" and args.threads != [1]:
         parser.error("--clock cpu measures the calling thread only: use it with --threads 1")

@@ -9,12 +9,18 @@ import time
 import numpy as np
 
 from .common import Report, median_time, write_json
+from .options import json_option
+
+
+def parse(argv=None):
+    """The options of ``python -m bench isa``, checked (a bad one: argparse's error); no work done."""
+    p = argparse.ArgumentParser(prog="python -m bench isa")
+    json_option(p)
+    return p.parse_args(argv)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench isa")
-    p.add_argument("--json")
-    args = p.parse_args(argv)
+    args = parse(argv)
     from isa.x86 import Function, eax, rax, rcx, ymm0, ymm1
     from tppasm.eltwise import Binary, Unary
     from tppasm.kernel import get_kernel

@@ -12,9 +12,10 @@ Every output is checked against torch's first (relative to the largest |y|: 1e-4
 """
 import argparse
 
+from bench import options
 from bench.common import Report, write_json
 from bench.llm import read_sweep
-from bench.versus import add_arguments, peak, quick_seconds, setup, versus
+from bench.versus import add_arguments, parse as parse_options, peak, quick_seconds, setup, versus
 
 FEW_ROWS = "1x4096x4096,8x4096x4096,16x4096x4096,1x4096x11008,4x768x3072,1x1024x1024,8x1024x1024"
 GEMMS = "64x4096x4096,1024x1024x1024,4096x768x3072,1000x300x700,127x65x1000"
@@ -22,18 +23,15 @@ TOLERANCE = {"f32": 1e-4, "bf16": 2e-2}
 
 
 def shapes(text):
-    """``"NxKxM,..."`` as (n, k, m) triples.
+    """``"NxKxM,..."`` as (n, k, m) triples (``--shapes``' type: argparse's error for anything else).
 
     >>> shapes("1x4096x4096,8x64x32")
     [(1, 4096, 4096), (8, 64, 32)]
     """
-    try:
-        out = [tuple(int(v) for v in s.split("x")) for s in text.split(",") if s]
-    except ValueError:
-        out = []
-    if not out or any(len(s) != 3 or min(s) < 1 for s in out):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected rows x in x out triples, e.g. 8x4096x4096,1x768x3072")
-    return out
+    return _SHAPES(text)
+
+
+_SHAPES = options.shapes("rows x in x out triples", "--shapes 8x4096x4096,1x768x3072", 3)
 
 
 def path_of(n, k, m):
@@ -80,22 +78,28 @@ def bench_shape(rep, torch, threads, n, k, m, dtype, backward, rounds):
     return ratio
 
 
-def main(argv=None):
+def parse(argv=None):
+    """The options of ``python -m bench linear``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench linear", description=__doc__.splitlines()[0])
     p.add_argument("--shapes", type=shapes, default=shapes(FEW_ROWS + "," + GEMMS),
                    help=f"rows x in x out triples (default: {FEW_ROWS},{GEMMS})")
-    p.add_argument("--dtypes", default="f32,bf16")
+    options.dtypes_option(p, tuple(TOLERANCE))
     p.add_argument("--backward", action="store_true", help="time forward + backward (y.backward(dy))")
-    p.add_argument("--rounds", type=int, default=9)
-    p.add_argument("--sweep-mib", type=int, default=512, help="MiB read by the bandwidth sweep (default 512)")
+    p.add_argument("--rounds", type=options.count("rounds", "--rounds 9"), default=9)
+    p.add_argument("--sweep-mib", type=options.count("MiB", "--sweep-mib 512"), default=512,
+                   help="MiB read by the bandwidth sweep (default 512)")
     add_arguments(p)
-    args = p.parse_args(argv)
-    torch, threads, pool = setup(p, args)
+    return parse_options(p, argv)
+
+
+def main(argv=None):
+    args = parse(argv)
+    torch, threads, pool = setup(args)
     what = "forward + backward" if args.backward else "forward (inference_mode)"
     rep = Report(f"torch.ops.tppasm.linear vs torch.nn.functional.linear, {what}, {threads} thread(s)",
                  ["dtype", "n x k -> m", "path", "ms ours", "ms torch", "torch/ours", "GFLOP/s", "% peak",
                   "weight GB/s", "max rel. diff"])
-    for dtype in args.dtypes.split(","):
+    for dtype in args.dtypes:
         for n, k, m in args.shapes:
             bench_shape(rep, torch, threads, n, k, m, dtype, args.backward, args.rounds)
     sweep, nbytes = read_sweep(pool, args.sweep_mib)

@@ -35,6 +35,7 @@ import numpy as np
 import tppasm as tpp
 from bench.common import Report, pool_of, write_json
 from bench.interleave import add_clock_option, check_clock, interleaved, use_threads
+from bench.options import count, dtypes_option, json_option, threads_option
 from bench.models import stream_pace
 from bench.models.llama import LlamaLayer
 from bench.models.llama_weights import Config, random_weights
@@ -302,28 +303,35 @@ def profile_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
     return rep
 
 
-def main(argv=None):
+def parse(argv=None):
+    """The options of ``python -m bench llm``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench llm", description=__doc__.splitlines()[0])
-    p.add_argument("--prompt", type=int, default=None,
+    p.add_argument("--prompt", type=count("prompt tokens", "--prompt 64"), default=None,
                    help="first-token prompt length (default 256; 64 with --small, whose cache holds 128)")
-    p.add_argument("--threads", default="1,2")
-    p.add_argument("--dtypes", default="bf16,i8")
-    p.add_argument("--runs", type=int, default=5)
+    threads_option(p)
+    dtypes_option(p, ("bf16", "i8"))
+    p.add_argument("--runs", type=count("runs", "--runs 5"), default=5)
     p.add_argument("--small", action="store_true", help="the test shape (hidden 128) instead of the 1B-class one")
     p.add_argument("--profile", action="store_true", help="instead: each step's time (no torch needed)")
     add_clock_option(p)
-    p.add_argument("--json", default=None)
+    json_option(p)
     args = p.parse_args(argv)
     check_clock(p, args)
-    cfg = Config.small() if args.small else Config()
+    args.config = Config.small() if args.small else Config()
     if args.prompt is None:
         args.prompt = 64 if args.small else 256
-    if not 1 <= args.prompt < cfg.max_len:
+    if not 1 <= args.prompt < args.config.max_len:
         p.error(f"--prompt {args.prompt}: the next token goes at position prompt, so it must lie in "
-                f"[1, {cfg.max_len - 1}] for this shape (its cache holds {cfg.max_len})")
-    threads = [int(t) for t in args.threads.split(",")]
+                f"[1, {args.config.max_len - 1}] for this shape (its cache holds {args.config.max_len}), e.g. "
+                f"--prompt {64 if args.small else 256}")
+    return args
+
+
+def main(argv=None):
+    args = parse(argv)
+    cfg = args.config
     if args.profile:
-        write_json(args.json, [profile_llm(cfg, args.prompt, threads, args.dtypes.split(","), args.runs, args.clock)])
+        write_json(args.json, [profile_llm(cfg, args.prompt, args.threads, args.dtypes, args.runs, args.clock)])
         return 0
     try:
         import torch  # noqa: F401
@@ -331,8 +339,7 @@ def main(argv=None):
         print("torch is needed for the comparison: pip install -e .[bench]")
         return 1
     start = time.perf_counter()
-    reps = bench_llm(cfg, args.prompt, [int(t) for t in args.threads.split(",")], args.dtypes.split(","), args.runs,
-                     args.clock)
+    reps = bench_llm(cfg, args.prompt, args.threads, args.dtypes, args.runs, args.clock)
     loops = int8_inner_loops()
     if loops:
         print(f"\nint8 weights consumed from L1 by one core: vpdpbusd {loops['vpdpbusd']:.0f} GB/s, dequantized in "

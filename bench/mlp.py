@@ -19,6 +19,7 @@ import numpy as np
 import tppasm as tpp
 from bench.common import Report, interleaved, pool_of, write_json
 from bench.interleave import use_threads
+from bench.options import count, dtypes_option, json_option, seconds, threads_option
 import bench.gemm as bench_gemm_module
 from bench.gemm import _torch, dtype_peak, fitted, n_block, tuned, winner_text
 from loops import Loop, kernel
@@ -173,31 +174,34 @@ def _check(got, x, params, dtype):
         raise AssertionError(f"DSL MLP {dtype}: relative error {err}")
 
 
-def main(argv=None):
+def parse(argv=None):
+    """The options of ``python -m bench mlp``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench mlp", description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, default=None, help="default 1024 (--quick 512)")
-    p.add_argument("--channels", type=int, default=None, help="default 1024 (--quick 512)")
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--threads", default="1,2")
-    p.add_argument("--dtypes", default="f32,bf16")
+    p.add_argument("--rows", type=count("rows", "--rows 512"), default=None, help="default 1024 (--quick 512)")
+    p.add_argument("--channels", type=count("channels", "--channels 512"), default=None,
+                   help="default 1024 (--quick 512)")
+    p.add_argument("--layers", type=count("layers", "--layers 4"), default=4)
+    threads_option(p)
+    dtypes_option(p, ("f32", "bf16"))
     p.add_argument("--no-tune", action="store_true", help="only the fixed configuration (spec aBC)")
-    p.add_argument("--tune-seconds", type=float, default=None, metavar="S",
-                   help="tuning budget per dtype and thread count (default 20, --quick 6)")
+    p.add_argument("--tune-seconds", type=seconds("--tune-seconds 20"), default=None, metavar="S",
+                   help="tuning budget per dtype and thread count (0: no tuning; default 20, --quick 6)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--tune-clock", choices=["wall", "cpu"], default="wall",
                    help="how the tuner times candidates (see python -m bench gemm --help)")
     p.add_argument("--fresh", action="store_true", help="tune from nothing (see python -m bench gemm --help)")
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--json", default=None)
-    args = p.parse_args(argv)
+    json_option(p)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse(argv)
     bench_gemm_module.TUNE_CLOCK, bench_gemm_module.FRESH = args.tune_clock, args.fresh
     T = args.rows or (512 if args.quick else 1024)
     C = args.channels or (512 if args.quick else 1024)
-    if min(T, C, args.layers) < 1:
-        p.error("--rows, --channels and --layers must be positive")
-    seconds = 0 if args.no_tune else args.tune_seconds if args.tune_seconds is not None else 6 if args.quick else 20
-    rep = bench_mlp(T, C, args.layers, [int(t) for t in args.threads.split(",")], args.dtypes.split(","),
-                    args.quick, seconds, not args.no_progress)
+    budget = 0 if args.no_tune else args.tune_seconds if args.tune_seconds is not None else 6 if args.quick else 20
+    rep = bench_mlp(T, C, args.layers, args.threads, args.dtypes, args.quick, budget, not args.no_progress)
     write_json(args.json, [rep] if rep else [])
     return 0
 

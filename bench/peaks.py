@@ -29,6 +29,7 @@ The API the GEMM benches use (stable)::
 >>> peak("f32") > 0
 True
 """
+import argparse
 import functools
 import time
 
@@ -287,7 +288,8 @@ def ratio_stats(ratios):
 
 
 def main(argv=None):
-    """Print every unit's peak for every dtype on this host."""
+    """Print every unit's peak for every dtype on this host (no options: argparse refuses any)."""
+    argparse.ArgumentParser(prog="python -m bench.peaks", description=__doc__.splitlines()[0]).parse_args(argv)
     print(f"host {host().isa}: peak per core of each dtype's units (median / best of 9 runs)")
     for dtype in ("f32", "bf16", "i8"):
         for unit in units(dtype):

@@ -18,6 +18,7 @@ import threading
 import time
 
 from .common import Report, write_json
+from .options import count, json_option
 
 
 def _per_region(issue, regions, runs):
@@ -142,12 +143,18 @@ def _gomp_rows(report, regions, runs):
             report.add(name, n, *json.loads(proc.stdout.split("\n")[-2]))
 
 
-def main(argv=None):
+def parse(argv=None):
+    """The options of ``python -m bench pool``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench pool")
-    p.add_argument("--json")
-    p.add_argument("--runs", type=int, default=7)
-    p.add_argument("--regions", type=int, default=10_000)
-    args = p.parse_args(argv)
+    json_option(p)
+    p.add_argument("--runs", type=count("runs", "--runs 7"), default=7)
+    p.add_argument("--regions", type=count("regions", "--regions 10000"), default=10_000,
+                   help="parallel regions per run (default 10000)")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse(argv)
     report = Report(f"Empty parallel region issued from Python, µs (median of {args.runs} runs; "
                     f"{len(os.sched_getaffinity(0))} CPUs, load average {os.getloadavg()[0]:.1f} at start)",
                     ["engine", "threads", "µs/region", "min", "max"])

@@ -23,12 +23,14 @@ import numpy as np
 
 import tppasm as tpp
 from bench.common import Report, write_json
-from bench.versus import add_arguments, peak_loop, quick_seconds, setup, versus
+from bench.options import checked, count, counts, dtypes_option, items, real
+from bench.versus import add_arguments, parse as parse_options, peak_loop, quick_seconds, setup, versus
 from loops import Loop, kernel
 from tppasm.spmm import bcsr, check_bcsr, random_block_sparse
 
 SPARSITIES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 SPECS = ("BA", "AB", "Ba", "aB")
+PANEL = 64                  # the narrowest panel of B tune() tries: --size must be a multiple
 
 
 class SpmmNest:
@@ -83,7 +85,7 @@ def tune(size, block, dtype, pool, rng, quick):
     _, (rowptr, colidx, values), bk, _ = operands(size, block, 0.5, dtype, rng)
     c = tpp.empty((size, size))
     best = None
-    for bn in ([64] if quick else [64, 128, 256]):
+    for bn in ([PANEL] if quick else [PANEL, 2 * PANEL, 4 * PANEL]):
         if size % bn:
             continue
         nest = SpmmNest(size, size, size, block, block, dtype, bn, pool=pool)
@@ -144,25 +146,48 @@ def bench_point(rep, size, block, sparsity, dtype, nest, torch, threads, rng, ro
     return ratio
 
 
-def main(argv=None):
+def check_blocks(parser, size, blocks, dtypes):
+    """Refuse (argparse's error) a ``--size`` not a multiple of :data:`PANEL` (the panels of B
+    :func:`tune` tries), or a block size that does not divide it (or is odd, for bf16's VNNI pairs)."""
+    if size % PANEL:
+        parser.error(f"argument --size: {size} is not a multiple of {PANEL} (B's column panels), e.g. --size 1024")
+    for b in blocks:
+        why = f"does not divide --size {size}" if size % b else "is odd (bf16 blocks pair their rows for VNNI)" \
+            if "bf16" in dtypes and b % 2 else ""
+        if why:
+            parser.error(f"argument --blocks: block size {b} {why}, e.g. --blocks 4,8,16,32")
+
+
+def parse(argv=None):
+    """The options of ``python -m bench spmm``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench spmm", description=__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, default=1024, help="M = N = K (default 1024; the paper: 2048)")
-    p.add_argument("--blocks", default="4,8,16,32")
-    p.add_argument("--sparsities", default=",".join(map(str, SPARSITIES)))
-    p.add_argument("--dtypes", default="f32,bf16")
+    p.add_argument("--size", type=count("rows and columns", "--size 1024"), default=1024,
+                   help=f"M = N = K, a multiple of {PANEL} (default 1024; the paper: 2048)")
+    p.add_argument("--blocks", type=counts("block rows and columns", "--blocks 4,8,16,32"), default="4,8,16,32",
+                   help="comma list of block sizes b (b x b blocks), each dividing --size, even for bf16")
+    p.add_argument("--sparsities", type=checked(lambda text: [real(s, most=1.0) for s in items(text)],
+                                                "sparsities from 0 to 1, comma separated", "--sparsities 0,0.5,0.9"),
+                   default=",".join(map(str, SPARSITIES)))
+    dtypes_option(p, ("f32", "bf16"))
     p.add_argument("--quick", action="store_true", help="no panel-width tuning, fewer rounds")
     add_arguments(p)
-    args = p.parse_args(argv)
-    torch, threads, pool = setup(p, args)
-    sparsities = [float(s) for s in args.sparsities.split(",")]
+    args = parse_options(p, argv)
+    check_blocks(p, args.size, args.blocks, args.dtypes)
+    return args
+
+
+def main(argv=None):
+    args = parse(argv)
+    torch, threads, pool = setup(args)
+    sparsities = args.sparsities
     rep = Report(f"Block-sparse ({args.size}x{args.size} in bxb blocks) x dense ({args.size}x{args.size}), "
                  f"{threads} thread(s): loops.kernel + tppasm.block_spmm vs torch",
                  ["dtype", "block", "sparsity", "stored blocks", "ms ours", "ms torch dense", "ms torch csr",
                   "ms torch bsr", "GFLOP/s (dense-equiv.)", "% peak", "ours/dense"])
     rng = np.random.default_rng(0)
     crossings = []
-    for dtype in args.dtypes.split(","):
-        for block in (int(b) for b in args.blocks.split(",")):
+    for dtype in args.dtypes:
+        for block in args.blocks:
             bn, spec = tune(args.size, block, dtype, pool, rng, args.quick)
             nest = SpmmNest(args.size, args.size, args.size, block, block, dtype, bn, spec, pool)
             ratios = [bench_point(rep, args.size, block, s, dtype, nest, torch, threads, rng,

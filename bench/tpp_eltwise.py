@@ -5,8 +5,8 @@ array read or written once), fused bias + gelu vs numpy's two steps, JIT time of
 One kernel call covers the whole (rows x cols) array. Medians of 5 auto-calibrated runs, the
 contenders interleaved round by round; ratios are medians of per-round ratios.
 """
+import argparse
 import math
-import sys
 import time
 
 import numpy as np
@@ -17,6 +17,7 @@ from tppasm.eltwise import (BINARY_OPS, GRAD_OPS, REDUCE_OPS, TRANSFORMS, UNARY_
 from tppasm.kernel import Kernel
 
 from .common import Report, calibrate, write_json
+from .tpp_gemm import add_options
 
 K0, K1 = math.sqrt(2 / math.pi), 0.044715
 
@@ -136,10 +137,16 @@ def jit_times(report):
     return worst
 
 
+def parse(argv=None):
+    """The options of ``python -m bench.tpp_eltwise``, checked (a bad one: argparse's error); no work done."""
+    p = argparse.ArgumentParser(prog="python -m bench.tpp_eltwise", description=__doc__.splitlines()[0])
+    add_options(p)
+    return p.parse_args(argv)
+
+
 def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    json_path = argv[argv.index("--json") + 1] if "--json" in argv else None
-    quick = "--quick" in argv
+    args = parse(argv)
+    json_path, quick = args.json, args.quick
     runs = 3 if quick else 5
     torch = _torch()
     from isa.cpu import host

@@ -20,6 +20,7 @@ from tppasm.timing import calibrate, time_runs
 from isa.cpu import host
 
 from . import peaks
+from .options import checked, items, json_option, whole
 from .peaks import interleaved_ratios, ratio_stats  # noqa: F401  (bench.gemm uses them from here)
 
 
@@ -118,22 +119,40 @@ SHAPES = [(32, 16, "f32"), (48, 16, "f32"), (64, 16, "f32"), (80, 16, "f32"),
           (32, 16, "bf16"), (64, 16, "bf16"), (80, 16, "bf16"), (64, 16, "i8"), (128, 16, "i8")]
 
 
-def _shapes(text):
-    """``dtype:size:count,...`` -> [(size, count, dtype)]."""
-    out = []
-    for item in text.split(","):
-        dtype, size, count = item.split(":")
-        out.append((int(size), int(count), dtype))
-    return out
+DTYPES = ("f32", "bf16", "i8")
+
+
+def _shape(item):
+    """'bf16:64:16' -> (64, 16, 'bf16'); ValueError for anything else."""
+    dtype, size, count = item.split(":")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r}")
+    return whole(size), whole(count), dtype
+
+
+_shapes = checked(lambda text: [_shape(s) for s in items(text)],
+                  f"dtype:size:count triples (dtype out of {', '.join(DTYPES)}; positive size and count), comma "
+                  "separated", "--shapes bf16:64:16,i8:64:16")
+
+
+def add_options(parser):
+    """The options of ``python -m bench tpp`` (its modules take the same): --json, --quick, --shapes."""
+    json_option(parser)
+    parser.add_argument("--quick", action="store_true", help="fp32 64^3 x 16 and the call overhead only; a smaller "
+                        "DRAM sweep of the element-wise TPPs")
+    parser.add_argument("--shapes", type=_shapes, help="BRGEMMs dtype:size:count,... (e.g. bf16:64:16,i8:64:16) "
+                        "instead of the default set (bench.tpp_gemm only)")
+
+
+def parse(argv=None):
+    """The options of ``python -m bench.tpp_gemm``, checked (a bad one: argparse's error); no work done."""
+    p = argparse.ArgumentParser(prog="python -m bench.tpp_gemm", description=__doc__.splitlines()[0])
+    add_options(p)
+    return p.parse_args(argv)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench.tpp_gemm", description=__doc__.splitlines()[0])
-    p.add_argument("--json", metavar="FILE", help="write the records as JSON")
-    p.add_argument("--quick", action="store_true", help="fp32 64^3 x 16 and the call overhead only")
-    p.add_argument("--shapes", type=_shapes, help="dtype:size:count,... (e.g. bf16:64:16,i8:64:16) instead "
-                   "of the default set")
-    args = p.parse_args(argv)
+    args = parse(argv)
     try:
         import torch
         torch.set_num_threads(1)

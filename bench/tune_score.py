@@ -23,6 +23,7 @@ import numpy as np
 
 from bench.common import pool_of
 from bench.gemm import gemm_maker, winner_text
+from bench.options import MAX_THREADS, count, json_option, seconds, writable_file
 from loops.tune import elapsed, search
 
 SPACE = {"bm": [64, 32, 128], "bn": [32, 64], "bk": [64], "kstep": [8], "edges": [False]}
@@ -160,19 +161,27 @@ def model_scores(rows, best_seconds):
             "timed": len(timed)}
 
 
-def main(argv=None):
+def parse(argv=None):
+    """The options of ``python -m bench.tune_score``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench.tune_score", description=__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, default=1024)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--exhaustive", default="tune_exhaustive.json", metavar="FILE")
-    p.add_argument("--seconds", type=float, default=120)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--reps", type=int, default=2, help="exhaustive: timed runs per candidate (the minimum counts)")
+    p.add_argument("--size", type=count("rows and columns", "--size 1024"), default=1024)
+    p.add_argument("--threads", type=count("threads", "--threads 2", most=MAX_THREADS), default=2)
+    p.add_argument("--exhaustive", type=writable_file("--exhaustive tune_exhaustive.json"),
+                   default="tune_exhaustive.json", metavar="FILE")
+    p.add_argument("--seconds", type=seconds("--seconds 120", strict=True), default=120)
+    p.add_argument("--repeats", type=count("repeats", "--repeats 3"), default=3)
+    p.add_argument("--reps", type=count("runs", "--reps 2"), default=2,
+                   help="exhaustive: timed runs per candidate (the minimum counts)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="cpu: the largest CPU time of the nest's threads (a busy machine; see loops.tune.elapsed)")
-    p.add_argument("--lock", default="/tmp/tppasm-bench.lock", help="bench lock file ('' for none)")
-    p.add_argument("--json", default=None)
-    args = p.parse_args(argv)
+    p.add_argument("--lock", type=writable_file("--lock /tmp/tppasm-bench.lock", empty=True),
+                   default="/tmp/tppasm-bench.lock", help="bench lock file ('' for none)")
+    json_option(p)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse(argv)
     data = exhaustive(args.size, args.threads, args.lock, args.exhaustive, args.reps, args.clock)
     rows = data["rows"]
     size, threads, clock = data["size"], data["threads"], data.get("clock", "wall")

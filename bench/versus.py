@@ -19,6 +19,7 @@ from isa.cpu import host
 from . import peaks
 from .common import pool_of
 from .interleave import CLOCKS, interleaved, use_threads
+from .options import MAX_THREADS, count, json_option
 
 _PEAKS = {}
 _clock = ["wall"]
@@ -116,23 +117,36 @@ def quick_seconds(fn, seconds=0.01, runs=3):
 
 
 def add_arguments(parser):
-    """The options every workload bench takes: --threads, --clock, --json."""
-    parser.add_argument("--threads", type=int, default=0, help="threads for ours and torch (default: all CPUs)")
+    """The options every workload bench takes: --threads, --clock, --json (checked: :mod:`bench.options`)."""
+    parser.add_argument("--threads", type=count("threads (0: all CPUs)", "--threads 2", least=0, most=MAX_THREADS),
+                        default=0, help="threads for ours and torch (default 0: all CPUs)")
     parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
                         help="wall time (default) or the calling thread's CPU time (busy machine; needs --threads 1)")
-    parser.add_argument("--json", default=None, help="write the records to this file")
+    json_option(parser)
 
 
-def setup(parser, args):
-    """(torch, threads, pool) for the parsed ``args`` of :func:`add_arguments`; the clock set; the
-    parser exits with a message when torch is missing or the options disagree."""
+def parse(parser, argv):
+    """``parser``'s options for ``argv`` (those of :func:`add_arguments` among them), checked: argparse's
+    error when they disagree (--clock cpu measures one thread)."""
+    args = parser.parse_args(argv)
+    if args.clock == "cpu" and threads_of(args) != 1:
+        parser.error("--clock cpu measures the calling thread only: use it with --threads 1")
+    return args
+
+
+def threads_of(args):
+    """The threads ``--threads`` asks for (0: the global pool's, all CPUs by default)."""
+    from loops.pool import get_pool
+    return args.threads or get_pool().nthreads
+
+
+def setup(args):
+    """(torch, threads, pool) for the options :func:`parse` checked; the clock set. Exits with a
+    message when torch is missing."""
     torch = torch_or_none()
     if torch is None:
-        parser.exit(1, "torch is not installed (pip install -e .[bench]): this bench compares against it\n")
-    from loops.pool import get_pool
-    threads = args.threads or get_pool().nthreads
-    if args.clock == "cpu" and threads != 1:
-        parser.error("--clock cpu measures the calling thread only: use it with --threads 1")
+        raise SystemExit("torch is not installed (pip install -e .[bench]): this bench compares against it")
+    threads = threads_of(args)
     set_clock(args.clock)
     use_threads(threads, torch)
     pool = pool_of(threads)

@@ -19,6 +19,7 @@ from collections import Counter
 
 import iced_x86 as ix
 
+from bench.options import count, json_option
 from tppasm.brgemm import Brgemm
 from tppasm.x86.brgemm import Gen
 
@@ -85,6 +86,16 @@ def format_table(rows: list[dict], m: int, n: int, k: int) -> str:
     return "\n".join(lines)
 
 
+def parse(argv=None):
+    """The options of ``python -m bench x86-static``, checked (a bad one: argparse's error); no work done."""
+    ap = argparse.ArgumentParser(prog="python -m bench x86-static", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--m", type=count("rows m", "--m 64"), default=64)
+    ap.add_argument("--n", type=count("columns n", "--n 64"), default=64)
+    ap.add_argument("--k", type=count("inner k", "--k 64"), default=64)
+    json_option(ap)
+    return ap.parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the table; ``--json FILE`` also writes the records.
 
@@ -92,12 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     x86 BRGEMM static mix ...
     0
     """
-    ap = argparse.ArgumentParser(prog="python -m bench x86-static", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--m", type=int, default=64)
-    ap.add_argument("--n", type=int, default=64)
-    ap.add_argument("--k", type=int, default=64)
-    ap.add_argument("--json", metavar="FILE")
-    args = ap.parse_args(argv)
+    args = parse(argv)
     rows = analyse(args.m, args.n, args.k)
     print(format_table(rows, args.m, args.n, args.k))
     if args.json:

@@ -1,0 +1,235 @@
+"""Checks of the bench suites' options, as argparse ``type=`` functions: a bad value is refused
+before any work, by argparse (its usage, exit status 2), with a message that names what was
+expected and gives an example of what to write::
+
+    error: argument --threads: '0': expected numbers of threads from 1 to 4096, comma separated, e.g. --threads 1,2
+
+Files a suite writes (``--json``, ``--plot``) are checked the same way: their directory exists
+and is writable, and a plot's name ends in a format matplotlib writes.
+
+>>> threads = counts("threads", "--threads 1,2", most=MAX_THREADS)
+>>> threads("1,4")
+[1, 4]
+>>> threads("1,,2")
+Traceback (most recent call last):
+...
+argparse.ArgumentTypeError: '1,,2': expected numbers of threads from 1 to 4096, comma separated, e.g. --threads 1,2
+"""
+import argparse
+import math
+import os
+
+from loops.pool import MAX_THREADS      # the most threads a pool takes (torch.set_num_threads crashed far above)
+
+PLOT_FORMATS = ("eps", "jpeg", "jpg", "pdf", "pgf", "png", "ps", "raw", "rgba", "svg", "svgz", "tif", "tiff",
+                "webp")     # matplotlib's formats, to tell a bad --plot name where it is not installed
+
+
+def checked(convert, expected, example):
+    """An argparse ``type=``: ``convert(text)``, or, where that raises ValueError, argparse's error
+    ``'TEXT': expected EXPECTED, e.g. EXAMPLE``.
+
+    >>> checked(int, "a whole number", "--n 4")("x")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: 'x': expected a whole number, e.g. --n 4
+    """
+    def check(text):
+        try:
+            return convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}, e.g. {example}") from None
+    return check
+
+
+def whole(text, least=1, most=None):
+    """``text`` as an int from ``least`` to ``most`` (None: no limit); ValueError otherwise.
+
+    >>> whole(" 8 "), whole("0", least=0)
+    (8, 0)
+    """
+    value = int(text)
+    if value < least or (most is not None and value > most):
+        raise ValueError(f"{value} is out of range")
+    return value
+
+
+def real(text, least=0.0, most=math.inf, strict=False):
+    """``text`` as a finite float from ``least`` to ``most`` (above ``least`` when ``strict``);
+    ValueError otherwise.
+
+    >>> real("0.5"), real("1e-3", strict=True)
+    (0.5, 0.001)
+    """
+    value = float(text)
+    if not (math.isfinite(value) and least <= value <= most) or (strict and value == least):
+        raise ValueError(f"{value} is out of range")
+    return value
+
+
+def items(text):
+    """The comma-separated items of ``text``; ValueError when it or one of them is empty.
+
+    >>> items("1, 2")
+    ['1', ' 2']
+    """
+    out = text.split(",")
+    if not all(s.strip() for s in out):
+        raise ValueError("an empty item")
+    return out
+
+
+def _amount(what, least, most, plural):
+    """'a positive number of rounds', 'numbers of threads from 1 to 4096', ... for the messages."""
+    if most is not None:
+        return f"{'numbers' if plural else 'a number'} of {what} from {least} to {most}"
+    if least == 1:
+        return f"{'positive numbers' if plural else 'a positive number'} of {what}"
+    return f"{'numbers' if plural else 'a number'} of {what}, {least} or more"
+
+
+def count(what, example, least=1, most=None):
+    """An argparse ``type=`` for one whole number of ``what`` from ``least`` to ``most``.
+
+    >>> count("rounds", "--rounds 9")("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '0': expected a positive number of rounds, e.g. --rounds 9
+    """
+    return checked(lambda text: whole(text, least, most), _amount(what, least, most, False), example)
+
+
+def counts(what, example, least=1, most=None):
+    """An argparse ``type=`` for a comma list of whole numbers of ``what`` (see :func:`count`)."""
+    return checked(lambda text: [whole(s, least, most) for s in items(text)],
+                   _amount(what, least, most, True) + ", comma separated", example)
+
+
+def seconds(example, strict=False):
+    """An argparse ``type=`` for a finite number of seconds, 0 or more (above 0 where ``strict``).
+
+    >>> seconds("--tune-seconds 20")("nan")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: 'nan': expected a number of seconds, 0 or more, e.g. --tune-seconds 20
+    """
+    return checked(lambda text: real(text, strict=strict),
+                   f"a number of seconds, {'above 0' if strict else '0 or more'}", example)
+
+
+def names(what, choices, example):
+    """An argparse ``type=`` for a comma list of ``what`` out of ``choices``.
+
+    >>> names("dtypes", ("f32", "bf16"), "--dtypes f32")("f32,f16")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: 'f32,f16': expected dtypes out of f32, bf16, comma separated, e.g. --dtypes f32
+    """
+    def convert(text):
+        out = [s.strip() for s in items(text)]
+        if any(s not in choices for s in out):
+            raise ValueError("not a choice")
+        return out
+    return checked(convert, f"{what} out of {', '.join(choices)}, comma separated", example)
+
+
+def shapes(what, example, dims, most=None):
+    """An argparse ``type=`` for a comma list of shapes ``AxB...`` with ``dims`` positive sizes
+    each (at most ``most``, a tuple per dimension, None entries no limit), as tuples.
+
+    >>> shapes("batch x tokens", "--shapes 1x32", 2, most=(None, 512))("8x128,1x32")
+    [(8, 128), (1, 32)]
+    """
+    limits = most or (None,) * dims
+
+    def shape(item):
+        sizes = item.lower().split("x")
+        if len(sizes) != dims:
+            raise ValueError(f"{len(sizes)} sizes")
+        return tuple(whole(s, 1, top) for s, top in zip(sizes, limits))
+    bounds = "".join(f", size {i} at most {top}" for i, top in enumerate(limits, 1) if top is not None)
+    return checked(lambda text: [shape(s) for s in items(text)],
+                   f"{what} of positive sizes{bounds}, comma separated", example)
+
+
+def writable_file(example, empty=False):
+    """An argparse ``type=`` for a file to write: a name (or '' where ``empty``) in a directory that
+    exists and is writable, not a directory itself; refused with a message saying which.
+
+    >>> writable_file("--json run.json")("/no/such/dir/run.json")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '/no/such/dir/run.json': directory '/no/such/dir' does not exist ... run.json
+    """
+    def check(text):
+        if text == "" and empty:
+            return text
+        problem = _unwritable(text)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{text!r}: {problem}, e.g. {example}")
+        return text
+    return check
+
+
+def _unwritable(path):
+    """Why ``path`` cannot be written as a file ('' when it can)."""
+    if not path or path.endswith(os.sep) or os.path.isdir(path):
+        return "expected the name of a file to write, not a directory"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"directory {os.path.dirname(path)!r} does not exist (create it first)"
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return "no permission to write it"
+    return ""
+
+
+def plot_formats():
+    """The file name endings matplotlib writes (its own list where it is installed; None when it is not).
+
+    >>> formats = plot_formats(); formats is None or {"png", "svg", "pdf"} <= set(formats)
+    True
+    """
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        return None
+    return tuple(sorted(FigureCanvasBase.get_supported_filetypes()))
+
+
+def plot_file(text):
+    """An argparse ``type=`` for ``--plot FILE``: a writable file (:func:`writable_file`) whose name
+    ends in a format matplotlib writes, with matplotlib installed.
+
+    >>> plot_file("run.txt")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: 'run.txt': expected a name ending in a format matplotlib writes ..., e.g. --plot run.png
+    """
+    text = writable_file("--plot run.png")(text)
+    formats = plot_formats()
+    if text.rpartition(".")[2].lower() not in (formats or PLOT_FORMATS):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a name ending in a format matplotlib writes (.png, "
+                                         ".svg, .pdf, ...), e.g. --plot run.png")
+    if formats is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: matplotlib is not installed, so nothing could draw it "
+                                         "(pip install matplotlib)")
+    return text
+
+
+def json_option(parser):
+    """Add ``--json FILE`` (checked: :func:`writable_file`): where a suite writes its records."""
+    parser.add_argument("--json", metavar="FILE", type=writable_file("--json run.json"),
+                        help="write the records to this file (as JSON)")
+
+
+def threads_option(parser, default="1,2"):
+    """Add ``--threads N,...`` (checked): the thread counts each row of a suite is run on."""
+    parser.add_argument("--threads", type=counts("threads", "--threads 1,2", most=MAX_THREADS), default=default,
+                        metavar="N,...", help=f"comma list of thread counts, 1 to {MAX_THREADS} (default {default})")
+
+
+def dtypes_option(parser, choices, default=None):
+    """Add ``--dtypes D,...`` (checked: each one of ``choices``; default all of them)."""
+    default = default or ",".join(choices)
+    parser.add_argument("--dtypes", type=names("dtypes", choices, f"--dtypes {choices[0]}"), default=default,
+                        metavar="D,...", help=f"comma list out of {', '.join(choices)} (default {default})")
