@@ -14,6 +14,7 @@ from isa.cpu import host
 from loops import Loop, kernel
 from loops.spec import SpecError
 from loops.trace import TraceError
+from tppasm import timing
 from tppasm.operand import OperandError
 
 
@@ -252,6 +253,12 @@ def test_parameters_equal_to_what_is_used_anyway_are_accepted():
     (lambda: tpp.empty((2**40, 2**40)), ValueError, "more than an array can address"),
     (lambda: tpp.brgemm(4, 4, 4, dtype=np.ones(3)), ValueError, r"dtype=array.*a dtype such as 'f32'"),
     (lambda: tpp.brgemm(4, 4, 4, isa=[]), ValueError, r"isa=\[\]: expected one of 'avx2'"),
+    (lambda: timing.calibrate(lambda: None, float("nan")), ValueError, "min_run=nan; expected a finite number"),
+    (lambda: timing.calibrate(lambda: None, "1"), ValueError, "min_run='1'"),
+    (lambda: timing.median_time(lambda: None, warmup=float("inf")), ValueError, "warmup=inf"),   # once: a hang
+    (lambda: timing.median_time(lambda: None, 0.001, 0.0, runs=0), ValueError, "runs=0; expected an int >= 1"),
+    (lambda: timing.time_runs(lambda: None, 0), ValueError, "reps=0"),
+    (lambda: timing.calibrate(5), TypeError, "fn=5 is not callable"),
 ])
 def test_helpers_explain_bad_arguments(call, error, words):
     with pytest.raises(error, match=words):

@@ -158,6 +158,23 @@ def test_inputs_alone_and_tensors_are_checked_as_a_call_takes_them():
     assert_matches_reference(tpp.relu(2, 4), torch.from_numpy(x), torch.empty(2, 4))
 
 
+@pytest.mark.parametrize("outputs", [-1, 2, [5], [1.0], [True], ["y"]])
+def test_outputs_that_name_no_array_are_refused_not_ignored(outputs):
+    x = np.ones((2, 4), np.float32)
+    with pytest.raises(ValueError, match=r"outputs holds .*expected names of the arrays \(x, out\) or their "
+                                         r"positions 0\.\.1"):
+        check(tpp.relu(2, 4), [x, np.empty_like(x)], outputs=outputs)
+
+
+def test_outputs_and_tolerances_as_documented():
+    x = np.ones((2, 4), np.float32)
+    for outputs in ("out", 1, np.int64(1), ["out"], (np.int64(1),)):     # one name or position, or a sequence
+        assert check(tpp.relu(2, 4), [x, np.empty_like(x)], outputs=outputs) == []
+    for bad in ({"rtol": "1e-5"}, {"atol": -1.0}, {"rtol": float("nan")}, {"atol": True}):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))}=.*expected a number >= 0"):
+            assert_matches_reference(tpp.relu(2, 4), x, np.empty_like(x), **bad)
+
+
 @pytest.mark.parametrize("make", [lambda: tpp.block_spmm(3, 2, 17, 3), lambda: tpp.block_spmm(3, 4, 16, 3, "bf16"),
                                   lambda: tpp.block_spmm(3, 2, 9, 3, beta=1, ldc=11)])
 def test_block_spmm_is_checked_like_any_kernel(make):

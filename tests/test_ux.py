@@ -71,6 +71,9 @@ def test_integer_and_torch_spellings(monkeypatch):
 @pytest.mark.parametrize("bad, words", [
     (np.float64, "dtype=float64 is not a tppasm dtype: tppasm kernels compute in f32 or bf16"),
     ("float16", "not IEEE half"), ("float", "dtype='float' is not a tppasm dtype"),
+    (np.dtype(">f4"), "dtype='>f4' is not a tppasm dtype: its byte order is not this machine's: use 'f32'"),
+    (np.dtype(">i4"), "dtype='>i4' .*use 'i32'"),
+    (np.dtype([("a", "<f4")]), r"dtype=\[\('a', '<f4'\)\] is not a tppasm dtype"),
     (None, None)])
 def test_unsupported_dtypes_say_what_to_use(bad, words):
     if bad is None:                      # None means the default for out_dtype

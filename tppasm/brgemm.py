@@ -348,8 +348,9 @@ def _as_blocks(x, name, who):
 
 
 def _foreign(x, name, who, writes=False):
-    """``x`` as a NumPy view if it is a torch tensor or a DLPack object, else itself (to be checked)."""
-    return as_ndarray(x, name, who, writes) if origin_of(x) in ("torch", "dlpack") else x
+    """``x`` as a plain NumPy view if it is a torch tensor, a DLPack object or an ndarray subclass's
+    instance (:func:`tppasm.operand.as_ndarray`), else itself (to be checked)."""
+    return as_ndarray(x, name, who, writes) if origin_of(x) is not None else x
 
 
 def _batch_count(desc, a, b, rest):

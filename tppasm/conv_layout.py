@@ -25,7 +25,7 @@ True
 import numpy as np
 
 from .dtypes import dtype as to_dtype
-from .layout import aligned, empty, vnni_pack
+from .layout import aligned, as_array, empty, vnni_pack
 
 
 def out_size(size, kernel, stride=1, pad=0):
@@ -51,7 +51,7 @@ def block_activations(x, bc, pad=0, dtype=None):
     >>> block_activations(np.ones((1, 3, 2, 2), np.float32), bc=4, pad=1).shape
     (1, 1, 4, 4, 4)
     """
-    x = np.asarray(x)
+    x = as_array(x, "block_activations")
     if x.ndim != 4:
         raise ValueError(f"block_activations: x must be NCHW (4-D), got shape {x.shape}")
     _positive("block_activations", bc=bc)
@@ -74,11 +74,13 @@ def unblock_activations(xb, channels=None, pad=0):
     >>> unblock_activations(np.zeros((1, 2, 3, 3, 4), np.float32)).shape
     (1, 8, 3, 3)
     """
-    xb = np.asarray(xb)
+    xb = as_array(xb, "unblock_activations")
     if xb.ndim != 5:
         raise ValueError(f"unblock_activations: expected (N, C/bc, H, W, bc), got shape {xb.shape}")
     n, cb, hp, wp, bc = xb.shape
     channels = cb * bc if channels is None else channels
+    _positive("unblock_activations", channels=channels)
+    _positive("unblock_activations", pad=pad, least=0)
     if not 0 < channels <= cb * bc or not 0 <= 2 * pad < min(hp, wp):
         raise ValueError(f"unblock_activations: channels={channels} must be in 1..{cb * bc} and pad={pad} "
                          f"less than half of {hp}x{wp}")
@@ -102,10 +104,12 @@ def block_weights(w, bc, bk, dtype=None, fold=False):
     >>> block_weights(np.ones((4, 3, 7, 7), np.float32), bc=3, bk=4, dtype="bf16", fold=True).shape
     (1, 1, 7, 11, 4, 2)
     """
-    w = np.asarray(w)
+    w = as_array(w, "block_weights")
     if w.ndim != 4:
         raise ValueError(f"block_weights: w must be KCRS (4-D), got shape {w.shape}")
     _positive("block_weights", bc=bc, bk=bk)
+    if not isinstance(fold, (bool, np.bool_)):
+        raise ValueError(f"block_weights: fold={fold!r}; expected True (fold the filter columns into k) or False")
     k, c, r, s = w.shape
     if k % bk:
         raise ValueError(f"block_weights: bk={bk} must divide the {k} output channels")

@@ -95,9 +95,25 @@ def _display(x):
     if torch is not None and isinstance(x, torch.dtype):
         return str(x)
     try:
-        return np.dtype(x).name if not isinstance(x, str) else repr(x)
+        dt = np.dtype(x)
     except (TypeError, ValueError):
         return repr(x)
+    if isinstance(x, str):
+        return repr(x)
+    if dt.names is not None:
+        return str(dt)                                  # a structured dtype: its fields, not void32
+    return dt.name if dt.isnative else repr(dt.str)     # '>f4', not float32
+
+
+def _byte_order_hint(x):
+    """What to write for a dtype that is a tppasm one in the other byte order ('>f4'), else None."""
+    try:
+        dt = np.dtype(x)
+    except (TypeError, ValueError):
+        return None
+    short = None if dt.isnative else _short_name(dt.newbyteorder("="))
+    return short and (f"its byte order is not this machine's: use {short!r} (arrays: convert with "
+                      f".astype({dt.newbyteorder('=').str!r}))")
 
 
 def name_of(x, who="", param="dtype") -> str:
@@ -115,7 +131,7 @@ def name_of(x, who="", param="dtype") -> str:
         return short
     where = f"{who}: " if who else ""
     shown = _display(x)
-    hint = UNSUPPORTED.get(shown.strip("'").removeprefix("torch."))
+    hint = UNSUPPORTED.get(shown.strip("'").removeprefix("torch.")) or _byte_order_hint(x)
     legal = ("f32 (np.float32, 'float32'), bf16 (ml_dtypes.bfloat16, 'bfloat16'), i8 (np.int8), "
              "u8 (np.uint8), i32 (np.int32), i64 (np.int64)")
     raise DtypeError(f"{where}{param}={shown} is not a tppasm dtype" + (f": {hint}" if hint else "")

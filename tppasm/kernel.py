@@ -27,6 +27,7 @@ from . import backends, display, forking, operand
 from .cache import kernel_code
 from .cache.lru import DEFAULT_LIMIT, KernelLRU, check_limit
 from .dtypes import name_of
+from .layout import empty_for
 from .operand import OperandError, check
 from .x86.entry import NATIVE_CHECKS, Addresses, Vectorcall, build_entry, make_builtin
 
@@ -278,8 +279,8 @@ class Kernel:
         if not self.checked_call:
             raise TypeError(f"{self.desc.kind}: this raw kernel (batch={self.desc.batch!r}) does not check its "
                             "offsets or addresses; call the object tppasm.brgemm(...) returns, which does")
-        if not all(isinstance(a, np.ndarray) for a in arrays):
-            return operand.call(self, arrays, values)      # torch tensors, DLPack objects
+        if not all(type(a) is np.ndarray for a in arrays):
+            return operand.call(self, arrays, values)      # torch tensors, DLPack objects, ndarray subclasses
         values = tuple(scalar_arg(self.desc.kind, name, v) for name, v in zip(self.scalars, values))
         count = dict(zip(self.scalars, values)).get(self.desc.count_scalar, 1)
         for spec, arr in zip(self.operands, arrays):
@@ -311,12 +312,11 @@ class Kernel:
             names = ", ".join(self.operands[i].name for i in self._alloc)
             raise TypeError(f"{self.desc.kind}: inside a loop body pass the output ({names}) as a view of a "
                             "body argument; the allocating form k(inputs) runs outside loop bodies only")
-        from .layout import empty
         given = iter(arrays)
         full, made = [], []
         for i, spec in enumerate(self.operands):
             if i in self._alloc:
-                made.append(empty(spec.shape, spec.np_dtype))
+                made.append(empty_for(spec))
                 full.append(made[-1])
             else:
                 full.append(next(given))

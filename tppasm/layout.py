@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from .dtypes import NUMPY_NAMES, name_of, numpy_dtype
+from .operand import as_ndarray
 
 VNNI_FACTORS = {"bf16": 2, "i8": 4}
 ALIGN = 64      # bytes: a cache line, and an AVX-512 vector
@@ -41,6 +42,9 @@ def empty(shape, dtype="f32", align=ALIGN):
     except TypeError:
         raise TypeError(f"empty: dtype {dtype!r} is not a dtype; use a tppasm name "
                         f"({', '.join(NUMPY_NAMES)}) or a NumPy dtype") from None
+    if dt.hasobject:
+        raise TypeError(f"empty: dtype {dt} holds Python objects, which no kernel reads and a raw aligned buffer "
+                        "cannot hold; pass a numeric dtype (tppasm names: " + ", ".join(NUMPY_NAMES) + ")")
     _check_align("empty", align)
     shape = (shape,) if isinstance(shape, (int, np.integer)) else shape
     if not isinstance(shape, (tuple, list)) or any(
@@ -57,6 +61,32 @@ def empty(shape, dtype="f32", align=ALIGN):
     return raw[start:start + max(count, 1) * dt.itemsize].view(dt)[:count].reshape(shape)
 
 
+def empty_for(spec):
+    """A new, uninitialized array the (unbatched) kernel operand ``spec`` (a
+    :class:`tppasm.operand.OperandSpec`) accepts: its shape and strides, rows ``ld`` apart where the
+    kernel was built with ``ld`` > the row width; what ``kernel(inputs...)`` allocates.
+
+    >>> import tppasm
+    >>> out = empty_for(tppasm.relu(2, 3, ldo=8).operands[1])
+    >>> out.shape, out.strides, out.ctypes.data % 64
+    ((2, 3), (32, 4), 0)
+    """
+    dt, shape = spec.np_dtype, tuple(spec.shape)
+    if spec.strides == _dense_strides(shape):
+        return empty(shape, dt)
+    buf = empty((spec.nbytes() // dt.itemsize,), dt)
+    return np.ndarray(shape, dt, buffer=buf, strides=[s * dt.itemsize for s in spec.strides])
+
+
+def _dense_strides(shape):
+    """The strides (in elements) of a C-contiguous array of ``shape``."""
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= d
+    return tuple(reversed(strides))
+
+
 def aligned(x, align=ALIGN):
     """``x`` itself when it is C-contiguous and starts at a multiple of ``align`` bytes, else an
     aligned C-contiguous copy (see :func:`empty`).
@@ -67,7 +97,7 @@ def aligned(x, align=ALIGN):
     (0, 1.0, True)
     """
     _check_align("aligned", align)
-    x = np.asarray(x)
+    x = as_array(x, "aligned")
     if x.dtype.hasobject:
         raise TypeError(f"aligned: x of type {type(x.item(0) if x.size else x).__name__} is not numeric data "
                         "(NumPy reads it as Python objects); pass a NumPy array, a torch tensor or (nested) lists "
@@ -77,6 +107,14 @@ def aligned(x, align=ALIGN):
     out = empty(x.shape, x.dtype, align)
     out[...] = x
     return out
+
+
+def as_array(x, who):
+    """``x`` as a NumPy array for the helper ``who``: a torch tensor (bfloat16 too) or DLPack object
+    viewed as a kernel views it (:func:`tppasm.operand.as_ndarray`), anything else ``np.asarray(x)``."""
+    if not isinstance(x, np.ndarray) and hasattr(type(x), "__dlpack__"):
+        return as_ndarray(x, "x", who)
+    return np.asarray(x)
 
 
 def _check_align(who, align):
@@ -100,7 +138,7 @@ def block(x, bm, bk, outer="m", pad=False):
     >>> xb.shape, xb[1, 1].tolist()
     ((2, 2, 4, 2), [[1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
     """
-    x = np.asarray(x)
+    x = as_array(x, "block")
     if x.ndim != 2:
         raise ValueError(f"block: x must be 2-D (rows, cols), got shape {x.shape}")
     if not isinstance(pad, (bool, np.bool_)):
@@ -136,7 +174,7 @@ def unblock(xb, outer="m", shape=None):
     >>> bool((unblock(block(x, 2, 3, pad=True), shape=x.shape) == x).all())
     True
     """
-    xb = np.asarray(xb)
+    xb = as_array(xb, "unblock")
     if xb.ndim != 4:
         raise ValueError(f"unblock: expected a 4-D blocked array, got shape {xb.shape}")
     if outer not in ("m", "n"):
@@ -185,7 +223,7 @@ def vnni_pack(b, factor):
     (1, 2, 4)
     """
     f = _factor(factor)
-    b = np.asarray(b)
+    b = as_array(b, "vnni_pack")
     if b.ndim < 2:
         raise ValueError(f"vnni_pack: b must be at least 2-D (..., k, n), got shape {b.shape}")
     k, n = b.shape[-2:]
@@ -203,13 +241,13 @@ def vnni_unpack(bv, k=None):
     >>> bool((vnni_unpack(vnni_pack(b, 2), 3) == b).all())
     True
     """
-    bv = np.asarray(bv)
+    bv = as_array(bv, "vnni_unpack")
     if bv.ndim < 3:
         raise ValueError(f"vnni_unpack: expected (..., k/f, n, f), got shape {bv.shape}")
     g, n, f = bv.shape[-3:]
     k = g * f if k is None else k
-    if not 0 < k <= g * f:
-        raise ValueError(f"vnni_unpack: k={k} must be in 1..{g * f}")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not (0 < k <= g * f or k == g * f == 0):
+        raise ValueError(f"vnni_unpack: k={k!r} must be an int in 1..{g * f} (the rows of B before packing)")
     out = np.swapaxes(bv, -1, -2).reshape(bv.shape[:-3] + (g * f, n))
     return aligned(out[..., :k, :])
 

@@ -178,7 +178,9 @@ def origin_of(obj):
 
 
 def as_ndarray(obj, name="x", who="kernel", writes=False):
-    """``obj`` as a NumPy array over the same memory: a NumPy array itself, a CPU torch tensor
+    """``obj`` as a NumPy array over the same memory: a NumPy array itself (an instance of a subclass
+    as a plain ``ndarray`` view, so that its shape, strides, dtype, flags and address are NumPy's,
+    whatever the subclass's properties say; a masked array is refused), a CPU torch tensor
     (``torch.bfloat16`` as ``ml_dtypes.bfloat16``), or an object with ``__dlpack__`` on the CPU.
 
     Never copies, so what a kernel writes lands in ``obj``. ``writes``: the kernel writes ``obj``
@@ -194,7 +196,10 @@ def as_ndarray(obj, name="x", who="kernel", writes=False):
     [1.0, 0.0, 0.0]
     """
     if isinstance(obj, np.ndarray):
-        return obj
+        if type(obj) is np.ndarray:
+            return obj
+        refuse_masked(obj, f"{who}: operand {name}", writes)
+        return np.ndarray.view(obj, np.ndarray)
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor):
         if writes:
@@ -279,6 +284,12 @@ def _from_torch(t, torch, name, who, writes):
             fix = ("allocate it there (torch.empty(..., device='cpu')) and copy it to the device after the call (a "
                    "CPU copy of it would not receive the result)" if writes else "pass x.cpu()")
             raise OperandError(f"{where} is a tensor on {t.device}; tppasm kernels run on the CPU: {fix}") from None
+        for bit, word, what in (("neg", "negative", "negation"), ("conj", "conjugate", "conjugation")):
+            if getattr(t, f"is_{bit}")():          # x.conj(), torch._neg_view(x): views with a pending op
+                fix = (f"pass a tensor without it (x.resolve_{bit}() is a copy, which would not receive the result)"
+                       if writes else f"pass x.resolve_{bit}() (a copy with the {what} applied)")
+                raise OperandError(f"{where} is a torch view with its {word} bit set (a lazy {what}, which the "
+                                   f"kernel would not apply); {fix}") from None
         raise OperandError(f"{where}: {e} (tppasm kernels take torch.float32, torch.bfloat16, torch.int8, "
                            "torch.uint8, torch.int32 and torch.int64 tensors)") from None
 
@@ -290,7 +301,12 @@ _DLPACK_DEVICES = {1: "CPU", 2: "CUDA", 3: "CUDA host", 4: "OpenCL", 7: "Vulkan"
 def _from_dlpack(obj, where):
     device = getattr(obj, "__dlpack_device__", None)
     if device is not None:
-        kind = int(device()[0])
+        try:
+            kind = int(device()[0])
+        except Exception as e:          # a producer's own code: whatever it raises or returns
+            raise OperandError(f"{where}: its __dlpack_device__() failed ({type(e).__name__}: {e}); it must return "
+                               "(device_type, device_id) ints, (1, 0) for the CPU: pass a NumPy array or a torch "
+                               "tensor instead") from e
         if kind != 1:
             raise OperandError(f"{where} is on the DLPack device {_DLPACK_DEVICES.get(kind, kind)}; tppasm kernels "
                                "run on the CPU: copy it to host memory first")
@@ -299,7 +315,8 @@ def _from_dlpack(obj, where):
             return np.from_dlpack(obj, copy=False)
         except TypeError:
             return np.from_dlpack(obj)       # NumPy < 2.1 has no copy= (and never copies on the CPU)
-    except (AttributeError, BufferError, RuntimeError, TypeError, ValueError) as e:
+    except Exception as e:              # (the producer's __dlpack__ may raise anything)
         bf16 = (" (NumPy's DLPack import has no bfloat16: pass a torch tensor or an ml_dtypes.bfloat16 NumPy "
                 "array instead)" if "dtype" in str(e).lower() else "")
-        raise OperandError(f"{where}: NumPy cannot import this DLPack object as a view: {e}{bf16}") from None
+        raise OperandError(f"{where}: NumPy cannot import this DLPack object as a view: {type(e).__name__}: "
+                           f"{e}{bf16}") from e

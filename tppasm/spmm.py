@@ -32,8 +32,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import kernel as _kernel
-from .dtypes import dtype as to_dtype
+from .dtypes import dtype as to_dtype, numpy_dtype
 from .kernel import Descriptor, get_kernel, scalar_arg
+from .layout import empty_for
 from .operand import OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of
 
 DTYPES = {"f32": 1, "bf16": 2}      # dtype -> VNNI factor of B
@@ -140,13 +141,33 @@ class BlockSpmmKernel:
         self.kernel, self.desc = kernel, kernel.desc
 
     def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)        # copy/pickle probes, before __init__ ran
         return getattr(self.kernel, name)
 
-    def __call__(self, rowptr, colidx, values, b, c, count=None):
-        """``count`` defaults to the number of blocks ``colidx`` and ``values`` hold (when they agree)."""
-        objs = (rowptr, colidx, values, b, c)
+    def __reduce__(self):
+        return BlockSpmmKernel, (self.kernel,)
+
+    def __repr__(self):
+        return repr(self.kernel)
+
+    @property
+    def __signature__(self):
+        return self.kernel.__signature__
+
+    def __call__(self, rowptr, colidx, values, b, c=None, count=None):
+        """``count`` defaults to the number of blocks ``colidx`` and ``values`` hold (when they agree);
+        without ``c`` (beta=0 only) C is allocated and returned."""
+        objs = (rowptr, colidx, values, b) + (() if c is None else (c,))
         if _kernel.TRACING:
             return self.kernel(*objs, count=count)
+        if c is None:
+            if self.desc.beta:
+                raise TypeError("block_spmm: the kernel was built with beta=1 (C += A @ B), so it reads C: pass c "
+                                f"({self.desc.bm}, {self.desc.n}) float32")
+            c = empty_for(self.kernel.operands[4])
+            self(rowptr, colidx, values, b, c, count)
+            return c
         d = self.desc
         count = scalar_arg(d.kind, "count", self.kernel._count_of(objs) if count is None else count)
         ops = self.kernel.operands
@@ -204,7 +225,7 @@ def bcsr(a, bm, bk, dtype=None):
                          f"got shape {a.shape}")
     mb, kb = a.shape[0] // bm, a.shape[1] // bk
     blocks = a.reshape(mb, bm, kb, bk).transpose(0, 2, 1, 3)
-    keep = blocks.reshape(mb, kb, -1).any(axis=2)
+    keep = blocks.reshape(mb, kb, bm * bk).any(axis=2)
     rows, cols = np.nonzero(keep)
     rowptr = np.zeros(mb + 1, np.int32)
     np.cumsum(keep.sum(axis=1), out=rowptr[1:])
@@ -238,7 +259,7 @@ def random_block_sparse(m, k, bm, bk, sparsity, rng, dtype=np.float32):
     mb, kb = m // bm, k // bk
     zero = np.zeros(mb * kb, bool)
     zero[rng.permutation(mb * kb)[:int(round(sparsity * mb * kb))]] = True
-    a = rng.standard_normal((mb, kb, bm, bk)).astype(dtype)
+    a = rng.standard_normal((mb, kb, bm, bk)).astype(numpy_dtype(dtype))
     a[zero.reshape(mb, kb)] = 0
     return np.ascontiguousarray(a.transpose(0, 2, 1, 3).reshape(m, k))
 
@@ -267,6 +288,10 @@ def check_bcsr(rowptr, colidx, count, kb):
     if rowptr.ndim != 1 or len(rowptr) < 2:
         raise OperandError(f"check_bcsr: rowptr must be 1-D with one entry per block row plus one, got shape "
                            f"{rowptr.shape}")
+    for name, a in (("rowptr", rowptr), ("colidx", colidx)):
+        if a.dtype.kind not in "iu" or a.ndim != 1:
+            raise OperandError(f"check_bcsr: {name} must be a 1-D integer array (int32, as the kernels read it), got "
+                               f"{a.dtype} of shape {a.shape}; build them with tppasm.spmm.bcsr(...)")
     if rowptr[0] < 0 or rowptr[-1] > min(count, len(colidx)):
         raise ValueError(f"check_bcsr: rowptr runs from {int(rowptr[0])} to {int(rowptr[-1])}; it must stay in "
                          f"0..{min(count, len(colidx))} (the stored blocks)")

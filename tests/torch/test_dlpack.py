@@ -77,3 +77,32 @@ def test_objects_without_dlpack_are_refused():
     with pytest.raises(OperandError, match="must be a NumPy array, a torch tensor or an object with __dlpack__, "
                                            "not tuple"):
         tpp.relu(1, 2)((1.0, 2.0), np.zeros((1, 2), np.float32))
+
+
+class Broken(Exported):
+    """A producer whose own methods fail: device() and export() say how."""
+
+    def __init__(self, device, export=None):
+        super().__init__(np.ones((2, 4), np.float32))
+        self.device_call, self.export = device, export
+
+    def __dlpack_device__(self):
+        return self.device_call()
+
+    def __dlpack__(self, **kwargs):
+        return self.export() if self.export else super().__dlpack__(**kwargs)
+
+
+def _raise(error):
+    raise error
+
+
+@pytest.mark.parametrize("producer, words", [
+    (Broken(lambda: None), r"__dlpack_device__\(\) failed \(TypeError.*\(1, 0\) for the CPU"),
+    (Broken(lambda: ("cpu", 0)), r"__dlpack_device__\(\) failed \(ValueError"),
+    (Broken(lambda: _raise(RuntimeError("boom"))), r"__dlpack_device__\(\) failed \(RuntimeError: boom"),
+    (Broken(lambda: (1, 0), lambda: _raise(KeyError("gone"))), "cannot import this DLPack object as a view: KeyError"),
+])
+def test_producers_whose_methods_fail_are_refused_with_the_reason(producer, words):
+    with pytest.raises(OperandError, match=words):
+        tpp.relu(2, 4)(producer, np.zeros((2, 4), np.float32))

@@ -97,6 +97,8 @@ RELU = tpp.relu(4, 8)
     (lambda: (torch.randn(4, 8).to_sparse(), torch.empty(4, 8)), r"sparse_coo tensor.*to_dense\(\)"),
     (lambda: (torch.randn(4, 8), [[0.0] * 8] * 4), r"must be a NumPy array, a torch tensor.*tppasm.empty"),
     (lambda: (torch.zeros(4, 8, dtype=torch.complex64).conj(), torch.empty(4, 8)), "conjugate bit"),
+    (lambda: (torch._neg_view(torch.ones(4, 8)), torch.empty(4, 8)), r"negative bit.*x\.resolve_neg\(\)"),
+    (lambda: (torch.ones(4, 8), torch._neg_view(torch.empty(4, 8))), "negative bit.*would not receive the result"),
 ])
 def test_refusals_say_what_to_pass(make, message):
     x, out = make()

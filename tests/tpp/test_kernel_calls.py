@@ -175,6 +175,58 @@ def test_masked_arrays_are_refused_not_read_without_their_mask(position):
         G(np.ma.masked_array(A), B, np.zeros((4, 4), np.float32))
 
 
+class ClaimsWritable(np.ndarray):
+    @property
+    def flags(self):
+        return np.ones(1).flags
+
+
+class ClaimsDense(np.ndarray):
+    @property
+    def strides(self):
+        return (self.shape[1] * self.itemsize, self.itemsize)
+
+
+@pytest.mark.parametrize("lie, ldo, words", [(ClaimsWritable, 16, "read-only"), (ClaimsDense, 0, r"strides \(16, 1\)")])
+def test_subclasses_are_checked_as_numpy_sees_them_not_as_they_say(lie, ldo, words):
+    """A subclass's properties may say anything: the memory is described by NumPy's own fields."""
+    big = np.zeros((2, 16), np.float32)
+    big.setflags(write=lie is not ClaimsWritable)
+    out = big[:, :4].view(lie)
+    with pytest.raises(OperandError, match=words):
+        tpp.relu(2, 4, ldo=ldo)(np.ones((2, 4), np.float32), out)
+    assert not big.any()                                   # nothing written, inside or outside the view
+    fine = np.zeros((2, 4), np.float32).view(ClaimsDense)  # where they tell the truth, they are operands
+    tpp.relu(2, 4)(np.ones((2, 4), np.float32), fine)
+    assert np.asarray(fine).sum() == 8
+
+
+def test_offset_batches_check_subclasses_as_numpy_sees_them():
+    c = np.zeros((2, 4), np.float32)
+    c.setflags(write=False)
+    with pytest.raises(OperandError, match="read-only"):
+        tpp.brgemm(2, 4, 4, batch="offset")(np.ones(8, np.float32), np.ones(16, np.float32), c.view(ClaimsWritable),
+                                            np.zeros((1, 2), np.int64))
+    assert not c.any()
+
+
+@pytest.mark.parametrize("make, inputs", [
+    (lambda: tpp.relu(2, 4, ldo=16), (np.ones((2, 4), np.float32),)),
+    (lambda: tpp.gemm_nt(2, 3, 4, ldc=5), (np.ones((2, 4), np.float32), np.ones((3, 4), np.float32))),
+    (lambda: tpp.quantize(2, 4, ldo=8), (np.ones((2, 4), np.float32),)),
+])
+def test_allocated_outputs_have_the_row_stride_the_kernel_was_built_for(make, inputs):
+    k = make()
+    made = k(*inputs)
+    made = made if isinstance(made, tuple) else (made,)
+    for spec, out in zip([s for s in k.operands if s.name in k.allocated_names], made):
+        assert out.shape == spec.shape and out.ctypes.data % 64 == 0
+        assert tuple(st // out.itemsize for st in out.strides) == spec.strides
+    want = [np.empty(s.shape, s.np_dtype) for s in k.operands if s.name in k.allocated_names]
+    k.reference(*inputs, *want)
+    assert all((got == w).all() for got, w in zip(made, want))
+
+
 @pytest.mark.skipif(tk.host().isa == "amx", reason="the host runs AMX")
 def test_code_for_a_level_the_host_lacks_raises_isa_unavailable():
     x = np.ones((2, 4), np.float32)

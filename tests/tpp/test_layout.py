@@ -1,4 +1,6 @@
 """The layout helpers: cache-line-aligned allocation, blocking and VNNI packing against naive references."""
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -41,6 +43,28 @@ def test_bad_shape_and_dtype():
         tppasm.empty((2, -1))
     with pytest.raises(TypeError, match="tppasm name"):
         tppasm.empty((2,), "no-such-type")
+    with pytest.raises(TypeError, match="holds Python objects"):
+        tppasm.empty((2,), object)
+
+
+@pytest.mark.parametrize("k", [2.5, True, "3", np.float32(2)])
+def test_vnni_unpack_wants_an_int_k(k):
+    with pytest.raises(ValueError, match=re.escape(f"k={k!r} must be an int in 1..4")):
+        tppasm.vnni_unpack(tppasm.vnni_pack(np.ones((4, 3), np.float32), 2), k)
+    assert tppasm.vnni_unpack(tppasm.vnni_pack(np.ones((0, 3), np.float32), 2)).shape == (0, 3)
+
+
+def test_helpers_take_torch_tensors_as_kernels_do():
+    torch = pytest.importorskip("torch")
+    b = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    want = tppasm.vnni_pack(b.numpy(), 2)
+    for helper in (lambda t: tppasm.vnni_pack(t, 2), lambda t: tppasm.aligned(t), lambda t: tppasm.block(t, 2, 3),
+                   lambda t: tppasm.unblock(t.reshape(2, 1, 2, 3))):
+        got = helper(b.to(torch.bfloat16))                   # bfloat16, which NumPy cannot import itself
+        assert got.dtype == DTYPES["bf16"] and (got.astype(np.float32) == helper(b)).all()
+    assert (tppasm.vnni_pack(b.to(torch.bfloat16), 2).astype(np.float32) == want).all()
+    with pytest.raises(ValueError, match=r"requires grad.*x\.detach\(\)"):
+        tppasm.vnni_pack(b.requires_grad_(), 2)
 
 
 @settings(max_examples=40, deadline=None)

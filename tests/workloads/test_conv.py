@@ -271,6 +271,10 @@ def test_reference_convolution_by_hand():
     (lambda: block_weights(np.ones((4, 4, 1, 1)), 3, 4, dtype="bf16"), "bc=3 must be even"),
     (lambda: block_activations(np.ones((4, 4, 1)), 4), "NCHW"),
     (lambda: out_size(5, 3, 0), "stride=0"),
+    (lambda: unblock_activations(np.ones((1, 1, 4, 4, 2)), pad=0.5), "pad=0.5; expected an int >= 0"),
+    (lambda: unblock_activations(np.ones((1, 1, 4, 4, 2)), channels=1.5), "channels=1.5; expected an int >= 1"),
+    (lambda: unblock_activations(np.ones((1, 1, 4, 4, 2)), channels=True), "channels=True"),
+    (lambda: block_weights(np.ones((2, 2, 1, 1)), 2, 2, fold="no"), "fold='no'; expected True"),
 ])
 def test_bad_knobs_are_explained(call, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):

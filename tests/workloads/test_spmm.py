@@ -4,6 +4,8 @@ sparsity from 0 (dense) to 1 (empty), beta; every inner-product variant (fp32, b
 AVX512-BF16, AVX2 and AVX-512), natively and in the interpreter with operands sized exactly (a read
 past one faults); outputs poisoned with NaN. Bad index arrays are refused with an explanation by the
 public call and poison C (never a read outside the operands) in the raw kernel."""
+import inspect
+
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
@@ -215,6 +217,30 @@ def test_bcsr_helpers():
             check_bcsr(*bad)
     with pytest.raises(ValueError, match="sparsity=1.5"):
         random_block_sparse(4, 4, 2, 2, 1.5, np.random.default_rng(0))
+
+
+def test_bcsr_helpers_edge_cases():
+    rowptr, colidx, values = bcsr(np.zeros((0, 4), np.float32), 2, 2)      # no block rows
+    assert rowptr.tolist() == [0] and colidx.tolist() == [0] and values.shape == (1, 2, 2)
+    for rowptr, colidx in ((np.array([0.0, 0.5]), np.zeros(1, np.int32)), (np.array(["0", "1"]), np.zeros(1)),
+                           (np.array([0, 1]), np.zeros((1, 1), np.int32))):
+        with pytest.raises(OperandError, match="1-D integer array"):
+            check_bcsr(rowptr, colidx, 1, 2)
+    assert random_block_sparse(4, 4, 2, 2, 0.5, np.random.default_rng(0), dtype="bf16").dtype == BF16
+
+
+def test_the_checking_wrapper_pickles_allocates_and_shows_the_kernel():
+    import copy
+    import pickle
+    spmm = tpp.block_spmm(2, 2, 3, 2, ldc=5)
+    rp, ci, values = np.array([0, 1], np.int32), np.array([1], np.int32), np.ones((1, 2, 2), np.float32)
+    b = np.arange(12, dtype=np.float32).reshape(4, 3)
+    for k in (spmm, pickle.loads(pickle.dumps(spmm)), copy.copy(spmm)):
+        c = k(rp, ci, values, b)                   # beta=0: C allocated, with the row stride ldc
+        assert c.strides == (20, 4) and c.tolist() == [[15.0, 17.0, 19.0]] * 2
+    assert repr(spmm) == repr(spmm.kernel) and "c: 'float32[2, 3]' = None" in str(inspect.signature(spmm))
+    with pytest.raises(TypeError, match="beta=1.*pass c"):
+        tpp.block_spmm(2, 2, 3, 2, beta=1)(rp, ci, values, b)
 
 
 @settings(max_examples=10)

@@ -32,7 +32,7 @@ Importing this package does not import hypothesis; the strategies do (the ``test
 import numpy as np
 
 from ..kernel import ISAUnavailableError, scalar_arg
-from ..layout import empty
+from ..layout import empty, empty_for
 from ..operand import as_ndarray, check as check_operand, origin_of
 
 GUARD = 64                                # bytes of poison before and after each copy
@@ -142,10 +142,21 @@ def _roles(kernel, kind, arrays, outputs):
         written = [i for i, s in enumerate(kernel.operands) if s.writable]
         only = [i for i, s in enumerate(kernel.operands) if s.name in alloc]
     if outputs is not None:
-        picked = [names.index(o) if isinstance(o, str) else int(o) for o in outputs]
+        picked = [_position(o, names) for o in ([outputs] if isinstance(outputs, (str, int, np.integer)) else outputs)]
         only = picked
         written = sorted(set(written) | set(picked))
     return names, written, only
+
+
+def _position(output, names):
+    """The position of ``output`` (a name in ``names`` or a position) among the call's arrays."""
+    if isinstance(output, str) and output in names:
+        return names.index(output)
+    if isinstance(output, (int, np.integer)) and not isinstance(output, (bool, np.bool_)) and \
+            0 <= output < len(names):
+        return int(output)
+    raise ValueError(f"assert_matches_reference: outputs holds {output!r}; expected names of the arrays "
+                     f"({', '.join(names)}) or their positions 0..{len(names) - 1}")
 
 
 def _operands_of(kernel, kind, arrays, count):
@@ -164,7 +175,7 @@ def _operands_of(kernel, kind, arrays, count):
     alloc = [i for i, s in enumerate(specs) if s.name in kernel.desc.allocated()]
     if alloc and len(arrays) == len(specs) - len(alloc):
         given = iter(arrays)
-        arrays = [empty(s.shape, s.np_dtype) if i in alloc else next(given) for i, s in enumerate(specs)]
+        arrays = [empty_for(s) if i in alloc else next(given) for i, s in enumerate(specs)]
     if len(arrays) != len(specs):
         inputs = [s.name for i, s in enumerate(specs) if i not in alloc]
         also = f", or its {len(inputs)} inputs ({', '.join(inputs)})" if alloc else ""
@@ -243,6 +254,11 @@ def _case(names, arrays, only, count):
 def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
     """The checks of :func:`assert_matches_reference` on one set of arrays; a list of problems."""
     kind = _kind(kernel)
+    for name, tol in (("rtol", rtol), ("atol", atol)):
+        if tol is not None and (isinstance(tol, bool) or not isinstance(tol, (int, float, np.integer, np.floating))
+                                or not tol >= 0):
+            raise ValueError(f"assert_matches_reference: {name}={tol!r}; expected a number >= 0, or None for the "
+                             "dtype's default (see tppasm.testing)")
     if kind != "loop" and not getattr(kernel, "runnable", True):
         raise ISAUnavailableError(f"assert_matches_reference: {kernel!r} cannot run on this host; check it where "
                                   "it runs (or in the interpreter, isa.x86.interp)")
