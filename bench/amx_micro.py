@@ -44,7 +44,7 @@ import numpy as np
 
 from .amx_model import FIGURES, READINGS, TDP_CYCLES, save_figures, simulate
 from .common import Report, write_json
-from .options import count, json_option, writable_file
+from .options import count, json_option, summary, writable_file
 
 BLOCK = 1024                          # bytes of one operand tile: 16 rows x 64
 L1_BLOCKS = 8                         # 8 KiB: the loops that stay in L1
@@ -306,7 +306,7 @@ def run(rounds=9, figures_path=None):
 
 def parse(argv=None):
     """The options of ``python -m bench amx-micro``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench amx-micro", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench amx-micro", description=summary(__doc__))
     p.add_argument("--rounds", type=count("rounds", "--rounds 9"), default=9,
                    help="interleaved timing rounds per loop (AMX hosts)")
     json_option(p)

@@ -31,7 +31,7 @@ import numpy as np
 from bench.common import Report, pool_of, write_json
 from bench.interleave import add_clock_option, check_clock, interleaved, use_threads
 from bench.models.minilm import POSITIONS, MiniLM, model_dir  # noqa: F401  (MiniLM: the public entry)
-from bench.options import count, dtypes_option, json_option, shapes, threads_option
+from bench.options import count, dtypes_option, json_option, shapes, summary, threads_option
 
 
 def parse_shapes(text):
@@ -148,7 +148,7 @@ def profile_bert(shapes, threads, dtypes, runs, clock="wall"):
 
 def parse(argv=None):
     """The options of ``python -m bench bert``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench bert", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench bert", description=summary(__doc__))
     p.add_argument("--shapes", type=parse_shapes, default="1x32,8x128",
                    help=f"batch x tokens, comma separated (tokens at most {POSITIONS}; default 1x32,8x128)")
     threads_option(p)

@@ -32,7 +32,7 @@ import tempfile
 import time
 
 from .common import Report, write_json
-from .options import checked, count, json_option, real
+from .options import checked, count, json_option, real, summary
 
 TOLERANCE = {"f32": 1e-4, "bf16": 5e-2}     # largest relative loss difference that counts as the same curve
 MAX_RANKS = 256             # processes --ranks spawns on one machine, each a Python with torch: more swamps it
@@ -40,7 +40,7 @@ MAX_RANKS = 256             # processes --ranks spawns on one machine, each a Py
 
 def parse(argv=None):
     """The options of ``python -m bench ddp``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench ddp", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench ddp", description=summary(__doc__))
     p.add_argument("--ranks", type=count("ranks", "--ranks 2", most=MAX_RANKS), default=2,
                    help="processes to spawn on this machine (ignored under torchrun)")
     p.add_argument("--steps", type=count("steps", "--steps 20"), default=20)

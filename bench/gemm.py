@@ -33,7 +33,7 @@ import tppasm as tpp
 import bench.tpp_gemm as tg
 from bench.common import Report, interleaved, pool_of, progress, write_json
 from bench.interleave import use_threads
-from bench.options import checked, dtypes_option, items, json_option, seconds, threads_option, whole
+from bench.options import checked, dtypes_option, items, json_option, seconds, summary, threads_option, whole
 from bench.versus import peak_loop as versus_peak_loop
 from loops import Loop, kernel
 from loops.pool import get_pool  # noqa: F401  (gemm_maker's example)
@@ -413,7 +413,7 @@ def _check(got, ref, dtype, what):
 
 def parse(argv=None):
     """The options of ``python -m bench gemm``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench gemm", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench gemm", description=summary(__doc__))
     p.add_argument("--sizes", type=parse_sizes, default=None,
                    help="comma list of N or MxNxK (default 512,1024,2048,4096x1024x1024,1000x700x300)")
     threads_option(p)

@@ -35,7 +35,7 @@ import numpy as np
 import tppasm as tpp
 from bench.common import Report, pool_of, write_json
 from bench.interleave import add_clock_option, check_clock, interleaved, use_threads
-from bench.options import count, dtypes_option, json_option, threads_option
+from bench.options import count, dtypes_option, json_option, summary, threads_option
 from bench.models import stream_pace
 from bench.models.llama import LlamaLayer
 from bench.models.llama_weights import Config, random_weights
@@ -305,7 +305,7 @@ def profile_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
 
 def parse(argv=None):
     """The options of ``python -m bench llm``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench llm", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench llm", description=summary(__doc__))
     p.add_argument("--prompt", type=count("prompt tokens", "--prompt 64"), default=None,
                    help="first-token prompt length (default 256; 64 with --small, whose cache holds 128)")
     threads_option(p)

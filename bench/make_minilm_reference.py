@@ -13,6 +13,8 @@ import os
 
 import numpy as np
 
+from bench.options import summary
+
 _LONG = ("The quick brown fox jumps over the lazy dog while the committee deliberates on the budget "
          "for next year's infrastructure projects, including bridges, tunnels, railways and the new "
          "harbour terminal that engineers have been planning for almost a decade. ") * 6
@@ -33,7 +35,7 @@ SENTENCES = [
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench.make_minilm_reference", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.make_minilm_reference", description=summary(__doc__))
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data",
                                                  "minilm_reference.npz"))
     args = p.parse_args(argv)

@@ -19,7 +19,7 @@ import numpy as np
 import tppasm as tpp
 from bench.common import Report, interleaved, pool_of, write_json
 from bench.interleave import use_threads
-from bench.options import count, dtypes_option, json_option, seconds, threads_option
+from bench.options import count, dtypes_option, json_option, seconds, summary, threads_option
 import bench.gemm as bench_gemm_module
 from bench.gemm import _torch, dtype_peak, fitted, n_block, tuned, winner_text
 from loops import Loop, kernel
@@ -176,7 +176,7 @@ def _check(got, x, params, dtype):
 
 def parse(argv=None):
     """The options of ``python -m bench mlp``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench mlp", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench mlp", description=summary(__doc__))
     p.add_argument("--rows", type=count("rows", "--rows 512"), default=None, help="default 1024 (--quick 512)")
     p.add_argument("--channels", type=count("channels", "--channels 512"), default=None,
                    help="default 1024 (--quick 512)")

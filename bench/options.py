@@ -233,3 +233,13 @@ def dtypes_option(parser, choices, default=None):
     default = default or ",".join(choices)
     parser.add_argument("--dtypes", type=names("dtypes", choices, f"--dtypes {choices[0]}"), default=default,
                         metavar="D,...", help=f"comma list out of {', '.join(choices)} (default {default})")
+
+
+def summary(doc):
+    """The first paragraph of a module's docstring on one line: a parser's description (argparse
+    rewraps it; its first line alone stops mid-sentence).
+
+    >>> summary("``python -m bench x``: times\\nthis.\\n\\nMore.")
+    '``python -m bench x``: times this.'
+    """
+    return " ".join(doc.strip().split("\n\n")[0].split())

@@ -17,6 +17,7 @@ from tppasm.eltwise import (BINARY_OPS, GRAD_OPS, REDUCE_OPS, TRANSFORMS, UNARY_
 from tppasm.kernel import Kernel
 
 from .common import Report, calibrate, write_json
+from .options import summary
 from .tpp_gemm import add_options
 
 K0, K1 = math.sqrt(2 / math.pi), 0.044715
@@ -139,7 +140,7 @@ def jit_times(report):
 
 def parse(argv=None):
     """The options of ``python -m bench.tpp_eltwise``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench.tpp_eltwise", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.tpp_eltwise", description=summary(__doc__))
     add_options(p)
     return p.parse_args(argv)
 

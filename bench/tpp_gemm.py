@@ -20,7 +20,7 @@ from tppasm.timing import calibrate, time_runs
 from isa.cpu import host
 
 from . import peaks
-from .options import checked, items, json_option, whole
+from .options import checked, items, json_option, summary, whole
 from .peaks import interleaved_ratios, ratio_stats  # noqa: F401  (bench.gemm uses them from here)
 
 
@@ -146,7 +146,7 @@ def add_options(parser):
 
 def parse(argv=None):
     """The options of ``python -m bench.tpp_gemm``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench.tpp_gemm", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.tpp_gemm", description=summary(__doc__))
     add_options(p)
     return p.parse_args(argv)
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from bench.common import pool_of
 from bench.gemm import gemm_maker, winner_text
-from bench.options import MAX_THREADS, count, json_option, seconds, writable_file
+from bench.options import MAX_THREADS, count, json_option, seconds, summary, writable_file
 from loops.tune import elapsed, search
 
 SPACE = {"bm": [64, 32, 128], "bn": [32, 64], "bk": [64], "kstep": [8], "edges": [False]}
@@ -163,7 +163,7 @@ def model_scores(rows, best_seconds):
 
 def parse(argv=None):
     """The options of ``python -m bench.tune_score``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench.tune_score", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.tune_score", description=summary(__doc__))
     p.add_argument("--size", type=count("rows and columns", "--size 1024"), default=1024)
     p.add_argument("--threads", type=count("threads", "--threads 2", most=MAX_THREADS), default=2)
     p.add_argument("--exhaustive", type=writable_file("--exhaustive tune_exhaustive.json"),
