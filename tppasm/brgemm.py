@@ -52,7 +52,8 @@ import numpy as np
 from . import kernel as _kernel
 from .eltwise import UNARY_OPS
 from .kernel import Descriptor, get_kernel, scalar_arg, unchecked_in_body
-from .operand import OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of, refuse_masked
+from .operand import (OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of, refuse_masked,
+                      refuse_overlap)
 
 A_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "u8"}
 B_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "i8"}
@@ -332,6 +333,12 @@ class BatchedBrgemm:
             args.append(bias)
         if rest:
             raise TypeError(f"{who}: too many arrays for batch={d.batch!r}, bias={d.bias}")
+        if d.batch == "offset":                # (A's and B's whole buffers: C may not lie in them)
+            refuse_overlap(who, self.kernel.operands, args, count, [None, None, c_origin])
+        else:
+            blocks = held[0] + held[1] + [c] + args[3:]
+            refuse_overlap(who, [spec_a] * count + [spec_b] * count + list(self.kernel.operands[2:]), blocks,
+                           origins=[None] * (2 * count) + [c_origin])
         self.kernel._raw(*(x.ctypes.data for x in args), count)
         mark_written([target])
 

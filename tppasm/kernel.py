@@ -285,6 +285,7 @@ class Kernel:
         count = dict(zip(self.scalars, values)).get(self.desc.count_scalar, 1)
         for spec, arr in zip(self.operands, arrays):
             check(spec, arr, count, who=self.desc.kind)
+        operand.refuse_overlap(self.desc.kind, self.operands, arrays, count)
         if self._raw is None or not self.runnable:
             _unavailable(self.desc.kind, self.isa)
         self._raw(*(a.ctypes.data for a in arrays), *values)

@@ -258,6 +258,7 @@ def call(kernel, objs, values):
         count = dict(zip(kernel.scalars, values)).get(kernel.desc.count_scalar, 1)
         for spec, arr, obj in zip(specs, arrays, objs):
             check(spec, arr, count, who, origin_of(obj))
+        refuse_overlap(who, specs, arrays, count, [origin_of(obj) for obj in objs])   # in the caller's terms
         raise
     mark_written([obj for spec, obj in zip(specs, objs) if spec.writable])
 
@@ -320,3 +321,80 @@ def _from_dlpack(obj, where):
                 "array instead)" if "dtype" in str(e).lower() else "")
         raise OperandError(f"{where}: NumPy cannot import this DLPack object as a view: {type(e).__name__}: "
                            f"{e}{bf16}") from e
+
+
+# -- outputs that overlap other operands ---------------------------------------------------------
+
+# kinds whose output may be the very array an input is (same start, dtype, shape and strides): each
+# output element is computed from the input elements at its own position (element-wise ops), or
+# from a row the kernel has read in full before it writes that row (softmax, the norms, rotary)
+IN_PLACE_KINDS = frozenset({"unary", "binary", "ternary", "swiglu", "softmax", "layernorm", "rmsnorm", "rotary"})
+
+
+def in_place_ok(kind, out: OperandSpec, inp: OperandSpec):
+    """Whether ``kind``'s output ``out`` may be the same array as its input ``inp``: an in-place kind,
+    and specs of one dtype, shape and strides (strides of length-1 axes aside), neither batched.
+
+    >>> spec = lambda name, w=False: OperandSpec(name, "f32", (2, 3), (3, 1), writable=w)
+    >>> in_place_ok("unary", spec("out", True), spec("x")), in_place_ok("gemm_nt", spec("c", True), spec("a"))
+    (True, False)
+    """
+    return (kind in IN_PLACE_KINDS and out.writable and not inp.writable and not out.batch
+            and not inp.batch and out.dtype == inp.dtype and tuple(out.shape) == tuple(inp.shape)
+            and all(d == 1 or s == t for d, s, t in zip(out.shape, out.strides, inp.strides)))
+
+
+_TOO_HARD = getattr(getattr(np, "exceptions", np), "TooHardError", None) or np.TooHardError
+_EMPTY_LIKE = {"numpy": "np.empty_like({})", "torch": "torch.empty_like({})", "dlpack": "a new array like {}"}
+
+
+def refuse_overlap(kind, specs, arrays, count=1, origins=None):
+    """Raise :class:`OperandError` if an output among ``arrays`` (checked against ``specs``) shares
+    memory with another operand, unless it is the very same array as an input of an in-place kind
+    (:func:`in_place_ok`). The kernel reads its inputs while it writes its outputs, so any other
+    overlap would give wrong values. ``origins`` (see :func:`origin_of`) words the fix.
+
+    >>> from tppasm.eltwise import Unary, Transform
+    >>> x = np.ones((2, 3), np.float32)
+    >>> refuse_overlap("unary", Unary("relu", 2, 3).operands(), (x, x))        # in place: fine
+    >>> y = np.ones((3, 3), np.float32)
+    >>> refuse_overlap("transform", Transform("transpose", 3, 3).operands(), (y, y))
+    Traceback (most recent call last):
+    ...
+    tppasm.operand.OperandError: transform: output out is the same array as operand x, and a transform kernel cannot run in place (an output element depends on input elements it may have overwritten); pass a separate array for out, e.g. out = np.empty_like(out)
+    """
+    views = None
+    for w, sw in enumerate(specs):
+        if not sw.writable:
+            continue
+        for j, sj in enumerate(specs):
+            if j == w or (sj.writable and j < w) or not np.may_share_memory(arrays[w], arrays[j]):
+                continue
+            if views is None:
+                views = [a[:count] if s.batch else a for s, a in zip(specs, arrays)]
+            vw, vj = views[w], views[j]
+            same = (vw.dtype == vj.dtype and vw.shape == vj.shape
+                    and vw.__array_interface__["data"][0] == vj.__array_interface__["data"][0]
+                    and all(d == 1 or s == t for d, s, t in zip(vw.shape, vw.strides, vj.strides)))
+            if same and in_place_ok(kind, sw, sj):
+                continue
+            if not same:
+                try:
+                    if not np.shares_memory(vw, vj, max_work=1 << 20):
+                        continue
+                except _TOO_HARD:
+                    pass                              # (cannot tell in reasonable time: refused)
+            origin = (origins[w] if origins else None) or "numpy"
+            fix = (f"pass a separate array for {sw.name}, e.g. {sw.name} = "
+                   f"{_EMPTY_LIKE.get(origin, _EMPTY_LIKE['numpy']).format(sw.name)}")
+            other = f"output {sj.name}" if sj.writable else f"operand {sj.name}"
+            if same:
+                raise OperandError(f"{kind}: output {sw.name} is the same array as {other}, and a "
+                                   f"{kind} kernel cannot run in place (an output element depends on input elements "
+                                   f"it may have overwritten); {fix}")
+            inplace = any(in_place_ok(kind, sw, s) for s in specs)
+            hint = (f" (a {kind} kernel runs in place only on the very same array: same start, shape and strides)"
+                    if inplace else "")
+            why = "would write one over the other" if sj.writable else "would read values it has already overwritten"
+            raise OperandError(f"{kind}: output {sw.name} overlaps {other} in memory, and the kernel {why}{hint}; "
+                               f"{fix}")

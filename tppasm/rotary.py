@@ -3,7 +3,7 @@
 Row i of x (m, n) holds n / head_dim heads of head_dim values; each head's halves x1, x2 (head_dim/2
 values each) become ``x1*cos - x2*sin`` and ``x2*cos + x1*sin`` with the row's fp32 tables
 ``cos[i]``, ``sin[i]`` of head_dim/2 values (row stride ``ldt``). The output may be x itself (the
-same array, ``ldo == ldx``); an output that overlaps x otherwise gets wrong values (unchecked).
+same array, ``ldo == ldx``); a call whose output overlaps x otherwise raises OperandError.
 
 >>> import numpy as np, tppasm
 >>> x = np.array([[1.0, 2.0]], np.float32); out = np.empty_like(x)

@@ -28,6 +28,8 @@ import numpy as np
 from isa.x86 import Function, dword, eax, gpr, qword, r10, r11, rax, rsp
 from isa.x86.function import INT_ARGS
 
+from ..operand import in_place_ok
+
 # PyArrayObject_fields offsets (numpy 1.x and 2.x, 64-bit)
 OB_TYPE, DATA, NDIM, DIMS, STRIDES, DESCR, FLAGS = 8, 16, 24, 32, 40, 56, 64
 WRITEABLE = 0x0400
@@ -123,6 +125,8 @@ def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=No
                                                        for st in s.strides]
     if any(abs(v) >= 1 << 31 for v in limits):
         return None
+    if any(st < 0 for s in operands for st in s.strides) or (count_scalar is None and any(s.batch for s in operands)):
+        return None                             # (spans the overlap check does not compute)
     if call is None:
         fn = Function(name + ".entry", ["object"], returns="i32")
     else:
@@ -184,6 +188,7 @@ def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=No
                 a.cmp(qword[ptr + 8 * axis], st * es)
                 a.jne(fail)
         a.mov(regs[i], [item + DATA])
+    _overlap_checks(a, name, operands, regs, count, fail_label(n_args if call is None else -1))
     if call is None:
         a.mov(rax, addr.raw())
         a.call(rax)
@@ -196,6 +201,58 @@ def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=No
     else:
         _vectorcall_tail(a, addr, fn, call, [label for label, _ in fails])
     return fn.finalize()
+
+
+def _overlap_checks(a, kind, operands, regs, count, fail):
+    """Go to ``fail`` (the Python path, which decides exactly: :func:`tppasm.operand.refuse_overlap`)
+    when the bytes an output spans intersect those of another operand, unless the two are the same
+    array where ``kind`` may run in place (:func:`tppasm.operand.in_place_ok`: then equal data
+    pointers mean the same view, both having passed their checks). ``regs[i]`` holds operand i's
+    data pointer, ``count`` the batch count; rax, r10 and r11 are free."""
+    for w, sw in enumerate(operands):
+        if not sw.writable:
+            continue
+        for j, sj in enumerate(operands):
+            if j == w or (sj.writable and j < w):
+                continue
+            done = a.label()
+            if in_place_ok(kind, sw, sj):
+                a.cmp(regs[w], regs[j])
+                a.je(done)
+            _span_end(a, rax, sw, regs[w], count)
+            a.cmp(regs[j], rax)                  # j starts at or past w's end: apart
+            a.jae(done)
+            _span_end(a, r10, sj, regs[j], count)
+            a.cmp(regs[w], r10)                  # w starts before j's end (and j before w's): overlap
+            a.jb(fail)
+            a.bind(done)
+
+
+def _span_end(a, dst, spec, data, count):
+    """``dst`` = one past the last byte ``spec``'s operand at ``data`` spans (strides are non-negative)."""
+    es = spec.np_dtype.itemsize
+    dims = ([None] if spec.batch else []) + list(spec.shape)
+    a.mov(dst, data)
+    span = es                                   # the constant part, added once where it fits an imm32
+    for d, st in zip(dims, spec.strides):
+        if d is None:
+            a.mov(r11, count)
+            a.sub(r11, 1)
+            a.imul(r11, r11, st * es)            # (st * es < 2**31: build_entry checked)
+            a.add(dst, r11)
+        elif d > 1 and (d - 1) * st * es < 1 << 30:
+            span += (d - 1) * st * es
+        elif d > 1:
+            a.mov(r11, d - 1)
+            a.imul(r11, r11, st * es)
+            a.add(dst, r11)
+    if span < 1 << 31:
+        a.add(dst, span)
+    else:
+        a.mov(r11, span >> 30)
+        a.shl(r11, 30)
+        a.add(r11, span & ((1 << 30) - 1))
+        a.add(dst, r11)
 
 
 def _load_scalars(a, addr, items, operands, scalars, regs, fail_label):
