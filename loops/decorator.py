@@ -412,7 +412,8 @@ class _Instance:
             st.mov(qword[rax + self.layout.array(i)], reg)
         st.mov(qword[rax + Layout.COUNTER], 0)
         self._store = store.finalize()
-        self._entry_code = build_entry("loops", specs, (), self._store.address)
+        # no overlap check: a nest may update an array in place (the same array as input and output)
+        self._entry_code = build_entry("loops", specs, (), self._store.address, overlap=False)
         if self._entry_code is None:
             return None
         return ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.py_object)(self._entry_code.address)

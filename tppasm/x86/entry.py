@@ -101,7 +101,7 @@ class Addresses:
         return id(self.call.fallback)
 
 
-def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=None, addresses=None):
+def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=None, addresses=None, overlap=True):
     """Entry stub ``int entry(tuple args)``: args are the operand arrays, then the int scalars.
 
     Scalars must be ints in [1, 2**30). ``count_scalar`` names the scalar that bounds batched
@@ -115,7 +115,9 @@ def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=No
     vouch for to ``call.fallback``.
 
     ``addresses`` (default: this process's, from ``raw_address`` and ``call``) gives every address
-    the stub embeds (:class:`Addresses`).
+    the stub embeds (:class:`Addresses`). ``overlap``: hand a call whose output overlaps another
+    operand to the Python path (:func:`_overlap_checks`); a loop nest's entry, whose arrays may be
+    updated in place, leaves it out.
     """
     addr = addresses or Addresses(operands, scalars, raw_address, call)
     n_args = len(operands) + len(scalars)
@@ -125,7 +127,8 @@ def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=No
                                                        for st in s.strides]
     if any(abs(v) >= 1 << 31 for v in limits):
         return None
-    if any(st < 0 for s in operands for st in s.strides) or (count_scalar is None and any(s.batch for s in operands)):
+    if overlap and (any(st < 0 for s in operands for st in s.strides)
+                    or (count_scalar is None and any(s.batch for s in operands))):
         return None                             # (spans the overlap check does not compute)
     if call is None:
         fn = Function(name + ".entry", ["object"], returns="i32")
@@ -188,7 +191,8 @@ def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=No
                 a.cmp(qword[ptr + 8 * axis], st * es)
                 a.jne(fail)
         a.mov(regs[i], [item + DATA])
-    _overlap_checks(a, name, operands, regs, count, fail_label(n_args if call is None else -1))
+    if overlap:
+        _overlap_checks(a, name, operands, regs, count, fail_label(n_args if call is None else -1))
     if call is None:
         a.mov(rax, addr.raw())
         a.call(rax)
