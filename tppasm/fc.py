@@ -29,21 +29,20 @@ ml_dtypes.bfloat16 (the bias float32); bf16 products accumulate in fp32.
 """
 import concurrent.futures
 import functools
-import numbers
 import os
 import threading
 
 import numpy as np
 
 from .brgemm import brgemm
-from .dtypes import dtype as numpy_dtype, name_of
+from .dtypes import dtype as numpy_dtype
 from .eltwise import GRAD_OPS, UNARY_OPS, binary, reduce, transform, unary
+from .fc_args import DTYPES  # noqa: F401  (fc.DTYPES: the dtypes a layer takes)
+from .fc_args import GRADIENT_CHOICES, dense_rows, describe, dtype_of, fail, output, thread_count
 from .gemm_nt import MAX_ROW_BYTES, gemm_nt
 from .layout import empty
-from .operand import as_ndarray, origin_of
 
 ACTS = (None, "relu", "gelu", "gelu_erf")
-DTYPES = ("f32", "bf16")
 
 
 def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
@@ -57,31 +56,31 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     >>> y.shape, z.shape
     ((2, 4), (2, 4))
     """
-    x, w = _rows("forward", "x", x), _rows("forward", "w", w)
-    dt = _dtype("forward", x, w)
+    x, w = dense_rows("forward", "x", x), dense_rows("forward", "w", w)
+    dt = dtype_of("forward", x, w)
     (n, k), m = x.shape, w.shape[0]
     if w.shape != (m, k):
-        _fail("forward", f"w has shape {w.shape}; expected (out_features, {k}) for x of shape {x.shape}")
+        fail("forward", f"w has shape {w.shape}; expected (out_features, {k}) for x of shape {x.shape}")
     if bias is not None:
         if not isinstance(bias, np.ndarray):
-            _fail("forward", f"bias is a {type(bias).__name__}; expected a float32 NumPy array of shape ({m},) or "
-                             "None: pass np.asarray(bias, np.float32)", TypeError)
+            fail("forward", f"bias is a {type(bias).__name__}; expected a float32 NumPy array of shape ({m},) or "
+                            "None: pass np.asarray(bias, np.float32)", TypeError)
         if bias.shape != (m,) or bias.dtype != np.float32:
-            _fail("forward", f"bias must be float32 of shape ({m},), got {bias.dtype} of shape {bias.shape}; pass "
-                             "one value per row of w, as bias.astype(np.float32)")
+            fail("forward", f"bias must be float32 of shape ({m},), got {bias.dtype} of shape {bias.shape}; pass "
+                            "one value per row of w, as bias.astype(np.float32)")
         bias = np.ascontiguousarray(bias)
     if act not in ACTS:
-        _fail("forward", f"act={act!r}; expected one of {ACTS}")
+        fail("forward", f"act={act!r}; expected one of {ACTS}")
     if type(threads) is not int or threads < 1:
-        threads = _threads("forward", threads)
-    y = empty((n, m), x.dtype) if out is None else _output("forward", "out", out, (n, m), x.dtype)
+        threads = thread_count("forward", threads)
+    y = empty((n, m), x.dtype) if out is None else output("forward", "out", out, (n, m), x.dtype)
     if act in ("gelu", "gelu_erf"):
-        z = empty((n, m), x.dtype) if pre is None else _output("forward", "pre", pre, (n, m), x.dtype)
+        z = empty((n, m), x.dtype) if pre is None else output("forward", "pre", pre, (n, m), x.dtype)
     else:
         z = None
         if pre is not None:
-            _fail("forward", f"pre is given with act={act!r}, which has no pre-activation to write (only the gelus "
-                             "keep z for the backward); pass pre=None")
+            fail("forward", f"pre is given with act={act!r}, which has no pre-activation to write (only the gelus "
+                            "keep z for the backward); pass pre=None")
     if min(n, m, k) == 0:
         acc = np.zeros((n, m), np.float64) + (0 if bias is None else bias.astype(np.float64))
         if z is not None:
@@ -167,27 +166,27 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=
     >>> dx, dw.tolist()[0], db.tolist()
     (None, [3.0, 3.0], [3.0, 3.0, 3.0, 3.0])
     """
-    dy, x, w = _rows("backward", "dy", dy), _rows("backward", "x", x), _rows("backward", "w", w)
-    dt = _dtype("backward", x, w, dy)
+    dy, x, w = dense_rows("backward", "dy", dy), dense_rows("backward", "x", x), dense_rows("backward", "w", w)
+    dt = dtype_of("backward", x, w, dy)
     (n, k), m = x.shape, w.shape[0]
     if w.shape != (m, k):
-        _fail("backward", f"w has shape {w.shape}; expected (out_features, {k}) for x of shape {x.shape}")
+        fail("backward", f"w has shape {w.shape}; expected (out_features, {k}) for x of shape {x.shape}")
     if dy.shape != (n, m):
-        _fail("backward", f"dy has shape {dy.shape}; expected {(n, m)}")
+        fail("backward", f"dy has shape {dy.shape}; expected {(n, m)}")
     if act not in ACTS:
-        _fail("backward", f"act={act!r}; expected one of {ACTS}")
+        fail("backward", f"act={act!r}; expected one of {ACTS}")
     if saved is not None:
-        saved = _rows("backward", "saved", saved)
+        saved = dense_rows("backward", "saved", saved)
     if (saved is None) != (act is None) or (saved is not None and saved.shape != (n, m)):
-        _fail("backward", f"saved must be y (relu) or z (gelu) of shape {(n, m)}, or None when act is None; got "
-                          f"{_describe(saved)} with act={act!r}")
+        fail("backward", f"saved must be y (relu) or z (gelu) of shape {(n, m)}, or None when act is None; got "
+                         f"{describe(saved)} with act={act!r}")
     if saved is not None and saved.dtype != x.dtype:
-        _fail("backward", f"saved has dtype {saved.dtype}, x {x.dtype}; pass the y or z the forward returned, or "
-                          "saved.astype(x.dtype)")
+        fail("backward", f"saved has dtype {saved.dtype}, x {x.dtype}; pass the y or z the forward returned, or "
+                         "saved.astype(x.dtype)")
     if type(threads) is not int or threads < 1:
-        threads = _threads("backward", threads)
+        threads = thread_count("backward", threads)
     dx, dw, db = (empty(shape, dtype) if out is True else None if out is False else
-                  _output("backward", name, out, shape, dtype, _GRADIENT_CHOICES)
+                  output("backward", name, out, shape, dtype, GRADIENT_CHOICES)
                   for name, out, shape, dtype in (("dx", dx, (n, k), dt), ("dw", dw, (m, k), dt),
                                                   ("db", db, (m,), "f32")))
     if min(n, m, k) == 0:                     # nothing to multiply: NumPy does the rest
@@ -560,66 +559,6 @@ def _backward_plan(n, m, k, dt, act, threads):
     return _Plan(**kernels)
 
 
-def _dtype(who, *arrays):
-    dts = {a.dtype for a in arrays}
-    try:
-        name = name_of(dts.pop()) if len(dts) == 1 else None
-    except TypeError:
-        name = None
-    if name not in DTYPES:
-        _fail(who, f"arrays are {', '.join(str(a.dtype) for a in arrays)}; expected all float32 or all bfloat16")
-    return name
-
-
-def _rows(who, name, a):
-    """``a``, a 2-D array, with dense rows (copied only when they are not): the kernels are built
-    for row strides equal to the row length. A torch tensor or DLPack object is viewed as an array
-    (:func:`tppasm.operand.as_ndarray`, which explains a tensor it cannot take)."""
-    if not isinstance(a, np.ndarray):
-        if origin_of(a) is None:
-            _fail(who, f"{name} is a {type(a).__name__}; expected a 2-D float32 or bfloat16 array: pass "
-                       f"np.asarray({name}, np.float32)", TypeError)
-        a = as_ndarray(a, name, f"fc.{who}")
-    if a.ndim != 2:
-        _fail(who, f"{name} must be a 2-D array, got {type(a).__name__} of shape {a.shape}")
-    return np.ascontiguousarray(a)
-
-
-_ALLOCATED = "or let it be allocated"
-_GRADIENT_CHOICES = "or pass True (allocated) or False (not computed)"
-
-
-def _output(who, name, a, shape, dt, choices=_ALLOCATED):
-    """``a``, when it is a C-contiguous writable array of ``shape`` and dtype ``dt`` to write a
-    result into (TypeError for anything but a NumPy array, else ValueError)."""
-    want = numpy_dtype(dt)
-    array = isinstance(a, np.ndarray)
-    if array:
-        flags = a.flags
-        if a.shape == shape and a.dtype == want and flags.c_contiguous and flags.writeable:
-            return a
-    _fail(who, f"{name} must be a C-contiguous writable {want} array of shape {shape}, got {_describe(a)}; pass "
-               f"such an array (e.g. tppasm.empty({shape}, {name_of(want)!r})) {choices}",
-          ValueError if array else TypeError)
-
-
-def _describe(a):
-    if not isinstance(a, np.ndarray):
-        return type(a).__name__
-    return (f"{a.dtype} of shape {a.shape}" + ("" if a.flags.c_contiguous else ", not contiguous")
-            + ("" if a.flags.writeable else ", read-only"))
-
-
-def _threads(who, threads):
-    """``threads`` as an int >= 1 (a NumPy integer too, never a bool)."""
-    if not isinstance(threads, numbers.Integral) or isinstance(threads, bool):
-        _fail(who, f"threads={threads!r} ({type(threads).__name__}); expected an int >= 1, the most threads to "
-                   "share the GEMMs: pass threads=1, or e.g. threads=os.cpu_count()", TypeError)
-    if threads < 1:
-        _fail(who, f"threads={threads!r}; expected an int >= 1: pass threads=1 for one thread")
-    return int(threads)
-
-
 def _one(a):
     """``a`` as a batch of one block (a[None] would give the batch axis stride 0, which the native
     entry does not take; a non-contiguous input is copied)."""
@@ -628,8 +567,3 @@ def _one(a):
 
 def _act_ref(act, z):
     return z if act is None else UNARY_OPS[act](z)
-
-
-def _fail(who, message, error=ValueError):
-    """Raise ``error`` with ``message``, as ``fc.<who>`` (forward or backward) says it."""
-    raise error(f"fc.{who}: {message}")

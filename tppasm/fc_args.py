@@ -1,0 +1,86 @@
+"""The argument checks of :mod:`tppasm.fc`: each refuses with a TypeError or ValueError that
+names ``fc.forward`` or ``fc.backward``, what was expected and what to pass instead.
+
+>>> import numpy as np
+>>> thread_count("forward", np.int64(2))
+2
+>>> dtype_of("forward", np.ones(2, np.float32), np.ones(2, np.float64))
+Traceback (most recent call last):
+...
+ValueError: fc.forward: arrays are float32, float64; expected all float32 or all bfloat16
+"""
+import numbers
+
+import numpy as np
+
+from .dtypes import dtype as numpy_dtype, name_of
+from .operand import as_ndarray, origin_of
+
+DTYPES = ("f32", "bf16")
+
+
+def dtype_of(who, *arrays):
+    """The tppasm dtype name ("f32" or "bf16") all of ``arrays`` have."""
+    dts = {a.dtype for a in arrays}
+    try:
+        name = name_of(dts.pop()) if len(dts) == 1 else None
+    except TypeError:
+        name = None
+    if name not in DTYPES:
+        fail(who, f"arrays are {', '.join(str(a.dtype) for a in arrays)}; expected all float32 or all bfloat16")
+    return name
+
+
+def dense_rows(who, name, a):
+    """``a``, a 2-D array, with dense rows (copied only when they are not): the kernels are built
+    for row strides equal to the row length. A torch tensor or DLPack object is viewed as an array
+    (:func:`tppasm.operand.as_ndarray`, which explains a tensor it cannot take)."""
+    if not isinstance(a, np.ndarray):
+        if origin_of(a) is None:
+            fail(who, f"{name} is a {type(a).__name__}; expected a 2-D float32 or bfloat16 array: pass "
+                      f"np.asarray({name}, np.float32)", TypeError)
+        a = as_ndarray(a, name, f"fc.{who}")
+    if a.ndim != 2:
+        fail(who, f"{name} must be a 2-D array, got {type(a).__name__} of shape {a.shape}")
+    return np.ascontiguousarray(a)
+
+
+ALLOCATED = "or let it be allocated"
+GRADIENT_CHOICES = "or pass True (allocated) or False (not computed)"
+
+
+def output(who, name, a, shape, dt, choices=ALLOCATED):
+    """``a``, when it is a C-contiguous writable array of ``shape`` and dtype ``dt`` to write a
+    result into (TypeError for anything but a NumPy array, else ValueError)."""
+    want = numpy_dtype(dt)
+    array = isinstance(a, np.ndarray)
+    if array:
+        flags = a.flags
+        if a.shape == shape and a.dtype == want and flags.c_contiguous and flags.writeable:
+            return a
+    fail(who, f"{name} must be a C-contiguous writable {want} array of shape {shape}, got {describe(a)}; pass "
+              f"such an array (e.g. tppasm.empty({shape}, {name_of(want)!r})) {choices}",
+         ValueError if array else TypeError)
+
+
+def describe(a):
+    """``a``'s dtype, shape and what a kernel's output cannot be (its type, if not an array)."""
+    if not isinstance(a, np.ndarray):
+        return type(a).__name__
+    return (f"{a.dtype} of shape {a.shape}" + ("" if a.flags.c_contiguous else ", not contiguous")
+            + ("" if a.flags.writeable else ", read-only"))
+
+
+def thread_count(who, threads):
+    """``threads`` as an int >= 1 (a NumPy integer too, never a bool)."""
+    if not isinstance(threads, numbers.Integral) or isinstance(threads, bool):
+        fail(who, f"threads={threads!r} ({type(threads).__name__}); expected an int >= 1, the most threads to "
+                  "share the GEMMs: pass threads=1, or e.g. threads=os.cpu_count()", TypeError)
+    if threads < 1:
+        fail(who, f"threads={threads!r}; expected an int >= 1: pass threads=1 for one thread")
+    return int(threads)
+
+
+def fail(who, message, error=ValueError):
+    """Raise ``error`` with ``message``, as ``fc.<who>`` (forward or backward) says it."""
+    raise error(f"fc.{who}: {message}")
