@@ -21,9 +21,6 @@ import os
 
 from loops.pool import MAX_THREADS      # the most threads a pool takes (torch.set_num_threads crashed far above)
 
-PLOT_FORMATS = ("eps", "jpeg", "jpg", "pdf", "pgf", "png", "ps", "raw", "rgba", "svg", "svgz", "tif", "tiff",
-                "webp")     # matplotlib's formats, to tell a bad --plot name where it is not installed
-
 
 def checked(convert, expected, example):
     """An argparse ``type=``: ``convert(text)``, or, where that raises ValueError, argparse's error
@@ -207,12 +204,12 @@ def plot_file(text):
     """
     text = writable_file("--plot run.png")(text)
     formats = plot_formats()
-    if text.rpartition(".")[2].lower() not in (formats or PLOT_FORMATS):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a name ending in a format matplotlib writes (.png, "
-                                         ".svg, .pdf, ...), e.g. --plot run.png")
     if formats is None:
         raise argparse.ArgumentTypeError(f"{text!r}: matplotlib is not installed, so nothing could draw it "
                                          "(pip install matplotlib)")
+    if text.rpartition(".")[2].lower() not in formats:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a name ending in a format matplotlib writes (.png, "
+                                         ".svg, .pdf, ...), e.g. --plot run.png")
     return text
 
 

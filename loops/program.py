@@ -27,14 +27,14 @@ class Node:
     """Calls in order, then optionally a branch on ``test``: (then-node, else-node)."""
 
     calls: list = field(default_factory=list)
-    test: object = None   # a loops.trace.Compare
+    test: object = None   # a loops.affine.Compare
     then: "Node" = None
     other: "Node" = None
 
     def simplify(self, box):
         """Drop branches whose test is decided over ``box`` (var -> (lo, hi) inclusive); returns a Node.
 
-        >>> from loops.trace import Affine, Compare
+        >>> from loops.affine import Affine, Compare
         >>> i = Affine((("a", 1),))
         >>> n = Node([], Compare(i, "=="), Node(["then"]), Node(["else"]))
         >>> n.simplify({"a": (0, 0)}).calls, n.simplify({"a": (0, 3)}).test is not None

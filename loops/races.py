@@ -48,7 +48,7 @@ from .race_search import Access, Conflict, Undecided, pair
 from .schedule import Schedule
 from .signature import signature
 from .spec import LETTERS, SpecError, parse
-from .trace import Affine
+from .affine import Affine
 
 MODES = ("refuse", "warn", "allow")
 

@@ -71,20 +71,9 @@ def empty_for(spec):
     >>> out.shape, out.strides, out.ctypes.data % 64
     ((2, 3), (32, 4), 0)
     """
-    dt, shape = spec.np_dtype, tuple(spec.shape)
-    if spec.strides == _dense_strides(shape):
-        return empty(shape, dt)
+    dt = spec.np_dtype
     buf = empty((spec.nbytes() // dt.itemsize,), dt)
-    return np.ndarray(shape, dt, buffer=buf, strides=[s * dt.itemsize for s in spec.strides])
-
-
-def _dense_strides(shape):
-    """The strides (in elements) of a C-contiguous array of ``shape``."""
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= d
-    return tuple(reversed(strides))
+    return np.ndarray(tuple(spec.shape), dt, buffer=buf, strides=[s * dt.itemsize for s in spec.strides])
 
 
 def aligned(x, align=ALIGN):
