@@ -38,19 +38,13 @@ def empty(shape, dtype="f32", align=ALIGN):
     (0, (3, 5), 'bfloat16', True)
     """
     try:
-        dt = numpy_dtype(dtype)
-    except TypeError:
-        raise TypeError(f"empty: dtype {dtype!r} is not a dtype; use a tppasm name "
-                        f"({', '.join(NUMPY_NAMES)}) or a NumPy dtype") from None
-    if dt.hasobject:
-        raise TypeError(f"empty: dtype {dt} holds Python objects, which no kernel reads and a raw aligned buffer "
-                        "cannot hold; pass a numeric dtype (tppasm names: " + ", ".join(NUMPY_NAMES) + ")")
-    _check_align("empty", align)
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else shape
-    if not isinstance(shape, (tuple, list)) or any(
-            not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 0 for d in shape):
-        raise ValueError(f"empty: shape {shape!r} must be non-negative integers, e.g. (64, 64)")
-    shape = tuple(int(d) for d in shape)
+        dt = _DTYPES[dtype]                  # a call costs microseconds: kernels' callers allocate often
+    except (KeyError, TypeError):
+        dt = _empty_dtype(dtype)
+    if align is not ALIGN:
+        _check_align("empty", align)
+    if type(shape) is not tuple or not all(type(d) is int and d >= 0 for d in shape):
+        shape = _empty_shape(shape)
     count = math.prod(shape)
     if max(shape, default=0) > _MAX_BYTES or count * dt.itemsize > _MAX_BYTES - align:
         raise ValueError(f"empty: shape {shape} of {dt.name} would span {count * dt.itemsize} bytes, more than an "
@@ -59,6 +53,35 @@ def empty(shape, dtype="f32", align=ALIGN):
     start = -raw.ctypes.data % align
     # an empty slice of raw would not keep its start, so cut one element at least, then trim
     return raw[start:start + max(count, 1) * dt.itemsize].view(dt)[:count].reshape(shape)
+
+
+_DTYPES = {}          # dtype argument -> its NumPy dtype, for the hashable ones empty() has seen
+
+
+def _empty_dtype(dtype):
+    try:
+        dt = numpy_dtype(dtype)
+    except TypeError:
+        raise TypeError(f"empty: dtype {dtype!r} is not a dtype; use a tppasm name "
+                        f"({', '.join(NUMPY_NAMES)}) or a NumPy dtype") from None
+    if dt.hasobject:
+        raise TypeError(f"empty: dtype {dt} holds Python objects, which no kernel reads and a raw aligned buffer "
+                        "cannot hold; pass a numeric dtype (tppasm names: " + ", ".join(NUMPY_NAMES) + ")")
+    try:
+        if len(_DTYPES) < 256:
+            _DTYPES[dtype] = dt
+    except TypeError:                       # unhashable (a dict spec): not remembered
+        pass
+    return dt
+
+
+def _empty_shape(shape):
+    """``shape`` as a tuple of Python ints, or the ValueError naming the fix."""
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else shape
+    if not isinstance(shape, (tuple, list)) or any(
+            not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 0 for d in shape):
+        raise ValueError(f"empty: shape {shape!r} must be non-negative integers, e.g. (64, 64)")
+    return tuple(int(d) for d in shape)
 
 
 def empty_for(spec):

@@ -47,6 +47,20 @@ def test_bad_shape_and_dtype():
         tppasm.empty((2,), object)
 
 
+def test_the_fast_path_of_empty_keeps_every_check():
+    """empty() remembers dtypes and takes tuples of ints without a second look; all else is checked."""
+    assert tppasm.empty((2, 3), "bf16").dtype.name == "bfloat16"       # "bf16" is remembered now
+    assert tppasm.empty([2, np.int64(3)], "bf16").shape == (2, 3)
+    assert tppasm.empty(4, np.float32).shape == (4,)
+    for shape in ((2, True), (2, 3.0), (2, -1), "23"):
+        with pytest.raises(ValueError, match="non-negative integers"):
+            tppasm.empty(shape, "bf16")
+    with pytest.raises(TypeError, match="tppasm name"):
+        tppasm.empty((2,), ["f32"])                                      # unhashable: never remembered
+    with pytest.raises(ValueError, match="power of two"):
+        tppasm.empty((2,), "bf16", np.int64(48))
+
+
 @pytest.mark.parametrize("k", [2.5, True, "3", np.float32(2)])
 def test_vnni_unpack_wants_an_int_k(k):
     with pytest.raises(ValueError, match=re.escape(f"k={k!r} must be an int in 1..4")):
