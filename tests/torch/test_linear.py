@@ -327,3 +327,57 @@ def test_fc_views_tensors_and_explains_those_it_cannot_take():
         fc.forward(torch.ones(2, 3, requires_grad=True), torch.ones(4, 3))
     with pytest.raises(ValueError, match=r"fc.backward: operand w is a torch.sparse_coo tensor.*to_dense\(\)"):
         fc.backward(torch.ones(2, 4), torch.ones(2, 3), torch.ones(4, 3).to_sparse())
+
+
+@pytest.fixture
+def forward_calls(monkeypatch):
+    """The calls of the operator's kernel: False where ``linear`` ran it directly (pre=False),
+    True where torch's operator did."""
+    from tppasm.torch import ops
+    calls, real = [], ops._forward
+
+    def spy(x, weight, bias, act, pre=True):
+        calls.append(pre)
+        return real(x, weight, bias, act, pre)
+    monkeypatch.setattr(ops, "_forward", spy)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("act", tt.ACTS)
+@pytest.mark.parametrize("layout", ["2d", "3d", "strided", "no-bias"])
+@pytest.mark.parametrize("mode", ["no_grad", "inference", "no-grad-inputs"])
+def test_plain_calls_skip_the_operator_and_match_torch(forward_calls, dtype, act, layout, mode):
+    x, w, b = inputs((2, 3, 17) if layout == "3d" else (6, 17), 9, dtype, bias=layout != "no-bias")
+    if layout == "strided":
+        x, w = x.detach().T.contiguous().T, w.detach().T.contiguous().T     # column-major views
+    context = {"no_grad": torch.no_grad, "inference": torch.inference_mode}.get(mode)
+    if context is None:
+        x, w, b = (None if t is None else t.detach() for t in (x, w, b))
+        context = torch.enable_grad
+    with context():
+        y = tt.linear(x, w, b, act)
+    assert forward_calls == [False]
+    ref = TORCH_ACT[act](F.linear(x.detach().double(), w.detach().double(), None if b is None else b.detach().double()))
+    assert y.dtype == dtype and y.shape == ref.shape and not y.requires_grad
+    torch.testing.assert_close(y.double(), ref, **TOL[dtype])
+
+
+class _Passthrough(torch.utils._python_dispatch.TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("context", ["grad", "autocast", "profiler", "dispatch_mode", "function_mode"])
+def test_the_operator_runs_where_torch_must_see_it(forward_calls, context):
+    x, w, b = inputs((4, 8), 3, torch.float32)
+    manager = {"grad": torch.enable_grad, "autocast": lambda: torch.autocast("cpu", dtype=torch.bfloat16),
+               "profiler": torch.profiler.profile, "dispatch_mode": _Passthrough,
+               "function_mode": lambda: torch.device("cpu")}[context]()
+    if context != "grad":
+        x, w, b = (t.detach() for t in (x, w, b))
+    with manager as m:
+        y = tt.linear(x, w, b, "relu")
+    assert forward_calls == [True] and y.shape == (4, 3)
+    if context == "profiler":
+        assert any(e.name == "tppasm::linear" for e in m.events())
