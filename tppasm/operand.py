@@ -263,6 +263,23 @@ def call(kernel, objs, values):
     mark_written([obj for spec, obj in zip(specs, objs) if spec.writable])
 
 
+def tensor_numpy(t):
+    """The NumPy view of a CPU tensor that needs no grad, unchecked: ``t.numpy()``, with
+    ``torch.bfloat16`` as ``ml_dtypes.bfloat16`` (NumPy has none: the same bits). Raises torch's
+    TypeError or RuntimeError for what it cannot view (:func:`as_ndarray` explains those).
+
+    >>> import torch
+    >>> tensor_numpy(torch.ones(2, dtype=torch.bfloat16)).dtype.name
+    'bfloat16'
+    """
+    if t.dtype is sys.modules["torch"].bfloat16:
+        return t.view(sys.modules["torch"].int16).numpy().view(_BF16)
+    return t.numpy()
+
+
+_BF16 = to_dtype("bf16")
+
+
 def _from_torch(t, torch, name, who, writes):
     if t.requires_grad:
         if torch.is_grad_enabled() and not writes:     # (a written one was refused before)
@@ -272,9 +289,7 @@ def _from_torch(t, torch, name, who, writes):
                                "(tppasm.torch.Linear), which have a backward")
         t = t.detach()
     try:
-        if t.dtype is torch.bfloat16:        # NumPy has no bfloat16: the same bits as ml_dtypes'
-            return t.view(torch.int16).numpy().view(to_dtype("bf16"))
-        return t.numpy()                     # refuses other devices and layouts, explained below
+        return tensor_numpy(t)               # refuses other devices and layouts, explained below
     except (TypeError, RuntimeError) as e:
         where = f"{who}: operand {name}"
         if t.layout is not torch.strided:

@@ -20,9 +20,8 @@ import torch
 from torch import Tensor
 
 from .. import fc
-from ..dtypes import dtype as dtype_of
 from ..layout import empty
-from ..operand import as_ndarray
+from ..operand import as_ndarray, tensor_numpy
 
 ACTS = fc.ACTS
 _GELUS = ("gelu", "gelu_erf")
@@ -169,12 +168,9 @@ def _view(t):
     if t.requires_grad:
         t = t.detach()
     try:
-        return t.numpy() if t.dtype is torch.float32 else t.view(torch.int16).numpy().view(_BF16)
+        return tensor_numpy(t)
     except (TypeError, RuntimeError):
         return as_ndarray(t, who="tppasm.torch")      # the error naming the fix (e.g. a neg-bit view)
-
-
-_BF16 = dtype_of("bf16")
 
 
 @torch.library.custom_op("tppasm::linear", mutates_args=())
