@@ -272,12 +272,9 @@ def tensor_numpy(t):
     >>> tensor_numpy(torch.ones(2, dtype=torch.bfloat16)).dtype.name
     'bfloat16'
     """
-    if t.dtype is sys.modules["torch"].bfloat16:
-        return t.view(sys.modules["torch"].int16).numpy().view(_BF16)
+    if t.dtype is sys.modules["torch"].bfloat16:       # (ml_dtypes loads on first use: import tppasm stays lazy)
+        return t.view(sys.modules["torch"].int16).numpy().view(to_dtype("bf16"))
     return t.numpy()
-
-
-_BF16 = to_dtype("bf16")
 
 
 def _from_torch(t, torch, name, who, writes):
