@@ -330,24 +330,42 @@ def test_fc_views_tensors_and_explains_those_it_cannot_take():
 
 
 @pytest.fixture
-def forward_calls(monkeypatch):
-    """The calls of the operator's kernel: False where ``linear`` ran it directly (pre=False),
-    True where torch's operator did."""
+def routes(monkeypatch):
+    """The route each call took: "plain" (the kernel run directly, no gradient), "direct" (its
+    autograd.Function, kernels run directly) or "operator" (torch.ops.tppasm.linear); backward
+    calls of the operator torch.ops.tppasm.linear_backward add "operator backward"."""
     from tppasm.torch import ops
-    calls, real = [], ops._forward
+    seen, forward, direct = [], ops._forward, ops._Direct.forward
+    op, op_backward = torch.ops.tppasm.linear, torch.ops.tppasm.linear_backward
 
-    def spy(x, weight, bias, act, pre=True):
-        calls.append(pre)
-        return real(x, weight, bias, act, pre)
-    monkeypatch.setattr(ops, "_forward", spy)
-    return calls
+    def spy_forward(x, weight, bias, act, pre=True):
+        if not pre:
+            seen.append("plain")
+        return forward(x, weight, bias, act, pre)
+
+    def spy_direct(ctx, *args):
+        seen.append("direct")
+        return direct(ctx, *args)
+
+    def spy_op(*args):
+        seen.append("operator")
+        return op(*args)
+
+    def spy_op_backward(*args):
+        seen.append("operator backward")
+        return op_backward(*args)
+    monkeypatch.setattr(ops, "_forward", spy_forward)
+    monkeypatch.setattr(ops._Direct, "forward", staticmethod(spy_direct))
+    monkeypatch.setattr(torch.ops.tppasm, "linear", spy_op)
+    monkeypatch.setattr(torch.ops.tppasm, "linear_backward", spy_op_backward)
+    return seen
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("act", tt.ACTS)
 @pytest.mark.parametrize("layout", ["2d", "3d", "strided", "no-bias"])
 @pytest.mark.parametrize("mode", ["no_grad", "inference", "no-grad-inputs"])
-def test_plain_calls_skip_the_operator_and_match_torch(forward_calls, dtype, act, layout, mode):
+def test_plain_calls_skip_the_operator_and_match_torch(routes, dtype, act, layout, mode):
     x, w, b = inputs((2, 3, 17) if layout == "3d" else (6, 17), 9, dtype, bias=layout != "no-bias")
     if layout == "strided":
         x, w = x.detach().T.contiguous().T, w.detach().T.contiguous().T     # column-major views
@@ -357,10 +375,20 @@ def test_plain_calls_skip_the_operator_and_match_torch(forward_calls, dtype, act
         context = torch.enable_grad
     with context():
         y = tt.linear(x, w, b, act)
-    assert forward_calls == [False]
+    assert routes == ["plain"]
     ref = TORCH_ACT[act](F.linear(x.detach().double(), w.detach().double(), None if b is None else b.detach().double()))
     assert y.dtype == dtype and y.shape == ref.shape and not y.requires_grad
     torch.testing.assert_close(y.double(), ref, **TOL[dtype])
+
+
+@pytest.mark.parametrize("act", tt.ACTS)
+def test_training_calls_run_the_kernels_directly(routes, act):
+    """Gradients are recorded by tppasm.torch's own autograd.Function, forward and backward
+    without the operators' dispatch (test_values_and_gradients_match_torch checks the values)."""
+    x, w, b = inputs((5, 7), 3, torch.float32)
+    y = tt.linear(x, w, b, act)
+    y.sum().backward()
+    assert routes == ["direct"] and x.grad.shape == x.shape and b.grad.shape == b.shape
 
 
 class _Passthrough(torch.utils._python_dispatch.TorchDispatchMode):
@@ -368,16 +396,19 @@ class _Passthrough(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("context", ["grad", "autocast", "profiler", "dispatch_mode", "function_mode"])
-def test_the_operator_runs_where_torch_must_see_it(forward_calls, context):
+@pytest.mark.parametrize("context", ["autocast", "profiler", "dispatch_mode", "function_mode"])
+@pytest.mark.parametrize("grad", [False, True], ids=["no-grad", "grad"])
+def test_the_operator_runs_where_torch_must_see_it(routes, context, grad):
     x, w, b = inputs((4, 8), 3, torch.float32)
-    manager = {"grad": torch.enable_grad, "autocast": lambda: torch.autocast("cpu", dtype=torch.bfloat16),
-               "profiler": torch.profiler.profile, "dispatch_mode": _Passthrough,
-               "function_mode": lambda: torch.device("cpu")}[context]()
-    if context != "grad":
+    if not grad:
         x, w, b = (t.detach() for t in (x, w, b))
+    manager = {"autocast": lambda: torch.autocast("cpu", dtype=torch.bfloat16), "profiler": torch.profiler.profile,
+               "dispatch_mode": _Passthrough, "function_mode": lambda: torch.device("cpu")}[context]()
     with manager as m:
         y = tt.linear(x, w, b, "relu")
-    assert forward_calls == [True] and y.shape == (4, 3)
+        if grad:
+            y.float().sum().backward()
+    # (a function mode hands the call back to the operator by name: the spy may see it twice)
+    assert set(routes) == {"operator", *["operator backward"] * grad} and y.shape == (4, 3)
     if context == "profiler":
         assert any(e.name == "tppasm::linear" for e in m.events())
