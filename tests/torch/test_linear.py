@@ -206,11 +206,19 @@ def test_func_vmap_of_grad_gives_per_sample_gradients():
      "no second derivative"),
     (lambda x, w: torch.func.jvp(lambda x: tt.linear(x, w), (x,), (x,)), "no forward-mode derivative"),
     (lambda x, w: torch.func.hessian(lambda x: tt.linear(x, w).sum())(x), "no forward-mode derivative"),
-], ids=["double-backward", "grad-of-grad", "jvp", "hessian"])
+    (lambda x, w: _dual_linear(x.detach(), w), "no forward-mode derivative"),
+], ids=["double-backward", "grad-of-grad", "jvp", "hessian", "dual-tensor"])
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")      # torch's forward mode imports use it
 def test_unsupported_derivatives_are_explained(call, message):
     with pytest.raises(RuntimeError, match=f"tppasm.torch.linear has {message} .*use .*torch.nn.functional.linear"):
         call(torch.randn(3, 4, requires_grad=True), torch.randn(2, 4))
+
+
+def _dual_linear(x, w):
+    """linear of a forward-mode dual tensor (which no tensor requires grad for)."""
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        return tt.linear(fwAD.make_dual(x, torch.ones_like(x)), w)
 
 
 def test_meta_tensors_get_shapes():

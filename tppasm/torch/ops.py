@@ -17,6 +17,7 @@ from typing import Optional
 
 import numpy as np
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
 from .. import fc
@@ -68,6 +69,9 @@ def linear(x, weight, bias=None, act=None):
                             f"{' or None' if name == 'bias' else ''}: pass {fix}")
     if act is not None and not isinstance(act, str):
         raise TypeError(f"tppasm.torch.linear: act={act!r} ({type(act).__name__}); expected one of {ACTS}")
+    if _forward_ad._current_level >= 0 and any(
+            t is not None and _forward_ad.unpack_dual(t).tangent is not None for t in (x, weight, bias)):
+        _no_forward_mode(None)          # a dual tensor's tangent would be dropped without a word
     if _unwatched(x, weight, bias):
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
             return _Direct.apply(x, weight, bias, act)[0]
