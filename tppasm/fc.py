@@ -433,7 +433,10 @@ STRIP_ROWS = 64
 def _k_blocks(x, bk, count):
     """The rows of x (rows, >= count * bk) as a BRGEMM's A: a batch of ``count`` blocks of ``bk``
     columns (``stride_a=bk``)."""
-    return np.lib.stride_tricks.as_strided(x, (count, x.shape[0], bk), (bk * x.itemsize,) + x.strides)
+    shape, strides = (count, x.shape[0], bk), (bk * x.itemsize,) + x.strides
+    if x.flags.c_contiguous:    # the constructor: 0.3 us where as_strided takes 3, and it checks the bounds
+        return np.ndarray(shape, x.dtype, x, 0, strides)
+    return np.lib.stride_tricks.as_strided(x, shape, strides)
 
 
 class TransposedB:
