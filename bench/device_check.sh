@@ -1,29 +1,37 @@
 #!/usr/bin/env bash
 # A prepared check for a lent device machine (the `run` tool: 16 x86 cores beside its GPU, Python
-# 3.12 with numpy, ml_dtypes and torch, no network): what the 2-core sessions cannot measure, in
-# one call of about 8 minutes.
-#   1. host:      lscpu, `python -m tppasm info` (which ISA levels run natively).
-#   2. amx-micro: where the CPU has AMX, the tile loops that decide the cycle model's reading
-#                 (`bench/amx_micro.py`), the host's timings they imply ($OUT/amx-figures.json) and
-#                 the model's kernels and candidate blockings again under them (`amx-static
-#                 --quick --choices --figures`), then the AMX BRGEMMs of issue #12's goal shapes with the
-#                 batch chunks off, on, and as the host's probe decides (`bench/tpp_gemm.py`),
-#                 and the int8 one.
-#   3. gemm:      the tuned DSL GEMM at 1024^3 on 1, 2 and all cores (bf16 where the CPU has AMX or
-#                 AVX512-BF16, else f32), against numpy and torch: scaling past 2 threads.
-#   4. llm:       the LLaMA-style layer, bf16 and int8, on 1 thread and all cores.
-# Each step has its own time limit and writes $OUT/<step>.txt: at most 6 files with the figures,
-# all of which come back (the tool returns up to 8).
+# 3.12 with numpy, ml_dtypes, torch and transformers, no network): what the 2-core sessions cannot
+# measure, the issues' goals first, in one call of 10 minutes and a short second one.
+#   bash bench/device_check.sh [1|2]
+# Phase 1, where the CPU has AMX, in this order (each step's figures are on 1 and 2 threads):
+#   host:      lscpu, `python -m tppasm info` (which ISA levels run natively).
+#   tpp-amx:   the AMX BRGEMMs of issue #12's goal shapes against the AMX peak (bf16, int8), with the
+#              batch chunks as the host's probe decides, then off.
+#   gemm, mlp: the tuned DSL GEMM (bf16, 1024^3 and 2048^3) and MLP (bf16) against torch.
+#   bert:      MiniLM 8 x 128 and 1 x 32, bf16, against torch (weights from .devcarry, below).
+#   conv:      the ResNet-50 convolutions, batch 1, bf16, one blocking per layer, against torch.
+#   amx-micro: the tile loops that decide the cycle model's reading, the timings they imply and the
+#              model's kernels and blockings under them.
+#   llm:       the LLaMA-style layer, bf16 and int8.
+# Without AMX, phase 1 is host, the GEMM (f32 and bf16) and the MLP (f32) on 1, 2 and all cores, the
+# LLaMA-style layer on 1 and all, and MiniLM on 2 and all: scaling past 2 threads.
+# Phase 2 (the call right after phase 1, while the machine is warm, with the time left): the GEMM and
+# the MLP on all cores.
+# Each step has its own time limit, cut to what is left of DEADLINE (585 s), and writes
+# $OUT/<step>.txt as it goes (at most 8 files a call; the tool brings back 8).
 #
-# Here, before the call (once per checkout; .whl stays out of git through .git/info/exclude):
-#   echo /.whl/ >> .git/info/exclude
+# Here, before the calls (once per checkout):
+#   printf '/.whl/\n/.devcarry/\n' >> .git/info/exclude      # carried, never committed
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #     -d .whl iced-x86==1.21.0 mmap_ninja==0.9.0
-# then: run(command="bash bench/device_check.sh", carry=[".whl"], timeout_s=560).
+#   PYTHONPATH=. .venv/bin/python -m bench.device_carry pack      # MiniLM's weights: .devcarry, 44 MiB
+# then: run(command="bash bench/device_check.sh 1", carry=[".whl", ".devcarry"], timeout_s=600), and
+# at once the same with "2" and the time left.
 # Rehearse it here with PY=.venv/bin/python OUT=/tmp/device_check bash bench/device_check.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+PHASE=${1:-1}
 PY=${PY:-python3}
 OUT=${OUT:-/tmp/device_check}
 mkdir -p "$OUT"
@@ -34,14 +42,21 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 CORES=$(nproc)
-GEMM_THREADS=1 LLM_THREADS=1          # 1, 2 and all cores for the GEMM; 1 and all for the layer
-((CORES >= 2)) && GEMM_THREADS+=",2"
-((CORES > 2)) && GEMM_THREADS+=",$CORES"
-((CORES > 1)) && LLM_THREADS+=",$CORES"
+ALL=1 SOME=1                        # 1, 2 and all cores; 1 and all
+((CORES >= 2)) && ALL+=",2"
+((CORES > 2)) && ALL+=",$CORES"
+((CORES > 1)) && SOME+=",$CORES"
 
-step() {    # step NAME SECONDS COMMAND...: run it under a limit, its output to the log and $OUT/NAME.txt
-    local name=$1 limit=$2
+DEADLINE=${DEADLINE:-585}           # seconds: every step ends by then, inside the call's 600
+step() {    # step NAME SECONDS COMMAND...: run it under a limit (cut to the time left before DEADLINE),
+    local name=$1 limit=$2          # its output to the log and $OUT/NAME.txt
     shift 2
+    local left=$((DEADLINE - SECONDS))
+    if ((left < 15)); then
+        echo "== $name: skipped, ${left} s left"
+        return
+    fi
+    ((limit > left)) && limit=$left
     echo "== $name (limit ${limit} s): $*"
     local t0=$SECONDS
     timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1
@@ -50,19 +65,39 @@ step() {    # step NAME SECONDS COMMAND...: run it under a limit, its output to 
     echo "== $name: exit $rc after $((SECONDS - t0)) s"
 }
 
-step host 60 bash -c "lscpu | head -n 30; echo; '$PY' -m tppasm info"
-if "$PY" -c "import sys; from isa.cpu import host; sys.exit('amx' not in host().levels)"; then
-    GEMM_DTYPE=bf16
-    step amx-micro 120 bash -c "'$PY' -m bench amx-micro --figures '$OUT/amx-figures.json' &&
-        '$PY' -m bench amx-static --quick --choices --figures '$OUT/amx-figures.json'"
-    step tpp-amx 180 bash -c "for chunks in 0 1 auto; do echo \"## TPPASM_AMX_CHUNKS=\$chunks\";
-        TPPASM_AMX_CHUNKS=\$chunks '$PY' -m bench.tpp_gemm --shapes bf16:64:16,i8:64:16,bf16:32:16; done"
-elif "$PY" -c "import sys; from bench.peaks import units; sys.exit(units('bf16')[0] != 'BF16-dot')"; then
-    GEMM_DTYPE=bf16
+bert() {    # bert THREADS DTYPES: MiniLM against torch, the weights from .devcarry when it was carried
+    local path=$PYTHONPATH
+    if [[ -d .devcarry ]]; then
+        "$PY" -m bench.device_carry expand .devcarry || return 1
+        path="$PWD/.devcarry:$path"
+    fi
+    PYTHONPATH=$path "$PY" -m bench bert --shapes 8x128,1x32 --threads "$1" --dtypes "$2" --runs 5
+}
+export -f bert
+export PY
+
+AMX=0
+"$PY" -c "import sys; from isa.cpu import host; sys.exit('amx' not in host().levels)" && AMX=1
+if [[ $PHASE == 1 ]]; then
+    step host 30 bash -c "lscpu | head -n 30; echo; '$PY' -m tppasm info"
+    if ((AMX)); then
+        step tpp-amx 80 bash -c "for chunks in auto 0; do echo \"## TPPASM_AMX_CHUNKS=\$chunks\";
+            TPPASM_AMX_CHUNKS=\$chunks '$PY' -m bench.tpp_gemm --shapes bf16:64:16,i8:64:16,bf16:32:16; done"
+        step gemm 150 "$PY" -m bench gemm --sizes 1024,2048 --dtypes bf16 --threads 1,2 --tune-seconds 8 --no-progress
+        step mlp 80 "$PY" -m bench mlp --dtypes bf16 --threads 1,2 --tune-seconds 8 --no-progress
+        step bert 100 bash -c "bert 1,2 bf16"
+        step conv 150 "$PY" -m bench conv --quick --batch 1 --threads 2 --dtypes bf16
+        step amx-micro 60 bash -c "'$PY' -m bench amx-micro --figures /tmp/amx-figures.json &&
+            '$PY' -m bench amx-static --quick --choices --figures /tmp/amx-figures.json; cat /tmp/amx-figures.json"
+        step llm 90 "$PY" -m bench llm --threads 1,2 --runs 3
+    else
+        step gemm 170 "$PY" -m bench gemm --sizes 1024 --dtypes f32,bf16 --threads "$ALL" --tune-seconds 8 --no-progress
+        step mlp 100 "$PY" -m bench mlp --dtypes f32 --threads "$ALL" --tune-seconds 8 --no-progress
+        step llm 120 "$PY" -m bench llm --threads "$SOME" --runs 3
+        step bert 130 bash -c "bert 2,$CORES f32,bf16"
+    fi
 else
-    GEMM_DTYPE=f32
+    step gemm-all 120 "$PY" -m bench gemm --sizes 1024 --dtypes f32,bf16 --threads "$CORES" --tune-seconds 8 --no-progress
+    step mlp-all 60 "$PY" -m bench mlp --dtypes f32,bf16 --threads "$CORES" --tune-seconds 8 --no-progress
 fi
-step gemm 200 "$PY" -m bench gemm --sizes 1024 --dtypes "$GEMM_DTYPE" --threads "$GEMM_THREADS" \
-    --tune-seconds 10 --no-progress
-step llm 150 "$PY" -m bench llm --threads "$LLM_THREADS" --runs 5
-echo "== done in $SECONDS s; files in $OUT"
+echo "== phase $PHASE done in $SECONDS s; files in $OUT"
