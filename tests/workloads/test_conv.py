@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tppasm as tpp
-from bench.conv import spec_candidates
+from bench.conv import spec_candidates, spread_spec
 from isa.cpu import host
 from tppasm.brgemm import Brgemm
 from tppasm.kernel import get_kernel
@@ -62,6 +62,17 @@ CLASSES = {     # name: (Conv, bc)
 def test_every_shape_class(name, batch, dtype):
     shape, bc = CLASSES[name]
     got, ref = run_conv(shape, dtype, Blocking(bc=bc, bk=8, batch=batch[0], fold=batch.endswith("fold")))
+    assert_close(got, ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("name", list(CLASSES))
+def test_spread_spec(name, dtype):
+    """bench.conv.spread_spec: images, output-channel blocks and output rows (a flat layer's pixel
+    blocks) in one parallel loop, on the pool's threads: every element written and right."""
+    shape, bc = CLASSES[name]
+    blocking = Blocking(bc=bc, bk=8, bw=shape.p * shape.q // 3 if shape.flat else 0)
+    got, ref = run_conv(shape, dtype, blocking, spec=spread_spec(shape))
     assert_close(got, ref, dtype)
 
 
