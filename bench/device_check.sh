@@ -15,8 +15,8 @@
 #   llm:       the LLaMA-style layer, bf16 and int8.
 # Without AMX, phase 1 is host, the GEMM (f32 and bf16) and the MLP (f32) on 1, 2 and all cores, the
 # LLaMA-style layer on 1 and all, and MiniLM on 2 and all: scaling past 2 threads.
-# Phase 2 (the call right after phase 1, while the machine is warm, with the time left): the GEMM and
-# the MLP on all cores.
+# Phase 2 (the call right after phase 1, while the machine is warm, with the time left): the ResNet-50
+# convolutions at batch 1 (one blocking per layer), the GEMM and the MLP on all cores.
 # Each step has its own time limit, cut to what is left of DEADLINE (585 s), and writes
 # $OUT/<step>.txt as it goes (at most 8 files a call; the tool brings back 8).
 #
@@ -97,6 +97,7 @@ if [[ $PHASE == 1 ]]; then
         step bert 130 bash -c "bert 2,$CORES f32,bf16"
     fi
 else
+    step conv-all 100 "$PY" -m bench conv --quick --batch 1 --threads "$CORES" --dtypes "$( ((AMX)) && echo bf16 || echo f32)"
     step gemm-all 120 "$PY" -m bench gemm --sizes 1024 --dtypes f32,bf16 --threads "$CORES" --tune-seconds 8 --no-progress
     step mlp-all 60 "$PY" -m bench mlp --dtypes f32,bf16 --threads "$CORES" --tune-seconds 8 --no-progress
 fi

@@ -50,7 +50,8 @@ def test_phase_one(tmp_path, amx):
 @pytest.mark.parametrize("amx", [True, False])
 def test_phase_two(tmp_path, amx):
     steps, text, _ = run_check(tmp_path, amx, "2")
-    assert steps == ["gemm-all", "mlp-all"]
+    assert steps == ["conv-all", "gemm-all", "mlp-all"]
+    assert f"--dtypes {'bf16' if amx else 'f32'}" in text["conv-all"]
     assert "-m bench gemm --sizes 1024 --dtypes f32,bf16 --threads" in text["gemm-all"]
 
 
