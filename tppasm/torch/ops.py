@@ -218,15 +218,15 @@ def _linear_backward(dy: Tensor, x: Tensor, weight: Tensor, saved: Optional[Tens
 def _backward_kernel(dy, x, weight, saved, act, needs):
     """The operator's kernel: (dx, dweight, dbias) of :func:`_linear_backward`."""
     _check_backward(dy, x, weight, saved, act, needs)
-    rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1]).contiguous()
-    n, k, m = rows.shape[0], rows.shape[1], weight.shape[0]
+    flat = x.dim() == 2
+    n, k, m = math.prod(x.shape[:-1]), x.shape[-1], weight.shape[0]
     grads = [_new(n, k, dtype=x.dtype) if needs[0] else x.new_empty(0),
              _new(m, k, dtype=x.dtype) if needs[1] else x.new_empty(0),
              _new(m, dtype=torch.float32) if needs[2] else x.new_empty(0, dtype=torch.float32)]
-    fc.backward(_view(dy.reshape(n, m).contiguous()), _view(rows), _view(weight.contiguous()), act,
-                None if saved is None else _view(saved.reshape(n, m).contiguous()),
+    fc.backward(_view(dy if flat else dy.reshape(n, m)), _view(x if flat else x.reshape(n, k)), _view(weight), act,
+                None if saved is None else _view(saved if saved.dim() == 2 else saved.reshape(n, m)),
                 *(_view(g) if need else False for g, need in zip(grads, needs)), threads=torch.get_num_threads())
-    if needs[0]:
+    if needs[0] and not flat:
         grads[0] = grads[0].reshape(x.shape)
     return tuple(grads)
 
