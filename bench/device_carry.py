@@ -40,8 +40,9 @@ def pack(dest=".devcarry"):
     from safetensors.numpy import load_file, save_file
 
     from bench.models.minilm import model_dir
-    source = os.path.dirname(model_dir())           # the package: its __init__.py and model/
-    weights = load_file(os.path.join(model_dir(), MODEL))
+    model = model_dir()
+    source = os.path.dirname(model)                 # the package: its __init__.py and model/
+    weights = load_file(os.path.join(model, MODEL))
     shutil.rmtree(os.path.join(dest, PACKAGE), ignore_errors=True)
     shutil.copytree(source, os.path.join(dest, PACKAGE),
                     ignore=shutil.ignore_patterns(MODEL, "__pycache__", "*.pyc"))

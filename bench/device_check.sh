@@ -25,7 +25,7 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #     -d .whl iced-x86==1.21.0 mmap_ninja==0.9.0
-#   PYTHONPATH=. .venv/bin/python -m bench.device_carry pack      # MiniLM's weights: .devcarry, 44 MiB
+#   PYTHONPATH=. .venv/bin/python -m bench.device_carry pack      # MiniLM's weights: .devcarry, 43 MiB
 # then: run(command="bash bench/device_check.sh 1", carry=[".whl", ".devcarry"], timeout_s=600), and
 # at once (the machine stays warm 30 s) run(command="DEADLINE=S bash bench/device_check.sh 2",
 # carry=[".whl"], timeout_s=S + 15) with S the seconds of device time left less 30.

@@ -69,7 +69,7 @@ def test_steps_past_the_deadline_are_skipped(tmp_path):
 def test_minilm_weights_travel_as_float16(tmp_path):
     """bench.device_carry: the package packed without its 87 MiB model file fits a call (64 MiB with
     the repository), and expanded there gives the weights back, float16-rounded."""
-    np = pytest.importorskip("numpy")
+    import numpy as np
     from safetensors.numpy import load_file
 
     from bench import device_carry
