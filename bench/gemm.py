@@ -16,8 +16,9 @@ cost model choosing what is timed, for :func:`tune_budget` seconds, resuming the
 run remembered in tppasm's cache (so repeated runs add up their budgets; ``--fresh``: not, and
 nothing remembered); the table shows the winner
 beside the fixed configuration (spec ``aBC``, bm = bk = 64, bn = two vectors (:func:`n_block`),
-kstep 8). Every row times the tuned and fixed GEMM, numpy and torch (and, on 2 threads, the
-1-thread winner) back to back in interleaved rounds: GFLOP/s are medians, ratios the medians of
+kstep 8). On n threads the search also times the winner of the first thread count (its spec and
+knobs: a hint of :func:`loops.tune.search`). Every row times the tuned and fixed GEMM, numpy and
+torch (and, on 2 threads, the 1-thread winner) back to back in interleaved rounds: GFLOP/s are medians, ratios the medians of
 the per-round ratios. Our pool is sized to the thread count, OpenBLAS limited with threadpoolctl, torch with
 ``torch.set_num_threads``. On n threads the rounds also time the peak loop on n threads and on
 one: "peak 2T/1T" is the ratio of their rates, what the host's second core adds at that moment,
@@ -269,12 +270,13 @@ TUNE_CLOCK = "wall"      # --tune-clock: how the tuner times candidates (cpu: le
 FRESH = False            # --fresh: search from nothing, neither reading nor writing remembered results
 
 
-def tuned(make, configs, seconds, key, progress_bar):
+def tuned(make, configs, seconds, key, progress_bar, hints=()):
     """:func:`loops.tune.search` over ``configs``, resuming the search an earlier run remembered on
-    disk (its winner timed first and kept in the final rounds; ``--fresh``: not); prints and
-    returns its :class:`loops.tune.Tuned`."""
+    disk (its winner timed first and kept in the final rounds; ``--fresh``: not), ``hints`` (records
+    of other searches, e.g. the winner on one thread) timed first too; prints and returns its
+    :class:`loops.tune.Tuned`."""
     found = search(make, configs, seconds=seconds, key=key, progress=progress_bar, clock=TUNE_CLOCK,
-                   remember=not FRESH, resume=not FRESH)
+                   remember=not FRESH, resume=not FRESH, hints=list(hints))
     r = found.record
     print(f"# tuned {' '.join(map(str, key))}: {winner_text(r)} of {r['candidates']} modelled, "
           f"{r['timed']} timed in {r['elapsed']:.0f} s ({r['seconds'] * 1e3:.2f} ms vs the fixed "
@@ -335,7 +337,7 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
             ref = (a.astype(tpp.dtypes.dtype(dtype)).astype(np.float32)
                    @ b.astype(tpp.dtypes.dtype(dtype)).astype(np.float32))
             flops = 2 * M * N * K
-            first = None
+            first, first_win = None, None
             for nt in threads:
                 make = gemm_maker(a, b, dtype, pool_of(nt))
                 fixed, fixed_arrays, fixed_out = make(**configs[0])
@@ -345,7 +347,8 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
                 run, win = run_fixed, None
                 if tune_seconds:
                     budget = tune_seconds(M, N, K) if callable(tune_seconds) else tune_seconds
-                    found = tuned(make, configs, budget, ("gemm", dtype, M, N, K, nt), bar)
+                    found = tuned(make, configs, budget, ("gemm", dtype, M, N, K, nt), bar,
+                                  hints=[first_win] if first_win else [])
                     run, win = found, found.record
                     run()
                     _check(found.output(), ref, dtype, f"{dtype} {M}x{N}x{K}, tuned")
@@ -381,6 +384,7 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
                 nan = (float("nan"), float("nan"))
                 (np_g, np_r), (th_g, th_r) = res.get("numpy", nan), res.get("torch", nan)
                 first = run if first is None else first
+                first_win = first_win or win
                 scaling = res.get("first", nan)[1]
                 rep.add(dtype, f"{M}x{N}x{K}", nt, res["tuned"][0], res["fixed"][0], np_g, th_g, np_r, th_r, scaling,
                         host_scaling, *pct, winner_text(win) if win else "-", x=f"{dtype} {M}x{N}x{K} {nt}T",

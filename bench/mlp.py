@@ -124,7 +124,7 @@ def bench_mlp(T, C, L, threads, dtypes, quick, tune_seconds, bar=True):
     params = mlp_weights(C, L)
     for dtype in dtypes:
         peak = dtype_peak(dtype)[0]
-        first = None
+        first, first_win = None, None
         for nt in threads:
             pool = pool_of(nt)
             configs = mlp_configs(T, C, quick)
@@ -133,7 +133,8 @@ def bench_mlp(T, C, L, threads, dtypes, quick, tune_seconds, bar=True):
             _check(fixed.output(), x, params, dtype)
             run, win = fixed, None
             if tune_seconds:
-                found = tuned(layer_maker(x, params, dtype, pool), configs, tune_seconds, ("mlp", dtype, T, C, nt), bar)
+                found = tuned(layer_maker(x, params, dtype, pool), configs, tune_seconds, ("mlp", dtype, T, C, nt), bar,
+                              hints=[first_win] if first_win else [])
                 win = found.record
                 layer, acts, weights, biases, output = mlp_maker(x, params, dtype, pool)(**win["knobs"])
                 run = _chain((layer.with_spec(win["spec"]), acts, weights, biases, output))
@@ -151,6 +152,7 @@ def bench_mlp(T, C, L, threads, dtypes, quick, tune_seconds, bar=True):
                     x=f"{dtype} {T}x{C}x{L} {nt}T", gflops=rate[0], fixed_gflops=rate[1], torch_gflops=rate[2],
                     peak_gflops=peak * nt, tuning=win)
             first = run if first is None else first
+            first_win = first_win or win
     return rep
 
 

@@ -147,7 +147,8 @@ def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4, bl
 
 
 def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, reps=3, model=True, machine=None,
-           progress=True, rtol=1e-4, key=None, remember=True, refine=5, clock="wall", probe=0, resume=False):
+           progress=True, rtol=1e-4, key=None, remember=True, refine=5, clock="wall", probe=0, resume=False,
+           hints=()):
     """Search ``knobs`` x specs x block sizes; return :class:`Tuned`. ``knobs``: name -> values for
     ``make`` (every combination, the first values first), or a list of keyword dicts.
 
@@ -173,7 +174,10 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     out the time other processes held the cores (for a busy machine; see :meth:`loops.pool.Pool.cpu_seconds`);
     ``probe``: every so many seconds the reference is timed again and the candidates' times are scaled
     by its change (:class:`loops.trial.Probe`, for slow drifts of the machine's speed; 0, the
-    default: never. On a VM whose speed switches within a second it adds more noise than it removes).
+    default: never. On a VM whose speed switches within a second it adds more noise than it removes);
+    ``hints``: records (dicts with ``"knobs"`` and ``"spec"``, e.g. another search's ``record``) timed
+    right after the reference and kept in the final rounds, like a remembered winner: the winner of
+    one thread is a strong start on two, where the model ranks nests less well.
 
     >>> import numpy as np, tppasm as tpp
     >>> from loops import Loop, kernel
@@ -192,6 +196,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     _check_options("search", top=top, reps=reps, rtol=rtol, seconds=seconds, refine=refine, probe=probe,
                    machine=machine, flags=dict(progress=progress, model=model, remember=remember, resume=resume))
     deadline = start + seconds if seconds else float("inf")
+    hints = _check_hints("search", hints)
     if clock not in ("wall", "cpu"):
         raise ValueError(f"search: clock={clock!r}; expected 'wall' or 'cpu'")
     configs = _configs(knobs)
@@ -229,17 +234,31 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
         same = [i for i, c in enumerate(cands) if (c.config, c.spec) == (seed.config, seed.spec)]
         if same:
             seed.predicted, cands[same[0]] = cands[same[0]].predicted, seed
+    hinted = []
+    for h in hints:
+        c = Candidate(dict(h["knobs"]), h["spec"])
+        same = [i for i, o in enumerate(cands) if (o.config, o.spec) == (c.config, c.spec)]
+        if same and (cands[same[0]] is seed or same[0] == 0):
+            continue                                # the reference or the remembered winner: timed anyway
+        measure(c, builds, reference, reps, rtol, clock)
+        if c.seconds is None:
+            continue                                # refused or a different result: a hint is only a hint
+        if same:
+            c.predicted, cands[same[0]] = cands[same[0]].predicted, c
+        else:
+            cands.append(c)
+        hinted.append(c)
     prior = earlier if seed is not None else {"runs": 0}      # what the searches before this one did
     explored = set(prior.get("explored", ()))
     order = _Order(cands, model, top, threads, skip=explored)
     bar = _Progress(order.total, progress)
     timed, finals = [], start + (deadline - start) * 0.9       # the last tenth: the final rounds
-    if seed is not None:
-        timed.append(seed)
+    timed += [seed] if seed is not None else []
+    timed += hinted
     for c in order:
         if time.perf_counter() > finals and timed:
             break
-        if c is seed:
+        if c is seed or any(c is h for h in hinted):
             continue
         measure(c, builds, reference, reps, rtol, clock, timer)
         if c.seconds is not None:
@@ -251,7 +270,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
         raise RuntimeError("no candidate ran: " + "; ".join(f"{c.spec}: {c.note}" for c in cands[:3]))
     timed.sort(key=lambda c: c.seconds)
     finalists = timed[:max(1, refine)]
-    for c in (cands[0], seed):                      # the reference and the remembered winner play off too:
+    for c in (cands[0], seed, *hinted):             # the reference, remembered winner and hints play off too:
         if refine and c is not None and c.seconds is not None and all(f is not c for f in finalists):
             finalists.append(c)                     # tuning never loses to them by chance
     samples = {id(c): [c.seconds] for c in finalists}
@@ -360,6 +379,27 @@ def _check_search_space(who, lk, specs, blocks):
         if isinstance(times, (bool, np.bool_)) or not isinstance(times, (int, np.integer)) or times < 0:
             raise ValueError(f"{who}: blocks[{letter!r}]={times!r}; expected how many times to block loop "
                              f"'{letter}', an int >= 0, e.g. blocks={{{letter!r}: 1}}")
+
+
+def _check_hints(who, hints):
+    """``hints`` as a list of dicts with a ``"knobs"`` dict and a ``"spec"`` string; TypeError naming
+    the form for anything else.
+
+    >>> _check_hints("search", [{"knobs": {"bm": 64}, "spec": "aBC", "seconds": 0.1}])
+    [{'knobs': {'bm': 64}, 'spec': 'aBC', 'seconds': 0.1}]
+    >>> _check_hints("search", {"spec": "aBC"})
+    Traceback (most recent call last):
+    ...
+    TypeError: search: hints={'spec': 'aBC'}; expected a list of records, each a dict with 'knobs' (a dict) and 'spec' (a str), e.g. hints=[{'knobs': {'bm': 64}, 'spec': 'aBC'}] (another search's record)
+    """
+    form = (f"expected a list of records, each a dict with 'knobs' (a dict) and 'spec' (a str), "
+            f"e.g. hints=[{{'knobs': {{'bm': 64}}, 'spec': 'aBC'}}] (another search's record)")
+    if not isinstance(hints, (list, tuple)):
+        raise TypeError(f"{who}: hints={hints!r}; {form}")
+    for h in hints:
+        if not (isinstance(h, dict) and isinstance(h.get("knobs"), dict) and isinstance(h.get("spec"), str)):
+            raise TypeError(f"{who}: hints holds {h!r}; {form}")
+    return list(hints)
 
 
 def _configs(knobs):

@@ -155,6 +155,41 @@ def test_the_reference_is_kept_unless_a_candidate_beats_it_by_the_margin(monkeyp
     assert ((r["knobs"], r["spec"]) == (first[0].config, first[0].spec)) == keeps
 
 
+def test_hints_are_timed_first_and_play_in_the_final_rounds(monkeypatch):
+    """A hint (another search's record: one thread's winner for two) is timed even when ``top``
+    leaves no room for it and wins when it is the fastest; a hint whose spec the kernel refuses is
+    dropped, not raised."""
+    import loops.tune as tune
+    _, _, make = small_gemm()
+    hint = {"knobs": {"bm": 8, "bn": 16, "bk": 8, "kstep": 2, "edges": True}, "spec": "aBC", "seconds": 1.0}
+    refused = {"knobs": hint["knobs"], "spec": "ABC"}          # loop a (K) is sequential: refused
+
+    def seconds(c, *args, **kwargs):
+        return 0.5 if (c.config, c.spec) == (hint["knobs"], hint["spec"]) else 1.0
+    real_measure = tune.measure
+
+    def fake_measure(c, *args, **kwargs):
+        real_measure(c, *args, **kwargs)                     # the check (and a refused spec's note)
+        if c.seconds is not None:
+            c.seconds = seconds(c)
+    monkeypatch.setattr(tune, "measure", fake_measure)
+    monkeypatch.setattr(tune, "time_again", seconds)
+    knobs = {"bm": [16], "bn": [16], "bk": [16], "kstep": [1], "edges": [True]}
+    found = search(make, knobs, seconds=30, top=1, reps=1, progress=False, remember=False, hints=[refused, hint])
+    assert (found.record["knobs"], found.record["spec"]) == (hint["knobs"], hint["spec"])
+    assert found.record["timed"] == 2                          # the reference and the hint
+    a, b, _ = small_gemm()
+    np.testing.assert_allclose(found.output(), a @ b, rtol=1e-4, atol=1e-4)
+    assert search(make, knobs, seconds=30, top=1, reps=1, progress=False, remember=False).record["knobs"]["bm"] != 8
+
+
+@pytest.mark.parametrize("hints", [{"spec": "aBC"}, [{"spec": "aBC"}], [{"knobs": {}, "spec": 3}], ["aBC"]])
+def test_malformed_hints_name_the_form(hints):
+    _, _, make = small_gemm()
+    with pytest.raises(TypeError, match="hints.*expected a list of records"):
+        search(make, {"bm": [16]}, progress=False, remember=False, hints=hints)
+
+
 @pytest.mark.parametrize("run, runs", [(0.001, 4), (0.02, 3), (0.05, 2)])
 def test_a_candidate_is_timed_by_its_checking_run_and_repeats_up_to_a_time(monkeypatch, run, runs):
     """The checking run is the first sample; repeats (``reps`` at most, one at least) stop once they
