@@ -238,8 +238,8 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     for h in hints:
         c = Candidate(dict(h["knobs"]), h["spec"])
         same = [i for i, o in enumerate(cands) if (o.config, o.spec) == (c.config, c.spec)]
-        if same and (cands[same[0]] is seed or same[0] == 0):
-            continue                                # the reference or the remembered winner: timed anyway
+        if same and (cands[same[0]] is seed or same[0] == 0 or any(cands[same[0]] is o for o in hinted)):
+            continue                                # the reference, remembered winner or a hint: timed anyway
         measure(c, builds, reference, reps, rtol, clock)
         if c.seconds is None:
             continue                                # refused or a different result: a hint is only a hint
@@ -392,8 +392,8 @@ def _check_hints(who, hints):
     ...
     TypeError: search: hints={'spec': 'aBC'}; expected a list of records, each a dict with 'knobs' (a dict) and 'spec' (a str), e.g. hints=[{'knobs': {'bm': 64}, 'spec': 'aBC'}] (another search's record)
     """
-    form = (f"expected a list of records, each a dict with 'knobs' (a dict) and 'spec' (a str), "
-            f"e.g. hints=[{{'knobs': {{'bm': 64}}, 'spec': 'aBC'}}] (another search's record)")
+    form = ("expected a list of records, each a dict with 'knobs' (a dict) and 'spec' (a str), "
+            "e.g. hints=[{'knobs': {'bm': 64}, 'spec': 'aBC'}] (another search's record)")
     if not isinstance(hints, (list, tuple)):
         raise TypeError(f"{who}: hints={hints!r}; {form}")
     for h in hints:
