@@ -354,3 +354,46 @@ def test_a_nest_updating_an_array_in_place_keeps_its_native_entry(monkeypatch):
     monkeypatch.setattr(decorator._Instance, "run", lambda self, arrays: slow.append(arrays))
     f(x, x)
     assert not slow and not (x < 0).any()
+
+
+def test_a_nest_of_more_than_six_arrays_keeps_its_native_entry(monkeypatch):
+    """Past the six argument registers the stub writes the data pointers into the context block
+    itself, once every array passed its checks: such a nest no longer takes the Python launch
+    (~2 us per array a call); arrays it cannot vouch for (other strides, a read-only output, another
+    dtype) still take the checked Python path, and a refused call leaves the next ones intact."""
+    import loops.decorator as decorator
+    import tppasm as tpp
+    add = tpp.binary("add", 4, 8)
+
+    @kernel("A", Loop(0, 3))
+    def f(i, a, b, c, d, e, g, h, k, y):
+        add(a[i], b[i], y[i])
+        for x in (c, d, e, g, h, k):
+            add(x[i], y[i], y[i])
+    xs = [np.full((3, 4, 8), float(n), np.float32) for n in range(8)]
+    y = np.full((3, 4, 8), np.nan, np.float32)
+    f(*xs, y)
+    assert (y == 28).all()
+    if not decorator.NATIVE_CHECKS or decorator.ON_AARCH64:
+        pytest.skip("no native nest entries on this host")
+    assert f._last.entry is not None
+    slow = []
+    run = decorator._Instance.run
+    monkeypatch.setattr(decorator._Instance, "run", lambda self, arrays: (slow.append(len(arrays)), run(self, arrays)))
+    y[...] = np.nan
+    f(*[x + 1 for x in xs], y)                               # new arrays, the same signature
+    assert not slow and (y == 36).all()
+    every_other = np.full((6, 4, 8), 5.0, np.float32)[::2]
+    f(every_other, *xs[1:], y)                               # other strides: bound again, in Python
+    assert slow == [9] and (y == 33).all()
+    frozen = y.copy()
+    frozen.setflags(write=False)
+    with pytest.raises(ValueError, match="read-only"):
+        f(*xs, frozen)
+    with pytest.raises(ValueError, match="dtype float64, expected float32"):
+        f(*xs, y.astype(np.float64))
+    f(*xs, y)                                               # back to the first signature (one Python call)
+    slow.clear()
+    y[...] = np.nan
+    f(*xs, y)
+    assert not slow and (y == 28).all()

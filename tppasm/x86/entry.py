@@ -101,7 +101,8 @@ class Addresses:
         return id(self.call.fallback)
 
 
-def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=None, addresses=None, overlap=True):
+def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=None, addresses=None, overlap=True,
+                store=None):
     """Entry stub ``int entry(tuple args)``: args are the operand arrays, then the int scalars.
 
     Scalars must be ints in [1, 2**30). ``count_scalar`` names the scalar that bounds batched
@@ -118,10 +119,18 @@ def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=No
     the stub embeds (:class:`Addresses`). ``overlap``: hand a call whose output overlaps another
     operand to the Python path (:func:`_overlap_checks`); a loop nest's entry, whose arrays may be
     updated in place, leaves it out.
+
+    ``store`` (an address; with ``call=None``, no scalars and ``overlap=False``): once every array
+    passed, their data pointers are written to consecutive 64-bit words from ``store`` instead of
+    the argument registers, and the raw "kernel" is called without arguments: any number of arrays
+    (a loop nest's entry: ``store`` is where its context block holds them).
     """
     addr = addresses or Addresses(operands, scalars, raw_address, call)
     n_args = len(operands) + len(scalars)
-    if n_args > len(INT_ARGS):
+    if store is not None and (call is not None or scalars or overlap):
+        raise ValueError(f"{name}: store= writes array pointers alone; it takes call=None, no scalars and "
+                         "overlap=False")
+    if n_args > len(INT_ARGS) and store is None:
         raise ValueError(f"{name}: a raw kernel takes at most {len(INT_ARGS)} arguments")
     limits = [d for s in operands for d in s.shape] + [st * s.np_dtype.itemsize for s in operands
                                                        for st in s.strides]
@@ -190,7 +199,15 @@ def build_entry(name, operands, scalars, raw_address, count_scalar=None, call=No
             elif d > 1:                         # numpy leaves strides of length-1 axes arbitrary
                 a.cmp(qword[ptr + 8 * axis], st * es)
                 a.jne(fail)
-        a.mov(regs[i], [item + DATA])
+        if store is None:
+            a.mov(regs[i], [item + DATA])
+    if store is not None:                       # every array passed: their pointers to store, in order
+        base = INT_ARGS[0]                      # (free: the tuple is in items)
+        a.mov(base, store)
+        for i in range(len(operands)):
+            a.mov(item, [items + 8 * i])
+            a.mov(ptr, [item + DATA])
+            a.mov([base + 8 * i], ptr)
     if overlap:
         _overlap_checks(a, name, operands, regs, count, fail_label(n_args if call is None else -1))
     if call is None:
