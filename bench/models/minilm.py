@@ -14,7 +14,9 @@ iteration):
 3. per row block: output projection accumulated onto the residual (BRGEMM with beta=1 and bias),
    layer norm in place, the MLP's up projection with bias and GELU (erf) in its epilogue (on the
    fp32 sums, so a bf16 result is rounded once), down projection (a batch-reduce over 4 blocks
-   of K) onto the residual, layer norm.
+   of K) onto the residual, layer norm. With fewer row blocks than threads (a short batch, or
+   many cores) these steps run as a nest each instead, the GEMMs parallel over row and column
+   blocks: at 1 x 16 tokens on 2 threads, one row block left a thread idle.
 
 Activations stay row-major (tokens, channels), so blocks are strided views; weights are cut once
 into (k, bn) column blocks (VNNI-packed for bf16) and all of a layer's sit in one array, its biases
@@ -298,11 +300,15 @@ class _Plan:
         nt = pool.nthreads
         T, bn = B * Lp, model.bn
         bm = next((b for b in (64, 32, 16) if T % b == 0 and T // b >= nt), 16)
+        # fewer row blocks than threads (a short batch): the third nest is cut into a nest per
+        # step, each parallel over row and column blocks, with the MLP's activations for all rows
+        self.split = T // bm < nt
         H = tpp.empty((T, HIDDEN))
         Hb = tpp.empty((T, HIDDEN), "bf16") if bf16 else None
         self.mask = tpp.empty((B, Lp))
-        inter = tpp.empty((nt, bm, FFN), dt)
-        I4 = np.lib.stride_tricks.as_strided(inter, (nt, FFN // HIDDEN, bm, HIDDEN),
+        slots = T // bm if self.split else nt                        # per row block, else per thread
+        inter = tpp.empty((slots, bm, FFN), dt)
+        I4 = np.lib.stride_tricks.as_strided(inter, (slots, FFN // HIDDEN, bm, HIDDEN),
                                              (bm * FFN * inter.itemsize, HIDDEN * inter.itemsize,
                                               FFN * inter.itemsize, inter.itemsize))
         add_positions = tpp.binary("add", Lp, HIDDEN)
@@ -328,7 +334,8 @@ class _Plan:
         self.B, self.T, self.bm, self.bn, self.bf16, self.pool = B, T, bm, bn, bf16, pool
         self.H, self.Hb, self.I4 = H, Hb, I4
         self.X = (self.Hb if bf16 else self.H)[None]
-        self.qkv_nest, self.rest = self._qkv_nest(), self._rest_nest()
+        self.qkv_nest = self._qkv_nest()
+        self.rest = self._split_nests() if self.split else {"rest": self._rest_nest()}
 
     def _qkv_nest(self):
         bm, bn, qkv = self.bm, self.bn, self.k.qkv
@@ -342,12 +349,9 @@ class _Plan:
     def _rest_nest(self, only=REST_OPS):
         """Per row block: the ops of REST_OPS in ``only`` (all for the model; one for a profile)."""
         k, bm, bn, bf16 = self.k, self.bm, self.bn, self.bf16
-        nq, no, n1 = 3 * HIDDEN // bn, HIDDEN // bn, FFN // bn
-        WO, W1, W2 = nq, nq + no, nq + no + n1                       # first block of each weight
-        P = OFFSET
-
-        def vec(Par, name, j=0, size=bn):
-            return Par[P[name] + j * size:P[name] + j * size + size]
+        no, n1 = HIDDEN // bn, FFN // bn
+        WO, W1, W2 = _first_blocks(bn)
+        vec = _vec(bn)
 
         @kernel("A", Loop(0, self.T // bm), pool=self.pool)
         def rest(im, A, W, Par, H, X, I4):
@@ -374,10 +378,46 @@ class _Plan:
                     k.row_bf16(rows, X[0, r:r + bm])
         return rest
 
+    def _split_nests(self):
+        """REST_OPS as one nest each, {name: nest}: the GEMMs parallel over (row block, column
+        block), the norms over row blocks; ``I4`` holds every row block's MLP activations."""
+        k, bm, bn, bf16 = self.k, self.bm, self.bn, self.bf16
+        rows, no, per_k = Loop(0, self.T // bm), Loop(0, HIDDEN // bn), HIDDEN // bn
+        WO, W1, W2 = _first_blocks(bn)
+        vec = _vec(bn)
+
+        @kernel("AB", rows, no, pool=self.pool)
+        def out_proj(im, j, A, W, Par, H, X, I4):
+            r = im * bm
+            k.out_proj(A[:, r:r + bm], W[WO + j:WO + j + 1], H[0, r:r + bm, j * bn:j * bn + bn], vec(Par, "bo", j))
+
+        @kernel("ABC", rows, Loop(0, FFN // HIDDEN), Loop(0, per_k), pool=self.pool)
+        def up(im, kb, c, A, W, Par, H, X, I4):
+            r, j = im * bm, kb * per_k + c
+            k.up(X[:, r:r + bm], W[W1 + j:W1 + j + 1], I4[im, kb, :, c * bn:c * bn + bn], vec(Par, "b1", j))
+
+        @kernel("AB", rows, no, pool=self.pool)
+        def down(im, j, A, W, Par, H, X, I4):
+            r = im * bm
+            k.down(I4[im], W[W2 + 4 * j:W2 + 4 * j + 4], H[0, r:r + bm, j * bn:j * bn + bn], vec(Par, "b2", j),
+                   count=FFN // HIDDEN)
+
+        def norm(n):
+            @kernel("A", rows, pool=self.pool)
+            def layer_norm(im, A, W, Par, H, X, I4):
+                r = im * bm
+                k.norm(H[0, r:r + bm], vec(Par, f"ln{n}_g", size=HIDDEN), vec(Par, f"ln{n}_b", size=HIDDEN),
+                       H[0, r:r + bm])
+                if bf16:
+                    k.row_bf16(H[0, r:r + bm], X[0, r:r + bm])
+            return layer_norm
+        return {"out_proj": out_proj, "norm1": norm(1), "up": up, "down": down, "norm2": norm(2)}
+
     def run_layer(self, weights, params):
         self.qkv_nest(self.X, weights, params, self.QKV[None])
         self.attend(self.QKV, self.mask, self.Ctx)
-        self.rest(self.Ctx[None], weights, params, self.H[None], self.X, self.I4)
+        for nest in self.rest.values():
+            nest(self.Ctx[None], weights, params, self.H[None], self.X, self.I4)
 
     def steps(self, weights, params):
         """[(name, call)]: one layer cut into nests of one step each (a profile; the calls leave
@@ -385,6 +425,21 @@ class _Plan:
         out = [("qkv", lambda: self.qkv_nest(self.X, weights, params, self.QKV[None]))]
         out += [(name, lambda call=call: call(self.QKV, self.mask, self.Ctx)) for name, call in self.attend.steps()]
         for name in REST_OPS:
-            nest = self._rest_nest((name,))
+            nest = self.rest[name] if self.split else self._rest_nest((name,))
             out.append((name, lambda nest=nest: nest(self.Ctx[None], weights, params, self.H[None], self.X, self.I4)))
         return out
+
+
+def _first_blocks(bn):
+    """The index of the first (HIDDEN, bn) block of the output, MLP up and MLP down weights in a
+    layer's weight array (after Q|K|V's)."""
+    nq, no, n1 = 3 * HIDDEN // bn, HIDDEN // bn, FFN // bn
+    return nq, nq + no, nq + no + n1
+
+
+def _vec(bn):
+    """``vec(Par, name, j=0, size=bn)``: block ``j`` of ``size`` of the parameter ``name`` in a
+    layer's parameter array."""
+    def vec(Par, name, j=0, size=bn):
+        return Par[OFFSET[name] + j * size:OFFSET[name] + j * size + size]
+    return vec

@@ -60,6 +60,25 @@ def test_padding_inside_a_batch_changes_nothing(reference, model):
     np.testing.assert_allclose(together[0, :n], alone[0], rtol=0, atol=2e-4 if model.dtype == "f32" else 5e-2)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_short_batches_on_many_threads_give_what_one_thread_gives(reference, dtype):
+    """Fewer row blocks than threads (a short batch, or many cores): the third nest is cut into a
+    nest per step, parallel over row and column blocks. Each element adds up the same products in
+    the same order, so the hidden states equal one thread's bit for bit, and every sentence alone
+    (split too: at most 4 row blocks of 64 for 5 threads) still matches sentence-transformers."""
+    from loops.pool import Pool
+    sentences, want = reference
+    one, many = MiniLM.load(dtype, pool=Pool(1)), MiniLM.load(dtype, pool=Pool(5))
+    ids = np.random.default_rng(0).integers(1000, 20000, (2, 20))
+    mask = np.ones((2, 20), np.int64)
+    mask[1, 12:] = 0
+    got = many.forward(ids, mask)
+    assert many._plan(2, 32).split and not one._plan(2, 32).split
+    assert np.array_equal(got, one.forward(ids, mask))
+    cos = cosines(many.encode(sentences, batch_size=1), want)
+    assert cos.min() >= GOAL[dtype], dict(zip(sentences, cos.round(6)))
+
+
 ONES = np.ones((1, 3), np.int64)
 
 
@@ -164,12 +183,14 @@ def test_bad_arguments_refused(weights, tmp_path):
         MiniLM.load(path=str(tmp_path))
 
 
-def test_profile_times_every_step():
-    """bench bert --profile: a row per step of a layer, then the forward (no figure checked)."""
+@pytest.mark.parametrize("threads", [1, 3])
+def test_profile_times_every_step(threads):
+    """bench bert --profile: a row per step of a layer, then the forward (no figure checked); on 3
+    threads 16 tokens are one row block, so the steps are the split nests."""
     from bench.bert import profile_bert
     from bench.models.attention import STEPS
     from bench.models.minilm import REST_OPS
-    rep = profile_bert([(1, 16)], [1], ["bf16"], runs=1)
+    rep = profile_bert([(1, 16)], [threads], ["bf16"], runs=1)
     steps = [r["step"] for r in rep.rows]
     assert steps[:1 + len(STEPS)] == ["qkv", *STEPS] and steps[1 + len(STEPS):-2] == list(REST_OPS)
     assert steps[-1] == "forward"
