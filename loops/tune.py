@@ -47,9 +47,10 @@ import numpy as np
 from . import remembered
 from .enumerate import enumerate_union, spec_space
 from .signature import signature
-from .spec import LETTERS, SpecError, parse
+from .spec import LETTERS, SpecError
 from .trace import TraceError
 from .trial import Builds, Candidate, Probe, elapsed, measure, time_again  # noqa: F401  (elapsed: tuning API)
+from .tune_options import check_hints, check_options, check_search_space
 
 REMEMBERED = {}          # key (tuple) -> record (JSON-able dict) of every search in this process
 EXPLORED = 4096          # candidates a record lists as timed (digests), so a resumed search times others
@@ -135,9 +136,9 @@ def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4, bl
     disk and take it back, checked, in a later process instead of tuning again, as :func:`search`
     does (``lk.last_tuning`` then holds the remembered winner's check alone).
     """
-    _check_options("tune", budget=budget, reps=reps, rtol=rtol, seconds=seconds,
+    check_options("tune", budget=budget, reps=reps, rtol=rtol, seconds=seconds,
                    flags=dict(progress=progress, model=model, remember=remember))
-    _check_search_space("tune", lk, specs, blocks)
+    check_search_space("tune", lk, specs, blocks)
     if specs is None and not model:
         specs = candidates(lk, budget) if not blocks else space(lk, blocks)[:budget]
     found = search(lambda: (lk, arrays), {}, specs=specs, blocks=blocks, seconds=seconds, top=budget,
@@ -193,16 +194,16 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     (True, True)
     """
     start = time.perf_counter()
-    _check_options("search", top=top, reps=reps, rtol=rtol, seconds=seconds, refine=refine, probe=probe,
+    check_options("search", top=top, reps=reps, rtol=rtol, seconds=seconds, refine=refine, probe=probe,
                    machine=machine, flags=dict(progress=progress, model=model, remember=remember, resume=resume))
     deadline = start + seconds if seconds else float("inf")
-    hints = _check_hints("search", hints)
+    hints = check_hints("search", hints)
     if clock not in ("wall", "cpu"):
         raise ValueError(f"search: clock={clock!r}; expected 'wall' or 'cpu'")
     configs = _configs(knobs)
     builds = Builds(make)
     ref = builds.get(configs[0])
-    _check_search_space("search", ref.lk, specs, blocks)
+    check_search_space("search", ref.lk, specs, blocks)
     threads = ref.lk.pool.nthreads
     key = key if key is not None else _default_key(ref, threads)
     if resume and not remember:
@@ -301,105 +302,6 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     out = _rebuild(builds, record)
     out.candidates = cands
     return out
-
-
-_LEAST = {"budget": 1, "top": 1, "reps": 1, "refine": 0}
-
-
-def _check_options(who, seconds=None, rtol=0.0, probe=0, machine=None, flags=(), **counts):
-    """TypeError/ValueError for a tuning option of the wrong type or out of range (before any run).
-
-    >>> _check_options("tune", reps=0)
-    Traceback (most recent call last):
-    ...
-    ValueError: tune: reps=0; expected an int >= 1, e.g. reps=5
-    """
-    for name, value in counts.items():
-        if value is None and name == "top":
-            continue
-        least = _LEAST[name]
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{who}: {name}={value!r}; expected an int >= {least}, e.g. {name}={max(least, 5)}"
-                            + (" (or None: no limit)" if name == "top" else ""))
-        if value < least:
-            raise ValueError(f"{who}: {name}={value!r}; expected an int >= {least}, e.g. {name}={max(least, 5)}")
-    _check_real(who, "seconds", seconds, "a positive number of seconds (the wall-clock budget), or None for no limit",
-                lambda v: v > 0, none_ok=True)
-    _check_real(who, "rtol", rtol, "a relative tolerance >= 0, e.g. rtol=1e-4", lambda v: v >= 0)
-    _check_real(who, "probe", probe, "seconds >= 0 between probes of the machine's speed (0: never)", lambda v: v >= 0)
-    for name, value in dict(flags).items():
-        if not isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"{who}: {name}={value!r}; expected True or False")
-    if machine is not None:
-        from .cost import Machine
-        if not isinstance(machine, Machine):
-            raise TypeError(f"{who}: machine={machine!r}; expected a loops.cost.Machine (e.g. "
-                            "Machine.host(threads)) or None for the host's")
-
-
-def _check_real(who, name, value, expected, ok, none_ok=False):
-    if value is None and none_ok:
-        return
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{who}: {name}={value!r}; expected {expected}")
-    if not np.isfinite(value) or not ok(value):
-        raise ValueError(f"{who}: {name}={value!r}; expected {expected}")
-
-
-def _check_search_space(who, lk, specs, blocks):
-    """SpecError for a spec of ``specs`` that ``lk`` cannot take, TypeError/ValueError for a ``specs``
-    or ``blocks`` of the wrong form: found before anything is timed."""
-    if specs is not None:
-        if isinstance(specs, (str, bytes)) or not isinstance(specs, (list, tuple)):
-            raise TypeError(f"{who}: specs={specs!r}; expected a list of spec strings, e.g. specs=['aBC', 'aCB'] "
-                            "(or None: searched)")
-        if not specs:
-            raise ValueError(f"{who}: specs=[] gives nothing to time; list one spec at least, or pass None to search")
-        refused = []
-        for text in specs:
-            if not isinstance(text, str):
-                raise TypeError(f"{who}: specs holds {type(text).__name__} {text!r}; each spec is a string, e.g. 'aBC'")
-            parse(text, len(lk.loops))          # a malformed spec: SpecError naming the position
-            try:
-                lk.with_spec(text)              # refused by these loops (a parallel=False loop in upper case, ...)
-            except SpecError as e:
-                refused.append(e)
-        if len(refused) == len(specs):          # such a candidate is skipped (and counted), unless all are
-            raise refused[0]
-    if isinstance(blocks, (bool, np.bool_)):
-        return
-    if not isinstance(blocks, dict):
-        raise TypeError(f"{who}: blocks={blocks!r}; expected True (block every loop once), False, or a dict "
-                        "loop letter -> times blocked, e.g. blocks={'a': 2}")
-    letters = LETTERS[:len(lk.loops)]
-    for letter, times in blocks.items():
-        if not isinstance(letter, str) or letter not in letters:
-            raise ValueError(f"{who}: blocks has the key {letter!r}; keys are the letters of the declared loops "
-                             f"({', '.join(letters)}), e.g. blocks={{'a': 1}}")
-        if isinstance(times, (bool, np.bool_)) or not isinstance(times, (int, np.integer)) or times < 0:
-            raise ValueError(f"{who}: blocks[{letter!r}]={times!r}; expected how many times to block loop "
-                             f"'{letter}', an int >= 0, e.g. blocks={{{letter!r}: 1}}")
-
-
-def _check_hints(who, hints):
-    """``hints`` as a list of dicts with a ``"knobs"`` dict and a ``"spec"`` string; TypeError naming
-    the form for anything else.
-
-    >>> _check_hints("search", [{"knobs": {"bm": 64}, "spec": "aBC", "seconds": 0.1}])
-    [{'knobs': {'bm': 64}, 'spec': 'aBC', 'seconds': 0.1}]
-    >>> _check_hints("search", {"spec": "aBC"})
-    Traceback (most recent call last):
-    ...
-    TypeError: search: hints={'spec': 'aBC'}; expected a list of records, each a dict with 'knobs' (a dict) and 'spec' (a str), e.g. hints=[{'knobs': {'bm': 64}, 'spec': 'aBC'}] (another search's record)
-    """
-    form = ("expected a list of records, each a dict with 'knobs' (a dict) and 'spec' (a str), "
-            "e.g. hints=[{'knobs': {'bm': 64}, 'spec': 'aBC'}] (another search's record)")
-    if not isinstance(hints, (list, tuple)):
-        raise TypeError(f"{who}: hints={hints!r}; {form}")
-    for h in hints:
-        if not (isinstance(h, dict) and isinstance(h.get("knobs"), dict) and isinstance(h.get("spec"), str)):
-            raise TypeError(f"{who}: hints holds {h!r}; {form}")
-    return list(hints)
 
 
 def _configs(knobs):
