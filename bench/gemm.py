@@ -20,9 +20,9 @@ kstep 8). On n threads the search also times the winner of the first thread coun
 knobs: a hint of :func:`loops.tune.search`). Every row times the tuned and fixed GEMM, numpy and
 torch (and, on 2 threads, the 1-thread winner) back to back in interleaved rounds: GFLOP/s are
 medians, ratios the medians of the per-round ratios. Our pool is sized to the thread count,
-OpenBLAS limited with threadpoolctl, torch with ``torch.set_num_threads``. On n threads the rounds also time the peak loop on n threads and on
-one: "peak 2T/1T" is the ratio of their rates, what the host's second core adds at that moment,
-the ceiling of our own "2T/1T".
+OpenBLAS limited with threadpoolctl, torch with ``torch.set_num_threads``. On n threads the
+rounds also time the peak loop on n threads and on one: "peak 2T/1T" is the ratio of their rates,
+what the host's second core adds at that moment, the ceiling of our own "2T/1T".
 """
 import argparse
 import contextlib
