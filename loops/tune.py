@@ -137,7 +137,7 @@ def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4, bl
     does (``lk.last_tuning`` then holds the remembered winner's check alone).
     """
     check_options("tune", budget=budget, reps=reps, rtol=rtol, seconds=seconds,
-                   flags=dict(progress=progress, model=model, remember=remember))
+                  flags=dict(progress=progress, model=model, remember=remember))
     check_search_space("tune", lk, specs, blocks)
     if specs is None and not model:
         specs = candidates(lk, budget) if not blocks else space(lk, blocks)[:budget]
@@ -195,7 +195,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     """
     start = time.perf_counter()
     check_options("search", top=top, reps=reps, rtol=rtol, seconds=seconds, refine=refine, probe=probe,
-                   machine=machine, flags=dict(progress=progress, model=model, remember=remember, resume=resume))
+                  machine=machine, flags=dict(progress=progress, model=model, remember=remember, resume=resume))
     deadline = start + seconds if seconds else float("inf")
     hints = check_hints("search", hints)
     if clock not in ("wall", "cpu"):
@@ -232,21 +232,17 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
             cands.append(Candidate(config, s, _safe(predict, s) if predict else None))
     modelled = time.perf_counter() - start
     if seed is not None:                            # the remembered winner stands for its candidate, timed already
-        same = [i for i, c in enumerate(cands) if (c.config, c.spec) == (seed.config, seed.spec)]
-        if same:
-            seed.predicted, cands[same[0]] = cands[same[0]].predicted, seed
+        _stand_in(cands, seed)
     hinted = []
     for h in hints:
         c = Candidate(dict(h["knobs"]), h["spec"])
-        same = [i for i, o in enumerate(cands) if (o.config, o.spec) == (c.config, c.spec)]
-        if same and (cands[same[0]] is seed or same[0] == 0 or any(cands[same[0]] is o for o in hinted)):
+        same = _same(cands, c)
+        if same is not None and (cands[same] is seed or same == 0 or any(cands[same] is o for o in hinted)):
             continue                                # the reference, remembered winner or a hint: timed anyway
         measure(c, builds, reference, reps, rtol, clock)
         if c.seconds is None:
             continue                                # refused or a different result: a hint is only a hint
-        if same:
-            c.predicted, cands[same[0]] = cands[same[0]].predicted, c
-        else:
+        if not _stand_in(cands, c):
             cands.append(c)
         hinted.append(c)
     prior = earlier if seed is not None else {"runs": 0}      # what the searches before this one did
@@ -404,6 +400,21 @@ def _safe(predict, spec):
         return predict(spec)
     except (SpecError, ValueError, ZeroDivisionError):
         return None
+
+
+def _same(cands, c):
+    """The index of the candidate of ``cands`` with ``c``'s configuration and spec, or None."""
+    return next((i for i, o in enumerate(cands) if (o.config, o.spec) == (c.config, c.spec)), None)
+
+
+def _stand_in(cands, c):
+    """Put ``c`` (timed already) in the place of its twin in ``cands``, keeping the twin's
+    prediction; False when it has none."""
+    i = _same(cands, c)
+    if i is None:
+        return False
+    c.predicted, cands[i] = cands[i].predicted, c
+    return True
 
 
 def _predicted(c):

@@ -382,28 +382,28 @@ class _Plan:
         """REST_OPS as one nest each, {name: nest}: the GEMMs parallel over (row block, column
         block), the norms over row blocks; ``I4`` holds every row block's MLP activations."""
         k, bm, bn, bf16 = self.k, self.bm, self.bn, self.bf16
-        rows, no, per_k = Loop(0, self.T // bm), Loop(0, HIDDEN // bn), HIDDEN // bn
+        row_blocks, out_blocks, per_k = Loop(0, self.T // bm), Loop(0, HIDDEN // bn), HIDDEN // bn
         WO, W1, W2 = _first_blocks(bn)
         vec = _vec(bn)
 
-        @kernel("AB", rows, no, pool=self.pool)
+        @kernel("AB", row_blocks, out_blocks, pool=self.pool)
         def out_proj(im, j, A, W, Par, H, X, I4):
             r = im * bm
             k.out_proj(A[:, r:r + bm], W[WO + j:WO + j + 1], H[0, r:r + bm, j * bn:j * bn + bn], vec(Par, "bo", j))
 
-        @kernel("ABC", rows, Loop(0, FFN // HIDDEN), Loop(0, per_k), pool=self.pool)
+        @kernel("ABC", row_blocks, Loop(0, FFN // HIDDEN), Loop(0, per_k), pool=self.pool)
         def up(im, kb, c, A, W, Par, H, X, I4):
             r, j = im * bm, kb * per_k + c
             k.up(X[:, r:r + bm], W[W1 + j:W1 + j + 1], I4[im, kb, :, c * bn:c * bn + bn], vec(Par, "b1", j))
 
-        @kernel("AB", rows, no, pool=self.pool)
+        @kernel("AB", row_blocks, out_blocks, pool=self.pool)
         def down(im, j, A, W, Par, H, X, I4):
             r = im * bm
             k.down(I4[im], W[W2 + 4 * j:W2 + 4 * j + 4], H[0, r:r + bm, j * bn:j * bn + bn], vec(Par, "b2", j),
                    count=FFN // HIDDEN)
 
         def norm(n):
-            @kernel("A", rows, pool=self.pool)
+            @kernel("A", row_blocks, pool=self.pool)
             def layer_norm(im, A, W, Par, H, X, I4):
                 r = im * bm
                 k.norm(H[0, r:r + bm], vec(Par, f"ln{n}_g", size=HIDDEN), vec(Par, f"ln{n}_b", size=HIDDEN),
