@@ -1,5 +1,6 @@
 """``python -m bench SUITE [--json FILE] [--plot FILE.png] [suite options]``: suites are isa, tpp, gemm,
-mlp, pool, cache, sve-static, amx-static, amx-micro, x86-static, conv, spmm, bert, llm, ddp, linear, all.
+mlp, pool, cache, sve-static, amx-static, amx-micro, amx-variants, x86-static, conv, spmm, bert, llm,
+ddp, linear, all.
 
 ``--json FILE`` writes exactly FILE with the records of every module of the suite; ``--plot FILE.png``
 draws their GFLOP/s per shape with the peak as a line (see :mod:`bench.common`)."""
@@ -24,6 +25,7 @@ SUITES = {
     "sve-static": ["bench.sve_static"],
     "amx-static": ["bench.amx_static"],
     "amx-micro": ["bench.amx_micro"],
+    "amx-variants": ["bench.amx_variants"],
     "x86-static": ["bench.x86_static"],
     "conv": ["bench.conv"],
     "spmm": ["bench.spmm"],

@@ -11,7 +11,8 @@
 #   bert:      MiniLM 8 x 128 and 1 x 32, bf16, against torch (weights from .devcarry, below).
 #   conv:      the ResNet-50 convolutions, batch 1, bf16, one blocking per layer, against torch.
 #   amx-micro: the tile loops that decide the cycle model's reading, the timings they imply and the
-#              model's kernels and blockings under them.
+#              model's kernels and blockings under them; then the BRGEMM's variants timed natively
+#              (amx-variants: prefetch, batch chunks, C round trips, A's rows 4 KiB apart).
 #   llm:       the LLaMA-style layer, bf16 and int8.
 # Without AMX, phase 1 is host, the GEMM (f32 and bf16) and the MLP (f32) on 1, 2 and all cores, the
 # LLaMA-style layer on 1 and all, and MiniLM on 2 and all: scaling past 2 threads.
@@ -89,8 +90,9 @@ if [[ $PHASE == 1 ]]; then
         step mlp 80 "$PY" -m bench mlp --dtypes bf16 --threads 1,2 --tune-seconds 8 --no-progress
         step bert 100 bash -c "bert 1,2 bf16"
         step conv 150 "$PY" -m bench conv --quick --batch 1 --threads 2 --dtypes bf16
-        step amx-micro 60 bash -c "'$PY' -m bench amx-micro --figures /tmp/amx-figures.json &&
-            '$PY' -m bench amx-static --quick --choices --figures /tmp/amx-figures.json; cat /tmp/amx-figures.json"
+        step amx-micro 90 bash -c "'$PY' -m bench amx-micro --figures /tmp/amx-figures.json &&
+            '$PY' -m bench amx-static --quick --choices --figures /tmp/amx-figures.json; cat /tmp/amx-figures.json;
+            '$PY' -m bench amx-variants"
         step llm 90 "$PY" -m bench llm --threads 1,2 --runs 3
     else
         step gemm 170 "$PY" -m bench gemm --sizes 1024 --dtypes f32,bf16 --threads "$ALL" --tune-seconds 8 --no-progress

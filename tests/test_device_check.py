@@ -36,6 +36,7 @@ def test_phase_one(tmp_path, amx):
         micro = text["amx-micro"]
         assert "-m bench amx-micro --figures /tmp/amx-figures.json" in micro
         assert "-m bench amx-static --quick --choices --figures /tmp/amx-figures.json" in micro
+        assert "-m bench amx-variants" in micro
         assert "--dtypes bf16" in text["conv"]
         tpp = text["tpp-amx"]
         assert [line.split("=")[1] for line in tpp.splitlines() if line.startswith("## ")] == ["auto", "0"]

@@ -190,7 +190,7 @@ class _Gen:
 
     VARS = ("arow", "crow", "bcol", "rowctr", "colctr", "dir", "da", "db")
 
-    def __init__(self, desc, chunk=None):
+    def __init__(self, desc, chunk=None, prefetch=True):
         if desc.dtype not in DOT:
             raise ValueError(f"AMX BRGEMM takes dtype 'bf16' or 'i8', not {desc.dtype!r}")
         self.d, self.p = desc, plan(desc)
@@ -203,6 +203,7 @@ class _Gen:
         # stack: spilled arguments, loop variables, tile configs, sttilecfg's output, scratch tiles
         self.epilogue = uses_scratch(desc)         # C through the scratch tile (and partial sums in the stack)
         self.chunk = (chunk_blocks(desc, self.p) if chunks_on() else 0) if chunk is None else chunk
+        self.prefetch = prefetch
         variables = self.VARS + (CHUNK_SLOTS if self.chunk else ())
         self.arg_slot = {name: 8 * i for i, name in enumerate(names)}
         self.slots = {name: 64 + 8 * i for i, name in enumerate(variables)}
@@ -544,16 +545,18 @@ class _Gen:
         return ZMM[2]
 
 
-def generate(desc, chunk=None):
+def generate(desc, chunk=None, prefetch=True):
     """The raw AMX BRGEMM kernel (a :class:`isa.x86.JitFunction`) for a bf16 / i8 descriptor;
     ``chunk``: batch blocks per chunk (:mod:`tppasm.x86.amx_chunk`; None: :func:`chunk_blocks`'
-    choice where :func:`chunks_on`, else 0; 0: every macro block walks the whole batch).
+    choice where :func:`chunks_on`, else 0; 0: every macro block walks the whole batch);
+    ``prefetch=False`` leaves out the ``prefetcht0`` of the next blocks (:mod:`tppasm.x86.amx_pipe`;
+    for ``python -m bench amx-variants``, which times the kernel with and without them).
 
     >>> from tppasm.brgemm import Brgemm
     >>> "tdpbusd" in generate(Brgemm(m=20, n=8, k=12, dtype="i8", beta=1)).disassemble()
     True
     """
-    return _Gen(desc, chunk).build()
+    return _Gen(desc, chunk, prefetch).build()
 
 
 def chunks_on():

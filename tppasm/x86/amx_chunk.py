@@ -23,11 +23,13 @@ last, shorter chunk, so a call with ``count <= g`` runs one chunk. ``python -m b
 reading goes from 79% to 97% of the AMX peak and the in-order one from 61% to 53% (each macro
 block's C makes a round trip per chunk, which only renamed tiles hide).
 
-Which reading the hardware follows has not been measured yet, so the host decides:
+Measured on an Emerald Rapids core (``python -m bench amx-micro`` and ``amx-variants``), tiles are
+renamed, yet chunks lose: 64 x 64 x 64 bf16 x 16 ran at 42-43% of the AMX peak in chunks of 1, 2
+or 4 against 49.5% without, because a round trip of C (four ``tilestored``, four ``tileloadd``)
+costs ~100 cycles there, which the model leaves out. So the host decides:
 :mod:`tppasm.x86.amx_probe` times both kernels of one shape once where AMX runs natively and
-keeps chunks only where they win; ``TPPASM_AMX_CHUNKS=1`` / ``0`` forces them on / off (read when
-a kernel is generated, and part of the disk cache's key). On an AMX host, time both
-(``TPPASM_AMX_CHUNKS=1 python -m bench tpp`` against ``TPPASM_AMX_CHUNKS=0 python -m bench tpp``).
+keeps chunks only where they win (off on that core); ``TPPASM_AMX_CHUNKS=1`` / ``0`` forces them
+on / off (read when a kernel is generated, and part of the disk cache's key).
 """
 from dataclasses import dataclass
 

@@ -180,8 +180,9 @@ class Pipeline:
     def lines(self, step, base, adv, groups=None):
         """Prefetch addresses covering the A and B lines of ``step`` (or of ``groups`` groups from
         it: a whole batch block) at ``base``; none when a displacement would not fit in 32 bits, nor
-        in batch chunks (their blocks stay in L1; prefetching the next chunk's evicts them)."""
-        if self.g.chunk:
+        in batch chunks (their blocks stay in L1; prefetching the next chunk's evicts them), nor in
+        a kernel generated without prefetches."""
+        if self.g.chunk or not self.g.prefetch:
             return []
         groups = groups or step.width
         out = []

@@ -4,7 +4,9 @@ the one that walks the whole batch per macro block: timed once per host, then re
 The cycle model of ``python -m bench amx-static`` cannot decide it. At bf16 64 x 64 x 64 x 16
 chunks model at 97% of the AMX peak against 79% if the core renames tile registers as it renames
 vector ones, and at 54% against 62% if a tile load waits for every earlier reader of its tile.
-Which reading holds is a property of the microarchitecture, so where AMX runs natively the first
+Which reading holds is a property of the microarchitecture (on an Emerald Rapids core the renamed
+one fits ``python -m bench amx-micro``, yet chunks measured slower: their round trips of C cost
+what the model leaves out; :mod:`tppasm.x86.amx_chunk`), so where AMX runs natively the first
 AMX BRGEMM a process generates with ``TPPASM_AMX_CHUNKS`` unset (or ``auto``) first times both
 kernels of that shape (:data:`PROBE`): interleaved rounds, about 20 ms. Chunks are kept where
 their median is at least :data:`MARGIN` faster. The verdict goes to the disk cache

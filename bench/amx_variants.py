@@ -1,0 +1,285 @@
+"""The AMX BRGEMM's variants timed natively, on AMX hosts: what the kernel's design choices are worth.
+
+``python -m bench tpp`` times the BRGEMM as a user calls it (Python's argument checks included:
+~0.3 us a call); the cycle model of ``python -m bench amx-static`` estimates it. Here each variant
+of :func:`tppasm.x86.amx.generate` runs from a native loop (:func:`driver`: the raw kernel called
+``trips`` times, no Python between calls), its time per call set against the AMX peak loop of its
+dtype (:func:`bench.peaks.peak_loop`) timed right after it in every round, so the core's clock
+(AMX lowers it) cancels in each ratio. Every variant's result is checked against NumPy first
+(C poisoned before).
+
+Variants (:data:`VARIANTS`): each macro block walking the whole batch with and without software
+prefetch of the next blocks, and batch chunks of 1, 2 and 4 blocks (:mod:`tppasm.x86.amx_chunk`).
+Cases (:data:`CASES`): issue #12's goal shape, its batch grown to 1 MiB, the int8 goal shape, the
+GEMM bench's winning blocks, one macro block, and a LLaMA prefill projection (k = 2048 in one call)
+with A's rows 4 KiB apart, as its activations are, and padded to 4160 bytes: 4 KiB apart, the 16
+rows of a tile fall in one L1 set, which may be why the layer's projections ran at ~190-380
+GFLOP/s on an AMX core where this kernel's other shapes reach 1,100-1,450.
+
+Then the round trip of C between chunks, in synthetic loops (:data:`ROUND_TRIPS`, the loops of
+:mod:`bench.amx_micro`): a 2 x 2 k step from L1, two or four of them followed by the four
+accumulators stored and the next block's loaded; cycles per trip in the clock of the ``tdp`` loop.
+
+Measured on an Emerald Rapids core (family 6 model 207, a 16-core KVM guest, 1 thread,
+21 rounds; % of the AMX peak, median): goal shape unchunked 49.5, without prefetch 37.3, chunks of
+1 / 2 / 4 43.1 / 42.1 / 41.7; the GEMM's blocks 63.5; one macro block 54-55; a 2 x 2 k step from L1
+63.9 cycles (the peak's 64), from L2 88.9; a C round trip after 8 / 16 ``tdp*`` ~100 cycles (226 and
+361 against 128 and 256). So operands streamed from L2 cap the 2 x 2 kernel near 72%, and the
+chunks, which keep them in L1, pay more in C round trips than they save.
+
+``python -m bench amx-variants [--rounds N] [--json FILE]``; where AMX is not native nothing is
+timed (the variants' results are checked in the interpreter by the tests).
+
+>>> [c.what for c in CASES][:2]
+["issue #12's goal shape", 'its batch in L2 (1 MiB)']
+"""
+import argparse
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .common import Report, write_json
+from .options import count, json_option, summary
+
+VARIANTS = {                 # name: (batch blocks per chunk, software prefetch)
+    "unchunked": (0, True),
+    "no prefetch": (0, False),
+    "chunks of 1": (1, True),
+    "chunks of 2": (2, True),
+    "chunks of 4": (4, True),
+}
+WALKS = ("unchunked", "no prefetch")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One BRGEMM shape (stride batch, beta 0, fp32 / int32 C) and the variants timed on it."""
+
+    what: str
+    m: int
+    n: int
+    k: int
+    count: int
+    dtype: str
+    lda: int = 0
+    variants: tuple = tuple(VARIANTS)
+
+    def desc(self):
+        from tppasm.brgemm import Brgemm
+        lda = self.lda or self.k
+        return Brgemm(m=self.m, n=self.n, k=self.k, lda=lda, stride_a=self.m * lda, dtype=self.dtype)
+
+    @property
+    def work(self):
+        return 2.0 * self.m * self.n * self.k * self.count
+
+
+CASES = [
+    Case("issue #12's goal shape", 64, 64, 64, 16, "bf16"),
+    Case("its batch in L2 (1 MiB)", 64, 64, 64, 64, "bf16"),
+    Case("the int8 goal shape", 64, 64, 128, 16, "i8"),
+    Case("the GEMM bench's blocks", 128, 32, 128, 8, "bf16", variants=WALKS + ("chunks of 2",)),
+    Case("one macro block", 32, 32, 64, 16, "bf16", variants=WALKS),
+    Case("LLaMA prefill projection, rows 4 KiB apart", 64, 64, 2048, 1, "bf16", lda=2048, variants=WALKS),
+    Case("the same, rows padded to 4160 bytes", 64, 64, 2048, 1, "bf16", lda=2080, variants=WALKS),
+]
+
+def round_trip_loops():
+    """{name: (what it isolates, body, blocks)} in :data:`bench.amx_micro.LOOPS`' form: its ``tdp``
+    clock and 2 x 2 step, and the step two / four times followed by a C round trip (tiles 0-3 stored
+    past the operands, the next block's C loaded).
+
+    >>> loops = round_trip_loops(); sorted(loops)
+    ['c-trip-16', 'c-trip-8', 'step2x2', 'tdp']
+    >>> sum(op[0] == "tdp" for op in loops["c-trip-16"][1])
+    16
+    """
+    from .amx_micro import L1_BLOCKS, LOOPS, STEP2X2, _load, _store
+    trip = [_store(t, 8 + t) for t in range(4)] + [_load(t, 12 + t) for t in range(4)]
+    return {"tdp": LOOPS["tdp"], "step2x2": LOOPS["step2x2"],
+            "c-trip-8": ("2 k steps (8 tdp), then C stored and the next C loaded", STEP2X2 * 2 + trip, L1_BLOCKS),
+            "c-trip-16": ("4 k steps (16 tdp), then C stored and the next C loaded", STEP2X2 * 4 + trip, L1_BLOCKS)}
+
+
+def driver(kernel):
+    """A native ``drv(trips, a, b, c, count)`` that calls ``kernel(a, b, c, count)`` (a JitFunction
+    of that signature) ``trips`` times: the kernel's time per call with no Python in between.
+
+    >>> from isa.x86 import Function, qword, rdi
+    >>> bump = Function("bump", ["ptr", "ptr", "ptr", "i64"]); bump.asm.add(qword[rdi], 1)
+    >>> counter = np.zeros(1, np.int64)
+    >>> _ = driver(bump.finalize())(5, counter.ctypes.data, 0, 0, 0); int(counter[0])
+    5
+    """
+    from isa.x86 import Function, r12, r13, r14, r15, rax, rbx, rcx, rdi, rdx, rsi
+    fn = Function(f"drive_{kernel.name}", ["i64", "ptr", "ptr", "ptr", "i64"])
+    a = fn.asm
+    fn.stack(16)                          # rsp 16-byte aligned at each call
+    for saved, arg in zip((rbx, r12, r13, r14, r15), fn.args):
+        a.mov(saved, arg)
+    loop, done = a.label(), a.label()
+    a.test(rbx, rbx)
+    a.jle(done)
+    a.bind(loop)
+    for arg, saved in zip((rdi, rsi, rdx, rcx), (r12, r13, r14, r15)):
+        a.mov(arg, saved)
+    a.mov(rax, kernel.address)
+    a.call(rax)
+    a.dec(rbx)
+    a.jnz(loop)
+    a.bind(done)
+    out = fn.finalize()
+    out.driven = kernel                    # the kernel's memory lives as long as its driver
+    return out
+
+
+def operands(case, rng):
+    """(A, B packed, C poisoned, reference C) of ``case``: A (count, m, lda) with its first k
+    columns used, B VNNI-packed, C fp32 NaN or int32 minimum."""
+    import tppasm as tpp
+    lda = case.lda or case.k
+    if case.dtype == "bf16":
+        A = rng.standard_normal((case.count, case.m, lda), dtype=np.float32).astype(tpp.dtypes.dtype("bf16"))
+        Bp = rng.standard_normal((case.count, case.k, case.n), dtype=np.float32).astype(tpp.dtypes.dtype("bf16"))
+        B, C = tpp.vnni_pack(Bp, 2), tpp.empty((case.m, case.n), "f32")
+        C[...] = np.nan
+    else:
+        A = rng.integers(0, 256, (case.count, case.m, lda), dtype=np.uint8)
+        Bp = rng.integers(-128, 128, (case.count, case.k, case.n), dtype=np.int8)
+        B, C = tpp.vnni_pack(Bp, 4), tpp.empty((case.m, case.n), "i32")
+        C[...] = np.iinfo(np.int32).min
+    ref = np.einsum("bmk,bkn->mn", A[..., :case.k].astype(np.float64), Bp.astype(np.float64))
+    return tpp.aligned(A), tpp.aligned(B), C, ref
+
+
+def relative_error(got, ref):
+    """max |got - ref| / max |ref| (NaN anywhere in ``got``: inf).
+
+    >>> relative_error(np.array([1.0, 2.0]), np.array([1.0, 2.5])), relative_error(np.array([np.nan]), np.ones(1))
+    (0.2, inf)
+    """
+    got = np.asarray(got, np.float64)
+    if not np.isfinite(got).all():
+        return float("inf")
+    return float(np.max(np.abs(got - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
+
+
+def interleaved_percent(calls, work, loop, rounds, seconds=0.002):
+    """{name: [% of the peak per round]} for ``calls`` {name: (call(trips), work per trip)}: in each
+    round every call runs its trips (sized to ~``seconds``), then the peak ``loop`` ((call, work per
+    call), :func:`bench.peaks.peak_loop`) as long; each ratio is of rates timed back to back.
+
+    >>> spin = lambda trips: sum(range(100 * trips))
+    >>> got = interleaved_percent({"x": (spin, 1.0)}, 1.0, (lambda: spin(1), 1.0), rounds=3)
+    >>> len(got["x"]), all(0 < p < 1000 for p in got["x"])
+    (3, True)
+    """
+    from tppasm.timing import calibrate
+    peak, peak_work = loop
+    reps = calibrate(peak, seconds)
+    trips = {name: calibrate(lambda call=call: call(1), seconds) for name, (call, _) in calls.items()}
+    out = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, (call, per_trip) in calls.items():
+            t = time.perf_counter()
+            call(trips[name])
+            ours = (time.perf_counter() - t) / trips[name]
+            t = time.perf_counter()
+            for _ in range(reps):
+                peak()
+            peak_s = (time.perf_counter() - t) / reps
+            out[name].append(100 * (per_trip / ours) / (peak_work / peak_s))
+    return out
+
+
+def time_case(case, rounds, rng):
+    """[record] per variant of ``case``: % of the AMX peak (median, 90th percentile), us a call,
+    GFLOP/s (GOP/s) and the relative error of its first call (AMX hosts)."""
+    from tppasm.x86.amx import generate
+    from .peaks import peak_loop
+    A, B, C0, ref = operands(case, rng)
+    desc = case.desc()
+    calls, errors, outs = {}, {}, {}
+    for name in case.variants:
+        chunk, prefetch = VARIANTS[name]
+        drive = driver(generate(desc, chunk, prefetch))
+        C = C0.copy()
+        drive(1, A.ctypes.data, B.ctypes.data, C.ctypes.data, case.count)
+        errors[name] = relative_error(C, ref)
+        outs[name] = C
+
+        def call(trips, drive=drive, C=C):
+            drive(trips, A.ctypes.data, B.ctypes.data, C.ctypes.data, case.count)
+        calls[name] = (call, case.work)
+    pct = interleaved_percent(calls, case.work, peak_loop(case.dtype, "AMX"), rounds)
+    seconds = {}
+    for name, (call, _) in calls.items():
+        t = time.perf_counter()
+        call(200)
+        seconds[name] = (time.perf_counter() - t) / 200
+    out = []
+    for name in case.variants:
+        p = sorted(pct[name])
+        out.append({"case": case.what, "m": case.m, "n": case.n, "k": case.k, "count": case.count,
+                    "dtype": case.dtype, "lda": case.lda or case.k, "variant": name,
+                    "pct_peak": round(p[len(p) // 2], 1), "pct_peak_q90": round(p[int(0.9 * (len(p) - 1))], 1),
+                    "us": round(1e6 * seconds[name], 3), "gflops": round(case.work / seconds[name] / 1e9, 1),
+                    "max_rel_err": errors[name]})
+    return out
+
+
+def time_round_trips(rounds):
+    """{loop: cycles per trip} of :func:`round_trip_loops`, natively (``bench.amx_micro.measure``)."""
+    from .amx_micro import build, measure, operands as tiles
+    loops = round_trip_loops()
+    ops = tiles()
+    return measure(rounds, loops={name: (lambda trips, fn=build(name, loops), p=ops.ctypes.data: fn(trips, p))
+                                  for name in loops})
+
+
+def run(rounds=21, cases=None):
+    """Print and return the Reports (variants, round trips); on a host without native AMX, None."""
+    from isa.cpu import host
+    if "amx" not in host().levels:
+        print("amx-variants: this host has no native AMX, so nothing is timed (the variants are generated and "
+              "checked in the interpreter by tests/test_amx_variants.py); run it on an AMX host")
+        return None
+    rng = np.random.default_rng(0)
+    rep = Report("AMX BRGEMM variants, each called from a native loop: % of the dtype's AMX peak loop timed "
+                 f"back to back ({rounds} rounds; median, 90th percentile), us a call, GFLOP/s (int8: GOP/s)",
+                 ["case", "m x n x k x count", "dtype", "lda", "variant", "% peak", "q90", "us", "GFLOP/s",
+                  "max rel err"])
+    for case in CASES if cases is None else cases:
+        for r in time_case(case, rounds, rng):
+            rep.add(r["case"], f"{r['m']}x{r['n']}x{r['k']}x{r['count']}", r["dtype"], r["lda"], r["variant"],
+                    r["pct_peak"], r["pct_peak_q90"], r["us"], r["gflops"], f"{r['max_rel_err']:.2g}", **r)
+    cycles = time_round_trips(max(rounds // 2, 3))
+    loops = round_trip_loops()
+    trips = Report("C round trips between chunks (synthetic loops, L1): cycles per trip in the clock of the tdp "
+                   "loop (16 a tdp), and the cycles beyond the trip's tdp",
+                   ["loop", "isolates", "cycles", "tdp cycles", "beyond"])
+    for name, (what, body, _) in loops.items():
+        tdp = 16 * sum(op[0] == "tdp" for op in body)
+        trips.add(name, what, round(cycles[name], 1), tdp, round(cycles[name] - tdp, 1))
+    return rep, trips
+
+
+def parse(argv=None):
+    """The options of ``python -m bench amx-variants``, checked (a bad one: argparse's error)."""
+    p = argparse.ArgumentParser(prog="python -m bench amx-variants", description=summary(__doc__))
+    p.add_argument("--rounds", type=count("rounds", "--rounds 21"), default=21,
+                   help="interleaved timing rounds per case (AMX hosts)")
+    json_option(p)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse(argv)
+    reports = run(args.rounds)
+    if args.json and reports:
+        write_json(args.json, list(reports))
+
+
+if __name__ == "__main__":
+    main()

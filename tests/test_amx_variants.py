@@ -1,0 +1,89 @@
+"""bench.amx_variants: every variant it times computes the BRGEMM (in the interpreter here, natively
+on AMX hosts), the kernels without prefetch have none, its native driver calls a kernel as often as
+asked, and its synthetic round-trip loops run their bodies."""
+from collections import Counter
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from bench import amx_variants
+from bench.amx_micro import build, operands as tiles
+from bench.amx_variants import CASES, VARIANTS, Case, driver, operands, relative_error, round_trip_loops
+from isa.cpu import host
+from isa.x86 import Function, qword, rdi
+from isa.x86.interp import Machine
+from tppasm.x86.amx import generate
+
+from tests.tpp.test_amx import Env
+
+SMALL = [replace(c, count=min(c.count, 5)) for c in CASES[:5]] + \
+        [replace(c, k=256) for c in CASES[5:]]          # the prefill case's leading dimensions, k cut short
+
+
+def _run(case, variant, seed=0):
+    chunk, prefetch = VARIANTS[variant]
+    A, B, C, ref = operands(case, np.random.default_rng(seed))
+    fn = generate(case.desc(), chunk, prefetch)
+    env = Env()
+    env.call(fn, [env.ptr(A), env.ptr(B), env.ptr(C), case.count])
+    if env.m is not None:
+        env.sync()
+    return fn, C, ref
+
+
+@pytest.mark.parametrize("case,variant", [(c, v) for c in SMALL for v in c.variants],
+                         ids=lambda x: x.what if isinstance(x, Case) else x)
+def test_every_variant_computes_the_brgemm(case, variant):
+    _, C, ref = _run(case, variant)
+    assert relative_error(C, ref) < (1e-5 if case.dtype == "bf16" else 1e-12)      # the poison is gone too
+
+
+def test_without_prefetch_the_kernel_has_none_and_the_same_result():
+    case = SMALL[0]
+    with_pf, c1, _ = _run(case, "unchunked")
+    without, c2, _ = _run(case, "no prefetch")
+    assert "prefetcht0" in with_pf.disassemble() and "prefetcht0" not in without.disassemble()
+    assert np.array_equal(c1, c2)
+
+
+def test_the_prefill_cases_differ_only_in_the_leading_dimension():
+    a, b = CASES[-2], CASES[-1]
+    assert (a.m, a.n, a.k, a.count) == (b.m, b.n, b.k, b.count)
+    assert a.lda * 2 % 4096 == 0 and b.lda * 2 % 4096 == 64
+
+
+def test_the_driver_calls_the_kernel_trips_times_with_its_arguments():
+    bump = Function("bump", ["ptr", "ptr", "ptr", "i64"])
+    bump.asm.add(qword[rdi], 1)
+    drive = driver(bump.finalize())
+    counter = np.zeros(1, np.int64)
+    for trips in (0, 1, 7):
+        counter[0] = 0
+        drive(trips, counter.ctypes.data, 0, 0, 0)
+        assert counter[0] == trips
+
+
+@pytest.mark.parametrize("name", sorted(round_trip_loops()))
+def test_round_trip_loops_run_their_bodies(name):
+    loops = round_trip_loops()
+    body = Counter(op[0] for op in loops[name][1])
+    counts = []
+    for trips in (1, 3):
+        m = Machine()
+        m.call(build(name, loops).code, args=[trips, m.map(tiles())])
+        counts.append(m.stats.counts)
+    for op, mnemonic in (("tdp", "tdpbf16ps"), ("load", "tileloadd"), ("store", "tilestored")):
+        assert counts[1][mnemonic] - counts[0][mnemonic] == 2 * body[op]
+
+
+def test_options_are_checked(capsys):
+    with pytest.raises(SystemExit):
+        amx_variants.parse(["--rounds", "0"])
+    assert "--rounds" in capsys.readouterr().err
+
+
+@pytest.mark.skipif("amx" in host().levels, reason="an AMX host times the variants")
+def test_without_amx_nothing_is_timed_and_it_says_so(capsys):
+    assert amx_variants.run(rounds=1) is None
+    assert "no native AMX" in capsys.readouterr().out
