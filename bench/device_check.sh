@@ -16,8 +16,13 @@
 #   llm:       the LLaMA-style layer, bf16 and int8.
 # Without AMX, phase 1 is host, the GEMM (f32 and bf16) and the MLP (f32) on 1, 2 and all cores, the
 # LLaMA-style layer on 1 and all, and MiniLM on 2 and all: scaling past 2 threads.
-# Phase 2 (the call right after phase 1, while the machine is warm, with the time left): the ResNet-50
-# convolutions at batch 1 (one blocking per layer), the GEMM and the MLP on all cores.
+# Phase 2 (the call right after phase 1, while the machine is warm, with the time left): where the CPU
+# has AMX, what the first AMX host (Emerald Rapids, 2026-12-04) left short of the goals, looked at
+# closer: the convolutions that lost to torch at batch 8 in bf16 (strided 1x1 shortcuts, the stem)
+# tuned in full, MiniLM in fp32 with its per-step profile, the LLaMA layer's bf16 first token beside
+# its profile (the profile's projections ran at half the speed of the whole layer there), the GEMM
+# on all cores; elsewhere the ResNet-50 convolutions at batch 1 (one blocking per layer), the GEMM
+# and the MLP on all cores.
 # Each step has its own time limit, cut to what is left of DEADLINE (585 s), and writes
 # $OUT/<step>.txt as it goes (at most 8 files a call; the tool brings back 8).
 #
@@ -29,7 +34,7 @@
 #   PYTHONPATH=. .venv/bin/python -m bench.device_carry pack      # MiniLM's weights: .devcarry, 43 MiB
 # then: run(command="bash bench/device_check.sh 1", carry=[".whl", ".devcarry"], timeout_s=600), and
 # at once (the machine stays warm 30 s) run(command="DEADLINE=S bash bench/device_check.sh 2",
-# carry=[".whl"], timeout_s=S + 15) with S the seconds of device time left less 30.
+# carry=[".whl", ".devcarry"], timeout_s=S + 15) with S the seconds of device time left less 30.
 # Rehearse it here with PY=.venv/bin/python OUT=/tmp/device_check bash bench/device_check.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,14 +72,15 @@ step() {    # step NAME SECONDS COMMAND...: run it under a limit (cut to the tim
     echo "== $name: exit $rc after $((SECONDS - t0)) s"
 }
 
-bert() {    # bert THREADS DTYPES: MiniLM against torch, the weights from .devcarry when it was carried
+bert() {    # bert ARGS...: python -m bench bert ARGS, MiniLM's weights from .devcarry when it was carried
     local path=$PYTHONPATH
     if [[ -d .devcarry ]]; then         # expanded in a copy: the carried folder stays under 64 MiB
-        rm -rf /tmp/devcarry && cp -r .devcarry /tmp/devcarry || return 1
-        "$PY" -m bench.device_carry expand /tmp/devcarry || return 1
+        if [[ ! -d /tmp/devcarry ]]; then
+            cp -r .devcarry /tmp/devcarry && "$PY" -m bench.device_carry expand /tmp/devcarry || return 1
+        fi
         path="/tmp/devcarry:$path"
     fi
-    PYTHONPATH=$path "$PY" -m bench bert --shapes 8x128,1x32 --threads "$1" --dtypes "$2" --runs 5
+    PYTHONPATH=$path "$PY" -m bench bert "$@"
 }
 export -f bert
 export PY
@@ -88,7 +94,7 @@ if [[ $PHASE == 1 ]]; then
             TPPASM_AMX_CHUNKS=\$chunks '$PY' -m bench.tpp_gemm --shapes bf16:64:16,i8:64:16,bf16:32:16; done"
         step gemm 150 "$PY" -m bench gemm --sizes 1024,2048 --dtypes bf16 --threads 1,2 --tune-seconds 8 --no-progress
         step mlp 80 "$PY" -m bench mlp --dtypes bf16 --threads 1,2 --tune-seconds 8 --no-progress
-        step bert 100 bash -c "bert 1,2 bf16"
+        step bert 100 bash -c "bert --shapes 8x128,1x32 --threads 1,2 --dtypes bf16 --runs 5"
         step conv 150 "$PY" -m bench conv --quick --batch 1 --threads 2 --dtypes bf16
         step amx-micro 90 bash -c "'$PY' -m bench amx-micro --figures /tmp/amx-figures.json &&
             '$PY' -m bench amx-static --quick --choices --figures /tmp/amx-figures.json; cat /tmp/amx-figures.json;
@@ -98,10 +104,18 @@ if [[ $PHASE == 1 ]]; then
         step gemm 170 "$PY" -m bench gemm --sizes 1024 --dtypes f32,bf16 --threads "$ALL" --tune-seconds 8 --no-progress
         step mlp 100 "$PY" -m bench mlp --dtypes f32 --threads "$ALL" --tune-seconds 8 --no-progress
         step llm 120 "$PY" -m bench llm --threads "$SOME" --runs 3
-        step bert 130 bash -c "bert $TWO f32,bf16"
+        step bert 130 bash -c "bert --shapes 8x128,1x32 --threads $TWO --dtypes f32,bf16 --runs 5"
     fi
+elif ((AMX)); then       # closer looks at what the first AMX host left short of the goals
+    step conv-weak 170 "$PY" -m bench conv --batch 8 --threads 2 --dtypes bf16 \
+        --layers res5a_branch1,res4a_branch1,res2a_branch1,conv1
+    step bert-f32 120 bash -c "bert --shapes 8x128,1x32 --threads 1,2 --dtypes f32 --runs 5 &&
+        bert --profile --shapes 8x128 --threads 1 --dtypes f32"
+    step llm-profile 70 bash -c "'$PY' -m bench llm --dtypes bf16 --threads 1 --runs 3 &&
+        '$PY' -m bench llm --profile --dtypes bf16 --threads 1"
+    step gemm-all 100 "$PY" -m bench gemm --sizes 1024 --dtypes f32,bf16 --threads "$CORES" --tune-seconds 8 --no-progress
 else
-    step conv-all 150 "$PY" -m bench conv --quick --batch 1 --threads "$CORES" --dtypes "$( ((AMX)) && echo bf16 || echo f32)"
+    step conv-all 150 "$PY" -m bench conv --quick --batch 1 --threads "$CORES" --dtypes f32
     step gemm-all 120 "$PY" -m bench gemm --sizes 1024 --dtypes f32,bf16 --threads "$CORES" --tune-seconds 8 --no-progress
     step mlp-all 60 "$PY" -m bench mlp --dtypes f32,bf16 --threads "$CORES" --tune-seconds 8 --no-progress
 fi

@@ -51,9 +51,16 @@ def test_phase_one(tmp_path, amx):
 @pytest.mark.parametrize("amx", [True, False])
 def test_phase_two(tmp_path, amx):
     steps, text, _ = run_check(tmp_path, amx, "2")
-    assert steps == ["conv-all", "gemm-all", "mlp-all"]
-    assert f"--dtypes {'bf16' if amx else 'f32'}" in text["conv-all"]
     assert "-m bench gemm --sizes 1024 --dtypes f32,bf16 --threads" in text["gemm-all"]
+    if amx:
+        assert steps == ["conv-weak", "bert-f32", "llm-profile", "gemm-all"]
+        assert "--batch 8 --threads 2 --dtypes bf16 --layers res5a_branch1," in text["conv-weak"]
+        assert "--quick" not in text["conv-weak"]
+        assert "bench bert --profile --shapes 8x128 --threads 1 --dtypes f32" in text["bert-f32"]
+        assert text["llm-profile"].count("-m bench llm") == 2 and "--profile" in text["llm-profile"]
+    else:
+        assert steps == ["conv-all", "gemm-all", "mlp-all"]
+        assert "--dtypes f32" in text["conv-all"]
 
 
 def test_steps_past_the_deadline_are_skipped(tmp_path):
