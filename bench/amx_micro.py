@@ -7,7 +7,8 @@ reads it, ``renamed``: tiles renamed like vector registers) disagree most on a l
 the operand tile of a ``tdp*`` in flight; these loops isolate each effect. On an Emerald Rapids
 core (family 6 model 207) the renamed reading fit (misfit 0.19 against 0.51 and 0.56): a reloaded
 operand tile costs nothing, a chain of ``tdp*`` into one tile runs at 16 cycles each, and a 2 x 2
-k step from L2 takes 87-89 cycles against 64 from L1. Each loop's body is data
+k step from L2 takes 87-89 cycles against 64 from L1, and a round trip of C (the ``c_trip`` loops)
+~100 cycles, which the model's tile-store fence (:mod:`bench.amx_model`) was fitted to. Each loop's body is data
 (:data:`LOOPS`); its machine code runs natively where the host has AMX and, everywhere, in the
 interpreter, whose record of the tile instructions is what the model reads. Operands are bf16
 tiles of one array: the first 8 (8 KiB, L1) for most loops; the ``_l2`` loops walk 1 MiB of them
@@ -67,6 +68,7 @@ def _store(tile, block):
 
 STEP2X2 = [_load(4, 0), _load(5, 1), _load(6, 2), _load(7, 3),
            _tdp(0, 4, 6), _tdp(1, 4, 7), _tdp(2, 5, 6), _tdp(3, 5, 7)]
+C_TRIP = [_store(t, 8 + t) for t in range(4)] + [_load(t, 12 + t) for t in range(4)]   # batch chunks' hand-off
 
 # name: (what it isolates, body of one trip, operand blocks it walks). A loop over more than
 # L1_BLOCKS moves its blocks on by the ones its body reads each trip, wrapping round. Tiles 6 and 7
@@ -85,6 +87,9 @@ LOOPS = {
     "step2x2_l2": ("the 2x2 k step on operands streaming from L2", STEP2X2, L2_BLOCKS),
     "store": ("tile-store rate into L1: 4 tilestored (past the operands)", [_store(t, 8 + t) for t in range(4)],
               L1_BLOCKS),
+    "c_trip8": ("a C round trip: 2 k steps (8 tdp), then 4 accumulators stored and 4 loaded",
+                STEP2X2 * 2 + C_TRIP, L1_BLOCKS),
+    "c_trip16": ("the same after 4 k steps (16 tdp)", STEP2X2 * 4 + C_TRIP, L1_BLOCKS),
     "config": ("an ldtilecfg, as a kernel call that must configure pays", [("config",)], L1_BLOCKS),
 }
 MODEL_TRIPS = {L1_BLOCKS: (4, 12), L2_BLOCKS: (32, 96)}   # L2: 96 trips read 384-768 KiB, no wrap

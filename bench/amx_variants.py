@@ -16,16 +16,13 @@ with A's rows 4 KiB apart, as its activations are, and padded to 4160 bytes: 4 K
 rows of a tile fall in one L1 set, which may be why the layer's projections ran at ~190-380
 GFLOP/s on an AMX core where this kernel's other shapes reach 1,100-1,450.
 
-Then the round trip of C between chunks, in synthetic loops (:data:`ROUND_TRIPS`, the loops of
-:mod:`bench.amx_micro`): a 2 x 2 k step from L1, two or four of them followed by the four
-accumulators stored and the next block's loaded; cycles per trip in the clock of the ``tdp`` loop.
-
 Measured on an Emerald Rapids core (family 6 model 207, a 16-core KVM guest, 1 thread,
 21 rounds; % of the AMX peak, median): goal shape unchunked 49.5, without prefetch 37.3, chunks of
-1 / 2 / 4 43.1 / 42.1 / 41.7; the GEMM's blocks 63.5; one macro block 54-55; a 2 x 2 k step from L1
-63.9 cycles (the peak's 64), from L2 88.9; a C round trip after 8 / 16 ``tdp*`` ~100 cycles (226 and
-361 against 128 and 256). So operands streamed from L2 cap the 2 x 2 kernel near 72%, and the
-chunks, which keep them in L1, pay more in C round trips than they save.
+1 / 2 / 4 43.1 / 42.1 / 41.7; the GEMM's blocks 63.5; one macro block 54-55. With ``python -m bench
+amx-micro``'s loops on that core (a 2 x 2 k step 63.9 cycles from L1, 88.9 from L2; a round trip of
+C after 8 / 16 ``tdp*`` ~100 cycles: 226 and 361 against 128 and 256): operands streamed from L2 cap
+the 2 x 2 kernel near 72%, and the chunks, which keep them in L1, pay more in C round trips than
+they save.
 
 ``python -m bench amx-variants [--rounds N] [--json FILE]``; where AMX is not native nothing is
 timed (the variants' results are checked in the interpreter by the tests).
@@ -84,23 +81,6 @@ CASES = [
     Case("LLaMA prefill projection, rows 4 KiB apart", 64, 64, 2048, 1, "bf16", lda=2048, variants=WALKS),
     Case("the same, rows padded to 4160 bytes", 64, 64, 2048, 1, "bf16", lda=2080, variants=WALKS),
 ]
-
-def round_trip_loops():
-    """{name: (what it isolates, body, blocks)} in :data:`bench.amx_micro.LOOPS`' form: its ``tdp``
-    clock and 2 x 2 step, and the step two / four times followed by a C round trip (tiles 0-3 stored
-    past the operands, the next block's C loaded).
-
-    >>> loops = round_trip_loops(); sorted(loops)
-    ['c-trip-16', 'c-trip-8', 'step2x2', 'tdp']
-    >>> sum(op[0] == "tdp" for op in loops["c-trip-16"][1])
-    16
-    """
-    from .amx_micro import L1_BLOCKS, LOOPS, STEP2X2, _load, _store
-    trip = [_store(t, 8 + t) for t in range(4)] + [_load(t, 12 + t) for t in range(4)]
-    return {"tdp": LOOPS["tdp"], "step2x2": LOOPS["step2x2"],
-            "c-trip-8": ("2 k steps (8 tdp), then C stored and the next C loaded", STEP2X2 * 2 + trip, L1_BLOCKS),
-            "c-trip-16": ("4 k steps (16 tdp), then C stored and the next C loaded", STEP2X2 * 4 + trip, L1_BLOCKS)}
-
 
 def driver(kernel):
     """A native ``drv(trips, a, b, c, count)`` that calls ``kernel(a, b, c, count)`` (a JitFunction
@@ -229,17 +209,8 @@ def time_case(case, rounds, rng):
     return out
 
 
-def time_round_trips(rounds):
-    """{loop: cycles per trip} of :func:`round_trip_loops`, natively (``bench.amx_micro.measure``)."""
-    from .amx_micro import build, measure, operands as tiles
-    loops = round_trip_loops()
-    ops = tiles()
-    return measure(rounds, loops={name: (lambda trips, fn=build(name, loops), p=ops.ctypes.data: fn(trips, p))
-                                  for name in loops})
-
-
 def run(rounds=21, cases=None):
-    """Print and return the Reports (variants, round trips); on a host without native AMX, None."""
+    """Print and return the Report; on a host without native AMX, None."""
     from isa.cpu import host
     if "amx" not in host().levels:
         print("amx-variants: this host has no native AMX, so nothing is timed (the variants are generated and "
@@ -254,15 +225,7 @@ def run(rounds=21, cases=None):
         for r in time_case(case, rounds, rng):
             rep.add(r["case"], f"{r['m']}x{r['n']}x{r['k']}x{r['count']}", r["dtype"], r["lda"], r["variant"],
                     r["pct_peak"], r["pct_peak_q90"], r["us"], r["gflops"], f"{r['max_rel_err']:.2g}", **r)
-    cycles = time_round_trips(max(rounds // 2, 3))
-    loops = round_trip_loops()
-    trips = Report("C round trips between chunks (synthetic loops, L1): cycles per trip in the clock of the tdp "
-                   "loop (16 a tdp), and the cycles beyond the trip's tdp",
-                   ["loop", "isolates", "cycles", "tdp cycles", "beyond"])
-    for name, (what, body, _) in loops.items():
-        tdp = 16 * sum(op[0] == "tdp" for op in body)
-        trips.add(name, what, round(cycles[name], 1), tdp, round(cycles[name] - tdp, 1))
-    return rep, trips
+    return rep
 
 
 def parse(argv=None):
@@ -276,9 +239,9 @@ def parse(argv=None):
 
 def main(argv=None):
     args = parse(argv)
-    reports = run(args.rounds)
-    if args.json and reports:
-        write_json(args.json, list(reports))
+    rep = run(args.rounds)
+    if args.json and rep is not None:
+        write_json(args.json, [rep])
 
 
 if __name__ == "__main__":

@@ -42,9 +42,9 @@ between its rows are computed and thrown away. The output then keeps the padded 
 ``(N, K/bk, P, Wp, bk)`` (:meth:`ConvNest.result` is the ``(N, K/bk, P, Q, bk)`` view). This is for
 AMX, whose tiles hold 16 rows: a 7- or 14-pixel row fills 7 or 14 of them and loads its B tiles
 for few products. Modelled on Sapphire Rapids (``bench.amx_model``; bf16 BRGEMMs of k 64 x 8
-blocks, n 32 and 64; useful products only, ooo / renamed readings): a 7x7 layer's row 16 / 24-25%
-of the AMX peak, its 7 rows 40-41 / 52-54%; a 14x14 layer's row 31 / 47-50%, 2 rows 49-51 /
-59-74%; at 28 pixels and more a row fills its tiles and more rows gain nothing. On AVX-512 the
+blocks, n 32 and 64; useful products only, ooo / renamed readings): a 7x7 layer's row 16 / 24%
+of the AMX peak, its 7 rows 40-41 / 52%; a 14x14 layer's row 31 / 47%, 2 rows 49-51 / 59-70%;
+at 28 pixels and more a row fills its tiles and more rows gain nothing. On AVX-512 the
 thrown-away columns only cost (Zen 5, bf16 batch 1: res4b_branch2b 0.30 -> 0.32-0.33 ms).
 Edge rows keep all their taps (the padding rows hold zeros).
 

@@ -175,3 +175,13 @@ def test_a_host_s_figures_feed_the_model(rows):
     assert differences(figures) == ["tdp_latency 40 (52)", "load_latency 30/41/130 (45/56/145)"]
     faster, model = (got["default"]["ooo"] for got in goal_kernel(figures, FIGURES))
     assert faster > model + 3
+
+
+def test_the_tile_store_fence_prices_a_round_trip_of_c(rows, monkeypatch):
+    """bench.amx_model's fence (tile loads wait for earlier tile stores) is what makes the c_trip
+    loops cost ~100 cycles beyond their tdp, as measured on an Emerald Rapids core; without it the
+    round trip hides under the tdp."""
+    import bench.amx_micro as micro
+    assert rows["c_trip8"]["renamed"] > 128 + 64 and rows["c_trip16"]["renamed"] > 256 + 64
+    monkeypatch.setitem(micro.READINGS, "renamed", dict(renaming=True, fence=False))
+    assert micro.model_cycles("c_trip8")["renamed"] == pytest.approx(128, abs=2)

@@ -1,18 +1,15 @@
 """bench.amx_variants: every variant it times computes the BRGEMM (in the interpreter here, natively
 on AMX hosts), the kernels without prefetch have none, its native driver calls a kernel as often as
-asked, and its synthetic round-trip loops run their bodies."""
-from collections import Counter
+asked."""
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from bench import amx_variants
-from bench.amx_micro import build, operands as tiles
-from bench.amx_variants import CASES, VARIANTS, Case, driver, operands, relative_error, round_trip_loops
+from bench.amx_variants import CASES, VARIANTS, Case, driver, operands, relative_error
 from isa.cpu import host
 from isa.x86 import Function, qword, rdi
-from isa.x86.interp import Machine
 from tppasm.x86.amx import generate
 
 from tests.tpp.test_amx import Env
@@ -62,19 +59,6 @@ def test_the_driver_calls_the_kernel_trips_times_with_its_arguments():
         counter[0] = 0
         drive(trips, counter.ctypes.data, 0, 0, 0)
         assert counter[0] == trips
-
-
-@pytest.mark.parametrize("name", sorted(round_trip_loops()))
-def test_round_trip_loops_run_their_bodies(name):
-    loops = round_trip_loops()
-    body = Counter(op[0] for op in loops[name][1])
-    counts = []
-    for trips in (1, 3):
-        m = Machine()
-        m.call(build(name, loops).code, args=[trips, m.map(tiles())])
-        counts.append(m.stats.counts)
-    for op, mnemonic in (("tdp", "tdpbf16ps"), ("load", "tileloadd"), ("store", "tilestored")):
-        assert counts[1][mnemonic] - counts[0][mnemonic] == 2 * body[op]
 
 
 def test_options_are_checked(capsys):

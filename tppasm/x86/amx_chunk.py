@@ -19,9 +19,10 @@ C, its accumulators: each stored and at once reloaded with the next block's C, i
 
 ``count`` is a runtime argument: the chunk loop takes ``g`` blocks at a time and the rest in a
 last, shorter chunk, so a call with ``count <= g`` runs one chunk. ``python -m bench amx-static``
-(its cycle model) chose all this: with ``g`` = 2 at 64 x 64 x 64 bf16 x 16 the model's renamed
-reading goes from 79% to 97% of the AMX peak and the in-order one from 61% to 53% (each macro
-block's C makes a round trip per chunk, which only renamed tiles hide).
+(its cycle model) chose all this while it let tile loads pass tile stores: with ``g`` = 2 at
+64 x 64 x 64 bf16 x 16 its renamed reading went from 79% to 97% of the AMX peak. With the
+tile-store fence fitted on the first AMX host (:mod:`bench.amx_model`) it gives 75% and 72%
+(in-order 61% and 53%): each macro block's C makes a round trip per chunk.
 
 Measured on an Emerald Rapids core (``python -m bench amx-micro`` and ``amx-variants``), tiles are
 renamed, yet chunks lose: 64 x 64 x 64 bf16 x 16 ran at 42-43% of the AMX peak in chunks of 1, 2

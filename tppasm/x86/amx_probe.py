@@ -1,9 +1,11 @@
 """Whether this CPU runs the batch-chunked AMX BRGEMM (:mod:`tppasm.x86.amx_chunk`) faster than
 the one that walks the whole batch per macro block: timed once per host, then remembered.
 
-The cycle model of ``python -m bench amx-static`` cannot decide it. At bf16 64 x 64 x 64 x 16
-chunks model at 97% of the AMX peak against 79% if the core renames tile registers as it renames
-vector ones, and at 54% against 62% if a tile load waits for every earlier reader of its tile.
+The cycle model of ``python -m bench amx-static`` could not decide it: at bf16 64 x 64 x 64 x 16
+chunks modelled at 97% of the AMX peak against 79% if the core renames tile registers as it
+renames vector ones, and at 54% against 62% if a tile load waits for every earlier reader of its
+tile. Fitted since to the first AMX host's loops (a tile load waits for earlier tile stores), it
+puts chunks below in every reading (72% against 75% renamed), as that host measured them.
 Which reading holds is a property of the microarchitecture (on an Emerald Rapids core the renamed
 one fits ``python -m bench amx-micro``, yet chunks measured slower: their round trips of C cost
 what the model leaves out; :mod:`tppasm.x86.amx_chunk`), so where AMX runs natively the first
