@@ -6,10 +6,10 @@ The model's readings (``in-order``, ``ooo``: a tile is not reloaded while a ``td
 reads it, ``renamed``: tiles renamed like vector registers) disagree most on a loop that reloads
 the operand tile of a ``tdp*`` in flight; these loops isolate each effect. On an Emerald Rapids
 core (family 6 model 207) the renamed reading fit (misfit 0.19 against 0.51 and 0.56): a reloaded
-operand tile costs nothing, a chain of ``tdp*`` into one tile runs at 16 cycles each, and a 2 x 2
-k step from L2 takes 87-89 cycles against 64 from L1, and a round trip of C (the ``c_trip`` loops)
-~100 cycles, which the model's tile-store fence (:mod:`bench.amx_model`) was fitted to. Each loop's body is data
-(:data:`LOOPS`); its machine code runs natively where the host has AMX and, everywhere, in the
+operand tile cost nothing, a chain of ``tdp*`` into one tile ran at 16 cycles each, a 2 x 2 k step
+took 87-89 cycles from L2 against 64 from L1, and a round trip of C (the ``c_trip`` loops) ~100
+cycles, which the model's tile-store fence (:mod:`bench.amx_model`) is fitted to. Each loop's body
+is data (:data:`LOOPS`); its machine code runs natively where the host has AMX and, everywhere, in the
 interpreter, whose record of the tile instructions is what the model reads. Operands are bf16
 tiles of one array: the first 8 (8 KiB, L1) for most loops; the ``_l2`` loops walk 1 MiB of them
 (L2), new blocks every trip. One ``ldtilecfg`` per call, before the loop (the ``config`` loop

@@ -4,9 +4,9 @@
 ~0.3 us a call); the cycle model of ``python -m bench amx-static`` estimates it. Here each variant
 of :func:`tppasm.x86.amx.generate` runs from a native loop (:func:`driver`: the raw kernel called
 ``trips`` times, no Python between calls), its time per call set against the AMX peak loop of its
-dtype (:func:`bench.peaks.peak_loop`) timed right after it in every round, so the core's clock
-(AMX lowers it) cancels in each ratio. Every variant's result is checked against NumPy first
-(C poisoned before).
+dtype (:func:`bench.peaks.peak_loop`) timed right after it in every round
+(:func:`bench.peaks.interleaved_ratios`), so the core's clock (AMX lowers it) cancels in each
+ratio. Every variant's result is checked against NumPy first (C poisoned before).
 
 Variants (:data:`VARIANTS`): each macro block walking the whole batch with and without software
 prefetch of the next blocks, and batch chunks of 1, 2 and 4 blocks (:mod:`tppasm.x86.amx_chunk`).
@@ -47,6 +47,7 @@ VARIANTS = {                 # name: (batch blocks per chunk, software prefetch)
     "chunks of 4": (4, True),
 }
 WALKS = ("unchunked", "no prefetch")
+TRIPS = 50                   # kernel calls per timed run of the native driver
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ CASES = [
     Case("LLaMA prefill projection, rows 4 KiB apart", 64, 64, 2048, 1, "bf16", lda=2048, variants=WALKS),
     Case("the same, rows padded to 4160 bytes", 64, 64, 2048, 1, "bf16", lda=2080, variants=WALKS),
 ]
+
 
 def driver(kernel):
     """A native ``drv(trips, a, b, c, count)`` that calls ``kernel(a, b, c, count)`` (a JitFunction
@@ -145,67 +147,32 @@ def relative_error(got, ref):
     return float(np.max(np.abs(got - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
 
 
-def interleaved_percent(calls, work, loop, rounds, seconds=0.002):
-    """{name: [% of the peak per round]} for ``calls`` {name: (call(trips), work per trip)}: in each
-    round every call runs its trips (sized to ~``seconds``), then the peak ``loop`` ((call, work per
-    call), :func:`bench.peaks.peak_loop`) as long; each ratio is of rates timed back to back.
-
-    >>> spin = lambda trips: sum(range(100 * trips))
-    >>> got = interleaved_percent({"x": (spin, 1.0)}, 1.0, (lambda: spin(1), 1.0), rounds=3)
-    >>> len(got["x"]), all(0 < p < 1000 for p in got["x"])
-    (3, True)
-    """
-    from tppasm.timing import calibrate
-    peak, peak_work = loop
-    reps = calibrate(peak, seconds)
-    trips = {name: calibrate(lambda call=call: call(1), seconds) for name, (call, _) in calls.items()}
-    out = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, (call, per_trip) in calls.items():
-            t = time.perf_counter()
-            call(trips[name])
-            ours = (time.perf_counter() - t) / trips[name]
-            t = time.perf_counter()
-            for _ in range(reps):
-                peak()
-            peak_s = (time.perf_counter() - t) / reps
-            out[name].append(100 * (per_trip / ours) / (peak_work / peak_s))
-    return out
-
-
-def time_case(case, rounds, rng):
-    """[record] per variant of ``case``: % of the AMX peak (median, 90th percentile), us a call,
+def time_case(case, rounds, rng, trips=TRIPS):
+    """[record] per variant of ``case``: % of the AMX peak (median, 90th percentile of per-round
+    ratios to the peak loop timed back to back, :func:`bench.peaks.interleaved_ratios`), us a call,
     GFLOP/s (GOP/s) and the relative error of its first call (AMX hosts)."""
     from tppasm.x86.amx import generate
-    from .peaks import peak_loop
+    from .peaks import interleaved_ratios, peak_loop, ratio_stats
     A, B, C0, ref = operands(case, rng)
-    desc = case.desc()
-    calls, errors, outs = {}, {}, {}
-    for name in case.variants:
-        chunk, prefetch = VARIANTS[name]
-        drive = driver(generate(desc, chunk, prefetch))
-        C = C0.copy()
-        drive(1, A.ctypes.data, B.ctypes.data, C.ctypes.data, case.count)
-        errors[name] = relative_error(C, ref)
-        outs[name] = C
-
-        def call(trips, drive=drive, C=C):
-            drive(trips, A.ctypes.data, B.ctypes.data, C.ctypes.data, case.count)
-        calls[name] = (call, case.work)
-    pct = interleaved_percent(calls, case.work, peak_loop(case.dtype, "AMX"), rounds)
-    seconds = {}
-    for name, (call, _) in calls.items():
-        t = time.perf_counter()
-        call(200)
-        seconds[name] = (time.perf_counter() - t) / 200
+    desc, loop = case.desc(), peak_loop(case.dtype, "AMX")
     out = []
     for name in case.variants:
-        p = sorted(pct[name])
+        chunk, prefetch = VARIANTS[name]
+        drive, C = driver(generate(desc, chunk, prefetch)), C0.copy()
+
+        def call(n=trips):
+            drive(n, A.ctypes.data, B.ctypes.data, C.ctypes.data, case.count)
+        call(1)
+        error = relative_error(C, ref)
+        median, q90 = ratio_stats(interleaved_ratios(call, trips * case.work, loop, rounds, seconds=0.002))
+        t = time.perf_counter()
+        call()
+        seconds = (time.perf_counter() - t) / trips
         out.append({"case": case.what, "m": case.m, "n": case.n, "k": case.k, "count": case.count,
                     "dtype": case.dtype, "lda": case.lda or case.k, "variant": name,
-                    "pct_peak": round(p[len(p) // 2], 1), "pct_peak_q90": round(p[int(0.9 * (len(p) - 1))], 1),
-                    "us": round(1e6 * seconds[name], 3), "gflops": round(case.work / seconds[name] / 1e9, 1),
-                    "max_rel_err": errors[name]})
+                    "pct_peak": round(100 * median, 1), "pct_peak_q90": round(100 * q90, 1),
+                    "us": round(1e6 * seconds, 3), "gflops": round(case.work / seconds / 1e9, 1),
+                    "max_rel_err": error})
     return out
 
 

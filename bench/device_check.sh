@@ -12,7 +12,7 @@
 #   conv:      the ResNet-50 convolutions, batch 1, bf16, one blocking per layer, against torch.
 #   amx-micro: the tile loops that decide the cycle model's reading, the timings they imply and the
 #              model's kernels and blockings under them; then the BRGEMM's variants timed natively
-#              (amx-variants: prefetch, batch chunks, C round trips, A's rows 4 KiB apart).
+#              (amx-variants: prefetch, batch chunks, A's rows 4 KiB apart or padded).
 #   llm:       the LLaMA-style layer, bf16 and int8.
 # Without AMX, phase 1 is host, the GEMM (f32 and bf16) and the MLP (f32) on 1, 2 and all cores, the
 # LLaMA-style layer on 1 and all, and MiniLM on 2 and all: scaling past 2 threads.

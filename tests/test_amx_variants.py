@@ -61,6 +61,22 @@ def test_the_driver_calls_the_kernel_trips_times_with_its_arguments():
         assert counter[0] == trips
 
 
+def test_each_variant_gets_a_record_and_a_kernel_that_writes_nothing_an_infinite_error(monkeypatch):
+    """The timing path with stand-ins (AMX code cannot run natively here): a native kernel that
+    returns at once, and a spinning peak loop."""
+    import tppasm.x86.amx as amx
+    from bench import peaks
+    nothing = Function("nothing", ["ptr", "ptr", "ptr", "i64"]).finalize()
+    monkeypatch.setattr(amx, "generate", lambda desc, chunk, prefetch: nothing)
+    monkeypatch.setattr(peaks, "peak_loop", lambda dtype, unit: (lambda: sum(range(200)), 1e6))
+    case = replace(CASES[0], count=2)
+    got = amx_variants.time_case(case, rounds=3, rng=np.random.default_rng(0), trips=5)
+    assert [r["variant"] for r in got] == list(case.variants)
+    for r in got:
+        assert r["max_rel_err"] == float("inf") and r["pct_peak"] > 0 and r["us"] > 0
+        assert r["pct_peak"] <= r["pct_peak_q90"]
+
+
 def test_options_are_checked(capsys):
     with pytest.raises(SystemExit):
         amx_variants.parse(["--rounds", "0"])

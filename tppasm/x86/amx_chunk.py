@@ -27,7 +27,7 @@ tile-store fence fitted on the first AMX host (:mod:`bench.amx_model`) it gives 
 Measured on an Emerald Rapids core (``python -m bench amx-micro`` and ``amx-variants``), tiles are
 renamed, yet chunks lose: 64 x 64 x 64 bf16 x 16 ran at 42-43% of the AMX peak in chunks of 1, 2
 or 4 against 49.5% without, because a round trip of C (four ``tilestored``, four ``tileloadd``)
-costs ~100 cycles there, which the model leaves out. So the host decides:
+costs ~100 cycles there (the fence above). So the host decides:
 :mod:`tppasm.x86.amx_probe` times both kernels of one shape once where AMX runs natively and
 keeps chunks only where they win (off on that core); ``TPPASM_AMX_CHUNKS=1`` / ``0`` forces them
 on / off (read when a kernel is generated, and part of the disk cache's key).

@@ -4,14 +4,12 @@ the one that walks the whole batch per macro block: timed once per host, then re
 The cycle model of ``python -m bench amx-static`` could not decide it: at bf16 64 x 64 x 64 x 16
 chunks modelled at 97% of the AMX peak against 79% if the core renames tile registers as it
 renames vector ones, and at 54% against 62% if a tile load waits for every earlier reader of its
-tile. Fitted since to the first AMX host's loops (a tile load waits for earlier tile stores), it
-puts chunks below in every reading (72% against 75% renamed), as that host measured them.
-Which reading holds is a property of the microarchitecture (on an Emerald Rapids core the renamed
-one fits ``python -m bench amx-micro``, yet chunks measured slower: their round trips of C cost
-what the model leaves out; :mod:`tppasm.x86.amx_chunk`), so where AMX runs natively the first
-AMX BRGEMM a process generates with ``TPPASM_AMX_CHUNKS`` unset (or ``auto``) first times both
-kernels of that shape (:data:`PROBE`): interleaved rounds, about 20 ms. Chunks are kept where
-their median is at least :data:`MARGIN` faster. The verdict goes to the disk cache
+tile. The first AMX host measured (an Emerald Rapids core) renames tiles, yet ran chunks slower:
+a tile load waited for the tile stores before it, which the model has done since (chunks 72%
+against 75% renamed). Such timings are properties of each microarchitecture, so where AMX runs
+natively the first AMX BRGEMM a process generates with ``TPPASM_AMX_CHUNKS`` unset (or ``auto``)
+first times both kernels of that shape (:data:`PROBE`): interleaved rounds, about 20 ms. Chunks
+are kept where their median is at least :data:`MARGIN` faster. The verdict goes to the disk cache
 (:func:`tppasm.cache.remember`, keyed by the CPU's model and microcode), so later processes on
 the host reuse it. ``TPPASM_AMX_CHUNKS=1`` or ``=0`` overrides it; where AMX is interpreted,
 chunks stay off unless set.
