@@ -19,10 +19,10 @@
 # Phase 2 (the call right after phase 1, while the machine is warm, with the time left): where the CPU
 # has AMX, what the first AMX host (Emerald Rapids, 2026-12-04) left short of the goals, looked at
 # closer: the convolutions that lost to torch at batch 8 in bf16 (strided 1x1 shortcuts, the stem)
-# tuned in full, MiniLM in fp32 with its per-step profile, the LLaMA layer's bf16 first token beside
-# its profile (the profile's projections ran at half the speed of the whole layer there), the GEMM
-# on all cores; elsewhere the ResNet-50 convolutions at batch 1 (one blocking per layer), the GEMM
-# and the MLP on all cores.
+# tuned in full, MiniLM in fp32 with its per-step profile, the LLaMA layer's bf16 first token and
+# its profile in one step (there they ran in different calls, 84.5 against 183.8 ms, while the
+# machine's speed halved between the calls), the GEMM on all cores; elsewhere the ResNet-50
+# convolutions at batch 1 (one blocking per layer), the GEMM and the MLP on all cores.
 # Each step has its own time limit, cut to what is left of DEADLINE (585 s), and writes
 # $OUT/<step>.txt as it goes (at most 8 files a call; the tool brings back 8).
 #
