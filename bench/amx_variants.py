@@ -13,8 +13,9 @@ prefetch of the next blocks, and batch chunks of 1, 2 and 4 blocks (:mod:`tppasm
 Cases (:data:`CASES`): issue #12's goal shape, its batch grown to 1 MiB, the int8 goal shape, the
 GEMM bench's winning blocks, one macro block, and a LLaMA prefill projection (k = 2048 in one call)
 with A's rows 4 KiB apart, as its activations are, and padded to 4160 bytes: 4 KiB apart, the 16
-rows of a tile fall in one L1 set, which may be why the layer's projections ran at ~190-380
-GFLOP/s on an AMX core where this kernel's other shapes reach 1,100-1,450.
+rows of a tile fall in one L1 set, which may be why the whole layer's first token ran at 375
+GFLOP/s (19% of the AMX peak) on an Emerald Rapids core where this kernel's other shapes reach
+1,100-1,450.
 
 Measured on an Emerald Rapids core (family 6 model 207, a 16-core KVM guest, 1 thread,
 21 rounds; % of the AMX peak, median): goal shape unchunked 49.5, without prefetch 37.3, chunks of
