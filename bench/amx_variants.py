@@ -177,7 +177,7 @@ def time_case(case, rounds, rng, trips=TRIPS):
     return out
 
 
-def run(rounds=21, cases=None):
+def run(rounds=21):
     """Print and return the Report; on a host without native AMX, None."""
     from isa.cpu import host
     if "amx" not in host().levels:
@@ -189,7 +189,7 @@ def run(rounds=21, cases=None):
                  f"back to back ({rounds} rounds; median, 90th percentile), us a call, GFLOP/s (int8: GOP/s)",
                  ["case", "m x n x k x count", "dtype", "lda", "variant", "% peak", "q90", "us", "GFLOP/s",
                   "max rel err"])
-    for case in CASES if cases is None else cases:
+    for case in CASES:
         for r in time_case(case, rounds, rng):
             rep.add(r["case"], f"{r['m']}x{r['n']}x{r['k']}x{r['count']}", r["dtype"], r["lda"], r["variant"],
                     r["pct_peak"], r["pct_peak_q90"], r["us"], r["gflops"], f"{r['max_rel_err']:.2g}", **r)
