@@ -23,8 +23,10 @@ A last table sets the model against the one AMX measurement on record (:mod:`ben
 the reading that fits it best is ``ooo``.
 
 ``--conv`` adds the BRGEMMs of ResNet-50's 3x3 layers on 7x7 and 14x14 images, one output row per
-call against several through the padded width (``bench.conv_nest.Blocking.rows``), in % of the
-AMX peak counting only the products that reach the output.
+call against several through the padded width (``bench.conv_nest.Blocking.rows``), and of its
+strided 1x1 layers there, one output row against several gathered ones
+(``bench.conv_nest.Blocking.gather``), in % of the AMX peak counting only the products that reach
+the output.
 
 ``python -m bench amx-static [--json FILE] [--quick] [--choices] [--conv] [--figures FILE]``
 (``--choices``: the synthetic comparison of blockings and ``tdp*`` orders of
@@ -136,20 +138,27 @@ def model(stats, dtype, m, n, k, count, figures=None):
     return out, res
 
 
-def conv_rows(layers=("res5b_branch2b", "res4b_branch2b"), bk=(32, 64), bc=64, count=8, figures=None):
+CONV_LAYERS = ("res5b_branch2b", "res4b_branch2b", "res5a_branch1", "res4a_branch1")
+
+
+def conv_rows(layers=CONV_LAYERS, bk=(32, 64), bc=64, count=8, figures=None):
     """A Report: each layer's bf16 BRGEMM (bc-deep blocks, ``count`` per call) over one output row
-    and over the row spans :func:`bench.conv.row_spans` offers, MODELLED in % of the AMX peak of the
-    products that reach the output (the padded width's extra columns do not count); ``figures``:
-    as :func:`model`'s."""
-    from .conv import layer, row_spans
-    rep = Report("Convolution BRGEMMs over 1 or several output rows (bench.conv_nest rows), bf16: MODELLED "
-                 "% of the AMX peak in useful products",
+    and over several: the row spans :func:`bench.conv.row_spans` offers (a stride-1 3x3 layer,
+    through the padded width) or the gathered pixels (a strided 1x1 layer,
+    ``bench.conv_nest.Blocking.gather``: 1, up to 8 and all output rows), MODELLED in % of the AMX
+    peak of the products that reach the output (the padded width's extra columns do not count);
+    ``figures``: as :func:`model`'s."""
+    from .conv import layer, pixel_spans, row_spans
+    rep = Report("Convolution BRGEMMs over 1 or several output rows (bench.conv_nest rows or gather), bf16: "
+                 "MODELLED % of the AMX peak in useful products",
                  ["layer", "bk", "rows", "BRGEMM m", "useful rows", "% in-order", "% ooo", "% renamed"])
     for name in layers:
         sh = layer(name, 1)
+        gathered = sh.r == 1 and sh.stride > 1
+        spans = [px // sh.q for px in pixel_spans(sh)] if gathered else [1] + row_spans(sh)
         for n in bk:
-            for rows in [1] + row_spans(sh):
-                m = sh.spanned(rows)
+            for rows in spans:
+                m = rows * sh.q if gathered else sh.spanned(rows)
                 stats, _, _ = run_case(m, n, bc, count, "bf16", 1, "f32")
                 pct, _ = model(stats, "bf16", m, n, bc, count, figures)
                 useful = rows * sh.q / m
@@ -172,8 +181,8 @@ def parse(argv=None):
     p.add_argument("--quick", action="store_true", help="three kernels only")
     p.add_argument("--choices", action="store_true", help="also score candidate blockings and tdp orders "
                    "on synthetic traces (bench.amx_choices)")
-    p.add_argument("--conv", action="store_true", help="also the 7x7 and 14x14 3x3 convolution BRGEMMs, "
-                   "one output row and several (bench.conv_nest rows)")
+    p.add_argument("--conv", action="store_true", help="also the 7x7 and 14x14 3x3 and strided 1x1 "
+                   "convolution BRGEMMs, one output row and several (bench.conv_nest rows, gather)")
     p.add_argument("--figures", metavar="FILE", help="model with the timings python -m bench amx-micro "
                    "--figures FILE measured on an AMX host instead of the model's own")
     args = p.parse_args(argv)

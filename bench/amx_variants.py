@@ -11,7 +11,9 @@ ratio. Every variant's result is checked against NumPy first (C poisoned before)
 Variants (:data:`VARIANTS`): each macro block walking the whole batch with and without software
 prefetch of the next blocks, and batch chunks of 1, 2 and 4 blocks (:mod:`tppasm.x86.amx_chunk`).
 Cases (:data:`CASES`): issue #12's goal shape, its batch grown to 1 MiB, the int8 goal shape, the
-GEMM bench's winning blocks, one macro block, and a LLaMA prefill projection (k = 2048 in one call)
+GEMM bench's winning blocks, one macro block, the goal shape's work in blocks of k = 32 (each A
+tile 1 KiB contiguous, as ``amx-micro``'s L2 loop reads them, where the goal shape's A tiles take
+every other 64 bytes: whether the stride costs), and a LLaMA prefill projection (k = 2048 in one call)
 with A's rows 4 KiB apart, as its activations are, and padded to 4160 bytes: 4 KiB apart, the 16
 rows of a tile fall in one L1 set, which may be why the whole layer's first token ran at 375
 GFLOP/s (19% of the AMX peak) on an Emerald Rapids core where this kernel's other shapes reach
@@ -80,6 +82,7 @@ CASES = [
     Case("the int8 goal shape", 64, 64, 128, 16, "i8"),
     Case("the GEMM bench's blocks", 128, 32, 128, 8, "bf16", variants=WALKS + ("chunks of 2",)),
     Case("one macro block", 32, 32, 64, 16, "bf16", variants=WALKS),
+    Case("the goal's work, A tiles contiguous (k 32)", 64, 64, 32, 32, "bf16", variants=WALKS),
     Case("LLaMA prefill projection, rows 4 KiB apart", 64, 64, 2048, 1, "bf16", lda=2048, variants=WALKS),
     Case("the same, rows padded to 4160 bytes", 64, 64, 2048, 1, "bf16", lda=2080, variants=WALKS),
 ]

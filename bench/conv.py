@@ -96,11 +96,15 @@ def blockings(shape, dtype, quick=False, amx=None):
     on Zen 4, where fp32 gained under 1%), output-channel blocks of 32 and 64, every BRGEMM batch
     axis the filter has, with and without the filter columns folded into k, and a whole or half output row
     per BRGEMM (a flat 1x1 convolution: one row, up to eight rows or the whole image; long GEMMs
-    stream the input better when it comes from L3). On AMX hosts (``amx``: the host's ISA is
-    amx by default) bf16 layers also try BRGEMMs through several output rows (:func:`row_spans`).
+    stream the input better when it comes from L3). A strided 1x1 layer also tries its pixels
+    gathered into a flat GEMM (``Blocking.gather``; ``quick`` takes only that). On AMX hosts
+    (``amx``: the host's ISA is amx by default) bf16 layers also try BRGEMMs through several
+    output rows (:func:`row_spans`).
 
     >>> [str(b) for b in blockings(layer("res2a_branch2a", 1), "f32", quick=True)]
     ['bc=64 bk=64 bw=448 batch=c cstep=0']
+    >>> [str(b) for b in blockings(layer("res5a_branch1", 8), "bf16", quick=True)]
+    ['bc=64 bk=64 bw=49 batch=c cstep=0 gather']
     >>> len(blockings(layer("conv1", 1), "bf16")), len(blockings(layer("conv1", 1), "f32"))
     (28, 20)
     >>> sorted({b.bc for b in blockings(layer("res3b_branch2b", 8), "bf16")})
@@ -115,18 +119,33 @@ def blockings(shape, dtype, quick=False, amx=None):
     else:
         axes = [("r", True)] if quick else [("c", False), ("c", True), ("r", False), ("r", True), ("s", False)]
     q, p = shape.q, shape.p
+    spans = pixel_spans(shape, quick)
+    gathered = shape.r == 1 and shape.stride > 1 and shape.pad == 0
     if shape.flat:               # a flat convolution's GEMM rows may span output rows, up to the image
-        rows = max(d for d in range(1, 9) if p % d == 0)
-        widths = [rows * q] if quick else sorted({q, rows * q, p * q})
+        widths = spans
     else:
-        widths = [q] + ([q // 2] if q >= 56 and q % 2 == 0 and not quick else [])
+        widths = [] if gathered and quick else [q] + ([q // 2] if q >= 56 and q % 2 == 0 and not quick else [])
     out = [Blocking(bc=c, bk=bk, bw=bw, batch=ax, fold=fold)
            for c, bk, (ax, fold), bw in itertools.product(bcs, bks, axes, widths)]
+    if gathered:                 # a strided 1x1 layer's pixels copied together: a flat GEMM
+        out += [Blocking(bc=c, bk=bk, bw=bw, gather=True) for c, bk, bw in itertools.product(bcs, bks, spans)]
     if bc != shape.c and shape.c < 64 and not quick:   # bf16, odd C: folded pairs need no zero channel
         out += [replace(b, bc=shape.c) for b in out if b.fold and b.bc == bc]
     if amx and dtype == "bf16" and not quick:
         out += [replace(b, rows=rows) for b in out if b.batch != "s" and b.bw == q for rows in row_spans(shape)]
     return out
+
+
+def pixel_spans(shape, quick=False):
+    """Output pixels per BRGEMM for a flat GEMM over output rows (a flat 1x1 layer, or a strided
+    1x1 one's gathered pixels): one row, up to eight rows, the whole image (``quick``: up to eight).
+
+    >>> pixel_spans(layer("res5a_branch1", 1)), pixel_spans(layer("res2a_branch1", 1), quick=True)
+    ([7, 49], [448])
+    """
+    p, q = shape.p, shape.q
+    rows = max(d for d in range(1, 9) if p % d == 0)
+    return [rows * q] if quick else sorted({q, rows * q, p * q})
 
 
 def row_spans(shape):
@@ -164,7 +183,7 @@ def spec_candidates(shape, threads):
     for order in orders:
         if shape.n >= threads:
             out.append("A" + order)
-        if threads > 1 or shape.n == 1:
+        if (threads > 1 or shape.n == 1) and order[0] not in "bfg":    # (reduction loops stay serial)
             out.append("A" + order[0].upper() + order[1:])
     if shape.n > 1:             # output-channel blocks outside the images: weights reused across them
         out += ["CAdebfg", "CAfgbde"]
@@ -213,7 +232,7 @@ def tune_layer(shape, dtype, x, w, pool, threads, quick=False, prior=None):
 
     knobs = blockings(shape, dtype, quick)
     built = [build(bl, default_spec(shape, threads)) for bl in knobs]
-    order = ranked([lambda n=n, v=v: n.lk(*v) for n, v in built], rounds=3, seconds=0.01)
+    order = ranked([lambda n=n, v=v: n.run(*v) for n, v in built], rounds=3, seconds=0.01)
     del built                                       # (their operands: up to ~30 MB each at N=8)
     finalists = []
     for bl in [knobs[i] for i in order[:1 if quick else 3]]:
@@ -226,7 +245,7 @@ def tune_layer(shape, dtype, x, w, pool, threads, quick=False, prior=None):
         candidate = (*build(prior.blocking, prior.spec), prior.spec)
         if same_result(built[0], candidate, dtype):
             built.append(candidate)
-    nest, views, spec = built[fastest([lambda n=n, v=v: n.lk(*v) for n, v, _ in built])]
+    nest, views, spec = built[fastest([lambda n=n, v=v: n.run(*v) for n, v, _ in built])]
     return nest, spec, views
 
 
@@ -243,7 +262,7 @@ def result(nest, views):
     """The output (NCHW, fp32) of ``nest`` run on ``views``, its output poisoned first."""
     y = views[2]
     y[...] = np.nan
-    nest.lk(*views)
+    nest.run(*views)
     return unblock_activations(nest.result(y.reshape(nest.output().shape))).astype(np.float32)
 
 
@@ -297,8 +316,7 @@ def bench_layer(rep, name, shape, dtype, pool, threads, torch, quick, rounds):
     if not err <= tolerance(dtype):
         raise AssertionError(f"conv {name} {shape} {dtype} {nest.blocking} {spec}: relative error {err:.2e} > "
                              f"{tolerance(dtype)}")
-    lk = nest.lk
-    ours = lambda: lk(*views)   # noqa: E731
+    ours = lambda: nest.run(*views)   # noqa: E731
     theirs, fmt = torch_conv(shape, dtype, x, w, torch)
     t_ours, t_theirs, ratio, frac = versus(ours, theirs, rounds=rounds, peak_loop=peak_loop(dtype, shape.flops, threads))
     how, runs = ("fresh", 1) if FRESH else conv_remembered.update(

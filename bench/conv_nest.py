@@ -48,6 +48,18 @@ at 28 pixels and more a row fills its tiles and more rows gain nothing. On AVX-5
 thrown-away columns only cost (Zen 5, bf16 batch 1: res4b_branch2b 0.30 -> 0.32-0.33 ms).
 Edge rows keep all their taps (the padding rows hold zeros).
 
+``gather=True`` (a strided, unpadded 1x1 layer: ResNet-50's downsampling shortcuts) first copies
+the pixels the layer reads into an ``(N, C/bc, P, Q, bc)`` scratch (:meth:`ConvNest.run`: a copy
+TPP per output row in a nest of its own), then runs the flat 1x1 nest on it, whose BRGEMMs may
+span output rows: res5a_branch1's 7-pixel rows become BRGEMMs of up to 49 rows. That is for
+AMX, where a 7-row BRGEMM fills 7 of a tile's 16 rows; MODELLED (``python -m bench amx-static
+--conv``, bf16 BRGEMMs of k 64 x 8 blocks, renamed reading), % of the AMX peak:
+res5a_branch1 24 -> 55 (m 7 -> 49), res4a_branch1 47 -> 57-66 (m 14 -> 98, 196); at 28 pixels a
+row fills its tiles. On AVX-512 the copy (a quarter of the input) about pays for itself: Zen 4,
+batch 8, 2 threads, each knob's best spec, interleaved, ms without -> with: res5a_branch1 bf16
+3.83 -> 3.76, f32 7.36 -> 7.46; res4a_branch1 bf16 3.92 -> 3.84, f32 7.87 -> 7.71;
+res3a_branch1 bf16 4.62 -> 4.23, f32 8.66 -> 8.29.
+
 An output row whose filter rows reach into the top or bottom zero padding takes only the
 filter rows over the image (:attr:`ConvNest.edge_rows`): with ``batch="r"`` a shorter batch
 from the first of them, with ``"c"`` and ``"s"`` no call for the others; those products are
@@ -145,7 +157,8 @@ class Blocking:
     ("c", "r", "s"); ``cstep``: channel blocks per batch with ``batch="c"`` (0: all);
     ``kblock``/``hblock``: block sizes of the output-channel and output-row loops, for specs
     that write c or d twice; ``fold``: the filter columns in k; ``rows``: output rows per BRGEMM
-    through the padded width (see the module docstring).
+    through the padded width; ``gather``: a strided 1x1 layer's pixels copied together first (see
+    the module docstring).
     """
 
     bc: int = 64
@@ -157,6 +170,7 @@ class Blocking:
     hblock: int = 1
     fold: bool = False
     rows: int = 1
+    gather: bool = False
 
     def __str__(self):
         parts = [f"bc={self.bc}", f"bk={self.bk}", f"bw={self.bw}", f"batch={self.batch}"]
@@ -166,6 +180,8 @@ class Blocking:
             parts.append("fold")
         if self.rows > 1:
             parts.append(f"rows={self.rows}")
+        if self.gather:
+            parts.append("gather")
         return " ".join(parts)
 
 
@@ -177,8 +193,9 @@ def _need(ok, message):
 class ConvNest:
     """The loop-DSL convolution for ``shape``, ``dtype`` ("f32" or "bf16") and ``blocking``.
 
-    Call it on the blocked input, weights and output (``output()`` allocates one); ``lk`` is the
-    :class:`loops.LoopKernel` (tune it with ``tune(...)``, inspect it with ``explain(...)``).
+    Call it on the blocked input, weights and output (``output()`` allocates one), or ``run`` it on
+    the arrays ``views`` made of them (what the bench times); ``lk`` is the :class:`loops.LoopKernel`
+    (tune it with ``tune(...)``, inspect it with ``explain(...)``).
     """
 
     def __init__(self, shape, dtype="f32", blocking=Blocking(), spec="Acdebfg", pool=None, stream_out=None):
@@ -190,6 +207,14 @@ class ConvNest:
               f"bf16 pairs channels (VNNI2): bc={bl.bc} must be even, or fold=True (pairs over the S*bc "
               "values of a filter row)")
         _need(not (bl.fold and bl.batch == "s"), "fold=True puts the filter columns in k: use batch='c' or 'r'")
+        self.source_shape = sh
+        if bl.gather:
+            _need(sh.r == sh.s == 1 and sh.pad == 0 and sh.stride > 1,
+                  f"gather=True copies the pixels a strided 1x1 layer reads together; {sh} is not one: use "
+                  "gather=False")
+            _need(bl.batch == "c" and not bl.fold and bl.rows == 1,
+                  "gather=True runs the gathered pixels as a flat 1x1 layer: use batch='c', fold=False, rows=1")
+            sh = replace(sh, h=sh.p, w=sh.q, stride=1)
         self.shape, self.dtype, self.blocking = sh, dtype, bl
         self.cb, self.kb = -(-sh.c // bl.bc), sh.k // bl.bk
         self.hp, self.wp = sh.h + 2 * sh.pad, sh.wp
@@ -215,6 +240,8 @@ class ConvNest:
         self.stream_out = self.single and (big if stream_out is None else bool(stream_out))
         self.edge_rows = self._edge_rows()
         self.scratch = None                               # allocated by the first views()
+        self.gathered = self.source = None                # with gather: bound by views()
+        self.gather = self._gather_nest(pool) if bl.gather else None
         self.lk = self._nest(spec, pool)
 
     def _check_rows(self):
@@ -247,7 +274,8 @@ class ConvNest:
 
     # -- arrays -------------------------------------------------------------------------------
     def input_shape(self):
-        return (self.shape.n, self.cb, self.hp, self.wp, self.blocking.bc)
+        src = self.source_shape
+        return (src.n, self.cb, src.h + 2 * src.pad, src.w + 2 * src.pad, self.blocking.bc)
 
     def weight_shape(self, folded=None):
         """The weights' blocked shape (:func:`tppasm.conv_layout.block_weights`); ``folded``: the
@@ -295,6 +323,12 @@ class ConvNest:
                 raise ValueError(f"conv: {name} must be a C-contiguous array of shape {shapes}, got {got}")
         if self.needs_scratch and self.scratch is None:
             self.scratch = self.output("f32")
+        if self.gather is not None:
+            if self.gathered is None:
+                self.gathered = tpp.empty((sh.n, self.cb, sh.h, sh.w, bl.bc), self.dtype)
+            self.source = x
+            self.gather(x, self.gathered)
+            x = self.gathered
         acc = (self.scratch,) if self.needs_scratch else ()
         if sh.flat:
             x = x.reshape(sh.n, self.cb, 1, sh.h * sh.w, bl.bc)
@@ -320,6 +354,23 @@ class ConvNest:
 
     def __call__(self, x, w, y):
         self.lk(*self.views(x, w, y))
+
+    def run(self, *views):
+        """The convolution on :meth:`views`' arrays; with ``gather``, the pixels are copied again
+        from the input that ``views`` was given (the loop kernel ``lk`` alone reads the copy)."""
+        if self.gather is not None:
+            self.gather(self.source, self.gathered)
+        self.lk(*views)
+
+    def _gather_nest(self, pool):
+        """The nest that copies the pixels a strided 1x1 layer reads, ``(N, C/bc, H, W, bc)`` ->
+        ``(N, C/bc, P, Q, bc)``: one copy TPP per output row (Q pixels ``stride*bc`` apart)."""
+        st, q, bc = self.source_shape.stride, self.shape.w, self.blocking.bc
+        copy = tpp.copy(q, bc, ldi=st * bc, dtype=self.dtype, out_dtype=self.dtype)
+
+        def gather(n, cb, oh, X, G):
+            copy(X[n, cb, oh * st, 0:(q - 1) * st + 1:st], G[n, cb, oh])
+        return kernel("ABc", Loop(0, self.shape.n), Loop(0, self.cb), Loop(0, self.shape.h), pool=pool)(gather)
 
     # -- the nest -----------------------------------------------------------------------------
     def _nest(self, spec, pool):

@@ -14,8 +14,8 @@ from tppasm.x86.amx import generate
 
 from tests.tpp.test_amx import Env
 
-SMALL = [replace(c, count=min(c.count, 5)) for c in CASES[:5]] + \
-        [replace(c, k=256) for c in CASES[5:]]          # the prefill case's leading dimensions, k cut short
+SMALL = [replace(c, k=256) if c.lda else replace(c, count=min(c.count, 5))    # the prefill cases:
+         for c in CASES]                                  # their leading dimensions, k cut short
 
 
 def _run(case, variant, seed=0):
@@ -42,6 +42,11 @@ def test_without_prefetch_the_kernel_has_none_and_the_same_result():
     without, c2, _ = _run(case, "no prefetch")
     assert "prefetcht0" in with_pf.disassemble() and "prefetcht0" not in without.disassemble()
     assert np.array_equal(c1, c2)
+
+
+def test_the_contiguous_case_does_the_goal_shapes_work_in_1_kib_a_tiles():
+    goal, flat = CASES[0], next(c for c in CASES if "contiguous" in c.what)
+    assert flat.work == goal.work and flat.desc().lda * 2 * 16 == 1024
 
 
 def test_the_prefill_cases_differ_only_in_the_leading_dimension():

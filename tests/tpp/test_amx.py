@@ -339,3 +339,6 @@ def test_conv_rows_table_models_the_conv_nests_brgemms():
     nest = ConvNest(layer("res5b_branch2b", 1), "bf16", Blocking(bc=64, bk=32, rows=7))
     assert nest.m == 61
     assert all(0 < r[k] <= 100 for r in rep.rows for k in ("% in-order", "% ooo", "% renamed"))
+    strided = conv_rows(layers=("res5a_branch1",), bk=(64,), count=2)        # gathered pixels: no waste
+    assert [(r["rows"], r["BRGEMM m"], r["useful rows"]) for r in strided.rows] == [(1, 7, 7), (7, 49, 49)]
+    assert strided.rows[1]["% renamed"] > strided.rows[0]["% renamed"]

@@ -76,6 +76,18 @@ def test_spread_spec(name, dtype):
     assert_close(got, ref, dtype)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize("name", list(CLASSES))
+def test_every_spec_candidate_builds(name, n, threads):
+    """bench.conv.spec_candidates offers the tuner only specs a nest accepts (no parallel
+    reduction loop)."""
+    shape, bc = CLASSES[name]
+    shape = Conv(n, shape.c, shape.k, shape.h, shape.w, shape.r, shape.s, shape.stride, shape.pad)
+    for spec in spec_candidates(shape, threads):
+        ConvNest(shape, "f32", Blocking(bc=bc, bk=8), spec=spec)
+
+
 @settings(max_examples=10)
 @given(st.data())
 def test_random_shapes_blockings_and_specs(data):
@@ -88,18 +100,55 @@ def test_random_shapes_blockings_and_specs(data):
     shape = Conv(n=data.draw(st.integers(1, 3), "n"), c=c, k=bk * data.draw(st.integers(1, 2), "kb"), h=h,
                  w=data.draw(st.integers(max(1, r - 2 * pad), 9), "w"), r=r, s=r, stride=stride, pad=pad)
     cb = -(-c // bc)
-    pixels = shape.p * shape.q if shape.flat else shape.q
+    gather = r == 1 and stride > 1 and pad == 0 and data.draw(st.booleans(), "gather")
+    pixels = shape.p * shape.q if shape.flat or gather else shape.q
     bw = data.draw(st.sampled_from([d for d in range(1, pixels + 1) if pixels % d == 0]), "bw")
-    batch = data.draw(st.sampled_from(["c", "r", "s"]), "batch")
-    fold = batch != "s" and data.draw(st.booleans(), "fold")
+    batch = "c" if gather else data.draw(st.sampled_from(["c", "r", "s"]), "batch")
+    fold = batch != "s" and not gather and data.draw(st.booleans(), "fold")
     cstep = data.draw(st.sampled_from([d for d in range(1, cb + 1) if cb % d == 0]), "cstep")
     dtype = data.draw(st.sampled_from(["f32", "bf16"]), "dtype")
     spec = data.draw(st.sampled_from(spec_candidates(shape, 2)), "spec")
     spans = stride == 1 and not shape.flat and batch != "s" and bw == shape.q
     rows = data.draw(st.sampled_from([d for d in range(1, shape.p + 1) if shape.p % d == 0]), "rows") if spans else 1
-    got, ref = run_conv(shape, dtype, Blocking(bc=bc, bk=bk, bw=bw, batch=batch, cstep=cstep, fold=fold, rows=rows),
-                        spec)
+    got, ref = run_conv(shape, dtype, Blocking(bc=bc, bk=bk, bw=bw, batch=batch, cstep=cstep, fold=fold, rows=rows,
+                                               gather=gather), spec)
     assert_close(got, ref, dtype)
+
+
+@settings(max_examples=12)
+@given(st.data())
+def test_gathered_strided_1x1(data):
+    """gather=True: a strided 1x1 layer's pixels copied together and run as a flat GEMM, every
+    output element written and right for any stride, size, pixel block, channel step and spec;
+    the pixels it skips hold NaN (any read of them would show); run() copies the pixels again
+    from the input views() was given, so a changed input gives the new result."""
+    stride = data.draw(st.integers(2, 3), "stride")
+    h, w = (data.draw(st.integers(1, 11), name) for name in ("h", "w"))
+    bc, bk = data.draw(st.sampled_from([2, 4, 8]), "bc"), data.draw(st.sampled_from([8, 16]), "bk")
+    c = bc * data.draw(st.integers(1, 3), "cb")
+    shape = Conv(n=data.draw(st.integers(1, 3), "n"), c=c, k=bk * data.draw(st.integers(1, 2), "kb"), h=h, w=w,
+                 stride=stride)
+    pixels = shape.p * shape.q
+    bw = data.draw(st.sampled_from([d for d in range(1, pixels + 1) if pixels % d == 0]), "bw")
+    cstep = data.draw(st.sampled_from([d for d in range(1, c // bc + 1) if (c // bc) % d == 0]), "cstep")
+    dtype = data.draw(st.sampled_from(["f32", "bf16"]), "dtype")
+    spec = data.draw(st.sampled_from(spec_candidates(shape, 2)), "spec")
+    nest = ConvNest(shape, dtype, Blocking(bc=bc, bk=bk, bw=bw, cstep=cstep, gather=True), spec=spec)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+    x, wt = (rng.standard_normal(s).astype(np.float32).astype(tpp.dtypes.dtype(dtype))
+             for s in ((shape.n, c, h, w), (shape.k, c, 1, 1)))
+    xb = block_activations(x, bc)
+    read = np.zeros(xb.shape, bool)
+    read[:, :, ::stride, ::stride] = True
+    xb[~read] = np.nan
+    y = nest.output()
+    views = nest.views(xb, block_weights(wt, bc, bk, dtype), y)
+    for x_now in (x, 2 * x + 1):
+        xb[read] = block_activations(x_now, bc)[read]
+        y[...] = np.nan
+        nest.run(*views)
+        ref = conv2d_reference(x_now.astype(np.float32), wt.astype(np.float32), stride, 0)
+        assert_close(unblock_activations(y).astype(np.float64), ref, dtype)
 
 
 ROW_SHAPES = [Conv(n=2, c=8, k=16, h=4, w=5, r=3, s=3, pad=1), Conv(n=1, c=6, k=8, h=6, w=6, r=3, s=3),
@@ -279,6 +328,10 @@ def test_reference_convolution_by_hand():
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4, 3, 3, 1, 1), "f32", Blocking(bc=4, bk=8, rows=3)), "divide the 4 output rows"),
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4, 3, 3, 1, 1), "f32", Blocking(bc=4, bk=8, rows=0)), "rows=0"),
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4, 3, 3, 1, 1), "f32", Blocking(bc=4, bk=8, rows=2, hblock=3)), "multiple of rows"),
+    (lambda: ConvNest(Conv(1, 4, 8, 4, 4, 3, 3, 2, 1), "f32", Blocking(bc=4, bk=8, gather=True)), "is not one"),
+    (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "f32", Blocking(bc=4, bk=8, gather=True)), "use gather=False"),
+    (lambda: ConvNest(Conv(1, 4, 8, 4, 4, stride=2), "f32", Blocking(bc=4, bk=8, batch="r", gather=True)),
+     "use batch='c', fold=False, rows=1"),
     (lambda: block_weights(np.ones((4, 4, 1, 1)), 3, 4, dtype="bf16"), "bc=3 must be even"),
     (lambda: block_activations(np.ones((4, 4, 1)), 4), "NCHW"),
     (lambda: out_size(5, 3, 0), "stride=0"),
