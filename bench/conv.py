@@ -97,7 +97,8 @@ def blockings(shape, dtype, quick=False, amx=None):
     axis the filter has, with and without the filter columns folded into k, and a whole or half output row
     per BRGEMM (a flat 1x1 convolution: one row, up to eight rows or the whole image; long GEMMs
     stream the input better when it comes from L3). A strided 1x1 layer also tries its pixels
-    gathered into a flat GEMM (``Blocking.gather``; ``quick`` takes only that). On AMX hosts
+    gathered into a flat GEMM (``Blocking.gather``; ``quick`` takes only that where an output row
+    is shorter than an AMX tile's 16 rows, and only the row elsewhere). On AMX hosts
     (``amx``: the host's ISA is amx by default) bf16 layers also try BRGEMMs through several
     output rows (:func:`row_spans`).
 
@@ -105,6 +106,8 @@ def blockings(shape, dtype, quick=False, amx=None):
     ['bc=64 bk=64 bw=448 batch=c cstep=0']
     >>> [str(b) for b in blockings(layer("res5a_branch1", 8), "bf16", quick=True)]
     ['bc=64 bk=64 bw=49 batch=c cstep=0 gather']
+    >>> [str(b) for b in blockings(layer("res3a_branch1", 8), "bf16", quick=True)]
+    ['bc=64 bk=64 bw=28 batch=c cstep=0']
     >>> len(blockings(layer("conv1", 1), "bf16")), len(blockings(layer("conv1", 1), "f32"))
     (28, 20)
     >>> sorted({b.bc for b in blockings(layer("res3b_branch2b", 8), "bf16")})
@@ -121,13 +124,14 @@ def blockings(shape, dtype, quick=False, amx=None):
     q, p = shape.q, shape.p
     spans = pixel_spans(shape, quick)
     gathered = shape.r == 1 and shape.stride > 1 and shape.pad == 0
+    short = gathered and q < 16              # output rows shorter than a tile's 16 rows
     if shape.flat:               # a flat convolution's GEMM rows may span output rows, up to the image
         widths = spans
     else:
-        widths = [] if gathered and quick else [q] + ([q // 2] if q >= 56 and q % 2 == 0 and not quick else [])
+        widths = [] if short and quick else [q] + ([q // 2] if q >= 56 and q % 2 == 0 and not quick else [])
     out = [Blocking(bc=c, bk=bk, bw=bw, batch=ax, fold=fold)
            for c, bk, (ax, fold), bw in itertools.product(bcs, bks, axes, widths)]
-    if gathered:                 # a strided 1x1 layer's pixels copied together: a flat GEMM
+    if gathered and (short or not quick):    # a strided 1x1 layer's pixels copied together: a flat GEMM
         out += [Blocking(bc=c, bk=bk, bw=bw, gather=True) for c, bk, bw in itertools.product(bcs, bks, spans)]
     if bc != shape.c and shape.c < 64 and not quick:   # bf16, odd C: folded pairs need no zero channel
         out += [replace(b, bc=shape.c) for b in out if b.fold and b.bc == bc]

@@ -18,10 +18,12 @@
 # LLaMA-style layer on 1 and all, and MiniLM on 2 and all: scaling past 2 threads.
 # Phase 2 (the call right after phase 1, while the machine is warm, with the time left): where the CPU
 # has AMX, what the first AMX host (Emerald Rapids, 2026-12-04) left short of the goals, looked at
-# closer: the convolutions that lost to torch at batch 8 in bf16 (strided 1x1 shortcuts, the stem)
-# tuned in full, MiniLM in fp32 with its per-step profile, the LLaMA layer's bf16 first token and
-# its profile in one step (there they ran in different calls, 84.5 against 183.8 ms, while the
-# machine's speed halved between the calls), the GEMM on all cores; elsewhere the ResNet-50
+# closer: the convolutions that lost to torch at batch 8 in bf16 (strided 1x1 shortcuts, now also
+# with their pixels gathered into a flat GEMM, and the stem) tuned in full, MiniLM in fp32 with its
+# per-step profile, the LLaMA layer's bf16 first token and its profile in one step (there they ran
+# in different calls, 84.5 against 183.8 ms, while the machine's speed halved between the calls),
+# the GEMM on all cores, and if time is left the fp32 convolutions at batch 8 (never measured on an
+# AMX host; one blocking per layer); elsewhere the ResNet-50
 # convolutions at batch 1 (one blocking per layer), the GEMM and the MLP on all cores.
 # Each step has its own time limit, cut to what is left of DEADLINE (585 s), and writes
 # $OUT/<step>.txt as it goes (at most 8 files a call; the tool brings back 8).
@@ -108,12 +110,13 @@ if [[ $PHASE == 1 ]]; then
     fi
 elif ((AMX)); then       # closer looks at what the first AMX host left short of the goals
     step conv-weak 170 "$PY" -m bench conv --batch 8 --threads 2 --dtypes bf16 \
-        --layers res5a_branch1,res4a_branch1,res2a_branch1,conv1
+        --layers res5a_branch1,res4a_branch1,res3a_branch1,res2a_branch1,conv1
     step bert-f32 120 bash -c "bert --shapes 8x128,1x32 --threads 1,2 --dtypes f32 --runs 5 &&
         bert --profile --shapes 8x128 --threads 1 --dtypes f32"
     step llm-profile 70 bash -c "'$PY' -m bench llm --dtypes bf16 --threads 1 --runs 3 &&
         '$PY' -m bench llm --profile --dtypes bf16 --threads 1"
     step gemm-all 100 "$PY" -m bench gemm --sizes 1024 --dtypes f32,bf16 --threads "$CORES" --tune-seconds 8 --no-progress
+    step conv-f32 150 "$PY" -m bench conv --quick --batch 8 --threads 2 --dtypes f32
 else
     step conv-all 150 "$PY" -m bench conv --quick --batch 1 --threads "$CORES" --dtypes f32
     step gemm-all 120 "$PY" -m bench gemm --sizes 1024 --dtypes f32,bf16 --threads "$CORES" --tune-seconds 8 --no-progress
