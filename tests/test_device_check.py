@@ -53,9 +53,10 @@ def test_phase_two(tmp_path, amx):
     steps, text, _ = run_check(tmp_path, amx, "2")
     assert "-m bench gemm --sizes 1024 --dtypes f32,bf16 --threads" in text["gemm-all"]
     if amx:
-        assert steps == ["conv-weak", "bert-f32", "llm-profile", "gemm-all"]
+        assert steps == ["conv-weak", "bert-f32", "llm-profile", "gemm-all", "conv-f32"]
         assert "--batch 8 --threads 2 --dtypes bf16 --layers res5a_branch1," in text["conv-weak"]
         assert "--quick" not in text["conv-weak"]
+        assert "--quick --batch 8 --threads 2 --dtypes f32" in text["conv-f32"]
         assert "bench bert --profile --shapes 8x128 --threads 1 --dtypes f32" in text["bert-f32"]
         assert text["llm-profile"].count("-m bench llm") == 2 and "--profile" in text["llm-profile"]
     else:
