@@ -8,7 +8,10 @@ the operand tile of a ``tdp*`` in flight; these loops isolate each effect. On an
 core (family 6 model 207) the renamed reading fit (misfit 0.19 against 0.51 and 0.56): a reloaded
 operand tile cost nothing, a chain of ``tdp*`` into one tile ran at 16 cycles each, a 2 x 2 k step
 took 87-89 cycles from L2 against 64 from L1, and a round trip of C (the ``c_trip`` loops) ~100
-cycles, which the model's tile-store fence (:mod:`bench.amx_model`) is fitted to. Each loop's body
+cycles, which the model's tile-store fence (:mod:`bench.amx_model`) is fitted to. The ``check``
+loop (not yet run on an AMX host) asks whether the ``sttilecfg`` with which every
+``tile_setup=True`` kernel call checks its tiles waits for the tile work before it, as the model
+has it: 119 cycles a trip if so, 64 if not. Each loop's body
 is data (:data:`LOOPS`); its machine code runs natively where the host has AMX and, everywhere, in the
 interpreter, whose record of the tile instructions is what the model reads. Operands are bf16
 tiles of one array: the first 8 (8 KiB, L1) for most loops; the ``_l2`` loops walk 1 MiB of them
@@ -91,6 +94,8 @@ LOOPS = {
                 STEP2X2 * 2 + C_TRIP, L1_BLOCKS),
     "c_trip16": ("the same after 4 k steps (16 tdp)", STEP2X2 * 4 + C_TRIP, L1_BLOCKS),
     "config": ("an ldtilecfg, as a kernel call that must configure pays", [("config",)], L1_BLOCKS),
+    "check": ("the sttilecfg every tile_setup=True call checks its tiles with, after 4 independent tdp "
+              "(modelled: it waits for them)", [_tdp(t, 6, 7) for t in range(4)] + [("stcfg",)], L1_BLOCKS),
 }
 MODEL_TRIPS = {L1_BLOCKS: (4, 12), L2_BLOCKS: (32, 96)}   # L2: 96 trips read 384-768 KiB, no wrap
 
@@ -145,6 +150,8 @@ def build(name, loops=None):
             a.tilestored([base + stride + op[2] * BLOCK], TMM[op[1]])
         elif op[0] == "config":
             a.ldtilecfg([rsp])
+        elif op[0] == "stcfg":
+            a.sttilecfg([rsp])                 # the configuration loaded: the same 64 bytes
         else:
             a.tdpbf16ps(TMM[op[1]], TMM[op[2]], TMM[op[3]])
     if per:

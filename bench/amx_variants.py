@@ -9,7 +9,11 @@ dtype (:func:`bench.peaks.peak_loop`) timed right after it in every round
 ratio. Every variant's result is checked against NumPy first (C poisoned before).
 
 Variants (:data:`VARIANTS`): each macro block walking the whole batch with and without software
-prefetch of the next blocks, and batch chunks of 1, 2 and 4 blocks (:mod:`tppasm.x86.amx_chunk`).
+prefetch of the next blocks, the walk with its tiles configured once by the caller
+(``tile_setup=False``: no ``sttilecfg`` check in each call, as a nest could run it; the cycle
+model takes ``sttilecfg`` to wait for every tile instruction before it, which would drain the
+previous call's work at every call), and batch chunks of 1, 2 and 4 blocks
+(:mod:`tppasm.x86.amx_chunk`).
 Cases (:data:`CASES`): issue #12's goal shape, its batch grown to 1 MiB, the int8 goal shape, the
 GEMM bench's winning blocks, one macro block, the goal shape's work in blocks of k = 32 (each A
 tile 1 KiB contiguous, as ``amx-micro``'s L2 loop reads them, where the goal shape's A tiles take
@@ -35,21 +39,22 @@ timed (the variants' results are checked in the interpreter by the tests).
 """
 import argparse
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .common import Report, write_json
 from .options import count, json_option, summary
 
-VARIANTS = {                 # name: (batch blocks per chunk, software prefetch)
-    "unchunked": (0, True),
-    "no prefetch": (0, False),
-    "chunks of 1": (1, True),
-    "chunks of 2": (2, True),
-    "chunks of 4": (4, True),
+VARIANTS = {                 # name: (batch blocks per chunk, software prefetch, tile_setup)
+    "unchunked": (0, True, True),
+    "no prefetch": (0, False, True),
+    "configured once": (0, True, False),
+    "chunks of 1": (1, True, True),
+    "chunks of 2": (2, True, True),
+    "chunks of 4": (4, True, True),
 }
-WALKS = ("unchunked", "no prefetch")
+WALKS = ("unchunked", "no prefetch", "configured once")
 TRIPS = 50                   # kernel calls per timed run of the native driver
 
 
@@ -88,9 +93,22 @@ CASES = [
 ]
 
 
-def driver(kernel):
+def generated(case, variant):
+    """(kernel, setup) of ``variant`` of ``case``: the JitFunction, and the no-argument one that
+    configures its tiles first where the kernel leaves that to its caller (``tile_setup=False``,
+    as in a nest that calls ``tppasm.tileconfig`` once), else None."""
+    from tppasm.x86.amx import generate
+    from tppasm.x86.amx_config import tileconfig_function
+    chunk, prefetch, tile_setup = VARIANTS[variant]
+    desc = replace(case.desc(), tile_setup=tile_setup)
+    return generate(desc, chunk, prefetch), None if tile_setup else tileconfig_function(desc)
+
+
+def driver(kernel, setup=None):
     """A native ``drv(trips, a, b, c, count)`` that calls ``kernel(a, b, c, count)`` (a JitFunction
-    of that signature) ``trips`` times: the kernel's time per call with no Python in between.
+    of that signature) ``trips`` times: the kernel's time per call with no Python in between;
+    ``setup`` (a no-argument JitFunction, e.g. a tile configuration) runs once before them (the
+    tiles stay configured on return, as after a ``tile_setup=True`` kernel).
 
     >>> from isa.x86 import Function, qword, rdi
     >>> bump = Function("bump", ["ptr", "ptr", "ptr", "i64"]); bump.asm.add(qword[rdi], 1)
@@ -105,6 +123,9 @@ def driver(kernel):
     for saved, arg in zip((rbx, r12, r13, r14, r15), fn.args):
         a.mov(saved, arg)
     loop, done = a.label(), a.label()
+    if setup is not None:
+        a.mov(rax, setup.address)
+        a.call(rax)
     a.test(rbx, rbx)
     a.jle(done)
     a.bind(loop)
@@ -116,7 +137,7 @@ def driver(kernel):
     a.jnz(loop)
     a.bind(done)
     out = fn.finalize()
-    out.driven = kernel                    # the kernel's memory lives as long as its driver
+    out.driven = (kernel, setup)           # their memory lives as long as the driver
     return out
 
 
@@ -155,14 +176,12 @@ def time_case(case, rounds, rng, trips=TRIPS):
     """[record] per variant of ``case``: % of the AMX peak (median, 90th percentile of per-round
     ratios to the peak loop timed back to back, :func:`bench.peaks.interleaved_ratios`), us a call,
     GFLOP/s (GOP/s) and the relative error of its first call (AMX hosts)."""
-    from tppasm.x86.amx import generate
     from .peaks import interleaved_ratios, peak_loop, ratio_stats
     A, B, C0, ref = operands(case, rng)
-    desc, loop = case.desc(), peak_loop(case.dtype, "AMX")
+    loop = peak_loop(case.dtype, "AMX")
     out = []
     for name in case.variants:
-        chunk, prefetch = VARIANTS[name]
-        drive, C = driver(generate(desc, chunk, prefetch)), C0.copy()
+        drive, C = driver(*generated(case, name)), C0.copy()
 
         def call(n=trips):
             drive(n, A.ctypes.data, B.ctypes.data, C.ctypes.data, case.count)

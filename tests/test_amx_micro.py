@@ -31,7 +31,8 @@ def _run(name, trips):
 def test_each_trip_runs_its_body(name):
     (one, _), (three, _) = _run(name, 1), _run(name, 3)
     body = Counter(op[0] for op in LOOPS[name][1])
-    for op, mnemonic in (("tdp", "tdpbf16ps"), ("load", "tileloadd"), ("store", "tilestored"), ("config", "ldtilecfg")):
+    for op, mnemonic in (("tdp", "tdpbf16ps"), ("load", "tileloadd"), ("store", "tilestored"), ("config", "ldtilecfg"),
+                         ("stcfg", "sttilecfg")):
         assert three.counts[mnemonic] - one.counts[mnemonic] == 2 * body[op]
     assert one.counts["ldtilecfg"] == 1 + body["config"] and one.counts["tilerelease"] == 1
 

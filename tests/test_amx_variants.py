@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 
 from bench import amx_variants
-from bench.amx_variants import CASES, VARIANTS, Case, driver, operands, relative_error
+from bench.amx_variants import CASES, VARIANTS, Case, driver, generated, operands, relative_error
 from isa.cpu import host
-from isa.x86 import Function, qword, rdi
-from tppasm.x86.amx import generate
+from isa.x86 import Function, qword, rax, rdi
 
 from tests.tpp.test_amx import Env
 
@@ -19,10 +18,11 @@ SMALL = [replace(c, k=256) if c.lda else replace(c, count=min(c.count, 5))    # 
 
 
 def _run(case, variant, seed=0):
-    chunk, prefetch = VARIANTS[variant]
     A, B, C, ref = operands(case, np.random.default_rng(seed))
-    fn = generate(case.desc(), chunk, prefetch)
+    fn, setup = generated(case, variant)
     env = Env()
+    if setup is not None:
+        env.call(setup)
     env.call(fn, [env.ptr(A), env.ptr(B), env.ptr(C), case.count])
     if env.m is not None:
         env.sync()
@@ -42,6 +42,14 @@ def test_without_prefetch_the_kernel_has_none_and_the_same_result():
     without, c2, _ = _run(case, "no prefetch")
     assert "prefetcht0" in with_pf.disassemble() and "prefetcht0" not in without.disassemble()
     assert np.array_equal(c1, c2)
+
+
+def test_the_kernel_configured_once_leaves_the_tiles_to_its_caller():
+    case = SMALL[0]
+    every_call, _, _ = _run(case, "unchunked")
+    once, c_once, ref = _run(case, "configured once")
+    assert "sttilecfg" in every_call.disassemble()
+    assert "tilecfg" not in once.disassemble() and relative_error(c_once, ref) < 1e-5
 
 
 def test_the_contiguous_case_does_the_goal_shapes_work_in_1_kib_a_tiles():
@@ -66,13 +74,26 @@ def test_the_driver_calls_the_kernel_trips_times_with_its_arguments():
         assert counter[0] == trips
 
 
+def test_the_driver_runs_the_setup_once_before_the_calls():
+    counters = np.zeros(2, np.int64)
+    bump = Function("bump", ["ptr", "ptr", "ptr", "i64"])
+    bump.asm.add(qword[rdi], 1)
+    setup = Function("setup", [])
+    setup.asm.mov(rax, counters.ctypes.data + 8)
+    setup.asm.add(qword[rax], 1)
+    drive = driver(bump.finalize(), setup.finalize())
+    drive(7, counters.ctypes.data, 0, 0, 0)
+    assert counters.tolist() == [7, 1]
+
+
 def test_each_variant_gets_a_record_and_a_kernel_that_writes_nothing_an_infinite_error(monkeypatch):
     """The timing path with stand-ins (AMX code cannot run natively here): a native kernel that
     returns at once, and a spinning peak loop."""
-    import tppasm.x86.amx as amx
     from bench import peaks
     nothing = Function("nothing", ["ptr", "ptr", "ptr", "i64"]).finalize()
-    monkeypatch.setattr(amx, "generate", lambda desc, chunk, prefetch: nothing)
+    no_setup = Function("no_setup", []).finalize()
+    monkeypatch.setattr(amx_variants, "generated",
+                        lambda case, name: (nothing, None if VARIANTS[name][2] else no_setup))
     monkeypatch.setattr(peaks, "peak_loop", lambda dtype, unit: (lambda: sum(range(200)), 1e6))
     case = replace(CASES[0], count=2)
     got = amx_variants.time_case(case, rounds=3, rng=np.random.default_rng(0), trips=5)
