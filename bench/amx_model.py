@@ -135,19 +135,27 @@ def load_figures(path):
 
 
 class _Lru:
-    """A fully associative LRU set of lines (the caches' replacement, approximately)."""
+    """An LRU cache of lines (the caches' replacement, approximately): fully associative, or with
+    ``ways`` lines per set (sets chosen by the line address modulo their number); ``lines`` maps
+    each line held to its value (when its fill arrives)."""
 
-    def __init__(self, nbytes):
-        self.cap, self.lines = nbytes // LINE, OrderedDict()
+    def __init__(self, nbytes, ways=None):
+        ways = ways or nbytes // LINE
+        self.ways, self.nsets = ways, nbytes // LINE // ways
+        self.sets = [OrderedDict() for _ in range(self.nsets)]
+        self.lines = {}
 
     def touch(self, line, value=0.0):
+        order = self.sets[line % self.nsets]
         hit = line in self.lines
         if hit:
-            self.lines.move_to_end(line)
+            order.move_to_end(line)
             value = max(value, self.lines[line]) if value else self.lines[line]
+        else:
+            order[line] = None
         self.lines[line] = value
-        if len(self.lines) > self.cap:
-            self.lines.popitem(last=False)
+        if len(order) > self.ways:
+            del self.lines[order.popitem(last=False)[0]]
         return hit
 
 
@@ -174,13 +182,15 @@ def _lines(addr, stride, colsb, rows):
         yield from range(start // LINE, (start + max(colsb, 1) - 1) // LINE + 1)
 
 
-def simulate(ops, renaming=False, in_order=False, window=WINDOW, warm=True, figures=FIGURES, fence=True):
+def simulate(ops, renaming=False, in_order=False, window=WINDOW, warm=True, figures=FIGURES, fence=True,
+             l1_ways=None):
     """Model the cycles of ``ops`` (the interpreter's ``tile_ops`` of one call) on one core;
     ``in_order``: tile instructions start in program order (a load waits for the ``tdp`` before
     it to start), else only their operands and units order them; ``figures``: the timings
-    (:class:`Figures`); ``fence=False`` lets tile loads pass earlier tile stores."""
+    (:class:`Figures`); ``fence=False`` lets tile loads pass earlier tile stores; ``l1_ways``: L1
+    lines per set (Golden Cove: 12, so lines 4 KiB apart share a set), None: fully associative."""
     f = figures
-    l1, l2 = _Lru(L1_BYTES), _Lru(L2_BYTES)
+    l1, l2 = _Lru(L1_BYTES, l1_ways), _Lru(L2_BYTES)
     if warm:
         for name, _, _, addr, stride, colsb, rows in ops:
             if name.startswith(("tileload", "tilestore", "prefetch")):

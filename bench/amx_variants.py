@@ -14,6 +14,7 @@ prefetch of the next blocks, the walk with its tiles configured once by the call
 model takes ``sttilecfg`` to wait for every tile instruction before it, which would drain the
 previous call's work at every call), and batch chunks of 1, 2 and 4 blocks
 (:mod:`tppasm.x86.amx_chunk`).
+
 Cases (:data:`CASES`): issue #12's goal shape, its batch grown to 1 MiB, the int8 goal shape, the
 GEMM bench's winning blocks, one macro block, the goal shape's work in blocks of k = 32 (each A
 tile 1 KiB contiguous, as ``amx-micro``'s L2 loop reads them, where the goal shape's A tiles take
@@ -21,7 +22,8 @@ every other 64 bytes: whether the stride costs), and a LLaMA prefill projection 
 with A's rows 4 KiB apart, as its activations are, and padded to 4160 bytes: 4 KiB apart, the 16
 rows of a tile fall in one L1 set, which may be why the whole layer's first token ran at 375
 GFLOP/s (19% of the AMX peak) on an Emerald Rapids core where this kernel's other shapes reach
-1,100-1,450.
+1,100-1,450. Since then the kernel prefetches no lines that crowd an L1 set
+(:func:`tppasm.x86.amx_pipe.crowded`), so at 4 KiB apart only B's are prefetched.
 
 Measured on an Emerald Rapids core (family 6 model 207, a 16-core KVM guest, 1 thread,
 21 rounds; % of the AMX peak, median): goal shape unchunked 49.5, without prefetch 37.3, chunks of

@@ -186,3 +186,14 @@ def test_the_tile_store_fence_prices_a_round_trip_of_c(rows, monkeypatch):
     assert rows["c_trip8"]["renamed"] > 128 + 64 and rows["c_trip16"]["renamed"] > 256 + 64
     monkeypatch.setitem(micro.READINGS, "renamed", dict(renaming=True, fence=False))
     assert micro.model_cycles("c_trip8")["renamed"] == pytest.approx(128, abs=2)
+
+
+def test_a_12_way_l1_holds_12_lines_of_a_set():
+    """bench.amx_model.simulate(l1_ways=12): 13 tile rows 4 KiB apart share one L1 set, so a second
+    load of them misses L1 (13 lines from L2) where a fully associative L1 holds them all."""
+    from bench.amx_model import simulate
+    load = ("tileloadd", (0,), (), 0, 4096, 64, 13)
+    ops = [load, ("tilezero", (0,), (), 0, 0, 0, 0), load]
+    for ways, from_l2 in ((None, 0), (12, 13)):
+        res = simulate(ops, warm=False, l1_ways=ways)
+        assert res.lines[2] + res.lines[3] - 13 == from_l2          # the first load misses either way

@@ -342,3 +342,14 @@ def test_conv_rows_table_models_the_conv_nests_brgemms():
     strided = conv_rows(layers=("res5a_branch1",), bk=(64,), count=2)        # gathered pixels: no waste
     assert [(r["rows"], r["BRGEMM m"], r["useful rows"]) for r in strided.rows] == [(1, 7, 7), (7, 49, 49)]
     assert strided.rows[1]["% renamed"] > strided.rows[0]["% renamed"]
+
+
+def test_lines_crowding_an_l1_set_are_not_prefetched():
+    """A's rows 4 KiB apart (lda 2048 in bf16) put a tile's rows in one 12-way L1 set: the kernel
+    prefetches B's lines only; with the rows padded to 4160 bytes, A's too (tests/test_amx_variants.py
+    checks both compute the BRGEMM)."""
+    from tppasm.x86.amx_pipe import crowded
+    count = {lda: generate(Brgemm(m=64, n=64, k=2048, lda=lda, dtype="bf16")).disassemble().count("prefetcht0")
+             for lda in (2048, 2080)}
+    assert 0 < count[2048] < count[2080]
+    assert crowded([r * 2048 for r in range(32)]) and not crowded([r * 1024 for r in range(32)])

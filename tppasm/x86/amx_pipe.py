@@ -17,12 +17,20 @@ directions, so the panel two neighbours share (A rows along a row of macro block
 the blocks the previous one loaded last, still in L1. The cycle model of
 ``python -m bench amx-static`` (:mod:`bench.amx_model`) is what chose these.
 
+An operand whose lines would crowd an L1 set is not prefetched (:func:`crowded`: rows 2 or 4 KiB
+apart, as in a LLaMA prefill projection over row-major activations 2048 wide, put a tile's rows
+in one or two of the 12-way sets, where lines prefetched ahead evict each other before their
+load). MODELLED with a 12-way L1 (``bench.amx_model.simulate(..., l1_ways=12)``), a 64x64x2048
+bf16 BRGEMM of lda 2048 runs at 48.9% of the AMX peak with A prefetched and 72.2% with only B
+(73.3% at lda 2080, where nothing crowds); ``python -m bench amx-variants`` times that case.
+
 k tails: with k not a multiple of the VNNI factor (bf16 2, int8 4) the last group is partial;
 the step holding it loads its A tiles, and for bf16 its B tiles, from a stack scratch, copied
 with the missing elements zeroed (A is read only up to column k, so nothing past an operand is
 touched; B's padding entries may hold anything: 0 * NaN would not vanish in fp32, so they are
 cleared too; int8 products with a zero A byte are exact zeros).
 """
+from collections import Counter
 from dataclasses import dataclass
 
 from isa.x86 import K, TMM, ZMM, qword, rsp
@@ -32,6 +40,19 @@ from .batch import add_imm, mem_imm
 COLSB, ROWS = 64, 16
 UNROLL_K = 4                           # k steps unrolled before a runtime k loop is used
 PREFETCH_LINES = 512                   # at most this many next-block lines per batch block (32 KiB)
+L1_SETS, L1_WAYS = 64, 12              # the L1D of every AMX core so far (Golden Cove on): 48 KiB
+
+
+def crowded(offsets):
+    """Whether the lines at byte ``offsets`` (from one base) put more than ``L1_WAYS`` of them in
+    one L1 set, as the rows of a tile 2 or 4 KiB apart do (a row-major bf16 matrix 1024 or 2048
+    wide): prefetched ahead, they evict each other before their tile load reads them.
+
+    >>> crowded([r * 4096 for r in range(32)]), crowded([r * 4160 for r in range(32)]), crowded([])
+    (True, False, False)
+    """
+    per_set = Counter(line % L1_SETS for line in {off // COLSB for off in offsets})
+    return max(per_set.values(), default=0) > L1_WAYS
 
 
 @dataclass(frozen=True)
@@ -185,15 +206,11 @@ class Pipeline:
         if self.g.chunk or not self.g.prefetch:
             return []
         groups = groups or step.width
-        out = []
         a_bytes = groups * 4
-        for i, rows in enumerate(self.rsizes):
-            for row in range(rows):
-                off = step.a_off - adv[0] + (i * ROWS + row) * self.lda_b
-                out += [(base[0], off + c) for c in range(0, a_bytes, 64)]
-        for g in range(groups):
-            off = step.b_off - adv[1] + g * self.ldb_b
-            out += [(base[1], off + j * COLSB) for j in range(self.gn)]
+        a_lines = [step.a_off - adv[0] + (i * ROWS + row) * self.lda_b + c
+                   for i, rows in enumerate(self.rsizes) for row in range(rows) for c in range(0, a_bytes, 64)]
+        b_lines = [step.b_off - adv[1] + g * self.ldb_b + j * COLSB for g in range(groups) for j in range(self.gn)]
+        out = [(base[x], off) for x, offs in enumerate((a_lines, b_lines)) if not crowded(offs) for off in offs]
         if any(abs(off) >= 2 ** 31 - 64 for _, off in out):
             return []
         return [[reg + off] for reg, off in out[:PREFETCH_LINES]]
