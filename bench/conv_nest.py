@@ -312,7 +312,8 @@ class ConvNest:
     def views(self, x, w, y):
         """The arrays the nest reads: flat convolutions as one pixel row; ``batch="s"`` reads the
         input through a read-only view with an (s, column) pair of axes over the same memory;
-        the fp32 scratch output last, when there is one."""
+        with ``gather``, the nest's copy of the pixels read (copied here, and again by each
+        :meth:`run`); the fp32 scratch output last, when there is one."""
         sh, bl = self.shape, self.blocking
         w_shapes = {self.weight_shape()} | ({self.weight_shape(folded=True)} if bl.fold else set())
         for name, arr, want in (("input", x, {self.input_shape()}), ("weights", w, w_shapes),
