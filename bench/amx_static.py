@@ -28,7 +28,11 @@ strided 1x1 layers there, one output row against several gathered ones
 (``bench.conv_nest.Blocking.gather``), in % of the AMX peak counting only the products that reach
 the output.
 
-``python -m bench amx-static [--json FILE] [--quick] [--choices] [--conv] [--figures FILE]``
+``--crowding`` adds a LLaMA prefill projection's BRGEMM with A's rows 4 KiB apart and padded, as
+generated (no prefetch of lines that would crowd an L1 set) and without prefetch, with a fully
+associative and a 12-way L1 (:func:`crowding_rows`).
+
+``python -m bench amx-static [--json FILE] [--quick] [--choices] [--conv] [--crowding] [--figures FILE]``
 (``--choices``: the synthetic comparison of blockings and ``tdp*`` orders of
 :mod:`bench.amx_choices` that chose the kernel's, and the best of every blocking that fits the 8
 tiles in each reading; ``--figures``: every table but the calibration,
@@ -93,26 +97,28 @@ def repeated_loads(tile_ops, blocks):
     return out
 
 
-def run_case(m, n, k, count, dtype, beta, c_dtype, chunk=None):
-    """Generate and interpret one kernel (two calls: the second sees configured tiles; ``chunk``:
-    see :func:`tppasm.x86.amx.generate`); returns (stats of the second call, blocks, jit seconds)."""
+def run_case(m, n, k, count, dtype, beta, c_dtype, chunk=None, lda=None, prefetch=True):
+    """Generate and interpret one kernel (two calls: the second sees configured tiles; ``chunk``
+    and ``prefetch``: see :func:`tppasm.x86.amx.generate`; ``lda``: A's row length, k by default);
+    returns (stats of the second call, blocks, jit seconds)."""
     import ml_dtypes
     from isa.x86.interp import Machine
     from tppasm.brgemm import Brgemm
     from tppasm.layout import vnni_pack
     from tppasm.x86.amx import generate
 
-    d = Brgemm(m=m, n=n, k=k, dtype=dtype, beta=beta, c_dtype=c_dtype)
+    lda = lda or k
+    d = Brgemm(m=m, n=n, k=k, dtype=dtype, beta=beta, c_dtype=c_dtype, lda=lda, stride_a=m * lda)
     d.validate()
     t = time.perf_counter()
-    fn = generate(d, chunk)
+    fn = generate(d, chunk, prefetch)
     jit = time.perf_counter() - t
     rng = np.random.default_rng(0)
     if dtype == "bf16":
-        a = rng.standard_normal((count, m, k)).astype(ml_dtypes.bfloat16)
+        a = rng.standard_normal((count, m, lda)).astype(ml_dtypes.bfloat16)
         b = vnni_pack(rng.standard_normal((count, k, n)).astype(ml_dtypes.bfloat16), 2)
     else:
-        a = rng.integers(0, 256, (count, m, k)).astype(np.uint8)
+        a = rng.integers(0, 256, (count, m, lda)).astype(np.uint8)
         b = vnni_pack(rng.integers(-128, 128, (count, k, n)).astype(np.int8), 4)
     c = np.zeros((m, n), {"f32": np.float32, "i32": np.int32, "bf16": ml_dtypes.bfloat16}[c_dtype])
     mach = Machine()
@@ -124,15 +130,16 @@ def run_case(m, n, k, count, dtype, beta, c_dtype, chunk=None):
     return mach.stats, blocks, jit
 
 
-def model(stats, dtype, m, n, k, count, figures=None):
+def model(stats, dtype, m, n, k, count, figures=None, l1_ways=None):
     """{mode: modelled % of the AMX peak} and the renamed run's :class:`bench.amx_model.Result`;
-    ``figures``: the model's timings (:class:`bench.amx_model.Figures`; its own by default)."""
+    ``figures``: the model's timings (:class:`bench.amx_model.Figures`; its own by default);
+    ``l1_ways``: see :func:`bench.amx_model.simulate`."""
     from .amx_model import FIGURES, TDP_CYCLES, TDP_WORK, simulate
     work = 2 * m * n * k * count
     out, res = {}, None
     vector = sum(v for name, v in stats.counts.items() if name.startswith(("v", "k")))
     for mode in READINGS:
-        res = simulate(stats.tile_ops, figures=figures or FIGURES, **READINGS[mode])
+        res = simulate(stats.tile_ops, figures=figures or FIGURES, l1_ways=l1_ways, **READINGS[mode])
         cycles = max(res.cycles, vector / 2)          # AVX-512 work (epilogue, k-tail copies): 2 per cycle
         out[mode] = 100 * work / (cycles * TDP_WORK[dtype] / TDP_CYCLES)
     return out, res
@@ -166,6 +173,25 @@ def conv_rows(layers=CONV_LAYERS, bk=(32, 64), bc=64, count=8, figures=None):
     return rep
 
 
+def crowding_rows(figures=None, m=64, n=64, k=2048, lda=2048):
+    """A Report: the LLaMA prefill projection's bf16 BRGEMM (one block of k) with A's rows 4 KiB
+    apart (lda 2048) and padded (+32), as generated (lines that crowd an L1 set not prefetched,
+    :func:`tppasm.x86.amx_pipe.crowded`) and without prefetch, MODELLED with a fully associative
+    and a 12-way L1."""
+    rep = Report(f"A's rows {2 * lda} bytes apart or padded: bf16 {m}x{n}x{k} x 1, MODELLED % of the AMX "
+                 "peak (renamed / ooo) with a fully associative L1 and a 12-way one",
+                 ["lda", "kernel", "prefetches", "fully associative L1", "12-way L1"])
+    for lda in (lda, lda + 32):
+        for prefetch in (True, False):
+            stats, _, _ = run_case(m, n, k, 1, "bf16", 0, "f32", lda=lda, prefetch=prefetch)
+            cells = []
+            for ways in (None, 12):
+                pct, res = model(stats, "bf16", m, n, k, 1, figures, l1_ways=ways)
+                cells.append(f"{pct['renamed']:.1f} / {pct['ooo']:.1f}")
+            rep.add(lda, "as generated" if prefetch else "no prefetch", res.prefetches, *cells)
+    return rep
+
+
 def _table(title, rows):
     """A Report of ``rows`` (dicts with the same keys, in column order)."""
     rep = Report(title, list(rows[0]))
@@ -183,6 +209,8 @@ def parse(argv=None):
                    "on synthetic traces (bench.amx_choices)")
     p.add_argument("--conv", action="store_true", help="also the 7x7 and 14x14 3x3 and strided 1x1 "
                    "convolution BRGEMMs, one output row and several (bench.conv_nest rows, gather)")
+    p.add_argument("--crowding", action="store_true", help="also a LLaMA prefill projection with A's rows "
+                   "4 KiB apart or padded, modelled with a fully associative and a 12-way L1")
     p.add_argument("--figures", metavar="FILE", help="model with the timings python -m bench amx-micro "
                    "--figures FILE measured on an AMX host instead of the model's own")
     args = p.parse_args(argv)
@@ -244,6 +272,8 @@ def main(argv=None):
                               "MODELLED", best(compare(every, steps=48, figures=figures))))
     if args.conv:
         reports.append(conv_rows(figures=figures))
+    if args.crowding:
+        reports.append(crowding_rows(figures=figures))
     from .amx_calibration import calibrate
     reports.append(_table("Calibration: the unpipelined kernel issue #12 measured on an Emerald Rapids core "
                           "(bf16 64x64x64 x 16, 1,346 GFLOP/s), MODELLED in each reading", calibrate()))

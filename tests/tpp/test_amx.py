@@ -353,3 +353,16 @@ def test_lines_crowding_an_l1_set_are_not_prefetched():
              for lda in (2048, 2080)}
     assert 0 < count[2048] < count[2080]
     assert crowded([r * 2048 for r in range(32)]) and not crowded([r * 1024 for r in range(32)])
+
+
+def test_crowding_rows_model_the_prefill_projection_both_ways():
+    """``amx-static --crowding``: rows 4 KiB apart get B's prefetches only, padded rows both; each
+    kernel gets a modelled percentage with either L1 in (0, 100]."""
+    from bench.amx_static import crowding_rows
+    rows = crowding_rows(k=128).rows
+    assert [(r["lda"], r["kernel"]) for r in rows] == [(2048, "as generated"), (2048, "no prefetch"),
+                                                       (2080, "as generated"), (2080, "no prefetch")]
+    assert 0 < rows[0]["prefetches"] < rows[2]["prefetches"] and rows[1]["prefetches"] == 0
+    for r in rows:
+        for cell in (r["fully associative L1"], r["12-way L1"]):
+            assert all(0 < float(x) <= 100 for x in cell.split(" / "))

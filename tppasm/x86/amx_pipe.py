@@ -21,8 +21,9 @@ An operand whose lines would crowd an L1 set is not prefetched (:func:`crowded`:
 apart, as in a LLaMA prefill projection over row-major activations 2048 wide, put a tile's rows
 in one or two of the 12-way sets, where lines prefetched ahead evict each other before their
 load). MODELLED with a 12-way L1 (``bench.amx_model.simulate(..., l1_ways=12)``), a 64x64x2048
-bf16 BRGEMM of lda 2048 runs at 48.9% of the AMX peak with A prefetched and 72.2% with only B
-(73.3% at lda 2080, where nothing crowds); ``python -m bench amx-variants`` times that case.
+bf16 BRGEMM of lda 2048 ran at 48.9% of the AMX peak with A prefetched (before this rule) and runs
+at 72.2% with only B (73.3% at lda 2080, where nothing crowds: ``python -m bench amx-static
+--crowding``); ``python -m bench amx-variants`` times that case.
 
 k tails: with k not a multiple of the VNNI factor (bf16 2, int8 4) the last group is partial;
 the step holding it loads its A tiles, and for bf16 its B tiles, from a stack scratch, copied
