@@ -23,7 +23,8 @@ with A's rows 4 KiB apart, as its activations are, and padded to 4160 bytes: 4 K
 rows of a tile fall in one L1 set, which may be why the whole layer's first token ran at 375
 GFLOP/s (19% of the AMX peak) on an Emerald Rapids core where this kernel's other shapes reach
 1,100-1,450. Since then the kernel prefetches no lines that crowd an L1 set
-(:func:`tppasm.x86.amx_pipe.crowded`), so at 4 KiB apart only B's are prefetched.
+(:func:`tppasm.x86.amx_pipe.crowded`), so at 4 KiB apart only B's are prefetched; the variant
+"prefetch all" there is the kernel as it was, A's lines prefetched too.
 
 Measured on an Emerald Rapids core (family 6 model 207, a 16-core KVM guest, 1 thread,
 21 rounds; % of the AMX peak, median): goal shape unchunked 49.5, without prefetch 37.3, chunks of
@@ -52,6 +53,7 @@ VARIANTS = {                 # name: (batch blocks per chunk, software prefetch,
     "unchunked": (0, True, True),
     "no prefetch": (0, False, True),
     "configured once": (0, True, False),
+    "prefetch all": (0, "all", True),
     "chunks of 1": (1, True, True),
     "chunks of 2": (2, True, True),
     "chunks of 4": (4, True, True),
@@ -90,7 +92,8 @@ CASES = [
     Case("the GEMM bench's blocks", 128, 32, 128, 8, "bf16", variants=WALKS + ("chunks of 2",)),
     Case("one macro block", 32, 32, 64, 16, "bf16", variants=WALKS),
     Case("the goal's work, A tiles contiguous (k 32)", 64, 64, 32, 32, "bf16", variants=WALKS),
-    Case("LLaMA prefill projection, rows 4 KiB apart", 64, 64, 2048, 1, "bf16", lda=2048, variants=WALKS),
+    Case("LLaMA prefill projection, rows 4 KiB apart", 64, 64, 2048, 1, "bf16", lda=2048,
+         variants=WALKS + ("prefetch all",)),
     Case("the same, rows padded to 4160 bytes", 64, 64, 2048, 1, "bf16", lda=2080, variants=WALKS),
 ]
 

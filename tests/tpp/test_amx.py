@@ -346,12 +346,14 @@ def test_conv_rows_table_models_the_conv_nests_brgemms():
 
 def test_lines_crowding_an_l1_set_are_not_prefetched():
     """A's rows 4 KiB apart (lda 2048 in bf16) put a tile's rows in one 12-way L1 set: the kernel
-    prefetches B's lines only; with the rows padded to 4160 bytes, A's too (tests/test_amx_variants.py
-    checks both compute the BRGEMM)."""
+    prefetches B's lines only; with the rows padded to 4160 bytes, A's too, as ``prefetch="all"``
+    does at 4 KiB (tests/test_amx_variants.py checks they compute the BRGEMM)."""
     from tppasm.x86.amx_pipe import crowded
     count = {lda: generate(Brgemm(m=64, n=64, k=2048, lda=lda, dtype="bf16")).disassemble().count("prefetcht0")
              for lda in (2048, 2080)}
     assert 0 < count[2048] < count[2080]
+    every = generate(Brgemm(m=64, n=64, k=2048, lda=2048, dtype="bf16"), prefetch="all")   # amx-variants' old kernel
+    assert every.disassemble().count("prefetcht0") == count[2080]
     assert crowded([r * 2048 for r in range(32)]) and not crowded([r * 1024 for r in range(32)])
 
 

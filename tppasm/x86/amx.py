@@ -549,8 +549,9 @@ def generate(desc, chunk=None, prefetch=True):
     """The raw AMX BRGEMM kernel (a :class:`isa.x86.JitFunction`) for a bf16 / i8 descriptor;
     ``chunk``: batch blocks per chunk (:mod:`tppasm.x86.amx_chunk`; None: :func:`chunk_blocks`'
     choice where :func:`chunks_on`, else 0; 0: every macro block walks the whole batch);
-    ``prefetch=False`` leaves out the ``prefetcht0`` of the next blocks (:mod:`tppasm.x86.amx_pipe`;
-    for ``python -m bench amx-variants``, which times the kernel with and without them).
+    ``prefetch=False`` leaves out the ``prefetcht0`` of the next blocks, ``"all"`` keeps those of
+    lines that crowd an L1 set too (:mod:`tppasm.x86.amx_pipe`; both for ``python -m bench
+    amx-variants``, which times the kernel each way).
 
     >>> from tppasm.brgemm import Brgemm
     >>> "tdpbusd" in generate(Brgemm(m=20, n=8, k=12, dtype="i8", beta=1)).disassemble()

@@ -211,7 +211,8 @@ class Pipeline:
         a_lines = [step.a_off - adv[0] + (i * ROWS + row) * self.lda_b + c
                    for i, rows in enumerate(self.rsizes) for row in range(rows) for c in range(0, a_bytes, 64)]
         b_lines = [step.b_off - adv[1] + g * self.ldb_b + j * COLSB for g in range(groups) for j in range(self.gn)]
-        out = [(base[x], off) for x, offs in enumerate((a_lines, b_lines)) if not crowded(offs) for off in offs]
+        keep = self.g.prefetch == "all"
+        out = [(base[x], off) for x, offs in enumerate((a_lines, b_lines)) if keep or not crowded(offs) for off in offs]
         if any(abs(off) >= 2 ** 31 - 64 for _, off in out):
             return []
         return [[reg + off] for reg, off in out[:PREFETCH_LINES]]
