@@ -161,11 +161,10 @@ def conv_rows(layers=CONV_LAYERS, bk=(32, 64), bc=64, count=8, figures=None):
                  ["layer", "bk", "rows", "BRGEMM m", "useful rows", "% in-order", "% ooo", "% renamed"])
     for name in layers:
         sh = layer(name, 1)
-        gathered = sh.r == 1 and sh.stride > 1
-        spans = [px // sh.q for px in pixel_spans(sh)] if gathered else [1] + row_spans(sh)
+        spans = [px // sh.q for px in pixel_spans(sh)] if sh.gatherable else [1] + row_spans(sh)
         for n in bk:
             for rows in spans:
-                m = rows * sh.q if gathered else sh.spanned(rows)
+                m = rows * sh.q if sh.gatherable else sh.spanned(rows)
                 stats, _, _ = run_case(m, n, bc, count, "bf16", 1, "f32")
                 pct, _ = model(stats, "bf16", m, n, bc, count, figures)
                 useful = rows * sh.q / m

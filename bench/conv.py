@@ -123,7 +123,7 @@ def blockings(shape, dtype, quick=False, amx=None):
         axes = [("r", True)] if quick else [("c", False), ("c", True), ("r", False), ("r", True), ("s", False)]
     q, p = shape.q, shape.p
     spans = pixel_spans(shape, quick)
-    gathered = shape.r == 1 and shape.stride > 1 and shape.pad == 0
+    gathered = shape.gatherable
     short = gathered and q < 16              # output rows shorter than a tile's 16 rows
     if shape.flat:               # a flat convolution's GEMM rows may span output rows, up to the image
         widths = spans

@@ -143,6 +143,16 @@ class Conv:
         """True when the convolution is one GEMM per image over its H*W pixels (1x1, stride 1, no padding)."""
         return self.r == self.s == self.stride == 1 and self.pad == 0
 
+    @property
+    def gatherable(self):
+        """True for a strided, unpadded 1x1 convolution: a flat one over the pixels it reads
+        (``Blocking.gather``).
+
+        >>> Conv(n=1, c=4, k=4, h=8, w=8, stride=2).gatherable, Conv(n=1, c=4, k=4, h=8, w=8, r=3, s=3, stride=2).gatherable
+        (True, False)
+        """
+        return self.r == self.s == 1 and self.pad == 0 and self.stride > 1
+
     def __str__(self):
         return (f"{self.c}->{self.k} {self.r}x{self.s}/{self.stride} pad {self.pad} on {self.h}x{self.w}"
                 f" N={self.n}")
@@ -209,7 +219,7 @@ class ConvNest:
         _need(not (bl.fold and bl.batch == "s"), "fold=True puts the filter columns in k: use batch='c' or 'r'")
         self.source_shape = sh
         if bl.gather:
-            _need(sh.r == sh.s == 1 and sh.pad == 0 and sh.stride > 1,
+            _need(sh.gatherable,
                   f"gather=True copies the pixels a strided 1x1 layer reads together; {sh} is not one: use "
                   "gather=False")
             _need(bl.batch == "c" and not bl.fold and bl.rows == 1,

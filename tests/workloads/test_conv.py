@@ -100,7 +100,7 @@ def test_random_shapes_blockings_and_specs(data):
     shape = Conv(n=data.draw(st.integers(1, 3), "n"), c=c, k=bk * data.draw(st.integers(1, 2), "kb"), h=h,
                  w=data.draw(st.integers(max(1, r - 2 * pad), 9), "w"), r=r, s=r, stride=stride, pad=pad)
     cb = -(-c // bc)
-    gather = r == 1 and stride > 1 and pad == 0 and data.draw(st.booleans(), "gather")
+    gather = shape.gatherable and data.draw(st.booleans(), "gather")
     pixels = shape.p * shape.q if shape.flat or gather else shape.q
     bw = data.draw(st.sampled_from([d for d in range(1, pixels + 1) if pixels % d == 0]), "bw")
     batch = "c" if gather else data.draw(st.sampled_from(["c", "r", "s"]), "batch")
