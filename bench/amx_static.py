@@ -180,14 +180,15 @@ def crowding_rows(figures=None, m=64, n=64, k=2048, lda=2048):
     rep = Report(f"A's rows {2 * lda} bytes apart or padded: bf16 {m}x{n}x{k} x 1, MODELLED % of the AMX "
                  "peak (renamed / ooo) with a fully associative L1 and a 12-way one",
                  ["lda", "kernel", "prefetches", "fully associative L1", "12-way L1"])
-    for lda in (lda, lda + 32):
+    from tppasm.x86.amx_pipe import L1_WAYS
+    for row in (lda, lda + 32):
         for prefetch in (True, False):
-            stats, _, _ = run_case(m, n, k, 1, "bf16", 0, "f32", lda=lda, prefetch=prefetch)
+            stats, _, _ = run_case(m, n, k, 1, "bf16", 0, "f32", lda=row, prefetch=prefetch)
             cells = []
-            for ways in (None, 12):
+            for ways in (None, L1_WAYS):
                 pct, res = model(stats, "bf16", m, n, k, 1, figures, l1_ways=ways)
                 cells.append(f"{pct['renamed']:.1f} / {pct['ooo']:.1f}")
-            rep.add(lda, "as generated" if prefetch else "no prefetch", res.prefetches, *cells)
+            rep.add(row, "as generated" if prefetch else "no prefetch", res.prefetches, *cells)
     return rep
 
 

@@ -49,7 +49,7 @@ import numpy as np
 from .common import Report, write_json
 from .options import count, json_option, summary
 
-VARIANTS = {                 # name: (batch blocks per chunk, software prefetch, tile_setup)
+VARIANTS = {                 # name: (batch blocks per chunk, prefetch: True / False / "all", tile_setup)
     "unchunked": (0, True, True),
     "no prefetch": (0, False, True),
     "configured once": (0, True, False),
