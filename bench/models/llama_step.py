@@ -13,6 +13,8 @@ import numpy as np
 import tppasm as tpp
 from loops import Loop, kernel, thread
 
+from .rows import row_block
+
 BN = 64              # output columns per weight panel (one head of 64, or two of 32)
 QUERY_BLOCK = 64     # prefill attention: query rows per causal block
 STREAM_ROWS = 4      # projections of at most this many rows stream their weights (paced)
@@ -22,12 +24,6 @@ def _strided_k(a, kc):
     """(T, K) -> the (K/kc, T, kc) view that batch-reduces over K chunks."""
     T, K = a.shape
     return np.lib.stride_tricks.as_strided(a, (K // kc, T, kc), (kc * a.itemsize, a.strides[0], a.itemsize))
-
-
-def row_block(T, nt):
-    """Rows per block: the largest of 64..1 dividing T (leaving work for ``nt`` threads if it can)."""
-    sizes = [b for b in (64, 32, 16, 8, 4, 2, 1) if T % b == 0]
-    return next((b for b in sizes if T // b >= nt), sizes[-1])
 
 
 def linear_nest(T, lin, dtype, out_dtype, pool, beta=0, pace=0):

@@ -22,9 +22,11 @@ Activations stay row-major (tokens, channels), so blocks are strided views; weig
 into (k, bn) column blocks (VNNI-packed for bf16) and all of a layer's sit in one array, its biases
 and norm parameters in another. In bf16 the GEMM inputs are bf16 (weights, and activations
 converted after each norm; attention reads and writes bf16 too, with fp32 scores and sums); the
-residual stream and the norms stay fp32, as under torch's bf16 autocast. A batch is padded to the
-next multiple of ``PAD`` tokens of its longest sentence (masked; never past that): the GEMMs' row
-block, and a bound on the shapes JIT'd. Buffers belong to the model: one call at a time per model.
+residual stream and the norms stay fp32, as under torch's bf16 autocast. A batch runs at its longest
+sentence's length, the shorter ones masked: no token past the longest is computed, and the GEMMs' row
+block divides the batch's tokens (:func:`bench.models.rows.row_block`). Nests and buffers are
+built per (batch, length) (~40 ms, once), and the shapes used last are kept while their buffers
+take at most ``PLAN_BYTES``. Buffers belong to the model: one call at a time per model.
 
 >>> import numpy as np
 >>> m = MiniLM.load("f32")
@@ -45,11 +47,12 @@ from loops.pool import get_pool
 
 from .attention import Attention
 from .checks import check_pool, choice, float_weights, positive_int
+from .rows import row_block
 
 HIDDEN, HEADS, HEAD_DIM, FFN, LAYERS, EPS = 384, 12, 32, 1536, 6, 1e-12
 MAX_LEN = 256           # sentence-transformers' max_seq_length for this model
 POSITIONS = 512         # position embeddings: forward takes sequences of up to this many tokens
-PAD = 16                # sequence lengths padded to a multiple of this (masked)
+PLAN_BYTES = 512 << 20  # the buffers of the (batch, length) shapes a model keeps (the last used; one at least)
 # one layer's weight blocks, each (HIDDEN, bn): Q|K|V, output, MLP up, MLP down (4 K-blocks per column)
 # and its fp32 parameters: biases and norm gammas/betas, in this order
 PARAMS = (("bqkv", 3 * HIDDEN), ("bo", HIDDEN), ("ln1_g", HIDDEN), ("ln1_b", HIDDEN), ("b1", FFN),
@@ -212,23 +215,22 @@ class MiniLM:
         the same shape with a 1 in every row; 1 <= length <= 512."""
         ids, keep = _check_inputs(input_ids, attention_mask, self.word.shape[0])
         B, L = ids.shape
-        Lp = -(-L // PAD) * PAD
-        plan = self._plan(B, Lp)
-        ids_p = np.zeros((B, Lp), np.int64)
-        ids_p[:, :L] = ids
-        np.take(self.word, ids_p.reshape(-1), axis=0, out=plan.H)
+        plan = self._plan(B, L)
+        np.take(self.word, ids.reshape(-1), axis=0, out=plan.H)
         plan.mask[...] = -np.inf
-        plan.mask[:, :L][keep] = 0.0
-        plan.embed(plan.H.reshape(B, Lp, HIDDEN), self.pos_type, self.emb_ln, plan.X.reshape(B, Lp, HIDDEN))
+        plan.mask[keep] = 0.0
+        plan.embed(plan.H.reshape(B, L, HIDDEN), self.pos_type, self.emb_ln, plan.X.reshape(B, L, HIDDEN))
         for weights, params in self.layers:
             plan.run_layer(weights, params)
-        return plan.H.reshape(B, Lp, HIDDEN)[:, :L].copy()
+        return plan.H.reshape(B, L, HIDDEN).copy()
 
-    def _plan(self, B, Lp):
-        key = (B, Lp)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = _Plan(self, B, Lp)
+    def _plan(self, B, L):
+        """The plan of (B, L), built on first use; the least recently used go while the plans'
+        buffers take more than PLAN_BYTES."""
+        plan = self._plans.pop((B, L), None) or _Plan(self, B, L)
+        self._plans[B, L] = plan
+        while len(self._plans) > 1 and sum(p.nbytes for p in self._plans.values()) > PLAN_BYTES:
+            del self._plans[next(iter(self._plans))]
         return plan
 
 
@@ -293,37 +295,37 @@ def _check_inputs(input_ids, attention_mask, vocab):
 class _Plan:
     """Buffers, kernels and nests for one (batch, padded length)."""
 
-    def __init__(self, model, B, Lp):
+    def __init__(self, model, B, L):
         bf16 = model.dtype == "bf16"
         dt = model.dtype
         pool = model.pool or get_pool()
         nt = pool.nthreads
-        T, bn = B * Lp, model.bn
-        bm = next((b for b in (64, 32, 16) if T % b == 0 and T // b >= nt), 16)
+        T, bn = B * L, model.bn
+        bm = row_block(T, nt)
         # fewer row blocks than threads (a short batch): the third nest is cut into a nest per
         # step, each parallel over row and column blocks, with the MLP's activations for all rows
         self.split = T // bm < nt
         H = tpp.empty((T, HIDDEN))
         Hb = tpp.empty((T, HIDDEN), "bf16") if bf16 else None
-        self.mask = tpp.empty((B, Lp))
+        self.mask = tpp.empty((B, L))
         slots = T // bm if self.split else nt                        # per row block, else per thread
         inter = tpp.empty((slots, bm, FFN), dt)
         I4 = np.lib.stride_tricks.as_strided(inter, (slots, FFN // HIDDEN, bm, HIDDEN),
                                              (bm * FFN * inter.itemsize, HIDDEN * inter.itemsize,
                                               FFN * inter.itemsize, inter.itemsize))
-        add_positions = tpp.binary("add", Lp, HIDDEN)
-        seq_norm = tpp.layernorm(Lp, HIDDEN, eps=EPS)
-        seq_bf16 = tpp.copy(Lp, HIDDEN, out_dtype="bf16")
+        add_positions = tpp.binary("add", L, HIDDEN)
+        seq_norm = tpp.layernorm(L, HIDDEN, eps=EPS)
+        seq_bf16 = tpp.copy(L, HIDDEN, out_dtype="bf16")
 
         @kernel("A", Loop(0, B), pool=pool)
         def embed(b, H, Pos, Ln, X):
-            add_positions(H[b], Pos[0:Lp], H[b])
+            add_positions(H[b], Pos[0:L], H[b])
             seq_norm(H[b], Ln[0], Ln[1], H[b])
             if bf16:
                 seq_bf16(H[b], X[b])
         self.embed = embed
         self.QKV, self.Ctx = tpp.empty((T, 3 * HIDDEN), dt), tpp.empty((T, HIDDEN), dt)
-        self.attend = Attention(B, Lp, HEADS, HEAD_DIM, dt, pool)
+        self.attend = Attention(B, L, HEADS, HEAD_DIM, dt, pool)
         self.k = SimpleNamespace(
             qkv=tpp.brgemm(bm, bn, HIDDEN, dt, lda=HIDDEN, ldc=3 * HIDDEN, c_dtype=dt, bias=True),
             row_bf16=tpp.copy(bm, HIDDEN, out_dtype="bf16"),
@@ -335,6 +337,9 @@ class _Plan:
         self.H, self.Hb, self.I4 = H, Hb, I4
         self.X = (self.Hb if bf16 else self.H)[None]
         self.qkv_nest = self._qkv_nest()
+        att = self.attend
+        self.nbytes = sum(x.nbytes for x in (H, Hb, self.mask, inter, self.QKV, self.Ctx, att.S, att.KT,
+                                              getattr(att, "V", None), getattr(att, "P", None)) if x is not None)
         self.rest = self._split_nests() if self.split else {"rest": self._rest_nest()}
 
     def _qkv_nest(self):

@@ -60,12 +60,35 @@ def test_padding_inside_a_batch_changes_nothing(reference, model):
     np.testing.assert_allclose(together[0, :n], alone[0], rtol=0, atol=2e-4 if model.dtype == "f32" else 5e-2)
 
 
+def test_no_token_past_the_longest_sentence_is_computed(model, monkeypatch):
+    """A batch runs at its longest sentence's length, whatever it is (a prime number of tokens
+    too), and gives what each sentence gives alone; the model keeps the shapes used last while
+    their buffers fit PLAN_BYTES."""
+    from bench.models import minilm
+    ids = np.random.default_rng(1).integers(1000, 20000, (3, 13))
+    mask = np.ones((3, 13), np.int64)
+    mask[1, 7:] = 0
+    got = model.forward(ids, mask)
+    plan = model._plans[3, 13]
+    assert got.shape == (3, 13, 384) and plan.T == 39 and plan.H.shape == (39, 384)
+    alone = model.forward(ids[1:2, :7], mask[1:2, :7])
+    np.testing.assert_allclose(got[1, :7], alone[0], rtol=0, atol=2e-4 if model.dtype == "f32" else 5e-2)
+    monkeypatch.setattr(minilm, "PLAN_BYTES", 3 * plan.nbytes)
+    for length in (12, 11, 10):                             # each plan smaller than the last
+        model.forward(np.ones((3, length), np.int64), np.ones((3, length), np.int64))
+    assert (3, 13) not in model._plans and list(model._plans)[-3:] == [(3, 12), (3, 11), (3, 10)]
+    assert sum(p.nbytes for p in model._plans.values()) <= minilm.PLAN_BYTES
+    monkeypatch.setattr(minilm, "PLAN_BYTES", 0)
+    model.forward(ids, mask)
+    assert list(model._plans) == [(3, 13)]                 # one plan at least
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_short_batches_on_many_threads_give_what_one_thread_gives(reference, dtype):
     """Fewer row blocks than threads (a short batch, or many cores): the third nest is cut into a
     nest per step, parallel over row and column blocks. Each element adds up the same products in
     the same order, so the hidden states equal one thread's bit for bit, and every sentence alone
-    (split too: at most 4 row blocks of 64 for 5 threads) still matches sentence-transformers."""
+    (split where its tokens make fewer than 5 row blocks) still matches sentence-transformers."""
     from loops.pool import Pool
     sentences, want = reference
     one, many = MiniLM.load(dtype, pool=Pool(1)), MiniLM.load(dtype, pool=Pool(5))
@@ -73,7 +96,7 @@ def test_short_batches_on_many_threads_give_what_one_thread_gives(reference, dty
     mask = np.ones((2, 20), np.int64)
     mask[1, 12:] = 0
     got = many.forward(ids, mask)
-    assert many._plan(2, 32).split and not one._plan(2, 32).split
+    assert many._plan(2, 20).split and not one._plan(2, 20).split
     assert np.array_equal(got, one.forward(ids, mask))
     cos = cosines(many.encode(sentences, batch_size=1), want)
     assert cos.min() >= GOAL[dtype], dict(zip(sentences, cos.round(6)))

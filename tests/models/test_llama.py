@@ -26,7 +26,7 @@ def effective_weights(layer, w):
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "i8"])
-@pytest.mark.parametrize("prompt", [5, 62, 100])
+@pytest.mark.parametrize("prompt", [5, 62, 100, 101])
 def test_prefill_then_decode(dtype, prompt):
     w = random_weights(CFG)
     layer = LlamaLayer(CFG, w, dtype)
