@@ -13,11 +13,16 @@ LOW, HIGH = 16, 64
 
 
 def row_block(rows, threads):
-    """Rows per block for ``rows`` rows on ``threads`` threads: the largest divisor of ``rows`` in
-    LOW..HIGH leaving a block per thread (the norms run over row blocks), else the largest in
-    LOW..HIGH, else the smallest divisor above HIGH, else (fewer than LOW rows) all of them."""
+    """Rows per block for ``rows`` rows on ``threads`` threads: of the divisors of ``rows`` in
+    LOW..HIGH, the one whose busiest thread gets the fewest rows (nests over row blocks hand each
+    thread whole blocks), the largest of those; else the smallest divisor above HIGH, else (fewer
+    than LOW rows) all of them.
+
+    >>> row_block(192, 2), row_block(192, 1)          # 3 blocks of 64 keep one thread busy twice as long
+    (48, 64)
+    """
     divisors = [b for b in range(1, rows + 1) if rows % b == 0]
     mid = [b for b in divisors if LOW <= b <= HIGH]
     if mid:
-        return max([b for b in mid if rows // b >= threads] or mid)
+        return min(mid, key=lambda b: (-(-rows // b // threads) * b, -b))
     return min([b for b in divisors if b > HIGH] or [rows])
