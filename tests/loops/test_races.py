@@ -428,6 +428,30 @@ def test_per_thread_scratch_is_no_race():
         shared(X, np.zeros((2,) + BLOCK, np.float32), np.zeros_like(X))
 
 
+def test_calls_on_neighbouring_blocks_are_checked_as_one_block_first(monkeypatch):
+    """Calls whose blocks differ only in constant offsets are checked first as one block covering
+    them all (a superset: when it cannot race, neither can they), so a body of many calls costs a
+    few pairs; a race among them is still reported on the calls themselves."""
+    import loops.races as races
+    relu = tpp.relu(*BLOCK)
+    X = np.zeros((4, 8) + BLOCK, np.float32)
+    pairs = []
+    analyse = races.pair
+    monkeypatch.setattr(races, "pair", lambda *a: pairs.append(a) or analyse(*a))
+
+    def rows(i, X, Y):
+        for j in range(8):
+            relu(X[i, j], Y[i, j])
+    assert check(kernel("A", Loop(0, 4))(rows), (X, X.copy()), nthreads=2) == [] and len(pairs) == 1
+
+    def shared(i, X, Y):
+        for j in range(7):
+            relu(X[i, j], Y[i, j])
+        relu(X[i, 7], Y[0, 7])                      # every iteration writes row 0's last block
+    found = check(kernel("A", Loop(0, 4), races="allow")(shared), (X, X.copy()), nthreads=2)
+    assert found and {c.first.text for c in found} == {c.second.text for c in found} == {"relu(X[i, 7], Y[0, 7])"}
+
+
 def test_init_hook_writing_a_shared_block_races():
     zero, relu = tpp.zero(*BLOCK), tpp.relu(*BLOCK)
     k = kernel("A", Loop(0, 4), pool=pool_of(2))(lambda i, X, Y: relu(X[i], Y[i]))
