@@ -25,7 +25,7 @@ converted after each norm; attention reads and writes bf16 too, with fp32 scores
 residual stream and the norms stay fp32, as under torch's bf16 autocast. A batch runs at its longest
 sentence's length, the shorter ones masked: no token past the longest is computed, and the GEMMs' row
 block divides the batch's tokens (:func:`bench.models.rows.row_block`). Nests and buffers are
-built per (batch, length) (~40 ms, once), and the shapes used last are kept while their buffers
+built per (batch, length) (~25 ms on Zen 4, once), and the shapes used last are kept while their buffers
 take at most ``PLAN_BYTES``. Buffers belong to the model: one call at a time per model.
 
 >>> import numpy as np
