@@ -377,7 +377,7 @@ class ConvNest:
         """The nest that copies the pixels a strided 1x1 layer reads, ``(N, C/bc, H, W, bc)`` ->
         ``(N, C/bc, P, Q, bc)``: one copy TPP per output row (Q pixels ``stride*bc`` apart)."""
         st, q, bc = self.source_shape.stride, self.shape.w, self.blocking.bc
-        copy = tpp.copy(q, bc, ldi=st * bc, dtype=self.dtype, out_dtype=self.dtype)
+        copy = tpp.copy(q, bc, ldx=st * bc, dtype=self.dtype, out_dtype=self.dtype)
 
         def gather(n, cb, oh, X, G):
             copy(X[n, cb, oh * st, 0:(q - 1) * st + 1:st], G[n, cb, oh])
