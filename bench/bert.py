@@ -1,7 +1,7 @@
 """all-MiniLM-L6-v2 on tppasm (:class:`bench.models.minilm.MiniLM`) against torch, in the same run.
 
 ``python -m bench bert [--shapes 1x32,8x128] [--threads 1,2] [--dtypes f32,bf16] [--runs N] [--clock wall|cpu]
-[--profile] [--json FILE]``
+[--profile | --corpus N] [--json FILE]``
 
 Each row times ``model.forward(input_ids, attention_mask)`` (the last hidden state, the encoder
 only: tokenization aside) beside the same checkpoint as Hugging Face's ``BertModel`` in
@@ -17,6 +17,9 @@ is out of reach by arithmetic on that host. Before timing, both outputs are
 compared (max abs difference). ``--profile`` prints instead where one layer's time goes: each step
 (QKV, the attention's steps, output projection, norms, MLP) as its own nest over the same loops,
 ms per layer, its share of the forward, and the GEMM steps' GFLOP/s against the measured peak.
+``--corpus N`` times instead a pass over N sentences of 3 to 29 words (:func:`corpus`), as
+``encode`` forms them: sorted by length, batches of 8, each batch at its longest sentence's
+length (ours) and padded to the same length (torch's, as its tokenizer's ``padding="longest"``).
 
 >>> from bench.bert import MiniLM
 >>> MiniLM.load("f32").encode(["tppasm"]).shape
@@ -146,6 +149,50 @@ def profile_bert(shapes, threads, dtypes, runs, clock="wall"):
     return rep
 
 
+def corpus(count, seed=0):
+    """``count`` sentences of 3 to 29 words from a fixed vocabulary, the same for a ``seed``.
+
+    >>> len(corpus(3)), corpus(2) == corpus(2)
+    (3, True)
+    """
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(CORPUS_WORDS, rng.integers(3, 30))) for _ in range(count)]
+
+
+CORPUS_WORDS = ("the quick brown fox jumps over a lazy dog while seven tired engineers measure kernels on noisy "
+                "machines and nobody sleeps before the numbers hold").split()
+CORPUS_BATCH = 8
+
+
+def bench_corpus(count, threads, dtypes, runs, clock="wall"):
+    """``--corpus``: one pass over :func:`corpus` (``count`` sentences) in batches of CORPUS_BATCH
+    by length, ours against torch on the same token ids and masks."""
+    import torch
+    rep = Report(f"all-MiniLM-L6-v2 encoder over {count} sentences of 3 to 29 words in batches of {CORPUS_BATCH} "
+                 "by length (each at its longest sentence), ms per pass (median of interleaved runs)",
+                 ["dtype", "threads", "sentences", "mean tokens", "tppasm ms", "torch ms", "torch/tppasm",
+                  "max |diff|"])
+    texts = corpus(count)
+    for dtype in dtypes:
+        _, run_torch = torch_model(dtype)
+        for nt in threads:
+            use_threads(nt, torch)
+            model = MiniLM.load(dtype, pool=pool_of(nt))
+            lengths = [len(e.ids) for e in model.tok.encode_batch(texts)]
+            order = np.argsort(lengths, kind="stable")[::-1]
+            batches = [model.tokenize([texts[i] for i in order[s:s + CORPUS_BATCH]])
+                       for s in range(0, count, CORPUS_BATCH)]
+            tensors = [(torch.from_numpy(ids), torch.from_numpy(mask)) for ids, mask in batches]
+            ids, mask = batches[0]
+            keep = mask.astype(bool)
+            diff = float(np.abs(model.forward(ids, mask)[keep] - run_torch(*tensors[0]).float().numpy()[keep]).max())
+            ours, theirs = interleaved([lambda: [model.forward(*b) for b in batches],
+                                        lambda: [run_torch(*t) for t in tensors]], runs, clock=clock)
+            rep.add(dtype, nt, count, float(np.mean(lengths)), 1e3 * float(np.median(ours)),
+                    1e3 * float(np.median(theirs)), float(np.median(theirs / ours)), diff)
+    return rep
+
+
 def parse(argv=None):
     """The options of ``python -m bench bert``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench bert", description=summary(__doc__))
@@ -155,7 +202,10 @@ def parse(argv=None):
     dtypes_option(p, ("f32", "bf16"))
     p.add_argument("--runs", type=count("runs", "--runs 7"), default=7, help="interleaved timing runs per row")
     add_clock_option(p)
-    p.add_argument("--profile", action="store_true", help="instead: a per-step breakdown of one layer")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--profile", action="store_true", help="instead: a per-step breakdown of one layer")
+    mode.add_argument("--corpus", type=count("sentences", "--corpus 256"), default=0,
+                      help="instead: a pass over this many sentences of 3 to 29 words, batches of 8 by length")
     json_option(p)
     args = p.parse_args(argv)
     check_clock(p, args)
@@ -171,8 +221,11 @@ def main(argv=None):
         print("torch and transformers are needed for the comparison: pip install -e .[bench]")
         return 1
     start = time.perf_counter()
-    run = profile_bert if args.profile else bench_bert
-    rep = run(args.shapes, args.threads, args.dtypes, args.runs, args.clock)
+    if args.corpus:
+        rep = bench_corpus(args.corpus, args.threads, args.dtypes, args.runs, args.clock)
+    else:
+        run = profile_bert if args.profile else bench_bert
+        rep = run(args.shapes, args.threads, args.dtypes, args.runs, args.clock)
     print(f"\n({time.perf_counter() - start:.0f} s)")
     write_json(args.json, [rep])
     return 0

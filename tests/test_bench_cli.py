@@ -38,6 +38,8 @@ def refused(capsys, parse, argv):
     ("mlp", ["--channels", "-8"], "argument --channels: '-8'"),
     ("mlp", ["--layers", "0"], "argument --layers: '0'"),
     ("bert", ["--runs", "0"], "argument --runs: '0': expected a positive number of runs, e.g. --runs 7"),
+    ("bert", ["--corpus", "0"], "argument --corpus: '0': expected a positive number of sentences, e.g. --corpus 256"),
+    ("bert", ["--profile", "--corpus", "8"], "argument --corpus: not allowed with argument --profile"),
     ("bert", ["--shapes", "1x1000"], "argument --shapes: '1x1000': expected batch x tokens pairs of positive "
                                      "sizes, size 2 at most 512"),
     ("bert", ["--shapes", "1x32x8"], "argument --shapes: '1x32x8'"),

@@ -217,3 +217,16 @@ def test_profile_times_every_step(threads):
     steps = [r["step"] for r in rep.rows]
     assert steps[:1 + len(STEPS)] == ["qkv", *STEPS] and steps[1 + len(STEPS):-2] == list(REST_OPS)
     assert steps[-1] == "forward"
+
+
+def test_corpus_pass_against_torch():
+    """bench bert --corpus: a row per dtype and thread count, ours and torch on the same batches of
+    sentences by length, their hidden states within the row's difference (no speed checked)."""
+    pytest.importorskip("torch", reason="bench bert --corpus compares against torch (bench extra)")
+    pytest.importorskip("transformers", reason="bench bert --corpus compares against transformers (bench extra)")
+    from bench.bert import bench_corpus, corpus
+    texts = corpus(12)
+    assert len({len(t.split()) for t in texts}) > 3 and all(3 <= len(t.split()) <= 29 for t in texts)
+    rep = bench_corpus(12, [1], ["f32"], runs=1)
+    (row,) = rep.rows
+    assert row["sentences"] == 12 and row["tppasm ms"] > 0 and row["max |diff|"] < 1e-3
