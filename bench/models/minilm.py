@@ -293,7 +293,7 @@ def _check_inputs(input_ids, attention_mask, vocab):
 
 
 class _Plan:
-    """Buffers, kernels and nests for one (batch, padded length)."""
+    """Buffers, kernels and nests for one (batch, length)."""
 
     def __init__(self, model, B, L):
         bf16 = model.dtype == "bf16"

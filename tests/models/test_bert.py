@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 pytest.importorskip("safetensors", reason="the bert model reads its weights with safetensors (test extra)")
 pytest.importorskip("tokenizers", reason="the bert model tokenizes with tokenizers (test extra)")
@@ -81,6 +82,21 @@ def test_no_token_past_the_longest_sentence_is_computed(model, monkeypatch):
     monkeypatch.setattr(minilm, "PLAN_BYTES", 0)
     model.forward(ids, mask)
     assert list(model._plans) == [(3, 13)]                 # one plan at least
+
+
+@settings(max_examples=12, deadline=None)
+@given(lengths=st.lists(st.integers(1, 40), min_size=1, max_size=4), seed=st.integers(0, 2 ** 16))
+def test_any_batch_gives_what_each_sentence_gives_alone(model, lengths, seed):
+    """Batches of any size and length (row blocks of any divisor, split nests where they are
+    fewer than the threads): each sentence's hidden states are those it gives alone."""
+    rng = np.random.default_rng(seed)
+    L = max(lengths)
+    ids = rng.integers(1000, 20000, (len(lengths), L))
+    mask = (np.arange(L) < np.array(lengths)[:, None]).astype(np.int64)
+    got = model.forward(ids, mask)
+    for i, n in enumerate(lengths):
+        alone = model.forward(ids[i:i + 1, :n], mask[i:i + 1, :n])
+        np.testing.assert_allclose(got[i, :n], alone[0], rtol=0, atol=2e-4 if model.dtype == "f32" else 5e-2)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
