@@ -112,9 +112,32 @@ def ap_meet(s1, n1, d1, s2, n2, d2):
     return ok & (first <= hi)
 
 
+def apart(sched, first, second):
+    """Whether the blocks of ``first`` and ``second`` lie apart on some axis whatever the loops'
+    and threads' values (their ranges over all of them do not meet), so they never share an
+    element: per-thread scratch rows (``S[2 * tid]``) beside rows indexed by a loop (``S[8 + j]``)
+    in one array, which the search would otherwise have to walk pair by pair."""
+    box = {LETTERS[k]: tuple(sorted((lp.start, lp.start + (lp.trip - 1) * lp.step)))
+           for k, lp in enumerate(sched.loops) if lp.trip}
+    rows, cols, layers = sched.grid
+    box.update(tid=(0, max(sched.T, sched.active) - 1), row=(0, rows - 1), col=(0, cols - 1), layer=(0, layers - 1))
+    for (s1, n1, d1), (s2, n2, d2) in zip(first.box, second.box):
+        if n1 < 1 or n2 < 1:
+            return True                                  # an empty block
+        if not (s1.vars() | s2.vars()) <= box.keys():
+            continue
+        (lo1, hi1), (lo2, hi2) = s1.bounds(box), s2.bounds(box)
+        span1, span2 = (n1 - 1) * d1, (n2 - 1) * d2
+        if hi1 + max(span1, 0) < lo2 + min(span2, 0) or hi2 + max(span2, 0) < lo1 + min(span1, 0):
+            return True
+    return False
+
+
 def pair(sched, first, second, names, label):
     """A :class:`Conflict` between ``first`` (at x) and ``second`` (at x'), an :class:`Undecided` when
     the bounded search cannot tell, or None when they never run at the same time on a shared block."""
+    if apart(sched, first, second):
+        return None
     if first.where != "body" and second.where != "body":
         return _hooks_pair(sched, first, second, label)
     if first.where != "body":
