@@ -229,10 +229,12 @@ class MiniLM:
     def _plan(self, B, L):
         """The plan of (B, L), built on first use; the least recently used go while the plans'
         buffers take more than PLAN_BYTES."""
-        plan = self._plans.pop((B, L), None) or _Plan(self, B, L)
+        plan = self._plans.pop((B, L), None)
+        if plan is None:                    # only a new plan can take the buffers past the budget
+            plan = _Plan(self, B, L)
+            while self._plans and plan.nbytes + sum(p.nbytes for p in self._plans.values()) > PLAN_BYTES:
+                del self._plans[next(iter(self._plans))]
         self._plans[B, L] = plan
-        while len(self._plans) > 1 and sum(p.nbytes for p in self._plans.values()) > PLAN_BYTES:
-            del self._plans[next(iter(self._plans))]
         return plan
 
 
