@@ -77,17 +77,17 @@ def pool_of(threads):
     """The thread pool a bench runs ``threads`` threads on: loops' global pool when it has that
     many, else one pool of that size kept for the process (its workers are started once).
 
-    >>> from loops.pool import get_pool
+    >>> from isa.pool import get_pool
     >>> pool_of(get_pool().nthreads) is get_pool(), pool_of(1) is pool_of(1), pool_of(1).nthreads
     (True, True, 1)
     """
-    from loops.pool import get_pool
+    from isa.pool import get_pool
     return get_pool() if get_pool().nthreads == threads else _own_pool(threads)
 
 
 @functools.lru_cache(maxsize=None)
 def _own_pool(threads):
-    from loops.pool import Pool
+    from isa.pool import Pool
     return Pool(threads)
 
 

@@ -37,7 +37,7 @@ from bench.interleave import use_threads
 from bench.options import checked, dtypes_option, items, json_option, seconds, summary, threads_option, whole
 from bench.versus import peak_loop as versus_peak_loop
 from loops import Loop, kernel
-from loops.pool import get_pool  # noqa: F401  (gemm_maker's example)
+from isa.pool import get_pool  # noqa: F401  (gemm_maker's example)
 from loops.tune import search
 
 BLOCK = 64

@@ -23,7 +23,7 @@ from bench.options import count, dtypes_option, json_option, seconds, summary, t
 import bench.gemm as bench_gemm_module
 from bench.gemm import _torch, dtype_peak, fitted, n_block, tuned, winner_text
 from loops import Loop, kernel
-from loops.pool import get_pool
+from isa.pool import get_pool
 
 BLOCK = 64
 

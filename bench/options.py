@@ -19,7 +19,7 @@ import argparse
 import math
 import os
 
-from loops.pool import MAX_THREADS      # the most threads a pool takes (torch.set_num_threads crashed far above)
+from isa.pool import MAX_THREADS      # the most threads a pool takes (torch.set_num_threads crashed far above)
 
 
 def checked(convert, expected, example):

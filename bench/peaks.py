@@ -211,7 +211,7 @@ def peak_loop_on(threads, dtype="f32", unit=None):
     one core's peak: on a shared VM a second vCPU at times delivers half a core or less, for
     every program alike (numpy's 2-thread GEMM too).
 
-    The loop runs as a region of :mod:`loops.pool`'s pool, the one tppasm's kernels run on when
+    The loop runs as a region of :mod:`isa.pool`'s pool, the one tppasm's kernels run on when
     it has ``threads`` threads: the same workers, waking and spinning as for a kernel's region.
     (A gang of Python threads beside the pool, interleaved with a 2-thread GEMM and torch, read
     0-12% below it, and our GEMM above 100% of it: its helper could wake on a vCPU where a pool

@@ -58,7 +58,7 @@ def _barrier_loop():
 
 
 def _pool_rows(report, regions, runs):
-    from loops.pool import Pool
+    from isa.pool import Pool
     nop, barriers = _nop(3), _barrier_loop()
     for n in (1, 2):
         pool = Pool(n)

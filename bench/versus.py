@@ -136,7 +136,7 @@ def parse(parser, argv):
 
 def threads_of(args):
     """The threads ``--threads`` asks for (0: the global pool's, all CPUs by default)."""
-    from loops.pool import get_pool
+    from isa.pool import get_pool
     return args.threads or get_pool().nthreads
 
 

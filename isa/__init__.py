@@ -1,6 +1,7 @@
 """isa: the machine-code layer of tppasm.
 
-It knows registers, instructions, executable memory and the host CPU; it never knows tensors.
+It knows registers, instructions, executable memory, the host CPU and the native thread pool
+(:mod:`isa.pool`); it never knows tensors.
 It must not import ``tppasm`` or ``loops``.
 
 >>> from isa.cpu import host

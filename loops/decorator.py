@@ -22,7 +22,9 @@ import weakref
 
 import numpy as np
 
+import isa.pool as pool_module
 from isa.cpu import host
+from isa.pool import Pool
 from isa.x86 import Function, qword, rax
 from isa.x86.function import INT_ARGS
 from tppasm.dtypes import name_of
@@ -30,17 +32,16 @@ from tppasm.kernel import ISAUnavailableError
 from tppasm.operand import OperandSpec, mark_written
 from tppasm.x86.entry import NATIVE_CHECKS, build_entry
 
-from . import display, pool as pool_module, races as _races
+from . import display, races as _races
 from .bind import arity, box_of, check_grid, traced_trees
 from .explain import explain
 from .nest_plan import Layout
-from .pool import Pool
 from .signature import as_arrays, signature, written_objects
 from .spec import LETTERS, Loop, SpecError, parse, serial_order
 from .trace import PyArray, TraceError, run_python
 
 
-# The nest generator of the host; both run on the native pool (loops.pool picks its machine code).
+# The nest generator of the host; both run on the native pool (isa.pool picks its machine code).
 ON_AARCH64 = host().arch == "aarch64"
 if ON_AARCH64:                 # only the host's generator is imported (the other toolchain: ~40 ms)
     from .aarch64 import nest as GENERATOR
@@ -51,7 +52,7 @@ else:
 def kernel(spec, *loops, pool=None, races="refuse"):
     """Decorate ``body(i_a, i_b, ..., *arrays)``: loop ``a`` is ``loops[0]`` and so on.
 
-    ``pool`` overrides the process's thread pool (:func:`loops.pool.get_pool`). ``races`` says what
+    ``pool`` overrides the process's thread pool (:func:`isa.pool.get_pool`). ``races`` says what
     the first call does when the spec lets two iterations that may run at the same time touch the
     same block, one writing (:mod:`loops.races`): ``"refuse"`` raises :class:`loops.races.RaceError`
     naming the pair and the fixes, ``"warn"`` issues a :class:`loops.races.RaceWarning` and runs,
@@ -73,8 +74,8 @@ def kernel(spec, *loops, pool=None, races="refuse"):
 
 def _check_pool(pool):
     if pool is not None and not isinstance(pool, Pool):
-        raise TypeError(f"pool={pool!r}: expected a loops.pool.Pool (e.g. Pool(4)) or None for the process's "
-                        "pool (loops.pool.get_pool())")
+        raise TypeError(f"pool={pool!r}: expected an isa.pool.Pool (e.g. Pool(4)) or None for the process's "
+                        "pool (isa.pool.get_pool())")
 
 
 def _check_races(races):
@@ -233,7 +234,7 @@ class LoopKernel:
     def pool(self):
         if self.pool_override is not None:
             return self.pool_override
-        from .pool import get_pool
+        from isa.pool import get_pool
         return get_pool()
 
     # -- running ------------------------------------------------------------------------------

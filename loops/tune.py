@@ -172,7 +172,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     reference configuration, in 3 round-robin rounds, the lowest median winning (a single lucky run does not)
     unless it beats the reference's by less than :data:`MARGIN`;
     ``clock``: ``"wall"``, or ``"cpu"``: the largest CPU time of the nest's threads, which leaves
-    out the time other processes held the cores (for a busy machine; see :meth:`loops.pool.Pool.cpu_seconds`);
+    out the time other processes held the cores (for a busy machine; see :meth:`isa.pool.Pool.cpu_seconds`);
     ``probe``: every so many seconds the reference is timed again and the candidates' times are scaled
     by its change (:class:`loops.trial.Probe`, for slow drifts of the machine's speed; 0, the
     default: never. On a VM whose speed switches within a second it adds more noise than it removes);

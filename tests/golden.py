@@ -100,7 +100,7 @@ def _nest_hashes():
     import tppasm as tpp
     from loops import Loop, kernel
     from loops.aarch64.nest import build_aarch64
-    from loops.pool import Pool
+    from isa.pool import Pool
     from loops.signature import signature
     from loops.x86.nest import build as build_x86
     brgemm, zero = tpp.brgemm(m=8, n=8, k=8), tpp.zero(m=8, n=8)

@@ -43,7 +43,7 @@ _POOLS = {}
 
 def pool_of(n):
     """The process's pool when it has ``n`` threads, else a pool of ``n`` made once (short spins)."""
-    from loops.pool import Pool, get_pool
+    from isa.pool import Pool, get_pool
     if n == get_pool().nthreads:
         return get_pool()
     if n not in _POOLS:

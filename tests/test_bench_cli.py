@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 import bench.__main__ as bench_main
-from loops.pool import MAX_THREADS
+from isa.pool import MAX_THREADS
 
 
 def refused(capsys, parse, argv):

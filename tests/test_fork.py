@@ -64,7 +64,7 @@ def test_every_lock_is_renewed_in_a_child():
     out = run(FORK + r"""
 import threading
 import numpy as np, tppasm as tpp, tppasm.kernel as tk, tppasm.backends as tb, tppasm.cache as tc
-import loops.pool as lp, loops.decorator as ld
+import isa.pool as lp, loops.decorator as ld
 from loops import Loop, kernel
 relu = tpp.relu(2, 3)
 @kernel("A", Loop(0, 2))

@@ -296,7 +296,7 @@ def test_get_kernel_wants_a_descriptor(desc):
 
 @pytest.mark.parametrize("value", ["inf", "nan", "-1", "1e30", "x"])
 def test_spin_time_must_be_finite(value, monkeypatch):
-    from loops.pool import Pool
+    from isa.pool import Pool
     monkeypatch.setenv("TPPASM_SPIN_US", value)
     with pytest.raises(ValueError, match="TPPASM_SPIN_US.*microseconds from 0 to"):
         Pool(2)
@@ -310,7 +310,7 @@ def test_spin_time_must_be_finite(value, monkeypatch):
 
 
 def test_pool_argument_is_checked_at_decoration():
-    with pytest.raises(TypeError, match="pool='x': expected a loops.pool.Pool"):
+    with pytest.raises(TypeError, match="pool='x': expected an isa.pool.Pool"):
         kernel("a", Loop(0, 2), pool="x")
 
 
@@ -378,7 +378,7 @@ BAD = [None, "x", -1, 0, 2**64, float("inf"), float("nan"), 1.5, [], (), object(
 def _public_calls():
     """(name, callable with the bad value in one argument) for every public constructor and entry."""
     import inspect
-    from loops.pool import Pool, set_num_threads
+    from isa.pool import Pool, set_num_threads
     good = {
         tpp.brgemm: (4, 4, 4), tpp.unary: ("relu", 2, 4), tpp.relu: (2, 4), tpp.zero: (2, 4), tpp.copy: (2, 4),
         tpp.binary: ("add", 2, 4), tpp.ternary: ("muladd", 2, 4), tpp.reduce: ("add", 2, 4),

@@ -27,12 +27,11 @@ ml_dtypes.bfloat16 (the bias float32); bf16 products accumulate in fp32.
 >>> dx, dw, db = backward(np.ones((1, 2), np.float32), x, w, "relu", y); dx.tolist(), db.tolist()
 ([[1.0, 1.0]], [1.0, 0.0])
 """
-import concurrent.futures
 import functools
-import os
-import threading
 
 import numpy as np
+
+from isa.pool import get_pool
 
 from .brgemm import brgemm
 from .dtypes import dtype as numpy_dtype
@@ -49,7 +48,8 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     """``(y, z)``: ``y = act(x @ w.T + bias)`` and, for the gelus, ``z`` the pre-activation the
     backward needs (None otherwise). ``out`` / ``pre`` receive y / z when given (else allocated):
     writable C-contiguous arrays of y's shape and x's dtype (``pre`` only with a gelu). ``threads``
-    (an int >= 1): up to this many threads share the GEMM, by rows (see :class:`RowGemm`).
+    (an int >= 1): up to this many parts of the GEMM (see :class:`RowGemm`), run on the process's
+    native pool (:func:`isa.pool.get_pool`: ``TPPASM_NUM_THREADS`` threads, the caller included).
 
     >>> import numpy as np
     >>> y, z = forward(np.ones((2, 3), np.float32), np.ones((4, 3), np.float32), act="gelu")
@@ -490,33 +490,20 @@ def panel_width(m, k, dtype):
 
 PANEL_BYTES = 1 << 20
 # per thread: at 1 << 22, 127 x 65 -> 1000 took 210-266 us on 2 threads against 138-198 on one (a
-# 2-vCPU Zen 4 VM, where handing work to a pool thread costs ~100 us)
+# 2-vCPU Zen 4 VM, where handing work to a pool thread costs ~100 us). On the native pool, 50 ms
+# idle between runs of 100 calls, us at 1 << 24 / 1 << 22: fp32 127 x 65 -> 1000 177 / 190, 200^3
+# 169 / 231; bf16 107 / 176, 92 / 131 (100 x 512 -> 300, 31 MFLOP, already runs on 2 threads)
 MIN_FLOPS = 1 << 24
-_POOL, _POOL_SIZE, _POOL_LOCK = None, 0, threading.Lock()
-
-
-def _forget_pool():
-    """In a forked child the pool's threads do not exist: start a new pool there when needed."""
-    global _POOL, _POOL_SIZE, _POOL_LOCK
-    _POOL, _POOL_SIZE, _POOL_LOCK = None, 0, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _parallel(jobs):
-    """Run ``jobs`` (callables), the first on this thread, the others on the shared pool."""
-    global _POOL, _POOL_SIZE
+    """Run ``jobs`` (callables): the first on this thread, the others on the process's native pool
+    (:meth:`isa.pool.Pool.run_python`). On the 2-vCPU Zen 4 VM, 2 threads, ``bench linear``'s
+    pauses between turns, ms fp32 with Python pool threads / the native pool: 1000 x 300 -> 700
+    3.2 / 2.2, 127 x 384 -> 1536 1.3 / 0.95."""
     if len(jobs) == 1:
         return jobs[0]()
-    with _POOL_LOCK:
-        if _POOL_SIZE < len(jobs) - 1:
-            _POOL, _POOL_SIZE = concurrent.futures.ThreadPoolExecutor(len(jobs) - 1, "tppasm.fc"), len(jobs) - 1
-        pool = _POOL
-    futures = [pool.submit(job) for job in jobs[1:]]
-    jobs[0]()
-    for f in futures:
-        f.result()
+    get_pool().run_python(jobs)
 
 
 class _Plan:

@@ -13,7 +13,7 @@ Every lock of the process and what happens to it at a fork (``os.register_at_for
 - ``TRACING``, the count of loop-body traces in progress (:mod:`loops.trace`): only the forking
   thread's own traces go on in the child;
 - every loop nest's context lock (:mod:`loops.decorator`);
-- every thread pool and the lock that creates the process's pool (:mod:`loops.pool`): a child
+- every thread pool and the lock that creates the process's pool (:mod:`isa.pool`): a child
   starts its own workers at its first parallel region and never waits on the parent's.
 
 >>> import threading, types

@@ -12,7 +12,7 @@ probabilities; the context is written as bf16, the next GEMM's input. Scores and
 stay fp32.
 
 >>> import numpy as np, tppasm as tpp
->>> from loops.pool import get_pool
+>>> from isa.pool import get_pool
 >>> att = Attention(1, 16, 2, 8, "f32", get_pool())
 >>> qkv = tpp.empty((16, 48)); qkv[...] = 1.0; ctx = tpp.empty((16, 16)); mask = np.zeros((1, 16), np.float32)
 >>> att(qkv, mask, ctx); float(ctx.min()), float(ctx.max())

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from loops.pool import Pool
+from isa.pool import Pool
 
 
 def positive_int(value, name):
@@ -44,8 +44,8 @@ def choice(value, options, name):
 def check_pool(pool, who):
     """Refuse a ``pool`` that is neither a thread pool nor None."""
     if pool is not None and not isinstance(pool, Pool):
-        raise TypeError(f"{who}: pool={pool!r}; expected a loops.pool.Pool (e.g. Pool(4)) or None for the "
-                        "process's pool (loops.pool.get_pool())")
+        raise TypeError(f"{who}: pool={pool!r}; expected an isa.pool.Pool (e.g. Pool(4)) or None for the "
+                        "process's pool (isa.pool.get_pool())")
 
 
 def float_weights(weights, shapes, who):

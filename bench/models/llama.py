@@ -32,7 +32,7 @@ rebuilt once per block of positions, not per token.
 import numpy as np
 
 import tppasm as tpp
-from loops.pool import get_pool
+from isa.pool import get_pool
 from tppasm.brgemm import Brgemm
 
 from .checks import check_pool, choice, float_weights
@@ -49,7 +49,7 @@ class LlamaLayer:
     ``dtype`` "bf16" or "i8" (int8 weights, per-column scales; bf16 attention). The kernels need
     head_dim dividing 64, hidden and kv_heads * head_dim multiples of 64, ffn one of 64 up to 512 and
     of 512 above, and an even max_len.
-    ``pool``: a loops.pool.Pool (None: the process's). ``pace``: the ``pace`` of the BRGEMMs that
+    ``pool``: an isa.pool.Pool (None: the process's). ``pace``: the ``pace`` of the BRGEMMs that
     stream weights (decoding), 0 for none; ``stream_pace.best(dtype, pool)[0]`` measures the host's
     best. ``length``: the positions the cache holds (0..length-1)."""
 

@@ -45,7 +45,7 @@ import numpy as np
 import tppasm as tpp
 from isa.cpu import host
 from loops import Loop, kernel, thread
-from loops.pool import get_pool
+from isa.pool import get_pool
 
 from .attention import Attention
 from .checks import check_pool, choice, float_weights, positive_int
@@ -130,7 +130,7 @@ class MiniLM:
 
     ``weights``: the checkpoint's floating-point arrays by torch's names (:func:`weight_shapes`; others
     are ignored), ``dtype`` "f32" or "bf16", ``path`` the directory of its tokenizer.json (None: the
-    packaged model's), ``pool`` a loops.pool.Pool (None: the process's)."""
+    packaged model's), ``pool`` an isa.pool.Pool (None: the process's)."""
 
     def __init__(self, weights, dtype="f32", path=None, pool=None):
         choice(dtype, ("f32", "bf16"), "MiniLM: dtype")

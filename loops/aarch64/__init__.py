@@ -1,2 +1,2 @@
-"""AArch64 machine code of the loop layer: the nest generator (:mod:`.nest`) and the thread pool's code
-(:mod:`.pool_code`)."""
+"""AArch64 machine code of the loop layer: the nest generator (:mod:`.nest`); it runs on the thread pool
+of :mod:`isa.pool`."""

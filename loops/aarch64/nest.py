@@ -7,7 +7,7 @@ slot, so kernels (called with ``blr`` through the ctx's table) may clobber x0-x1
 registers. The dynamic schedule takes tickets with ``ldaddal`` (ARMv8.1 LSE atomics).
 
 On an AArch64 host :mod:`loops.decorator` maps this nest executable (:func:`build`) and runs it
-on the native pool (:mod:`loops.pool`, machine code from :mod:`loops.aarch64.pool_code`): collapsed
+on the native pool (:mod:`isa.pool`, machine code from :mod:`isa.aarch64.pool_code`): collapsed
 parallel and grid specs run on every thread, and barriers call the pool's barrier. On x86 hosts
 :func:`build_aarch64` returns the code bytes for the emulator tests
 (``tests/aarch64/test_nest_aarch64.py``, ``tests/aarch64/test_pool_aarch64.py``).
@@ -388,6 +388,6 @@ def build_aarch64(spec, loops, body, init, fini, layout, itemsizes, kernels):
 def build(spec, loops, body, init, fini, layout, itemsizes, kernels):
     """:func:`build_aarch64` mapped executable (AArch64 hosts): ``nest(ctx, tid, nthreads)``, called
     through ctypes (the interpreter lock is released) or run by the pool."""
-    from .pool_code import NativeFunction
+    from isa.aarch64.pool_code import NativeFunction
     code = build_aarch64(spec, loops, body, init, fini, layout, itemsizes, kernels)
     return NativeFunction("loops.nest", code, ["ptr", "i64", "i64"], None)

@@ -1,4 +1,4 @@
-"""The AArch64 thread pool (loops/aarch64/pool_code.py) under qemu-aarch64, with real threads.
+"""The AArch64 thread pool (isa/aarch64/pool_code.py) under qemu-aarch64, with real threads.
 
 One static ELF per case: the data segment holds the test's data, the pool state (filled as
 ``Pool._start`` does), a count of live workers and the workers' stacks. The entry stub starts
@@ -14,8 +14,9 @@ import pytest
 from isa.aarch64 import Assembler, Function, Label, mem, x, xzr
 from isa.aarch64.elf import DATA_BASE
 from loops.nest_plan import Layout
-from loops.pool_state import NTHREADS, RECORD_SIZE, RECORDS, SPIN, state_size
-from loops.aarch64.pool_code import code as pool_code
+from isa.pool_state import (NTHREADS, PY_CALL, PY_CLEAR, PY_COUNT, PY_DECREF, PY_ENSURE, PY_OBJECTS, PY_RELEASE,
+                            RECORD_SIZE, RECORDS, SPIN, state_size)
+from isa.aarch64.pool_code import code as pool_code
 from loops.spec import parse
 
 from .marks import needs_qemu
@@ -275,7 +276,93 @@ def test_barriers_order_phases(nthreads, spin):
     assert seen.tolist() == [regions * rounds * nthreads] * nthreads + [0] * (MAX_THREADS - nthreads)
 
 
-# -- (c) AArch64 loop nests on the pool ----------------------------------------------------------
+# -- (c) pycall: the region of Pool.run_python, with stubs for the C API -------------------------
+# data: the pycall table | per-thread records (calls, decrefs, fail) | counters (ensures, clears, errors)
+PY_RECS = PY_OBJECTS + 8 * MAX_THREADS
+PY_COUNTERS = PY_RECS + 24 * MAX_THREADS
+GIL = 7                                          # what the ensure stub returns; release checks it
+
+
+def _count(a, offset):
+    """Atomically add 1 to the int64 at DATA_BASE + offset (clobbers x9-x11)."""
+    a.mov_imm(x[9], DATA_BASE + offset)
+    a.movz(x[10], 1)
+    a.ldaddal(x[10], x[11], mem(x[9]))
+
+
+def py_stubs():
+    """{name: code} standing in for PyGILState_Ensure / _Release, PyObject_CallObject, Py_DecRef
+    and PyErr_Clear; an object is a thread's record: call counts it and fails where it says so."""
+    stubs = {}
+    a = Assembler()                              # ensure() -> GIL
+    _count(a, PY_COUNTERS)
+    a.movz(x[0], GIL)
+    a.ret()
+    stubs[PY_ENSURE] = a.code()
+    a, ok = Assembler(), Label("ok")             # release(state): state must be GIL
+    a.cmp(x[0], GIL)
+    a.b_eq(ok)
+    _count(a, PY_COUNTERS + 16)
+    a.bind(ok)
+    a.ret()
+    stubs[PY_RELEASE] = a.code()
+    a, fails = Assembler(), Label("fails")       # call(obj, NULL): obj, or NULL where obj.fail
+    a.cbnz(x[1], fails)                          # (args must be NULL: counted as a failure)
+    a.ldr(x[9], mem(x[0]))
+    a.add(x[9], x[9], 1)
+    a.str(x[9], mem(x[0]))
+    a.ldr(x[9], mem(x[0], 16))
+    a.cbnz(x[9], fails)
+    a.ret()
+    a.bind(fails)
+    a.mov(x[0], xzr)
+    a.ret()
+    stubs[PY_CALL] = a.code()
+    a = Assembler()                              # decref(obj)
+    a.ldr(x[9], mem(x[0], 8))
+    a.add(x[9], x[9], 1)
+    a.str(x[9], mem(x[0], 8))
+    a.ret()
+    stubs[PY_DECREF] = a.code()
+    a = Assembler()                              # clear()
+    _count(a, PY_COUNTERS + 8)
+    a.ret()
+    stubs[PY_CLEAR] = a.code()
+    return stubs
+
+
+@pytest.mark.parametrize("nthreads, count", [(1, 0), (1, 1), (2, 2), (3, 2), (4, 4)])
+def test_pycall_calls_each_threads_object_between_ensure_and_release(nthreads, count):
+    regions, failing = 50, 1                     # thread 1's calls fail (return NULL)
+    data = np.zeros(PY_COUNTERS // 8 + 3, np.int64)
+    data[PY_COUNT // 8] = count
+    for tid in range(MAX_THREADS):
+        data[PY_OBJECTS // 8 + tid] = DATA_BASE + PY_RECS + 24 * tid
+    data[(PY_RECS + 24 * failing + 16) // 8] = 1
+    prog = PoolProgram(nthreads, 100, data.tobytes())
+    s = prog.stub
+    for field, code in py_stubs().items():
+        prog.address(x[9], prog.code(code))
+        s.mov_imm(x[10], DATA_BASE + field)
+        s.str(x[9], mem(x[10]))
+
+    def region():                                # run(state, pycall, table)
+        s.mov_imm(x[0], DATA_BASE + prog.state)
+        prog.address(x[1], "pycall")
+        s.mov_imm(x[2], DATA_BASE)
+        prog.address(x[16], "run")
+        s.blr(x[16])
+    repeat(s, regions, region)
+    out = prog.run().view(np.int64)
+    recs = out[PY_RECS // 8:PY_COUNTERS // 8].reshape(MAX_THREADS, 3)
+    ran = [tid < count for tid in range(MAX_THREADS)]
+    assert recs[:, 0].tolist() == [regions * r for r in ran]
+    assert recs[:, 1].tolist() == [regions * (r and tid != failing) for tid, r in enumerate(ran)]
+    ensures, clears, errors = out[PY_COUNTERS // 8:]
+    assert (ensures, clears, errors) == (regions * count, regions * (count > failing), 0)
+
+
+# -- (d) AArch64 loop nests on the pool ----------------------------------------------------------
 def run_on_pool(spec_text, loops, body, arrays, nthreads, spin=100):
     """Like :func:`tests.aarch64.test_nest_aarch64.run_nest`, but one region on the pool: every
     thread runs ``nest(ctx, tid, T)`` at the same time; barriers are the pool's."""

@@ -96,7 +96,7 @@ def test_tune_remembers_the_best_spec():
 from hypothesis import given, strategies as st  # noqa: E402
 
 from bench.gemm import gemm_configs, gemm_maker, k_granule  # noqa: E402
-from loops.pool import get_pool  # noqa: E402
+from isa.pool import get_pool  # noqa: E402
 
 
 def _bf16_ok():

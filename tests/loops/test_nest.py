@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 from isa.x86 import Function, dword, eax, qword, rdi, rdx, rsi
 from loops import Loop, SpecError, kernel, thread
 from loops.enumerate import enumerate_specs, enumerate_union
-from loops.pool import get_pool
+from isa.pool import get_pool
 from tppasm.kernel import Descriptor, Kernel
 from tppasm.operand import OperandSpec
 from tests.support import pool_of

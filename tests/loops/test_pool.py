@@ -11,8 +11,8 @@ import pytest
 
 from isa.x86 import Assembler, Function, OperandError, disassemble, qword, rax, rbx, rcx, rdi, rsi
 from isa.x86.registers import eax, r12, r13, r14, r15
-from loops import pool_state
-from loops.pool import Pool, default_threads, get_pool
+from isa import pool_state
+from isa.pool import Pool, default_threads, get_pool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -212,6 +212,61 @@ def test_reentrant_run_is_an_error():
     check_counts(pool, 10)                           # and the pool still works
 
 
+@pytest.mark.parametrize("nthreads, calls", [(1, 3), (2, 1), (2, 5), (3, 7)])
+def test_run_python_runs_call_i_on_thread_i_mod_n(nthreads, calls):
+    pool = Pool(nthreads)
+    seen = {}
+    pool.run_python([lambda i=i: seen.setdefault(i, threading.get_ident()) for i in range(calls)])
+    assert sorted(seen) == list(range(calls))
+    assert seen[0] == threading.get_ident()                        # the caller's share runs here
+    for i in range(calls):
+        assert seen[i] == seen[i % nthreads]
+        if i < nthreads:
+            assert seen[i] == threading.get_ident() or seen[i] in pool._worker_ids
+    assert len({seen[i] for i in range(min(calls, nthreads))}) == min(calls, nthreads)
+
+
+def test_run_python_raises_the_first_failure_after_every_thread_is_done():
+    pool, done = Pool(2), []
+
+    def fail():
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError, match="boom"):
+        pool.run_python([fail, lambda: done.append(1), lambda: done.append(2), lambda: done.append(3)])
+    assert sorted(done) == [1, 3]             # thread 0 stops at its failure; thread 1 runs both of its own
+    check_counts(pool, 5)
+    pool.run_python([lambda: done.append(4)])
+    assert done[-1] == 4
+
+
+def test_run_python_reports_a_call_that_raised_past_its_wrapper(monkeypatch):
+    """The native path where PyObject_CallObject returns NULL: the exception is cleared on the
+    worker, and the caller learns that a share did not finish."""
+    import isa.pool as pool_module
+
+    def escapes(calls, failures, finished):
+        raise KeyError("past the wrapper")
+
+    pool = Pool(2)
+    monkeypatch.setattr(pool_module, "_share", escapes)
+    with pytest.raises(RuntimeError, match="2 of 2 threads could not call their share"):
+        pool.run_python([lambda: None] * 2)
+    monkeypatch.undo()
+    done = []
+    pool.run_python([lambda: done.append(1)] * 3)
+    assert done == [1, 1, 1]
+
+
+def test_run_python_inside_a_region_is_an_error():
+    pool = Pool(2)
+    with pytest.raises(RuntimeError, match="inside a parallel region"):
+        pool.run_python([lambda: pool.run_python([lambda: None])] * 2)
+    with pytest.raises(TypeError, match="callables of no arguments"):
+        pool.run_python([lambda: None, 3])
+    check_counts(pool, 3)
+
+
 def test_null_function_is_refused():
     with pytest.raises(ValueError):
         get_pool().run(0, 0)
@@ -255,7 +310,7 @@ def test_thread_count_fallbacks(monkeypatch):
 def test_spin_defaults(monkeypatch):
     """Workers spin SPIN_US (long enough for a VM's halted vCPU not to be woken every call), none
     when threads outnumber CPUs; TPPASM_SPIN_US overrides."""
-    from loops.pool import SPIN_US, _spin_us
+    from isa.pool import SPIN_US, _spin_us
     monkeypatch.delenv("TPPASM_SPIN_US", raising=False)
     cpus = len(os.sched_getaffinity(0))
     assert SPIN_US >= 500 and _spin_us(cpus) == SPIN_US and _spin_us(cpus + 1) == 0
@@ -266,7 +321,7 @@ def test_spin_defaults(monkeypatch):
 # -- in subprocesses -----------------------------------------------------------------------------
 def test_thread_count_from_env():
     script = """
-        from loops.pool import get_pool
+        from isa.pool import get_pool
         from test_pool import check_counts, check_phases
         pool = get_pool()
         check_counts(pool, 300)
@@ -285,7 +340,7 @@ def test_fork_child_gets_a_working_pool():
     """Children forked while another thread of the parent keeps issuing regions."""
     ok(run_script("""
         import ctypes, os, threading
-        from loops.pool import get_pool
+        from isa.pool import get_pool
         from test_pool import check_counts, check_phases, count_fn
         pool, fn = get_pool(), count_fn()
         check_counts(pool, 100)
@@ -320,7 +375,7 @@ def test_exit_is_clean_and_quick():
     start = time.monotonic()
     out = ok(run_script("""
         import atexit
-        from loops.pool import get_pool
+        from isa.pool import get_pool
         from test_pool import check_counts
         # registered first, so it runs after the pool's handler: the workers must be joined by then
         atexit.register(lambda: print("joined" if not get_pool()._threads else "workers left"))
@@ -335,7 +390,7 @@ def test_exit_is_clean_and_quick():
 def test_exit_while_daemon_threads_issue_regions():
     ok(run_script("""
         import ctypes, threading, time
-        from loops.pool import get_pool
+        from isa.pool import get_pool
         from test_pool import count_fn
         pool, fn = get_pool(), count_fn()
         counts = (ctypes.c_int64 * pool.nthreads)()

@@ -6,7 +6,7 @@ import tppasm as tpp
 from bench.gemm import gemm_maker
 from loops import Loop, kernel
 from loops.enumerate import bake_blocks, block_sizes, block_tuples, spec_space
-from loops.pool import get_pool
+from isa.pool import get_pool
 from loops.spec import parse
 from loops.tune import REMEMBERED, search, space
 
@@ -114,7 +114,7 @@ _POOLS = {}
 
 
 def pool_of(threads):
-    from loops.pool import Pool
+    from isa.pool import Pool
     if get_pool().nthreads == threads:
         return get_pool()
     return _POOLS.setdefault(threads, Pool(threads))

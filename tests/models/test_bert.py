@@ -105,7 +105,7 @@ def test_short_batches_on_many_threads_give_what_one_thread_gives(reference, dty
     nest per step, parallel over row and column blocks. Each element adds up the same products in
     the same order, so the hidden states equal one thread's bit for bit, and every sentence alone
     (split where its tokens make fewer than 5 row blocks) still matches sentence-transformers."""
-    from loops.pool import Pool
+    from isa.pool import Pool
     sentences, want = reference
     one, many = MiniLM.load(dtype, pool=Pool(1)), MiniLM.load(dtype, pool=Pool(5))
     ids = np.random.default_rng(0).integers(1000, 20000, (2, 20))
@@ -214,7 +214,7 @@ def test_bad_weights_refused(weights, change, error, message):
 def test_bad_arguments_refused(weights, tmp_path):
     with pytest.raises(ValueError, match="dtype"):
         MiniLM.load("f16")
-    with pytest.raises(TypeError, match="pool='x'; expected a loops.pool.Pool"):
+    with pytest.raises(TypeError, match="pool='x'; expected an isa.pool.Pool"):
         MiniLM(weights, pool="x")
     with pytest.raises(TypeError, match="path=3; expected a directory"):
         MiniLM.load(path=3)

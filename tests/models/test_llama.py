@@ -154,7 +154,7 @@ def test_layer_refuses_bad_arguments():
         LlamaLayer(vars(CFG), w)
     with pytest.raises(TypeError, match="random_weights: cfg=.*expected a bench.models.llama_weights.Config"):
         random_weights(vars(CFG))
-    with pytest.raises(TypeError, match="pool='x'; expected a loops.pool.Pool"):
+    with pytest.raises(TypeError, match="pool='x'; expected an isa.pool.Pool"):
         LlamaLayer(CFG, w, pool="x")
     with pytest.raises(ValueError, match="dtype=None"):
         LlamaLayer(CFG, w, None)

@@ -1,5 +1,5 @@
 """Machine code of the native thread pool (x86-64 System V) over its shared state
-(:mod:`loops.pool_state`); these functions read and write it:
+(:mod:`isa.pool_state`); these functions read and write it:
 
 - ``worker(rec)``: a ``pthread_create`` start routine. It waits for the region generation to change,
   calls ``fn(arg, tid, nthreads)``, counts itself done, and waits again, until ``QUIT`` is set.
@@ -8,6 +8,9 @@
 - ``barrier(state, tid)``: a generation-based barrier over the region's threads.
 - ``quit(state)``: tell every worker to return.
 - ``spin(n)``: ``n`` iterations of the wait loop's ``pause``, to calibrate the spin budget.
+- ``pycall(table, tid, nthreads)``: the region of ``Pool.run_python``: thread ``tid`` takes the
+  interpreter lock, calls its callable from the table (:mod:`isa.pool_state`'s ``PY_*`` fields),
+  and lets go of the lock (no ctypes callback, whose closure libffi may map writable and executable).
 
 Every wait spins ``SPIN`` iterations of ``pause`` and then sleeps on a futex (raw ``syscall``). A
 waker issues ``FUTEX_WAKE`` only when a sleeper announced itself first, so the hot path has no
@@ -17,14 +20,15 @@ sleeper count. Both orders are full fences, so a sleeper is never missed (Dekker
 
 >>> code = build()
 >>> sorted(code)
-['barrier', 'quit', 'run', 'spin', 'worker']
+['barrier', 'pycall', 'quit', 'run', 'spin', 'worker']
 """
 from isa.x86 import Function
-from isa.x86.registers import (dword, eax, ebx, edx, esi, qword, r8, r9d, r10d, r12, r13, r14, r15,
+from isa.x86.registers import (dword, eax, ebx, edx, esi, qword, r8, r9d, r10d, r12, r13, r14, r15, rax,
                                rcx, rdi, rdx, rsi, rsp)
 
 from ..pool_state import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_SLEEPS, FN, FUTEX_WAIT_PRIVATE,
-                          FUTEX_WAKE_PRIVATE, GEN, NTHREADS, QUIT, REMAIN, SLEEPERS, SPIN, WAKE_ALL)
+                          FUTEX_WAKE_PRIVATE, GEN, NTHREADS, PY_CALL, PY_CLEAR, PY_COUNT, PY_DECREF, PY_ENSURE,
+                          PY_OBJECTS, PY_RELEASE, QUIT, REMAIN, SLEEPERS, SPIN, WAKE_ALL)
 
 SYS_FUTEX = 202
 
@@ -198,6 +202,34 @@ def _spin():
     return f.finalize()
 
 
+def _pycall():
+    f = Function("pool_pycall", ["ptr", "i64", "i64"])
+    a, (table, tid, _) = f.asm, f.args
+    out, failed, release = a.label("out"), a.label("failed"), a.label("release")
+    a.cmp(tid, qword[table + PY_COUNT])
+    a.jge(out)
+    a.mov(r12, table)                             # r12-r14: three pushes keep rsp 16-byte aligned
+    a.mov(r13, qword[table + tid * 8 + PY_OBJECTS])
+    a.call(qword[r12 + PY_ENSURE])
+    a.mov(r14, rax)
+    a.mov(rdi, r13)
+    a.xor(esi, esi)
+    a.call(qword[r12 + PY_CALL])                  # a new reference, or NULL with an exception set
+    a.test(rax, rax)
+    a.jz(failed)
+    a.mov(rdi, rax)
+    a.call(qword[r12 + PY_DECREF])
+    a.jmp(release)
+    a.bind(failed)
+    a.call(qword[r12 + PY_CLEAR])                 # run_python sees the callable did not finish
+    a.bind(release)
+    a.mov(rdi, r14)
+    a.call(qword[r12 + PY_RELEASE])
+    a.bind(out)
+    return f.finalize()
+
+
 def build():
     """JIT the pool's functions: {name: JitFunction}. Their code is never unmapped (see pool.py)."""
-    return {"worker": _worker(), "run": _run(), "barrier": _barrier(), "quit": _quit(), "spin": _spin()}
+    return {"worker": _worker(), "run": _run(), "barrier": _barrier(), "quit": _quit(), "spin": _spin(),
+            "pycall": _pycall()}

@@ -2,7 +2,7 @@
 
 Byte offsets of its fields (fields written by different parties sit on different cache lines),
 the futex operations the pools' machine code uses on its words, and its size. The machine code that
-reads and writes it is per ISA (:mod:`loops.x86.pool_code`, :mod:`loops.aarch64.pool_code`); the
+reads and writes it is per ISA (:mod:`isa.x86.pool_code`, :mod:`isa.aarch64.pool_code`); the
 protocol is described there.
 
 >>> state_size(2) - state_size(1) == RECORD_SIZE
@@ -24,6 +24,16 @@ BGEN = 320         # u32 barrier generation; futex word of barrier sleepers
 BSLEEPERS = 384    # u32 threads asleep on BGEN
 RECORDS = 512      # per-worker start records: u64 state, u64 tid, u32 initial generation
 RECORD_SIZE = 32
+
+# The argument table of ``pycall``, the region of Pool.run_python: C-API function addresses, then
+# how many threads have a callable and one PyObject* (a callable of no arguments) per such thread.
+PY_ENSURE = 0      # PyGILState_Ensure
+PY_RELEASE = 8     # PyGILState_Release
+PY_CALL = 16       # PyObject_CallObject
+PY_DECREF = 24     # Py_DecRef
+PY_CLEAR = 32      # PyErr_Clear
+PY_COUNT = 40      # i64 threads with a callable
+PY_OBJECTS = 48    # PyObject* per thread
 
 FUTEX_WAIT_PRIVATE = 0 | 128
 FUTEX_WAKE_PRIVATE = 1 | 128

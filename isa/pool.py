@@ -1,9 +1,11 @@
 """The native thread pool: workers are JIT'd machine code started with ``pthread_create``.
 
-No Python runs in the workers, and the calling thread runs a whole region (its own share, tid 0,
-included) inside one ctypes call, so the interpreter lock is released for the region.
+No Python runs in the workers (but the callables of :meth:`Pool.run_python`, which take the
+interpreter lock as they need it), and the calling thread runs a whole region (its own share, tid
+0, included) inside one ctypes call, so the interpreter lock is released for the region. Loop nests
+(:mod:`loops`) and :mod:`tppasm.fc` share the process's pool (:func:`get_pool`).
 
-Policy (see :mod:`loops.x86.pool_code` for the code, :mod:`loops.aarch64.pool_code` on AArch64 hosts:
+Policy (see :mod:`isa.x86.pool_code` for the code, :mod:`isa.aarch64.pool_code` on AArch64 hosts:
 same state layout and protocol, ``yield`` in place of ``pause``):
 
 - A region bumps a generation counter; workers spin on it for ``TPPASM_SPIN_US`` microseconds of
@@ -32,6 +34,7 @@ True
 """
 import atexit
 import ctypes
+import functools
 import mmap
 import os
 import signal
@@ -141,12 +144,29 @@ def _pause_iterations_per_us(spin):
     return n / (best * 1e6)
 
 
+# What pycall (the region of Pool.run_python) calls, by address: no ctypes callback, whose closure
+# libffi may place in a writable and executable page.
+_PY_API = tuple(ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value for name in
+                ("PyGILState_Ensure", "PyGILState_Release", "PyObject_CallObject", "Py_DecRef", "PyErr_Clear"))
+
+
+def _share(calls, failures, finished):
+    """One thread's calls of a run_python region."""
+    try:
+        for call in calls:
+            call()
+    except BaseException as e:     # reaches the caller of run_python
+        failures.append(e)
+    finished.append(True)
+
+
 class Pool:
     """``nthreads`` threads (the caller is tid 0) that run native functions; use :func:`get_pool`.
 
     ``run(fn, arg)`` calls ``void fn(void *arg, int64 tid, int64 nthreads)`` once per tid.
     Inside ``fn``, ``barrier_fn(barrier_state, tid)`` (``void barrier(void *, int64)``) waits for
-    every thread of the region.
+    every thread of the region. ``run_python(calls)`` spreads Python callables over the threads
+    (loop nests use ``run``; :mod:`tppasm.fc` uses ``run_python``).
     """
 
     def __init__(self, nthreads, spin_us=None):
@@ -203,6 +223,39 @@ class Pool:
                 self._run(self._state, fn, arg)
             finally:
                 self._owner = None
+
+    def run_python(self, calls):
+        """Call each of ``calls`` (Python callables of no arguments) once on the pool's threads:
+        call i on thread i % nthreads, the caller's share (tid 0) on this thread; return when all
+        have returned. A thread whose call raises skips its later calls, and the first exception
+        is raised here once every thread is done. A call may not start a region of this pool.
+
+        Unlike Python worker threads, the pool's workers spin before they sleep and wake on a futex
+        without the interpreter: on the 2-vCPU Zen 4 VM, ``concurrent.futures`` workers woken after
+        an idle pause ran on the caller's vCPU for ~10 calls (``tppasm.fc`` at 2 threads at the
+        speed of one).
+
+        >>> done = []
+        >>> get_pool().run_python([lambda i=i: done.append(i) for i in range(5)])
+        >>> sorted(done)
+        [0, 1, 2, 3, 4]
+        """
+        calls = list(calls)
+        if not all(callable(call) for call in calls):
+            raise TypeError("Pool.run_python(calls): expected a sequence of callables of no arguments, e.g. "
+                            "[functools.partial(f, x) for x in parts]")
+        shares = min(len(calls), self.nthreads)
+        if not shares:
+            return
+        failures, finished = [], []
+        objects = [functools.partial(_share, calls[tid::self.nthreads], failures, finished) for tid in range(shares)]
+        table = (ctypes.c_uint64 * (pc.PY_OBJECTS // 8 + shares))(*_PY_API, shares, *map(id, objects))
+        self.run(self._code["pycall"].address, ctypes.addressof(table))
+        if failures:
+            raise failures[0]
+        if len(finished) != shares:
+            raise RuntimeError(f"Pool.run_python: {shares - len(finished)} of {shares} threads could not call their "
+                               "share (the interpreter failed to start the call, e.g. out of memory)")
 
     def cpu_seconds(self):
         """CPU seconds each thread of a region has run so far: the calling thread (tid 0), then
