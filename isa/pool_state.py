@@ -27,13 +27,15 @@ RECORD_SIZE = 32
 
 # The argument table of ``pycall``, the region of Pool.run_python: C-API function addresses, then
 # how many threads have a callable and one PyObject* (a callable of no arguments) per such thread.
-PY_ENSURE = 0      # PyGILState_Ensure
-PY_RELEASE = 8     # PyGILState_Release
-PY_CALL = 16       # PyObject_CallObject
-PY_DECREF = 24     # Py_DecRef
-PY_CLEAR = 32      # PyErr_Clear
-PY_COUNT = 40      # i64 threads with a callable
-PY_OBJECTS = 48    # PyObject* per thread
+PY_THIS_STATE = 0  # PyGILState_GetThisThreadState
+PY_ENSURE = 8      # PyGILState_Ensure: a worker's first call creates its thread state, kept from then on
+PY_RESTORE = 16    # PyEval_RestoreThread
+PY_SAVE = 24       # PyEval_SaveThread
+PY_CALL = 32       # PyObject_CallObject
+PY_DECREF = 40     # Py_DecRef
+PY_CLEAR = 48      # PyErr_Clear
+PY_COUNT = 56      # i64 threads with a callable
+PY_OBJECTS = 64    # PyObject* per thread
 
 FUTEX_WAIT_PRIVATE = 0 | 128
 FUTEX_WAKE_PRIVATE = 1 | 128

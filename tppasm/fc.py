@@ -355,17 +355,20 @@ class PanelGemm:
         return _k_blocks(a[lo:hi], self.bk, self.k // self.bk)
 
     def _product(self, batch, panel, c, bias, lo, hi, c0, c1):
+        self._call(batch, panel, c, bias, lo, hi, c0, c1)()
+
+    def _call(self, batch, panel, c, bias, lo, hi, c0, c1):
+        """The BRGEMM of rows lo..hi and columns c0..c1 as a call of no arguments: in a pool
+        thread, the kernel alone (a builtin) runs, and it lets go of the interpreter lock at once."""
         extra = () if bias is None else (bias[c0:c1],)
-        self.kernels[hi - lo, c1 - c0](batch, panel.reshape((len(batch), -1) + panel.shape[1:]), c[lo:hi, c0:c1],
-                                       *extra, count=len(batch))
+        return functools.partial(self.kernels[hi - lo, c1 - c0], batch,
+                                 panel.reshape((len(batch), -1) + panel.shape[1:]), c[lo:hi, c0:c1], *extra,
+                                 count=len(batch))
 
     def _panels(self, a, b, c, bias, group):
         batch = self._batch(a, 0, self.rows)
         for c0, c1 in group:
             self._product(batch, self._pack(b, c0, c1), c, bias, 0, self.rows, c0, c1)
-
-    def _rows(self, a, panel, c, bias, lo, hi):
-        self._product(self._batch(a, lo, hi), panel, c, bias, lo, hi, 0, self.m)
 
     def __call__(self, a, b, c, bias=None):
         """C from A (rows, k) and W (m, k) or, with ``b_layout="km"``, B (k, m)."""
@@ -373,7 +376,7 @@ class PanelGemm:
             jobs = [functools.partial(self._panels, a, b, c, bias, group) for group in self.groups]
         else:
             panel = self._pack(b, 0, self.m)
-            jobs = [functools.partial(self._rows, a, panel, c, bias, lo, hi) for lo, hi in self.blocks]
+            jobs = [self._call(self._batch(a, lo, hi), panel, c, bias, lo, hi, 0, self.m) for lo, hi in self.blocks]
         _parallel(jobs)
 
 

@@ -33,7 +33,7 @@ from isa.x86.function import JitFunction      # ExecutableMemory + ctypes: nothi
 
 from ..pool_state import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_SLEEPS, FN, FUTEX_WAIT_PRIVATE,
                         FUTEX_WAKE_PRIVATE, GEN, NTHREADS, PY_CALL, PY_CLEAR, PY_COUNT, PY_DECREF, PY_ENSURE,
-                        PY_OBJECTS, PY_RELEASE, QUIT, REMAIN, SLEEPERS, SPIN, WAKE_ALL)
+                        PY_OBJECTS, PY_RESTORE, PY_SAVE, PY_THIS_STATE, QUIT, REMAIN, SLEEPERS, SPIN, WAKE_ALL)
 
 SYS_FUTEX = 98
 SEEN = w[9]           # the value a wait just read
@@ -238,8 +238,8 @@ def _spin():
 def _pycall():
     f = Function(nargs=3)
     a, (table, tid, _) = f.asm, f.args
-    out, failed, release = a.label("out"), a.label("failed"), a.label("release")
-    api, obj, gil, fn = x[19], x[20], x[21], x[9]
+    out, first, called, failed, release = (a.label(n) for n in ("out", "first", "called", "failed", "release"))
+    api, obj, fn = x[19], x[20], x[9]
 
     def call(field):
         a.ldr(fn, mem(api, field))
@@ -250,8 +250,13 @@ def _pycall():
     a.mov(api, table)
     a.add(fn, table, PY_OBJECTS)
     a.ldr(obj, mem(fn, tid, lsl=3))
-    call(PY_ENSURE)
-    a.mov(gil, x[0])
+    call(PY_THIS_STATE)
+    a.cbz(x[0], first)
+    call(PY_RESTORE)                       # x0: the thread state
+    a.b(called)
+    a.bind(first)
+    call(PY_ENSURE)                        # never released: the thread state stays
+    a.bind(called)
     a.mov(x[0], obj)
     a.mov(x[1], xzr)
     call(PY_CALL)                          # a new reference, or NULL with an exception set
@@ -261,8 +266,7 @@ def _pycall():
     a.bind(failed)
     call(PY_CLEAR)                         # run_python sees the callable did not finish
     a.bind(release)
-    a.mov(x[0], gil)
-    call(PY_RELEASE)
+    call(PY_SAVE)
     a.bind(out)
     return f.code()
 

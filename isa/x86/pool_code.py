@@ -9,8 +9,10 @@
 - ``quit(state)``: tell every worker to return.
 - ``spin(n)``: ``n`` iterations of the wait loop's ``pause``, to calibrate the spin budget.
 - ``pycall(table, tid, nthreads)``: the region of ``Pool.run_python``: thread ``tid`` takes the
-  interpreter lock, calls its callable from the table (:mod:`isa.pool_state`'s ``PY_*`` fields),
-  and lets go of the lock (no ctypes callback, whose closure libffi may map writable and executable).
+  interpreter lock with its thread state (a worker's first call creates one and keeps it: creating
+  and deleting one per call cost ~20 µs a region), calls its callable from the table
+  (:mod:`isa.pool_state`'s ``PY_*`` fields) and lets go of the lock. No ctypes callback: libffi
+  may map a callback's closure writable and executable.
 
 Every wait spins ``SPIN`` iterations of ``pause`` and then sleeps on a futex (raw ``syscall``). A
 waker issues ``FUTEX_WAKE`` only when a sleeper announced itself first, so the hot path has no
@@ -28,7 +30,7 @@ from isa.x86.registers import (dword, eax, ebx, edx, esi, qword, r8, r9d, r10d, 
 
 from ..pool_state import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_SLEEPS, FN, FUTEX_WAIT_PRIVATE,
                           FUTEX_WAKE_PRIVATE, GEN, NTHREADS, PY_CALL, PY_CLEAR, PY_COUNT, PY_DECREF, PY_ENSURE,
-                          PY_OBJECTS, PY_RELEASE, QUIT, REMAIN, SLEEPERS, SPIN, WAKE_ALL)
+                          PY_OBJECTS, PY_RESTORE, PY_SAVE, PY_THIS_STATE, QUIT, REMAIN, SLEEPERS, SPIN, WAKE_ALL)
 
 SYS_FUTEX = 202
 
@@ -204,14 +206,22 @@ def _spin():
 
 def _pycall():
     f = Function("pool_pycall", ["ptr", "i64", "i64"])
+    f.stack(8)
     a, (table, tid, _) = f.asm, f.args
-    out, failed, release = a.label("out"), a.label("failed"), a.label("release")
+    out, first, called, failed, release = (a.label(n) for n in ("out", "first", "called", "failed", "release"))
     a.cmp(tid, qword[table + PY_COUNT])
     a.jge(out)
-    a.mov(r12, table)                             # r12-r14: three pushes keep rsp 16-byte aligned
+    a.mov(r12, table)                             # r12, r13: two pushes and 8 bytes of frame keep rsp aligned
     a.mov(r13, qword[table + tid * 8 + PY_OBJECTS])
-    a.call(qword[r12 + PY_ENSURE])
-    a.mov(r14, rax)
+    a.call(qword[r12 + PY_THIS_STATE])
+    a.test(rax, rax)
+    a.jz(first)
+    a.mov(rdi, rax)
+    a.call(qword[r12 + PY_RESTORE])
+    a.jmp(called)
+    a.bind(first)
+    a.call(qword[r12 + PY_ENSURE])                # never released: the thread state stays
+    a.bind(called)
     a.mov(rdi, r13)
     a.xor(esi, esi)
     a.call(qword[r12 + PY_CALL])                  # a new reference, or NULL with an exception set
@@ -223,8 +233,7 @@ def _pycall():
     a.bind(failed)
     a.call(qword[r12 + PY_CLEAR])                 # run_python sees the callable did not finish
     a.bind(release)
-    a.mov(rdi, r14)
-    a.call(qword[r12 + PY_RELEASE])
+    a.call(qword[r12 + PY_SAVE])
     a.bind(out)
     return f.finalize()
 

@@ -14,8 +14,8 @@ import pytest
 from isa.aarch64 import Assembler, Function, Label, mem, x, xzr
 from isa.aarch64.elf import DATA_BASE
 from loops.nest_plan import Layout
-from isa.pool_state import (NTHREADS, PY_CALL, PY_CLEAR, PY_COUNT, PY_DECREF, PY_ENSURE, PY_OBJECTS, PY_RELEASE,
-                            RECORD_SIZE, RECORDS, SPIN, state_size)
+from isa.pool_state import (NTHREADS, PY_CALL, PY_CLEAR, PY_COUNT, PY_DECREF, PY_ENSURE, PY_OBJECTS, PY_RESTORE,
+                            PY_SAVE, PY_THIS_STATE, RECORD_SIZE, RECORDS, SPIN, state_size)
 from isa.aarch64.pool_code import code as pool_code
 from loops.spec import parse
 
@@ -277,10 +277,12 @@ def test_barriers_order_phases(nthreads, spin):
 
 
 # -- (c) pycall: the region of Pool.run_python, with stubs for the C API -------------------------
-# data: the pycall table | per-thread records (calls, decrefs, fail) | counters (ensures, clears, errors)
+# data: the pycall table | per-thread records (calls, decrefs, fail) | the thread state the stub
+# GetThisThreadState returns | counters (ensures, restores, saves, clears, errors)
 PY_RECS = PY_OBJECTS + 8 * MAX_THREADS
-PY_COUNTERS = PY_RECS + 24 * MAX_THREADS
-GIL = 7                                          # what the ensure stub returns; release checks it
+PY_STATE = PY_RECS + 24 * MAX_THREADS
+PY_COUNTERS = PY_STATE + 8
+PY_ENSURES, PY_RESTORES, PY_SAVES, PY_CLEARS, PY_ERRORS = (PY_COUNTERS + 8 * i for i in range(5))
 
 
 def _count(a, offset):
@@ -291,23 +293,31 @@ def _count(a, offset):
 
 
 def py_stubs():
-    """{name: code} standing in for PyGILState_Ensure / _Release, PyObject_CallObject, Py_DecRef
-    and PyErr_Clear; an object is a thread's record: call counts it and fails where it says so."""
+    """{table field: code} standing in for the C API; an object is a thread's record: the call
+    stub counts it and fails (returns NULL) where the record says so."""
     stubs = {}
-    a = Assembler()                              # ensure() -> GIL
-    _count(a, PY_COUNTERS)
-    a.movz(x[0], GIL)
+    a = Assembler()                              # GetThisThreadState() -> the word at PY_STATE
+    a.mov_imm(x[9], DATA_BASE + PY_STATE)
+    a.ldr(x[0], mem(x[9]))
     a.ret()
-    stubs[PY_ENSURE] = a.code()
-    a, ok = Assembler(), Label("ok")             # release(state): state must be GIL
-    a.cmp(x[0], GIL)
+    stubs[PY_THIS_STATE] = a.code()
+    a, ok = Assembler(), Label("ok")             # RestoreThread(ts): ts must be that word
+    a.mov_imm(x[9], DATA_BASE + PY_STATE)
+    a.ldr(x[9], mem(x[9]))
+    a.cmp(x[0], x[9])
     a.b_eq(ok)
-    _count(a, PY_COUNTERS + 16)
+    _count(a, PY_ERRORS)
     a.bind(ok)
+    _count(a, PY_RESTORES)
     a.ret()
-    stubs[PY_RELEASE] = a.code()
-    a, fails = Assembler(), Label("fails")       # call(obj, NULL): obj, or NULL where obj.fail
-    a.cbnz(x[1], fails)                          # (args must be NULL: counted as a failure)
+    stubs[PY_RESTORE] = a.code()
+    for field, counter in ((PY_ENSURE, PY_ENSURES), (PY_SAVE, PY_SAVES), (PY_CLEAR, PY_CLEARS)):
+        a = Assembler()
+        _count(a, counter)
+        a.ret()
+        stubs[field] = a.code()
+    a, fails = Assembler(), Label("fails")       # CallObject(obj, NULL): obj, or NULL where obj.fail
+    a.cbnz(x[1], fails)                          # (args must be NULL: else a failure)
     a.ldr(x[9], mem(x[0]))
     a.add(x[9], x[9], 1)
     a.str(x[9], mem(x[0]))
@@ -318,24 +328,24 @@ def py_stubs():
     a.mov(x[0], xzr)
     a.ret()
     stubs[PY_CALL] = a.code()
-    a = Assembler()                              # decref(obj)
+    a = Assembler()                              # DecRef(obj)
     a.ldr(x[9], mem(x[0], 8))
     a.add(x[9], x[9], 1)
     a.str(x[9], mem(x[0], 8))
     a.ret()
     stubs[PY_DECREF] = a.code()
-    a = Assembler()                              # clear()
-    _count(a, PY_COUNTERS + 8)
-    a.ret()
-    stubs[PY_CLEAR] = a.code()
     return stubs
 
 
+@pytest.mark.parametrize("state", [0, 0x5EED])
 @pytest.mark.parametrize("nthreads, count", [(1, 0), (1, 1), (2, 2), (3, 2), (4, 4)])
-def test_pycall_calls_each_threads_object_between_ensure_and_release(nthreads, count):
+def test_pycall_calls_each_threads_object_with_the_lock_taken(nthreads, count, state):
+    """A thread with no thread state yet (0) takes the lock with Ensure, one with a state by
+    restoring it; either way it calls its object and lets the lock go with SaveThread."""
     regions, failing = 50, 1                     # thread 1's calls fail (return NULL)
-    data = np.zeros(PY_COUNTERS // 8 + 3, np.int64)
+    data = np.zeros(PY_COUNTERS // 8 + 5, np.int64)
     data[PY_COUNT // 8] = count
+    data[PY_STATE // 8] = state
     for tid in range(MAX_THREADS):
         data[PY_OBJECTS // 8 + tid] = DATA_BASE + PY_RECS + 24 * tid
     data[(PY_RECS + 24 * failing + 16) // 8] = 1
@@ -354,12 +364,13 @@ def test_pycall_calls_each_threads_object_between_ensure_and_release(nthreads, c
         s.blr(x[16])
     repeat(s, regions, region)
     out = prog.run().view(np.int64)
-    recs = out[PY_RECS // 8:PY_COUNTERS // 8].reshape(MAX_THREADS, 3)
+    recs = out[PY_RECS // 8:PY_STATE // 8].reshape(MAX_THREADS, 3)
     ran = [tid < count for tid in range(MAX_THREADS)]
     assert recs[:, 0].tolist() == [regions * r for r in ran]
     assert recs[:, 1].tolist() == [regions * (r and tid != failing) for tid, r in enumerate(ran)]
-    ensures, clears, errors = out[PY_COUNTERS // 8:]
-    assert (ensures, clears, errors) == (regions * count, regions * (count > failing), 0)
+    calls = regions * count
+    assert out[PY_COUNTERS // 8:].tolist() == [0 if state else calls, calls if state else 0, calls,
+                                               regions * (count > failing), 0]
 
 
 # -- (d) AArch64 loop nests on the pool ----------------------------------------------------------
