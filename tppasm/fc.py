@@ -143,14 +143,15 @@ def transposed(n, m, k):
 def _forward_transposed(plan, x, w, bias, out):
     """``out = x @ w.T + bias`` (then relu, where fused) as the transpose of ``w @ x.T``: x.T (for
     bf16 its VNNI2 packing, which is the transpose of x's bf16 pairs read as 32-bit words) is B,
-    w itself A; the fp32 product is transposed back, and the bias add rounds it once to out."""
-    n = x.shape[0]
-    xt = plan.pack_x(x)
-    yt = empty((w.shape[0], n), np.float32)
-    plan.gemm(w, xt, yt)
-    y32 = empty((n, w.shape[0]), np.float32)
-    plan.transpose_y(yt, y32)
-    plan.add_bias(y32, plan.zero_bias if bias is None else bias, out)
+    w itself A; the fp32 product is transposed back, and the bias add rounds it once to out. Each
+    thread does all three for its block of w's rows (out's columns)."""
+    (n, m), bias = out.shape, plan.zero_bias if bias is None else bias
+    yt, y32 = empty((m, n), np.float32), empty((n, m), np.float32)
+    products = plan.gemm.calls(w, plan.pack_x(x), yt)
+    _parallel([functools.partial(_chain, (product, functools.partial(plan.transpose_y[hi - lo], yt[lo:hi], y32[:, lo:hi]),
+                                          functools.partial(plan.add_bias[hi - lo], y32[:, lo:hi], bias[lo:hi],
+                                                            out[:, lo:hi])))
+               for product, (lo, hi) in zip(products, plan.gemm.blocks)])
 
 
 def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=1):
@@ -257,11 +258,12 @@ class RowGemm:
                         for lo, hi in self.blocks}
 
     def __call__(self, a, b, c, *bias):
+        _parallel(self.calls(a, b, c, *bias))
+
+    def calls(self, a, b, c, *bias):
+        """The BRGEMM of each block of :attr:`blocks` as a call of no arguments."""
         b = _one(b)
-        if len(self.blocks) == 1:
-            return self.kernels[len(a)](_one(a), b, c, *bias)
-        _parallel([functools.partial(self.kernels[hi - lo], _one(a[lo:hi]), b, c[lo:hi], *bias)
-                   for lo, hi in self.blocks])
+        return [functools.partial(self.kernels[hi - lo], _one(a[lo:hi]), b, c[lo:hi], *bias) for lo, hi in self.blocks]
 
 
 class DotGemm:
@@ -499,6 +501,12 @@ PANEL_BYTES = 1 << 20
 MIN_FLOPS = 1 << 24
 
 
+def _chain(calls):
+    """Make ``calls`` one after the other (one thread's share of :func:`_parallel`)."""
+    for call in calls:
+        call()
+
+
 def _parallel(jobs):
     """Run ``jobs`` (callables): the first on this thread, the others on the process's native pool
     (:meth:`isa.pool.Pool.run_python`). On the 2-vCPU Zen 4 VM, 2 threads, ``bench linear``'s
@@ -530,9 +538,11 @@ def _forward_plan(n, m, k, dt, bias, act, threads):
     elif path == "transposed":
         kernels.update(pack_x=TransposedB(n, k, dt),
                        gemm=RowGemm(m, n, k, dt, threads, c_dtype="f32"),
-                       transpose_y=transform("transpose", m, n, dtype="f32"),
-                       add_bias=binary("add", n, m, dtype="f32", out_dtype=dt, bcast_b="row", post=fused),
                        zero_bias=np.zeros(m, np.float32))
+        widths = {hi - lo for lo, hi in kernels["gemm"].blocks}     # of out's columns, one block per thread
+        kernels.update(transpose_y={w: transform("transpose", w, n, ldo=m, dtype="f32") for w in widths},
+                       add_bias={w: binary("add", n, w, lda=m, ldo=m, dtype="f32", out_dtype=dt, bcast_b="row",
+                                           post=fused) for w in widths})
     else:
         kernels.update(gemm=PanelGemm(n, m, k, dt, threads, bias=bias, act=fused))
     if act in ("gelu", "gelu_erf"):

@@ -1,5 +1,6 @@
 """The native thread pool: each tid once per region, barriers, Python threads, fork, env, exit."""
 import ctypes
+import functools
 import os
 import subprocess
 import sys
@@ -224,6 +225,28 @@ def test_run_python_runs_call_i_on_thread_i_mod_n(nthreads, calls):
         if i < nthreads:
             assert seen[i] == threading.get_ident() or seen[i] in pool._worker_ids
     assert len({seen[i] for i in range(min(calls, nthreads))}) == min(calls, nthreads)
+
+
+def test_run_python_from_several_python_threads_at_once():
+    """Regions of run_python from four Python threads at once: each call runs exactly once, on
+    the pool's threads, with its own arguments."""
+    pool, errors = get_pool(), []
+    counts = [[0] * 6 for _ in range(4)]
+
+    def caller(row):
+        try:
+            for _ in range(200):
+                pool.run_python([functools.partial(row.__setitem__, i, row[i] + 1) for i in range(6)])
+        except Exception as e:          # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=caller, args=(row,)) for row in counts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert counts == [[200] * 6] * 4
 
 
 def test_run_python_raises_the_first_failure_after_every_thread_is_done():
