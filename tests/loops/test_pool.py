@@ -172,6 +172,16 @@ def test_after_idle_workers_sleep_and_wake():
     pool._at_exit()
 
 
+def in_threads(target, args, timeout):
+    """Run target(arg) for each of ``args`` on a Python thread of its own, all at once; wait for
+    them (at most ``timeout`` seconds each)."""
+    threads = [threading.Thread(target=target, args=(arg,)) for arg in args]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+
+
 def test_concurrent_python_threads():
     pool, fn = get_pool(), count_fn()
     arrays = [(ctypes.c_int64 * pool.nthreads)() for _ in range(4)]
@@ -184,11 +194,7 @@ def test_concurrent_python_threads():
         except Exception as e:          # pragma: no cover - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=caller, args=(c,)) for c in arrays]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    in_threads(caller, arrays, 30)
     assert not errors
     for counts in arrays:
         assert list(counts) == [500] * pool.nthreads
@@ -240,11 +246,7 @@ def test_run_python_from_several_python_threads_at_once():
         except Exception as e:          # pragma: no cover - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=caller, args=(row,)) for row in counts]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    in_threads(caller, counts, 60)
     assert not errors
     assert counts == [[200] * 6] * 4
 
