@@ -24,7 +24,6 @@ import numpy as np
 
 import isa.pool as pool_module
 from isa.cpu import host
-from isa.pool import Pool
 from isa.x86 import Function, qword, rax
 from isa.x86.function import INT_ARGS
 from tppasm.dtypes import name_of
@@ -73,7 +72,7 @@ def kernel(spec, *loops, pool=None, races="refuse"):
 
 
 def _check_pool(pool):
-    if pool is not None and not isinstance(pool, Pool):
+    if pool is not None and not isinstance(pool, pool_module.Pool):
         raise TypeError(f"pool={pool!r}: expected an isa.pool.Pool (e.g. Pool(4)) or None for the process's "
                         "pool (isa.pool.get_pool())")
 
