@@ -147,11 +147,12 @@ def _forward_transposed(plan, x, w, bias, out):
     thread does all three for its block of w's rows (out's columns)."""
     (n, m), bias = out.shape, plan.zero_bias if bias is None else bias
     yt, y32 = empty((m, n), np.float32), empty((n, m), np.float32)
-    products = plan.gemm.calls(w, plan.pack_x(x), yt)
-    _parallel([functools.partial(_chain, (product, functools.partial(plan.transpose_y[hi - lo], yt[lo:hi], y32[:, lo:hi]),
-                                          functools.partial(plan.add_bias[hi - lo], y32[:, lo:hi], bias[lo:hi],
-                                                            out[:, lo:hi])))
-               for product, (lo, hi) in zip(products, plan.gemm.blocks)])
+    jobs = []
+    for product, (lo, hi) in zip(plan.gemm.calls(w, plan.pack_x(x), yt), plan.gemm.blocks):
+        back = functools.partial(plan.transpose_y[hi - lo], yt[lo:hi], y32[:, lo:hi])
+        add = functools.partial(plan.add_bias[hi - lo], y32[:, lo:hi], bias[lo:hi], out[:, lo:hi])
+        jobs.append(functools.partial(_chain, (product, back, add)))
+    _parallel(jobs)
 
 
 def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=1):

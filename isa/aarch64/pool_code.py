@@ -2,9 +2,10 @@
 state layout (:mod:`isa.pool_state`) and protocol as the x86-64 pool.
 
 - ``worker(rec)``, ``run(state, fn, arg)``, ``barrier(state, tid)``, ``quit(state)``, ``spin(n)``,
-  ``pycall(table, tid, nthreads)``: see :mod:`isa.x86.pool_code`. Waits spin ``SPIN`` iterations of ``yield``, then sleep on a futex
-  (``svc #0``, x8 = 98); a waker calls ``FUTEX_WAKE`` only when a sleeper announced itself. One
-  difference: ``SPIN`` = 0 sleeps at once here (the x86 counter would wrap; the pool stores >= 1).
+  ``pycall(table, tid, nthreads)``: see :mod:`isa.x86.pool_code`. Waits spin ``SPIN`` iterations
+  of ``yield``, then sleep on a futex (``svc #0``, x8 = 98); a waker calls ``FUTEX_WAKE`` only when
+  a sleeper announced itself. One difference: ``SPIN`` = 0 sleeps at once here (the x86 counter
+  would wrap; the pool stores >= 1).
 
 Memory ordering. Every read-modify-write is an LSE atomic with acquire and release semantics
 (``ldaddal``, ``swpal``, always with a real destination register: with wzr the load would lose
