@@ -37,6 +37,15 @@ PY_CLEAR = 48      # PyErr_Clear
 PY_COUNT = 56      # i64 threads with a callable
 PY_OBJECTS = 64    # PyObject* per thread
 
+# The argument table of ``rawcall``, the region of Pool.run_native: how many threads have calls,
+# then per such thread the address of its first call record and how many records follow; a record
+# is a function address and its six integer arguments (System V / AAPCS64 registers).
+RAW_COUNT = 0
+RAW_LISTS = 8      # (u64 first record, i64 records) per thread
+RAW_LIST_SIZE = 16
+RAW_RECORD_SIZE = 56
+RAW_ARGS = 6
+
 FUTEX_WAIT_PRIVATE = 0 | 128
 FUTEX_WAKE_PRIVATE = 1 | 128
 WAKE_ALL = 0x7FFFFFFF

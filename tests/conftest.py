@@ -23,6 +23,10 @@ atexit.register(shutil.rmtree, os.environ["TPPASM_CACHE_DIR"], True)
 
 _OUTSIDE = differences()
 
+# Every native call tppasm.fc hands the pool is checked as a kernel call would be (off outside tests).
+import tppasm.fc  # noqa: E402
+tppasm.fc.CHECK_RAW_CALLS = True
+
 
 def _pin_line():
     if not _OUTSIDE:

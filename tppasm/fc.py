@@ -151,8 +151,8 @@ def _forward_transposed(plan, x, w, bias, out):
     for product, (lo, hi) in zip(plan.gemm.calls(w, plan.pack_x(x), yt), plan.gemm.blocks):
         back = functools.partial(plan.transpose_y[hi - lo], yt[lo:hi], y32[:, lo:hi])
         add = functools.partial(plan.add_bias[hi - lo], y32[:, lo:hi], bias[lo:hi], out[:, lo:hi])
-        jobs.append(functools.partial(_chain, (product, back, add)))
-    _parallel(jobs)
+        jobs.append([product, back, add])
+    _parallel_kernels(jobs)
 
 
 def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=1):
@@ -259,7 +259,7 @@ class RowGemm:
                         for lo, hi in self.blocks}
 
     def __call__(self, a, b, c, *bias):
-        _parallel(self.calls(a, b, c, *bias))
+        _parallel_kernels([[call] for call in self.calls(a, b, c, *bias)])
 
     def calls(self, a, b, c, *bias):
         """The BRGEMM of each block of :attr:`blocks` as a call of no arguments."""
@@ -286,8 +286,8 @@ class DotGemm:
                         for lo, hi in self.blocks}
 
     def __call__(self, a, w, c):
-        jobs = [functools.partial(self.kernels[hi - lo], a, w[lo:hi], c[:, lo:hi]) for lo, hi in self.blocks]
-        _parallel(jobs)
+        _parallel_kernels([[functools.partial(self.kernels[hi - lo], a, w[lo:hi], c[:, lo:hi])]
+                           for lo, hi in self.blocks])
 
 
 class PanelGemm:
@@ -357,30 +357,39 @@ class PanelGemm:
         """Rows lo..hi of A as the BRGEMM's batch of k blocks."""
         return _k_blocks(a[lo:hi], self.bk, self.k // self.bk)
 
-    def _product(self, batch, panel, c, bias, lo, hi, c0, c1):
-        self._call(batch, panel, c, bias, lo, hi, c0, c1)()
-
     def _call(self, batch, panel, c, bias, lo, hi, c0, c1):
-        """The BRGEMM of rows lo..hi and columns c0..c1 as a call of no arguments: in a pool
-        thread, the kernel alone (a builtin) runs, and it lets go of the interpreter lock at once."""
+        """The BRGEMM of rows lo..hi and columns c0..c1 as a call of no arguments."""
         extra = () if bias is None else (bias[c0:c1],)
         return functools.partial(self.kernels[hi - lo, c1 - c0], batch,
                                  panel.reshape((len(batch), -1) + panel.shape[1:]), c[lo:hi, c0:c1], *extra,
                                  count=len(batch))
 
-    def _panels(self, a, b, c, bias, group):
-        batch = self._batch(a, 0, self.rows)
+    def _group_calls(self, a, b, c, bias, group):
+        """The kernel calls of one thread's run of panels: each packed (into buffers of the thread's
+        own, used again panel after panel), then multiplied."""
+        batch, buffers, calls = self._batch(a, 0, self.rows), {}, []
         for c0, c1 in group:
-            self._product(batch, self._pack(b, c0, c1), c, bias, 0, self.rows, c0, c1)
+            width = c1 - c0
+            if self.in_place:
+                panel = b[:, c0:c1]
+            elif self.b_layout == "w":
+                room = buffers.setdefault(width, self.packs[width].buffers())
+                calls += self.packs[width].calls(b[c0:c1], room)
+                panel = self.packs[width].packed(room)
+            else:
+                panel = buffers.setdefault(width, empty((self.words, width, 2) if self.pairs else (self.k, width),
+                                                        self.np_dtype))
+                calls.append(functools.partial(self.packs[width], b[:, c0:c1], panel))
+            calls.append(self._call(batch, panel, c, bias, 0, self.rows, c0, c1))
+        return calls
 
     def __call__(self, a, b, c, bias=None):
         """C from A (rows, k) and W (m, k) or, with ``b_layout="km"``, B (k, m)."""
         if self.groups:
-            jobs = [functools.partial(self._panels, a, b, c, bias, group) for group in self.groups]
-        else:
-            panel = self._pack(b, 0, self.m)
-            jobs = [self._call(self._batch(a, lo, hi), panel, c, bias, lo, hi, 0, self.m) for lo, hi in self.blocks]
-        _parallel(jobs)
+            return _parallel_kernels([self._group_calls(a, b, c, bias, group) for group in self.groups])
+        panel = self._pack(b, 0, self.m)
+        _parallel_kernels([[self._call(self._batch(a, lo, hi), panel, c, bias, lo, hi, 0, self.m)]
+                           for lo, hi in self.blocks])
 
 
 class StripGemm:
@@ -468,13 +477,27 @@ class TransposedB:
             self.kernels = transform("transpose", r, self.words, dtype="f32"),
 
     def __call__(self, rows):
-        out = empty((self.words, self.r), np.float32)
+        buffers = self.buffers()
+        for call in self.calls(rows, buffers):
+            call()
+        return self.packed(buffers)
+
+    def buffers(self):
+        """(out, scratch) for :meth:`calls`: the packing as fp32 words and, for an odd k, room for
+        the bf16 transpose."""
+        return empty((self.words, self.r), np.float32), empty((self.k, self.r), self.np_dtype) if self.odd else None
+
+    def calls(self, rows, buffers):
+        """The kernel calls that pack ``rows`` into ``buffers`` (:meth:`buffers`)."""
+        out, scratch = buffers
         if self.odd:
-            transposed = empty((self.k, self.r), self.np_dtype)
-            self.kernels[0](rows, transposed)
-            self.kernels[1](transposed, out.view(self.np_dtype).reshape(self.words, self.r, 2))
-        else:
-            self.kernels[0](rows.view(np.float32), out)
+            return [functools.partial(self.kernels[0], rows, scratch),
+                    functools.partial(self.kernels[1], scratch, self.packed(buffers))]
+        return [functools.partial(self.kernels[0], rows.view(np.float32), out)]
+
+    def packed(self, buffers):
+        """The B that :meth:`calls` leave in ``buffers``."""
+        out = buffers[0]
         return out.view(self.np_dtype).reshape(self.words, self.r, 2) if self.pairs else out
 
 
@@ -502,10 +525,21 @@ PANEL_BYTES = 1 << 20
 MIN_FLOPS = 1 << 24
 
 
-def _chain(calls):
-    """Make ``calls`` one after the other (one thread's share of :func:`_parallel`)."""
-    for call in calls:
-        call()
+def _parallel_kernels(shares):
+    """Run ``shares`` (lists of kernel calls: functools.partial of a kernel and its arrays, one
+    list per thread): one share here, several natively on the process's pool
+    (:meth:`isa.pool.Pool.run_native`), whose workers then never take the interpreter lock."""
+    if len(shares) == 1:
+        for call in shares[0]:
+            call()
+        return
+    get_pool().run_native([[call.func.raw_call(*call.args, check=CHECK_RAW_CALLS, **call.keywords) for call in share]
+                           for share in shares])
+
+
+# True: check every native call as a kernel call would be (the tests set it; the calls are views
+# fc built from checked arrays, and checking costs ~15 us a BRGEMM)
+CHECK_RAW_CALLS = False
 
 
 def _parallel(jobs):

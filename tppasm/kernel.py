@@ -281,6 +281,11 @@ class Kernel:
                             "offsets or addresses; call the object tppasm.brgemm(...) returns, which does")
         if not all(type(a) is np.ndarray for a in arrays):
             return operand.call(self, arrays, values)      # torch tensors, DLPack objects, ndarray subclasses
+        self._raw(*self._checked_args(arrays, values))
+
+    def _checked_args(self, arrays, values):
+        """The raw kernel's arguments for NumPy ``arrays`` and scalar ``values``, once every operand
+        passed its check (OperandError / TypeError naming the fix otherwise)."""
         values = tuple(scalar_arg(self.desc.kind, name, v) for name, v in zip(self.scalars, values))
         count = dict(zip(self.scalars, values)).get(self.desc.count_scalar, 1)
         for spec, arr in zip(self.operands, arrays):
@@ -288,7 +293,35 @@ class Kernel:
         operand.refuse_overlap(self.desc.kind, self.operands, arrays, count)
         if self._raw is None or not self.runnable:
             _unavailable(self.desc.kind, self.isa)
-        self._raw(*(a.ctypes.data for a in arrays), *values)
+        return tuple(a.ctypes.data for a in arrays) + values
+
+    def raw_call(self, *arrays, count=None, check=True):
+        """``(address, args)``: this call checked (NumPy arrays only, as a call checks them) and
+        spelled as the raw kernel's address and its integer arguments (operand data pointers, then
+        the scalars), for native code to make later without the interpreter
+        (:meth:`isa.pool.Pool.run_native`). The arrays must outlive that call. ``check=False``
+        skips the operand checks (~15 µs for a BRGEMM): only for callers whose arrays are views
+        they built from checked ones, such as :mod:`tppasm.fc` (whose tests check every call).
+
+        >>> import numpy as np, tppasm
+        >>> k = tppasm.unary("relu", 2, 3); x = np.ones((2, 3), np.float32); out = np.empty_like(x)
+        >>> address, args = k.raw_call(x, out)
+        >>> args == (x.ctypes.data, out.ctypes.data)
+        True
+        """
+        if not all(type(a) is np.ndarray for a in arrays):
+            raise TypeError(f"{self.desc.kind}.raw_call: pass NumPy arrays (np.asarray(t) for a tensor): the "
+                            "native call that it prepares holds data pointers only")
+        if len(arrays) != self._n:
+            return self._explain(arrays, {} if count is None else {"count": count})
+        if count is None and self._infer:
+            count = self._count_of(arrays)
+        values = self._defaults if count is None else (count,)
+        if len(values) != len(self.scalars):
+            return self._explain(arrays, {"count": count})
+        if not check and self.runnable and self._raw is not None:
+            return self.raw.address, tuple(a.ctypes.data for a in arrays) + values
+        return self.raw.address, self._checked_args(arrays, values)
 
     def _count_of(self, arrays):
         """``count`` when the call leaves it out: the number of blocks the batched operands hold, if

@@ -1,8 +1,8 @@
-"""Machine code of the native thread pool for AArch64 (AAPCS64, Linux): the same six functions,
+"""Machine code of the native thread pool for AArch64 (AAPCS64, Linux): the same seven functions,
 state layout (:mod:`isa.pool_state`) and protocol as the x86-64 pool.
 
 - ``worker(rec)``, ``run(state, fn, arg)``, ``barrier(state, tid)``, ``quit(state)``, ``spin(n)``,
-  ``pycall(table, tid, nthreads)``: see :mod:`isa.x86.pool_code`. Waits spin ``SPIN`` iterations
+  ``pycall(table, tid, nthreads)``, ``rawcall(table, tid, nthreads)``: see :mod:`isa.x86.pool_code`. Waits spin ``SPIN`` iterations
   of ``yield``, then sleep on a futex (``svc #0``, x8 = 98); a waker calls ``FUTEX_WAKE`` only when
   a sleeper announced itself. One difference: ``SPIN`` = 0 sleeps at once here (the x86 counter
   would wrap; the pool stores >= 1).
@@ -27,21 +27,22 @@ AArch64 host.
 
 >>> blob, entries = code()
 >>> sorted(entries), len(blob) % 64
-(['barrier', 'pycall', 'quit', 'run', 'spin', 'worker'], 0)
+(['barrier', 'pycall', 'quit', 'rawcall', 'run', 'spin', 'worker'], 0)
 """
-from isa.aarch64 import Function, disassemble, mem, sp, w, wzr, x, xzr
+from isa.aarch64 import LSL, Function, disassemble, mem, sp, w, wzr, x, xzr
 from isa.x86.function import JitFunction      # ExecutableMemory + ctypes: nothing x86-specific
 
 from ..pool_state import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_SLEEPS, FN, FUTEX_WAIT_PRIVATE,
                         FUTEX_WAKE_PRIVATE, GEN, NTHREADS, PY_CALL, PY_CLEAR, PY_COUNT, PY_DECREF, PY_ENSURE,
-                        PY_OBJECTS, PY_RESTORE, PY_SAVE, PY_THIS_STATE, QUIT, REMAIN, SLEEPERS, SPIN, WAKE_ALL)
+                        PY_OBJECTS, PY_RESTORE, PY_SAVE, PY_THIS_STATE, QUIT, RAW_COUNT, RAW_LISTS,
+                        RAW_RECORD_SIZE, REMAIN, SLEEPERS, SPIN, WAKE_ALL)
 
 SYS_FUTEX = 98
 SEEN = w[9]           # the value a wait just read
 WORD = x[10]          # address of the futex word being waited on or woken
 SIGNATURES = {"worker": (["ptr"], "ptr"), "run": (["ptr", "ptr", "ptr"], None),
               "barrier": (["ptr", "i64"], None), "quit": (["ptr"], None), "spin": (["i64"], None),
-              "pycall": (["ptr", "i64", "i64"], None)}
+              "pycall": (["ptr", "i64", "i64"], None), "rawcall": (["ptr", "i64", "i64"], None)}
 
 
 def _futex(a, op, value):
@@ -272,18 +273,43 @@ def _pycall():
     return f.code()
 
 
+def _rawcall():
+    f = Function(nargs=3)
+    a, (table, tid, _) = f.asm, f.args
+    loop, out = a.label("loop"), a.label("out")
+    record, left = x[19], x[20]
+    a.ldr(x[9], mem(table, RAW_COUNT))
+    a.cmp(tid, x[9])
+    a.b_ge(out)
+    a.add(x[9], table, RAW_LISTS)
+    a.add(x[9], x[9], tid, LSL(4))                # * RAW_LIST_SIZE (16)
+    a.ldr(record, mem(x[9]))
+    a.ldr(left, mem(x[9], 8))
+    a.cbz(left, out)
+    a.bind(loop)
+    for n in range(6):
+        a.ldr(x[n], mem(record, 8 * (n + 1)))
+    a.ldr(x[9], mem(record))
+    a.blr(x[9])
+    a.add(record, record, RAW_RECORD_SIZE)
+    a.subs(left, left, 1)
+    a.b_ne(loop)
+    a.bind(out)
+    return f.code()
+
+
 def functions():
-    """{name: position-independent code bytes} of the pool's six functions.
+    """{name: position-independent code bytes} of the pool's seven functions.
 
     >>> len(functions()["spin"]) // 4        # ldar, yield, subs, b.gt, ret
     5
     """
     return {"worker": _worker(), "run": _run(), "barrier": _barrier(), "quit": _quit(), "spin": _spin(),
-            "pycall": _pycall()}
+            "pycall": _pycall(), "rawcall": _rawcall()}
 
 
 def code():
-    """The six functions in one position-independent blob, each 64-byte aligned: (bytes, {name: offset}).
+    """The seven functions in one position-independent blob, each 64-byte aligned: (bytes, {name: offset}).
 
     >>> blob, entries = code()
     >>> entries["worker"], all(offset % 64 == 0 for offset in entries.values())
@@ -318,7 +344,7 @@ def build():
     """JIT the pool's functions on an AArch64 host: {name: NativeFunction}, as :func:`isa.x86.pool_code.build`.
 
     >>> from isa.cpu import host
-    >>> host().arch != "aarch64" or sorted(build()) == ["barrier", "pycall", "quit", "run", "spin", "worker"]
+    >>> host().arch != "aarch64" or sorted(build()) == ["barrier", "pycall", "quit", "rawcall", "run", "spin", "worker"]
     True
     """
     return {name: NativeFunction(f"pool_{name}", body, *SIGNATURES[name]) for name, body in functions().items()}

@@ -13,6 +13,8 @@
   and deleting one per call cost ~20 µs a region), calls its callable from the table
   (:mod:`isa.pool_state`'s ``PY_*`` fields) and lets go of the lock. No ctypes callback: libffi
   may map a callback's closure writable and executable.
+- ``rawcall(table, tid, nthreads)``: the region of ``Pool.run_native``: thread ``tid`` makes its
+  list of native calls (:mod:`isa.pool_state`'s ``RAW_*`` fields), one after the other.
 
 Every wait spins ``SPIN`` iterations of ``pause`` and then sleeps on a futex (raw ``syscall``). A
 waker issues ``FUTEX_WAKE`` only when a sleeper announced itself first, so the hot path has no
@@ -22,15 +24,16 @@ sleeper count. Both orders are full fences, so a sleeper is never missed (Dekker
 
 >>> code = build()
 >>> sorted(code)
-['barrier', 'pycall', 'quit', 'run', 'spin', 'worker']
+['barrier', 'pycall', 'quit', 'rawcall', 'run', 'spin', 'worker']
 """
 from isa.x86 import Function
-from isa.x86.registers import (dword, eax, ebx, edx, esi, qword, r8, r9d, r10d, r12, r13, r14, r15, rax,
+from isa.x86.registers import (dword, eax, ebx, edx, esi, qword, r8, r9, r9d, r10d, r12, r13, r14, r15, rax,
                                rcx, rdi, rdx, rsi, rsp)
 
 from ..pool_state import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_SLEEPS, FN, FUTEX_WAIT_PRIVATE,
                           FUTEX_WAKE_PRIVATE, GEN, NTHREADS, PY_CALL, PY_CLEAR, PY_COUNT, PY_DECREF, PY_ENSURE,
-                          PY_OBJECTS, PY_RESTORE, PY_SAVE, PY_THIS_STATE, QUIT, REMAIN, SLEEPERS, SPIN, WAKE_ALL)
+                          PY_OBJECTS, PY_RESTORE, PY_SAVE, PY_THIS_STATE, QUIT, RAW_COUNT, RAW_LISTS,
+                          RAW_RECORD_SIZE, REMAIN, SLEEPERS, SPIN, WAKE_ALL)
 
 SYS_FUTEX = 202
 
@@ -238,7 +241,30 @@ def _pycall():
     return f.finalize()
 
 
+def _rawcall():
+    f = Function("pool_rawcall", ["ptr", "i64", "i64"])
+    f.stack(8)
+    a, (table, tid, _) = f.asm, f.args
+    loop, out = a.label("loop"), a.label("out")
+    a.cmp(tid, qword[table + RAW_COUNT])
+    a.jge(out)
+    a.shl(tid, 4)                                 # * RAW_LIST_SIZE (16)
+    a.mov(r12, qword[table + tid + RAW_LISTS])    # r12, r13: two pushes and 8 bytes of frame keep rsp aligned
+    a.mov(r13, qword[table + tid + RAW_LISTS + 8])
+    a.test(r13, r13)
+    a.jz(out)
+    a.bind(loop)
+    for reg, offset in zip((rdi, rsi, rdx, rcx, r8, r9), range(8, RAW_RECORD_SIZE, 8)):
+        a.mov(reg, qword[r12 + offset])
+    a.call(qword[r12])
+    a.add(r12, RAW_RECORD_SIZE)
+    a.sub(r13, 1)
+    a.jnz(loop)
+    a.bind(out)
+    return f.finalize()
+
+
 def build():
     """JIT the pool's functions: {name: JitFunction}. Their code is never unmapped (see pool.py)."""
     return {"worker": _worker(), "run": _run(), "barrier": _barrier(), "quit": _quit(), "spin": _spin(),
-            "pycall": _pycall()}
+            "pycall": _pycall(), "rawcall": _rawcall()}

@@ -15,7 +15,8 @@ from isa.aarch64 import Assembler, Function, Label, mem, x, xzr
 from isa.aarch64.elf import DATA_BASE
 from loops.nest_plan import Layout
 from isa.pool_state import (NTHREADS, PY_CALL, PY_CLEAR, PY_COUNT, PY_DECREF, PY_ENSURE, PY_OBJECTS, PY_RESTORE,
-                            PY_SAVE, PY_THIS_STATE, RECORD_SIZE, RECORDS, SPIN, state_size)
+                            PY_SAVE, PY_THIS_STATE, RAW_COUNT, RAW_LIST_SIZE, RAW_LISTS, RAW_RECORD_SIZE,
+                            RECORD_SIZE, RECORDS, SPIN, state_size)
 from isa.aarch64.pool_code import code as pool_code
 from loops.spec import parse
 
@@ -373,7 +374,51 @@ def test_pycall_calls_each_threads_object_with_the_lock_taken(nthreads, count, s
                                                regions * (count > failing), 0]
 
 
-# -- (d) AArch64 loop nests on the pool ----------------------------------------------------------
+# -- (d) rawcall: the region of Pool.run_native ---------------------------------------------------
+def args_stub():
+    """fn(slots, a1, ..., a5): slots[a1] = a1 + 2 a2 + 3 a3 + 4 a4 + 5 a5."""
+    a = Assembler()
+    a.mov(x[9], xzr)
+    for weight in range(1, 6):
+        for _ in range(weight):
+            a.add(x[9], x[9], x[weight])
+    a.str(x[9], mem(x[0], x[1], lsl=3))
+    a.ret()
+    return a.code()
+
+
+@pytest.mark.parametrize("nthreads, shares", [(1, 1), (2, 2), (3, 2), (4, 4)])
+def test_rawcall_makes_each_threads_calls_in_order(nthreads, shares):
+    """Share s holds s + 1 calls writing slots 8 s + i; the table is laid out as Pool.run_native does."""
+    slots, records = 0, 8 * 32
+    lists = records + RAW_RECORD_SIZE * 16
+    data = np.zeros((lists + RAW_LISTS + RAW_LIST_SIZE * MAX_THREADS) // 8, np.int64)
+    data[(lists + RAW_COUNT) // 8] = shares
+    r = 0
+    for share in range(shares):
+        data[(lists + RAW_LISTS + RAW_LIST_SIZE * share) // 8:][:2] = DATA_BASE + records + RAW_RECORD_SIZE * r, share + 1
+        for i in range(share + 1):
+            data[(records + RAW_RECORD_SIZE * r) // 8:][1:7] = DATA_BASE + slots, 8 * share + i, 1, 2, 3, 4
+            r += 1
+    prog = PoolProgram(nthreads, 100, data.tobytes())
+    s = prog.stub
+    prog.address(x[9], prog.code(args_stub()))
+    for i in range(r):
+        s.mov_imm(x[10], DATA_BASE + records + RAW_RECORD_SIZE * i)
+        s.str(x[9], mem(x[10]))
+    s.mov_imm(x[0], DATA_BASE + prog.state)
+    prog.address(x[1], "rawcall")
+    s.mov_imm(x[2], DATA_BASE + lists)
+    prog.address(x[16], "run")
+    s.blr(x[16])
+    out = prog.run().view(np.int64)[:32]
+    expect = np.zeros(32, np.int64)
+    for share in range(shares):
+        expect[8 * share:8 * share + share + 1] = np.arange(share + 1) + 8 * share + 40
+    assert out.tolist() == expect.tolist()
+
+
+# -- (e) AArch64 loop nests on the pool ----------------------------------------------------------
 def run_on_pool(spec_text, loops, body, arrays, nthreads, spin=100):
     """Like :func:`tests.aarch64.test_nest_aarch64.run_nest`, but one region on the pool: every
     thread runs ``nest(ctx, tid, T)`` at the same time; barriers are the pool's."""

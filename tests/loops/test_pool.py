@@ -251,6 +251,37 @@ def test_run_python_from_several_python_threads_at_once():
     assert counts == [[200] * 6] * 4
 
 
+def args_fn():
+    """fn(slots, a1, ..., a5): slots[a1] = a1 + 2 a2 + 3 a3 + 4 a4 + 5 a5 (every argument register read)."""
+    f = Function("args", ["ptr", "i64", "i64", "i64", "i64", "i64"])
+    slots, *rest = f.args
+    a = f.asm
+    a.mov(rax, 0)
+    for weight, reg in enumerate(rest, 1):
+        for _ in range(weight):
+            a.add(rax, reg)
+    a.mov(qword[slots + rest[0] * 8], rax)
+    return f.finalize()
+
+
+@pytest.mark.parametrize("nthreads, shares", [(1, 2), (2, 1), (2, 3), (3, 5)])
+def test_run_native_makes_every_call_with_its_six_arguments(nthreads, shares):
+    pool, fn = Pool(nthreads), args_fn()
+    slots = (ctypes.c_int64 * 64)()
+    calls = [[(fn.address, (ctypes.addressof(slots), 8 * s + i, 1, 2, 3, 4)) for i in range(s + 1)]
+             for s in range(shares)]
+    pool.run_native(calls)
+    expect = [0] * 64
+    for s in range(shares):
+        for i in range(s + 1):
+            expect[8 * s + i] = 8 * s + i + 2 + 6 + 12 + 20
+    assert list(slots) == expect
+    with pytest.raises(TypeError, match="at most 6 integer arguments"):
+        pool.run_native([[(fn.address, (1, 2, 3, 4, 5, 6, 7))]])
+    with pytest.raises(TypeError, match="a call is .address, args."):
+        pool.run_native([[fn.address]])
+
+
 def test_run_python_raises_the_first_failure_after_every_thread_is_done():
     pool, done = Pool(2), []
 

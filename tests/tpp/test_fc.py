@@ -314,3 +314,18 @@ def test_strided_inputs_are_taken_and_strided_outputs_refused(n, dt):
         fc.backward(dy, x, w, dw=nan((m, k), "f32" if dt == "bf16" else "bf16"))
     with pytest.raises(ValueError, match="x must be a 2-D array"):
         fc.forward(x[0], w)
+
+
+def test_native_calls_are_checked_in_tests():
+    """The suite turns fc.CHECK_RAW_CALLS on: a view that does not fit its kernel is refused
+    before any native code runs, on the pool path as on one thread."""
+    import functools
+    from tppasm.eltwise import unary
+    from tppasm.operand import OperandError
+    assert fc.CHECK_RAW_CALLS
+    k = unary("relu", 2, 3)
+    good = functools.partial(k, np.ones((2, 3), np.float32), np.empty((2, 3), np.float32))
+    bad = functools.partial(k, np.ones((2, 3), np.float32), np.empty((2, 2), np.float32))
+    for shares in ([[bad]], [[good], [bad]]):
+        with pytest.raises(OperandError, match="shape"):
+            fc._parallel_kernels(shares)
