@@ -3,7 +3,8 @@
 No Python runs in the workers (but the callables of :meth:`Pool.run_python`, which take the
 interpreter lock as they need it), and the calling thread runs a whole region (its own share, tid
 0, included) inside one ctypes call, so the interpreter lock is released for the region. Loop nests
-(:mod:`loops`) and :mod:`tppasm.fc` share the process's pool (:func:`get_pool`).
+(:mod:`loops`) and :mod:`tppasm.fc` (lists of kernel calls, :meth:`Pool.run_native`) share the
+process's pool (:func:`get_pool`).
 
 Policy (see :mod:`isa.x86.pool_code` for the code, :mod:`isa.aarch64.pool_code` on AArch64 hosts:
 same state layout and protocol, ``yield`` in place of ``pause``):
@@ -182,8 +183,8 @@ class Pool:
 
     ``run(fn, arg)`` calls ``void fn(void *arg, int64 tid, int64 nthreads)`` once per tid.
     Inside ``fn``, ``barrier_fn(barrier_state, tid)`` (``void barrier(void *, int64)``) waits for
-    every thread of the region. ``run_python(calls)`` spreads Python callables over the threads
-    (loop nests use ``run``; :mod:`tppasm.fc` uses ``run_python``).
+    every thread of the region. ``run_native(shares)`` makes lists of native calls (what
+    :mod:`tppasm.fc` uses), ``run_python(calls)`` spreads Python callables over the threads.
     """
 
     def __init__(self, nthreads, spin_us=None):
@@ -251,8 +252,9 @@ class Pool:
 
         Unlike Python worker threads, the pool's workers spin before they sleep and wake on a futex
         without the interpreter: on the 2-vCPU Zen 4 VM, ``concurrent.futures`` workers woken after
-        an idle pause ran on the caller's vCPU for ~10 calls (``tppasm.fc`` at 2 threads at the
-        speed of one).
+        an idle pause ran on the caller's vCPU for ~10 calls. But each call takes the interpreter
+        lock, and handing it back and forth can still draw a worker onto the caller's vCPU:
+        where the work is kernel calls, :meth:`run_native` keeps the interpreter out.
 
         >>> done = []
         >>> get_pool().run_python([lambda i=i: done.append(i) for i in range(5)])

@@ -425,17 +425,21 @@ class StripGemm:
 
     def __call__(self, a, b, c):
         c32 = empty((self.rows, self.m), np.float32)
-        _parallel([functools.partial(self._columns, a, b, c, c32, lo, hi) for lo, hi in self.blocks])
+        _parallel_kernels([self._column_calls(a, b, c, c32, lo, hi) for lo, hi in self.blocks])
 
-    def _columns(self, a, b, c, c32, lo, hi):
-        w = hi - lo
+    def _column_calls(self, a, b, c, c32, lo, hi):
+        """The kernel calls of columns lo..hi: strip by strip, pack (into a buffer of their own)
+        and multiply; then round to C."""
+        w, calls = hi - lo, []
         buffer = empty((-(-self.depth // 2), w, 2), self.np_dtype)
         for j0, j1 in self.strips:
             d = j1 - j0
             panel = buffer[:-(-d // 2)]
-            self.packs[d, w](b[j0:j1, lo:hi], panel)
-            self.kernels[d, w, int(j0 > 0)](_k_blocks(a[:, j0:], d, 1), _one(panel), c32[:, lo:hi], count=1)
-        self.rounding[w](c32[:, lo:hi], c[:, lo:hi])
+            calls.append(functools.partial(self.packs[d, w], b[j0:j1, lo:hi], panel))
+            calls.append(functools.partial(self.kernels[d, w, int(j0 > 0)], _k_blocks(a[:, j0:], d, 1), _one(panel),
+                                           c32[:, lo:hi], count=1))
+        calls.append(functools.partial(self.rounding[w], c32[:, lo:hi], c[:, lo:hi]))
+        return calls
 
 
 STRIP_BYTES = 2 << 20     # of a packed strip: on Zen 4 (1 MiB L2) 2 MiB strips beat 0.5 and 1 MiB ones by 8-17%
@@ -527,8 +531,11 @@ MIN_FLOPS = 1 << 24
 
 def _parallel_kernels(shares):
     """Run ``shares`` (lists of kernel calls: functools.partial of a kernel and its arrays, one
-    list per thread): one share here, several natively on the process's pool
-    (:meth:`isa.pool.Pool.run_native`), whose workers then never take the interpreter lock."""
+    list per thread): one share here, several as native calls on the process's pool
+    (:meth:`isa.pool.Pool.run_native`), whose workers never take the interpreter lock. On the
+    2-vCPU Zen 4 VM, 2 threads, 127 x 384 -> 1536 fp32 forward, ms after 0.25 s idle: Python pool
+    threads 1.55-1.77 (one thread's speed), native calls 0.87-0.98; forward and backward: Python
+    callables on the pool (a worker taking the interpreter lock) 5.6-7.5, native calls 2.6-3.1."""
     if len(shares) == 1:
         for call in shares[0]:
             call()
@@ -540,16 +547,6 @@ def _parallel_kernels(shares):
 # True: check every native call as a kernel call would be (the tests set it; the calls are views
 # fc built from checked arrays, and checking costs ~15 us a BRGEMM)
 CHECK_RAW_CALLS = False
-
-
-def _parallel(jobs):
-    """Run ``jobs`` (callables): the first on this thread, the others on the process's native pool
-    (:meth:`isa.pool.Pool.run_python`). On the 2-vCPU Zen 4 VM, 2 threads, ``bench linear``'s
-    pauses between turns, ms fp32 with Python pool threads / the native pool: 1000 x 300 -> 700
-    3.2 / 2.2, 127 x 384 -> 1536 1.3 / 0.95."""
-    if len(jobs) == 1:
-        return jobs[0]()
-    get_pool().run_python(jobs)
 
 
 class _Plan:
