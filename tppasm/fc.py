@@ -523,19 +523,16 @@ def panel_width(m, k, dtype):
 
 PANEL_BYTES = 1 << 20
 # per thread: at 1 << 22, 127 x 65 -> 1000 took 210-266 us on 2 threads against 138-198 on one (a
-# 2-vCPU Zen 4 VM, where handing work to a pool thread costs ~100 us). On the native pool, 50 ms
-# idle between runs of 100 calls, us at 1 << 24 / 1 << 22: fp32 127 x 65 -> 1000 177 / 190, 200^3
-# 169 / 231; bf16 107 / 176, 92 / 131 (100 x 512 -> 300, 31 MFLOP, already runs on 2 threads)
+# 2-vCPU Zen 4 VM, where handing work to a pool thread costs ~100 us)
 MIN_FLOPS = 1 << 24
 
 
 def _parallel_kernels(shares):
-    """Run ``shares`` (lists of kernel calls: functools.partial of a kernel and its arrays, one
-    list per thread): one share here, several as native calls on the process's pool
-    (:meth:`isa.pool.Pool.run_native`), whose workers never take the interpreter lock. On the
-    2-vCPU Zen 4 VM, 2 threads, 127 x 384 -> 1536 fp32 forward, ms after 0.25 s idle: Python pool
-    threads 1.55-1.77 (one thread's speed), native calls 0.87-0.98; forward and backward: Python
-    callables on the pool (a worker taking the interpreter lock) 5.6-7.5, native calls 2.6-3.1."""
+    """Run ``shares`` (lists of kernel calls: functools.partial of a kernel and its arrays, one list
+    per thread): one here, several as native calls on the process's pool (:meth:`isa.pool.Pool.run_native`),
+    whose workers never take the interpreter lock. On the 2-vCPU Zen 4 VM, 2 threads, 127 x 384 ->
+    1536 fp32, ms after 0.25 s idle: forward with Python pool threads 1.5-1.7 (one thread's speed),
+    native calls 0.86-1.0; forward + backward 4.2-5.0 and 2.5-3.0."""
     if len(shares) == 1:
         for call in shares[0]:
             call()
@@ -544,8 +541,7 @@ def _parallel_kernels(shares):
                            for share in shares])
 
 
-# True: check every native call as a kernel call would be (the tests set it; the calls are views
-# fc built from checked arrays, and checking costs ~15 us a BRGEMM)
+# True: check each native call as a kernel call would be (the tests do; ~15 us a BRGEMM)
 CHECK_RAW_CALLS = False
 
 
