@@ -1,8 +1,7 @@
 """The native thread pool: workers are JIT'd machine code started with ``pthread_create``.
 
-No Python runs in the workers (but the callables of :meth:`Pool.run_python`, which take the
-interpreter lock as they need it), and the calling thread runs a whole region (its own share, tid
-0, included) inside one ctypes call, so the interpreter lock is released for the region. Loop nests
+No Python runs in the workers, and the calling thread runs a whole region (its own share, tid 0,
+included) inside one ctypes call, so the interpreter lock is released for the region. Loop nests
 (:mod:`loops`) and :mod:`tppasm.fc` (lists of kernel calls, :meth:`Pool.run_native`) share the
 process's pool (:func:`get_pool`).
 
@@ -35,7 +34,6 @@ True
 """
 import atexit
 import ctypes
-import functools
 import mmap
 import os
 import signal
@@ -145,23 +143,6 @@ def _pause_iterations_per_us(spin):
     return n / (best * 1e6)
 
 
-# What pycall (the region of Pool.run_python) calls, by address: no ctypes callback, whose closure
-# libffi may place in a writable and executable page.
-_PY_API = tuple(ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value for name in
-                ("PyGILState_GetThisThreadState", "PyGILState_Ensure", "PyEval_RestoreThread", "PyEval_SaveThread",
-                 "PyObject_CallObject", "Py_DecRef", "PyErr_Clear"))
-
-
-def _share(calls, failures, finished):
-    """One thread's calls of a run_python region."""
-    try:
-        for call in calls:
-            call()
-    except BaseException as e:     # reaches the caller of run_python
-        failures.append(e)
-    finished.append(True)
-
-
 def _raw_call(call):
     """``call`` as (address, args) of unsigned 64-bit words, or TypeError saying what run_native takes."""
     try:
@@ -184,7 +165,7 @@ class Pool:
     ``run(fn, arg)`` calls ``void fn(void *arg, int64 tid, int64 nthreads)`` once per tid.
     Inside ``fn``, ``barrier_fn(barrier_state, tid)`` (``void barrier(void *, int64)``) waits for
     every thread of the region. ``run_native(shares)`` makes lists of native calls (what
-    :mod:`tppasm.fc` uses), ``run_python(calls)`` spreads Python callables over the threads.
+    :mod:`tppasm.fc` uses).
     """
 
     def __init__(self, nthreads, spin_us=None):
@@ -242,50 +223,14 @@ class Pool:
             finally:
                 self._owner = None
 
-    def run_python(self, calls):
-        """Call each of ``calls`` (Python callables of no arguments) once on the pool's threads:
-        call i on thread i % nthreads, the caller's share (tid 0) on this thread; return when all
-        have returned. A thread whose call raises skips its later calls, and the first exception
-        is raised here once every thread is done. A call may not start a region of this pool.
-        A worker's first call gives it a Python thread state, which it keeps until the process
-        ends (a pool that :func:`set_num_threads` replaced leaves a few hundred bytes per worker).
-
-        Unlike Python worker threads, the pool's workers spin before they sleep and wake on a futex
-        without the interpreter: on the 2-vCPU Zen 4 VM, ``concurrent.futures`` workers woken after
-        an idle pause ran on the caller's vCPU for ~10 calls. But each call takes the interpreter
-        lock, and handing it back and forth can still draw a worker onto the caller's vCPU:
-        where the work is kernel calls, :meth:`run_native` keeps the interpreter out.
-
-        >>> done = []
-        >>> get_pool().run_python([lambda i=i: done.append(i) for i in range(5)])
-        >>> sorted(done)
-        [0, 1, 2, 3, 4]
-        """
-        calls = list(calls)
-        if not all(callable(call) for call in calls):
-            raise TypeError("Pool.run_python(calls): expected a sequence of callables of no arguments, e.g. "
-                            "[functools.partial(f, x) for x in parts]")
-        shares = min(len(calls), self.nthreads)
-        if not shares:
-            return
-        failures, finished = [], []
-        objects = [functools.partial(_share, calls[tid::self.nthreads], failures, finished) for tid in range(shares)]
-        table = (ctypes.c_uint64 * (pc.PY_OBJECTS // 8 + shares))(*_PY_API, shares, *map(id, objects))
-        self.run(self._code["pycall"].address, ctypes.addressof(table))
-        if failures:
-            raise failures[0]
-        if len(finished) != shares:
-            raise RuntimeError(f"Pool.run_python: {shares - len(finished)} of {shares} threads could not call their "
-                               "share (the interpreter failed to start the call, e.g. out of memory)")
-
     def run_native(self, shares):
         """Make native calls on the pool's threads with no Python in between: ``shares`` holds
         lists of ``(address, args)`` (a function and up to six integer arguments, as
         :meth:`tppasm.kernel.Kernel.raw_call` returns them; whatever the arguments point to must
         outlive the region); share i runs on thread i % nthreads, each list's calls in order. The
-        workers never take the interpreter lock, so they stay where they are: on the 2-vCPU Zen 4
-        VM, regions of :meth:`run_python` handing the lock back and forth drew the worker onto the
-        caller's vCPU for tens of milliseconds after an idle pause.
+        workers never take the interpreter lock: on the 2-vCPU Zen 4 VM, workers that ran Python
+        (and handed the lock back and forth with the caller) were drawn onto the caller's vCPU for
+        tens of milliseconds after an idle pause.
 
         >>> import ctypes
         >>> from isa.x86 import Function, qword

@@ -25,18 +25,6 @@ BSLEEPERS = 384    # u32 threads asleep on BGEN
 RECORDS = 512      # per-worker start records: u64 state, u64 tid, u32 initial generation
 RECORD_SIZE = 32
 
-# The argument table of ``pycall``, the region of Pool.run_python: C-API function addresses, then
-# how many threads have a callable and one PyObject* (a callable of no arguments) per such thread.
-PY_THIS_STATE = 0  # PyGILState_GetThisThreadState
-PY_ENSURE = 8      # PyGILState_Ensure: a worker's first call creates its thread state, kept from then on
-PY_RESTORE = 16    # PyEval_RestoreThread
-PY_SAVE = 24       # PyEval_SaveThread
-PY_CALL = 32       # PyObject_CallObject
-PY_DECREF = 40     # Py_DecRef
-PY_CLEAR = 48      # PyErr_Clear
-PY_COUNT = 56      # i64 threads with a callable
-PY_OBJECTS = 64    # PyObject* per thread
-
 # The argument table of ``rawcall``, the region of Pool.run_native: how many threads have calls,
 # then per such thread the address of its first call record and how many records follow; a record
 # is a function address and its six integer arguments (System V / AAPCS64 registers).

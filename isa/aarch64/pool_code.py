@@ -1,8 +1,8 @@
-"""Machine code of the native thread pool for AArch64 (AAPCS64, Linux): the same seven functions,
+"""Machine code of the native thread pool for AArch64 (AAPCS64, Linux): the same six functions,
 state layout (:mod:`isa.pool_state`) and protocol as the x86-64 pool.
 
 - ``worker(rec)``, ``run(state, fn, arg)``, ``barrier(state, tid)``, ``quit(state)``, ``spin(n)``,
-  ``pycall(table, tid, nthreads)``, ``rawcall(table, tid, nthreads)``: see :mod:`isa.x86.pool_code`. Waits spin ``SPIN`` iterations
+  ``rawcall(table, tid, nthreads)``: see :mod:`isa.x86.pool_code`. Waits spin ``SPIN`` iterations
   of ``yield``, then sleep on a futex (``svc #0``, x8 = 98); a waker calls ``FUTEX_WAKE`` only when
   a sleeper announced itself. One difference: ``SPIN`` = 0 sleeps at once here (the x86 counter
   would wrap; the pool stores >= 1).
@@ -27,14 +27,13 @@ AArch64 host.
 
 >>> blob, entries = code()
 >>> sorted(entries), len(blob) % 64
-(['barrier', 'pycall', 'quit', 'rawcall', 'run', 'spin', 'worker'], 0)
+(['barrier', 'quit', 'rawcall', 'run', 'spin', 'worker'], 0)
 """
 from isa.aarch64 import LSL, Function, disassemble, mem, sp, w, wzr, x, xzr
 from isa.x86.function import JitFunction      # ExecutableMemory + ctypes: nothing x86-specific
 
 from ..pool_state import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_SLEEPS, FN, FUTEX_WAIT_PRIVATE,
-                        FUTEX_WAKE_PRIVATE, GEN, NTHREADS, PY_CALL, PY_CLEAR, PY_COUNT, PY_DECREF, PY_ENSURE,
-                        PY_OBJECTS, PY_RESTORE, PY_SAVE, PY_THIS_STATE, QUIT, RAW_COUNT, RAW_LISTS,
+                        FUTEX_WAKE_PRIVATE, GEN, NTHREADS, QUIT, RAW_COUNT, RAW_LISTS,
                         RAW_RECORD_SIZE, REMAIN, SLEEPERS, SPIN, WAKE_ALL)
 
 SYS_FUTEX = 98
@@ -42,7 +41,7 @@ SEEN = w[9]           # the value a wait just read
 WORD = x[10]          # address of the futex word being waited on or woken
 SIGNATURES = {"worker": (["ptr"], "ptr"), "run": (["ptr", "ptr", "ptr"], None),
               "barrier": (["ptr", "i64"], None), "quit": (["ptr"], None), "spin": (["i64"], None),
-              "pycall": (["ptr", "i64", "i64"], None), "rawcall": (["ptr", "i64", "i64"], None)}
+              "rawcall": (["ptr", "i64", "i64"], None)}
 
 
 def _futex(a, op, value):
@@ -237,42 +236,6 @@ def _spin():
     return f.code()
 
 
-def _pycall():
-    f = Function(nargs=3)
-    a, (table, tid, _) = f.asm, f.args
-    out, first, called, failed, release = (a.label(n) for n in ("out", "first", "called", "failed", "release"))
-    api, obj, fn = x[19], x[20], x[9]
-
-    def call(field):
-        a.ldr(fn, mem(api, field))
-        a.blr(fn)
-    a.ldr(fn, mem(table, PY_COUNT))
-    a.cmp(tid, fn)
-    a.b_ge(out)
-    a.mov(api, table)
-    a.add(fn, table, PY_OBJECTS)
-    a.ldr(obj, mem(fn, tid, lsl=3))
-    call(PY_THIS_STATE)
-    a.cbz(x[0], first)
-    call(PY_RESTORE)                       # x0: the thread state
-    a.b(called)
-    a.bind(first)
-    call(PY_ENSURE)                        # never released: the thread state stays
-    a.bind(called)
-    a.mov(x[0], obj)
-    a.mov(x[1], xzr)
-    call(PY_CALL)                          # a new reference, or NULL with an exception set
-    a.cbz(x[0], failed)
-    call(PY_DECREF)
-    a.b(release)
-    a.bind(failed)
-    call(PY_CLEAR)                         # run_python sees the callable did not finish
-    a.bind(release)
-    call(PY_SAVE)
-    a.bind(out)
-    return f.code()
-
-
 def _rawcall():
     f = Function(nargs=3)
     a, (table, tid, _) = f.asm, f.args
@@ -299,17 +262,17 @@ def _rawcall():
 
 
 def functions():
-    """{name: position-independent code bytes} of the pool's seven functions.
+    """{name: position-independent code bytes} of the pool's six functions.
 
     >>> len(functions()["spin"]) // 4        # ldar, yield, subs, b.gt, ret
     5
     """
     return {"worker": _worker(), "run": _run(), "barrier": _barrier(), "quit": _quit(), "spin": _spin(),
-            "pycall": _pycall(), "rawcall": _rawcall()}
+            "rawcall": _rawcall()}
 
 
 def code():
-    """The seven functions in one position-independent blob, each 64-byte aligned: (bytes, {name: offset}).
+    """The six functions in one position-independent blob, each 64-byte aligned: (bytes, {name: offset}).
 
     >>> blob, entries = code()
     >>> entries["worker"], all(offset % 64 == 0 for offset in entries.values())
@@ -344,7 +307,7 @@ def build():
     """JIT the pool's functions on an AArch64 host: {name: NativeFunction}, as :func:`isa.x86.pool_code.build`.
 
     >>> from isa.cpu import host
-    >>> host().arch != "aarch64" or sorted(build()) == ["barrier", "pycall", "quit", "rawcall", "run", "spin", "worker"]
+    >>> host().arch != "aarch64" or sorted(build()) == ["barrier", "quit", "rawcall", "run", "spin", "worker"]
     True
     """
     return {name: NativeFunction(f"pool_{name}", body, *SIGNATURES[name]) for name, body in functions().items()}

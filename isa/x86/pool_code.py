@@ -8,11 +8,6 @@
 - ``barrier(state, tid)``: a generation-based barrier over the region's threads.
 - ``quit(state)``: tell every worker to return.
 - ``spin(n)``: ``n`` iterations of the wait loop's ``pause``, to calibrate the spin budget.
-- ``pycall(table, tid, nthreads)``: the region of ``Pool.run_python``: thread ``tid`` takes the
-  interpreter lock with its thread state (a worker's first call creates one and keeps it: creating
-  and deleting one per call cost ~20 µs a region), calls its callable from the table
-  (:mod:`isa.pool_state`'s ``PY_*`` fields) and lets go of the lock. No ctypes callback: libffi
-  may map a callback's closure writable and executable.
 - ``rawcall(table, tid, nthreads)``: the region of ``Pool.run_native``: thread ``tid`` makes its
   list of native calls (:mod:`isa.pool_state`'s ``RAW_*`` fields), one after the other.
 
@@ -24,15 +19,14 @@ sleeper count. Both orders are full fences, so a sleeper is never missed (Dekker
 
 >>> code = build()
 >>> sorted(code)
-['barrier', 'pycall', 'quit', 'rawcall', 'run', 'spin', 'worker']
+['barrier', 'quit', 'rawcall', 'run', 'spin', 'worker']
 """
 from isa.x86 import Function
-from isa.x86.registers import (dword, eax, ebx, edx, esi, qword, r8, r9, r9d, r10d, r12, r13, r14, r15, rax,
+from isa.x86.registers import (dword, eax, ebx, edx, esi, qword, r8, r9, r9d, r10d, r12, r13, r14, r15,
                                rcx, rdi, rdx, rsi, rsp)
 
 from ..pool_state import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_SLEEPS, FN, FUTEX_WAIT_PRIVATE,
-                          FUTEX_WAKE_PRIVATE, GEN, NTHREADS, PY_CALL, PY_CLEAR, PY_COUNT, PY_DECREF, PY_ENSURE,
-                          PY_OBJECTS, PY_RESTORE, PY_SAVE, PY_THIS_STATE, QUIT, RAW_COUNT, RAW_LISTS,
+                          FUTEX_WAKE_PRIVATE, GEN, NTHREADS, QUIT, RAW_COUNT, RAW_LISTS,
                           RAW_RECORD_SIZE, REMAIN, SLEEPERS, SPIN, WAKE_ALL)
 
 SYS_FUTEX = 202
@@ -207,40 +201,6 @@ def _spin():
     return f.finalize()
 
 
-def _pycall():
-    f = Function("pool_pycall", ["ptr", "i64", "i64"])
-    f.stack(8)
-    a, (table, tid, _) = f.asm, f.args
-    out, first, called, failed, release = (a.label(n) for n in ("out", "first", "called", "failed", "release"))
-    a.cmp(tid, qword[table + PY_COUNT])
-    a.jge(out)
-    a.mov(r12, table)                             # r12, r13: two pushes and 8 bytes of frame keep rsp aligned
-    a.mov(r13, qword[table + tid * 8 + PY_OBJECTS])
-    a.call(qword[r12 + PY_THIS_STATE])
-    a.test(rax, rax)
-    a.jz(first)
-    a.mov(rdi, rax)
-    a.call(qword[r12 + PY_RESTORE])
-    a.jmp(called)
-    a.bind(first)
-    a.call(qword[r12 + PY_ENSURE])                # never released: the thread state stays
-    a.bind(called)
-    a.mov(rdi, r13)
-    a.xor(esi, esi)
-    a.call(qword[r12 + PY_CALL])                  # a new reference, or NULL with an exception set
-    a.test(rax, rax)
-    a.jz(failed)
-    a.mov(rdi, rax)
-    a.call(qword[r12 + PY_DECREF])
-    a.jmp(release)
-    a.bind(failed)
-    a.call(qword[r12 + PY_CLEAR])                 # run_python sees the callable did not finish
-    a.bind(release)
-    a.call(qword[r12 + PY_SAVE])
-    a.bind(out)
-    return f.finalize()
-
-
 def _rawcall():
     f = Function("pool_rawcall", ["ptr", "i64", "i64"])
     f.stack(8)
@@ -267,4 +227,4 @@ def _rawcall():
 def build():
     """JIT the pool's functions: {name: JitFunction}. Their code is never unmapped (see pool.py)."""
     return {"worker": _worker(), "run": _run(), "barrier": _barrier(), "quit": _quit(), "spin": _spin(),
-            "pycall": _pycall(), "rawcall": _rawcall()}
+            "rawcall": _rawcall()}

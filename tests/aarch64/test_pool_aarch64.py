@@ -14,9 +14,8 @@ import pytest
 from isa.aarch64 import Assembler, Function, Label, mem, x, xzr
 from isa.aarch64.elf import DATA_BASE
 from loops.nest_plan import Layout
-from isa.pool_state import (NTHREADS, PY_CALL, PY_CLEAR, PY_COUNT, PY_DECREF, PY_ENSURE, PY_OBJECTS, PY_RESTORE,
-                            PY_SAVE, PY_THIS_STATE, RAW_COUNT, RAW_LIST_SIZE, RAW_LISTS, RAW_RECORD_SIZE,
-                            RECORD_SIZE, RECORDS, SPIN, state_size)
+from isa.pool_state import (NTHREADS, RAW_COUNT, RAW_LIST_SIZE, RAW_LISTS, RAW_RECORD_SIZE, RECORD_SIZE, RECORDS,
+                            SPIN, state_size)
 from isa.aarch64.pool_code import code as pool_code
 from loops.spec import parse
 
@@ -277,104 +276,7 @@ def test_barriers_order_phases(nthreads, spin):
     assert seen.tolist() == [regions * rounds * nthreads] * nthreads + [0] * (MAX_THREADS - nthreads)
 
 
-# -- (c) pycall: the region of Pool.run_python, with stubs for the C API -------------------------
-# data: the pycall table | per-thread records (calls, decrefs, fail) | the thread state the stub
-# GetThisThreadState returns | counters (ensures, restores, saves, clears, errors)
-PY_RECS = PY_OBJECTS + 8 * MAX_THREADS
-PY_STATE = PY_RECS + 24 * MAX_THREADS
-PY_COUNTERS = PY_STATE + 8
-PY_ENSURES, PY_RESTORES, PY_SAVES, PY_CLEARS, PY_ERRORS = (PY_COUNTERS + 8 * i for i in range(5))
-
-
-def _count(a, offset):
-    """Atomically add 1 to the int64 at DATA_BASE + offset (clobbers x9-x11)."""
-    a.mov_imm(x[9], DATA_BASE + offset)
-    a.movz(x[10], 1)
-    a.ldaddal(x[10], x[11], mem(x[9]))
-
-
-def py_stubs():
-    """{table field: code} standing in for the C API; an object is a thread's record: the call
-    stub counts it and fails (returns NULL) where the record says so."""
-    stubs = {}
-    a = Assembler()                              # GetThisThreadState() -> the word at PY_STATE
-    a.mov_imm(x[9], DATA_BASE + PY_STATE)
-    a.ldr(x[0], mem(x[9]))
-    a.ret()
-    stubs[PY_THIS_STATE] = a.code()
-    a, ok = Assembler(), Label("ok")             # RestoreThread(ts): ts must be that word
-    a.mov_imm(x[9], DATA_BASE + PY_STATE)
-    a.ldr(x[9], mem(x[9]))
-    a.cmp(x[0], x[9])
-    a.b_eq(ok)
-    _count(a, PY_ERRORS)
-    a.bind(ok)
-    _count(a, PY_RESTORES)
-    a.ret()
-    stubs[PY_RESTORE] = a.code()
-    for field, counter in ((PY_ENSURE, PY_ENSURES), (PY_SAVE, PY_SAVES), (PY_CLEAR, PY_CLEARS)):
-        a = Assembler()
-        _count(a, counter)
-        a.ret()
-        stubs[field] = a.code()
-    a, fails = Assembler(), Label("fails")       # CallObject(obj, NULL): obj, or NULL where obj.fail
-    a.cbnz(x[1], fails)                          # (args must be NULL: else a failure)
-    a.ldr(x[9], mem(x[0]))
-    a.add(x[9], x[9], 1)
-    a.str(x[9], mem(x[0]))
-    a.ldr(x[9], mem(x[0], 16))
-    a.cbnz(x[9], fails)
-    a.ret()
-    a.bind(fails)
-    a.mov(x[0], xzr)
-    a.ret()
-    stubs[PY_CALL] = a.code()
-    a = Assembler()                              # DecRef(obj)
-    a.ldr(x[9], mem(x[0], 8))
-    a.add(x[9], x[9], 1)
-    a.str(x[9], mem(x[0], 8))
-    a.ret()
-    stubs[PY_DECREF] = a.code()
-    return stubs
-
-
-@pytest.mark.parametrize("state", [0, 0x5EED])
-@pytest.mark.parametrize("nthreads, count", [(1, 0), (1, 1), (2, 2), (3, 2), (4, 4)])
-def test_pycall_calls_each_threads_object_with_the_lock_taken(nthreads, count, state):
-    """A thread with no thread state yet (0) takes the lock with Ensure, one with a state by
-    restoring it; either way it calls its object and lets the lock go with SaveThread."""
-    regions, failing = 50, 1                     # thread 1's calls fail (return NULL)
-    data = np.zeros(PY_COUNTERS // 8 + 5, np.int64)
-    data[PY_COUNT // 8] = count
-    data[PY_STATE // 8] = state
-    for tid in range(MAX_THREADS):
-        data[PY_OBJECTS // 8 + tid] = DATA_BASE + PY_RECS + 24 * tid
-    data[(PY_RECS + 24 * failing + 16) // 8] = 1
-    prog = PoolProgram(nthreads, 100, data.tobytes())
-    s = prog.stub
-    for field, code in py_stubs().items():
-        prog.address(x[9], prog.code(code))
-        s.mov_imm(x[10], DATA_BASE + field)
-        s.str(x[9], mem(x[10]))
-
-    def region():                                # run(state, pycall, table)
-        s.mov_imm(x[0], DATA_BASE + prog.state)
-        prog.address(x[1], "pycall")
-        s.mov_imm(x[2], DATA_BASE)
-        prog.address(x[16], "run")
-        s.blr(x[16])
-    repeat(s, regions, region)
-    out = prog.run().view(np.int64)
-    recs = out[PY_RECS // 8:PY_STATE // 8].reshape(MAX_THREADS, 3)
-    ran = [tid < count for tid in range(MAX_THREADS)]
-    assert recs[:, 0].tolist() == [regions * r for r in ran]
-    assert recs[:, 1].tolist() == [regions * (r and tid != failing) for tid, r in enumerate(ran)]
-    calls = regions * count
-    assert out[PY_COUNTERS // 8:].tolist() == [0 if state else calls, calls if state else 0, calls,
-                                               regions * (count > failing), 0]
-
-
-# -- (d) rawcall: the region of Pool.run_native ---------------------------------------------------
+# -- (c) rawcall: the region of Pool.run_native ---------------------------------------------------
 def args_stub():
     """fn(slots, a1, ..., a5): slots[a1] = a1 + 2 a2 + 3 a3 + 4 a4 + 5 a5."""
     a = Assembler()
@@ -418,7 +320,7 @@ def test_rawcall_makes_each_threads_calls_in_order(nthreads, shares):
     assert out.tolist() == expect.tolist()
 
 
-# -- (e) AArch64 loop nests on the pool ----------------------------------------------------------
+# -- (d) AArch64 loop nests on the pool ----------------------------------------------------------
 def run_on_pool(spec_text, loops, body, arrays, nthreads, spin=100):
     """Like :func:`tests.aarch64.test_nest_aarch64.run_nest`, but one region on the pool: every
     thread runs ``nest(ctx, tid, T)`` at the same time; barriers are the pool's."""

@@ -1,6 +1,5 @@
 """The native thread pool: each tid once per region, barriers, Python threads, fork, env, exit."""
 import ctypes
-import functools
 import os
 import subprocess
 import sys
@@ -219,38 +218,6 @@ def test_reentrant_run_is_an_error():
     check_counts(pool, 10)                           # and the pool still works
 
 
-@pytest.mark.parametrize("nthreads, calls", [(1, 3), (2, 1), (2, 5), (3, 7)])
-def test_run_python_runs_call_i_on_thread_i_mod_n(nthreads, calls):
-    pool = Pool(nthreads)
-    seen = {}
-    pool.run_python([lambda i=i: seen.setdefault(i, threading.get_ident()) for i in range(calls)])
-    assert sorted(seen) == list(range(calls))
-    assert seen[0] == threading.get_ident()                        # the caller's share runs here
-    for i in range(calls):
-        assert seen[i] == seen[i % nthreads]
-        if i < nthreads:
-            assert seen[i] == threading.get_ident() or seen[i] in pool._worker_ids
-    assert len({seen[i] for i in range(min(calls, nthreads))}) == min(calls, nthreads)
-
-
-def test_run_python_from_several_python_threads_at_once():
-    """Regions of run_python from four Python threads at once: each call runs exactly once, on
-    the pool's threads, with its own arguments."""
-    pool, errors = get_pool(), []
-    counts = [[0] * 6 for _ in range(4)]
-
-    def caller(row):
-        try:
-            for _ in range(200):
-                pool.run_python([functools.partial(row.__setitem__, i, row[i] + 1) for i in range(6)])
-        except Exception as e:          # pragma: no cover - reported below
-            errors.append(e)
-
-    in_threads(caller, counts, 60)
-    assert not errors
-    assert counts == [[200] * 6] * 4
-
-
 def args_fn():
     """fn(slots, a1, ..., a5): slots[a1] = a1 + 2 a2 + 3 a3 + 4 a4 + 5 a5 (every argument register read)."""
     f = Function("args", ["ptr", "i64", "i64", "i64", "i64", "i64"])
@@ -282,45 +249,22 @@ def test_run_native_makes_every_call_with_its_six_arguments(nthreads, shares):
         pool.run_native([[fn.address]])
 
 
-def test_run_python_raises_the_first_failure_after_every_thread_is_done():
-    pool, done = Pool(2), []
+def test_run_native_from_several_python_threads_at_once():
+    """Regions of run_native from four Python threads at once: each call runs exactly once, with
+    its own arguments."""
+    pool, fn, errors = get_pool(), args_fn(), []
+    rows = [(ctypes.c_int64 * 8)() for _ in range(4)]
 
-    def fail():
-        raise KeyError("boom")
+    def caller(row):
+        try:
+            for r in range(200):
+                pool.run_native([[(fn.address, (ctypes.addressof(row), i, r, 0, 0, 0))] for i in range(6)])
+                assert list(row[:6]) == [i + 2 * r for i in range(6)]
+        except Exception as e:          # pragma: no cover - reported below
+            errors.append(e)
 
-    with pytest.raises(KeyError, match="boom"):
-        pool.run_python([fail, lambda: done.append(1), lambda: done.append(2), lambda: done.append(3)])
-    assert sorted(done) == [1, 3]             # thread 0 stops at its failure; thread 1 runs both of its own
-    check_counts(pool, 5)
-    pool.run_python([lambda: done.append(4)])
-    assert done[-1] == 4
-
-
-def test_run_python_reports_a_call_that_raised_past_its_wrapper(monkeypatch):
-    """The native path where PyObject_CallObject returns NULL: the exception is cleared on the
-    worker, and the caller learns that a share did not finish."""
-    import isa.pool as pool_module
-
-    def escapes(calls, failures, finished):
-        raise KeyError("past the wrapper")
-
-    pool = Pool(2)
-    monkeypatch.setattr(pool_module, "_share", escapes)
-    with pytest.raises(RuntimeError, match="2 of 2 threads could not call their share"):
-        pool.run_python([lambda: None] * 2)
-    monkeypatch.undo()
-    done = []
-    pool.run_python([lambda: done.append(1)] * 3)
-    assert done == [1, 1, 1]
-
-
-def test_run_python_inside_a_region_is_an_error():
-    pool = Pool(2)
-    with pytest.raises(RuntimeError, match="inside a parallel region"):
-        pool.run_python([lambda: pool.run_python([lambda: None])] * 2)
-    with pytest.raises(TypeError, match="callables of no arguments"):
-        pool.run_python([lambda: None, 3])
-    check_counts(pool, 3)
+    in_threads(caller, rows, 60)
+    assert not errors
 
 
 def test_null_function_is_refused():
