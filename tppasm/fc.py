@@ -342,16 +342,19 @@ class PanelGemm:
                                              stride_a=self.bk, **options)
                         for lo, hi in self.blocks for w in widths}
 
-    def _pack(self, b, c0, c1):
-        """Columns c0..c1 of B as a (k, width) panel, (ceil(k/2), width, 2) for bf16; ``b``: W (its
-        rows c0..c1 are transposed), or B itself."""
+    def _pack_calls(self, b, c0, c1, buffers):
+        """(calls, panel): the kernel calls that pack columns c0..c1 of B into a (k, width) panel,
+        (ceil(k/2), width, 2) for bf16, and that panel. ``b``: W (its rows c0..c1 are transposed),
+        or B itself; ``buffers`` (a dict by width) keeps the room a panel of each width takes."""
+        width = c1 - c0
         if self.in_place:
-            return b[:, c0:c1]
+            return [], b[:, c0:c1]
         if self.b_layout == "w":
-            return self.packs[c1 - c0](b[c0:c1])
-        panel = empty((self.words, c1 - c0, 2) if self.pairs else (self.k, c1 - c0), self.np_dtype)
-        self.packs[c1 - c0](b[:, c0:c1], panel)
-        return panel
+            room = buffers.setdefault(width, self.packs[width].buffers())
+            return self.packs[width].calls(b[c0:c1], room), self.packs[width].packed(room)
+        panel = buffers.setdefault(width, empty((self.words, width, 2) if self.pairs else (self.k, width),
+                                                self.np_dtype))
+        return [functools.partial(self.packs[width], b[:, c0:c1], panel)], panel
 
     def _batch(self, a, lo, hi):
         """Rows lo..hi of A as the BRGEMM's batch of k blocks."""
@@ -369,25 +372,16 @@ class PanelGemm:
         own, used again panel after panel), then multiplied."""
         batch, buffers, calls = self._batch(a, 0, self.rows), {}, []
         for c0, c1 in group:
-            width = c1 - c0
-            if self.in_place:
-                panel = b[:, c0:c1]
-            elif self.b_layout == "w":
-                room = buffers.setdefault(width, self.packs[width].buffers())
-                calls += self.packs[width].calls(b[c0:c1], room)
-                panel = self.packs[width].packed(room)
-            else:
-                panel = buffers.setdefault(width, empty((self.words, width, 2) if self.pairs else (self.k, width),
-                                                        self.np_dtype))
-                calls.append(functools.partial(self.packs[width], b[:, c0:c1], panel))
-            calls.append(self._call(batch, panel, c, bias, 0, self.rows, c0, c1))
+            packing, panel = self._pack_calls(b, c0, c1, buffers)
+            calls += packing + [self._call(batch, panel, c, bias, 0, self.rows, c0, c1)]
         return calls
 
     def __call__(self, a, b, c, bias=None):
         """C from A (rows, k) and W (m, k) or, with ``b_layout="km"``, B (k, m)."""
         if self.groups:
             return _parallel_kernels([self._group_calls(a, b, c, bias, group) for group in self.groups])
-        panel = self._pack(b, 0, self.m)
+        packing, panel = self._pack_calls(b, 0, self.m, {})     # once, here: every thread's rows use it
+        _parallel_kernels([packing])
         _parallel_kernels([[self._call(self._batch(a, lo, hi), panel, c, bias, lo, hi, 0, self.m)]
                            for lo, hi in self.blocks])
 
