@@ -9,9 +9,10 @@ Policy (see :mod:`isa.x86.pool_code` for the code, :mod:`isa.aarch64.pool_code` 
 same state layout and protocol, ``yield`` in place of ``pause``):
 
 - A region bumps a generation counter; workers spin on it for ``TPPASM_SPIN_US`` microseconds of
-  ``pause`` (default 1000; 0 when oversubscribed), then sleep on a futex; the caller issues
-  ``FUTEX_WAKE`` only when a worker is asleep. Completion is a countdown the caller waits on with
-  the same spin-then-sleep; barriers wait the same way.
+  ``pause`` (default 1000; 0 when oversubscribed; a ``sched_yield`` every 32 pauses), then sleep
+  on a futex; the caller issues ``FUTEX_WAKE`` only when a worker is asleep, and then yields once:
+  a worker woken on the caller's CPU moves to another CPU of its affinity mask. Completion is a
+  countdown the caller waits on with the same spin-then-sleep; barriers wait the same way.
 - Regions are serialized by a lock, so several Python threads may call :meth:`Pool.run`; calling it
   from inside a region (a callback into Python) raises ``RuntimeError`` instead of deadlocking.
 - A forked child restarts its workers on its first region (``os.register_at_fork``); the state and
@@ -273,6 +274,7 @@ class Pool:
         ctypes.memset(self._state, 0, pc.state_size(self.nthreads))
         self._field(ctypes.c_uint64, pc.NTHREADS).value = self.nthreads
         self._field(ctypes.c_uint64, pc.SPIN).value = self.spin_iterations
+        self._field(ctypes.c_uint32, pc.CALLER_CPU).value = pc.NO_CPU
         threads = []
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
         try:                                      # workers inherit the mask: signals go to Python threads

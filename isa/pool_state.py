@@ -22,6 +22,8 @@ CALLER_SLEEPS = 192  # u32 the caller is (about to be) asleep on REMAIN
 BCOUNT = 256       # u32 threads arrived at the current barrier
 BGEN = 320         # u32 barrier generation; futex word of barrier sleepers
 BSLEEPERS = 384    # u32 threads asleep on BGEN
+CALLER_CPU = 448   # u32 the CPU the caller ran on when it last woke sleeping workers, else NO_CPU
+NO_CPU = 0xFFFFFFFF
 RECORDS = 512      # per-worker start records: u64 state, u64 tid, u32 initial generation
 RECORD_SIZE = 32
 
@@ -33,6 +35,12 @@ RAW_LISTS = 8      # (u64 first record, i64 records) per thread
 RAW_LIST_SIZE = 16
 RAW_RECORD_SIZE = 56
 RAW_ARGS = 6
+
+# Waits spin on pause (x86) / yield (AArch64) with a sched_yield every YIELD_EVERY iterations (a
+# power of two). A woken worker on the caller's CPU moves off it: its affinity mask, read and
+# written whole, takes MASK_BYTES.
+YIELD_EVERY = 32
+MASK_BYTES = 128   # 1024 CPUs
 
 FUTEX_WAIT_PRIVATE = 0 | 128
 FUTEX_WAKE_PRIVATE = 1 | 128

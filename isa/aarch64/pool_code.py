@@ -1,11 +1,12 @@
-"""Machine code of the native thread pool for AArch64 (AAPCS64, Linux): the same six functions,
+"""Machine code of the native thread pool for AArch64 (AAPCS64, Linux): the same seven functions,
 state layout (:mod:`isa.pool_state`) and protocol as the x86-64 pool.
 
 - ``worker(rec)``, ``run(state, fn, arg)``, ``barrier(state, tid)``, ``quit(state)``, ``spin(n)``,
-  ``rawcall(table, tid, nthreads)``: see :mod:`isa.x86.pool_code`. Waits spin ``SPIN`` iterations
-  of ``yield``, then sleep on a futex (``svc #0``, x8 = 98); a waker calls ``FUTEX_WAKE`` only when
-  a sleeper announced itself. One difference: ``SPIN`` = 0 sleeps at once here (the x86 counter
-  would wrap; the pool stores >= 1).
+  ``rawcall(table, tid, nthreads)``, ``leave_cpu(state)``: see :mod:`isa.x86.pool_code`. Waits spin
+  ``SPIN`` iterations of ``yield`` (a ``sched_yield`` every ``YIELD_EVERY``), then sleep on a futex
+  (``svc #0``, x8 = 98); a waker calls ``FUTEX_WAKE`` only when a sleeper announced itself, and
+  ``run`` then records its CPU and yields so that a worker woken there moves away. One
+  difference: ``SPIN`` = 0 sleeps at once here (the x86 counter would wrap; the pool stores >= 1).
 
 Memory ordering. Every read-modify-write is an LSE atomic with acquire and release semantics
 (``ldaddal``, ``swpal``, always with a real destination register: with wzr the load would lose
@@ -27,21 +28,23 @@ AArch64 host.
 
 >>> blob, entries = code()
 >>> sorted(entries), len(blob) % 64
-(['barrier', 'quit', 'rawcall', 'run', 'spin', 'worker'], 0)
+(['barrier', 'leave_cpu', 'quit', 'rawcall', 'run', 'spin', 'worker'], 0)
 """
 from isa.aarch64 import LSL, Function, disassemble, mem, sp, w, wzr, x, xzr
 from isa.x86.function import JitFunction      # ExecutableMemory + ctypes: nothing x86-specific
 
-from ..pool_state import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_SLEEPS, FN, FUTEX_WAIT_PRIVATE,
-                        FUTEX_WAKE_PRIVATE, GEN, NTHREADS, QUIT, RAW_COUNT, RAW_LISTS,
-                        RAW_RECORD_SIZE, REMAIN, SLEEPERS, SPIN, WAKE_ALL)
+from ..pool_state import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_CPU, CALLER_SLEEPS, FN, FUTEX_WAIT_PRIVATE,
+                        FUTEX_WAKE_PRIVATE, GEN, MASK_BYTES, NTHREADS, QUIT, RAW_COUNT, RAW_LISTS,
+                        RAW_RECORD_SIZE, REMAIN, SLEEPERS, SPIN, WAKE_ALL, YIELD_EVERY)
 
 SYS_FUTEX = 98
+SYS_SCHED_SETAFFINITY, SYS_SCHED_GETAFFINITY, SYS_SCHED_YIELD, SYS_GETCPU = 122, 123, 124, 168
+LEAVE_STACK = 16 + 2 * MASK_BYTES      # _leave_callers_cpu's frame: the CPU, the mask, the narrowed mask
 SEEN = w[9]           # the value a wait just read
 WORD = x[10]          # address of the futex word being waited on or woken
 SIGNATURES = {"worker": (["ptr"], "ptr"), "run": (["ptr", "ptr", "ptr"], None),
               "barrier": (["ptr", "i64"], None), "quit": (["ptr"], None), "spin": (["i64"], None),
-              "rawcall": (["ptr", "i64", "i64"], None)}
+              "rawcall": (["ptr", "i64", "i64"], None), "leave_cpu": (["ptr"], None)}
 
 
 def _futex(a, op, value):
@@ -57,6 +60,65 @@ def _futex(a, op, value):
     a.svc(0)
 
 
+def _syscall(a, number):
+    a.movz(x[8], number)
+    a.svc(0)
+
+
+def _sched_yield_every(a, budget, again):
+    """Every YIELD_EVERY iterations of a wait's spin (``budget`` counting down), ``sched_yield``;
+    then branch to ``again``. Clobbers x0 and x8."""
+    a.tst(budget, YIELD_EVERY - 1)
+    a.b_ne(again)
+    _syscall(a, SYS_SCHED_YIELD)
+    a.b(again)
+
+
+def _leave_callers_cpu(a, state):
+    """A worker just woken on the caller's CPU (CALLER_CPU) moves to another CPU it may use: its
+    affinity mask narrowed to exclude that CPU, then restored (see :mod:`isa.x86.pool_code`).
+    Frame: [sp] the CPU, [sp + 16] the mask, [sp + 16 + MASK_BYTES] the narrowed one
+    (LEAVE_STACK bytes). Clobbers x0-x3, x8, x11-x15."""
+    stay = a.label("stay")
+    cpu, length, narrowed = x[14], x[15], x[13]
+    a.mov(x[0], sp)
+    a.mov(x[1], xzr)
+    a.mov(x[2], xzr)
+    _syscall(a, SYS_GETCPU)
+    a.cbnz(x[0], stay)
+    a.ldr(w[14], mem(sp))
+    a.ldr(w[11], mem(state, CALLER_CPU))
+    a.cmp(w[14], w[11])
+    a.b_ne(stay)
+    a.mov(x[0], xzr)
+    a.mov_imm(x[1], MASK_BYTES)
+    a.add(x[2], sp, 16)
+    _syscall(a, SYS_SCHED_GETAFFINITY)              # the bytes written: the kernel's mask size
+    a.cmp(x[0], xzr)
+    a.b_le(stay)
+    a.mov(length, x[0])
+    for offset in range(16, 16 + MASK_BYTES, 16):
+        a.ldp(x[11], x[12], mem(sp, offset))
+        a.stp(x[11], x[12], mem(sp, offset + MASK_BYTES))
+    a.add(narrowed, sp, 16 + MASK_BYTES)
+    a.lsr(x[11], cpu, 6)                             # the mask's word of bit cpu
+    a.movz(x[12], 1)
+    a.lsl(x[12], x[12], cpu)                         # lslv: the shift is cpu mod 64
+    a.ldr(x[0], mem(narrowed, x[11], lsl=3))
+    a.orr(x[0], x[0], x[12])
+    a.eor(x[0], x[0], x[12])                         # the bit cleared
+    a.str(x[0], mem(narrowed, x[11], lsl=3))
+    a.mov(x[0], xzr)
+    a.mov(x[1], length)
+    a.mov(x[2], narrowed)
+    _syscall(a, SYS_SCHED_SETAFFINITY)
+    a.cbnz(x[0], stay)                               # refused (no other CPU allowed): stay
+    a.mov(x[1], length)
+    a.add(x[2], sp, 16)
+    _syscall(a, SYS_SCHED_SETAFFINITY)
+    a.bind(stay)
+
+
 def _fetch_add(a, state, field, value, old):
     """old = the u32 at state+field, which becomes old + value (ldaddal); clobbers x11, x12."""
     a.add(x[11], state, field)
@@ -70,7 +132,7 @@ def _load_acquire(a, dst, state, field):
     a.ldar(dst, mem(x[11]))
 
 
-def _wait(a, budget, ready, announce, retire):
+def _wait(a, budget, ready, announce, retire, on_wake=None):
     """Spin ``budget`` iterations, then sleep on the u32 at WORD, until ``ready(label)`` branches.
 
     ``ready`` emits a branch to its label when SEEN (just read with ``ldar``) is the awaited value;
@@ -84,7 +146,7 @@ def _wait(a, budget, ready, announce, retire):
     a.cbz(budget, asleep)
     a.sub(budget, budget, 1)
     a.yield_()
-    a.b(spin)
+    _sched_yield_every(a, budget, spin)
     a.bind(asleep)
     announce()
     a.bind(sleep)
@@ -94,10 +156,12 @@ def _wait(a, budget, ready, announce, retire):
     a.b(sleep)                             # woken, EAGAIN or EINTR: look again
     a.bind(woke)
     retire()
+    if on_wake:
+        on_wake()
     a.bind(done)
 
 
-def _wait_change(a, state, field, seen, budget, sleepers):
+def _wait_change(a, state, field, seen, budget, sleepers, on_wake=None):
     """Wait until the u32 at state+field != ``seen``; leaves the new value in SEEN."""
     def ready(label):
         a.cmp(SEEN, seen)
@@ -105,7 +169,7 @@ def _wait_change(a, state, field, seen, budget, sleepers):
     a.add(WORD, state, field)
     a.ldr(budget, mem(state, SPIN))
     _wait(a, budget, ready, lambda: _fetch_add(a, state, sleepers, 1, w[12]),
-          lambda: _fetch_add(a, state, sleepers, -1, w[12]))
+          lambda: _fetch_add(a, state, sleepers, -1, w[12]), on_wake)
 
 
 def _wake_if_sleepers(a, state, field, sleepers, count, skip):
@@ -117,7 +181,7 @@ def _wake_if_sleepers(a, state, field, sleepers, count, skip):
 
 
 def _worker():
-    f = Function(nargs=1)
+    f = Function(nargs=1, frame=LEAVE_STACK)
     a, (rec,) = f.asm, f.args
     state, tid, seen, budget = x[19], x[20], w[21], x[22]
     a.ldr(state, mem(rec))
@@ -125,7 +189,7 @@ def _worker():
     a.ldr(seen, mem(rec, 16))
     wait, exit_ = a.label("wait"), a.label("exit")
     a.bind(wait)
-    _wait_change(a, state, GEN, seen, budget, SLEEPERS)
+    _wait_change(a, state, GEN, seen, budget, SLEEPERS, lambda: _leave_callers_cpu(a, state))
     a.mov(seen, SEEN)
     a.ldr(w[9], mem(state, QUIT))
     a.cbnz(w[9], exit_)
@@ -170,7 +234,15 @@ def _run():
     a.sub(w[9], w[9], 1)
     a.str(w[9], mem(state, REMAIN))
     _fetch_add(a, state, GEN, 1, w[9])          # releases FN/ARG/REMAIN to the workers
-    _wake_if_sleepers(a, state, GEN, SLEEPERS, WAKE_ALL, call0)
+    _load_acquire(a, w[11], state, SLEEPERS)    # after the release RMW: Dekker's read
+    a.cbz(w[11], call0)
+    a.add(x[0], state, CALLER_CPU)
+    a.mov(x[1], xzr)
+    a.mov(x[2], xzr)
+    _syscall(a, SYS_GETCPU)                     # for _leave_callers_cpu
+    a.add(WORD, state, GEN)
+    _futex(a, FUTEX_WAKE_PRIVATE, WAKE_ALL)
+    _syscall(a, SYS_SCHED_YIELD)                # a worker woken onto this CPU runs now, and leaves
     a.bind(call0)
     _call(a, fn, arg, mem(state, NTHREADS))
     a.add(WORD, state, REMAIN)
@@ -227,12 +299,24 @@ def _quit():
 def _spin():
     f = Function(nargs=1)
     a, (n,) = f.asm, f.args
-    loop = a.label("loop")
+    n = x[13]                           # x0 is a system call's result
+    a.mov(n, f.args[0])
+    loop, out = a.label("loop"), a.label("out")
     a.bind(loop)
     a.ldar(SEEN, mem(sp))               # the wait loops' load, so the timing matches theirs
     a.yield_()
     a.subs(n, n, 1)
-    a.b_gt(loop)
+    a.b_le(out)
+    _sched_yield_every(a, n, loop)
+    a.bind(out)
+    return f.code()
+
+
+def _leave_cpu():
+    f = Function(nargs=1, frame=LEAVE_STACK)
+    a = f.asm
+    a.mov(x[19], f.args[0])
+    _leave_callers_cpu(a, x[19])
     return f.code()
 
 
@@ -262,17 +346,17 @@ def _rawcall():
 
 
 def functions():
-    """{name: position-independent code bytes} of the pool's six functions.
+    """{name: position-independent code bytes} of the pool's seven functions.
 
-    >>> len(functions()["spin"]) // 4        # ldar, yield, subs, b.gt, ret
-    5
+    >>> sorted(functions())
+    ['barrier', 'leave_cpu', 'quit', 'rawcall', 'run', 'spin', 'worker']
     """
     return {"worker": _worker(), "run": _run(), "barrier": _barrier(), "quit": _quit(), "spin": _spin(),
-            "rawcall": _rawcall()}
+            "rawcall": _rawcall(), "leave_cpu": _leave_cpu()}
 
 
 def code():
-    """The six functions in one position-independent blob, each 64-byte aligned: (bytes, {name: offset}).
+    """The seven functions in one position-independent blob, each 64-byte aligned: (bytes, {name: offset}).
 
     >>> blob, entries = code()
     >>> entries["worker"], all(offset % 64 == 0 for offset in entries.values())
@@ -307,7 +391,7 @@ def build():
     """JIT the pool's functions on an AArch64 host: {name: NativeFunction}, as :func:`isa.x86.pool_code.build`.
 
     >>> from isa.cpu import host
-    >>> host().arch != "aarch64" or sorted(build()) == ["barrier", "quit", "rawcall", "run", "spin", "worker"]
+    >>> host().arch != "aarch64" or sorted(build()) == sorted(functions())
     True
     """
     return {name: NativeFunction(f"pool_{name}", body, *SIGNATURES[name]) for name, body in functions().items()}

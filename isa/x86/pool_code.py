@@ -7,29 +7,42 @@
   generation, run tid 0, wait for the countdown to reach zero.
 - ``barrier(state, tid)``: a generation-based barrier over the region's threads.
 - ``quit(state)``: tell every worker to return.
-- ``spin(n)``: ``n`` iterations of the wait loop's ``pause``, to calibrate the spin budget.
+- ``spin(n)``: ``n`` iterations of the wait loop's ``pause`` (and yields), to calibrate the spin budget.
 - ``rawcall(table, tid, nthreads)``: the region of ``Pool.run_native``: thread ``tid`` makes its
   list of native calls (:mod:`isa.pool_state`'s ``RAW_*`` fields), one after the other.
+- ``leave_cpu(state)``: what a woken worker does first (and a test can call on its own thread):
+  move off ``CALLER_CPU`` when this thread runs there.
 
-Every wait spins ``SPIN`` iterations of ``pause`` and then sleeps on a futex (raw ``syscall``). A
-waker issues ``FUTEX_WAKE`` only when a sleeper announced itself first, so the hot path has no
-system call. Announcing is a locked read-modify-write, then the sleeper re-reads the word (the
-kernel does, in FUTEX_WAIT); the waker changes the word with a locked instruction, then reads the
-sleeper count. Both orders are full fences, so a sleeper is never missed (Dekker's argument).
+Every wait spins ``SPIN`` iterations of ``pause``, with a ``sched_yield`` every ``YIELD_EVERY``
+of them, and then sleeps on a futex (raw ``syscall``). A waker issues ``FUTEX_WAKE`` only when a
+sleeper announced itself first, so the hot path has no system call but the yields of threads
+that wait anyway. Announcing is a locked read-modify-write, then the sleeper re-reads the word
+(the kernel does, in FUTEX_WAIT); the waker changes the word with a locked instruction, then reads
+the sleeper count. Both orders are full fences, so a sleeper is never missed (Dekker's argument).
+
+Caller and worker must not share a CPU. On the 2-vCPU VMs Linux often woke a sleeping worker onto
+the caller's vCPU (an idle vCPU is halted and looks "preempted", so not idle, to the scheduler),
+and both then spun there, each holding the CPU the other needed: forward steps of fc on 2
+threads took 2.6-4 ms where 0.85 was usual, slower than 1 thread. So ``run``, when it wakes
+sleepers, records its CPU and yields once, and a woken worker on that CPU narrows its affinity
+mask to move away (``leave_cpu``); the yields in the wait loops hand a shared CPU over in about a
+microsecond wherever two threads still meet.
 
 >>> code = build()
 >>> sorted(code)
-['barrier', 'quit', 'rawcall', 'run', 'spin', 'worker']
+['barrier', 'leave_cpu', 'quit', 'rawcall', 'run', 'spin', 'worker']
 """
 from isa.x86 import Function
-from isa.x86.registers import (dword, eax, ebx, edx, esi, qword, r8, r9, r9d, r10d, r12, r13, r14, r15,
-                               rcx, rdi, rdx, rsi, rsp)
+from isa.x86.registers import (dword, eax, ebx, edi, edx, esi, qword, r8, r9, r9d, r10d, r12, r13, r14, r15,
+                               rax, rcx, rdi, rdx, rsi, rsp)
 
-from ..pool_state import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_SLEEPS, FN, FUTEX_WAIT_PRIVATE,
-                          FUTEX_WAKE_PRIVATE, GEN, NTHREADS, QUIT, RAW_COUNT, RAW_LISTS,
-                          RAW_RECORD_SIZE, REMAIN, SLEEPERS, SPIN, WAKE_ALL)
+from ..pool_state import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_CPU, CALLER_SLEEPS, FN, FUTEX_WAIT_PRIVATE,
+                          FUTEX_WAKE_PRIVATE, GEN, MASK_BYTES, NTHREADS, QUIT, RAW_COUNT, RAW_LISTS,
+                          RAW_RECORD_SIZE, REMAIN, SLEEPERS, SPIN, WAKE_ALL, YIELD_EVERY)
 
 SYS_FUTEX = 202
+SYS_SCHED_YIELD = 24
+SYS_SCHED_SETAFFINITY, SYS_SCHED_GETAFFINITY, SYS_GETCPU = 203, 204, 309
 
 
 def _futex(a, state, field, op, value):
@@ -43,11 +56,85 @@ def _futex(a, state, field, op, value):
     a.syscall()
 
 
-def _wait_change(a, state, field, seen, counter, sleepers):
+def _pause(a, counter, again):
+    """One iteration of a wait's spin: ``pause``, count ``counter`` down, and every YIELD_EVERY
+    iterations ``sched_yield``; jumps to ``again`` while the budget lasts, else falls through.
+    Clobbers rax, rcx, r11."""
+    more = a.label("more")
+    a.pause()
+    a.sub(counter, 1)
+    a.jz(more)
+    a.test(counter, YIELD_EVERY - 1)
+    a.jnz(again)
+    a.mov(eax, SYS_SCHED_YIELD)
+    a.syscall()
+    a.jmp(again)
+    a.bind(more)
+
+
+def _getcpu(a, at):
+    """eax = 0 and the dword [at] = this thread's CPU, or eax < 0; clobbers rax, rcx, rdx, rsi, rdi, r11."""
+    a.lea(rdi, at)
+    a.xor(esi, esi)
+    a.xor(edx, edx)
+    a.mov(eax, SYS_GETCPU)
+    a.syscall()
+
+
+def _setaffinity(a, length, mask):
+    a.xor(edi, edi)
+    a.mov(rsi, length)
+    a.lea(rdx, mask)
+    a.mov(eax, SYS_SCHED_SETAFFINITY)
+    a.syscall()
+
+
+def _leave_callers_cpu(a, state, length):
+    """A worker just woken on the CPU the caller woke it from moves to another CPU it may use.
+
+    Linux places a woken thread on the waker's CPU when it sees no idle one nearby, and a VM's idle
+    vCPUs look busy to it (halted, "preempted"), so caller and worker then share one CPU for as
+    long as both keep spinning. Narrowing the worker's affinity mask to exclude that CPU moves it
+    at once; restoring the mask keeps it where it landed. Stack: [rsp] the CPU, [rsp + 16] the
+    mask, [rsp + 16 + MASK_BYTES] the narrowed one (LEAVE_STACK bytes). ``state`` and ``length``
+    must survive a syscall; clobbers ``length``, rax, rcx, rdx, rsi, rdi, r11."""
+    out = a.label("stay")
+    mask, narrowed = rsp + 16, rsp + 16 + MASK_BYTES
+    _getcpu(a, [rsp])
+    a.test(eax, eax)
+    a.jnz(out)
+    a.mov(eax, [rsp])
+    a.cmp(eax, [state + CALLER_CPU])
+    a.jne(out)
+    a.xor(edi, edi)
+    a.mov(esi, MASK_BYTES)
+    a.lea(rdx, [mask])
+    a.mov(eax, SYS_SCHED_GETAFFINITY)
+    a.syscall()                                   # the bytes written: the kernel's mask size
+    a.test(rax, rax)
+    a.jle(out)
+    a.mov(length, rax)
+    for offset in range(0, MASK_BYTES, 8):
+        a.mov(rcx, [mask + offset])
+        a.mov([narrowed + offset], rcx)
+    a.mov(eax, [rsp])
+    a.btr(qword[narrowed], rax)                   # a bit string: bit cpu of the whole mask
+    _setaffinity(a, length, [narrowed])
+    a.test(eax, eax)
+    a.jnz(out)                                    # refused (no other CPU allowed): stay
+    _setaffinity(a, length, [mask])
+    a.bind(out)
+
+
+LEAVE_STACK = 16 + 2 * MASK_BYTES
+
+
+def _wait_change(a, state, field, seen, counter, sleepers, on_wake=None):
     """Spin, then sleep, until dword [state+field] != seen; leaves the new value in eax.
 
-    ``counter`` is a scratch register for the spin budget; ``state`` and ``seen`` must survive a
-    syscall (not rax, rcx, rdx, rsi, rdi, r10, r11).
+    ``counter`` is a scratch register for the spin budget; it must survive ``sched_yield`` (not
+    rax, rcx, r11), and ``state`` and ``seen`` any syscall (not rax, rcx, rdx, rsi, rdi, r10, r11).
+    ``on_wake`` emits what a thread that slept does first.
     """
     spin, sleep, woke, done = a.label("spin"), a.label("sleep"), a.label("woke"), a.label("done")
     a.mov(counter, [state + SPIN])
@@ -55,9 +142,7 @@ def _wait_change(a, state, field, seen, counter, sleepers):
     a.mov(eax, [state + field])
     a.cmp(eax, seen)
     a.jne(done)
-    a.pause()
-    a.sub(counter, 1)
-    a.jnz(spin)
+    _pause(a, counter, spin)
     a.inc(dword[state + sleepers], lock=True)
     a.bind(sleep)
     a.mov(eax, [state + field])
@@ -67,13 +152,15 @@ def _wait_change(a, state, field, seen, counter, sleepers):
     a.jmp(sleep)                      # woken, EAGAIN or EINTR: look again
     a.bind(woke)
     a.dec(dword[state + sleepers], lock=True)
+    if on_wake:
+        on_wake()
     a.mov(eax, [state + field])
     a.bind(done)
 
 
 def _worker():
     f = Function("pool_worker", ["ptr"], returns="ptr")
-    f.stack(8)                                    # keeps rsp 16-byte aligned for the call
+    f.stack(LEAVE_STACK)                          # _leave_callers_cpu's; rsp stays 16-byte aligned
     a, (rec,) = f.asm, f.args
     state, tid, seen = r12, r13, ebx
     a.mov(state, [rec])
@@ -81,7 +168,7 @@ def _worker():
     a.mov(seen, [rec + 16])
     wait, exit_ = a.label("wait"), a.label("exit")
     a.bind(wait)
-    _wait_change(a, state, GEN, seen, r14, SLEEPERS)
+    _wait_change(a, state, GEN, seen, r14, SLEEPERS, lambda: _leave_callers_cpu(a, state, r15))
     a.mov(seen, eax)
     a.cmp(dword[state + QUIT], 0)
     a.jne(exit_)
@@ -120,7 +207,10 @@ def _run():
     a.inc(dword[state + GEN], lock=True)          # publishes FN/ARG/REMAIN (x86 stores stay in order)
     a.cmp(dword[state + SLEEPERS], 0)
     a.je(call0)
+    _getcpu(a, [state + CALLER_CPU])              # for _leave_callers_cpu
     _futex(a, state, GEN, FUTEX_WAKE_PRIVATE, WAKE_ALL)
+    a.mov(eax, SYS_SCHED_YIELD)                   # a worker woken onto this CPU runs now, and leaves
+    a.syscall()
     a.bind(call0)
     a.mov(rdi, arg)
     a.xor(esi, esi)
@@ -131,9 +221,7 @@ def _run():
     a.mov(eax, [state + REMAIN])
     a.test(eax, eax)
     a.jz(done)
-    a.pause()
-    a.sub(r15, 1)
-    a.jnz(spin)
+    _pause(a, r15, spin)
     a.mov(eax, 1)
     a.xchg([state + CALLER_SLEEPS], eax)          # implicitly locked: a full fence before the re-read
     a.bind(sleep)
@@ -173,7 +261,7 @@ def _barrier():
     _futex(a, state, BGEN, FUTEX_WAKE_PRIVATE, WAKE_ALL)
     a.jmp(out)
     a.bind(wait)
-    _wait_change(a, state, BGEN, seen, rcx, BSLEEPERS)
+    _wait_change(a, state, BGEN, seen, rdx, BSLEEPERS)
     a.bind(out)
     return f.finalize()
 
@@ -189,15 +277,25 @@ def _quit():
     return f.finalize()
 
 
+def _leave_cpu():
+    f = Function("pool_leave_cpu", ["ptr"])
+    f.stack(LEAVE_STACK)
+    a = f.asm
+    a.mov(r8, f.args[0])
+    _leave_callers_cpu(a, r8, r9)
+    return f.finalize()
+
+
 def _spin():
     f = Function("pool_spin", ["i64"])
     a, (n,) = f.asm, f.args
-    loop = a.label("loop")
+    loop, out = a.label("loop"), a.label("out")
+    a.test(n, n)
+    a.jle(out)
     a.bind(loop)
     a.mov(eax, [rsp - 8])             # the wait loops' load, so the timing matches theirs
-    a.pause()
-    a.sub(n, 1)
-    a.jg(loop)
+    _pause(a, n, loop)
+    a.bind(out)
     return f.finalize()
 
 
@@ -227,4 +325,4 @@ def _rawcall():
 def build():
     """JIT the pool's functions: {name: JitFunction}. Their code is never unmapped (see pool.py)."""
     return {"worker": _worker(), "run": _run(), "barrier": _barrier(), "quit": _quit(), "spin": _spin(),
-            "rawcall": _rawcall()}
+            "rawcall": _rawcall(), "leave_cpu": _leave_cpu()}

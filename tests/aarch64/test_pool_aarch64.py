@@ -8,13 +8,15 @@ decrements the live count and calls ``exit``), runs regions on the main thread (
 ``exit_group``. qemu-user runs guest threads as host threads, so regions and barriers really
 race; the checks count, they never time.
 """
+import os
+
 import numpy as np
 import pytest
 
 from isa.aarch64 import Assembler, Function, Label, mem, x, xzr
 from isa.aarch64.elf import DATA_BASE
 from loops.nest_plan import Layout
-from isa.pool_state import (NTHREADS, RAW_COUNT, RAW_LIST_SIZE, RAW_LISTS, RAW_RECORD_SIZE, RECORD_SIZE, RECORDS,
+from isa.pool_state import (CALLER_CPU, MASK_BYTES, NTHREADS, RAW_COUNT, RAW_LIST_SIZE, RAW_LISTS, RAW_RECORD_SIZE, RECORD_SIZE, RECORDS,
                             SPIN, state_size)
 from isa.aarch64.pool_code import code as pool_code
 from loops.spec import parse
@@ -318,6 +320,56 @@ def test_rawcall_makes_each_threads_calls_in_order(nthreads, shares):
     for share in range(shares):
         expect[8 * share:8 * share + share + 1] = np.arange(share + 1) + 8 * share + 40
     assert out.tolist() == expect.tolist()
+
+
+# -- (c') a woken worker leaves the caller's CPU -----------------------------------------------------
+WAS, PINNED_CPU, MOVED_CPU, FULL, PINNED, PINNED_MASK, MOVED_MASK = 0, 8, 16, 64, 192, 320, 448
+SYS_GETCPU, SYS_SETAFFINITY, SYS_GETAFFINITY = 168, 122, 123
+
+
+def _mask(cpus):
+    bits = np.zeros(MASK_BYTES * 8, np.uint8)
+    bits[list(cpus)] = 1
+    return np.packbits(bits, bitorder="little")
+
+
+def _cpus(mask):
+    return set(np.flatnonzero(np.unpackbits(mask, bitorder="little")).tolist())
+
+
+def test_leave_cpu_moves_a_thread_off_the_callers_cpu():
+    """leave_cpu on the main thread of a qemu process: pinned to one CPU it stays there; with its
+    whole mask and CALLER_CPU its own CPU, it moves to another CPU and keeps the mask."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    image = np.zeros(MOVED_MASK + MASK_BYTES, np.uint8)
+    image[FULL:FULL + MASK_BYTES], image[PINNED:PINNED + MASK_BYTES] = _mask(cpus), _mask(cpus[:1])
+    prog = PoolProgram(1, 100, image.tobytes())
+    s = prog.stub
+
+    def syscall(number, *args):
+        for reg, arg in zip(x, args):
+            s.mov_imm(reg, arg)
+        s.movz(x[8], number)
+        s.svc(0)
+
+    def leave_from(mask, cpu_slot, mask_slot):
+        syscall(SYS_SETAFFINITY, 0, MASK_BYTES, DATA_BASE + mask)
+        syscall(SYS_GETCPU, DATA_BASE + WAS, 0, 0)
+        s.mov_imm(x[9], DATA_BASE + WAS)
+        s.ldr(x[10], mem(x[9]))
+        s.mov_imm(x[9], DATA_BASE + prog.state + CALLER_CPU)
+        s.str(x[10], mem(x[9]))                 # CALLER_CPU: this CPU (and the u32 after it: 0)
+        prog.call("leave_cpu", DATA_BASE + prog.state)
+        syscall(SYS_GETCPU, DATA_BASE + cpu_slot, 0, 0)
+        syscall(SYS_GETAFFINITY, 0, MASK_BYTES, DATA_BASE + mask_slot)
+    leave_from(PINNED, PINNED_CPU, PINNED_MASK)
+    leave_from(FULL, MOVED_CPU, MOVED_MASK)
+    out = prog.run()
+    word = out[:24].view(np.int64)
+    assert word[PINNED_CPU // 8] == cpus[0] and _cpus(out[PINNED_MASK:][:MASK_BYTES]) == {cpus[0]}
+    assert word[MOVED_CPU // 8] != word[WAS // 8] and _cpus(out[MOVED_MASK:][:MASK_BYTES]) == set(cpus)
 
 
 # -- (d) AArch64 loop nests on the pool ----------------------------------------------------------

@@ -161,7 +161,9 @@ def test_explicit_pools_of_several_sizes():
 def test_after_idle_workers_sleep_and_wake():
     pool = Pool(3, spin_us=1)
     sleepers = ctypes.c_uint32.from_address(pool.barrier_state + pool_state.SLEEPERS)
-    for _ in range(3):
+    caller_cpu = ctypes.c_uint32.from_address(pool.barrier_state + pool_state.CALLER_CPU)
+    for i in range(3):
+        assert i == 0 or caller_cpu.value in os.sched_getaffinity(0)   # run() woke sleepers from there
         check_counts(pool, 3)
         deadline = time.monotonic() + 5
         while sleepers.value != 2 and time.monotonic() < deadline:
@@ -169,6 +171,40 @@ def test_after_idle_workers_sleep_and_wake():
         assert sleepers.value == 2                   # both workers parked on the futex
         check_phases(pool, regions=2, rounds=5)
     pool._at_exit()
+
+
+_sched_getcpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
+
+
+def test_leave_cpu_moves_a_thread_off_the_callers_cpu():
+    """leave_cpu (what a woken worker runs first) on a Python thread: on CALLER_CPU it moves to
+    another CPU of its mask and keeps the mask; elsewhere, or with no other CPU allowed, it stays."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    leave = get_pool()._code["leave_cpu"]
+    state = (ctypes.c_uint8 * pool_state.state_size(1))()
+    caller_cpu = ctypes.c_uint32.from_address(ctypes.addressof(state) + pool_state.CALLER_CPU)
+    seen = {}
+
+    def thread(_):
+        os.sched_setaffinity(0, {cpus[0]})
+        caller_cpu.value = _sched_getcpu()
+        leave(ctypes.addressof(state))               # the only CPU allowed: stays
+        seen["pinned"] = (_sched_getcpu(), os.sched_getaffinity(0))
+        os.sched_setaffinity(0, cpus)
+        caller_cpu.value = pool_state.NO_CPU
+        leave(ctypes.addressof(state))
+        seen["elsewhere"] = os.sched_getaffinity(0)
+        caller_cpu.value = _sched_getcpu()
+        leave(ctypes.addressof(state))
+        seen["moved"] = (caller_cpu.value, _sched_getcpu(), os.sched_getaffinity(0))
+
+    in_threads(thread, [None], 10)
+    assert seen["pinned"] == (cpus[0], {cpus[0]})
+    assert seen["elsewhere"] == set(cpus)
+    was, now, mask = seen["moved"]
+    assert now != was and mask == set(cpus)
 
 
 def in_threads(target, args, timeout):
