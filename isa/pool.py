@@ -9,10 +9,10 @@ Policy (see :mod:`isa.x86.pool_code` for the code, :mod:`isa.aarch64.pool_code` 
 same state layout and protocol, ``yield`` in place of ``pause``):
 
 - A region bumps a generation counter; workers spin on it for ``TPPASM_SPIN_US`` microseconds of
-  ``pause`` (default 1000; 0 when oversubscribed; a ``sched_yield`` every 32 pauses), then sleep
-  on a futex; the caller issues ``FUTEX_WAKE`` only when a worker is asleep, and then yields once:
-  a worker woken on the caller's CPU moves to another CPU of its affinity mask. Completion is a
-  countdown the caller waits on with the same spin-then-sleep; barriers wait the same way.
+  ``pause`` (default 1000; 0 when oversubscribed; a ``sched_yield`` every 256 of them), then
+  sleep on a futex; the caller issues ``FUTEX_WAKE`` only when a worker is asleep, and then yields
+  once: a worker woken on the caller's CPU moves to another CPU of its affinity mask. Completion
+  is a countdown the caller waits on with the same spin-then-sleep; barriers wait the same way.
 - Regions are serialized by a lock, so several Python threads may call :meth:`Pool.run`; calling it
   from inside a region (a callback into Python) raises ``RuntimeError`` instead of deadlocking.
 - A forked child restarts its workers on its first region (``os.register_at_fork``); the state and
@@ -144,6 +144,18 @@ def _pause_iterations_per_us(spin):
     return n / (best * 1e6)
 
 
+def _spin_iterations(n):
+    """The SPIN budget for ``n`` iterations: at least 1, and a multiple of YIELD_EVERY when it
+    holds one, so a wait's first ``sched_yield`` (where the remaining budget is a multiple of it)
+    comes after YIELD_EVERY spins, never after the first few (a barrier's wait is a few spins).
+
+    >>> _spin_iterations(0), _spin_iterations(20.4), _spin_iterations(28125)
+    (1, 20, 27904)
+    """
+    n = max(1, round(n))
+    return n - n % pc.YIELD_EVERY if n >= pc.YIELD_EVERY else n
+
+
 def _raw_call(call):
     """``call`` as (address, args) of unsigned 64-bit words, or TypeError saying what run_native takes."""
     try:
@@ -189,8 +201,7 @@ class Pool:
         self.barrier_fn = self._code["barrier"].address
         self.barrier_state = self._state
         spin_us = _spin_us(nthreads) if spin_us is None else spin_us
-        self.spin_iterations = max(1, round(spin_us * _pause_iterations_per_us(self._code["spin"]))
-                                   if spin_us else 1)
+        self.spin_iterations = _spin_iterations(spin_us * _pause_iterations_per_us(self._code["spin"]))
         self._lock = threading.Lock()
         self._owner = None
         self._threads = []          # pthread_t of each worker (== threading.get_ident() there)
