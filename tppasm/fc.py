@@ -110,6 +110,10 @@ def dots(n, m, k):
     return n <= DOT_ROWS and max(m, k) * 4 <= MAX_ROW_BYTES
 
 
+# W bytes per thread of DotGemm (or MIN_FLOPS). Zen 4, 2 threads, us, MIN_FLOPS alone -> this: fp32
+# 1 x 1024 -> 1024 79-81 -> 66-67, 4 x 768 -> 3072 196-199 -> 143-149; bf16 4 x 768 -> 3072 109-111 ->
+# 97-107; at 1 << 20 flops instead, bf16 1 x 1024 -> 1024 (2 MiB) went 41-43 -> 57.
+DOT_MIN_BYTES = 2 << 20
 # Zen 4, 1 thread, ms forward dots / transposed: fp32 24 x 4096 -> 4096 7.5 / 13.4, 32 rows 9.8 / 13.6,
 # 48 rows 16.0 / 14.9, 64 rows 21.0 / 19.9; bf16 32 rows 5.1 / 7.1, 48 rows 7.8 / 7.7; 32 x 768 -> 3072
 # fp32 1.6 / 1.6, bf16 0.85 / 0.94. The fp32 backward's dx in place, ms against panels: 32 x 4096 ->
@@ -268,20 +272,23 @@ class RowGemm:
 
 
 class DotGemm:
-    """``C = A @ W.T`` for A (rows, k) and W (m, k) by :func:`tppasm.gemm_nt`, on up to ``threads``
-    threads, each taking a run of W's rows (C's columns) of at least ``min_flops`` of work.
+    """``C = A @ W.T`` for A (rows, k), W (m, k) by :func:`tppasm.gemm_nt` on up to ``threads`` threads,
+    each a run of W's rows (C's columns) of ``min_flops`` of work or :data:`DOT_MIN_BYTES` of W at least.
 
     >>> import numpy as np
     >>> g = DotGemm(2, 70, 5, threads=2, min_flops=1)
-    >>> g.blocks
-    [(0, 35), (35, 70)]
+    >>> g.blocks, DotGemm(1, 1024, 1024, "f32", threads=2).blocks, DotGemm(1, 1024, 1024, "bf16", threads=2).blocks
+    ([(0, 35), (35, 70)], [(0, 512), (512, 1024)], [(0, 1024)])
     >>> c = np.empty((2, 70), np.float32); g(np.ones((2, 5), np.float32), np.ones((70, 5), np.float32), c)
     >>> float(c.min()), float(c.max())
     (5.0, 5.0)
     """
 
     def __init__(self, rows, m, k, dtype="f32", threads=1, min_flops=None, c_dtype="f32"):
-        self.blocks = split(m, 2 * rows * m * k, threads, min_flops)
+        flops, w_bytes = 2 * rows * m * k, m * k * numpy_dtype(dtype).itemsize
+        by_flops = split(m, flops, threads, min_flops)
+        by_bytes = split(m, w_bytes, threads, DOT_MIN_BYTES)
+        self.blocks = max(by_flops, by_bytes, key=len)
         self.kernels = {hi - lo: gemm_nt(rows, hi - lo, k, ldc=m, dtype=dtype, c_dtype=c_dtype)
                         for lo, hi in self.blocks}
 
@@ -516,17 +523,16 @@ def panel_width(m, k, dtype):
 
 
 PANEL_BYTES = 1 << 20
-# per thread: at 1 << 22, 127 x 65 -> 1000 took 210-266 us on 2 threads against 138-198 on one (a
-# 2-vCPU Zen 4 VM, where handing work to a pool thread costs ~100 us)
+# per thread: at 1 << 22, 127 x 65 -> 1000 on 2 threads took 296-307 us (fp32) and 185-202 (bf16)
+# against 176 and 106-107 in one part (the 2-vCPU Zen 4 VM, native pool calls)
 MIN_FLOPS = 1 << 24
 
 
 def _parallel_kernels(shares):
-    """Run ``shares`` (lists of kernel calls: functools.partial of a kernel and its arrays, one list
-    per thread): one here, several as native calls on the process's pool (:meth:`isa.pool.Pool.run_native`),
-    whose workers never take the interpreter lock. On the 2-vCPU Zen 4 VM, 2 threads, 127 x 384 ->
-    1536 fp32, ms after 0.25 s idle: forward with Python pool threads 1.5-1.7 (one thread's speed),
-    native calls 0.86-1.0; forward + backward 4.2-5.0 and 2.5-3.0."""
+    """Run ``shares`` (lists of kernel calls: functools.partial of a kernel and its arrays, one list per
+    thread): one here, several as native calls on the process's pool (:meth:`isa.pool.Pool.run_native`),
+    whose workers never take the interpreter lock. Zen 4 VM, 2 threads, 127 x 384 -> 1536 fp32, ms after
+    0.25 s idle, Python pool threads / native calls: forward 1.5-1.7 / 0.86-1.0, with backward 4.2-5.0 / 2.5-3.0."""
     if len(shares) == 1:
         for call in shares[0]:
             call()
