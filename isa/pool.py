@@ -11,7 +11,7 @@ same state layout and protocol, ``yield`` in place of ``pause``):
 - A region bumps a generation counter; workers spin on it for ``TPPASM_SPIN_US`` microseconds of
   ``pause`` (default 1000; 0 when oversubscribed; a ``sched_yield`` every 256 of them), then
   sleep on a futex; the caller issues ``FUTEX_WAKE`` only when a worker is asleep, and then yields
-  once: a worker woken on the caller's CPU moves to another CPU of its affinity mask. Completion
+  once: a worker woken (or started) on the caller's CPU moves to another CPU of its mask. Completion
   is a countdown the caller waits on with the same spin-then-sleep; barriers wait the same way.
 - Regions are serialized by a lock, so several Python threads may call :meth:`Pool.run`; calling it
   from inside a region (a callback into Python) raises ``RuntimeError`` instead of deadlocking.
@@ -142,6 +142,15 @@ def _pause_iterations_per_us(spin):
         spin(n)
         best = min(best, time.perf_counter() - t)
     return n / (best * 1e6)
+
+
+def _this_cpu():
+    """The CPU the calling thread runs on (sched_getcpu), or NO_CPU."""
+    try:
+        cpu = _libc.sched_getcpu()
+    except AttributeError:
+        return pc.NO_CPU
+    return cpu if cpu >= 0 else pc.NO_CPU
 
 
 def _spin_iterations(n):
@@ -285,7 +294,7 @@ class Pool:
         ctypes.memset(self._state, 0, pc.state_size(self.nthreads))
         self._field(ctypes.c_uint64, pc.NTHREADS).value = self.nthreads
         self._field(ctypes.c_uint64, pc.SPIN).value = self.spin_iterations
-        self._field(ctypes.c_uint32, pc.CALLER_CPU).value = pc.NO_CPU
+        self._field(ctypes.c_uint32, pc.CALLER_CPU).value = _this_cpu()     # workers start off it
         threads = []
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
         try:                                      # workers inherit the mask: signals go to Python threads

@@ -22,7 +22,8 @@ CALLER_SLEEPS = 192  # u32 the caller is (about to be) asleep on REMAIN
 BCOUNT = 256       # u32 threads arrived at the current barrier
 BGEN = 320         # u32 barrier generation; futex word of barrier sleepers
 BSLEEPERS = 384    # u32 threads asleep on BGEN
-CALLER_CPU = 448   # u32 the CPU the caller ran on when it last woke sleeping workers, else NO_CPU
+CALLER_CPU = 448   # u32 the CPU the caller ran on when it last woke sleeping workers (first: the one
+                   # the pool was started from), else NO_CPU
 NO_CPU = 0xFFFFFFFF
 RECORDS = 512      # per-worker start records: u64 state, u64 tid, u32 initial generation
 RECORD_SIZE = 32

@@ -5,8 +5,9 @@ state layout (:mod:`isa.pool_state`) and protocol as the x86-64 pool.
   ``rawcall(table, tid, nthreads)``, ``leave_cpu(state)``: see :mod:`isa.x86.pool_code`. Waits spin
   ``SPIN`` iterations of ``yield`` (a ``sched_yield`` every ``YIELD_EVERY``), then sleep on a futex
   (``svc #0``, x8 = 98); a waker calls ``FUTEX_WAKE`` only when a sleeper announced itself, and
-  ``run`` then records its CPU and yields so that a worker woken there moves away. One
-  difference: ``SPIN`` = 0 sleeps at once here (the x86 counter would wrap; the pool stores >= 1).
+  ``run`` then records its CPU and yields so that a worker woken there moves away (a new worker
+  also moves off the CPU the pool was started from). One difference: ``SPIN`` = 0 sleeps at once
+  here (the x86 counter would wrap; the pool stores >= 1).
 
 Memory ordering. Every read-modify-write is an LSE atomic with acquire and release semantics
 (``ldaddal``, ``swpal``, always with a real destination register: with wzr the load would lose
@@ -187,6 +188,7 @@ def _worker():
     a.ldr(state, mem(rec))
     a.ldr(tid, mem(rec, 8))
     a.ldr(seen, mem(rec, 16))
+    _leave_callers_cpu(a, state)                 # started on the CPU of the thread that started it
     wait, exit_ = a.label("wait"), a.label("exit")
     a.bind(wait)
     _wait_change(a, state, GEN, seen, budget, SLEEPERS, lambda: _leave_callers_cpu(a, state))

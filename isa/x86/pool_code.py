@@ -10,8 +10,8 @@
 - ``spin(n)``: ``n`` iterations of the wait loop's ``pause`` (and yields), to calibrate the spin budget.
 - ``rawcall(table, tid, nthreads)``: the region of ``Pool.run_native``: thread ``tid`` makes its
   list of native calls (:mod:`isa.pool_state`'s ``RAW_*`` fields), one after the other.
-- ``leave_cpu(state)``: what a woken worker does first (and a test can call on its own thread):
-  move off ``CALLER_CPU`` when this thread runs there.
+- ``leave_cpu(state)``: what a worker does when it starts and when it wakes (and a test can call
+  on its own thread): move off ``CALLER_CPU`` when this thread runs there.
 
 Every wait spins ``SPIN`` iterations of ``pause``, with a ``sched_yield`` every ``YIELD_EVERY``
 of them, and then sleeps on a futex (raw ``syscall``). A waker issues ``FUTEX_WAKE`` only when a
@@ -25,8 +25,10 @@ the caller's vCPU (an idle vCPU is halted and looks "preempted", so not idle, to
 and both then spun there, each holding the CPU the other needed: forward steps of fc on 2
 threads took 2.6-4 ms where 0.85 was usual, slower than 1 thread. So ``run``, when it wakes
 sleepers, records its CPU and yields once, and a woken worker on that CPU narrows its affinity
-mask to move away (``leave_cpu``); the yields in the wait loops hand a shared CPU over in about a
-microsecond wherever two threads still meet.
+mask to move away (``leave_cpu``); a new worker does the same against the CPU of the thread that
+started the pool (a pool made after others had its worker start there, and 2-thread regions took
+16.5 us for the first ~1,000, until Linux moved the caller). The yields in the wait loops hand a
+shared CPU over within ~256 spins wherever two threads still meet.
 
 >>> code = build()
 >>> sorted(code)
@@ -166,6 +168,7 @@ def _worker():
     a.mov(state, [rec])
     a.mov(tid, [rec + 8])
     a.mov(seen, [rec + 16])
+    _leave_callers_cpu(a, state, r15)             # started on the CPU of the thread that started it
     wait, exit_ = a.label("wait"), a.label("exit")
     a.bind(wait)
     _wait_change(a, state, GEN, seen, r14, SLEEPERS, lambda: _leave_callers_cpu(a, state, r15))
