@@ -76,7 +76,7 @@ def _sched_yield_every(a, budget, again):
 
 
 def _leave_callers_cpu(a, state):
-    """A worker just woken on the caller's CPU (CALLER_CPU) moves to another CPU it may use: its
+    """A worker on CALLER_CPU (woken from there, or started) moves to another CPU it may use: its
     affinity mask narrowed to exclude that CPU, then restored (see :mod:`isa.x86.pool_code`).
     Frame: [sp] the CPU, [sp + 16] the mask, [sp + 16 + MASK_BYTES] the narrowed one
     (LEAVE_STACK bytes). Clobbers x0-x3, x8, x11-x15."""

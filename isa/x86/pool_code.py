@@ -68,31 +68,29 @@ def _pause(a, counter, again):
     a.jz(more)
     a.test(counter, YIELD_EVERY - 1)
     a.jnz(again)
-    a.mov(eax, SYS_SCHED_YIELD)
-    a.syscall()
+    _syscall(a, SYS_SCHED_YIELD)
     a.jmp(again)
     a.bind(more)
 
 
-def _getcpu(a, at):
-    """eax = 0 and the dword [at] = this thread's CPU, or eax < 0; clobbers rax, rcx, rdx, rsi, rdi, r11."""
-    a.lea(rdi, at)
-    a.xor(esi, esi)
-    a.xor(edx, edx)
-    a.mov(eax, SYS_GETCPU)
-    a.syscall()
-
-
-def _setaffinity(a, length, mask):
-    a.xor(edi, edi)
-    a.mov(rsi, length)
-    a.lea(rdx, mask)
-    a.mov(eax, SYS_SCHED_SETAFFINITY)
+def _syscall(a, number, *args):
+    """System call ``number`` with up to three arguments (rdi, rsi, rdx), each an int, a register,
+    or a memory operand ``[...]`` (passed as its address); clobbers rax, rcx, r11 and those
+    registers. The result is in rax (a negative errno on failure)."""
+    for reg, low, arg in zip((rdi, rsi, rdx), (edi, esi, edx), args):
+        if isinstance(arg, list):
+            a.lea(reg, arg)
+        elif type(arg) is int:
+            a.xor(low, low) if arg == 0 else a.mov(low, arg)
+        else:
+            a.mov(reg, arg)
+    a.mov(eax, number)
     a.syscall()
 
 
 def _leave_callers_cpu(a, state, length):
-    """A worker just woken on the CPU the caller woke it from moves to another CPU it may use.
+    """A worker on CALLER_CPU (from which the caller woke it, or the pool was started) moves to
+    another CPU it may use.
 
     Linux places a woken thread on the waker's CPU when it sees no idle one nearby, and a VM's idle
     vCPUs look busy to it (halted, "preempted"), so caller and worker then share one CPU for as
@@ -102,17 +100,13 @@ def _leave_callers_cpu(a, state, length):
     must survive a syscall; clobbers ``length``, rax, rcx, rdx, rsi, rdi, r11."""
     out = a.label("stay")
     mask, narrowed = rsp + 16, rsp + 16 + MASK_BYTES
-    _getcpu(a, [rsp])
+    _syscall(a, SYS_GETCPU, [rsp], 0, 0)
     a.test(eax, eax)
     a.jnz(out)
     a.mov(eax, [rsp])
     a.cmp(eax, [state + CALLER_CPU])
     a.jne(out)
-    a.xor(edi, edi)
-    a.mov(esi, MASK_BYTES)
-    a.lea(rdx, [mask])
-    a.mov(eax, SYS_SCHED_GETAFFINITY)
-    a.syscall()                                   # the bytes written: the kernel's mask size
+    _syscall(a, SYS_SCHED_GETAFFINITY, 0, MASK_BYTES, [mask])   # the bytes written: the kernel's mask size
     a.test(rax, rax)
     a.jle(out)
     a.mov(length, rax)
@@ -121,10 +115,10 @@ def _leave_callers_cpu(a, state, length):
         a.mov([narrowed + offset], rcx)
     a.mov(eax, [rsp])
     a.btr(qword[narrowed], rax)                   # a bit string: bit cpu of the whole mask
-    _setaffinity(a, length, [narrowed])
+    _syscall(a, SYS_SCHED_SETAFFINITY, 0, length, [narrowed])
     a.test(eax, eax)
     a.jnz(out)                                    # refused (no other CPU allowed): stay
-    _setaffinity(a, length, [mask])
+    _syscall(a, SYS_SCHED_SETAFFINITY, 0, length, [mask])
     a.bind(out)
 
 
@@ -210,10 +204,9 @@ def _run():
     a.inc(dword[state + GEN], lock=True)          # publishes FN/ARG/REMAIN (x86 stores stay in order)
     a.cmp(dword[state + SLEEPERS], 0)
     a.je(call0)
-    _getcpu(a, [state + CALLER_CPU])              # for _leave_callers_cpu
+    _syscall(a, SYS_GETCPU, [state + CALLER_CPU], 0, 0)   # for _leave_callers_cpu
     _futex(a, state, GEN, FUTEX_WAKE_PRIVATE, WAKE_ALL)
-    a.mov(eax, SYS_SCHED_YIELD)                   # a worker woken onto this CPU runs now, and leaves
-    a.syscall()
+    _syscall(a, SYS_SCHED_YIELD)                  # a worker woken onto this CPU runs now, and leaves
     a.bind(call0)
     a.mov(rdi, arg)
     a.xor(esi, esi)
