@@ -173,10 +173,13 @@ def _wait_change(a, state, field, seen, budget, sleepers, on_wake=None):
           lambda: _fetch_add(a, state, sleepers, -1, w[12]), on_wake)
 
 
-def _wake_if_sleepers(a, state, field, sleepers, count, skip):
-    """FUTEX_WAKE ``count`` sleepers of state+field unless the u32 at state+sleepers is 0."""
+def _wake_if_sleepers(a, state, field, sleepers, count, skip, first=None):
+    """FUTEX_WAKE ``count`` sleepers of state+field (``first()`` emitted before it), or branch to
+    ``skip`` when the u32 at state+sleepers is 0."""
     _load_acquire(a, w[11], state, sleepers)    # after the waker's release RMW: Dekker's read
     a.cbz(w[11], skip)
+    if first:
+        first()
     a.add(WORD, state, field)
     _futex(a, FUTEX_WAKE_PRIVATE, count)
 
@@ -236,14 +239,12 @@ def _run():
     a.sub(w[9], w[9], 1)
     a.str(w[9], mem(state, REMAIN))
     _fetch_add(a, state, GEN, 1, w[9])          # releases FN/ARG/REMAIN to the workers
-    _load_acquire(a, w[11], state, SLEEPERS)    # after the release RMW: Dekker's read
-    a.cbz(w[11], call0)
-    a.add(x[0], state, CALLER_CPU)
-    a.mov(x[1], xzr)
-    a.mov(x[2], xzr)
-    _syscall(a, SYS_GETCPU)                     # for _leave_callers_cpu
-    a.add(WORD, state, GEN)
-    _futex(a, FUTEX_WAKE_PRIVATE, WAKE_ALL)
+    def record_cpu():                           # for _leave_callers_cpu
+        a.add(x[0], state, CALLER_CPU)
+        a.mov(x[1], xzr)
+        a.mov(x[2], xzr)
+        _syscall(a, SYS_GETCPU)
+    _wake_if_sleepers(a, state, GEN, SLEEPERS, WAKE_ALL, call0, record_cpu)
     _syscall(a, SYS_SCHED_YIELD)                # a worker woken onto this CPU runs now, and leaves
     a.bind(call0)
     _call(a, fn, arg, mem(state, NTHREADS))
@@ -300,8 +301,7 @@ def _quit():
 
 def _spin():
     f = Function(nargs=1)
-    a, (n,) = f.asm, f.args
-    n = x[13]                           # x0 is a system call's result
+    a, n = f.asm, x[13]                 # not x0: a system call's result
     a.mov(n, f.args[0])
     loop, out = a.label("loop"), a.label("out")
     a.bind(loop)
