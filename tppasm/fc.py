@@ -38,6 +38,7 @@ from .dtypes import dtype as numpy_dtype
 from .eltwise import GRAD_OPS, UNARY_OPS, binary, reduce, transform, unary
 from .fc_args import DTYPES  # noqa: F401  (fc.DTYPES: the dtypes a layer takes)
 from .fc_args import GRADIENT_CHOICES, dense_rows, describe, dtype_of, fail, output, thread_count
+from .fc_operands import TransposedB, k_blocks
 from .gemm_nt import MAX_ROW_BYTES, gemm_nt
 from .layout import empty
 
@@ -148,7 +149,8 @@ def _forward_transposed(plan, x, w, bias, out):
     """``out = x @ w.T + bias`` (then relu, where fused) as the transpose of ``w @ x.T``: x.T (for
     bf16 its VNNI2 packing, which is the transpose of x's bf16 pairs read as 32-bit words) is B,
     w itself A; the fp32 product is transposed back, and the bias add rounds it once to out. Each
-    thread does all three for its block of w's rows (out's columns)."""
+    thread does all three for its block of w's rows (out's columns), or for a small out the caller
+    does the last two after the threads' products (:data:`SHARED_POST`)."""
     (n, m), bias = out.shape, plan.zero_bias if bias is None else bias
     yt, y32 = empty((m, n), np.float32), empty((n, m), np.float32)
     jobs = []
@@ -156,7 +158,16 @@ def _forward_transposed(plan, x, w, bias, out):
         back = functools.partial(plan.transpose_y[hi - lo], yt[lo:hi], y32[:, lo:hi])
         add = functools.partial(plan.add_bias[hi - lo], y32[:, lo:hi], bias[lo:hi], out[:, lo:hi])
         jobs.append([product, back, add])
+    if n * m <= SHARED_POST:
+        _parallel_kernels([job[:1] for job in jobs])
+        jobs = [[call for job in jobs for call in job[1:]]]
     _parallel_kernels(jobs)
+
+
+# Up to this many elements of out, the caller transposes back and adds the bias after the products
+# (Zen 4, 2 threads, time against each thread doing its own: 64 x 512 -> 512 0.88-0.92 fp32, 0.85-0.89
+# bf16; 64 x 1024 -> 1024 0.93-0.95; but 127 x 384 -> 1536 1.02-1.04, 200 x 1024 -> 4096 1.05-1.09).
+SHARED_POST = 1 << 16
 
 
 def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=1):
@@ -365,7 +376,7 @@ class PanelGemm:
 
     def _batch(self, a, lo, hi):
         """Rows lo..hi of A as the BRGEMM's batch of k blocks."""
-        return _k_blocks(a[lo:hi], self.bk, self.k // self.bk)
+        return k_blocks(a[lo:hi], self.bk, self.k // self.bk)
 
     def _call(self, batch, panel, c, bias, lo, hi, c0, c1):
         """The BRGEMM of rows lo..hi and columns c0..c1 as a call of no arguments."""
@@ -437,7 +448,7 @@ class StripGemm:
             d = j1 - j0
             panel = buffer[:-(-d // 2)]
             calls.append(functools.partial(self.packs[d, w], b[j0:j1, lo:hi], panel))
-            calls.append(functools.partial(self.kernels[d, w, int(j0 > 0)], _k_blocks(a[:, j0:], d, 1), _one(panel),
+            calls.append(functools.partial(self.kernels[d, w, int(j0 > 0)], k_blocks(a[:, j0:], d, 1), _one(panel),
                                            c32[:, lo:hi], count=1))
         calls.append(functools.partial(self.rounding[w], c32[:, lo:hi], c[:, lo:hi]))
         return calls
@@ -448,62 +459,6 @@ STRIP_BYTES = 2 << 20     # of a packed strip: on Zen 4 (1 MiB L2) 2 MiB strips 
 # weight, ms strips / column panels: 16 rows 5.2 / 8.8, 32 rows 8.3 / 11.5, 64 rows 14.3 / 16.5, 128
 # rows 27.7 / 26.5
 STRIP_ROWS = 64
-
-
-def _k_blocks(x, bk, count):
-    """The rows of x (rows, >= count * bk) as a BRGEMM's A: a batch of ``count`` blocks of ``bk``
-    columns (``stride_a=bk``)."""
-    shape, strides = (count, x.shape[0], bk), (bk * x.itemsize,) + x.strides
-    if x.flags.c_contiguous:    # the constructor: 0.3 us where as_strided takes 3, and it checks the bounds
-        return np.ndarray(shape, x.dtype, x, 0, strides)
-    return np.lib.stride_tricks.as_strided(x, shape, strides)
-
-
-class TransposedB:
-    """The B of a BRGEMM from a matrix given by its r rows of k (W, or x; C-contiguous): its
-    transpose (k, r), for bf16 the VNNI2 packing of it (ceil(k/2), r, 2), which for an even k is
-    the fp32 transpose of the rows' bf16 pairs read as 32-bit words; an odd k's rows have no such
-    view, and are transposed as bf16, then packed (1000 x 65: 7.8 us, where padding the rows with a
-    copy for the one-pass form took 20).
-
-    >>> import numpy as np; from tppasm.dtypes import dtype
-    >>> x = np.arange(6, dtype=np.float32).reshape(2, 3).astype(dtype("bf16"))
-    >>> TransposedB(2, 3, "bf16")(x).astype(np.float32).tolist()
-    [[[0.0, 1.0], [3.0, 4.0]], [[2.0, 0.0], [5.0, 0.0]]]
-    """
-
-    def __init__(self, r, k, dtype):
-        self.r, self.k, self.pairs, self.np_dtype = r, k, dtype == "bf16", numpy_dtype(dtype)
-        self.words = -(-k // 2) if self.pairs else k
-        self.odd = self.pairs and k % 2 == 1
-        if self.odd:
-            self.kernels = transform("transpose", r, k, dtype=dtype), transform("vnni2", k, r, dtype=dtype)
-        else:
-            self.kernels = transform("transpose", r, self.words, dtype="f32"),
-
-    def __call__(self, rows):
-        buffers = self.buffers()
-        for call in self.calls(rows, buffers):
-            call()
-        return self.packed(buffers)
-
-    def buffers(self):
-        """(out, scratch) for :meth:`calls`: the packing as fp32 words and, for an odd k, room for
-        the bf16 transpose."""
-        return empty((self.words, self.r), np.float32), empty((self.k, self.r), self.np_dtype) if self.odd else None
-
-    def calls(self, rows, buffers):
-        """The kernel calls that pack ``rows`` into ``buffers`` (:meth:`buffers`)."""
-        out, scratch = buffers
-        if self.odd:
-            return [functools.partial(self.kernels[0], rows, scratch),
-                    functools.partial(self.kernels[1], scratch, self.packed(buffers))]
-        return [functools.partial(self.kernels[0], rows.view(np.float32), out)]
-
-    def packed(self, buffers):
-        """The B that :meth:`calls` leave in ``buffers``."""
-        out = buffers[0]
-        return out.view(self.np_dtype).reshape(self.words, self.r, 2) if self.pairs else out
 
 
 PANEL, PANEL_K = 64, 64    # columns of C per BRGEMM call; k per batch block (where it divides k)

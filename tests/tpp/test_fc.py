@@ -64,9 +64,12 @@ def test_few_rows_against_a_large_weight(n, m, k, dt, act):
 @pytest.mark.parametrize("n, m, k", [(33, 130, 96), (34, 130, 201), (40, 200, 120)])
 @pytest.mark.parametrize("dt", fc.DTYPES)
 @pytest.mark.parametrize("act", [None, "relu", "gelu"])
-def test_rows_fewer_than_the_weight(n, m, k, dt, act):
-    """The transposed forward ((w @ x.T).T: x, not w, is moved), odd k among them, rows of w split."""
+@pytest.mark.parametrize("shared_post", [0, 1 << 30])
+def test_rows_fewer_than_the_weight(n, m, k, dt, act, shared_post, monkeypatch):
+    """The transposed forward ((w @ x.T).T: x, not w, is moved), odd k among them, rows of w split;
+    each thread transposing back its block, or the caller all of them (``fc.SHARED_POST``)."""
     assert not fc.dots(n, m, k) and fc.transposed(n, m, k)
+    monkeypatch.setattr(fc, "SHARED_POST", shared_post)
     with split_rows():
         check_layer(n, m, k, dt, act, bias=k % 2 == 1, threads=3, seed=n * m * k, scale=k ** -0.5)
 

@@ -1,0 +1,71 @@
+"""The BRGEMM operands :mod:`tppasm.fc` makes of its arrays: rows as a batch of k blocks (A), and a
+matrix's transpose, VNNI2-packed for bf16 (B).
+
+>>> import numpy as np
+>>> x = np.arange(12, dtype=np.float32).reshape(2, 6)
+>>> k_blocks(x, 3, 2)[1].tolist()
+[[3.0, 4.0, 5.0], [9.0, 10.0, 11.0]]
+"""
+import functools
+
+import numpy as np
+
+from .dtypes import dtype as numpy_dtype
+from .eltwise import transform
+from .layout import empty
+
+
+def k_blocks(x, bk, count):
+    """The rows of x (rows, >= count * bk) as a BRGEMM's A: a batch of ``count`` blocks of ``bk``
+    columns (``stride_a=bk``)."""
+    shape, strides = (count, x.shape[0], bk), (bk * x.itemsize,) + x.strides
+    if x.flags.c_contiguous:    # the constructor: 0.3 us where as_strided takes 3, and it checks the bounds
+        return np.ndarray(shape, x.dtype, x, 0, strides)
+    return np.lib.stride_tricks.as_strided(x, shape, strides)
+
+
+class TransposedB:
+    """The B of a BRGEMM from a matrix given by its r rows of k (W, or x; C-contiguous): its
+    transpose (k, r), for bf16 the VNNI2 packing of it (ceil(k/2), r, 2), which for an even k is
+    the fp32 transpose of the rows' bf16 pairs read as 32-bit words; an odd k's rows have no such
+    view, and are transposed as bf16, then packed (1000 x 65: 7.8 us, where padding the rows with a
+    copy for the one-pass form took 20).
+
+    >>> import numpy as np; from tppasm.dtypes import dtype
+    >>> x = np.arange(6, dtype=np.float32).reshape(2, 3).astype(dtype("bf16"))
+    >>> TransposedB(2, 3, "bf16")(x).astype(np.float32).tolist()
+    [[[0.0, 1.0], [3.0, 4.0]], [[2.0, 0.0], [5.0, 0.0]]]
+    """
+
+    def __init__(self, r, k, dtype):
+        self.r, self.k, self.pairs, self.np_dtype = r, k, dtype == "bf16", numpy_dtype(dtype)
+        self.words = -(-k // 2) if self.pairs else k
+        self.odd = self.pairs and k % 2 == 1
+        if self.odd:
+            self.kernels = transform("transpose", r, k, dtype=dtype), transform("vnni2", k, r, dtype=dtype)
+        else:
+            self.kernels = transform("transpose", r, self.words, dtype="f32"),
+
+    def __call__(self, rows):
+        buffers = self.buffers()
+        for call in self.calls(rows, buffers):
+            call()
+        return self.packed(buffers)
+
+    def buffers(self):
+        """(out, scratch) for :meth:`calls`: the packing as fp32 words and, for an odd k, room for
+        the bf16 transpose."""
+        return empty((self.words, self.r), np.float32), empty((self.k, self.r), self.np_dtype) if self.odd else None
+
+    def calls(self, rows, buffers):
+        """The kernel calls that pack ``rows`` into ``buffers`` (:meth:`buffers`)."""
+        out, scratch = buffers
+        if self.odd:
+            return [functools.partial(self.kernels[0], rows, scratch),
+                    functools.partial(self.kernels[1], scratch, self.packed(buffers))]
+        return [functools.partial(self.kernels[0], rows.view(np.float32), out)]
+
+    def packed(self, buffers):
+        """The B that :meth:`calls` leave in ``buffers``."""
+        out = buffers[0]
+        return out.view(self.np_dtype).reshape(self.words, self.r, 2) if self.pairs else out
