@@ -152,7 +152,7 @@ def test_brgemm(bits, s):
             for beta in (0, 1):
                 for c_dtype in c_dtypes:
                     act = [None, "relu"][i % 2] if dtype == "i8" else \
-                        [None, "relu", "gelu", "sigmoid", "tanh", "gelu_erf"][i % 6]
+                        [None, "relu", "gelu", "sigmoid", "tanh", "gelu_erf", "gelu_erf_fast"][i % 7]
                     bias = dtype != "i8" and i % 3 == 0
                     d = Brgemm(m=m, n=n, k=k, lda=k + pad, ldb=n + (i % 2) * pad, ldc=n + pad, beta=beta,
                                dtype=dtype, c_dtype=c_dtype, batch=batch, bias=bias, act=act)

@@ -170,7 +170,7 @@ shapes = dict(m=st.integers(1, 40), n=st.integers(1, 40), count=st.integers(1, 3
 
 @settings(max_examples=80)
 @given(groups=st.integers(1, 32), c_dtype=st.sampled_from(["f32", "bf16"]), bias=st.booleans(),
-       act=st.sampled_from([None, "relu", "relu", "gelu", "gelu_erf", "sigmoid", "tanh"]), ktail=st.integers(0, 1),
+       act=st.sampled_from([None, "relu", "relu", "gelu", "gelu_erf", "gelu_erf_fast", "sigmoid", "tanh"]), ktail=st.integers(0, 1),
        **shapes)
 @example(groups=17, c_dtype="f32", bias=False, act=None, ktail=0, m=40, n=40, count=2, batch="stride",
          beta=1, pads=(0, 0, 0), setup=True)                       # k tail step, all region kinds

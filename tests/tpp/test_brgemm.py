@@ -20,7 +20,7 @@ from tppasm.x86.brgemm import generate_brgemm, target_features
 from tests.support import assert_same_non_finite, isa_params, native, sprinkle
 
 EPS32 = 2.0 ** -23
-TRANSCENDENTAL = ("gelu", "gelu_erf", "sigmoid", "tanh")
+TRANSCENDENTAL = ("gelu", "gelu_erf", "gelu_erf_fast", "sigmoid", "tanh")
 # (isa, dtype, target features, where): features None = the target's own (the public call);
 # AVX-512 runs both inner products of each dtype; "interp" runs the code in the interpreter even
 # where the host could run it (any read past an operand faults there)
@@ -159,6 +159,8 @@ def _check(desc, got, pad, a_blocks, b_blocks, c0, bias):
     tol = (desc.k * len(a_blocks) + 3) * EPS32 * mag + 1e-30
     if desc.act in TRANSCENDENTAL:   # slopes <= 1.13; emitters within 6 ulp (x86.math)
         tol = 1.2 * tol + 8 * EPS32 * np.abs(want) + 1e-37
+    if desc.act == "gelu_erf_fast":  # absolute: 2^-22 max(1, |x|), and |x| <= mag
+        tol = tol + 2.0 ** -22 * np.maximum(1.0, mag)
     if desc.c_dtype == "bf16":
         tol = tol + 2.0 ** -8 * np.abs(want)
     err = np.abs(got.astype(np.float64) - want)
@@ -403,12 +405,27 @@ def test_interleaved_activation_epilogue(isa, dtype, features, shape):
     and of several tiles, full vectors and a tail, f32 and bf16 C, with and without bias."""
     m, n, k = shape
     rng = np.random.default_rng(m * 100 + n)
-    for i, act in enumerate(("gelu_erf", "tanh")):
-        c_dtype = ("f32", "bf16")[i] if dtype == "bf16" else ""
+    for i, act in enumerate(("gelu_erf", "tanh", "gelu_erf_fast")):
+        c_dtype = ("f32", "bf16")[i % 2] if dtype == "bf16" else ""
         desc = Brgemm(m=m, n=n, k=k, dtype=dtype, c_dtype=c_dtype, ldc=n + 2, bias=i == 0, act=act)
         args, a_blocks, b_blocks, c, pad, bias = _case(desc, 2, rng, 0)
         _run(desc, isa, features, args, 2)
         _check(desc, c, pad, a_blocks, b_blocks, c.copy(), bias)
+
+
+def test_gelu_erf_fast_tables_in_registers_for_large_tiles():
+    """An AVX-512 tile reads gelu_erf_fast's coefficient tables from registers loaded once per
+    tile (vpermps of registers only); AVX2's 16 registers leave too few for two chains beside
+    the tables, so its tiles read them from the stack."""
+    def permutes(m, n, isa):
+        text = generate_brgemm(Brgemm(m=m, n=n, k=8, bias=True, act="gelu_erf_fast"), isa).disassemble()
+        return [line for line in text.splitlines() if "vpermps" in line]
+    big = permutes(32, 64, "avx512")
+    assert big and all("[" not in line for line in big), big[:3]
+    for m, n in ((1, 1), (32, 64)):
+        assert all("[" not in line for line in permutes(m, n, "avx512"))
+        small = permutes(m, n, "avx2")
+        assert small and all("[" in line for line in small), small[:3]
 
 
 def test_inner_product_dispatch():
@@ -479,7 +496,7 @@ def test_few_row_kernels_stream_b_without_software_prefetch():
 @pytest.mark.parametrize("isa", isa_params())
 @settings(max_examples=20, deadline=None)
 @given(m=st.integers(1, 20), n=st.integers(1, 40), k=st.integers(1, 24), count=st.integers(1, 3),
-       act=st.sampled_from([None, "relu", "gelu", "gelu_erf", "sigmoid", "tanh"]), bias=st.booleans(),
+       act=st.sampled_from([None, "relu", "gelu", "gelu_erf", "gelu_erf_fast", "sigmoid", "tanh"]), bias=st.booleans(),
        dtype=st.sampled_from(["f32", "bf16"]), seed=st.integers(0, 2 ** 16))
 def test_non_finite_operands_follow_the_reference(isa, m, n, k, count, act, bias, dtype, seed):
     """NaN and infinities in A: C holds NaN / inf exactly where the reference's does, through the
@@ -496,7 +513,8 @@ def test_non_finite_operands_follow_the_reference(isa, m, n, k, count, act, bias
 
 
 def test_fused_activations_are_emitted():
-    for act, name in (("gelu", "vfmadd"), ("gelu_erf", "vdivps"), ("sigmoid", "vdivps"), ("tanh", "vfmadd")):
+    for act, name in (("gelu", "vfmadd"), ("gelu_erf", "vdivps"), ("gelu_erf_fast", "vpermps"), ("sigmoid", "vdivps"),
+                      ("tanh", "vfmadd")):
         assert name in generate_brgemm(Brgemm(m=2, n=9, k=2, act=act, bias=True), "avx2").disassemble()
 
 

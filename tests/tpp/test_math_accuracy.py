@@ -2,6 +2,8 @@
 unary TPPs: error in fp32 ulps against NumPy's float64 result rounded to fp32, and the
 documented special values. AVX2 runs 2^20 samples per domain natively; AVX-512 (interpreter)
 a sparser grid over the same domains."""
+import math
+
 import numpy as np
 import pytest
 
@@ -9,7 +11,7 @@ import tppasm
 from tppasm.eltwise import GRAD_OPS, UNARY_OPS
 from tppasm.kernel import get_kernel
 from tppasm.eltwise import Unary
-from tests.support import NAN, SPECIALS, isa_params, native, run_raw, samples, ulp_errors
+from tests.support import INF, NAN, SPECIALS, isa_params, native, run_raw, samples, ulp_errors
 
 # op, domain, max ulps (bwd ops: ulps of max(|ref|, 1), i.e. absolute error in units of 2^-23)
 BOUNDS = [
@@ -80,16 +82,19 @@ def test_accuracy_table_matches_bounds():
     assert tppasm.unary("exp", 1, 1).desc.op == "exp"
 
 
-def _emitter_loop(name, isa):
-    """A JIT'd ``y[i] = emit_<name>(x[i])`` over n floats (n a multiple of the vector width)."""
+def _emitter_loop(name, isa, table_regs=0):
+    """A JIT'd ``y[i] = emit_<name>(x[i])`` over n floats (n a multiple of the vector width);
+    ``table_regs``: registers for the constants (lane tables first), beside the emitter's."""
     from isa.x86 import Function, rax
     from tppasm.x86 import math as xm
     from tppasm.x86.vector import VectorISA
     v = VectorISA(isa)
     fn = Function("emitter_" + name, ["ptr", "ptr", "i64"])
     a, (x, y, n) = fn.asm, fn.args
-    c = xm.Consts(v)
     regs = [v.reg(i) for i in range(2 + xm.NTMP[name])]
+    c = xm.Consts(v, [v.reg(len(regs) + i) for i in range(table_regs)])
+    for values in xm.lane_tables(name, v):
+        c.lanes(values)
     a.xor(rax, rax)
     top = a.label()
     a.bind(top)
@@ -122,6 +127,34 @@ def test_gelu_erf_for_bf16_results(isa):
     specials = y[1 << 20:(1 << 20) + len(SPECIALS["gelu_erf"])]
     np.testing.assert_array_equal(specials, [c[1] for c in SPECIALS["gelu_erf"]])
     assert np.signbit(specials[1]) and np.isnan(y[-1])
+
+
+@pytest.mark.parametrize("isa", [i for i in ("avx2", "avx512") if native(i)])
+@pytest.mark.parametrize("tables", ["stack", "registers"])
+def test_gelu_erf_fast_absolute_error(isa, tables):
+    """gelu_erf_fast (BRGEMM epilogues' table form): |error| <= ACCURACY_ABS * max(1, |x|) on
+    dense samples of [-14, 13] and near 0, with its tables on the stack or in registers; +inf
+    gives inf, -inf and the far left 0, a NaN stays NaN."""
+    from tppasm.x86 import math as xm
+    from tppasm.x86.vector import VectorISA
+    regs = len(xm.lane_tables("gelu_erf_fast", VectorISA(isa))) if tables == "registers" else 0
+    f = _emitter_loop("gelu_erf_fast", isa, table_regs=regs)
+    x = np.concatenate([np.linspace(-14.0, 13.0, 1 << 20, dtype=np.float32),
+                        np.linspace(-1e-3, 1e-3, 1 << 12, dtype=np.float32),
+                        np.array([INF, -INF, NAN, 0.0, -20.0, 1e30, -1e30, 6.0] * 2, np.float32)])
+    assert x.size % 16 == 0
+    y = np.full_like(x, np.nan)
+    f(x.ctypes.data, y.ctypes.data, x.size)
+    dense = x.size - 16
+    x64 = x[:dense].astype(np.float64)
+    err = np.abs(y[:dense] - UNARY_OPS["gelu_erf"](x64)) / np.maximum(1.0, np.abs(x64))
+    assert err.max() <= xm.ACCURACY_ABS["gelu_erf_fast"], f"{err.max():.3g} at x={x[err.argmax()]}"
+    specials = np.array([INF, 0.0, NAN, 0.0, 0.0, 1e30, 0.0, 6.0 * _phi(6.0)], np.float32)
+    np.testing.assert_array_equal(y[dense:dense + 8], specials)
+
+
+def _phi(x):
+    return np.float32(0.5 * (1 + math.erf(x / math.sqrt(2))))
 
 
 @pytest.mark.parametrize("isa", [i for i in ("avx2", "avx512") if native(i)])

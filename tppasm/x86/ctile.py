@@ -15,16 +15,21 @@ def _math():
 
 # activation -> emitter in tppasm.x86.math (``emit_<name>(a, v, dst, src, tmp, consts)``);
 # gelu is the tanh form, as in the NumPy reference
-ACT_EMITTERS = {"gelu": "gelu_tanh", "gelu_erf": "gelu_erf", "sigmoid": "sigmoid", "tanh": "tanh"}
+ACT_EMITTERS = {"gelu": "gelu_tanh", "gelu_erf": "gelu_erf", "gelu_erf_fast": "gelu_erf_fast", "sigmoid": "sigmoid",
+                "tanh": "tanh"}
 # a bf16 C is rounded to 2^-9 right after: these take a cheaper form accurate to 2^-16 (math.ACCURACY_BF16)
 BF16_EMITTERS = {"gelu_erf": "gelu_erf_bf16"}
 CHAINS = {True: 4, False: 2}    # vectors whose activations are interleaved (AVX-512, AVX2: registers)
 
 
+def activation_emitter(act, bf16_out=False):
+    """The emitter's name in tppasm.x86.math for ``act`` on a C of fp32 or (``bf16_out``) bf16."""
+    return BF16_EMITTERS.get(act, ACT_EMITTERS[act]) if bf16_out else ACT_EMITTERS[act]
+
+
 def emit_activation(act, a, v, dst, src, tmp, consts, bf16_out=False):
     """dst = act(src) with the emitter for a C of fp32 or (``bf16_out``) bf16."""
-    name = BF16_EMITTERS.get(act, ACT_EMITTERS[act]) if bf16_out else ACT_EMITTERS[act]
-    getattr(_math(), "emit_" + name)(a, v, dst, src, tmp, consts)
+    getattr(_math(), "emit_" + activation_emitter(act, bf16_out))(a, v, dst, src, tmp, consts)
 
 
 def desc_act_heavy(desc):
@@ -121,9 +126,9 @@ class CTile:
             a.mov(c_row, r["crow"])
             a.lea(s_row, [rsp + stage])
             a.mov(count, rows)
+            regs, consts = self.hold_lane_tables([reg for row in acc for reg in row] + free)
             loop = a.label()
             a.bind(loop)
-            regs = [reg for row in acc for reg in row] + free
             per = 1 + activation_tmps(d.act)            # x, then the activation's dst and scratch
             chains = min(CHAINS[v.avx512], len(regs) // per)
             plain = [j for j in range(vecs) if masked[j] is None]
@@ -131,7 +136,7 @@ class CTile:
                     [[j] for j in range(vecs) if masked[j] is not None]:   # AVX2 bf16 tails use a GPR
                 jobs = [lambda a, c, j=j, own=regs[i * per:(i + 1) * per]:
                         self.act_vector(a, c, own, j, masked[j], s_row, c_row) for i, j in enumerate(group)]
-                _math().interleave(a, self.consts, jobs)
+                _math().interleave(a, consts, jobs)
             self.add_imm(c_row, d.ldc * self.es_c)
             a.add(s_row, vecs * v.bytes)
             a.dec(count)
@@ -143,6 +148,18 @@ class CTile:
         a.test(r["crow"], self.store_bytes() - 1)  # non-temporal stores need aligned addresses
         if_else(a, a.jnz, lambda: self.store_tile(rows, vecs, acc, masked, free, nt=False),
                 lambda: self.store_tile(rows, vecs, acc, masked, free, nt=True))
+
+    def hold_lane_tables(self, regs):
+        """(registers left, constants): the activation's lane tables (gelu_erf_fast's) loaded into
+        the last of ``regs`` for the loop over the staged rows, when at least two chains of the
+        activation still fit beside them (each vector would read them from the stack otherwise)."""
+        tables = _math().lane_tables(activation_emitter(self.d.act, self.bf16_out), self.v)
+        keep = len(regs) - len(tables)
+        if not tables or keep // (1 + activation_tmps(self.d.act)) < 2:
+            return regs, self.consts
+        for values, reg in zip(tables, regs[keep:]):
+            self.a.vmovups(reg, self.consts.lanes(values))
+        return regs[:keep], self.consts.with_lanes(dict(zip(tables, regs[keep:])))
 
     def store_tile(self, rows, vecs, acc, masked, free, nt):
         for j in range(vecs):
