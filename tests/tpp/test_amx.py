@@ -170,8 +170,10 @@ shapes = dict(m=st.integers(1, 40), n=st.integers(1, 40), count=st.integers(1, 3
 
 @settings(max_examples=80)
 @given(groups=st.integers(1, 32), c_dtype=st.sampled_from(["f32", "bf16"]), bias=st.booleans(),
-       act=st.sampled_from([None, "relu", "relu", "gelu", "gelu_erf", "gelu_erf_fast", "sigmoid", "tanh"]), ktail=st.integers(0, 1),
-       **shapes)
+       act=st.sampled_from([None, "relu", "relu", "gelu", "gelu_erf", "gelu_erf_fast", "sigmoid", "tanh"]),
+       ktail=st.integers(0, 1), **shapes)
+@example(groups=24, c_dtype="bf16", bias=True, act="gelu_erf_fast", ktail=0, m=33, n=40, count=2, batch="stride",
+         beta=0, pads=(0, 0, 0), setup=True)                       # its tables in the constants' registers
 @example(groups=17, c_dtype="f32", bias=False, act=None, ktail=0, m=40, n=40, count=2, batch="stride",
          beta=1, pads=(0, 0, 0), setup=True)                       # k tail step, all region kinds
 @example(groups=27, c_dtype="bf16", bias=True, act="relu", ktail=0, m=33, n=17, count=3, batch="offset",
