@@ -71,7 +71,7 @@ LN2 = 0.6931471805599453
 # gelu_erf to an absolute error (as torch's own erf): x/2 + |x| f(|x|), f(s) = erf(s/sqrt 2)/2 a
 # polynomial in w = s/h - j on each interval [(j - 1/2) h, (j + 1/2) h), its coefficients picked
 # by j from a table of one vector per power (vpermps), f = 1/2 on the last interval (Phi(-5.6) <
-# 2^-26). Measured in float32: |error| <= 0.42 * 2^-22 * max(1, |x|) with either table.
+# 2^-26). Simulated in float32: |error| <= 0.42 * 2^-22 * max(1, |x|) with either table.
 GeluTable = namedtuple("GeluTable", "limit inv_h rows")
 
 

@@ -44,7 +44,7 @@ SVE_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "u8i8"}
 INT8_SVE = {"us": "u8i8", "ss": "i8", "uu": "u8"}      # sdot / udot / usdot by (A, B) signedness
 
 
-# gelu_erf_fast (an absolute-error gelu_erf for x86's table kernels) is gelu_erf here, as accurate
+# gelu_erf_fast promises gelu_erf to an absolute error (x86 evaluates it from tables); gelu_erf keeps it
 SVE_ACTS = {"gelu_erf_fast": "gelu_erf"}
 
 
