@@ -116,9 +116,10 @@ class Consts:
         dwords = self.stack_bytes()
         if v.avx512:
             for key, op in mems:
-                for j in range(v.lanes(4)) if key[0] == "lanes" else [None]:
-                    pre.mov(dword[op.expr] if j is None else dword[op.expr + 4 * j],
-                            _signed(key[1] if j is None else key[1][j % len(key[1])]))
+                if key[0] == "lanes":
+                    _write_lanes(pre, op.expr, key[1], v.lanes(4))
+                else:
+                    pre.mov(dword[op.expr], _signed(key[1]))
         elif mems:
             for key, op in mems:
                 slot = (op.expr.disp - self.BASE) // v.bytes
@@ -136,8 +137,7 @@ class Consts:
             pre.jb(top)
             for key, op in mems:
                 if key[0] == "lanes":
-                    for j in range(v.lanes(4)):
-                        pre.mov(dword[op.expr + 4 * j], _signed(key[1][j % len(key[1])]))
+                    _write_lanes(pre, op.expr, key[1], v.lanes(4))
         for key, op in regs:
             if key[0] == "i":
                 _broadcast(pre, v, op, key[1])
@@ -146,6 +146,12 @@ class Consts:
         if mems:
             fn.stack(dwords + (0 if v.avx512 else 4 * self.slots))
         fn.asm.prepend(pre)
+
+
+def _write_lanes(pre, expr, values, count):
+    """Setup code writing ``count`` dwords at ``expr``: ``values`` repeated."""
+    for j in range(count):
+        pre.mov(dword[expr + 4 * j], _signed(values[j % len(values)]))
 
 
 def _signed(bits):

@@ -404,22 +404,24 @@ def emit_gelu_erf_bf16(a, v, dst, src, tmp, c):
         a.vblendvps(dst, t0, t1, src)               # by the sign of x
 
 
-def gelu_table(v):
-    """The :class:`tppasm.approx.GeluTable` of ``v`` (a vpermps picks from v.lanes(4) lanes) and
-    its rows as int32 lane values (what :meth:`Consts.lanes` takes)."""
-    tab = GELU_TABLE_16 if v.avx512 else GELU_TABLE_8
-    return tab, [tuple(f32_bits(k) for k in row) for row in tab.rows]
+def _lane_rows(table):
+    """``table``'s rows as int32 lane values (what :meth:`Consts.lanes` takes)."""
+    return [tuple(f32_bits(k) for k in row) for row in table.rows]
+
+
+# AVX-512 (True) or AVX2: the :class:`tppasm.approx.GeluTable` a vpermps picks from, and its rows
+GELU_TABLES = {True: (GELU_TABLE_16, _lane_rows(GELU_TABLE_16)), False: (GELU_TABLE_8, _lane_rows(GELU_TABLE_8))}
 
 
 def emit_gelu_erf_fast(a, v, dst, src, tmp, c):
     """dst = gelu_erf(src) to an absolute error of 2^-22 max(1, |x|) (ACCURACY_ABS; torch's erf
     has 1.5e-7) as x/2 + s f(s), s = |x|, f = erf(s/sqrt 2)/2 a polynomial on each of 16 (AVX2:
-    8) intervals of s whose coefficients ``vpermps`` picks (:data:`tppasm.approx.GELU_TABLE_16`).
+    8) intervals of s whose coefficients ``vpermps`` picks (:data:`GELU_TABLES`).
     x is clamped at -limit first, so -inf gives 0 and +inf inf; a NaN passes through. 21
     instructions (AVX2: 23) and no division, where emit_gelu_erf takes ~55; the tables are 6
     (7) vectors that :func:`lane_tables` names, for a caller to keep in registers. tmp: 5."""
     t0, t1, t2, t3, t4 = tmp[:5]
-    tab, rows = gelu_table(v)
+    tab, rows = GELU_TABLES[v.avx512]
     c.load(a, t0, c.f(-tab.limit))
     a.vmaxps(t0, t0, src)                           # x' (a NaN kept: the second source)
     vand(a, v, t1, t0, c.i(ABS))                    # s
@@ -438,7 +440,10 @@ def emit_gelu_erf_fast(a, v, dst, src, tmp, c):
 
 def lane_tables(name, v):
     """The lane tables (int32 value tuples) emitter ``name`` reads for ``v``, [] if none."""
-    return gelu_table(v)[1] if name == "gelu_erf_fast" else []
+    return GELU_TABLES[v.avx512][1] if name in LANE_TABLE_EMITTERS else []
+
+
+LANE_TABLE_EMITTERS = ("gelu_erf_fast",)
 
 
 def emit_gelu_erf_grad(a, v, dst, src, tmp, c):
