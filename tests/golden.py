@@ -50,7 +50,8 @@ def descriptors():
     out += [Unary("relu", 4, 33, bitmask=True), Unary("copy", 6, 19, out_dtype="bf16"),
             Unary("gelu_erf", 3, 50, dtype="bf16", out_dtype="bf16")]
     out += [Binary(op, 4, 21, bcast_b="row") for op in BINARY_OPS]
-    out += [Binary("add", 7, 9, bcast_a="col", bcast_b="scalar", post="relu"), Ternary("muladd", 5, 30)]
+    out += [Binary("add", 7, 9, bcast_a="col", bcast_b="scalar", post="relu"), Ternary("muladd", 5, 30),
+            Binary("add", 3, 40, dtype="f32", out_dtype="bf16", bcast_b="row", post="gelu_erf")]    # gelu_erf_bf16
     out += [Reduce(op, 6, 27, over) for op in REDUCE_OPS for over in ("rows", "cols")]
     out += [Transform(op, 12, 10, dtype="bf16" if "vnni2" in op else "i8" if "vnni4" in op else "f32")
             for op in TRANSFORMS] + [Transform("transpose", 12, 10, dtype="bf16")]          # 8x8 word blocks

@@ -6,7 +6,9 @@ the operand: ``ldx`` for x (and dy), ``lda``/``ldb``/``ldc`` for a/b/c, ``ldo`` 
 descriptors keep the field ``ldi`` for x; ``ldi=`` still works in the constructors, deprecated).
 bf16 operands are computed in fp32 (inputs widened exactly, outputs rounded to nearest even);
 with a bf16 output the x86 kernels evaluate exp and gelu_erf to 2^-16 relative (~1/128 of the
-rounding that follows) in fewer instructions.
+rounding that follows) in fewer instructions. ``gelu_erf_fast`` is gelu_erf to an absolute error of
+2^-22 max(1, |x|) (torch's own GELU's class; x86 evaluates it from tables of polynomials, SVE as
+gelu_erf), its reference the exact gelu_erf.
 Broadcast operands (``bcast_a``/``bcast_b``) are 1-D: ``"row"`` one row of n values used by every
 row, ``"col"`` one value per row (m values), ``"scalar"`` one value (shape (1,)).
 
@@ -77,6 +79,7 @@ UNARY_OPS = {
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "gelu": _gelu_tanh,
     "gelu_erf": _gelu_erf,
+    "gelu_erf_fast": _gelu_erf,
 }
 # backward ops take (dy, x): dx = dy * f'(x)
 GRAD_OPS = {

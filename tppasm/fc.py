@@ -3,7 +3,9 @@
 The layout is ``torch.nn.Linear``'s: x is (N, K) rows, the weight w is (M, K) (out_features,
 in_features), the bias b has M values, and
 
-    z = x @ w.T + b,  y = act(z),  act in None, "relu", "gelu" (tanh form), "gelu_erf".
+    z = x @ w.T + b,  y = act(z),  act in None, "relu", "gelu" (tanh form), "gelu_erf",
+    "gelu_erf_fast" (gelu_erf to an absolute 2^-22 max(1, |z|), torch's own GELU's class; its
+    backward is gelu_erf's).
 
 The forward transposes w (and packs it to VNNI2 for bf16) in panels of 64 of its rows, each used
 at once by a BRGEMM over all of x's rows with bias + relu fused in its epilogue
@@ -42,13 +44,19 @@ from .fc_operands import TransposedB, k_blocks
 from .gemm_nt import MAX_ROW_BYTES, gemm_nt
 from .layout import empty
 
-ACTS = (None, "relu", "gelu", "gelu_erf")
+ACTS = (None, "relu", "gelu", "gelu_erf", "gelu_erf_fast")
+GELUS = ("gelu", "gelu_erf", "gelu_erf_fast")            # the activations whose backward reads z
+GRADIENTS = {None: None, "relu": "relu_bwd", "gelu": "gelu_bwd", "gelu_erf": "gelu_erf_bwd",
+             "gelu_erf_fast": "gelu_erf_bwd"}            # act -> the unary TPP of dz = dy * act'(z)
 
 
 def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     """``(y, z)``: ``y = act(x @ w.T + bias)`` and, for the gelus, ``z`` the pre-activation the
     backward needs (None otherwise). ``out`` / ``pre`` receive y / z when given (else allocated):
-    writable C-contiguous arrays of y's shape and x's dtype (``pre`` only with a gelu). ``threads``
+    writable C-contiguous arrays of y's shape and x's dtype (``pre`` only with a gelu).
+    ``pre=False`` (inference: no backward will read z) fuses a gelu into the GEMM's epilogue, or
+    into the bias add, instead of writing z and running the activation as a pass of its own; z is
+    then None, and a bf16 y is rounded once, from the fp32 sums. ``threads``
     (an int >= 1): up to this many parts of the GEMM (see :class:`RowGemm`), run on the process's
     native pool (:func:`isa.pool.get_pool`: ``TPPASM_NUM_THREADS`` threads, the caller included).
 
@@ -56,6 +64,9 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     >>> y, z = forward(np.ones((2, 3), np.float32), np.ones((4, 3), np.float32), act="gelu")
     >>> y.shape, z.shape
     ((2, 4), (2, 4))
+    >>> y2, z2 = forward(np.ones((2, 3), np.float32), np.ones((4, 3), np.float32), act="gelu", pre=False)
+    >>> bool(np.allclose(y2, y, rtol=1e-6)), z2
+    (True, None)
     """
     x, w = dense_rows("forward", "x", x), dense_rows("forward", "w", w)
     dt = dtype_of("forward", x, w)
@@ -75,11 +86,12 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     if type(threads) is not int or threads < 1:
         threads = thread_count("forward", threads)
     y = empty((n, m), x.dtype) if out is None else output("forward", "out", out, (n, m), x.dtype)
-    if act in ("gelu", "gelu_erf"):
+    keep = pre is not False and act in GELUS
+    if keep:
         z = empty((n, m), x.dtype) if pre is None else output("forward", "pre", pre, (n, m), x.dtype)
     else:
         z = None
-        if pre is not None:
+        if pre is not None and pre is not False:
             fail("forward", f"pre is given with act={act!r}, which has no pre-activation to write (only the gelus "
                             "keep z for the backward); pass pre=None")
     if min(n, m, k) == 0:
@@ -88,7 +100,7 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
             z[...] = acc.astype(np.float32).astype(x.dtype)
         y[...] = _act_ref(act, acc).astype(np.float32).astype(x.dtype)
         return y, z
-    plan = _forward_plan(n, m, k, dt, bias is not None, act, threads)
+    plan = _forward_plan(n, m, k, dt, bias is not None, act, threads, keep)
     if plan.path == "dots":
         _forward_dots(plan, x, w, bias, y if z is None else z)
     elif plan.path == "transposed":
@@ -209,7 +221,7 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=
     if min(n, m, k) == 0:                     # nothing to multiply: NumPy does the rest
         dz = dy.astype(np.float64)
         if act is not None:
-            dz = dz * GRAD_OPS[act + "_bwd"](saved.astype(np.float64))
+            dz = dz * GRAD_OPS[GRADIENTS[act]](saved.astype(np.float64))
         for out, value in ((dx, 0), (dw, 0), (db, dz.sum(0))):
             if out is not None:
                 out[...] = np.asarray(value).astype(np.float32).astype(out.dtype)
@@ -508,8 +520,9 @@ class _Plan:
 
 
 @functools.lru_cache(maxsize=256)
-def _forward_plan(n, m, k, dt, bias, act, threads):
-    fused = "relu" if act == "relu" else None          # the gelus keep z for the backward
+def _forward_plan(n, m, k, dt, bias, act, threads, keep=False):
+    """The kernels of a forward; ``keep``: a gelu writes z, then runs as a pass of its own."""
+    fused = None if keep else act
     path = "dots" if dots(n, m, k) else "transposed" if transposed(n, m, k) else "panels"
     kernels = {"path": path}
     if path == "dots":
@@ -528,7 +541,7 @@ def _forward_plan(n, m, k, dt, bias, act, threads):
                                            post=fused) for w in widths})
     else:
         kernels.update(gemm=PanelGemm(n, m, k, dt, threads, bias=bias, act=fused))
-    if act in ("gelu", "gelu_erf"):
+    if keep:
         kernels["act"] = unary(act, n, m, dtype=dt)
     return _Plan(**kernels)
 
@@ -541,7 +554,7 @@ def _backward_plan(n, m, k, dt, act, threads):
                    transpose_dz=transform("transpose", n, m, dtype=dt),
                    db=reduce("add", n, m, over="rows", dtype=dt, out_dtype="f32"))
     if act is not None:
-        kernels["act_grad"] = unary(act + "_bwd", n, m, dtype=dt)
+        kernels["act_grad"] = unary(GRADIENTS[act], n, m, dtype=dt)
     return _Plan(**kernels)
 
 

@@ -10,7 +10,7 @@ import tppasm.torch as tt  # noqa: E402
 
 F = torch.nn.functional
 TORCH_ACT = {None: lambda z: z, "relu": torch.relu, "gelu": lambda z: F.gelu(z, approximate="tanh"),
-             "gelu_erf": F.gelu}
+             "gelu_erf": F.gelu, "gelu_erf_fast": F.gelu}
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
        torch.float16: dict(rtol=5e-3, atol=5e-3)}
 

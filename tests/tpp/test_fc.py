@@ -76,7 +76,7 @@ def test_rows_fewer_than_the_weight(n, m, k, dt, act, shared_post, monkeypatch):
 
 @pytest.mark.parametrize("n, m, k", [(70, 130, 128), (100, 64, 192), (70, 200, 65), (90, 3, 7)])
 @pytest.mark.parametrize("dt", fc.DTYPES)
-@pytest.mark.parametrize("act", [None, "relu", "gelu_erf"])
+@pytest.mark.parametrize("act", [None, "relu", "gelu_erf", "gelu_erf_fast"])
 @pytest.mark.parametrize("panels", [True, False])
 def test_weight_panels(n, m, k, dt, act, panels):
     """The panel GEMMs: W transposed in panels of 64 rows (an edge panel where 64 does not divide
@@ -158,15 +158,17 @@ def _check_layer(n, m, k, dt, act, bias, threads, seed, scale=1.0):
     x = (rng.standard_normal((n, k)) * scale).astype(np.float32).astype(D(dt))
     w = rng.standard_normal((m, k)).astype(np.float32).astype(D(dt))
     b = rng.standard_normal(m).astype(np.float32) if bias else None
-    gelu = act in ("gelu", "gelu_erf")
+    gelu = act in fc.GELUS
     y, z = fc.forward(x, w, b, act, out=nan((n, m), dt), pre=nan((n, m), dt) if gelu else None, threads=threads)
+    if gelu:
+        check_fused_gelu(x, w, b, act, dt, threads)
     x64, w64 = x.astype(np.float64), w.astype(np.float64)
     z64 = x64 @ w64.T + (0 if b is None else b)
     mag = np.abs(x64) @ np.abs(w64).T + (0 if b is None else np.abs(b))
     if gelu:
         close(z, z64, mag, dt)
         # the activation of the stored z (the TPP's own accuracy is tested in test_eltwise)
-        close(y, UNARY_OPS[act](z.astype(np.float64)), 0, dt, atol=1e-7)
+        close(y, UNARY_OPS[act](z.astype(np.float64)), 0, dt, atol=act_error(act, z))
     else:
         close(y, z64 if act is None else np.maximum(z64, 0), mag, dt)
     dy = rng.standard_normal((n, m)).astype(np.float32).astype(D(dt))
@@ -178,10 +180,28 @@ def _check_layer(n, m, k, dt, act, bias, threads, seed, scale=1.0):
     # the gelu gradient TPPs' absolute error (test_math_accuracy), carried through each product
     err = np.abs(dz) * 2.0 ** -20 if gelu else np.zeros_like(dz)
     if act is not None:
-        dz = dz * GRAD_OPS[act + "_bwd"](saved.astype(np.float64))
+        dz = dz * GRAD_OPS[fc.GRADIENTS[act]](saved.astype(np.float64))
     close(dx, dz @ w64, np.abs(dz) @ np.abs(w64), dt, atol=err @ np.abs(w64) + 1e-30)
     close(dw, dz.T @ x64, np.abs(dz).T @ np.abs(x64), dt, atol=err.T @ np.abs(x64) + 1e-30)
     close(db, dz.sum(0), np.abs(dz).sum(0), dt, atol=err.sum(0) + 1e-30)
+
+
+def check_fused_gelu(x, w, b, act, dt, threads):
+    """``pre=False``: the gelu fused (no z), y within the sums' rounding times the gelu's slope
+    (at most 1.13) plus its own error (:func:`act_error`; bf16 C: 2^-16 of |y|) of act(x @ w.T + b)."""
+    (n, _), m = x.shape, w.shape[0]
+    y, z = fc.forward(x, w, b, act, out=nan((n, m), dt), pre=False, threads=threads)
+    assert z is None
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    z64 = x64 @ w64.T + (0 if b is None else b)
+    mag = np.abs(x64) @ np.abs(w64).T + (0 if b is None else np.abs(b))
+    want = UNARY_OPS[act](z64)
+    close(y, want, 1.13 * mag, dt, atol=1e-6 * np.abs(want) + act_error(act, z64))
+
+
+def act_error(act, z):
+    """The absolute error an activation TPP may add at z (gelu_erf_fast: its contract)."""
+    return 2.0 ** -22 * np.maximum(1, np.abs(z.astype(np.float64))) if act == "gelu_erf_fast" else 1e-7
 
 
 def test_row_blocks():

@@ -44,16 +44,12 @@ SVE_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "u8i8"}
 INT8_SVE = {"us": "u8i8", "ss": "i8", "uu": "u8"}      # sdot / udot / usdot by (A, B) signedness
 
 
-# gelu_erf_fast promises gelu_erf to an absolute error (x86 evaluates it from tables); gelu_erf keeps it
-SVE_ACTS = {"gelu_erf_fast": "gelu_erf"}
-
-
 class _DescGen(_Gen):
     """The BRGEMM generator with the descriptor's ABI and epilogue."""
 
     def setup_desc(self, d, nops):
         self.nops, self.c_bytes = nops, 2 if d.c_dtype == "bf16" else 4
-        self.bias, self.act = d.bias, SVE_ACTS.get(d.act, d.act)
+        self.bias, self.act = d.bias, d.act
         self.bias_arg = nops - 1 if d.bias else None
         self.transcendental = d.act not in (None, "relu")
 
@@ -194,7 +190,7 @@ class _DescGen(_Gen):
 def _need_regs(d):
     if d.act in (None, "relu"):
         return (4 if d.bias else 0) + (1 if d.act else 0)
-    return (4 if d.bias else 0) + 1 + NTMP[SVE_ACTS.get(d.act, d.act)] + 2
+    return (4 if d.bias else 0) + 1 + NTMP[d.act] + 2
 
 
 def generate(desc, kernel=None) -> bytes:

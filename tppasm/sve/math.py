@@ -316,6 +316,7 @@ EMITTERS = {
     "tanh": (4, emit_tanh),
     "gelu": (3, emit_gelu_tanh),
     "gelu_erf": (4, emit_gelu_erf),
+    "gelu_erf_fast": (4, emit_gelu_erf),        # its contract is looser than gelu_erf's accuracy
     "gelu_bwd": (4, emit_gelu_tanh_grad),
     "gelu_erf_bwd": (4, emit_gelu_erf_grad),
 }

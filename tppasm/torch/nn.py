@@ -15,7 +15,8 @@ from .ops import ACTS, linear
 
 class Linear(torch.nn.Linear):
     """``y = act(x @ weight.T + bias)`` for x (..., in_features); ``act`` in :data:`ACTS`
-    (None, "relu", "gelu" = tanh form, "gelu_erf"); float32 or bfloat16 (``dtype=`` or ``.to()``).
+    (None, "relu", "gelu" = tanh form, "gelu_erf", "gelu_erf_fast" = erf to 2^-22 absolute); float32
+    or bfloat16 (``dtype=`` or ``.to()``).
     Under ``torch.autocast("cpu")`` and torch.func transforms it behaves as :func:`linear` says
     (as ``torch.nn.Linear`` under autocast: bfloat16 out, float32 gradients to float32 parameters).
 

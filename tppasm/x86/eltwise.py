@@ -74,9 +74,15 @@ UNARY = {
     "sigmoid": _math("sigmoid"),
     "gelu": _math("gelu_tanh"),
     "gelu_erf": _math("gelu_erf"),
+    "gelu_erf_fast": _math("gelu_erf_fast"),
 }
 # a bf16 output is rounded to 2^-9 right after: these take the forms accurate to 2^-16 (xm.ACCURACY_BF16)
 UNARY_BF16_OUT = {"exp": _math("exp_bf16"), "gelu_erf": _math("gelu_erf_bf16")}
+
+
+def _unary_form(op, out_dtype):
+    """(temporaries, emitter) of unary ``op`` for an output of ``out_dtype``."""
+    return (UNARY_BF16_OUT if out_dtype == "bf16" and op in UNARY_BF16_OUT else UNARY)[op]
 
 
 def _grad(name):
@@ -315,7 +321,7 @@ def generate_unary(desc, isa):
             ins, (ntmp, body), bits = [dy, Stream(regs[1], "full", desc.dtype, desc.ldi)], GRAD[desc.op], None
     else:
         ins = [Stream(regs[0], "full", desc.dtype, desc.ldi)]
-        ntmp, body = (UNARY_BF16_OUT if desc.out_dtype == "bf16" and desc.op in UNARY_BF16_OUT else UNARY)[desc.op]
+        ntmp, body = _unary_form(desc.op, desc.out_dtype)
         bits = (Stream(regs[2], "bits", "u8", desc.mask_bytes), "out") if desc.bitmask else None
     walk_rows(fn, v, desc.m, desc.n, ins, [out], body, ntmp, bits)
     return fn.finalize()
@@ -329,7 +335,7 @@ def generate_binary(desc, isa):
     ins = [stream(ra, desc.bcast_a, desc.dtype, desc.lda), stream(rb, desc.bcast_b, desc.dtype, desc.ldb)]
     ntmp, body = BINARY[desc.op]
     if desc.post:                                   # op into a scratch, then post into dst
-        pt, post = UNARY[desc.post]
+        pt, post = _unary_form(desc.post, desc.out_dtype)
         first, ntmp = body, pt + 1
 
         def body(a, v, d, s, t, c):
