@@ -15,7 +15,7 @@ at once by a BRGEMM over all of x's rows with bias + relu fused in its epilogue
 with w's as stored (:class:`DotGemm`, :func:`tppasm.gemm_nt`), streaming w once at the speed of
 memory (on Zen 4, 1 thread, 8 rows against a 4096 x 4096 weight: 4.5 ms in fp32 against 7.7 for
 panels and 12.1 transposed; 1 row: 3.0 against 5.8 and 14.6). The gelus run as a unary TPP on z,
-which the backward needs. The backward is
+which the backward needs (or, with ``pre=False``, fused as relu is). The backward is
 ``dz = dy * act'(z)`` (the relu_bwd / gelu_bwd TPPs), ``dx = dz @ w`` and ``dw = dz.T @ x``
 (panel GEMMs again, over columns of w and x, copied or VNNI2-packed a panel at a time; for a few
 bf16 rows dx packs w a strip of whole rows at a time instead, :class:`StripGemm`; dz transposed by
