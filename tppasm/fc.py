@@ -40,7 +40,7 @@ from .dtypes import dtype as numpy_dtype
 from .eltwise import GRAD_OPS, UNARY_OPS, binary, reduce, transform, unary
 from .fc_args import DTYPES  # noqa: F401  (fc.DTYPES: the dtypes a layer takes)
 from .fc_args import GRADIENT_CHOICES, dense_rows, describe, dtype_of, fail, output, thread_count
-from .fc_operands import TransposedB, k_blocks
+from .fc_operands import PackedWeight, TransposedB, k_blocks
 from .gemm_nt import MAX_ROW_BYTES, gemm_nt
 from .layout import empty
 
@@ -53,7 +53,8 @@ GRADIENTS = {None: None, "relu": "relu_bwd", "gelu": "gelu_bwd", "gelu_erf": "ge
 def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     """``(y, z)``: ``y = act(x @ w.T + bias)`` and, for the gelus, ``z`` the pre-activation the
     backward needs (None otherwise). ``out`` / ``pre`` receive y / z when given (else allocated):
-    writable C-contiguous arrays of y's shape and x's dtype (``pre`` only with a gelu).
+    writable C-contiguous arrays of y's shape and x's dtype (``pre`` only with a gelu); ``w`` may be
+    its :func:`pack` instead.
     ``pre=False`` (inference: no backward will read z) fuses a gelu into the GEMM's epilogue, or
     into the bias add, instead of writing z and running the activation as a pass of its own; z is
     then None, and a bf16 y is rounded once, from the fp32 sums. ``threads``
@@ -68,7 +69,8 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     >>> bool(np.allclose(y2, y, rtol=1e-6)), z2
     (True, None)
     """
-    x, w = dense_rows("forward", "x", x), dense_rows("forward", "w", w)
+    packed = w if isinstance(w, PackedWeight) else None
+    x, w = dense_rows("forward", "x", x), w.w if packed else dense_rows("forward", "w", w)
     dt = dtype_of("forward", x, w)
     (n, k), m = x.shape, w.shape[0]
     if w.shape != (m, k):
@@ -100,16 +102,42 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
             z[...] = acc.astype(np.float32).astype(x.dtype)
         y[...] = _act_ref(act, acc).astype(np.float32).astype(x.dtype)
         return y, z
-    plan = _forward_plan(n, m, k, dt, bias is not None, act, threads, keep)
+    plan = _forward_plan(n, m, k, dt, bias is not None, act, threads, keep, packed is not None)
     if plan.path == "dots":
         _forward_dots(plan, x, w, bias, y if z is None else z)
     elif plan.path == "transposed":
         _forward_transposed(plan, x, w, bias, y if z is None else z)
     else:
-        plan.gemm(x, w, y if z is None else z, bias)
+        plan.gemm(x, packed or w, y if z is None else z, bias)
     if z is not None:
         plan.act(z, y)
     return y, z
+
+
+def pack(w):
+    """``w`` (m, k), a float32 or bfloat16 array, packed once for :func:`forward` (a
+    :class:`PackedWeight`), which then skips the per-call packing (or the transposes that avoid it):
+    on Zen 4, 1 thread, bf16 64 x 512 -> 512 and 127 x 384 -> 1536 1.18-1.2x, fp32 1.05-1.1x. A few
+    rows (:data:`PACKED_DOT_ROWS`, or :data:`DOT_ROWS` against more than :data:`PACKED_DOTS_BYTES`)
+    still stream w as stored, so w must not change while its packing is in use (pack it again).
+
+    >>> import numpy as np
+    >>> w = np.ones((4, 3), np.float32); p = pack(w)
+    >>> (forward(np.ones((2, 3), np.float32), p)[0] == forward(np.ones((2, 3), np.float32), w)[0]).all()
+    np.True_
+    """
+    w = dense_rows("pack", "w", w)
+    dt, panels = dtype_of("pack", w), {}
+    if min(w.shape):                                # (an empty product never reads panels)
+        gemm = PanelGemm(1, *w.shape, dt)
+        for c0, c1 in gemm.panels:
+            calls, panels[c0, c1] = gemm._pack_calls(w, c0, c1, {})       # each panel into room of its own
+            _parallel_kernels([calls])
+    return PackedWeight(w, dt, panels)
+
+
+# Zen 4, 1 thread, dots / packed: 1024^2 bf16 8, 16, 32 rows 0.88, 0.97, 1.05; 4096^2 1, 8, 32 rows 0.83, 0.67, 0.93
+PACKED_DOT_ROWS, PACKED_DOTS_BYTES = 16, 8 << 20
 
 
 def dots(n, m, k):
@@ -127,10 +155,9 @@ def dots(n, m, k):
 # 1 x 1024 -> 1024 79-81 -> 66-67, 4 x 768 -> 3072 196-199 -> 143-149; bf16 4 x 768 -> 3072 109-111 ->
 # 97-107; at 1 << 20 flops instead, bf16 1 x 1024 -> 1024 (2 MiB) went 41-43 -> 57.
 DOT_MIN_BYTES = 2 << 20
-# Zen 4, 1 thread, ms forward dots / transposed: fp32 24 x 4096 -> 4096 7.5 / 13.4, 32 rows 9.8 / 13.6,
-# 48 rows 16.0 / 14.9, 64 rows 21.0 / 19.9; bf16 32 rows 5.1 / 7.1, 48 rows 7.8 / 7.7; 32 x 768 -> 3072
-# fp32 1.6 / 1.6, bf16 0.85 / 0.94. The fp32 backward's dx in place, ms against panels: 32 x 4096 ->
-# 4096 14.9 / 19.5
+# Zen 4, 1 thread, ms forward dots / transposed: fp32 24 x 4096 -> 4096 7.5 / 13.4, 32 rows 9.8 / 13.6, 48 rows
+# 16.0 / 14.9, 64 rows 21.0 / 19.9; bf16 32 rows 5.1 / 7.1, 48 rows 7.8 / 7.7; 32 x 768 -> 3072 fp32 1.6 / 1.6,
+# bf16 0.85 / 0.94. The fp32 backward's dx in place, ms against panels: 32 x 4096 -> 4096 14.9 / 19.5
 DOT_ROWS = 32
 
 
@@ -375,8 +402,11 @@ class PanelGemm:
     def _pack_calls(self, b, c0, c1, buffers):
         """(calls, panel): the kernel calls that pack columns c0..c1 of B into a (k, width) panel,
         (ceil(k/2), width, 2) for bf16, and that panel. ``b``: W (its rows c0..c1 are transposed),
-        or B itself; ``buffers`` (a dict by width) keeps the room a panel of each width takes."""
+        W's :class:`PackedWeight` (no calls), or B itself; ``buffers`` (a dict by width) keeps the
+        room a panel of each width takes."""
         width = c1 - c0
+        if isinstance(b, PackedWeight):
+            return [], b.panels[c0, c1]
         if self.in_place:
             return [], b[:, c0:c1]
         if self.b_layout == "w":
@@ -520,10 +550,12 @@ class _Plan:
 
 
 @functools.lru_cache(maxsize=256)
-def _forward_plan(n, m, k, dt, bias, act, threads, keep=False):
-    """The kernels of a forward; ``keep``: a gelu writes z, then runs as a pass of its own."""
+def _forward_plan(n, m, k, dt, bias, act, threads, keep=False, packed=False):
+    """The kernels of a forward; ``keep``: a gelu writes z, then runs as a pass of its own;
+    ``packed``: w is a :class:`PackedWeight`, read in its panels but where its dots stream it."""
     fused = None if keep else act
-    path = "dots" if dots(n, m, k) else "transposed" if transposed(n, m, k) else "panels"
+    stream = not packed or n <= PACKED_DOT_ROWS or m * k * (2 if dt == "bf16" else 4) > PACKED_DOTS_BYTES
+    path = "dots" if dots(n, m, k) and stream else "transposed" if transposed(n, m, k) and not packed else "panels"
     kernels = {"path": path}
     if path == "dots":
         direct = not bias and not fused

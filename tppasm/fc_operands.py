@@ -24,6 +24,25 @@ def k_blocks(x, bk, count):
     return np.lib.stride_tricks.as_strided(x, shape, strides)
 
 
+class PackedWeight:
+    """A weight w (m, k) packed once by :func:`tppasm.fc.pack` for :func:`tppasm.fc.forward`:
+    ``panels`` maps each column range (c0, c1) of y to the B its BRGEMM reads (w's rows c0..c1
+    transposed; for bf16 VNNI2-packed), and ``w`` is w itself, which the dot products of a few
+    rows against a large weight stream as stored."""
+
+    __slots__ = ("w", "dtype", "panels")
+
+    def __init__(self, w, dtype, panels):
+        self.w, self.dtype, self.panels = w, dtype, panels
+
+    @property
+    def shape(self):
+        return self.w.shape
+
+    def __repr__(self):
+        return f"PackedWeight({self.w.shape[0]} x {self.w.shape[1]} {self.dtype}, {len(self.panels)} panel(s))"
+
+
 class TransposedB:
     """The B of a BRGEMM from a matrix given by its r rows of k (W, or x; C-contiguous): its
     transpose (k, r), for bf16 the VNNI2 packing of it (ceil(k/2), r, 2), which for an even k is

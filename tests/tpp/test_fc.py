@@ -87,6 +87,34 @@ def test_weight_panels(n, m, k, dt, act, panels):
         check_layer(n, m, k, dt, act, bias=True, threads=3, seed=n + m + k, scale=k ** -0.5)
 
 
+@pytest.mark.parametrize("n, m, k", [(3, 40, 33), (70, 130, 128), (20, 200, 65), (9, 3, 7), (30, 64, 64)])
+@pytest.mark.parametrize("dt", fc.DTYPES)
+@pytest.mark.parametrize("act", fc.ACTS)
+@pytest.mark.parametrize("panels, dots_bytes", [(True, 1 << 40), (False, 1 << 40), (False, 0)])
+def test_packed_weights(n, m, k, dt, act, panels, dots_bytes, monkeypatch):
+    """fc.pack: w in panels of 64 rows or in one, the threads taking runs of panels or of rows; up
+    to DOT_ROWS rows stream w itself where its packing outgrows PACKED_DOTS_BYTES."""
+    monkeypatch.setattr(fc, "PACKED_DOTS_BYTES", dots_bytes)
+    rng = np.random.default_rng(n + m + k)
+    x = (rng.standard_normal((n, k)) * k ** -0.5).astype(np.float32).astype(D(dt))
+    w = rng.standard_normal((m, k)).astype(np.float32).astype(D(dt))
+    b = rng.standard_normal(m).astype(np.float32)
+    with split_rows(), panels_from(0 if panels else 1 << 40), native_calls_only():
+        packed = fc.pack(w)
+        assert len(packed.panels) == (-(-m // fc.PANEL) if panels else 1)
+        y, z = fc.forward(x, packed, b, act, out=nan((n, m), dt), threads=3)
+        y2, _ = fc.forward(x, packed, b, act, out=nan((n, m), dt), pre=False, threads=3)
+        path = fc._forward_plan(n, m, k, dt, True, act, 3, act in fc.GELUS, True).path
+    assert path == ("dots" if fc.dots(n, m, k) and (n <= fc.PACKED_DOT_ROWS or not dots_bytes) else "panels")
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    z64, mag = x64 @ w64.T + b, np.abs(x64) @ np.abs(w64).T + np.abs(b)
+    want = z64 if act is None else UNARY_OPS[act](z64)
+    if z is not None:
+        close(z, z64, mag, dt)
+    close(y, want, 1.13 * mag, dt, atol=act_error(act, z64))
+    close(y2, want, 1.13 * mag, dt, atol=act_error(act, z64))
+
+
 @pytest.mark.parametrize("n, m, k", [(3, 131, 40), (9, 200, 33), (16, 129, 70), (41, 67, 20)])
 @pytest.mark.parametrize("act", [None, "gelu"])
 def test_few_rows_bf16_dx_in_strips(n, m, k, act):
@@ -245,6 +273,8 @@ def test_empty_dimensions(n, m, k):
     (lambda: fc.forward(np.ones((2, 3), np.float32), np.ones((4, 3), np.float32), np.ones(3, np.float32)),
      "bias must be float32 of shape \\(4,\\)"),
     (lambda: fc.forward(np.ones((2, 3), np.float32), np.ones((4, 3), np.float32), act="tanh"), "act='tanh'"),
+    (lambda: fc.forward(np.ones((2, 4), np.float32), fc.pack(np.ones((3, 3), np.float32))), "out_features, 4"),
+    (lambda: fc.forward(np.ones((2, 3), D("bf16")), fc.pack(np.ones((3, 3), np.float32))), "float32 or all bfloat16"),
     (lambda: fc.backward(np.ones((2, 4), np.float32), np.ones((2, 3), np.float32), np.ones((4, 3), np.float32),
                          "relu"), "saved must be y"),
 ])
@@ -265,6 +295,7 @@ def read_only(shape, dt="f32"):
 @pytest.mark.parametrize("call, error, message", [
     (lambda: fc.forward(X, W, [0.0] * 4), TypeError, r"fc.forward: bias is a list; .* np.asarray\(bias, np.float32\)"),
     (lambda: fc.forward([[1.0] * 3] * 2, W), TypeError, r"fc.forward: x is a list; .* np.asarray\(x, np.float32\)"),
+    (lambda: fc.pack([[1.0] * 3] * 2), TypeError, r"fc.pack: w is a list; .* np.asarray\(w, np.float32\)"),
     (lambda: fc.forward(X, W, act="relu", pre=np.zeros((2, 4), np.float32)), ValueError,
      r"fc.forward: pre is given with act='relu', which has no pre-activation .* pass pre=None"),
     (lambda: fc.forward(X, W, pre="garbage"), ValueError, "pre is given with act=None"),

@@ -27,6 +27,7 @@ from ..operand import as_ndarray, tensor_numpy
 ACTS = fc.ACTS
 _GELUS = fc.GELUS
 _DTYPES = (torch.float32, torch.bfloat16)
+_PLAIN = (Tensor, torch.nn.Parameter)    # a Parameter has no __torch_function__ of its own; other subclasses may
 
 
 def linear(x, weight, bias=None, act=None):
@@ -94,7 +95,7 @@ def _unwatched(*tensors):
     of a 1 x 16 -> 16 fp32 forward's, and ~40% of a forward + backward's."""
     if torch.compiler.is_compiling():          # first: what dynamo traces of this function folds away
         return False
-    if any(t is not None and (type(t) is not torch.Tensor or not t.is_cpu) for t in tensors):
+    if any(t is not None and (type(t) not in _PLAIN or not t.is_cpu) for t in tensors):
         return False
     C = torch._C
     return not (torch.is_autocast_enabled("cpu") or C._are_functorch_transforms_active() or C._get_tracing_state()
@@ -187,10 +188,11 @@ def _linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], act: Optional[str
     return _forward(x, weight, bias, act)
 
 
-def _forward(x, weight, bias, act, pre=True):
+def _forward(x, weight, bias, act, pre=True, packed=None):
     """The operator's kernel: (y, z) of :func:`_linear`; ``pre=False``: z is None (no backward
-    will read it) and a gelu is fused (``fc.forward(pre=False)``). Each torch call costs about a
-    microsecond here, so those that would change nothing are skipped."""
+    will read it) and a gelu is fused (``fc.forward(pre=False)``); ``packed``: weight's
+    :func:`tppasm.fc.pack`, read instead of it. Each torch call costs about a microsecond here, so
+    those that would change nothing are skipped."""
     _check(x, weight, bias, act)
     flat = x.dim() == 2
     rows = x if flat else x.reshape(math.prod(x.shape[:-1]), x.shape[-1])     # -1 is ambiguous for 0 columns
@@ -199,7 +201,8 @@ def _forward(x, weight, bias, act, pre=True):
     z = None if not pre else _new(*y.shape, dtype=x.dtype) if act in _GELUS else x.new_empty(0)
     b = None if bias is None else _view(bias if bias.dtype is torch.float32 else bias.float())
     z_out = _view(z) if z is not None and z.numel() else None if pre else False
-    fc.forward(_view(rows), _view(weight), b, act, out=_view(y), pre=z_out, threads=torch.get_num_threads())
+    fc.forward(_view(rows), _view(weight) if packed is None else packed, b, act, out=_view(y), pre=z_out,
+               threads=torch.get_num_threads())
     return y if flat else y.reshape(*x.shape[:-1], out), z
 
 

@@ -1,0 +1,102 @@
+"""tppasm.torch.Linear.freeze: the weight packed once for calls that record no gradient, values
+as the unfrozen layer's and torch's, training calls unchanged, a changed weight refused until
+frozen again."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e .[test] pins torch==2.13.0)")
+
+import tppasm.torch as tt  # noqa: E402
+from tppasm import fc  # noqa: E402
+
+from .test_linear import TOL, TORCH_ACT  # noqa: E402
+
+F = torch.nn.functional
+
+
+def layer(dtype, act, n_in=40, n_out=70, bias=True):
+    torch.manual_seed(0)
+    return tt.Linear(n_in, n_out, bias=bias, act=act, dtype=dtype)
+
+
+@pytest.fixture
+def packed_calls(monkeypatch):
+    """How many fc.forward calls were given a packed weight."""
+    seen, forward = [], fc.forward
+
+    def spy(x, w, *args, **kwargs):
+        seen.append(isinstance(w, fc.PackedWeight))
+        return forward(x, w, *args, **kwargs)
+    monkeypatch.setattr(fc, "forward", spy)
+    return seen
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("act", tt.ACTS)
+@pytest.mark.parametrize("shape", [(5, 40), (2, 33, 40), (100, 40)])
+@pytest.mark.parametrize("mode", ["no_grad", "inference", "no-grad-tensors"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_frozen_calls_read_the_packed_weight_and_match_torch(packed_calls, dtype, act, shape, mode, bias):
+    net = layer(dtype, act, bias=bias).freeze()
+    x = torch.randn(*shape).to(dtype)
+    if mode == "no-grad-tensors":
+        net.requires_grad_(False)
+    context = {"no_grad": torch.no_grad, "inference": torch.inference_mode}.get(mode, torch.enable_grad)
+    with context():
+        y = net(x)
+    assert packed_calls == [True] and y.dtype == dtype and not y.requires_grad
+    ref = TORCH_ACT[act](F.linear(x.double(), net.weight.detach().double(),
+                                  None if net.bias is None else net.bias.detach().double()))
+    torch.testing.assert_close(y.double(), ref, **TOL[dtype])
+    with context():
+        net.unfreeze()(x)
+    assert packed_calls == [True, False]
+
+
+def test_training_calls_take_the_plain_path_and_have_gradients(packed_calls):
+    net = layer(torch.float32, "gelu_erf").freeze()
+    x = torch.randn(6, 40, requires_grad=True)
+    net(x).sum().backward()
+    assert packed_calls == [False] and x.grad.shape == x.shape and net.weight.grad is not None
+
+
+@pytest.mark.parametrize("change", ["in place", "new parameter", "dtype"])
+def test_a_changed_weight_is_refused_until_frozen_again(change):
+    net = layer(torch.float32, "relu").freeze()
+    x = torch.randn(3, 40)
+    with torch.no_grad():
+        if change == "in place":
+            net.weight.mul_(2)
+        elif change == "new parameter":
+            net.weight = torch.nn.Parameter(net.weight * 2)
+        else:
+            net.bfloat16()
+            x = x.bfloat16()
+        with pytest.raises(ValueError, match=r"weight changed after freeze\(\).*call layer.freeze\(\) again"):
+            net(x)
+        y = net.freeze()(x)
+        ref = torch.relu(F.linear(x.double(), net.weight.double(), net.bias.double()))
+        torch.testing.assert_close(y.double(), ref, **TOL[x.dtype])
+
+
+def test_autocast_takes_the_unfrozen_path(packed_calls):
+    net = layer(torch.float32, None).freeze()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        y = net(torch.randn(4, 40))
+    assert y.dtype == torch.bfloat16 and True not in packed_calls
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: layer(torch.float64, None), "float64 tensor on cpu; freeze takes a dense float32 or bfloat16"),
+    (lambda: layer(torch.float32, None).to("meta"), r"on meta; freeze takes .* \(and \.cpu\(\)\) first"),
+])
+def test_weights_the_kernels_cannot_take_are_refused(make, message):
+    net = make()
+    with pytest.raises(ValueError, match=message):
+        net.freeze()
+
+
+def test_state_dict_and_repr_are_those_of_the_layer():
+    net = layer(torch.float32, "relu")
+    before = net.state_dict()
+    net.freeze()
+    assert net.state_dict().keys() == before.keys() and "act='relu'" in repr(net)
