@@ -1,7 +1,9 @@
 """``python -m bench linear``: ``torch.ops.tppasm.linear`` (:mod:`tppasm.torch`, the layer of
 :mod:`tppasm.fc`) against ``torch.nn.functional.linear`` on the same tensors, forward
 (``inference_mode``) and, with ``--backward``, forward + backward, per shape n x k -> m (rows, in
-features, out features) and dtype, timed in interleaved rounds (:func:`bench.versus.versus`).
+features, out features) and dtype, timed in interleaved rounds (:func:`bench.versus.versus`). A
+forward row also times :class:`tppasm.torch.Linear` with its weight packed once
+(``freeze()``) against torch (``torch/frozen``).
 
 Besides the ratio (torch's time / ours: > 1 means ours is faster) and GFLOP/s against the measured
 peak, each row gives the path :func:`tppasm.fc.forward` takes (``dots``: :func:`tppasm.gemm_nt`
@@ -68,10 +70,18 @@ def bench_shape(rep, torch, threads, n, k, m, dtype, backward, rounds):
     if not err <= TOLERANCE[dtype]:
         raise AssertionError(f"linear {n}x{k}->{m} {dtype}: max relative difference {err:.3g} from torch")
     t_ours, t_torch, ratio = versus(lambda: step(linear), lambda: step(F.linear), rounds=rounds)
+    frozen = float("nan")
+    if not backward:
+        from tppasm.torch import Linear
+        layer = Linear(k, m, dtype=tdt)
+        with torch.no_grad():
+            layer.weight.copy_(w), layer.bias.copy_(b)
+        layer.freeze()
+        frozen = versus(lambda: step(lambda x, w, b: layer(x)), lambda: step(F.linear), rounds=rounds)[2]
     flops = 2 * n * k * m * (3 if backward else 1)
     gflops = flops / t_ours / 1e9
     wbytes = m * k * w.element_size()
-    rep.add(dtype, f"{n}x{k}->{m}", path_of(n, k, m), t_ours * 1e3, t_torch * 1e3, ratio, gflops,
+    rep.add(dtype, f"{n}x{k}->{m}", path_of(n, k, m), t_ours * 1e3, t_torch * 1e3, ratio, frozen, gflops,
             100 * gflops / (peak(dtype) * threads), wbytes / t_ours / 1e9, err,
             x=f"{dtype} {n}x{k}x{m}", gflops=gflops, torch_gflops=flops / t_torch / 1e9,
             peak_gflops=peak(dtype) * threads)
@@ -97,7 +107,7 @@ def main(argv=None):
     torch, threads, pool = setup(args)
     what = "forward + backward" if args.backward else "forward (inference_mode)"
     rep = Report(f"torch.ops.tppasm.linear vs torch.nn.functional.linear, {what}, {threads} thread(s)",
-                 ["dtype", "n x k -> m", "path", "ms ours", "ms torch", "torch/ours", "GFLOP/s", "% peak",
+                 ["dtype", "n x k -> m", "path", "ms ours", "ms torch", "torch/ours", "torch/frozen", "GFLOP/s", "% peak",
                   "weight GB/s", "max rel. diff"])
     for dtype in args.dtypes:
         for n, k, m in args.shapes:

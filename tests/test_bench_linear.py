@@ -18,7 +18,7 @@ def test_linear_bench_writes_a_record_per_shape(tmp_path):
     assert [(r["dtype"], r["n x k -> m"], r["path"]) for r in rows] == [
         ("f32", "2x40->24", "dots"), ("f32", "40x24->16", "panels"),
         ("bf16", "2x40->24", "dots"), ("bf16", "40x24->16", "panels")]
-    assert all(r["torch/ours"] > 0 and r["weight GB/s"] > 0 for r in rows)
+    assert all(r["torch/ours"] > 0 and r["torch/frozen"] > 0 and r["weight GB/s"] > 0 for r in rows)
     assert [r["GB/s"] > 0 for r in records if "GB/s" in r] == [True]
 
 
