@@ -95,6 +95,23 @@ def test_weights_the_kernels_cannot_take_are_refused(make, message):
         net.freeze()
 
 
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_copies_come_unfrozen_and_work(how, packed_calls):
+    import copy
+    import io
+    net = layer(torch.float32, "relu").freeze()
+    if how == "deepcopy":
+        twin = copy.deepcopy(net)
+    else:
+        buffer = io.BytesIO()
+        torch.save(net, buffer)
+        twin = torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
+    x = torch.randn(3, 40)
+    with torch.no_grad():
+        torch.testing.assert_close(twin(x), net(x))
+    assert packed_calls == [False, True] and twin._frozen is None and net._frozen is not None
+
+
 def test_state_dict_and_repr_are_those_of_the_layer():
     net = layer(torch.float32, "relu")
     before = net.state_dict()
