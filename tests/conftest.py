@@ -24,8 +24,8 @@ atexit.register(shutil.rmtree, os.environ["TPPASM_CACHE_DIR"], True)
 _OUTSIDE = differences()
 
 # Every native call tppasm.fc hands the pool is checked as a kernel call would be (off outside tests).
-import tppasm.fc  # noqa: E402
-tppasm.fc.CHECK_RAW_CALLS = True
+import tppasm.fc_parallel  # noqa: E402
+tppasm.fc_parallel.CHECK_RAW_CALLS = True
 
 
 def _pin_line():

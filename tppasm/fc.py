@@ -33,14 +33,14 @@ import functools
 
 import numpy as np
 
-from isa.pool import get_pool
-
 from .brgemm import brgemm
 from .dtypes import dtype as numpy_dtype
 from .eltwise import GRAD_OPS, UNARY_OPS, binary, reduce, transform, unary
 from .fc_args import DTYPES  # noqa: F401  (fc.DTYPES: the dtypes a layer takes)
 from .fc_args import GRADIENT_CHOICES, dense_rows, describe, dtype_of, fail, output, thread_count
 from .fc_operands import PackedWeight, TransposedB, k_blocks
+from .fc_parallel import parallel_kernels as _parallel_kernels
+from .fc_parallel import row_blocks, split
 from .gemm_nt import MAX_ROW_BYTES, gemm_nt
 from .layout import empty
 
@@ -267,29 +267,6 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=
     if db is not None:
         plan.db(dz, db)
     return dx, dw, db
-
-
-def row_blocks(rows, n, k, threads, min_flops=None):
-    """``rows`` cut into up to ``threads`` (lo, hi) blocks of at least ``min_flops`` (default
-    :data:`MIN_FLOPS`) of a (rows x n x k) product each.
-
-    >>> row_blocks(10, 4, 4, threads=3, min_flops=1)
-    [(0, 4), (4, 7), (7, 10)]
-    """
-    return split(rows, 2 * rows * n * k, threads, min_flops)
-
-
-def split(count, flops, threads, min_flops=None):
-    """``count`` items (of ``flops`` in all) cut into up to ``threads`` runs (lo, hi) of about equal
-    length, each of at least ``min_flops``.
-
-    >>> split(5, 10 ** 9, threads=2), split(5, 10, threads=2)
-    ([(0, 3), (3, 5)], [(0, 5)])
-    """
-    min_flops = MIN_FLOPS if min_flops is None else min_flops
-    parts = max(1, min(threads, count, flops // min_flops))
-    q, r = divmod(count, parts)
-    return [(i * q + min(i, r), (i + 1) * q + min(i + 1, r)) for i in range(parts)]
 
 
 class RowGemm:
@@ -520,28 +497,6 @@ def panel_width(m, k, dtype):
 
 
 PANEL_BYTES = 1 << 20
-# per thread: at 1 << 22, 127 x 65 -> 1000 on 2 threads took 296-307 us (fp32) and 185-202 (bf16)
-# against 176 and 106-107 in one part (the 2-vCPU Zen 4 VM, native pool calls)
-MIN_FLOPS = 1 << 24
-
-
-def _parallel_kernels(shares):
-    """Run ``shares`` (lists of kernel calls: functools.partial of a kernel and its arrays, one list per
-    thread): one here, several as native calls on the process's pool (:meth:`isa.pool.Pool.run_native`),
-    whose workers never take the interpreter lock. Zen 4 VM, 2 threads, 127 x 384 -> 1536 fp32, ms after
-    0.25 s idle, Python pool threads / native calls: forward 1.5-1.7 / 0.86-1.0, with backward 4.2-5.0 / 2.5-3.0."""
-    if len(shares) == 1:
-        for call in shares[0]:
-            call()
-        return
-    get_pool().run_native([[call.func.raw_call(*call.args, check=CHECK_RAW_CALLS, **call.keywords) for call in share]
-                           for share in shares])
-
-
-# True: check each native call as a kernel call would be (the tests do; ~15 us a BRGEMM)
-CHECK_RAW_CALLS = False
-
-
 class _Plan:
     """The kernels of one shape, dtype and activation (JIT'd once, then looked up per call)."""
 

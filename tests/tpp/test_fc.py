@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tppasm import fc, kernel
+from tppasm import fc, fc_parallel, kernel
 from tppasm.dtypes import dtype as D
 from tppasm.eltwise import GRAD_OPS, UNARY_OPS
 from tppasm.x86.entry import NATIVE_CHECKS
@@ -33,11 +33,11 @@ def close(got, want, magnitude, dt, atol=1e-30):
 def split_rows():
     """Every GEMM cut into row blocks, whatever its size (the threshold of real calls is far above
     the shapes tested here)."""
-    saved, fc.MIN_FLOPS = fc.MIN_FLOPS, 1
+    saved, fc_parallel.MIN_FLOPS = fc_parallel.MIN_FLOPS, 1
     try:
         yield
     finally:
-        fc.MIN_FLOPS = saved
+        fc_parallel.MIN_FLOPS = saved
 
 
 @given(n=st.integers(1, 24), m=st.integers(1, 24), k=st.integers(1, 24), dt=st.sampled_from(fc.DTYPES),
@@ -371,15 +371,15 @@ def test_strided_inputs_are_taken_and_strided_outputs_refused(n, dt):
 
 
 def test_native_calls_are_checked_in_tests():
-    """The suite turns fc.CHECK_RAW_CALLS on: a view that does not fit its kernel is refused
+    """The suite turns fc_parallel.CHECK_RAW_CALLS on: a view that does not fit its kernel is refused
     before any native code runs, on the pool path as on one thread."""
     import functools
     from tppasm.eltwise import unary
     from tppasm.operand import OperandError
-    assert fc.CHECK_RAW_CALLS
+    assert fc_parallel.CHECK_RAW_CALLS
     k = unary("relu", 2, 3)
     good = functools.partial(k, np.ones((2, 3), np.float32), np.empty((2, 3), np.float32))
     bad = functools.partial(k, np.ones((2, 3), np.float32), np.empty((2, 2), np.float32))
     for shares in ([[bad]], [[good], [bad]]):
         with pytest.raises(OperandError, match="shape"):
-            fc._parallel_kernels(shares)
+            fc_parallel.parallel_kernels(shares)
