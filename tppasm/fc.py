@@ -129,7 +129,7 @@ def pack(w):
     w = dense_rows("pack", "w", w)
     dt, panels = dtype_of("pack", w), {}
     if min(w.shape):                                # (an empty product never reads panels)
-        gemm = PanelGemm(1, *w.shape, dt)
+        gemm = PanelGemm(1, *w.shape, dt, panel=packed_panel_width(*w.shape, dt))
         for c0, c1 in gemm.panels:
             calls, panels[c0, c1] = gemm._pack_calls(w, c0, c1, {})       # each panel into room of its own
             _parallel_kernels([calls])
@@ -138,6 +138,25 @@ def pack(w):
 
 # Zen 4, 1 thread, dots / packed: 1024^2 bf16 8, 16, 32 rows 0.88, 0.97, 1.05; 4096^2 1, 8, 32 rows 0.83, 0.67, 0.93
 PACKED_DOT_ROWS, PACKED_DOTS_BYTES = 16, 8 << 20
+
+
+def packed_panel_width(m, k, dtype):
+    """Columns of y per panel of a :func:`pack`: as :func:`panel_width`, but where that cuts w into
+    panels, as many multiples of :data:`PANEL` as keep a panel within :data:`PACKED_PANEL_BYTES`
+    (fewer kernel calls; nothing to pack per call). Zen 4, us, packed panels of 64 / 128 / 256 columns:
+    bf16 127 x 384 -> 1536 1 thread 700 / 679 / 668, 2 threads 548 / 444 / 394; bf16 64 x 1024 -> 4096
+    2 threads 1865 / 1567 / 1430; fp32 1024^3 1 thread 18973 / 20740 / 20588 (a 256 KiB panel at 64).
+
+    >>> packed_panel_width(1536, 384, "bf16"), packed_panel_width(1024, 1024, "f32"), packed_panel_width(64, 64, "f32")
+    (320, 64, 64)
+    """
+    width = panel_width(m, k, dtype)
+    if width == m:
+        return m
+    return max(PANEL, PACKED_PANEL_BYTES // (k * (2 if dtype == "bf16" else 4)) // PANEL * PANEL)
+
+
+PACKED_PANEL_BYTES = 256 << 10
 
 
 def dots(n, m, k):
@@ -527,7 +546,8 @@ def _forward_plan(n, m, k, dt, bias, act, threads, keep=False, packed=False):
                        add_bias={w: binary("add", n, w, lda=m, ldo=m, dtype="f32", out_dtype=dt, bcast_b="row",
                                            post=fused) for w in widths})
     else:
-        kernels.update(gemm=PanelGemm(n, m, k, dt, threads, bias=bias, act=fused))
+        panel = packed_panel_width(m, k, dt) if packed else None
+        kernels.update(gemm=PanelGemm(n, m, k, dt, threads, panel=panel, bias=bias, act=fused))
     if keep:
         kernels["act"] = unary(act, n, m, dtype=dt)
     return _Plan(**kernels)

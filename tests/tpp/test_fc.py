@@ -90,18 +90,20 @@ def test_weight_panels(n, m, k, dt, act, panels):
 @pytest.mark.parametrize("n, m, k", [(3, 40, 33), (70, 130, 128), (20, 200, 65), (9, 3, 7), (30, 64, 64)])
 @pytest.mark.parametrize("dt", fc.DTYPES)
 @pytest.mark.parametrize("act", fc.ACTS)
-@pytest.mark.parametrize("panels, dots_bytes", [(True, 1 << 40), (False, 1 << 40), (False, 0)])
+@pytest.mark.parametrize("panels, dots_bytes", [(64, 1 << 40), (128, 1 << 40), (None, 1 << 40), (None, 0)])
 def test_packed_weights(n, m, k, dt, act, panels, dots_bytes, monkeypatch):
-    """fc.pack: w in panels of 64 rows or in one, the threads taking runs of panels or of rows; up
-    to DOT_ROWS rows stream w itself where its packing outgrows PACKED_DOTS_BYTES."""
+    """fc.pack: w in panels of 64 or 128 rows (an edge panel where they do not divide m) or in
+    one, the threads taking runs of panels or of rows; up to DOT_ROWS rows stream w itself where
+    its packing outgrows PACKED_DOTS_BYTES."""
     monkeypatch.setattr(fc, "PACKED_DOTS_BYTES", dots_bytes)
+    monkeypatch.setattr(fc, "PACKED_PANEL_BYTES", (panels or 0) * k * (2 if dt == "bf16" else 4))
     rng = np.random.default_rng(n + m + k)
     x = (rng.standard_normal((n, k)) * k ** -0.5).astype(np.float32).astype(D(dt))
     w = rng.standard_normal((m, k)).astype(np.float32).astype(D(dt))
     b = rng.standard_normal(m).astype(np.float32)
     with split_rows(), panels_from(0 if panels else 1 << 40), native_calls_only():
         packed = fc.pack(w)
-        assert len(packed.panels) == (-(-m // fc.PANEL) if panels else 1)
+        assert len(packed.panels) == (-(-m // panels) if panels else 1)
         y, z = fc.forward(x, packed, b, act, out=nan((n, m), dt), threads=3)
         y2, _ = fc.forward(x, packed, b, act, out=nan((n, m), dt), pre=False, threads=3)
         path = fc._forward_plan(n, m, k, dt, True, act, 3, act in fc.GELUS, True).path
