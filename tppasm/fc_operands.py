@@ -35,10 +35,6 @@ class PackedWeight:
     def __init__(self, w, dtype, panels):
         self.w, self.dtype, self.panels = w, dtype, panels
 
-    @property
-    def shape(self):
-        return self.w.shape
-
     def __repr__(self):
         return f"PackedWeight({self.w.shape[0]} x {self.w.shape[1]} {self.dtype}, {len(self.panels)} panel(s))"
 

@@ -12,6 +12,7 @@ from tppasm.eltwise import (BINARY_OPS, GRAD_OPS, REDUCE_OPS, UNARY_OPS, Binary,
                             Transform, Unary)
 from tppasm.kernel import get_kernel
 from tppasm.operand import OperandError
+from tppasm.x86.math import ACCURACY_ABS
 from tests.support import assert_same_non_finite, isa_params, native, poisoned, run_raw, sprinkle
 
 ISAS = isa_params()
@@ -60,8 +61,8 @@ def assert_close(got, want, exact, bf16, op="", x=None, cond_op=None):
     rtol = 2.0 ** -7 if bf16 else 1.2e-6
     atol = (2.0 ** -7 if bf16 else 3e-7) if op.endswith("_bwd") else 1e-30
     atol = atol + 4 * conditioning(cond_op or op, x)
-    if op == "gelu_erf_fast":                       # its contract: absolute (tppasm.x86.math.ACCURACY_ABS)
-        atol = atol + 2.0 ** -22 * np.maximum(1, np.abs(x.astype(np.float64)))
+    if op in ACCURACY_ABS:                          # an absolute contract
+        atol = atol + ACCURACY_ABS[op] * np.maximum(1, np.abs(x.astype(np.float64)))
     bad = ~(np.abs(got64 - want64) <= rtol * np.abs(want64) + atol) & ~(np.isnan(got64) & np.isnan(want64))
     assert not bad.any(), f"{op}: {bad.sum()} elements off, e.g. got {got64[bad][:4]} want {want64[bad][:4]}"
 

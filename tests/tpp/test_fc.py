@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from tppasm import fc, fc_parallel, kernel
 from tppasm.dtypes import dtype as D
 from tppasm.eltwise import GRAD_OPS, UNARY_OPS
+from tppasm.x86.math import ACCURACY_ABS
 from tppasm.x86.entry import NATIVE_CHECKS
 
 
@@ -231,7 +232,7 @@ def check_fused_gelu(x, w, b, act, dt, threads):
 
 def act_error(act, z):
     """The absolute error an activation TPP may add at z (gelu_erf_fast: its contract)."""
-    return 2.0 ** -22 * np.maximum(1, np.abs(z.astype(np.float64))) if act == "gelu_erf_fast" else 1e-7
+    return ACCURACY_ABS[act] * np.maximum(1, np.abs(z.astype(np.float64))) if act in ACCURACY_ABS else 1e-7
 
 
 def test_row_blocks():
