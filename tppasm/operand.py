@@ -272,9 +272,17 @@ def tensor_numpy(t):
     >>> tensor_numpy(torch.ones(2, dtype=torch.bfloat16)).dtype.name
     'bfloat16'
     """
-    if t.dtype is sys.modules["torch"].bfloat16:       # (ml_dtypes loads on first use: import tppasm stays lazy)
-        return t.view(sys.modules["torch"].int16).numpy().view(to_dtype("bf16"))
-    return t.numpy()
+    dt = t.dtype
+    if dt is _TORCH_BF16[0]:
+        return t.view(_TORCH_BF16[1]).numpy().view(_TORCH_BF16[2])
+    if dt is not sys.modules["torch"].bfloat16:
+        return t.numpy()
+    torch = sys.modules["torch"]      # (ml_dtypes loads on first use: import tppasm stays lazy)
+    _TORCH_BF16[:] = torch.bfloat16, torch.int16, to_dtype("bf16")
+    return tensor_numpy(t)
+
+
+_TORCH_BF16 = [None, None, None]      # torch.bfloat16, the int16 its bits are viewed as, and NumPy's bfloat16
 
 
 def _from_torch(t, torch, name, who, writes):

@@ -117,3 +117,46 @@ def test_state_dict_and_repr_are_those_of_the_layer():
     before = net.state_dict()
     net.freeze()
     assert net.state_dict().keys() == before.keys() and "act='relu'" in repr(net)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("change", ["in place", "new parameter", "none"])
+def test_frozen_calls_read_the_bias_as_it_is_now(dtype, change, packed_calls):
+    net = layer(dtype, None).freeze()
+    x = torch.randn(3, 40).to(dtype)
+    with torch.no_grad():
+        net(x)                                  # the bias as fc takes it is remembered here
+        if change == "in place":
+            net.bias.add_(1)
+        elif change == "new parameter":
+            net.bias = torch.nn.Parameter(net.bias * 2 - 1)
+        y = net(x)
+        ref = F.linear(x.double(), net.weight.double(), net.bias.double())
+    assert packed_calls == [True, True]
+    torch.testing.assert_close(y.double(), ref, **TOL[dtype])
+
+
+@pytest.mark.parametrize("x, bias, error, message", [
+    (torch.randn(3, 40, dtype=torch.float64), None, TypeError, r"x is torch.float64; .* pass x.float\(\)"),
+    (torch.randn(3, 40).bfloat16(), None, TypeError, r"weight is torch.float32 and x torch.bfloat16"),
+    (torch.randn(3, 41), None, ValueError, r"x \(3, 41\) and weight \(70, 40\) do not fit"),
+    (torch.randn(3, 40).to_sparse(), None, ValueError, r"x is a torch.sparse_coo tensor.*to_dense\(\)"),
+    (torch.randn(3, 40), torch.randn(70, dtype=torch.float64), TypeError, r"bias is torch.float64"),
+    (torch.randn(3, 40), torch.randn(71), ValueError, r"bias has shape \(71,\); expected \(70,\)"),
+])
+def test_frozen_calls_refuse_what_the_kernels_cannot_take(x, bias, error, message):
+    net = layer(torch.float32, None).freeze()
+    if bias is not None:
+        net.bias = torch.nn.Parameter(bias, requires_grad=False)
+    with torch.no_grad(), pytest.raises(error, match=message):
+        net(x)
+
+
+def test_frozen_calls_take_strided_inputs(packed_calls):
+    net = layer(torch.float32, "relu").freeze()
+    x = torch.randn(40, 6).T                       # column-major
+    with torch.no_grad():
+        y = net(x)
+    assert packed_calls == [True]
+    torch.testing.assert_close(y.double(), torch.relu(F.linear(x.double(), net.weight.double(),
+                                                                 net.bias.double())), **TOL[torch.float32])

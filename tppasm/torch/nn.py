@@ -11,7 +11,7 @@ True
 import torch
 
 from .. import fc
-from .ops import ACTS, _forward, _unwatched, _view, linear
+from .ops import ACTS, _bias_view, _check, _run, _unwatched, _view, linear
 
 
 class Linear(torch.nn.Linear):
@@ -47,7 +47,8 @@ class Linear(torch.nn.Linear):
         unchanged. A later in-place update, new tensor or dtype of the weight is refused until
         ``freeze()`` runs again (or :meth:`unfreeze`); writes through ``weight.data`` or a NumPy
         view are not seen, so freeze again after them. Copies and pickles of the module come
-        unfrozen. Returns the module.
+        unfrozen. Returns the module. (A bfloat16 bias is read as a float32 copy made when it
+        changes, so writes to it through ``bias.data`` are not seen either.)
 
         >>> layer, x = Linear(3, 2).freeze(), torch.ones(4, 3)
         >>> with torch.no_grad():
@@ -65,7 +66,7 @@ class Linear(torch.nn.Linear):
             raise ValueError(f"tppasm.torch.Linear.freeze: the weight is a {w.layout} {w.dtype} tensor on {w.device}; "
                              "freeze takes a dense float32 or bfloat16 CPU weight: call layer.float() or "
                              "layer.bfloat16() (and .cpu()) first")
-        self._frozen = fc.pack(_view(w)), self._weight_state()
+        self._frozen = fc.pack(_view(w)), self._weight_state(self.weight), None
         return self
 
     def unfreeze(self):
@@ -78,20 +79,35 @@ class Linear(torch.nn.Linear):
         state["_frozen"] = None          # a copy's weight is another tensor: its packing would be refused
         return state
 
-    def _weight_state(self, w=None):
-        w = self.weight if w is None else w
+    @staticmethod
+    def _weight_state(w):
         return w._version, w.data_ptr(), w.dtype, w.shape
 
     def forward(self, x):
         frozen, w, b = self._frozen, self.weight, self.bias
         if frozen is not None and not (torch.is_grad_enabled() and (
                 x.requires_grad or w.requires_grad or b is not None and b.requires_grad)):
-            if self._weight_state(w) != frozen[1]:
+            packed, state, bias = frozen
+            if self._weight_state(w) != state:
                 raise ValueError("tppasm.torch.Linear: the weight changed after freeze() (an in-place update, a new "
                                  "tensor or dtype); call layer.freeze() again to pack it, or layer.unfreeze()")
             if _unwatched(x, w, b):
-                return _forward(x, w, b, self.act, pre=False, packed=frozen[0])[0]
+                if x.dtype is not w.dtype or x.layout is not torch.strided or x.dim() < 1 or x.shape[-1] != w.shape[1]:
+                    _check(x, w, b, self.act)           # the error naming the fix
+                return _run(x, packed, w.shape[0], self._frozen_bias(x, b, bias), self.act, pre=False)[0]
         return linear(x, w, b, self.act)
+
+    def _frozen_bias(self, x, b, remembered):
+        """The bias as fc takes it (a float32 NumPy array), checked and made again only for another
+        tensor or after an update in place (for a bfloat16 bias, its float32 copy)."""
+        if b is None:
+            return None
+        key = b._version, b.data_ptr(), b.dtype, b.shape, b.stride()
+        if remembered is None or remembered[0] != key:
+            _check(x, self.weight, b, self.act)
+            remembered = key, _bias_view(b)
+            self._frozen = self._frozen[:2] + (remembered,)
+        return remembered[1]
 
     def extra_repr(self):
         return f"{super().extra_repr()}, act={self.act!r}"

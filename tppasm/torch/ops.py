@@ -191,18 +191,26 @@ def _linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], act: Optional[str
 def _forward(x, weight, bias, act, pre=True, packed=None):
     """The operator's kernel: (y, z) of :func:`_linear`; ``pre=False``: z is None (no backward
     will read it) and a gelu is fused (``fc.forward(pre=False)``); ``packed``: weight's
-    :func:`tppasm.fc.pack`, read instead of it. Each torch call costs about a microsecond here, so
-    those that would change nothing are skipped."""
+    :func:`tppasm.fc.pack`, read instead of it."""
     _check(x, weight, bias, act)
+    return _run(x, _view(weight) if packed is None else packed, weight.shape[0], _bias_view(bias), act, pre)
+
+
+def _bias_view(bias):
+    """``bias`` as the float32 NumPy array fc takes (None for None)."""
+    return None if bias is None else _view(bias if bias.dtype is torch.float32 else bias.float())
+
+
+def _run(x, w, out, b, act, pre=True):
+    """(y, z) of :func:`_forward` for a checked x and weight, given as ``w`` (a NumPy view or
+    :class:`tppasm.fc.PackedWeight`) of ``out`` rows and ``b`` (:func:`_bias_view`). Each torch
+    call costs about a microsecond here, so those that would change nothing are skipped."""
     flat = x.dim() == 2
     rows = x if flat else x.reshape(math.prod(x.shape[:-1]), x.shape[-1])     # -1 is ambiguous for 0 columns
-    out = weight.shape[0]
     y = _new(rows.shape[0], out, dtype=x.dtype)
     z = None if not pre else _new(*y.shape, dtype=x.dtype) if act in _GELUS else x.new_empty(0)
-    b = None if bias is None else _view(bias if bias.dtype is torch.float32 else bias.float())
-    z_out = _view(z) if z is not None and z.numel() else None if pre else False
-    fc.forward(_view(rows), _view(weight) if packed is None else packed, b, act, out=_view(y), pre=z_out,
-               threads=torch.get_num_threads())
+    z_out = tensor_numpy(z) if z is not None and z.numel() else None if pre else False
+    fc.forward(_view(rows), w, b, act, out=tensor_numpy(y), pre=z_out, threads=torch.get_num_threads())
     return y if flat else y.reshape(*x.shape[:-1], out), z
 
 
