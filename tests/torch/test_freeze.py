@@ -160,3 +160,15 @@ def test_frozen_calls_take_strided_inputs(packed_calls):
     assert packed_calls == [True]
     torch.testing.assert_close(y.double(), torch.relu(F.linear(x.double(), net.weight.double(),
                                                                  net.bias.double())), **TOL[torch.float32])
+
+
+def test_parameters_made_under_inference_mode_freeze_and_run():
+    with torch.inference_mode():
+        net = layer(torch.float32, "relu").freeze()       # inference tensors: no version counter
+        x = torch.randn(3, 40)
+        y = net(x)
+        net.bias.add_(1)                                  # seen through the float32 bias's view
+        y2 = net(x)
+    ref = torch.relu(F.linear(x.double(), net.weight.double(), net.bias.double()))
+    torch.testing.assert_close(y2.double(), ref, **TOL[torch.float32])
+    assert not torch.equal(y, y2)

@@ -46,9 +46,10 @@ class Linear(torch.nn.Linear):
         a few rows stream the weight as stored, as before). Training calls are
         unchanged. A later in-place update, new tensor or dtype of the weight is refused until
         ``freeze()`` runs again (or :meth:`unfreeze`); writes through ``weight.data`` or a NumPy
-        view are not seen, so freeze again after them. Copies and pickles of the module come
-        unfrozen. Returns the module. (A bfloat16 bias is read as a float32 copy made when it
-        changes, so writes to it through ``bias.data`` are not seen either.)
+        view are not seen, so freeze again after them, nor are updates in place of parameters
+        made under ``torch.inference_mode()``, which count no versions. A bfloat16 bias is read
+        as a float32 copy made when it changes, so writes to it through ``bias.data`` are not
+        seen either. Copies and pickles of the module come unfrozen. Returns the module.
 
         >>> layer, x = Linear(3, 2).freeze(), torch.ones(4, 3)
         >>> with torch.no_grad():
@@ -81,7 +82,9 @@ class Linear(torch.nn.Linear):
 
     @staticmethod
     def _weight_state(w):
-        return w._version, w.data_ptr(), w.dtype, w.shape
+        """What freeze() checks of a parameter: an inference tensor (made under
+        ``torch.inference_mode()``) counts no versions, so its updates in place are not seen."""
+        return None if w.is_inference() else w._version, w.data_ptr(), w.dtype, w.shape
 
     def forward(self, x):
         frozen, w, b = self._frozen, self.weight, self.bias
@@ -102,7 +105,7 @@ class Linear(torch.nn.Linear):
         tensor or after an update in place (for a bfloat16 bias, its float32 copy)."""
         if b is None:
             return None
-        key = b._version, b.data_ptr(), b.dtype, b.shape, b.stride()
+        key = self._weight_state(b), b.stride()
         if remembered is None or remembered[0] != key:
             _check(x, self.weight, b, self.act)
             remembered = key, _bias_view(b)
