@@ -9,6 +9,7 @@ reach :func:`call` instead, which views them as NumPy arrays over the same memor
 (:func:`as_ndarray`: no copy, so a kernel's writes land in the caller's tensor) and enters the
 kernel again with those.
 """
+import functools
 import sys
 from dataclasses import dataclass
 
@@ -272,17 +273,16 @@ def tensor_numpy(t):
     >>> tensor_numpy(torch.ones(2, dtype=torch.bfloat16)).dtype.name
     'bfloat16'
     """
-    dt = t.dtype
-    if dt is _TORCH_BF16[0]:
-        return t.view(_TORCH_BF16[1]).numpy().view(_TORCH_BF16[2])
-    if dt is not sys.modules["torch"].bfloat16:
-        return t.numpy()
-    torch = sys.modules["torch"]      # (ml_dtypes loads on first use: import tppasm stays lazy)
-    _TORCH_BF16[:] = torch.bfloat16, torch.int16, to_dtype("bf16")
-    return tensor_numpy(t)
+    torch = sys.modules["torch"]
+    if t.dtype is torch.bfloat16:
+        return t.view(torch.int16).numpy().view(_numpy_bf16())
+    return t.numpy()
 
 
-_TORCH_BF16 = [None, None, None]      # torch.bfloat16, the int16 its bits are viewed as, and NumPy's bfloat16
+@functools.cache
+def _numpy_bf16():
+    """NumPy's bfloat16 (ml_dtypes loads on first use: import tppasm stays lazy), looked up once."""
+    return to_dtype("bf16")
 
 
 def _from_torch(t, torch, name, who, writes):

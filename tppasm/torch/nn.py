@@ -67,7 +67,7 @@ class Linear(torch.nn.Linear):
             raise ValueError(f"tppasm.torch.Linear.freeze: the weight is a {w.layout} {w.dtype} tensor on {w.device}; "
                              "freeze takes a dense float32 or bfloat16 CPU weight: call layer.float() or "
                              "layer.bfloat16() (and .cpu()) first")
-        self._frozen = fc.pack(_view(w)), self._weight_state(self.weight), None
+        self._frozen = _Frozen(fc.pack(_view(w)), self._state(self.weight))
         return self
 
     def unfreeze(self):
@@ -81,36 +81,44 @@ class Linear(torch.nn.Linear):
         return state
 
     @staticmethod
-    def _weight_state(w):
+    def _state(p):
         """What freeze() checks of a parameter: an inference tensor (made under
         ``torch.inference_mode()``) counts no versions, so its updates in place are not seen."""
-        return None if w.is_inference() else w._version, w.data_ptr(), w.dtype, w.shape
+        return (None if p.is_inference() else p._version), p.data_ptr(), p.dtype, p.shape
 
     def forward(self, x):
         frozen, w, b = self._frozen, self.weight, self.bias
         if frozen is not None and not (torch.is_grad_enabled() and (
                 x.requires_grad or w.requires_grad or b is not None and b.requires_grad)):
-            packed, state, bias = frozen
-            if self._weight_state(w) != state:
+            if self._state(w) != frozen.weight_state:
                 raise ValueError("tppasm.torch.Linear: the weight changed after freeze() (an in-place update, a new "
                                  "tensor or dtype); call layer.freeze() again to pack it, or layer.unfreeze()")
             if _unwatched(x, w, b):
                 if x.dtype is not w.dtype or x.layout is not torch.strided or x.dim() < 1 or x.shape[-1] != w.shape[1]:
                     _check(x, w, b, self.act)           # the error naming the fix
-                return _run(x, packed, w.shape[0], self._frozen_bias(x, b, bias), self.act, pre=False)[0]
+                return _run(x, frozen.packed, w.shape[0], self._frozen_bias(x, b, frozen), self.act, pre=False)[0]
         return linear(x, w, b, self.act)
 
-    def _frozen_bias(self, x, b, remembered):
+    def _frozen_bias(self, x, b, frozen):
         """The bias as fc takes it (a float32 NumPy array), checked and made again only for another
         tensor or after an update in place (for a bfloat16 bias, its float32 copy)."""
         if b is None:
             return None
-        key = self._weight_state(b), b.stride()
-        if remembered is None or remembered[0] != key:
+        state = self._state(b), b.stride()
+        if frozen.bias_state != state:
             _check(x, self.weight, b, self.act)
-            remembered = key, _bias_view(b)
-            self._frozen = self._frozen[:2] + (remembered,)
-        return remembered[1]
+            frozen.bias, frozen.bias_state = _bias_view(b), state
+        return frozen.bias
 
     def extra_repr(self):
         return f"{super().extra_repr()}, act={self.act!r}"
+
+
+class _Frozen:
+    """What :meth:`Linear.freeze` keeps: the packed weight and the weight's state when packed, and
+    the bias as fc takes it with the bias's state when that was made (None before the first call)."""
+
+    __slots__ = ("packed", "weight_state", "bias", "bias_state")
+
+    def __init__(self, packed, weight_state):
+        self.packed, self.weight_state, self.bias, self.bias_state = packed, weight_state, None, None

@@ -188,12 +188,11 @@ def _linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], act: Optional[str
     return _forward(x, weight, bias, act)
 
 
-def _forward(x, weight, bias, act, pre=True, packed=None):
+def _forward(x, weight, bias, act, pre=True):
     """The operator's kernel: (y, z) of :func:`_linear`; ``pre=False``: z is None (no backward
-    will read it) and a gelu is fused (``fc.forward(pre=False)``); ``packed``: weight's
-    :func:`tppasm.fc.pack`, read instead of it."""
+    will read it) and a gelu is fused (``fc.forward(pre=False)``)."""
     _check(x, weight, bias, act)
-    return _run(x, _view(weight) if packed is None else packed, weight.shape[0], _bias_view(bias), act, pre)
+    return _run(x, _view(weight), weight.shape[0], _bias_view(bias), act, pre)
 
 
 def _bias_view(bias):
