@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from . import buffers
 from .dtypes import NUMPY_NAMES, name_of, numpy_dtype
 from .operand import as_ndarray
 
@@ -32,7 +33,9 @@ def empty(shape, dtype="f32", align=ALIGN):
     NumPy aligns large arrays to 16 bytes only. A kernel reading 32- or 64-byte rows of such an
     array splits loads across two cache lines, and a BRGEMM whose B is misaligned was measured
     5-15% slower here, so allocate operands with this (or pass them through :func:`aligned`).
-    ``dtype``: a tppasm name ("f32", "bf16", ...) or anything ``np.dtype`` takes.
+    ``dtype``: a tppasm name ("f32", "bf16", ...) or anything ``np.dtype`` takes. From 64 KiB on,
+    the memory is reused once no array on it is alive (:mod:`tppasm.buffers`: no page faults in
+    calls that allocate the same sizes again and again).
 
     >>> x = empty((3, 5), "bf16")
     >>> x.ctypes.data % 64, x.shape, x.dtype.name, x.flags.c_contiguous
@@ -50,7 +53,12 @@ def empty(shape, dtype="f32", align=ALIGN):
     if count * dt.itemsize > _MAX_BYTES - align or not count and max(shape, default=0) > _MAX_BYTES:
         raise ValueError(f"empty: shape {shape} of {dt.name} would span {count * dt.itemsize} bytes, more than an "
                          f"array can address (2**63 - 1 bytes); check the shape")
-    raw = np.empty((max(count, 1) * dt.itemsize) + align, np.uint8)
+    nbytes = max(count, 1) * dt.itemsize + align
+    if nbytes >= buffers.FROM:
+        out = buffers.array(shape, dt, nbytes, align)
+        if out is not None:
+            return out
+    raw = np.empty(nbytes, np.uint8)
     start = -ctypes.addressof(ctypes.c_char.from_buffer(raw)) % align      # (raw.ctypes.data: 3x the time)
     return np.ndarray(shape, dt, raw, start)            # (a slice, view and reshape: 3x the time)
 
