@@ -37,7 +37,8 @@ from .brgemm import brgemm
 from .dtypes import dtype as numpy_dtype
 from .eltwise import GRAD_OPS, UNARY_OPS, binary, reduce, transform, unary
 from .fc_args import DTYPES  # noqa: F401  (fc.DTYPES: the dtypes a layer takes)
-from .fc_args import GRADIENT_CHOICES, dense_rows, describe, dtype_of, fail, output, thread_count
+from .fc_args import (GRADIENT_CHOICES, dense_rows, describe, dtype_of, fail, output, refuse_overlap,
+                      thread_count)
 from .fc_operands import PackedWeight, TransposedB, k_blocks
 from .fc_parallel import parallel_kernels as _parallel_kernels
 from .fc_parallel import row_blocks, split
@@ -53,7 +54,8 @@ GRADIENTS = {None: None, "relu": "relu_bwd", "gelu": "gelu_bwd", "gelu_erf": "ge
 def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     """``(y, z)``: ``y = act(x @ w.T + bias)`` and, for the gelus, ``z`` the pre-activation the
     backward needs (None otherwise). ``out`` / ``pre`` receive y / z when given (else allocated):
-    writable C-contiguous arrays of y's shape and x's dtype (``pre`` only with a gelu); ``w`` may be
+    writable C-contiguous arrays of y's shape and x's dtype (``pre`` only with a gelu), sharing no
+    memory with the inputs or each other (else :class:`tppasm.operand.OperandError`); ``w`` may be
     its :func:`pack` instead.
     ``pre=False`` (inference: no backward will read z) fuses a gelu into the GEMM's epilogue, or
     into the bias add, instead of writing z and running the activation as a pass of its own; z is
@@ -96,6 +98,9 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
         if pre is not None and pre is not False:
             fail("forward", f"pre is given with act={act!r}, which has no pre-activation to write (only the gelus "
                             "keep z for the backward); pass pre=None")
+    given = [(name, a) for name, a in (("out", out), ("pre", pre if keep else None)) if a is not None]
+    if given:
+        refuse_overlap("forward", given, (("x", x), ("w", w), ("bias", bias)))
     if min(n, m, k) == 0:
         acc = np.zeros((n, m), np.float64) + (0 if bias is None else bias.astype(np.float64))
         if z is not None:
@@ -232,7 +237,8 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=
     """``(dx, dw, db)`` of :func:`forward` for the output gradient ``dy`` (N, M); ``saved`` is y
     for relu, z for the gelus, None without an activation. Each of ``dx``/``dw``/``db`` is True
     (compute it), False (skip it: None is returned) or a writable C-contiguous array to write it
-    into (dx and dw in x's dtype, db float32).
+    into (dx and dw in x's dtype, db float32), sharing no memory with the inputs or each other
+    (else :class:`tppasm.operand.OperandError`).
     ``threads`` as for :func:`forward`.
 
     >>> import numpy as np
@@ -260,10 +266,14 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=
                          "saved.astype(x.dtype)")
     if type(threads) is not int or threads < 1:
         threads = thread_count("backward", threads)
-    dx, dw, db = (empty(shape, dtype) if out is True else None if out is False else
-                  output("backward", name, out, shape, dtype, GRADIENT_CHOICES)
+    dx, dw, db = (out if out is True or out is False else output("backward", name, out, shape, dtype, GRADIENT_CHOICES)
                   for name, out, shape, dtype in (("dx", dx, (n, k), dt), ("dw", dw, (m, k), dt),
                                                   ("db", db, (m,), "f32")))
+    given = [(name, a) for name, a in (("dx", dx), ("dw", dw), ("db", db)) if a is not None and a is not True]
+    if given:
+        refuse_overlap("backward", given, (("dy", dy), ("x", x), ("w", w), ("saved", saved)))
+    dx, dw, db = (empty(shape, dtype) if out is True else None if out is False else out
+                  for out, shape, dtype in ((dx, (n, k), dt), (dw, (m, k), dt), (db, (m,), "f32")))
     if min(n, m, k) == 0:                     # nothing to multiply: NumPy does the rest
         dz = dy.astype(np.float64)
         if act is not None:

@@ -14,7 +14,7 @@ import numbers
 import numpy as np
 
 from .dtypes import dtype as numpy_dtype, name_of
-from .operand import as_ndarray, origin_of
+from .operand import OperandError, as_ndarray, origin_of
 
 DTYPES = ("f32", "bf16")
 _NAMES = {numpy_dtype(name): name for name in DTYPES}
@@ -65,6 +65,21 @@ def output(who, name, a, shape, dt, choices=ALLOCATED):
     fail(who, f"{name} must be a C-contiguous writable {want} array of shape {shape}, got {describe(a)}; pass "
               f"such an array (e.g. tppasm.empty({shape}, {name_of(want)!r})) {choices}",
          ValueError if array else TypeError)
+
+
+def refuse_overlap(who, given, inputs):
+    """OperandError (a ValueError) naming the fix where an output array the caller gave (``given``: (name, array)
+    pairs) shares memory with one of ``inputs`` ((name, array or None) pairs) or with another
+    output: each kernel of a call reads its inputs after others have written outputs, so the
+    result would be wrong (the kernels' own overlap checks see one kernel at a time, and none on
+    threads). Inputs and outputs are C-contiguous here, so overlapping bounds are shared memory."""
+    for i, (name, out) in enumerate(given):
+        for role, pairs in (("the input", inputs), ("the output", given[:i])):
+            for other, a in pairs:
+                if a is not None and np.may_share_memory(out, a):
+                    fail(who, f"{name} shares memory with {role} {other}; each result needs memory of its own, apart "
+                              f"from the inputs: pass a separate array for {name} (e.g. tppasm.empty({out.shape}, "
+                              f"{name_of(out.dtype)!r})) or let it be allocated", OperandError)
 
 
 def describe(a):

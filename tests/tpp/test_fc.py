@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from tppasm import fc, fc_parallel, kernel
 from tppasm.dtypes import dtype as D
 from tppasm.eltwise import GRAD_OPS, UNARY_OPS
+from tppasm.operand import OperandError
 from tppasm.x86.math import ACCURACY_ABS
 from tppasm.x86.entry import NATIVE_CHECKS
 
@@ -371,6 +372,54 @@ def test_strided_inputs_are_taken_and_strided_outputs_refused(n, dt):
         fc.backward(dy, x, w, dw=nan((m, k), "f32" if dt == "bf16" else "bf16"))
     with pytest.raises(ValueError, match="x must be a 2-D array"):
         fc.forward(x[0], w)
+
+
+def _overlaps(n):
+    """(call, message) pairs: fc calls whose outputs share memory with an input or with each other,
+    on n x n operands (n = 64: one panel; 512: several, and two threads take parts)."""
+    rng = np.random.default_rng(n)
+    x, w, dy = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(3))
+    o, buf = np.empty((n, n), np.float32), np.empty(2 * n * n, np.float32)
+    part = buf[n * n // 2:][:n * n].reshape(n, n)           # half over x2, half past it
+    x2 = buf[:n * n].reshape(n, n)
+    x2[...] = x
+    return [
+        (lambda t: fc.forward(x, w, out=x, threads=t), "fc.forward: out shares memory with the input x"),
+        (lambda t: fc.forward(x, w, out=w, threads=t), "out shares memory with the input w"),
+        (lambda t: fc.forward(x, fc.pack(w), out=w, threads=t), "out shares memory with the input w"),
+        (lambda t: fc.forward(x2, w, out=part, threads=t), "out shares memory with the input x"),
+        (lambda t: fc.forward(x, w, o[3], out=o, threads=t), "out shares memory with the input bias"),
+        (lambda t: fc.forward(x, w, act="gelu", out=o, pre=o, threads=t), "pre shares memory with the output out"),
+        (lambda t: fc.forward(x, w, act="gelu", pre=x, threads=t), "pre shares memory with the input x"),
+        (lambda t: fc.backward(dy, x, w, dx=x, threads=t), "fc.backward: dx shares memory with the input x"),
+        (lambda t: fc.backward(dy, x, w, dx=dy, threads=t), "dx shares memory with the input dy"),
+        (lambda t: fc.backward(dy, x, w, dx=False, dw=dy, threads=t), "dw shares memory with the input dy"),
+        (lambda t: fc.backward(dy, x, w, dx=o, dw=o, threads=t), "dw shares memory with the output dx"),
+        (lambda t: fc.backward(dy, x, w, db=dy[0], threads=t), "db shares memory with the input dy"),
+        (lambda t: fc.backward(dy, x, w, "relu", x, dw=x, threads=t), "dw shares memory with the input x"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_overlaps(8))))
+@pytest.mark.parametrize("n, threads", [(64, 1), (512, 2)])
+def test_outputs_sharing_memory_are_refused(case, n, threads):
+    """An output given that shares memory with an input or another output would be read after a
+    kernel wrote it (a wrong result, on threads with no kernel check at all): refused with an
+    OperandError naming both and the fix."""
+    call, message = _overlaps(n)[case]
+    with pytest.raises(OperandError, match=message + r".*pass a separate array .* or let it be allocated"):
+        call(threads)
+
+
+def test_separate_outputs_are_taken():
+    rng = np.random.default_rng(0)
+    x, w, dy = (rng.standard_normal((16, 16)).astype(np.float32) for _ in range(3))
+    buf = np.full(3 * 256 + 16, np.nan, np.float32)          # outputs side by side in one buffer
+    dx, dw, db = buf[:256].reshape(16, 16), buf[256:512].reshape(16, 16), buf[512:528]
+    fc.backward(dy, x, w, dx=dx, dw=dw, db=db)
+    y, z = fc.forward(x, w, act="gelu", out=buf[528:784].reshape(16, 16), pre=np.empty((16, 16), np.float32))
+    assert np.allclose(dx, dy @ w, atol=1e-4) and np.allclose(dw, dy.T @ x, atol=1e-4)
+    assert np.allclose(db, dy.sum(0), atol=1e-5) and np.allclose(z, x @ w.T, atol=1e-4)
 
 
 def test_native_calls_are_checked_in_tests():
