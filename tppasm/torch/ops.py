@@ -20,7 +20,7 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
-from .. import buffers, fc
+from .. import fc
 from ..layout import empty
 from ..operand import as_ndarray, tensor_numpy
 
@@ -152,22 +152,19 @@ def _check_backward(dy, x, weight, saved, act, needs, real=True):
                          "relu, z (the operator's second output) for the gelus, None without an activation")
 
 
-def _new(*shape, dtype):
-    """An uninitialized contiguous CPU tensor. From 64 KiB on it is :func:`tppasm.empty`'s memory
-    (zero-copy), which later calls reuse once the tensor is freed (:mod:`tppasm.buffers`) and
-    which from 4 MiB on NumPy asks the kernel to back with transparent huge pages where the system
-    leaves that to madvise (a common default). torch's allocator does neither: a kernel writing a
-    fresh 64 MiB gradient took 16,384 page faults (on Zen 4, torch.empty + fill of 64 MiB 21 ms, a
-    NumPy-backed tensor 5 ms), and a training step of 128 x 512 -> 512 fp32 took 64-78 faults a
-    call in torch's memory, none in the pool's."""
-    itemsize = 4 if dtype == torch.float32 else 2
-    if math.prod(shape) * itemsize < buffers.FROM:
-        return torch.empty(*shape, dtype=dtype)
-    if dtype == torch.float32:
-        return torch.from_numpy(empty(shape, "f32"))
-    return torch.from_numpy(empty(shape, "bf16").view(np.int16)).view(dtype)
-
-
+def _tensor(a):
+    """A torch tensor on ``a``'s memory (a float32 or bfloat16 array fc allocated with
+    :func:`tppasm.empty`): zero-copy, so the memory is :mod:`tppasm.buffers`' from 64 KiB on,
+    which later calls reuse once the tensor is freed, and from 4 MiB on NumPy asks the kernel to
+    back with transparent huge pages where the system leaves that to madvise (a common default).
+    torch's allocator does neither: a kernel writing a fresh 64 MiB gradient took 16,384 page
+    faults (on Zen 4, torch.empty + fill of 64 MiB 21 ms, a NumPy-backed tensor 5 ms), and a
+    training step of 128 x 512 -> 512 fp32 took 64-78 faults a call in torch's memory, none in the
+    pool's. (fc allocates the outputs itself: outputs passed in would be checked against the
+    inputs, ~5 us a step.)"""
+    if a.dtype == np.float32:
+        return torch.from_numpy(a)
+    return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
 
 
 def _view(t):
@@ -203,14 +200,13 @@ def _bias_view(bias):
 
 def _run(x, w, out, b, act, pre=True):
     """(y, z) of :func:`_forward` for a checked x and weight, given as ``w`` (a NumPy view or
-    :class:`tppasm.fc.PackedWeight`) of ``out`` rows and ``b`` (:func:`_bias_view`). Each torch
-    call costs about a microsecond here, so those that would change nothing are skipped."""
+    :class:`tppasm.fc.PackedWeight`) of ``out`` rows and ``b`` (:func:`_bias_view`); y and z are
+    fc's arrays (:func:`_tensor`). Each torch call costs about a microsecond here, so those that
+    would change nothing are skipped."""
     flat = x.dim() == 2
     rows = x if flat else x.reshape(math.prod(x.shape[:-1]), x.shape[-1])     # -1 is ambiguous for 0 columns
-    y = _new(rows.shape[0], out, dtype=x.dtype)
-    z = None if not pre else _new(*y.shape, dtype=x.dtype) if act in _GELUS else x.new_empty(0)
-    z_out = tensor_numpy(z) if z is not None and z.numel() else None if pre else False
-    fc.forward(_view(rows), w, b, act, out=tensor_numpy(y), pre=z_out, threads=torch.get_num_threads())
+    y, z = fc.forward(_view(rows), w, b, act, pre=None if pre else False, threads=torch.get_num_threads())
+    y, z = _tensor(y), (x.new_empty(0) if z is None else _tensor(z)) if pre else None
     return y if flat else y.reshape(*x.shape[:-1], out), z
 
 
@@ -234,12 +230,11 @@ def _backward_kernel(dy, x, weight, saved, act, needs):
     _check_backward(dy, x, weight, saved, act, needs)
     flat = x.dim() == 2
     n, k, m = math.prod(x.shape[:-1]), x.shape[-1], weight.shape[0]
-    grads = [_new(n, k, dtype=x.dtype) if needs[0] else x.new_empty(0),
-             _new(m, k, dtype=x.dtype) if needs[1] else x.new_empty(0),
-             _new(m, dtype=torch.float32) if needs[2] else x.new_empty(0, dtype=torch.float32)]
-    fc.backward(_view(dy if flat else dy.reshape(n, m)), _view(x if flat else x.reshape(n, k)), _view(weight), act,
-                None if saved is None else _view(saved if saved.dim() == 2 else saved.reshape(n, m)),
-                *(_view(g) if need else False for g, need in zip(grads, needs)), threads=torch.get_num_threads())
+    grads = fc.backward(_view(dy if flat else dy.reshape(n, m)), _view(x if flat else x.reshape(n, k)), _view(weight),
+                        act, None if saved is None else _view(saved if saved.dim() == 2 else saved.reshape(n, m)),
+                        *map(bool, needs), threads=torch.get_num_threads())
+    grads = [_tensor(g) if need else x.new_empty(0, dtype=torch.float32 if i == 2 else x.dtype)
+             for i, (g, need) in enumerate(zip(grads, needs))]
     if needs[0] and not flat:
         grads[0] = grads[0].reshape(x.shape)
     return tuple(grads)
