@@ -36,14 +36,14 @@ def shapes(text):
 _SHAPES = options.shapes("rows x in x out triples", "--shapes 8x4096x4096,1x768x3072", 3)
 
 
-def path_of(n, k, m):
+def path_of(n, k, m, dtype="f32"):
     """The forward path :mod:`tppasm.fc` takes for this shape.
 
     >>> path_of(1, 4096, 4096), path_of(1024, 1024, 1024)
     ('dots', 'panels')
     """
     from tppasm import fc
-    return "dots" if fc.dots(n, m, k) else "transposed" if fc.transposed(n, m, k) else "panels"
+    return "dots" if fc.dots(n, m, k) else "transposed" if fc.transposed(n, m, k, dtype) else "panels"
 
 
 def bench_shape(rep, torch, threads, n, k, m, dtype, backward, rounds):
@@ -81,7 +81,7 @@ def bench_shape(rep, torch, threads, n, k, m, dtype, backward, rounds):
     flops = 2 * n * k * m * (3 if backward else 1)
     gflops = flops / t_ours / 1e9
     wbytes = m * k * w.element_size()
-    rep.add(dtype, f"{n}x{k}->{m}", path_of(n, k, m), t_ours * 1e3, t_torch * 1e3, ratio, frozen, gflops,
+    rep.add(dtype, f"{n}x{k}->{m}", path_of(n, k, m, dtype), t_ours * 1e3, t_torch * 1e3, ratio, frozen, gflops,
             100 * gflops / (peak(dtype) * threads), wbytes / t_ours / 1e9, err,
             x=f"{dtype} {n}x{k}x{m}", gflops=gflops, torch_gflops=flops / t_torch / 1e9,
             peak_gflops=peak(dtype) * threads)

@@ -10,7 +10,7 @@ in_features), the bias b has M values, and
 The forward transposes w (and packs it to VNNI2 for bf16) in panels of 64 of its rows, each used
 at once by a BRGEMM over all of x's rows with bias + relu fused in its epilogue
 (:class:`PanelGemm`; one panel where w fits in a core's L2). Where x has fewer elements than w
-(:func:`transposed`), it computes ``(w @ x.T).T`` and moves x and y instead of w; for up to
+and fewer than 192 rows (:func:`transposed`), it computes ``(w @ x.T).T`` and moves x and y instead of w; for up to
 :data:`DOT_ROWS` rows (:func:`dots`: a decoder's next token) it takes the dot products of x's rows
 with w's as stored (:class:`DotGemm`, :func:`tppasm.gemm_nt`), streaming w once at the speed of
 memory (on Zen 4, 1 thread, 8 rows against a 4096 x 4096 weight: 4.5 ms in fp32 against 7.7 for
@@ -196,16 +196,28 @@ def _forward_dots(plan, x, w, bias, out):
     plan.add_bias(y32, plan.zero_bias if bias is None else bias, out)
 
 
-def transposed(n, m, k):
+def transposed(n, m, k, dtype="f32"):
     """Whether :func:`forward` computes ``(w @ x.T).T`` rather than ``x @ w.T``: when x and y (n rows)
     hold fewer elements than w, so that moving them costs less than transposing (and for bf16
     packing) the weight on every call. A few rows against a large weight (a decoder's next token)
-    then stream w once, as the BRGEMM's A, instead of copying it first.
+    then stream w once, as the BRGEMM's A, instead of copying it first. Not from
+    :data:`TRANSPOSED_ROWS` rows on, nor for an x of more than :data:`TRANSPOSED_X_BYTES` (its
+    packing is the BRGEMM's B, read again for each block of w's rows), where the panels are faster.
 
-    >>> transposed(8, 4096, 4096), transposed(1024, 1024, 1024)
-    (True, False)
+    >>> transposed(8, 4096, 4096), transposed(1024, 1024, 1024), transposed(256, 4096, 4096)
+    (True, False, False)
     """
-    return n * (k + m) < m * k
+    return (n * (k + m) < m * k and n < TRANSPOSED_ROWS
+            and n * k * (2 if dtype == "bf16" else 4) <= TRANSPOSED_X_BYTES)
+
+
+# Zen 4, 1 thread, ms of the transposed forward / the panels (P/T): fp32 256 x 4096 -> 4096 111 / 80, bf16
+# 48 / 39; 256 x 768 -> 3072 13.4 / 11.4 (bf16 6.1 / 5.8); 256 x 2048 -> 8192 98 / 79; 256 x 1024 -> 1024
+# 5.04 / 4.92; 128 x 4096 -> 4096 (x 2 MiB) 46.8 / 42.5; against 64 x 4096 -> 4096 (x 1 MiB) 19.6 / 23.5,
+# 96 x 4096 -> 4096 32.0 / 33.4, 127 x 384 -> 1536 1.46 / 2.09, 96 x 768 -> 3072 4.3 / 4.8; from 160 to
+# 192 rows the two are within 4% either way.
+TRANSPOSED_ROWS = 192
+TRANSPOSED_X_BYTES = 3 << 19
 
 
 def _forward_transposed(plan, x, w, bias, out):
@@ -541,7 +553,7 @@ def _forward_plan(n, m, k, dt, bias, act, threads, keep=False, packed=False):
     ``packed``: w is a :class:`PackedWeight`, read in its panels but where its dots stream it."""
     fused = None if keep else act
     stream = not packed or n <= PACKED_DOT_ROWS or m * k * (2 if dt == "bf16" else 4) > PACKED_DOTS_BYTES
-    path = "dots" if dots(n, m, k) and stream else "transposed" if transposed(n, m, k) and not packed else "panels"
+    path = "dots" if dots(n, m, k) and stream else "transposed" if transposed(n, m, k, dt) and not packed else "panels"
     kernels = {"path": path}
     if path == "dots":
         direct = not bias and not fused

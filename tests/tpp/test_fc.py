@@ -76,6 +76,14 @@ def test_rows_fewer_than_the_weight(n, m, k, dt, act, shared_post, monkeypatch):
         check_layer(n, m, k, dt, act, bias=k % 2 == 1, threads=3, seed=n * m * k, scale=k ** -0.5)
 
 
+@pytest.mark.parametrize("n, m, k, dt, moves_x", [
+    (64, 4096, 4096, "f32", True), (96, 4096, 4096, "f32", True), (128, 4096, 4096, "f32", False),
+    (128, 4096, 4096, "bf16", True), (191, 1024, 1024, "f32", True), (192, 1024, 1024, "bf16", False),
+    (256, 768, 3072, "f32", False), (1024, 1024, 1024, "f32", False), (8, 4096, 4096, "bf16", True)])
+def test_the_transposed_forward_is_for_fewer_rows_than_192_and_an_x_of_at_most_1_5_mib(n, m, k, dt, moves_x):
+    assert fc.transposed(n, m, k, dt) is moves_x
+
+
 @pytest.mark.parametrize("n, m, k", [(70, 130, 128), (100, 64, 192), (70, 200, 65), (90, 3, 7)])
 @pytest.mark.parametrize("dt", fc.DTYPES)
 @pytest.mark.parametrize("act", [None, "relu", "gelu_erf", "gelu_erf_fast"])
