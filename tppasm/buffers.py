@@ -12,9 +12,13 @@ Each buffer is a NumPy allocation held by a ctypes array (its *owner*), on which
 made. The owner is not a NumPy array, so the array made on it is the base of every view, slice
 or reshape of it, and ``torch.from_numpy`` holds it too: a weak reference to it tells when none of
 them is alive, and the buffer goes back to the pool then. (On a memoryview instead, NumPy 2 makes
-the views' base the NumPy array under it, and the buffer would come back while views live.) The pool owns at most ``limit`` bytes, handed out and free
-together (:func:`set_buffer_cache_limit`; 128 MiB unless ``TPPASM_BUFFER_CACHE_MIB`` says
-otherwise); beyond that, arrays get memory of their own as NumPy gives it.
+the views' base the NumPy array under it, and the buffer would come back while views live.)
+
+The pool owns at most ``limit`` bytes, handed out and free together
+(:func:`set_buffer_cache_limit`; 128 MiB unless ``TPPASM_BUFFER_CACHE_MIB`` says otherwise);
+beyond that, arrays get memory of their own as NumPy gives it. Threads share it without a lock:
+taking and giving back are single list operations under the GIL (the byte count may be off
+by a buffer when two threads add one at once).
 
 >>> new = lambda: array((FROM,), np.dtype(np.uint8), FROM + 64, 64)
 >>> a = new(); address = a.ctypes.data

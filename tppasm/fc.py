@@ -10,7 +10,7 @@ in_features), the bias b has M values, and
 The forward transposes w (and packs it to VNNI2 for bf16) in panels of 64 of its rows, each used
 at once by a BRGEMM over all of x's rows with bias + relu fused in its epilogue
 (:class:`PanelGemm`; one panel where w fits in a core's L2). Where x has fewer elements than w
-and fewer than 192 rows (:func:`transposed`), it computes ``(w @ x.T).T`` and moves x and y instead of w; for up to
+and few rows (:func:`transposed`), it computes ``(w @ x.T).T`` and moves x and y instead of w; for up to
 :data:`DOT_ROWS` rows (:func:`dots`: a decoder's next token) it takes the dot products of x's rows
 with w's as stored (:class:`DotGemm`, :func:`tppasm.gemm_nt`), streaming w once at the speed of
 memory (on Zen 4, 1 thread, 8 rows against a 4096 x 4096 weight: 4.5 ms in fp32 against 7.7 for
