@@ -166,6 +166,24 @@ def test_index_fields_of_other_types_are_dropped_like_absent_entries(tmp_path):
     assert store.info()["entries"]["tune"] == 1
 
 
+@pytest.mark.parametrize("field, value", [("used", 10 ** 400), ("used", -(10 ** 400)), ("start", 1 << 70),
+                                          ("size", 1 << 64), ("seg", "seg-abc\u0000x"), ("seg", "seg-\u0000")])
+def test_index_numbers_past_64_bits_and_nul_bytes_cost_misses(tmp_path, field, value):
+    """JSON integers have no bound and names may hold NUL: fields that would overflow a float or a
+    file offset, or a segment name the OS refuses, make their entry a miss in a process that
+    builds kernels and in the CLI's cache commands, never an exception."""
+    _fill_like_kernels(tmp_path, 1)
+    path = tmp_path / "index.json"
+    index = json.loads(path.read_text())
+    for entry in index["entries"].values():
+        entry[field] = value
+    path.write_text(json.dumps(index))
+    assert _kernels(tmp_path, n=1)["from_disk"] == 0
+    for command in ("info", "list", "clear"):
+        run(f"from tppasm.__main__ import main; main(['cache', {command!r}])", {"TPPASM_CACHE_DIR": str(tmp_path)},
+            timeout=60)
+
+
 def test_blob_with_wrong_hash_is_discarded(cache_dir):
     store = tc.store()
     store.put("kernel/x", b"\xc3" * 10, {"type": "x86"})

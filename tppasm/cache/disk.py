@@ -180,7 +180,7 @@ class DiskStore:
             if fd is None or not (isinstance(start, int) and isinstance(size, int) and start >= 0 and size > 0):
                 return None
             blob = os.pread(fd, size, start)
-        except (TypeError, KeyError, OSError):
+        except (TypeError, KeyError, OSError, OverflowError, ValueError):
             return None
         ok = len(blob) == size and hashlib.sha256(blob).hexdigest() == entry.get("sha256")
         return blob if ok else None
@@ -189,7 +189,7 @@ class DiskStore:
         if name in self._segments:
             return self._segments[name]
         fd = None
-        if isinstance(name, str) and name.startswith("seg-") and os.sep not in name:
+        if isinstance(name, str) and name.startswith("seg-") and os.sep not in name and "\0" not in name:
             fd = _open_regular(os.path.join(self.root, name, "data.ninja"))   # None: its entries are misses
         self._segments[name] = fd
         return fd
@@ -490,7 +490,7 @@ def _open_regular(path):
     could hang or never end a read), else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    except (OSError, ValueError):           # (ValueError: a NUL byte in the name)
         return None
     try:
         if stat.S_ISREG(os.fstat(fd).st_mode):
@@ -520,11 +520,16 @@ def _read_json(path, limit):
 
 
 def _is_count(v):
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < _INT64      # (a file offset or size)
 
 
 def _is_time(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if isinstance(v, float):
+        return math.isfinite(v)
+    return isinstance(v, int) and not isinstance(v, bool) and -_INT64 < v < _INT64     # (isfinite overflows)
+
+
+_INT64 = 1 << 63      # JSON integers have no bound; past this, reading them as offsets or floats overflows
 
 
 def _clean_index(index):
