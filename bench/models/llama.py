@@ -115,10 +115,19 @@ class LlamaLayer:
             raise ValueError(f"decode: position {pos} skips positions {self.length}..{pos - 1}, which the cache "
                              f"does not hold (it holds {held}); decode the tokens in order, the next at "
                              f"pos={self.length}, after prefill(prompt)")
+        if pos + 1 < self.length:                   # going back: the later positions are forgotten
+            self._forget(pos + 1, self.length)
         keys = min(-(-(pos + 1) // KEY_BLOCK) * KEY_BLOCK, self.cfg.max_len)
         out = self._step(1, keys).run(x, pos)
         self.length = pos + 1
         return out
+
+    def _forget(self, lo, hi):
+        """Zero the cache's positions lo..hi-1, as :meth:`reset` does all: masked keys get weight 0,
+        and 0 times a NaN or inf value left there would still be NaN."""
+        self.KT[:, :, :, lo:hi] = 0
+        p = np.arange(lo, hi)
+        self.V[:, :, p // 2, :, p % 2] = 0           # V's VNNI2 pairs hold positions 2i, 2i + 1
 
     def key_mask(self, pos, keys):
         """The decode softmax's additive mask of ``keys`` keys (1..max_len) at ``pos`` (0..max_len-1):

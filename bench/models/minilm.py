@@ -30,7 +30,8 @@ residual stream and the norms stay fp32, as under torch's bf16 autocast. A batch
 sentence's length, the shorter ones masked: no token past the longest is computed, and the GEMMs' row
 block divides the batch's tokens (:func:`bench.models.rows.row_block`). Nests and buffers are
 built per (batch, length) (~25 ms on Zen 4, once), and the shapes used last are kept while their buffers
-take at most ``PLAN_BYTES``. Buffers belong to the model: one call at a time per model.
+take at most ``PLAN_BYTES``. Buffers belong to the model: calls from several threads take turns
+(a model per thread runs them at once).
 
 >>> import numpy as np
 >>> m = MiniLM.load("f32")
@@ -40,6 +41,7 @@ take at most ``PLAN_BYTES``. Buffers belong to the model: one call at a time per
 (384,)
 """
 import os
+import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -146,6 +148,7 @@ class MiniLM:
         self.emb_ln = tpp.aligned(np.stack([w[emb + "LayerNorm.weight"], w[emb + "LayerNorm.bias"]]))
         self.layers = [self._layer(w, f"encoder.layer.{i}.") for i in range(LAYERS)]
         self._plans = {}
+        self._lock, self._lock_pid = threading.Lock(), os.getpid()
 
     @classmethod
     def load(cls, dtype="f32", path=None, pool=None):
@@ -219,14 +222,23 @@ class MiniLM:
         the same shape with a 1 in every row; 1 <= length <= 512."""
         ids, keep = _check_inputs(input_ids, attention_mask, self.word.shape[0])
         B, L = ids.shape
-        plan = self._plan(B, L)
-        np.take(self.word, ids.reshape(-1), axis=0, out=plan.H)
-        plan.mask[...] = -np.inf
-        plan.mask[keep] = 0.0
-        plan.embed(plan.H.reshape(B, L, HIDDEN), self.pos_type, self.emb_ln, plan.X.reshape(B, L, HIDDEN))
-        for weights, params in self.layers:
-            plan.run_layer(weights, params)
-        return plan.H.reshape(B, L, HIDDEN).copy()
+        with self._serial():
+            plan = self._plan(B, L)
+            np.take(self.word, ids.reshape(-1), axis=0, out=plan.H)
+            plan.mask[...] = -np.inf
+            plan.mask[keep] = 0.0
+            plan.embed(plan.H.reshape(B, L, HIDDEN), self.pos_type, self.emb_ln, plan.X.reshape(B, L, HIDDEN))
+            for weights, params in self.layers:
+                plan.run_layer(weights, params)
+            return plan.H.reshape(B, L, HIDDEN).copy()
+
+    def _serial(self):
+        """The model's lock: its plans' buffers serve one call at a time, so a thread calling while
+        another runs waits (a model per thread runs them at once). A forked child makes its own:
+        a lock another thread held at the fork would stay taken there."""
+        if self._lock_pid != os.getpid():
+            self._lock, self._lock_pid = threading.Lock(), os.getpid()
+        return self._lock
 
     def _plan(self, B, L):
         """The plan of (B, L), built on first use; the least recently used go while the plans'

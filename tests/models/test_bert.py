@@ -118,6 +118,29 @@ def test_short_batches_on_many_threads_give_what_one_thread_gives(reference, dty
     assert cos.min() >= GOAL[dtype], dict(zip(sentences, cos.round(6)))
 
 
+def test_threads_sharing_a_model_take_turns(model):
+    """A model's plans hold its buffers: two threads calling one model (the same shape) wait for each
+    other, and each gets what it gets alone."""
+    import threading
+    rng = np.random.default_rng(7)
+    ids = rng.integers(1000, 20000, (2, 2, 24))
+    mask = np.ones((2, 24), np.int64)
+    alone = [model.forward(i, mask) for i in ids]
+    wrong = []
+
+    def run(t):
+        for _ in range(6):
+            if not np.array_equal(model.forward(ids[t], mask), alone[t]):
+                wrong.append(t)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
+
+
 ONES = np.ones((1, 3), np.int64)
 
 

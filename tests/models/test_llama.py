@@ -216,6 +216,21 @@ def test_decode_goes_in_order():
     assert layer.length == 0
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "i8"])
+@pytest.mark.parametrize("back", [1, 2])
+def test_going_back_forgets_non_finite_positions(dtype, back):
+    """Masked keys get weight 0, but 0 times a NaN value is NaN: going back zeroes the positions it
+    forgets (odd and even ones: V pairs positions), so a NaN token decoded there leaves nothing."""
+    layer = LlamaLayer(CFG, random_weights(CFG), dtype)
+    x = np.random.default_rng(5).standard_normal((6, CFG.hidden)).astype(np.float32)
+    layer.prefill(x[:3])
+    first = layer.decode(x[3:4], 3)
+    for pos in range(4, 4 + back):
+        layer.decode(np.full((1, CFG.hidden), np.nan, np.float32), pos)
+    again = layer.decode(x[3:4], 3)
+    assert np.isfinite(again).all() and np.array_equal(again, first)
+
+
 def test_key_mask_refuses():
     layer = LlamaLayer(CFG, random_weights(CFG))
     for pos, keys, error, message in ((-1, 4, ValueError, "position -1"), (CFG.max_len, 4, ValueError, "position"),
