@@ -80,13 +80,18 @@ def run(names, argv, json_path=None, plot_path=None):
                     got = json.load(f)
                 records += [{"suite": name.split(".")[-1], "host": host["host"], "isa": host["isa"], **r}
                             if isinstance(r, dict) else r for r in got]
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(common.plain(records), f, indent=1)
-        print(f"\nwrote {json_path} ({len(records)} records)")
-    if plot_path:
-        panels = plot(records, plot_path, f"python -m bench {' '.join(sorted({r.get('suite', '') for r in records}))}")
-        print(f"wrote {plot_path} ({panels} panels)" if panels else "(no GFLOP/s records to plot)")
+    try:
+        if json_path:
+            with open(json_path, "w") as f:
+                json.dump(common.plain(records), f, indent=1)
+            print(f"\nwrote {json_path} ({len(records)} records)")
+        if plot_path:
+            suites = " ".join(sorted({r.get("suite", "") for r in records}))
+            panels = plot(records, plot_path, f"python -m bench {suites}")
+            print(f"wrote {plot_path} ({panels} panels)" if panels else "(no GFLOP/s records to plot)")
+    except OSError as e:                # checked writable before the run; the disk or the device said no
+        sys.exit(f"python -m bench: cannot write {e.filename or json_path}: {e.strerror or e}; the records were "
+                 "printed above")
     return records
 
 
@@ -94,10 +99,17 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in (*SUITES, "all"):
         print(__doc__)
-        return 2
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
     suite = argv[0]
     own, rest = split(argv[1:])
     opts = _parser(suite).parse_args(own)        # a bad --json or --plot exits here, before any suite runs
+    if suite == "all" and rest:
+        if rest in (["-h"], ["--help"]):
+            print(__doc__)
+            return 0
+        _parser(suite).error(f"unrecognized arguments: {' '.join(rest)}: 'all' runs every suite with its "
+                             "defaults and takes only --json and --plot; give options to one suite, e.g. "
+                             "python -m bench gemm --threads 1")
     names = [m for s in SUITES.values() for m in s] if suite == "all" else SUITES[suite]
     run(names, rest, opts.json, opts.plot)
     return 0

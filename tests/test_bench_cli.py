@@ -3,6 +3,7 @@ naming the option, what it expects and an example, before any suite work, never 
 crash (``--threads 99999`` took torch down) or a silently accepted zero or empty list. Parsed
 through the suites' real parsers (``parse(argv)``), which do no work."""
 import importlib
+import types
 
 import pytest
 
@@ -132,3 +133,25 @@ def test_bench_passes_good_files_and_the_rest_to_the_suite(tmp_path, no_suite):
     out, png = str(tmp_path / "run.json"), str(tmp_path / "run.png")
     assert bench_main.main(["gemm", "--quick", f"--json={out}", "--threads", "1", "--plot", png]) == 0
     assert no_suite == [(["bench.gemm"], ["--quick", "--threads", "1"], out, png)]
+
+
+def test_bench_help_is_not_an_error_and_all_takes_no_suite_options(capsys, no_suite):
+    for argv in (["--help"], ["-h"], ["all", "--help"]):
+        assert bench_main.main(argv) == 0
+        assert "suites are isa, tpp, gemm" in capsys.readouterr().out
+    assert bench_main.main([]) == 2
+    err = refused(capsys, bench_main.main, ["all", "--threads", "1"])
+    assert "'all' runs every suite with its defaults" in err and "python -m bench gemm --threads 1" in err
+    assert no_suite == []
+
+
+def test_bench_says_when_its_records_cannot_be_written(capsys, tmp_path, monkeypatch):
+    """The file was checked writable before the run; a failing write at the end (a full disk, a
+    device) is a message naming it, not a traceback."""
+    def fail(*a, **k):
+        raise OSError(28, "No space left on device", str(tmp_path / "run.json"))
+    suite = types.SimpleNamespace(main=lambda argv: 0)                  # a suite module that records nothing
+    monkeypatch.setattr(bench_main, "importlib", types.SimpleNamespace(import_module=lambda name: suite))
+    monkeypatch.setattr(bench_main, "open", fail, raising=False)
+    with pytest.raises(SystemExit, match=r"cannot write .*run.json: No space left on device"):
+        bench_main.run(["bench.isa"], [], str(tmp_path / "run.json"))
