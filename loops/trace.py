@@ -167,8 +167,11 @@ class View:
                          "body (e.g. tpp.brgemm(...)(A[i], B[j], C[i, j])); NumPy functions, operators and "
                          "element access cannot be compiled; use kernel.python(...) to run NumPy code")
 
-    __array__ = __add__ = __radd__ = __sub__ = __mul__ = __rmul__ = __matmul__ = __setitem__ = _refuse
-    __iter__ = __len__ = __float__ = __bool__ = _refuse
+    __array__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __matmul__ = __rmatmul__ = _refuse
+    __truediv__ = __rtruediv__ = __floordiv__ = __mod__ = __pow__ = __neg__ = __abs__ = __setitem__ = _refuse
+    __lt__ = __le__ = __gt__ = __ge__ = _refuse              # (an `if` on data: == and != keep identity)
+    __iter__ = __len__ = __float__ = __int__ = __index__ = __bool__ = _refuse
+    traced_view = True                 # what loops.signature recognizes: a nest called inside a body
 
     def __array_ufunc__(self, *a, **k):
         self._refuse()

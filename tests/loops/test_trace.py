@@ -79,8 +79,14 @@ ERRORS = [
     (lambda i, X, Y: copy(X[i:i + 1], GLOBAL), "declare the array as a parameter"),
     (lambda i, X, Y: copy(X[i:i + 2], Y[0:2]), "has shape"),
     (lambda i, X, Y: copy(X[i:i + 1, 0:2], Y[0:1]), "has shape"),
+    (lambda i, X, Y: copy(X[i:i + 1], Y[0:1]) if X[i, 0] > 0 else None, "only tppasm kernels can run on it"),
+    (lambda i, X, Y: copy(X[i:i + 1], Y[0:1]) if 0 <= X[i, 1] else None, "only tppasm kernels can run on it"),
+    (lambda i, X, Y: -X / 2, "only tppasm kernels can run on it"),
+    (lambda i, X, Y: range(X[i, 0]), "only tppasm kernels can run on it"),
+    (lambda i, X, Y: INNER(X, Y), "a loop nest cannot run inside another nest's body"),
 ]
 GLOBAL = np.zeros((1, 4), np.float32)
+INNER = kernel("a", Loop(0, 4))(lambda i, X, Y: copy(X[i:i + 1], Y[i:i + 1]))
 
 
 @pytest.mark.parametrize("body,what", ERRORS)
