@@ -162,7 +162,16 @@ def test_brgemm(bits, s):
         cases.append(_gemm_case(Brgemm(m=m, n=n, k=k, dtype="i8", signs=signs, beta=j), count, seed + i + j))
     cases.append(_gemm_case(MmlaBrgemm(m=m, n=n, k=k, dtype="bf16", beta=1), count, seed))
     cases.append(_gemm_case(MmlaBrgemm(m=m, n=n, k=k, dtype="i8", lda=k + pad), count, seed))
+    for j, signs in enumerate(("ss", "uu")):            # smmla / ummla: B is i8 / u8 as the signs say
+        cases.append(_gemm_case(MmlaBrgemm(m=m, n=n, k=k, dtype="i8", signs=signs), count, seed + j))
     run_all(cases, bits)
+
+
+def test_mmla_int8_signs():
+    assert [s.dtype for s in MmlaBrgemm(m=2, n=2, k=8, dtype="i8", signs="uu").block_specs()] == ["u8", "u8"]
+    assert [s.dtype for s in MmlaBrgemm(m=2, n=2, k=8, dtype="i8", signs="us").block_specs()] == ["u8", "i8"]
+    with pytest.raises(ValueError, match="signs='su' is not supported.*swap the roles of A and B"):
+        MmlaBrgemm(m=2, n=2, k=8, dtype="i8", signs="su").validate()
 
 
 @pytest.mark.parametrize("bits", vl_params(VLS))

@@ -30,7 +30,7 @@ import numpy as np
 
 from isa.aarch64 import LSL, Function, mem, p, post, vl, x, z
 
-from ..brgemm import Brgemm
+from ..brgemm import INT8_DTYPE, Brgemm
 from ..operand import OperandSpec
 from .common import add_imm, ceil_div
 from .math import EMITTERS, NTMP, Consts
@@ -258,11 +258,15 @@ class MmlaBrgemm(Brgemm):
         super().validate()
         if self.dtype not in ("bf16", "i8") or self.bias or self.act or self.c_dtype not in ("f32", "i32"):
             raise ValueError("MmlaBrgemm: dtype 'bf16' or 'i8', f32/i32 C, no bias/act")
+        if self.dtype == "i8" and self.signs not in INT8_SVE:
+            raise ValueError(f"MmlaBrgemm: signs={self.signs!r} is not supported; use one of "
+                             f"{', '.join(map(repr, INT8_SVE))} (swap the roles of A and B for 'su')")
 
     def block_specs(self):
         a, _ = super().block_specs()
         g = self.mmla_group
-        b = OperandSpec("b", {"bf16": "bf16", "i8": "i8"}[self.dtype], (ceil_div(self.k, g), self.ldb, g),
+        b_dtype = INT8_DTYPE[self.signs[1]] if self.dtype == "i8" else self.dtype      # "uu": u8 B, as Brgemm's
+        b = OperandSpec("b", b_dtype, (ceil_div(self.k, g), self.ldb, g),
                         (self.ldb * g, g, 1), ld_name="")
         return a, b
 
