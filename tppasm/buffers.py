@@ -30,11 +30,12 @@ False
 True
 """
 import ctypes
-import operator
 import os
 import weakref
 
 import numpy as np
+
+from .cache import lru
 
 FROM = 64 << 10         # bytes: smaller blocks come from malloc's free lists, which do not fault
 PAGE = 4096
@@ -53,22 +54,16 @@ class _Pool:
 def _limit_from_env():
     text = os.environ.get("TPPASM_BUFFER_CACHE_MIB", "").strip()
     try:
-        return check_limit(int(text) << 20, "TPPASM_BUFFER_CACHE_MIB") if text else DEFAULT_MIB << 20
+        return check_limit(int(text) << 20) if text else DEFAULT_MIB << 20
     except ValueError:
         raise ValueError(f"TPPASM_BUFFER_CACHE_MIB={text!r}: expected the MiB of memory tppasm's arrays may reuse, "
                          f"an int >= 0 (default {DEFAULT_MIB}; 0 turns the reuse off)") from None
 
 
-def check_limit(limit, who="set_buffer_cache_limit"):
+def check_limit(limit, who="set_buffer_cache_limit:"):
     """``limit`` as an int >= 0; ValueError saying what to pass otherwise."""
-    try:
-        value = None if isinstance(limit, bool) else operator.index(limit)
-    except TypeError:
-        value = None
-    if value is None or value < 0:
-        raise ValueError(f"{who}: {limit!r}; expected an int >= 0, the bytes of memory tppasm's arrays may reuse "
-                         f"(0 turns the reuse off; default {DEFAULT_MIB} << 20)")
-    return value
+    return lru.check_limit(limit, who, f"the bytes of memory tppasm's arrays may reuse; 0 turns the reuse off; "
+                                       f"default {DEFAULT_MIB} << 20")
 
 
 _POOL = _Pool(_limit_from_env())

@@ -79,13 +79,14 @@ class KernelLRU:
         self._lock = threading.Lock()
 
 
-def check_limit(limit):
-    """``limit`` as an int >= 0; ValueError saying what to pass otherwise."""
+def check_limit(limit, what="kernel cache limit", meaning="the number of kernels kept; 0 keeps none beyond those "
+                "referenced elsewhere"):
+    """``limit`` as an int >= 0; ValueError saying what to pass otherwise (``what`` names the limit,
+    ``meaning`` says what it counts)."""
     try:
         value = None if isinstance(limit, bool) else operator.index(limit)
     except TypeError:
         value = None
     if value is None or value < 0:
-        raise ValueError(f"kernel cache limit {limit!r}: expected an int >= 0 (the number of kernels kept; "
-                         "0 keeps none beyond those referenced elsewhere)")
+        raise ValueError(f"{what} {limit!r}: expected an int >= 0 ({meaning})")
     return value
