@@ -26,6 +26,9 @@ HOLDERS = {
     "ctypes.data_as": lambda a: a.ctypes.data_as(ctypes.c_void_p),
     "np.ctypeslib.as_ctypes": np.ctypeslib.as_ctypes,
     "a view of a view": lambda a: a[2:][::2],
+    "the base": lambda a: a.base,
+    "np.frombuffer of the base": lambda a: np.frombuffer(a.base, np.uint8),
+    "a dtype view's base": lambda a: a.view(np.int32).base,
 }
 TORCH_HOLDERS = ("from_numpy", "frombuffer", "as_tensor", "from_dlpack")
 
