@@ -72,6 +72,9 @@ class ExecutableMemory:
     __slots__ = ("address", "size", "_finalizer", "__weakref__")
 
     def __init__(self, code: bytes):
+        if not isinstance(code, (bytes, bytearray, memoryview)):      # (ctypes would copy a str's characters)
+            raise TypeError(f"ExecutableMemory takes the code as bytes, got {type(code).__name__}: pass bytes(code)")
+        code = bytes(code)
         if not code:
             raise ValueError("ExecutableMemory needs at least one byte of code")
         size = (len(code) + PAGE - 1) // PAGE * PAGE

@@ -181,6 +181,15 @@ def _raw_call(call):
 _WORD = (1 << 64) - 1
 
 
+def _refuse_run(fn, arg):
+    for name, value, least in (("fn", fn, 1), ("arg", arg, 0)):
+        if type(value) is not int or not least <= value <= _WORD:
+            what = "the int address of a native function (a JitFunction's .address)" if name == "fn" else \
+                "an int (an address or a value)"
+            raise (ValueError if type(value) is int else TypeError)(
+                f"Pool.run: {name}={value!r} ({type(value).__name__}); expected {what}, {least} <= {name} < 2**64")
+
+
 class Pool:
     """``nthreads`` threads (the caller is tid 0) that run native functions; use :func:`get_pool`.
 
@@ -231,8 +240,8 @@ class Pool:
         if me == self._owner or me in self._worker_ids:
             raise RuntimeError("Pool.run called from inside a parallel region of the same pool; "
                                "nested regions are not supported (run the inner work serially)")
-        if not fn:
-            raise ValueError("Pool.run needs the address of a native function, not a null pointer")
+        if type(fn) is not int or type(arg) is not int or not (0 < fn <= _WORD and 0 <= arg <= _WORD):
+            _refuse_run(fn, arg)             # (ctypes would pass a str's characters, and wrap 2**64 to 0)
         if self._closed and threading.current_thread() is threading.main_thread():
             raise RuntimeError("the pool was shut down at interpreter exit")
         with self._lock:

@@ -112,7 +112,7 @@ class Assembler:
         """Place ``label`` at the current offset."""
         if label.offset is not None:
             raise ValueError(f"label {label.name!r} bound twice")
-        label.offset = self.pc
+        label.offset, label.owner = self.pc, self
 
     def code(self) -> bytes:
         """The machine code with all branch targets resolved."""
@@ -120,6 +120,9 @@ class Assembler:
         for index, kind, label in self.fixups:
             if label.offset is None:
                 raise ValueError(f"label {label.name!r} used but never bound")
+            if label.owner is not None and label.owner is not self:      # (None: an offset set by hand)
+                raise ValueError(f"label {label.name!r} was bound in another assembler (its offset there means "
+                                 "nothing here): make a label of this one (asm.label()) and bind it here")
             words[index] |= kind.patch(label.offset - 4 * index)
         return struct.pack(f"<{len(words)}I", *words)
 
@@ -238,6 +241,6 @@ class Function:
         self._save_restore(epi, fp, False)
         self._save_restore(epi, gp, False)
         epi.ret()
-        if self._exit.offset is None:
-            self.asm.bind(self._exit)
+        self._exit.offset = None            # (re)bound at the body's end: code may have been added since a last call
+        self.asm.bind(self._exit)
         return pro.code() + self.asm.code() + epi.code()

@@ -133,6 +133,7 @@ class Label:
     def __init__(self, name: str = ""):
         self.name = name
         self.offset: int | None = None
+        self.owner = None                   # the assembler that bound it
 
     def __repr__(self) -> str:
         return f"Label({self.name!r} @ {self.offset})"

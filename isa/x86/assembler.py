@@ -220,9 +220,13 @@ class Assembler:
             ins.ip = 0
         for label in self._labels:
             self.instructions[label.bound_at].ip = label.bound_at + 1
+        bound = {id(label) for label in self._labels}
         for index, label in self._branches:
             if label.bound_at is None:
                 raise ValueError(f"branch to {label!r}, which was never bound")
+            if id(label) not in bound:
+                raise ValueError(f"branch to {label!r}, which was bound in another assembler (its position there "
+                                 "means nothing here): make a label of this one (asm.label()) and bind it here")
             self.instructions[index].near_branch64 = label.bound_at + 1
         encoder = ix.BlockEncoder(64)
         encoder.add_many(self.instructions)

@@ -133,6 +133,8 @@ def _table():
             continue
         if name.startswith(("CALL_", "JMP_")) and ("_M16" in name or name.endswith("RM16")):
             continue                # far and 16-bit indirect forms: never what 64-bit code means
+        if name in ("PUSH_IMM16", "PUSHW_IMM8"):
+            continue                # data16 pushes move rsp by 2: push 128 means the 8-byte push imm32
         code = getattr(ix.Code, name)
         info = ix.OpCodeInfo(code)
         if (not info.mode64 or info.encoding not in _ENCODING_RANK or not info.is_instruction

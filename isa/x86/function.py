@@ -24,6 +24,8 @@ CTYPES = {
     "ptr": ctypes.c_void_p, "f32": ctypes.c_float, "f64": ctypes.c_double, "object": ctypes.py_object,
     None: None,
 }
+_INT_RANGES = {"i64": (-(1 << 63), 1 << 63), "u64": (0, 1 << 64), "i32": (-(1 << 31), 1 << 31), "u32": (0, 1 << 32),
+               "ptr": (0, 1 << 64)}
 INT_ARGS = [REGISTERS[n] for n in ("rdi", "rsi", "rdx", "rcx", "r8", "r9")]
 STACK_ARGS = [r10, r11]          # arguments 7 and 8 are loaded here by the prologue
 CALLEE_SAVED = [REGISTERS[n] for n in ("rbx", "rbp", "r12", "r13", "r14", "r15")]
@@ -45,9 +47,19 @@ class JitFunction:
         if self._cfunc is None:
             restype, argtypes = self.signature
             self._cfunc = ctypes.CFUNCTYPE(CTYPES[restype], *(CTYPES[t] for t in argtypes))(self.address)
+            self._cfunc.code_owner = self         # the callable keeps the executable memory mapped
         return self._cfunc
 
     def __call__(self, *args):
+        argtypes = self.signature[1]
+        if len(args) != len(argtypes):           # (a ctypes prototype passes extra arguments on, unread)
+            raise TypeError(f"{self.name}() takes {len(argtypes)} arguments ({', '.join(argtypes) or 'none'}), "
+                            f"got {len(args)}")
+        for i, (value, kind) in enumerate(zip(args, argtypes)):
+            if kind in _INT_RANGES and type(value) is int and not _INT_RANGES[kind][0] <= value < _INT_RANGES[kind][1]:
+                lo, hi = _INT_RANGES[kind]
+                raise ValueError(f"{self.name}(): argument {i} = {value} does not fit {kind} ({lo} <= value < {hi}); "
+                                 "ctypes would wrap it")
         return self.cfunc(*args)
 
     def disassemble(self) -> str:
@@ -92,6 +104,9 @@ class Function:
 
     def stack(self, nbytes):
         """Reserve ``nbytes`` of scratch at [rsp] (16-byte aligned) for the body."""
+        if type(nbytes) is not int or not 0 <= nbytes < 1 << 31:
+            raise ValueError(f"Function.stack({nbytes!r}): expected an int from 0 to 2**31 - 1 bytes (the frame is "
+                             "reserved by a sub rsp with a 32-bit immediate); keep large buffers in arrays")
         self._stack = max(self._stack, (nbytes + 15) // 16 * 16)
         return rsp
 

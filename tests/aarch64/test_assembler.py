@@ -49,6 +49,28 @@ def test_unbound_label():
         a.code()
 
 
+def test_a_label_bound_in_another_assembler_is_refused():
+    a, b = Assembler(), Assembler()
+    there = a.label("there")
+    a.nop()
+    a.bind(there)
+    b.b(there)
+    with pytest.raises(ValueError, match="label 'there' was bound in another assembler"):
+        b.code()
+
+
+def test_function_code_again_after_more_code_places_the_epilogue_at_the_end():
+    """The epilogue label was bound once, at the first code(): a ret() emitted later branched back
+    into the body (an endless loop)."""
+    f = Function(nargs=1)
+    f.asm.add(x0, x0, 1)
+    f.code()
+    f.asm.add(x0, x0, 2)
+    f.ret()
+    text = f.code()
+    assert "b #0xc" in disassemble(text) and disassemble(text).splitlines()[3].endswith("ret")
+
+
 def test_stp_ldp_prologue_forms():
     a = Assembler()
     a.stp(x19, x20, pre(sp, -16))

@@ -303,9 +303,15 @@ def test_run_native_from_several_python_threads_at_once():
     assert not errors
 
 
-def test_null_function_is_refused():
-    with pytest.raises(ValueError):
-        get_pool().run(0, 0)
+@pytest.mark.parametrize("fn, arg, error", [(0, 0, ValueError), (1 << 64, 0, ValueError), ("code", 0, TypeError),
+                                           (b"\xc3", 0, TypeError), (1.5, 0, TypeError), ("nop", "x", TypeError),
+                                           ("nop", -1, ValueError), ("nop", 1 << 64, ValueError)])
+def test_what_is_no_function_address_is_refused(fn, arg, error):
+    """ctypes would run a str's or bytes' characters as code, and wrap 2**64 to 0: refused first."""
+    if fn == "nop":
+        fn = Function("nop", ["ptr", "i64", "i64"]).finalize().address
+    with pytest.raises(error, match=r"Pool.run: (fn|arg)=.*expected .*2\*\*64"):
+        get_pool().run(fn, arg)
 
 
 @pytest.mark.parametrize("n", [2, 3])

@@ -175,3 +175,53 @@ def test_info_command_json():
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["isa"] == host().isa and "avx2" in data["features"]
+
+
+@pytest.mark.parametrize("value", [127, 128, 255, 65535, 65536, -128, -129, -32768, -(1 << 31)])
+def test_push_of_an_immediate_pushes_eight_bytes(value):
+    """push 128 once encoded as the 2-byte data16 push imm16 and left rsp 6 bytes off (a crash)."""
+    fn = Function("push", [], returns="i64")
+    fn.asm.push(value)
+    fn.asm.pop(rax)
+    assert fn.finalize()() == value
+
+
+def test_a_label_bound_in_another_assembler_is_refused():
+    from isa.x86 import Label
+    done = Label("done")
+    first = Function("first", [], returns="i64")
+    first.asm.jmp(done)
+    first.asm.bind(done)
+    first.finalize()
+    second = Function("second", [], returns="i64")
+    second.asm.jmp(done)
+    with pytest.raises(ValueError, match="bound in another assembler.*make a label of this one"):
+        second.finalize()
+
+
+def test_the_ctypes_callable_keeps_the_code_mapped():
+    import gc
+
+    def make():
+        fn = Function("seven", [], returns="i64")
+        fn.asm.mov(rax, 7)
+        return fn.finalize().cfunc
+    cfunc = make()
+    gc.collect()
+    assert cfunc() == 7
+
+
+def test_calls_with_other_argument_counts_or_unfitting_ints_are_refused():
+    with pytest.raises(TypeError, match=r"gcd\(\) takes 2 arguments \(i64, i64\), got 3"):
+        GCD(12, 8, 4)
+    with pytest.raises(ValueError, match="argument 0 = 18446744073709551628 does not fit i64"):
+        GCD((1 << 64) + 12, 8)
+    with pytest.raises(ValueError, match=r"Function.stack\(-100\): expected an int from 0"):
+        Function("f", []).stack(-100)
+
+
+def test_executable_memory_takes_bytes_only():
+    from isa.memory import ExecutableMemory
+    with pytest.raises(TypeError, match="takes the code as bytes, got str: pass bytes"):
+        ExecutableMemory("ret")
+    assert ExecutableMemory(bytearray(b"\xc3")).size >= 1
