@@ -160,7 +160,14 @@ def numpy_dtype(x) -> np.dtype:
     short = _short_name(x)
     if short is not None:
         return dtype(short)
+    if isinstance(x, str) and x in _BYTE_COUNTED:
+        raise DtypeError(f"dtype {x!r}: tppasm's names count bits (f32, bf16, i8, ...), and NumPy reads {x!r} as "
+                         f"{_BYTE_COUNTED[x]} (a count of bytes), which is likely not what was meant: pass the NumPy "
+                         f"name ('float16' for half precision, {_BYTE_COUNTED[x]!r} if that is it)")
     return np.dtype(x)
+
+
+_BYTE_COUNTED = {"f8": "float64", "f16": "float128"}     # NumPy codes that read as another tppasm-like name
 
 
 def __getattr__(name):

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from . import buffers
-from .dtypes import NUMPY_NAMES, name_of, numpy_dtype
+from .dtypes import NUMPY_NAMES, DtypeError, name_of, numpy_dtype
 from .operand import as_ndarray
 
 VNNI_FACTORS = {"bf16": 2, "i8": 4}
@@ -69,6 +69,8 @@ _DTYPES = {}          # dtype argument -> its NumPy dtype, for the hashable ones
 def _empty_dtype(dtype):
     try:
         dt = numpy_dtype(dtype)
+    except DtypeError as e:
+        raise DtypeError(f"empty: {e}") from None
     except TypeError:
         raise TypeError(f"empty: dtype {dtype!r} is not a dtype; use a tppasm name "
                         f"({', '.join(NUMPY_NAMES)}) or a NumPy dtype") from None

@@ -45,6 +45,9 @@ def test_bad_shape_and_dtype():
         tppasm.empty((2,), "no-such-type")
     with pytest.raises(TypeError, match="holds Python objects"):
         tppasm.empty((2,), object)
+    for code, numpy_name in (("f16", "float128"), ("f8", "float64")):    # NumPy counts bytes, tppasm bits
+        with pytest.raises(TypeError, match=f"NumPy reads '{code}' as {numpy_name}.*'float16' for half precision"):
+            tppasm.empty((2,), code)
 
 
 def test_the_fast_path_of_empty_keeps_every_check():
