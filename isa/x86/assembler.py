@@ -11,6 +11,8 @@ the accepted forms.
 >>> a.encode().hex()
 '488d4701c3'
 """
+import numbers
+
 import iced_x86 as ix
 
 from .forms import ALIASES, forms
@@ -127,6 +129,8 @@ class Assembler:
                     op = Mem(op[0])
             elif t is bool:
                 raise OperandError(f"{mnemonic}: {op!r} is not an operand")
+            elif t is not int and isinstance(op, numbers.Integral):
+                op = int(op)                        # a NumPy integer as an immediate
             ops.append(op)
         key = (mnemonic, mask is not None, mask is not None and mask.zero) + tuple(map(_operand_signature, ops))
         cached = _FORM_CACHE.get(key)

@@ -225,3 +225,10 @@ def test_executable_memory_takes_bytes_only():
     with pytest.raises(TypeError, match="takes the code as bytes, got str: pass bytes"):
         ExecutableMemory("ret")
     assert ExecutableMemory(bytearray(b"\xc3")).size >= 1
+
+
+def test_numpy_integers_are_immediates():
+    fn = Function("sixteen", [], returns="i64")
+    fn.asm.mov(rax, np.int64(8))
+    fn.asm.add(rax, np.int32(8))
+    assert fn.finalize()() == 16
