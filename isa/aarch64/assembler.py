@@ -91,11 +91,16 @@ class Assembler:
 
     def word(self, value: int) -> None:
         """Emit a raw 32-bit word."""
-        self.words.append(value & 0xFFFFFFFF)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 32:
+            raise OperandError(f"word({value!r}): expected an int from 0 to 2**32 - 1 (one instruction's bits)")
+        self.words.append(value)
         self.mnemonics.append("")
 
     def raw(self, code: bytes) -> None:
         """Append already assembled, position-independent code (length a multiple of 4)."""
+        if len(code) % 4:
+            raise ValueError(f"raw: {len(code)} bytes of code; AArch64 instructions are 4 bytes each, so the length "
+                             "must be a multiple of 4")
         self.words += struct.unpack(f"<{len(code) // 4}I", code)
         self.mnemonics += [""] * (len(code) // 4)
 
@@ -140,6 +145,9 @@ class Assembler:
         """
         from .operands import LSL
         bits = reg.bits
+        if isinstance(value, bool) or not isinstance(value, int) or not -(1 << (bits - 1)) <= value < 1 << bits:
+            raise OperandError(f"mov_imm({reg}, {value!r}): expected an int that fits {bits} bits "
+                               f"({-(1 << (bits - 1))} to {(1 << bits) - 1}); it would be cut silently")
         value &= (1 << bits) - 1
         chunks = [(value >> s) & 0xFFFF for s in range(0, bits, 16)]
         inverted = sum(c == 0xFFFF for c in chunks) > sum(c == 0 for c in chunks)
@@ -204,6 +212,10 @@ class Function:
     def __init__(self, nargs: int = 0, frame: int = 0):
         if not 0 <= nargs <= 8:
             raise ValueError("at most 8 register arguments (x0-x7)")
+        if type(frame) is not int or not (0 <= frame < 4096 or frame % 4096 == 0 and frame < 1 << 24):
+            raise ValueError(f"Function(frame={frame!r}): expected an int number of bytes, 0 to 4095 or a multiple of "
+                             "4096 below 16 MiB (what sub sp, sp, #imm12{, lsl 12} reserves); keep larger buffers "
+                             "in arrays")
         self.asm = Assembler()
         self.args = tuple(x[:nargs])
         self.frame = (frame + 15) & ~15

@@ -16,6 +16,7 @@ strings for predicate patterns (``"all"``, ``"vl4"``) and conditions (``"eq"``).
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -109,22 +110,30 @@ def mem(base: GPR, offset: "int | GPR" = 0, lsl: int = 0) -> Mem:
     """
     if isinstance(offset, GPR):
         return Mem(base, index=offset, shift=lsl)
-    return Mem(base, int(offset))
+    return Mem(base, _offset(offset))
 
 
 def pre(base: GPR, offset: int) -> Mem:
     """Pre-indexed ``[base, #offset]!`` (base is updated before the access)."""
-    return Mem(base, int(offset), mode="pre")
+    return Mem(base, _offset(offset), mode="pre")
 
 
 def post(base: GPR, offset: int) -> Mem:
     """Post-indexed ``[base], #offset`` (base is updated after the access)."""
-    return Mem(base, int(offset), mode="post")
+    return Mem(base, _offset(offset), mode="post")
 
 
 def vl(base: GPR, offset: int = 0) -> Mem:
     """SVE ``[base, #offset, mul vl]``: offset in whole vectors (contiguous loads/stores, ldr/str z)."""
-    return Mem(base, int(offset), mul_vl=True)
+    return Mem(base, _offset(offset), mul_vl=True)
+
+
+def _offset(offset):
+    """An immediate offset as an int (NumPy integers too); a float or bool would be cut silently."""
+    if isinstance(offset, bool) or not isinstance(offset, numbers.Integral):
+        raise TypeError(f"offset {offset!r} ({type(offset).__name__}): expected an int number of bytes (or "
+                           "vectors for vl)")
+    return int(offset)
 
 
 class Label:

@@ -115,7 +115,10 @@ class Function:
         self.asm.jmp(self._epilogue)
 
     def finalize(self) -> JitFunction:
-        """Add prologue and epilogue, encode, load into executable memory."""
+        """Add prologue and epilogue, encode, load into executable memory (once: the body has them then)."""
+        if self._epilogue.bound_at is not None:
+            raise ValueError(f"{self.name}: finalize() was called already, and the body holds its prologue and "
+                             "epilogue now; keep the JitFunction it returned, or build a new Function")
         body = self.asm
         used64 = {gpr(r.num) for r in body.used if r.kind in ("r64", "r32", "r16", "r8")}
         saved = [r for r in CALLEE_SAVED if r in used64]

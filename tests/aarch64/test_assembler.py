@@ -23,10 +23,20 @@ def test_wrong_operand_lists_forms():
     lambda a: a.fmla(z0.s, z1.s, z8.s[1]),       # indexed register must be z0-z7
     lambda a: a.add(x0, w1, x2),                 # mixed widths
     lambda a: a.nosuch(x0),
+    lambda a: a.ldr(x0, mem(x1, 8.9)),            # a float offset (was cut to 8)
+    lambda a: a.ldr(x0, pre(x1, 8.5)),
+    lambda a: a.mov_imm(w1, 2 ** 40 + 5),         # does not fit 32 bits (was cut to 5)
+    lambda a: a.word(2 ** 40 + 0xd503201f),       # (was masked to a nop)
 ])
 def test_rejections(bad):
-    with pytest.raises((OperandError, AttributeError)):
+    with pytest.raises((OperandError, AttributeError, TypeError)):
         bad(Assembler())
+
+
+@pytest.mark.parametrize("frame", [-100, 5000, 1 << 24, 1.5])
+def test_frames_sub_sp_cannot_reserve_are_refused(frame):
+    with pytest.raises(ValueError, match="0 to 4095 or a multiple of 4096 below 16 MiB"):
+        Function(frame=frame)
 
 
 def test_branch_fixups_forward_and_backward():

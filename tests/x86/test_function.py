@@ -232,3 +232,11 @@ def test_numpy_integers_are_immediates():
     fn.asm.mov(rax, np.int64(8))
     fn.asm.add(rax, np.int32(8))
     assert fn.finalize()() == 16
+
+
+def test_finalize_twice_says_so():
+    fn = Function("twice", [], returns="i64")
+    fn.asm.mov(rax, 1)
+    assert fn.finalize()() == 1
+    with pytest.raises(ValueError, match="finalize\\(\\) was called already"):
+        fn.finalize()
