@@ -36,6 +36,7 @@ True
 import atexit
 import ctypes
 import mmap
+import operator
 import os
 import signal
 import threading
@@ -169,7 +170,7 @@ def _raw_call(call):
     """``call`` as (address, args) of unsigned 64-bit words, or TypeError saying what run_native takes."""
     try:
         address, args = call
-        args = tuple(int(a) & _WORD for a in args)
+        args = tuple((a if type(a) is int else operator.index(a)) & _WORD for a in args)     # (a float: refused)
         if not (isinstance(address, int) and address > 0 and len(args) <= pc.RAW_ARGS):
             raise ValueError
     except (TypeError, ValueError):
@@ -270,6 +271,9 @@ class Pool:
         >>> total.value
         7
         """
+        if not isinstance(shares, (list, tuple)) or not all(isinstance(share, (list, tuple)) for share in shares):
+            raise TypeError(f"Pool.run_native: shares={shares!r:.80}; expected a list of lists of (address, args) "
+                            "calls, e.g. [[kernel.raw_call(a, b, c)]]")
         n = self.nthreads
         threads = [[call for share in shares[t::n] for call in share] for t in range(min(len(shares), n))]
         calls = [call for share in threads for call in share]

@@ -283,6 +283,10 @@ def test_run_native_makes_every_call_with_its_six_arguments(nthreads, shares):
         pool.run_native([[(fn.address, (1, 2, 3, 4, 5, 6, 7))]])
     with pytest.raises(TypeError, match="a call is .address, args."):
         pool.run_native([[fn.address]])
+    with pytest.raises(TypeError, match="a call is .address, args."):       # a float argument (was cut to 1)
+        pool.run_native([[(fn.address, (ctypes.addressof(slots), 1.5))]])
+    with pytest.raises(TypeError, match="shares=None; expected a list of lists"):
+        pool.run_native(None)
 
 
 def test_run_native_from_several_python_threads_at_once():
