@@ -150,6 +150,15 @@ class _OnFirstRead:
         return self.value
 
 
+def _nones_at(arrays, places):
+    """Whether ``arrays`` holds None at each of ``places`` (and nowhere else)."""
+    return all((a is None) == (i in places) for i, a in enumerate(arrays))
+
+
+def _without(arrays, places):
+    return tuple(a for i, a in enumerate(arrays) if i not in places)
+
+
 class Kernel:
     """A JIT'd TPP. Call it on arrays; ``reference`` runs NumPy; ``disassemble`` shows the code.
 
@@ -259,10 +268,12 @@ class Kernel:
             else:
                 return self._explain(arrays, {"count": count})
             if not self._native or self._entry(args):
-                self._slow_call(arrays, args[self._n:])
+                return self._slow_call(arrays, args[self._n:])
             return None
         if self._alloc and len(arrays) == self._n - len(self._alloc):
             return self._allocating_call(arrays, count)
+        if self._alloc and len(arrays) == self._n and _nones_at(arrays, self._alloc):
+            return self._allocating_call(_without(arrays, self._alloc), count)
         if count is None and self._infer and len(arrays) == self._n:
             count = self._count_of(arrays)
         values = self._defaults if count is None else (count,)
@@ -273,7 +284,12 @@ class Kernel:
         self._slow_call(arrays, values)
 
     def _slow_call(self, arrays, values):
-        """Explain a refusal, or call through pointers for inputs the native check cannot vouch for."""
+        """Explain a refusal, or call through pointers for inputs the native check cannot vouch for;
+        with None for every output the kernel can allocate (its signature's ``= None``), allocate
+        them as ``k(inputs)`` does and return them."""
+        if self._alloc and _nones_at(arrays, self._alloc) and not TRACING:
+            return self._allocating_call(_without(arrays, self._alloc), values[0] if self.scalars == ("count",)
+                                         and values else None)
         if TRACE_HOOK is not None and TRACE_HOOK(self, arrays, values):
             return
         if not self.checked_call:

@@ -210,6 +210,18 @@ def test_offset_batches_check_subclasses_as_numpy_sees_them():
     assert not c.any()
 
 
+def test_none_for_the_outputs_allocates_them_as_leaving_them_out_does():
+    """The signature says ``out=None``: an explicit None is the allocating call (it was refused)."""
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) - 3
+    assert np.array_equal(tpp.relu(2, 4)(x, None), np.maximum(x, 0))
+    assert np.array_equal(tpp.binary("add", 2, 4)(x, x, None), 2 * x)
+    g = tpp.brgemm(2, 3, 4)
+    a, b = np.ones((2, 2, 4), np.float32), np.ones((2, 4, 3), np.float32)
+    assert (g(a, b, None) == 8).all() and (g(a, b, None, count=1) == 4).all()
+    with pytest.raises(OperandError, match="operand x must be .* not NoneType"):
+        tpp.relu(2, 4)(None, None)                       # an input None is still refused
+
+
 @pytest.mark.parametrize("make, inputs", [
     (lambda: tpp.relu(2, 4, ldo=16), (np.ones((2, 4), np.float32),)),
     (lambda: tpp.gemm_nt(2, 3, 4, ldc=5), (np.ones((2, 4), np.float32), np.ones((3, 4), np.float32))),
