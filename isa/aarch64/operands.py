@@ -132,7 +132,7 @@ def _offset(offset):
     """An immediate offset as an int (NumPy integers too); a float or bool would be cut silently."""
     if isinstance(offset, bool) or not isinstance(offset, numbers.Integral):
         raise TypeError(f"offset {offset!r} ({type(offset).__name__}): expected an int number of bytes (or "
-                           "vectors for vl)")
+                        "vectors for vl)")
     return int(offset)
 
 
