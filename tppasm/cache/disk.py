@@ -54,6 +54,7 @@ MAX_SEGMENTS = 8
 MAX_ENTRIES = 20_000                # the index is one JSON file: ~6 MB, ~40 ms to read, at this size
 TOUCH_S = 600.0                     # last-use times are kept to this resolution
 MAX_BLOB = 1 << 30                  # larger sizes in an index entry are damage
+_INT64 = 1 << 63                    # JSON integers have no bound; past this, reading them as offsets or floats overflows
 MAX_INDEX_BYTES, MAX_STATS_BYTES = 64 << 20, 64 << 10
 LOCK_TIMEOUT_S, LOCK_RETRY_S = 10.0, 30.0
 _STATS = ("hits", "misses", "stores", "evicted", "discarded")
@@ -524,12 +525,8 @@ def _is_count(v):
 
 
 def _is_time(v):
-    if isinstance(v, float):
-        return math.isfinite(v)
-    return isinstance(v, int) and not isinstance(v, bool) and -_INT64 < v < _INT64     # (isfinite overflows)
-
-
-_INT64 = 1 << 63      # JSON integers have no bound; past this, reading them as offsets or floats overflows
+    return math.isfinite(v) if isinstance(v, float) else \
+        isinstance(v, int) and not isinstance(v, bool) and -_INT64 < v < _INT64     # (isfinite overflows on ints)
 
 
 def _clean_index(index):
