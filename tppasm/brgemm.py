@@ -313,7 +313,11 @@ class BatchedBrgemm:
         check(ops["c"], c, who=who, origin=c_origin)
         rest = list(rest)
         if d.batch == "offset":
-            offsets = rest.pop(0) if rest else None
+            if not rest or rest[0] is None:
+                raise OperandError(f"{who}: batch='offset' takes the block offsets after C: gemm(A, B, C, offsets"
+                                   f"{', bias' if d.bias else ''}), offsets an int64 array (count, 2) of (A, B) "
+                                   "element offsets, one row per block")
+            offsets = rest.pop(0)
             check(ops["offsets"], offsets, count, who=who, origin=rest_origins[0] if rest_origins else None)
             offsets = offsets[:count].copy()       # what is checked is what runs, whatever other threads do
             for spec, buf, col in ((spec_a, a, 0), (spec_b, b, 1)):

@@ -572,6 +572,9 @@ def test_bad_offsets_and_addresses():
         g(a, b, c, np.zeros((1, 2), np.int64), count=2)
     with pytest.raises(OperandError, match="int64"):
         g(a, b, c, np.zeros((1, 2), np.int32))
+    for missing in ((), (None,)):                    # the offsets left out: say where they go
+        with pytest.raises(OperandError, match=r"batch='offset' takes the block offsets after C: gemm\(A, B, C, offsets"):
+            g(a, b, c, *missing)
     with pytest.raises(OperandError, match="C-contiguous"):
         g(np.ones(26, np.float32)[::2], b, c, np.zeros((1, 2), np.int64))
     h = tppasm.brgemm(m=2, n=8, k=4, batch="address")
