@@ -151,12 +151,15 @@ def models(width, layers, dtype, seed):
 
 
 def max_relative_difference(a, b):
-    """The largest ``|a_i - b_i| / |b_i|`` of two loss curves.
+    """The largest ``|a_i - b_i| / |b_i|`` of two loss curves; NaN where a step's losses are not
+    both finite (a NaN difference would be dropped by max unless it came first).
 
-    >>> max_relative_difference([1.0, 2.0], [1.0, 2.5])
-    0.2
+    >>> max_relative_difference([1.0, 2.0], [1.0, 2.5]), max_relative_difference([1.0, float("nan")], [1.0, 0.9])
+    (0.2, nan)
     """
-    return max(abs(x - y) / max(abs(y), 1e-30) for x, y in zip(a, b))
+    diffs = [abs(x - y) / max(abs(y), 1e-30) if math.isfinite(x) and math.isfinite(y) else math.nan
+             for x, y in zip(a, b)]
+    return math.nan if any(map(math.isnan, diffs)) else max(diffs)
 
 
 def report(result, args):

@@ -195,3 +195,15 @@ def test_poison_covers_every_float_width():
     assert np.isnan(first).all() and np.isfinite(second).all()
     with pytest.raises(ValueError, match="complex64 is no kernel operand's"):
         poison_bits(np.complex64, 0)
+
+
+def test_arrays_refuse_a_row_stride_below_the_width():
+    """ld < width overlapped the rows and wrote past the buffer (a crash with wide rows)."""
+    with pytest.raises(ValueError, match="ld=1; expected an int >= the row width 100"):
+        S.arrays("f32", (2, 100), ld=1).example()
+
+
+def test_poison_bits_read_tppasm_names():
+    from tppasm.testing import poison_bits
+    assert poison_bits("i8", 0) == 0xA5 and poison_bits("f32", 0) == poison_bits(np.float32, 0)
+    assert poison_bits("bf16", 1) == poison_bits(tpp.dtypes.dtype("bf16"), 1)

@@ -169,11 +169,12 @@ def block(x, bm, bk, outer="m", pad=False):
     for name, size, dim in (("bm", bm, rows), ("bk", bk, cols)):
         if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
             raise ValueError(f"block: {name}={size!r} must be a positive int block size")
-        if dim % size and not pad:
+        if dim % int(size) and not pad:
             raise ValueError(f"block: {name}={size} does not divide {dim}; pass a divisor of {dim}, or pad=True "
                              f"to fill the last block with zeros (unblock(..., shape=...) crops it off)")
     if outer not in ("m", "n"):
         raise ValueError(f"block: outer={outer!r}; expected 'm' (row blocks first) or 'n' (column blocks first)")
+    bm, bk = int(bm), int(bk)                 # (NumPy block sizes of few bits would overflow in -(-rows // bm))
     mb, kb = -(-rows // bm), -(-cols // bk)
     if (mb * bm, kb * bk) != (rows, cols):
         full = np.zeros((mb * bm, kb * bk), x.dtype)

@@ -1,10 +1,12 @@
 """Dynamic int8 quantization TPPs around the i8 BRGEMM (u8 activations x s8 weights, int32 C).
 
-- :class:`Quantize`: per row, ``scale = max|x| / 127`` and ``q = round(x / scale) + 128`` as uint8
+- :class:`Quantize`: per row, ``scale = max(max|x|, 1e-30) / 127`` and ``q = round(x / scale) + 128`` as uint8
   (symmetric values with the zero point 128 that ``vpdpbusd``'s unsigned operand needs; round to
   nearest even), for activations quantized per token at run time. A row holding a NaN gets scale
   NaN, else one holding an infinity gets scale inf, on every backend; that row's codes are then
-  unspecified, and dequantizing it gives NaN or inf, never a finite number;
+  unspecified, and dequantizing it gives NaN or inf, never a finite number. The 1e-30 floor keeps
+  an all-zero row's scale finite: rows whose values all lie below it in magnitude come back as
+  zeros (as from a zero row) rather than to within scale / 2;
 - :class:`Dequant`: ``out = beta*out + (c + offset) * row_scale * col_scale``: an int32 BRGEMM
   result back to f32/bf16, ``offset`` per column (int32; ``-128 * column sums of the s8 weights``
   removes the zero point; ``c + offset`` wraps in int32, as the BRGEMM's own sums do),

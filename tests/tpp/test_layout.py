@@ -144,3 +144,10 @@ def test_block_errors_name_the_fix():
         tppasm.unblock(xb, shape=(8, 8))            # a whole block of padding: not what block() made
     with pytest.raises(ValueError, match=r"\(rows, cols\)"):
         tppasm.unblock(xb, shape=10)
+
+
+def test_block_takes_numpy_unsigned_block_sizes():
+    """-(-rows // np.uint8(2)) wrapped (OverflowError); sizes are ints inside."""
+    x = np.arange(12.0).reshape(4, 3)
+    assert np.array_equal(tppasm.block(x, np.uint8(2), np.uint64(3)), tppasm.block(x, 2, 3))
+    assert tppasm.block(np.ones((300, 2)), np.int8(100), 2).shape == (3, 1, 100, 2)

@@ -31,6 +31,7 @@ Importing this package does not import hypothesis; the strategies do (the ``test
 """
 import numpy as np
 
+from ..dtypes import numpy_dtype
 from ..kernel import ISAUnavailableError, scalar_arg
 from ..layout import empty, empty_for
 from ..operand import as_ndarray, check as check_operand, origin_of
@@ -63,7 +64,7 @@ def poison_bits(dtype, run):
     >>> hex(poison_bits(np.float32, 0)), hex(poison_bits(np.int8, 1))
     ('0x7fa5a5a5', '0x5a')
     """
-    dt = np.dtype(dtype)
+    dt = numpy_dtype(dtype)                      # "i8" is tppasm's int8 (NumPy's int64)
     if run not in (0, 1):
         raise ValueError(f"poison_bits: run={run!r}; expected 0 (the first run) or 1 (the second)")
     if dt.name == "bfloat16" or (dt.kind == "f" and dt.itemsize in FLOAT_POISON):

@@ -96,6 +96,9 @@ def arrays(draw, dtype, shape, ld=None, align=None, specials=False):
     shape = tuple(shape)
     width = shape[-1] if shape else 1
     ld = draw(leading_dimensions(width)) if ld is None else ld
+    if isinstance(ld, bool) or not isinstance(ld, (int, np.integer)) or ld < width:
+        raise ValueError(f"arrays: ld={ld!r}; expected an int >= the row width {width} (rows ld elements apart; "
+                         "a smaller ld would overlap the rows and run past the buffer)")
     outer = math.prod(shape[:-1]) if len(shape) > 1 else 1
     buf = _buffer(draw, dt, max(outer * ld, 1), align)
     if dt.kind == "f" or dt.name == "bfloat16":
