@@ -18,6 +18,7 @@ import numpy as np
 
 from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
 from .kernel import Descriptor, get_kernel
+from .layout import as_array
 from .operand import OperandSpec
 
 
@@ -86,7 +87,9 @@ def rope_tables(positions, head_dim, base=10000.0):
     >>> [round(float(v), 4) for v in (cos[1, 0], sin[1, 0])], cos.dtype.name
     ([0.5403, 0.8415], 'float32')
     """
-    pos = np.asarray(positions)
+    pos = as_array(positions, "rope_tables")    # (a bf16 torch tensor too, which np.asarray refuses)
+    if pos.dtype.name == "bfloat16":
+        pos = pos.astype(np.float32)
     if pos.ndim != 1 or pos.dtype.kind not in "iuf":
         hint = (f"; for positions 0..{int(positions) - 1} pass np.arange({int(positions)})"
                 if pos.ndim == 0 and pos.dtype.kind in "iu" and not isinstance(positions, bool) else "")

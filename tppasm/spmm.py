@@ -34,7 +34,7 @@ import numpy as np
 from . import kernel as _kernel
 from .dtypes import dtype as to_dtype, numpy_dtype
 from .kernel import Descriptor, get_kernel, scalar_arg
-from .layout import empty_for
+from .layout import as_array, empty_for
 from .operand import OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of
 
 DTYPES = {"f32": 1, "bf16": 2}      # dtype -> VNNI factor of B
@@ -219,7 +219,7 @@ def bcsr(a, bm, bk, dtype=None):
     ([0, 1, 2], [1, 0], (2, 2, 3))
     """
     _block_sizes("bcsr", bm, bk)
-    a = np.asarray(a)
+    a = as_array(a, "bcsr")                     # (a bf16 torch tensor too, which np.asarray refuses)
     if a.ndim != 2 or a.shape[0] % bm or a.shape[1] % bk:
         raise ValueError(f"bcsr: a must be 2-D with bm={bm} dividing its rows and bk={bk} its columns, "
                          f"got shape {a.shape}")

@@ -280,3 +280,15 @@ def test_loop_dsl_spmm_python_mode_and_bad_structure():
         nest(rowptr, bad, values, b, c)
     with pytest.raises(ValueError, match="rowptr has 4 entries; A has 4 block rows, so 5"):
         nest(rowptr[:4], colidx, values, b, c)
+
+
+def test_bf16_torch_tensors_are_taken_by_bcsr_and_rope_tables():
+    """np.asarray refuses a bf16 tensor; the helpers view it as kernels do."""
+    torch = pytest.importorskip("torch")
+    a = torch.zeros(4, 6, dtype=torch.bfloat16)
+    a[0, 5], a[3, 0] = 1, 2
+    rowptr, colidx, values = bcsr(a, 2, 3)
+    assert rowptr.tolist() == [0, 1, 2] and colidx.tolist() == [1, 0] and values.dtype.name == "bfloat16"
+    cos, sin = tpp.rope_tables(torch.arange(3, dtype=torch.bfloat16), 4)
+    want = tpp.rope_tables(np.arange(3), 4)
+    assert np.array_equal(cos, want[0]) and np.array_equal(sin, want[1])
