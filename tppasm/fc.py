@@ -278,14 +278,13 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=
                          "saved.astype(x.dtype)")
     if type(threads) is not int or threads < 1:
         threads = thread_count("backward", threads)
-    dx, dw, db = (out if out is True or out is False else output("backward", name, out, shape, dtype, GRADIENT_CHOICES)
-                  for name, out, shape, dtype in (("dx", dx, (n, k), dt), ("dw", dw, (m, k), dt),
-                                                  ("db", db, (m,), "f32")))
-    given = [(name, a) for name, a in (("dx", dx), ("dw", dw), ("db", db)) if a is not None and a is not True]
+    wanted = {"dx": ((n, k), dt), "dw": ((m, k), dt), "db": ((m,), "f32")}      # shape and dtype of each
+    outs = {name: out if out is True or out is False else output("backward", name, out, *wanted[name], GRADIENT_CHOICES)
+            for name, out in (("dx", dx), ("dw", dw), ("db", db))}
+    given = [(name, a) for name, a in outs.items() if a is not True and a is not False]
     if given:
         refuse_overlap("backward", given, (("dy", dy), ("x", x), ("w", w), ("saved", saved)))
-    dx, dw, db = (empty(shape, dtype) if out is True else None if out is False else out
-                  for out, shape, dtype in ((dx, (n, k), dt), (dw, (m, k), dt), (db, (m,), "f32")))
+    dx, dw, db = (empty(*wanted[name]) if a is True else None if a is False else a for name, a in outs.items())
     if min(n, m, k) == 0:                     # nothing to multiply: NumPy does the rest
         dz = dy.astype(np.float64)
         if act is not None:
