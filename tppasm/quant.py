@@ -11,7 +11,9 @@
   result back to f32/bf16, ``offset`` per column (int32; ``-128 * column sums of the s8 weights``
   removes the zero point; ``c + offset`` wraps in int32, as the BRGEMM's own sums do),
   ``row_scale`` per row (the activations'), ``col_scale`` per column (the weights' per-channel
-  scales); ``beta=1`` accumulates (a residual).
+  scales); ``beta=1`` accumulates (a residual). The kernels multiply the two scales first, so a
+  result that fits in fp32 never overflows on the way (a row scale of 1e-30 beside a column scale of
+  3e38 is fine).
 
 >>> import numpy as np, tppasm
 >>> x = np.array([[0.5, -1.0, 0.25]], np.float32)

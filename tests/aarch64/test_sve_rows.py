@@ -10,7 +10,7 @@ Tolerances, per element ``|got - want| <= atol + rtol |want|``:
 - quantize: none. Codes and scales are compared bit for bit: the kernel does the reference's fp32
   operations (two correctly rounded divisions, one multiply, round to nearest even), so nothing is
   ambiguous. Rows of ties (x*inv exactly k + 0.5), all-zero rows, denormal and huge rows are drawn.
-- dequant: the kernel rounds twice in fp32 ((v*col)*row), the reference once from float64:
+- dequant: the kernel rounds twice in fp32 (v*(col*row)), the reference once from float64:
   rtol 2^-22; with beta=1 the sum can cancel, so atol 2^-21 of the case's largest |v*col*row|.
 - rotary: ``x1*c`` is rounded before the fused ``- x2*s``; with |cos|, |sin| <= 1 the error is
   below 3 * 2^-24 max|x|: atol 2^-20 max|x|.
@@ -167,6 +167,25 @@ def test_dequant_wraps_c_plus_offset_in_int32():
     out = case.expected[-1][:42].reshape(2, 21)
     assert out[0, 1] < 0 and out[1, 0] > 0
     run_all([case], 128)
+
+
+@needs_sve_runner(128)
+def test_dequant_extreme_scales_whose_product_fits_stay_exact():
+    """As on x86: the scales' product is taken first, so a tiny row scale times a huge column scale
+    stays finite, and a huge one times a denormal keeps its bits."""
+    def scales(rs, cs):
+        def fill(spec, v, rng):
+            if spec.name == "c":
+                v[...] = np.arange(1, v.size + 1) * 1000
+            elif spec.name in ("row_scale", "col_scale"):
+                v[...] = rs if spec.name == "row_scale" else cs
+            elif spec.name == "offset":
+                v[...] = 0
+        return fill
+    cases = [DescCase(Dequant(1, 19), fill=scales(rs, cs)) for rs, cs in [(1e-30, 3.4e38), (1e38, 1e-44)]]
+    for case in cases:
+        assert np.isfinite(case.expected[-1][:19]).all()
+    run_all(cases, 128)
 
 
 @pytest.mark.parametrize("bits", vl_params(VLS))

@@ -92,6 +92,20 @@ def test_dequant_wraps_c_plus_offset_in_int32(isa):
 
 
 @pytest.mark.parametrize("isa", ISAS)
+def test_dequant_extreme_scales_whose_product_fits_stay_exact(isa):
+    """A tiny row scale times a huge column scale fits in fp32 (c * col_scale alone would overflow),
+    as does a huge one times a denormal (c * col_scale alone would lose bits): the kernel multiplies
+    the two scales first."""
+    k = get_kernel(Dequant(1, 19), isa)
+    c = np.arange(1, 20, dtype=np.int32)[None] * 1000
+    for rs, cs in [(1e-30, 3.4e38), (1e38, 1e-44)]:
+        out = np.zeros((1, 19), np.float32)
+        want = run(k, (c, np.zeros(19, np.int32), np.full(1, rs, np.float32), np.full(19, cs, np.float32), out), isa)
+        assert np.isfinite(want).all()
+        np.testing.assert_allclose(out, want, rtol=2 ** -21)
+
+
+@pytest.mark.parametrize("isa", ISAS)
 @given(dts=st.sampled_from([("f32", "f32"), ("bf16", "bf16"), ("f32", "bf16")]), shp=st.data(),
        seed=st.integers(0, 2 ** 16))
 def test_swiglu(isa, dts, shp, seed):

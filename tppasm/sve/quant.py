@@ -8,8 +8,8 @@ fp32 divisions like the reference's. Pass 2 stores ``clamp(frintn(x*inv) + 128, 
 codes are exactly the reference's.
 
 Dequant (x0 = c, x1 = offset, x2 = row_scale, x3 = col_scale, x4 = out): per vector
-``scvtf(c + offset) * col_scale * row_scale`` (int32 add, fp32 multiplies in that order, as on
-x86), plus out for beta=1.
+``scvtf(c + offset) * (col_scale * row_scale)`` (int32 add; the scales' product first, as on
+x86, so a result that fits never overflows on the way), plus out for beta=1.
 
 >>> import numpy as np
 >>> from tppasm.quant import Quantize
@@ -105,8 +105,9 @@ def generate_dequant(d) -> bytes:
         r = load(a, "f32", R[u], u, cs)                 # int32 bits, loaded as they are
         a.add(r, r, load(a, "f32", O[u], u, offset))
         a.scvtf(r, P_ALL.m, r)
-        a.fmul(r, r, load(a, "f32", O[u], u, col_scale))
-        a.fmul(r, r, rs)
+        s = load(a, "f32", O[u], u, col_scale)
+        a.fmul(s, s, rs)                                # the scales' product first, as on x86
+        a.fmul(r, r, s)
         if d.beta:
             a.fadd(r, r, load(a, d.out_dtype, O[u], u, out))
         store(a, d.out_dtype, r, u, out)

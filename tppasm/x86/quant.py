@@ -5,7 +5,8 @@ Quantize: per row, the maximum |x| (pass 1, as int32 bit patterns, so a NaN in t
 NaN: ``rows.LANE_OPS``), then ``vcvtps2dq(x * 127/max) + 128`` packed to bytes
 with unsigned saturation (AVX-512 ``vpmovusdb`` and a masked byte store; AVX2 ``vpackusdw`` /
 ``vpackuswb`` and one ``vpextrb`` per tail byte). Dequant: per vector ``vpaddd`` the column
-offsets, ``vcvtdq2ps``, two multiplies, and an add of the output for beta=1.
+offsets, ``vcvtdq2ps``, a multiply by ``row_scale * col_scale`` (that product first, so a result
+that fits never overflows on the way), and an add of the output for beta=1.
 
 >>> import numpy as np, tppasm
 >>> x = np.linspace(-1, 1, 20, dtype=np.float32)[None]; q = np.empty((1, 20), np.uint8); s = np.empty(1, np.float32)
@@ -103,8 +104,8 @@ def generate_dequant(desc, isa):
         load(a, v, r, cs, at(cs, col_, idx), t)
         a.vpaddd(r, r, load(a, v, o, off, at(off, col_, idx), t))
         a.vcvtdq2ps(r, r)
-        a.vmulps(r, r, load(a, v, s, col, at(col, col_, idx), t))
-        a.vmulps(r, r, rs)
+        a.vmulps(s, rs, load(a, v, s, col, at(col, col_, idx), t))    # the scales' product first
+        a.vmulps(r, r, s)
         if desc.beta:
             a.vaddps(r, r, load(a, v, o, out, at(out, col_, idx), t))
         store(a, v, out, r, at(out, col_, idx), t, tmp, c)
