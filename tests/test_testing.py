@@ -207,3 +207,22 @@ def test_poison_bits_read_tppasm_names():
     from tppasm.testing import poison_bits
     assert poison_bits("i8", 0) == 0xA5 and poison_bits("f32", 0) == poison_bits(np.float32, 0)
     assert poison_bits("bf16", 1) == poison_bits(tpp.dtypes.dtype("bf16"), 1)
+
+
+def test_unspecified_outputs_are_skipped_and_only_they(monkeypatch):
+    """quantize leaves the codes of a row with a NaN or inf unspecified: the check skips those rows
+    and still compares every other element."""
+    x = np.array([[1, -2, 3, 0.5, 7], [1, np.nan, 3, 0.5, 7], [1, 2, -np.inf, 0.5, 7]], np.float32)
+    k = tpp.quantize(3, 5)
+    assert_matches_reference(k, x)
+    q, scale = np.empty((3, 5), np.uint8), np.empty(3, np.float32)
+    k.reference(x, q, scale)
+    assert k.desc.unspecified(x, q, scale)["q"].tolist() == [[False] * 5, [True] * 5, [True] * 5]
+    reference = type(k.desc).reference
+
+    def off_by_one(self, x, q, scale):
+        reference(self, x, q, scale)
+        q += 1
+    monkeypatch.setattr(type(k.desc), "reference", off_by_one)
+    problems = check(k, (x,))
+    assert any("q: 5 of 15 elements differ" in p for p in problems), problems

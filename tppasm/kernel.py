@@ -125,6 +125,17 @@ class Descriptor:
     def reference(self, *arrays, **scalars):
         raise NotImplementedError
 
+    def unspecified(self, *arrays):
+        """Elements of the outputs whose values this TPP leaves unspecified, given the operands after
+        ``reference`` ran on them: {output name: boolean mask}; none by default. Checks
+        (:func:`tppasm.testing.assert_matches_reference`) skip them.
+
+        >>> from tppasm.eltwise import Unary
+        >>> Unary("relu", 1, 2).unspecified()
+        {}
+        """
+        return {}
+
     def allocated(self):
         """Names of the operands that ``kernel(inputs...)`` allocates and returns: the outputs the
         kernel only writes (not those it also reads, like ternary's ``c``)."""

@@ -77,6 +77,10 @@ class Quantize(_Rows):
             codes = np.rint(x32 * inv[:, None]) + ZERO_POINT
         q[...] = np.clip(np.where(np.isfinite(codes), codes, ZERO_POINT), 0, 255).astype(np.uint8)  # (unspecified)
 
+    def unspecified(self, x, q, scale):
+        """The codes of the rows whose scale is NaN or inf (see the module)."""
+        return {"q": np.broadcast_to(~np.isfinite(scale)[:, None], q.shape)}
+
 
 @dataclass(frozen=True)
 class Dequant(_Rows):
