@@ -203,6 +203,18 @@ def test_arrays_refuse_a_row_stride_below_the_width():
         S.arrays("f32", (2, 100), ld=1).example()
 
 
+@settings(max_examples=50)
+@given(v=S.values("f32", bound=0.1))
+def test_values_take_a_bound_that_f32_cannot_hold(v):
+    assert abs(v) <= 0.1
+
+
+@pytest.mark.parametrize("bound", [-1.0, float("inf"), float("nan"), "1", True])
+def test_values_refuse_a_bound_that_is_no_finite_number(bound):
+    with pytest.raises(ValueError, match="expected a finite number >= 0"):
+        S.values("f32", bound=bound)
+
+
 def test_poison_bits_read_tppasm_names():
     from tppasm.testing import poison_bits
     assert poison_bits("i8", 0) == 0xA5 and poison_bits("f32", 0) == poison_bits(np.float32, 0)

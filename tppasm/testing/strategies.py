@@ -58,13 +58,19 @@ def dtypes(*names):
 def values(dtype, specials=False, bound=4.0):
     """Element values for ``dtype``: floats in [-bound, bound] (with ``specials``: NaN, infinities,
     -0, denormals, the largest finite values), integers over their whole range (their minimum,
-    maximum, 0 and -1 drawn often)."""
+    maximum, 0 and -1 drawn often). A bound that fp32 cannot hold is taken as the fp32 below it."""
     dt = np_dtype(dtype)
     if dt.kind in "iu":
         info = np.iinfo(dt)
         edges = [v for v in (info.min, info.max, 0, -1, 1) if info.min <= v <= info.max]
         return st.one_of(st.sampled_from(edges), st.integers(int(info.min), int(info.max)))
-    finite = st.floats(-bound, bound, width=32)
+    if isinstance(bound, bool) or not isinstance(bound, (int, float, np.integer, np.floating)) \
+            or not 0 <= bound < np.inf:
+        raise ValueError(f"values: bound={bound!r}; expected a finite number >= 0")
+    inner = np.float32(bound)                    # hypothesis wants bounds exact in f32: round inward
+    if float(inner) > bound:
+        inner = np.nextafter(inner, np.float32(0))
+    finite = st.floats(-float(inner), float(inner), width=32)
     return st.one_of(finite, st.sampled_from(FLOAT_SPECIALS)) if specials else finite
 
 
