@@ -7,7 +7,7 @@ forward row also times :class:`tppasm.torch.Linear` with its weight packed once
 
 Besides the ratio (torch's time / ours: > 1 means ours is faster) and GFLOP/s against the measured
 peak, each row gives the path :func:`tppasm.fc.forward` takes (``dots``: :func:`tppasm.gemm_nt`
-for a few rows; ``transposed``; ``panels``) and how fast the weight was read (GB/s), which for a
+for a few rows or few out features; ``transposed``; ``panels``) and how fast the weight was read (GB/s), which for a
 few rows (a decoder's next token) is the figure that matters: the last table measures the host's
 read bandwidth with the same threads (:func:`bench.llm.read_sweep`) to compare it with.
 Every output is checked against torch's first (relative to the largest |y|: 1e-4 fp32, 2e-2 bf16).
@@ -20,7 +20,7 @@ from bench.llm import read_sweep
 from bench.versus import add_arguments, parse as parse_options, peak, quick_seconds, setup, versus
 
 FEW_ROWS = "1x4096x4096,8x4096x4096,16x4096x4096,1x4096x11008,4x768x3072,1x1024x1024,8x1024x1024"
-GEMMS = "64x4096x4096,1024x1024x1024,4096x768x3072,1000x300x700,127x65x1000"
+GEMMS = "64x4096x4096,1024x1024x1024,4096x768x3072,1000x300x700,127x65x1000,2048x768x10"
 TOLERANCE = {"f32": 1e-4, "bf16": 2e-2}
 
 

@@ -12,9 +12,10 @@ at once by a BRGEMM over all of x's rows with bias + relu fused in its epilogue
 (:class:`PanelGemm`; one panel where w fits in a core's L2). Where x has fewer elements than w
 and few rows (:func:`transposed`), it computes ``(w @ x.T).T`` and moves x and y instead of w; for up to
 :data:`DOT_ROWS` rows (:func:`dots`: a decoder's next token) it takes the dot products of x's rows
-with w's as stored (:class:`DotGemm`, :func:`tppasm.gemm_nt`), streaming w once at the speed of
+with w's as stored (:mod:`tppasm.fc_dots`, :func:`tppasm.gemm_nt`), streaming w once at the speed of
 memory (on Zen 4, 1 thread, 8 rows against a 4096 x 4096 weight: 4.5 ms in fp32 against 7.7 for
-panels and 12.1 transposed; 1 row: 3.0 against 5.8 and 14.6). The gelus run as a unary TPP on z,
+panels and 12.1 transposed; 1 row: 3.0 against 5.8 and 14.6), and so it does for few out features
+(:func:`few_columns`: 512 x 1024 -> 3 fp32 0.039 ms against 0.38 for panels). The gelus run as a unary TPP on z,
 which the backward needs (or, with ``pre=False``, fused as relu is). The backward is
 ``dz = dy * act'(z)`` (the relu_bwd / gelu_bwd TPPs), ``dx = dz @ w`` and ``dw = dz.T @ x``
 (panel GEMMs again, over columns of w and x, copied or VNNI2-packed a panel at a time; for a few
@@ -39,10 +40,10 @@ from .eltwise import GRAD_OPS, UNARY_OPS, binary, reduce, transform, unary
 from .fc_args import DTYPES  # noqa: F401  (fc.DTYPES: the dtypes a layer takes)
 from .fc_args import (GRADIENT_CHOICES, dense_rows, describe, dtype_of, fail, output, refuse_overlap,
                       thread_count)
+from .fc_dots import DOT_ROWS, DotGemm, dot_kernels, dots, few_columns, forward_dots  # noqa: F401  (fc.dots)
 from .fc_operands import PackedWeight, TransposedB, k_blocks
 from .fc_parallel import parallel_kernels as _parallel_kernels
 from .fc_parallel import row_blocks, split
-from .gemm_nt import MAX_ROW_BYTES, gemm_nt
 from .layout import empty
 
 ACTS = (None, "relu", "gelu", "gelu_erf", "gelu_erf_fast")
@@ -109,7 +110,7 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
         return y, z
     plan = _forward_plan(n, m, k, dt, bias is not None, act, threads, keep, packed is not None)
     if plan.path == "dots":
-        _forward_dots(plan, x, w, bias, y if z is None else z)
+        forward_dots(plan, x, w, bias, y if z is None else z)
     elif plan.path == "transposed":
         _forward_transposed(plan, x, w, bias, y if z is None else z)
     else:
@@ -162,38 +163,6 @@ def packed_panel_width(m, k, dtype):
 
 
 PACKED_PANEL_BYTES = 256 << 10
-
-
-def dots(n, m, k):
-    """Whether :func:`forward` takes ``x @ w.T`` as the row-by-row dot products of :func:`tppasm.gemm_nt`,
-    which streams w once as it is stored: for at most :data:`DOT_ROWS` rows of x (and rows of w
-    and y that gemm_nt takes).
-
-    >>> dots(8, 4096, 4096), dots(1024, 1024, 1024)
-    (True, False)
-    """
-    return n <= DOT_ROWS and max(m, k) * 4 <= MAX_ROW_BYTES
-
-
-# W bytes per thread of DotGemm (or MIN_FLOPS). Zen 4, 2 threads, us, MIN_FLOPS alone -> this: fp32
-# 1 x 1024 -> 1024 79-81 -> 66-67, 4 x 768 -> 3072 196-199 -> 143-149; bf16 4 x 768 -> 3072 109-111 ->
-# 97-107; at 1 << 20 flops instead, bf16 1 x 1024 -> 1024 (2 MiB) went 41-43 -> 57.
-DOT_MIN_BYTES = 2 << 20
-# Zen 4, 1 thread, ms forward dots / transposed: fp32 24 x 4096 -> 4096 7.5 / 13.4, 32 rows 9.8 / 13.6, 48 rows
-# 16.0 / 14.9, 64 rows 21.0 / 19.9; bf16 32 rows 5.1 / 7.1, 48 rows 7.8 / 7.7; 32 x 768 -> 3072 fp32 1.6 / 1.6,
-# bf16 0.85 / 0.94. The fp32 backward's dx in place, ms against panels: 32 x 4096 -> 4096 14.9 / 19.5
-DOT_ROWS = 32
-
-
-def _forward_dots(plan, x, w, bias, out):
-    """``out = x @ w.T + bias`` (then relu, where fused) from gemm_nt's dot products, straight into
-    out without a bias or relu, else in fp32 (out itself for fp32: the add works in place) and
-    rounded once by the bias add."""
-    if plan.add_bias is None:
-        return plan.gemm(x, w, out)
-    y32 = out if out.dtype == np.float32 else empty(out.shape, np.float32)
-    plan.gemm(x, w, y32)
-    plan.add_bias(y32, plan.zero_bias if bias is None else bias, out)
 
 
 def transposed(n, m, k, dtype="f32"):
@@ -336,34 +305,6 @@ class RowGemm:
         """The BRGEMM of each block of :attr:`blocks` as a call of no arguments."""
         b = _one(b)
         return [functools.partial(self.kernels[hi - lo], _one(a[lo:hi]), b, c[lo:hi], *bias) for lo, hi in self.blocks]
-
-
-class DotGemm:
-    """``C = A @ W.T`` for A (rows, k), W (m, k) by :func:`tppasm.gemm_nt` on up to ``threads`` threads,
-    each a run of W's rows (C's columns) of ``min_flops`` of work or :data:`DOT_MIN_BYTES` of W at least.
-
-    >>> import numpy as np
-    >>> g = DotGemm(2, 70, 5, threads=2, min_flops=1)
-    >>> g.blocks, DotGemm(1, 1024, 1024, "f32", threads=2).blocks, DotGemm(1, 1024, 1024, "bf16", threads=2).blocks
-    ([(0, 35), (35, 70)], [(0, 512), (512, 1024)], [(0, 1024)])
-    >>> c = np.empty((2, 70), np.float32); g(np.ones((2, 5), np.float32), np.ones((70, 5), np.float32), c)
-    >>> float(c.min()), float(c.max())
-    (5.0, 5.0)
-    """
-
-    def __init__(self, rows, m, k, dtype="f32", threads=1, min_flops=None, c_dtype="f32"):
-        flops, w_bytes = 2 * rows * m * k, m * k * numpy_dtype(dtype).itemsize
-        by_flops = split(m, flops, threads, min_flops)
-        by_bytes = split(m, w_bytes, threads, DOT_MIN_BYTES)
-        self.blocks = max(by_flops, by_bytes, key=len)
-        self.kernels = {hi - lo: gemm_nt(rows, hi - lo, k, ldc=m, dtype=dtype, c_dtype=c_dtype)
-                        for lo, hi in self.blocks}
-
-    def __call__(self, a, w, c):
-        if len(self.blocks) == 1:                    # (a small product: the calls' lists cost ~1 us)
-            return self.kernels[self.blocks[0][1]](a, w, c)
-        _parallel_kernels([[functools.partial(self.kernels[hi - lo], a, w[lo:hi], c[:, lo:hi])]
-                           for lo, hi in self.blocks])
 
 
 class PanelGemm:
@@ -551,15 +492,12 @@ def _forward_plan(n, m, k, dt, bias, act, threads, keep=False, packed=False):
     """The kernels of a forward; ``keep``: a gelu writes z, then runs as a pass of its own;
     ``packed``: w is a :class:`PackedWeight`, read in its panels but where its dots stream it."""
     fused = None if keep else act
-    stream = not packed or n <= PACKED_DOT_ROWS or m * k * (2 if dt == "bf16" else 4) > PACKED_DOTS_BYTES
+    stream = (not packed or n <= PACKED_DOT_ROWS or m * k * (2 if dt == "bf16" else 4) > PACKED_DOTS_BYTES
+              or few_columns(n, m, k))
     path = "dots" if dots(n, m, k) and stream else "transposed" if transposed(n, m, k, dt) and not packed else "panels"
     kernels = {"path": path}
     if path == "dots":
-        direct = not bias and not fused
-        kernels.update(gemm=DotGemm(n, m, k, dt, threads, c_dtype=dt if direct else "f32"),
-                       add_bias=None if direct else binary("add", n, m, dtype="f32", out_dtype=dt,
-                                                           bcast_b="row", post=fused),
-                       zero_bias=np.zeros(m, np.float32))
+        kernels.update(dot_kernels(n, m, k, dt, bias, fused, threads))
     elif path == "transposed":
         kernels.update(pack_x=TransposedB(n, k, dt),
                        gemm=RowGemm(m, n, k, dt, threads, c_dtype="f32"),

@@ -63,6 +63,19 @@ def test_few_rows_against_a_large_weight(n, m, k, dt, act):
         assert isinstance(dx, fc.StripGemm) if dt == "bf16" else dx.in_place
 
 
+@pytest.mark.parametrize("n, m, k", [(40, 1, 33), (70, 8, 65), (300, 12, 256), (100, 30, 17), (33, 3, 7)])
+@pytest.mark.parametrize("dt", fc.DTYPES)
+@pytest.mark.parametrize("act", fc.ACTS)
+def test_few_out_features(n, m, k, dt, act):
+    """The forward of gemm_nt's dot products for few out features (a classifier's head), the rows of
+    x and y split among the threads, each adding the bias to its own rows."""
+    assert n > fc.DOT_ROWS and fc.dots(n, m, k)
+    with split_rows():
+        check_layer(n, m, k, dt, act, bias=k % 2 == 1, threads=3, seed=n * m * k, scale=k ** -0.5)
+        gemm = fc._forward_plan(n, m, k, dt, k % 2 == 1, act, 3, act in fc.GELUS).gemm
+    assert gemm.by_rows and len(gemm.blocks) == 3
+
+
 @pytest.mark.parametrize("n, m, k", [(33, 130, 96), (34, 130, 201), (40, 200, 120)])
 @pytest.mark.parametrize("dt", fc.DTYPES)
 @pytest.mark.parametrize("act", [None, "relu", "gelu"])
@@ -84,7 +97,7 @@ def test_the_transposed_forward_is_for_fewer_rows_than_192_and_an_x_of_at_most_1
     assert fc.transposed(n, m, k, dt) is moves_x
 
 
-@pytest.mark.parametrize("n, m, k", [(70, 130, 128), (100, 64, 192), (70, 200, 65), (90, 3, 7)])
+@pytest.mark.parametrize("n, m, k", [(70, 130, 128), (100, 64, 192), (70, 200, 65), (300, 20, 7)])
 @pytest.mark.parametrize("dt", fc.DTYPES)
 @pytest.mark.parametrize("act", [None, "relu", "gelu_erf", "gelu_erf_fast"])
 @pytest.mark.parametrize("panels", [True, False])
