@@ -104,3 +104,22 @@ def test_code_is_position_independent_bytes():
     g = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)(again.address)
     x = np.array([1, 42], np.int64)
     assert f(x.ctypes.data) == g(x.ctypes.data) == 42
+
+
+def test_collected_kernels_free_their_builtin_entry_safely():
+    """A kernel whose ``__call__`` is a native builtin sits in a reference cycle; collecting it must
+    not free the builtin's PyMethodDef before the builtin (a read after free: glibc's perturbed
+    frees turned it into a segfault in every run)."""
+    from tests.scripts import run
+    out = run("""
+        import gc, numpy as np, tppasm
+        tppasm.set_kernel_cache_limit(1)
+        x = np.ones((1, 40), np.float32)
+        for n in range(1, 40):
+            k = tppasm.unary("exp", 1, n)
+            k(x[:, :n])
+            del k
+            gc.collect()
+        print("survived")
+    """, env={"PYTHONMALLOC": "malloc", "MALLOC_PERTURB_": "255", "TPPASM_CACHE": "0"})
+    assert "survived" in out

@@ -247,7 +247,7 @@ class Kernel:
             text_sig = display.text_signature(self)
             params = f"$self, {text_sig[1:]}" if text_sig != "()" else "$self)"
             doc = f"__call__({params}\n--\n\nCall the kernel: {display.call_forms(self)}."
-            self._builtin, self._method_def = make_builtin("__call__", self._stub, self._fallback, doc)
+            self._builtin = make_builtin("__call__", self._stub, self._fallback, doc)
 
     def _present(self, builtin):
         """Become an instance of this kernel's own class (its name, docstring and call), with a

@@ -434,12 +434,23 @@ _new_builtin = None
 
 def make_builtin(name, stub, owner, doc=None):
     """A CPython builtin function whose C implementation is ``stub`` (from :func:`build_entry`
-    with ``call``) and whose ``__self__`` is ``owner`` (which it keeps alive: make it the object that
-    owns the stub's memory); returns (builtin, method_def): keep the method_def alive with it."""
+    with ``call``) and that keeps ``owner`` alive (make it the object that owns the stub's memory).
+
+    Its ``__self__`` (which the stub ignores) is the tuple ``(owner, method_def)``: the builtin's
+    dealloc reads its ``PyMethodDef`` before it drops ``__self__``, and the garbage collector clears
+    no tuple, so the def outlives the builtin however a reference cycle through ``owner`` is broken
+    (held anywhere else, a collected cycle could free it first: a read after free).
+
+    >>> from isa.x86 import Function
+    >>> code = Function("ret", []).finalize()        # (never called here)
+    >>> b = make_builtin("f", code, owner=code)
+    >>> b.__self__[0] is code, type(b.__self__[1]).__name__
+    (True, 'MethodDef')
+    """
     global _new_builtin
     if _new_builtin is None:
         _new_builtin = ctypes.pythonapi.PyCFunction_NewEx
         _new_builtin.restype = ctypes.py_object
         _new_builtin.argtypes = (ctypes.c_void_p, ctypes.py_object, ctypes.py_object)
     ml = MethodDef(name.encode(), stub.address, METH_FASTCALL_KEYWORDS, doc.encode() if doc else None)
-    return _new_builtin(ctypes.addressof(ml), owner, None), ml
+    return _new_builtin(ctypes.addressof(ml), (owner, ml), None)
