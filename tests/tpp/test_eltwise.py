@@ -207,6 +207,24 @@ def test_reduce(isa, op, over, dts, shp, seed):
 
 
 @pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("post", ["relu", "negate", "square", "exp", "sigmoid", "gelu"])
+def test_max_and_min_with_a_post_op(isa, op, post):
+    """max/min then a post op, over vectors interleaved four at a time (each with its own opmask)
+    and a tail: the values and NaN lanes of the reference (the op's scratch once shared a register
+    with its result on AVX2, and an opmask with the other chains on AVX-512)."""
+    rng = np.random.default_rng(len(op + post))
+    m, n = 3, 77
+    a = (rng.standard_normal((m, n)) * 3).astype(np.float32)
+    b = (rng.standard_normal((m, n)) * 3).astype(np.float32)
+    a[rng.random((m, n)) < 0.1] = np.nan
+    b[rng.random((m, n)) < 0.1] = np.nan
+    out = poisoned((m, n), np.float32, n)
+    want = check(get_kernel(Binary(op, m, n, post=post), isa), (a, b, out), [out], isa)[2]
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("isa", ISAS)
 @given(kind=st.sampled_from(["unary", "grad", "binary", "reduce"]), pick=st.integers(0, 99),
        dt=st.sampled_from(["f32", "bf16"]), shp=st.data(), seed=st.integers(0, 2 ** 16))
 def test_non_finite_inputs_follow_the_references(isa, kind, pick, dt, shp, seed):
@@ -223,7 +241,8 @@ def test_non_finite_inputs_follow_the_references(isa, kind, pick, dt, shp, seed)
         args = (x,) + outs
     elif kind == "binary":
         op = ("max", "min")[pick % 2]
-        k = get_kernel(Binary(op, m, n, n + pa, n + pa, n + pa, dt, dt), isa)
+        post = (None, "relu", "negate", "exp", "sigmoid", "gelu_erf")[pick % 6]
+        k = get_kernel(Binary(op, m, n, n + pa, n + pa, n + pa, dt, dt, post=post), isa)
         y = sprinkle(rng, data(rng, m, n, None, dt, n + pa))
         outs = (poisoned((m, n), D(dt), n + pa),)
         args = (x, y) + outs

@@ -107,7 +107,7 @@ GRAD = {"relu_bwd": (1, _relu_bwd), "gelu_bwd": _grad("gelu_tanh_grad"), "gelu_e
 def _nan_vop(name):
     """max/min as np.maximum/np.minimum: NaN where either input is NaN (see xm.max_nan)."""
     def emit(a, v, d, s, t, c):
-        xm.max_nan(a, v, d, s[1], s[0], t[0], op=name)
+        xm.max_nan(a, v, d, s[1], s[0], t[0], op=name, k=c.k)      # (c.k: its chain's own opmask)
         return d
     return emit
 
@@ -336,10 +336,10 @@ def generate_binary(desc, isa):
     ntmp, body = BINARY[desc.op]
     if desc.post:                                   # op into a scratch, then post into dst
         pt, post = _unary_form(desc.post, desc.out_dtype)
-        first, ntmp = body, pt + 1
+        first, ntmp = body, max(pt, ntmp) + 1       # the op's scratch: t[-1], its own: before it
 
         def body(a, v, d, s, t, c):
-            return post(a, v, d, [first(a, v, t[-1], s, t, c)], t[:-1], c)
+            return post(a, v, d, [first(a, v, t[-1], s, t[:-1], c)], t[:-1], c)
     walk_rows(fn, v, desc.m, desc.n, ins, [Stream(ro, "full", desc.out_dtype, desc.ldo)], body, ntmp)
     return fn.finalize()
 
