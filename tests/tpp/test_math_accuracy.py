@@ -49,6 +49,24 @@ def test_max_ulp_error(isa, op, domain, bound):
     assert err[worst] <= bound, f"{op}: {err[worst]:.1f} ulp at x={x[worst]!r}"
 
 
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("op", ["reciprocal", "rsqrt"])
+def test_denormal_inputs(isa, op):
+    """Denormal x (AVX2's vrcpps and vrsqrtps take them as 0 and gave inf): within the bound, NaN
+    for a negative x of rsqrt, and inf where the result overflows, as the reference."""
+    tiny = np.float32(np.finfo(np.float32).tiny)
+    x = np.concatenate([np.geomspace(1.4e-45, tiny, 200), [tiny * 0.5, 1.4e-45]]).astype(np.float32)
+    x = np.concatenate([x, -x])
+    got = run(op, x, isa)
+    with np.errstate(all="ignore"):
+        want = UNARY_OPS[op](x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[np.isinf(want)], want[np.isinf(want)])
+    finite = np.isfinite(want)
+    err = ulp_errors(op, x[finite], got[finite])
+    assert err.max() <= 2, f"{op}: {err.max():.1f} ulp at x={x[finite][np.argmax(err)]!r}"
+
+
 def test_gelu_tanh_error_follows_conditioning():
     """For x << 0 the tanh-form gelu has condition number |x f'/f| ~ 2u'(x) x (up to ~300 at
     x=-10): rounding u costs that many ulps in any fp32 evaluation. Error / max(1, cond) stays small."""
