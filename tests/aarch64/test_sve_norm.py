@@ -117,6 +117,20 @@ def test_wide_rows_and_extreme_logits(bits):
     run_all(cases, bits)
 
 
+@pytest.mark.parametrize("bits", vl_params((128,)))
+def test_layernorm_of_a_row_of_equal_values_is_beta(bits):
+    """As on x86: the mean of a row of equal values is exact, so the output is beta exactly."""
+    def equal(value):
+        def fill(spec, v, rng):
+            if spec.name == "x":
+                v[...] = value
+        return fill
+    cases = [DescCase(LayerNorm(2, n, dtype=dt, out_dtype=odt, eps=eps), seed=n, fill=equal(value))
+             for n in (33, 63) for value in (0.1, 7.78125, 1e6) for dt, odt in (("f32", "f32"), ("bf16", "f32"))
+             for eps in (1e-5, float(np.finfo(np.float32).tiny))]
+    run_all(cases, bits)
+
+
 @pytest.mark.parametrize("make", [lambda: Softmax(3, 20, mask="full", ldm=24), lambda: LayerNorm(3, 20),
                                   lambda: RMSNorm(3, 20)], ids=["softmax", "layernorm", "rmsnorm"])
 def test_registered_and_exact_rstd(make):

@@ -214,6 +214,24 @@ def test_smallest_normal_eps_keeps_constant_rows_finite():
         [[0.0] * 4]
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dts", [("f32", "f32"), ("bf16", "f32"), ("f32", "bf16")])
+@pytest.mark.parametrize("value", [0.1, 7.78125, 1e6, -3.3])
+def test_layernorm_of_a_row_of_equal_values_is_beta(isa, dts, value):
+    """Its mean is exact (the sum of 0.1 x 33 and 1/63 round in fp32; x0 + sum(x - x0)/n does
+    not), so every deviation is 0 and the output is beta, as in the reference, whatever eps."""
+    dt, odt = dts
+    for n in (1, 33, 63, 100):
+        for eps in (1e-5, float(np.finfo(np.float32).tiny)):
+            k = get_kernel(LayerNorm(2, n, dtype=dt, out_dtype=odt, eps=eps), isa)
+            x = np.full((2, n), value, np.float32).astype(D(dt))
+            rng = np.random.default_rng(n)
+            g, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+            out = poisoned((2, n), D(odt), n)
+            want = run(k, (x, g, b, out), isa)
+            np.testing.assert_array_equal(out.astype(np.float32), want.astype(np.float32))
+
+
 def test_wrong_operands_explained():
     import tppasm
     k = tppasm.layernorm(2, 4)

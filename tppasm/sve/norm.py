@@ -7,8 +7,8 @@ predicates, so the code is correct at every vector length. Sums and maxima accum
 merging predicates (tail lanes keep 0 or -inf) and finish with ``faddv`` / ``fmaxv``. Softmax takes
 the row maximum of ``scale*x + mask``, then sums ``exp(. - max)`` (writing the exponentials when
 the output is fp32), then scales by 1/sum (a bf16 output recomputes the exponentials rather than
-rounding twice); layer norm takes the mean, then the variance around it (two passes: no
-cancellation), then writes ``(x - mean) * rstd * gamma + beta``; RMSNorm the mean square, then
+rounding twice); layer norm takes the mean (as x0 + sum(x - x0) / n: exact for a row of equal
+values), then the variance around it (two passes: no cancellation), then writes ``(x - mean) * rstd * gamma + beta``; RMSNorm the mean square, then
 ``x * rstd * gamma``. rstd is ``fsqrt`` and ``fdiv``, not an estimate. The output may be the input:
 every pass that writes a vector of the row has read it first, and earlier passes only read. bf16 is
 widened with ``ld1h`` + ``lsl #16`` and narrowed with ``bfcvt`` (round to nearest even).
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from isa.aarch64 import Function, p, v, x, z
+from isa.aarch64 import Function, mem, p, v, x, z
 
 from .math import Consts, emit_exp
 from .raw import register_sve
@@ -197,7 +197,7 @@ def generate_layernorm(d) -> bytes:
     k.start()
 
     def total(u):
-        a.fadd(acc[u], P_LANE[u].m, acc[u], k.load(xs, val[u], u))
+        a.fadd(acc[u], P_LANE[u].m, acc[u], centered(u))
 
     def centered(u):
         """val[u] = x - mean (the tail's lanes too: keep them out of sums with the predicate)."""
@@ -215,10 +215,16 @@ def generate_layernorm(d) -> bytes:
         k.store(out, dev, u)
 
     def row():
+        # mean = x0 + sum(x - x0) / n: exact for a row of equal values (whose sum, and 1/n, would round)
+        if d.dtype == "f32":
+            a.ld1rw(mean, P_ALL.z, mem(xs.reg))
+        else:
+            a.ld1rh(mean, P_ALL.z, mem(xs.reg))
+            a.lsl(mean, mean, 16)
         k.fill(acc, 0)
         k.walk(total)
-        k.across(acc, "add", mean)
-        a.fmul(mean, mean, k.c.f(1.0 / d.n))
+        k.across(acc, "add", val[0])
+        a.fmla(mean, P_ALL.m, val[0], k.c.f(1.0 / d.n))
         k.fill(acc, 0)
         k.walk(squares)
         k.rstd(acc, rstd)

@@ -13,11 +13,11 @@ quiet). What happens between load and store comes from the op tables below: op n
 >>> out = np.empty((2, 3), np.float32); k(np.ones((2, 3), np.float32), np.arange(3, dtype=np.float32), out); out.tolist()
 [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]
 """
-from isa.x86 import Function, K, al, ax, byte, dword, eax, ptr, r10, r11, rbx, vec, word
+from isa.x86 import Function, K, al, ax, byte, eax, ptr, r10, r11, rbx, vec, word
 
 from . import math as xm
 from ..backends import register
-from .stream import Stream, Tail, load, make_tail, store, stream
+from .stream import Stream, Tail, broadcast_element, load, make_tail, store, stream
 from .vector import VectorISA
 
 BITS_LANES = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -160,7 +160,7 @@ def walk_rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
     consts = xm.Consts(v, [v.reg(r) for r in regs[unroll * per:]])
     for s in ins:
         if s.kind == "scalar":
-            _broadcast_elem(a, s, s.bcast)
+            broadcast_element(a, s, s.bcast)
 
     def vector(u, col, idx, count, nt=False, a=a, consts=consts):
         t = Tail(count, tail.k, tail.ymask) if count < lanes else None
@@ -192,7 +192,7 @@ def walk_rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
         a.bind(top)
     for s in ins:
         if s.kind == "col":
-            _broadcast_elem(a, s, s.bcast)
+            broadcast_element(a, s, s.bcast)
     if bits:
         a.mov(BITS, bits[0].reg)
     def walk(nt=False):
@@ -247,18 +247,6 @@ def walk_rows(fn, v, m, n, ins, outs, body, ntmp, bits=None):
         a.dec(ROWS)
         a.jnz(top)
     consts.finish(fn, scratch=v.reg(work[0][0]))
-
-
-def _broadcast_elem(a, s, reg):
-    """reg = the element at [s.reg] in every fp32 lane."""
-    x = vec(128, reg.num)
-    if s.dtype == "f32":
-        a.vbroadcastss(reg, dword[s.reg])
-        return
-    a.movzx(eax, word[s.reg])
-    a.shl(eax, 16)
-    a.vmovd(x, eax)
-    a.vpbroadcastd(reg, x)
 
 
 def _bits_mem(s, col, size):

@@ -6,7 +6,8 @@ then sums ``exp(. - max)`` (writing the exponentials when the output is fp32), t
 exp of bf16 results, :func:`tppasm.x86.math.emit_exp_bf16`); a row of up to 16
 vectors (8 on AVX2) is instead loaded once into registers and each exp computed once (twice as
 fast for attention rows of 128-256 with a bf16 output); layer norm takes the
-mean, then the variance around it (two passes: no cancellation), then writes
+mean (as x0 + sum(x - x0) / n: exact for a row of equal values), then the variance around it
+(two passes: no cancellation), then writes
 ``(x - mean) * rstd * gamma + beta``; RMSNorm the mean square, then ``x * rstd * gamma``. Masked
 tail lanes are kept out of every sum and maximum. 1/sqrt is a true square root and division, not
 an estimate.
@@ -20,7 +21,7 @@ from isa.x86 import Function
 
 from ..backends import register
 from . import math as xm
-from .stream import Stream, load, store
+from .stream import Stream, broadcast_element, load, store
 from . import brgemm as x86_brgemm              # target_features, looked up per call (tests fix it)
 from .rows import ROWS, Regs, at, combine, fill_tail, hreduce, row_loop, walk, zero_tail
 from .vector import VectorISA
@@ -231,9 +232,11 @@ def generate_layernorm(desc, isa):
         return d
 
     def row():
-        _sum_pass(a, v, desc.n, acc, tail, lambda u, col, idx, t: load(a, v, work[u][0], x, at(x, col, idx), t))
+        # mean = x0 + sum(x - x0) / n: exact for a row of equal values (whose sum, and 1/n, would round)
+        broadcast_element(a, x, mean)
+        _sum_pass(a, v, desc.n, acc, tail, centered)
         hreduce(a, v, acc[0], acc[1], "add")
-        a.vmulps(mean, acc[0], c.f(1.0 / desc.n))
+        a.vfmadd231ps(mean, acc[0], c.f(1.0 / desc.n))
 
         def square(u, col, idx, t):
             d = centered(u, col, idx, t)

@@ -6,7 +6,7 @@ exactly the operand's bytes on a tail.
 >>> Stream(None, "row", "bf16").es
 2
 """
-from isa.x86 import K, ptr, vec
+from isa.x86 import K, dword, eax, ptr, vec, word
 
 from . import math as xm
 from .vector import Mask
@@ -130,3 +130,15 @@ def store(a, v, s, src, mem_at, tail, tmp, c, nt=None, cvt=False):
     else:
         for i in range(tail.count):
             a.vpextrw(mem_at(i, 2, size=2), packed, i)
+
+
+def broadcast_element(a, s, reg):
+    """reg = the element at [s.reg] (f32 or bf16) in every fp32 lane (clobbers eax)."""
+    x = vec(128, reg.num)
+    if s.dtype == "f32":
+        a.vbroadcastss(reg, dword[s.reg])
+        return
+    a.movzx(eax, word[s.reg])
+    a.shl(eax, 16)
+    a.vmovd(x, eax)
+    a.vpbroadcastd(reg, x)
