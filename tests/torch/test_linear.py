@@ -68,6 +68,22 @@ def test_only_needed_gradients_are_computed():
     assert x.grad is None and w.grad is not None and b.grad is not None
 
 
+@pytest.mark.parametrize("act", ["gelu", "gelu_erf"])
+@pytest.mark.parametrize("losses", ["z", "y+z"])
+def test_a_loss_on_the_operators_z_gets_its_gradient(act, losses):
+    """torch.ops.tppasm.linear's second output, z = x @ w.T + b (the gelus' pre-activation), takes
+    part in a loss like y (its gradient was dropped: a loss on z gave zero gradients)."""
+    x, w, b = inputs((2, 3, 5), 4, torch.float32)
+    y, z = torch.ops.tppasm.linear(x, w, b, act)
+    (z.sum() * 2 if losses == "z" else (y * y).sum() + 3 * z.sum()).backward()
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    z64 = x64 @ w64.T + b64
+    y64 = torch.nn.functional.gelu(z64, approximate="tanh" if act == "gelu" else "none")
+    (z64.sum() * 2 if losses == "z" else (y64 * y64).sum() + 3 * z64.sum()).backward()
+    for got, want in ((x.grad, x64.grad), (w.grad, w64.grad), (b.grad, b64.grad)):
+        torch.testing.assert_close(got.double(), want, **TOL[torch.float32])
+
+
 @pytest.mark.parametrize("act", tt.ACTS)
 def test_opcheck_linear(act):
     for dtype, bias in ((torch.float32, True), (torch.bfloat16, act is None)):

@@ -253,20 +253,29 @@ def _setup_context(ctx, inputs, output):
     y, z = output
     ctx.act, ctx.bias_dtype = act, None if bias is None else bias.dtype
     ctx.save_for_backward(x, weight, y if act == "relu" else z if act in _GELUS else None)
+    ctx.set_materialize_grads(False)        # an output no loss reads gets None: no pass over zeros
 
 
-def _backward(ctx, dy, _dz):
+def _backward(ctx, dy, dz):
+    """The gradients of x, weight and bias from those of y and of z (the gelus' pre-activation,
+    which a loss may read too: its gradient takes no act' on its way)."""
     x, weight, saved = ctx.saved_tensors
     needs = list(ctx.needs_input_grad[:3])
     # torch.func transforms take an autograd.Function, not the operator (see _Transformable); a
     # backward that builds a graph (create_graph) takes the operator, which refuses a second derivative
     if torch._C._are_functorch_transforms_active():
         call = _LinearBackward.apply
-    elif getattr(ctx, "direct", False) and not torch.is_grad_enabled() and _unwatched(dy):
+    elif getattr(ctx, "direct", False) and not torch.is_grad_enabled() and _unwatched(dy, dz):
         call = _backward_kernel
     else:
         call = torch.ops.tppasm.linear_backward
-    dx, dw, db = call(dy, x, weight, saved, ctx.act, needs)
+    grads = None if dy is None else call(dy, x, weight, saved, ctx.act, needs)
+    if dz is not None and dz.numel():
+        more = call(dz.reshape(*x.shape[:-1], weight.shape[0]), x, weight, None, None, needs)
+        grads = more if grads is None else [g + h if need else g for g, h, need in zip(grads, more, needs)]
+    if grads is None:
+        return None, None, None, None
+    dx, dw, db = grads
     return (dx if needs[0] else None, dw if needs[1] else None,
             db.to(ctx.bias_dtype) if needs[2] else None, None)
 
