@@ -172,3 +172,23 @@ def assert_same_non_finite(got, want, what):
     g, w = got.astype(np.float64), want.astype(np.float64)
     bad = (np.isnan(g) != np.isnan(w)) | (np.isinf(w) & (g != w)) | (np.isfinite(w) & ~np.isfinite(g))
     assert not bad.any(), f"{what}: {bad.sum()} lanes differ, e.g. got {g[bad][:4]} want {w[bad][:4]}"
+
+
+def threads_disagreeing(call, args, rounds=6):
+    """Call ``call(*args[t])`` ``rounds`` times in each of ``len(args)`` threads at once; the threads
+    whose results differed from the same call made alone first (an empty list when all agree)."""
+    import threading
+    alone = [np.array(call(*a)) for a in args]
+    wrong = []
+
+    def run(t):
+        for _ in range(rounds):
+            if not np.array_equal(call(*args[t]), alone[t]):
+                wrong.append(t)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(len(args))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return wrong

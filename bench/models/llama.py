@@ -38,6 +38,7 @@ from tppasm.brgemm import Brgemm
 from .checks import check_pool, choice, float_weights
 from .llama_step import BN, Step
 from .llama_weights import Linear, check_config, weight_shapes
+from .serial import Serial
 
 KC = 512             # K chunk of the down projection's batch-reduce
 KEY_BLOCK = 64       # decode pads the key range to a multiple of this
@@ -86,20 +87,27 @@ class LlamaLayer:
         self._ramp = tpp.aligned(np.repeat(np.float32([0, -np.inf]), cfg.max_len))
         self._steps = {}
         self.length = 0                                  # positions the cache holds: 0..length-1
+        self._serial = Serial()
 
     def reset(self):
         """Forget the cache (zeros: positions past the current one contribute nothing, never NaN)."""
+        with self._serial:
+            self._clear()
+
+    def _clear(self):
         self.KT[...] = 0
         self.V[...] = 0
         self.length = 0
 
     def prefill(self, x):
         """Output rows for the prompt ``x`` (T, hidden) real numbers, 1 <= T <= max_len, at positions
-        0..T-1; the cache then holds them (and only them)."""
+        0..T-1; the cache then holds them (and only them). Calls from several threads take turns
+        (:mod:`bench.models.serial`); the cache is the layer's, one sequence at a time."""
         x = self._rows(x, "prefill")
-        self.reset()
-        out = self._step(x.shape[0], None).run(x, 0)
-        self.length = x.shape[0]
+        with self._serial:
+            self._clear()
+            out = self._step(x.shape[0], None).run(x, 0)
+            self.length = x.shape[0]
         return out
 
     def decode(self, x, pos):
@@ -110,6 +118,10 @@ class LlamaLayer:
             raise ValueError(f"decode: one row (1, {self.cfg.hidden}) at a time, got {x.shape[0]} rows "
                              "(prefill(x) takes a prompt)")
         pos = self._position(pos, "decode")
+        with self._serial:
+            return self._decode(x, pos)
+
+    def _decode(self, x, pos):
         if pos > self.length:
             held = f"0..{self.length - 1}" if self.length else "none"
             raise ValueError(f"decode: position {pos} skips positions {self.length}..{pos - 1}, which the cache "

@@ -41,7 +41,6 @@ take at most ``PLAN_BYTES``. Buffers belong to the model: calls from several thr
 (384,)
 """
 import os
-import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -54,6 +53,7 @@ from isa.pool import get_pool
 from .attention import Attention
 from .checks import check_pool, choice, float_weights, positive_int
 from .rows import row_block
+from .serial import Serial
 
 HIDDEN, HEADS, HEAD_DIM, FFN, LAYERS, EPS = 384, 12, 32, 1536, 6, 1e-12
 MAX_LEN = 256           # sentence-transformers' max_seq_length for this model
@@ -148,7 +148,7 @@ class MiniLM:
         self.emb_ln = tpp.aligned(np.stack([w[emb + "LayerNorm.weight"], w[emb + "LayerNorm.bias"]]))
         self.layers = [self._layer(w, f"encoder.layer.{i}.") for i in range(LAYERS)]
         self._plans = {}
-        self._lock, self._lock_pid = threading.Lock(), os.getpid()
+        self._serial = Serial()
 
     @classmethod
     def load(cls, dtype="f32", path=None, pool=None):
@@ -222,7 +222,7 @@ class MiniLM:
         the same shape with a 1 in every row; 1 <= length <= 512."""
         ids, keep = _check_inputs(input_ids, attention_mask, self.word.shape[0])
         B, L = ids.shape
-        with self._serial():
+        with self._serial:
             plan = self._plan(B, L)
             np.take(self.word, ids.reshape(-1), axis=0, out=plan.H)
             plan.mask[...] = -np.inf
@@ -231,14 +231,6 @@ class MiniLM:
             for weights, params in self.layers:
                 plan.run_layer(weights, params)
             return plan.H.reshape(B, L, HIDDEN).copy()
-
-    def _serial(self):
-        """The model's lock: its plans' buffers serve one call at a time, so a thread calling while
-        another runs waits (a model per thread runs them at once). A forked child makes its own:
-        a lock another thread held at the fork would stay taken there."""
-        if self._lock_pid != os.getpid():
-            self._lock, self._lock_pid = threading.Lock(), os.getpid()
-        return self._lock
 
     def _plan(self, B, L):
         """The plan of (B, L), built on first use; the least recently used go while the plans'

