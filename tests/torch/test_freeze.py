@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
 import tppasm.torch as tt  # noqa: E402
 from tppasm import fc  # noqa: E402
 
-from .test_linear import TOL, TORCH_ACT  # noqa: E402
+from .test_linear import MODES, TOL, TORCH_ACT  # noqa: E402
 
 F = torch.nn.functional
 
@@ -33,14 +33,14 @@ def packed_calls(monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("act", tt.ACTS)
 @pytest.mark.parametrize("shape", [(5, 40), (2, 33, 40), (100, 40)])
-@pytest.mark.parametrize("mode", ["no_grad", "inference", "no-grad-tensors"])
+@pytest.mark.parametrize("mode", ["no_grad", "inference", "inference-enable-grad", "no-grad-tensors"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_frozen_calls_read_the_packed_weight_and_match_torch(packed_calls, dtype, act, shape, mode, bias):
     net = layer(dtype, act, bias=bias).freeze()
     x = torch.randn(*shape).to(dtype)
     if mode == "no-grad-tensors":
         net.requires_grad_(False)
-    context = {"no_grad": torch.no_grad, "inference": torch.inference_mode}.get(mode, torch.enable_grad)
+    context = MODES.get(mode, torch.enable_grad)
     with context():
         y = net(x)
     assert packed_calls == [True] and y.dtype == dtype and not y.requires_grad
@@ -172,3 +172,14 @@ def test_parameters_made_under_inference_mode_freeze_and_run():
     ref = torch.relu(F.linear(x.double(), net.weight.double(), net.bias.double()))
     torch.testing.assert_close(y2.double(), ref, **TOL[torch.float32])
     assert not torch.equal(y, y2)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")      # torch's forward mode imports use it
+def test_frozen_calls_refuse_a_dual_tensor():
+    """A forward-mode tangent would be dropped without a word: refused, as unfrozen calls do."""
+    import torch.autograd.forward_ad as fwAD
+    net = layer(torch.float32, "relu").freeze()
+    with fwAD.dual_level(), torch.no_grad():
+        x = fwAD.make_dual(torch.randn(4, 40), torch.randn(4, 40))
+        with pytest.raises(RuntimeError, match="no forward-mode derivative"):
+            net(x)

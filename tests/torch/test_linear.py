@@ -1,6 +1,8 @@
 """tppasm.torch: the tppasm::linear operator against torch's own linear layer (values and
 gradients, f32 and bf16, every activation), torch.library.opcheck, nn.Module use, torch.compile,
 CPU autocast and torch.func transforms."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -230,6 +232,16 @@ def test_unsupported_derivatives_are_explained(call, message):
         call(torch.randn(3, 4, requires_grad=True), torch.randn(2, 4))
 
 
+@contextlib.contextmanager
+def inference_with_grad_enabled():
+    """torch.enable_grad() inside torch.inference_mode(): inference mode wins, nothing is recorded."""
+    with torch.inference_mode(), torch.enable_grad():
+        yield
+
+
+MODES = {"no_grad": torch.no_grad, "inference": torch.inference_mode, "inference-enable-grad": inference_with_grad_enabled}
+
+
 def _dual_linear(x, w):
     """linear of a forward-mode dual tensor (which no tensor requires grad for)."""
     import torch.autograd.forward_ad as fwAD
@@ -388,12 +400,12 @@ def routes(monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("act", tt.ACTS)
 @pytest.mark.parametrize("layout", ["2d", "3d", "strided", "no-bias"])
-@pytest.mark.parametrize("mode", ["no_grad", "inference", "no-grad-inputs"])
+@pytest.mark.parametrize("mode", ["no_grad", "inference", "inference-enable-grad", "no-grad-inputs"])
 def test_plain_calls_skip_the_operator_and_match_torch(routes, dtype, act, layout, mode):
     x, w, b = inputs((2, 3, 17) if layout == "3d" else (6, 17), 9, dtype, bias=layout != "no-bias")
     if layout == "strided":
         x, w = x.detach().T.contiguous().T, w.detach().T.contiguous().T     # column-major views
-    context = {"no_grad": torch.no_grad, "inference": torch.inference_mode}.get(mode)
+    context = MODES.get(mode)
     if context is None:
         x, w, b = (None if t is None else t.detach() for t in (x, w, b))
         context = torch.enable_grad

@@ -11,7 +11,7 @@ True
 import torch
 
 from .. import fc
-from .ops import ACTS, _bias_view, _check, _run, _unwatched, _view, linear
+from .ops import ACTS, _bias_view, _check, _records_gradient, _refuse_dual, _run, _unwatched, _view, linear
 
 
 class Linear(torch.nn.Linear):
@@ -88,8 +88,8 @@ class Linear(torch.nn.Linear):
 
     def forward(self, x):
         frozen, w, b = self._frozen, self.weight, self.bias
-        if frozen is not None and not (torch.is_grad_enabled() and (
-                x.requires_grad or w.requires_grad or b is not None and b.requires_grad)):
+        if frozen is not None and not _records_gradient(x, w, b):
+            _refuse_dual(x, w, b)
             if self._state(w) != frozen.weight_state:
                 raise ValueError("tppasm.torch.Linear: the weight changed after freeze() (an in-place update, a new "
                                  "tensor or dtype); call layer.freeze() again to pack it, or layer.unfreeze()")

@@ -73,11 +73,9 @@ def linear(x, weight, bias=None, act=None):
                             f"{' or None' if name == 'bias' else ''}: pass {fix}")
     if act is not None and not isinstance(act, str):
         raise TypeError(f"tppasm.torch.linear: act={act!r} ({type(act).__name__}); expected one of {ACTS}")
-    if _forward_ad._current_level >= 0 and any(
-            t is not None and _forward_ad.unpack_dual(t).tangent is not None for t in (x, weight, bias)):
-        _no_forward_mode(None)          # a dual tensor's tangent would be dropped without a word
+    _refuse_dual(x, weight, bias)
     if _unwatched(x, weight, bias):
-        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+        if _records_gradient(x, weight, bias):
             return _Direct.apply(x, weight, bias, act)[0]
         return _forward(x, weight, bias, act, pre=False)[0]
     if not torch._C._are_functorch_transforms_active():
@@ -85,6 +83,20 @@ def linear(x, weight, bias=None, act=None):
     # torch.func takes an autograd.Function (see _Transformable), which autocast does not reach into: cast here
     call = functools.partial(_autocast, _Linear.apply) if torch.is_autocast_enabled("cpu") else _Linear.apply
     return call(x, weight, bias, act)[0]
+
+
+def _refuse_dual(*tensors):
+    """Refuse a forward-mode dual tensor among ``tensors``: its tangent would be dropped without a word."""
+    if _forward_ad._current_level >= 0 and any(
+            t is not None and _forward_ad.unpack_dual(t).tangent is not None for t in tensors):
+        _no_forward_mode(None)
+
+
+def _records_gradient(*tensors):
+    """Whether torch records a gradient of a call on ``tensors``: grad mode on, outside inference
+    mode (which wins over ``torch.enable_grad()`` inside it), and one of them requiring grad."""
+    return (torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+            and any(t is not None and t.requires_grad for t in tensors))
 
 
 def _unwatched(*tensors):
