@@ -5,6 +5,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e .[test] pins torch==2.13.0)")
 
+import torch.nn.utils.prune  # noqa: E402
 import tppasm.torch as tt  # noqa: E402
 from tppasm import fc  # noqa: E402
 
@@ -88,8 +89,12 @@ def test_autocast_takes_the_unfrozen_path(packed_calls):
 @pytest.mark.parametrize("make, message", [
     (lambda: layer(torch.float64, None), "float64 tensor on cpu; freeze takes a dense float32 or bfloat16"),
     (lambda: layer(torch.float32, None).to("meta"), r"on meta; freeze takes .* \(and \.cpu\(\)\) first"),
+    (lambda: torch.nn.utils.parametrizations.weight_norm(layer(torch.float32, None)), "remove_parametrizations"),
+    (lambda: torch.nn.utils.prune.l1_unstructured(layer(torch.float32, None), "weight", 0.5), r"prune\.remove"),
 ])
 def test_weights_the_kernels_cannot_take_are_refused(make, message):
+    """(A weight computed at each access, by a parametrization or pruning, is a new tensor each
+    time: its packing would be refused at every call, however often freeze() ran.)"""
     net = make()
     with pytest.raises(ValueError, match=message):
         net.freeze()

@@ -62,6 +62,11 @@ class Linear(torch.nn.Linear):
         ...     bool(torch.allclose(layer.freeze()(x), 2 * y - layer.bias))
         True
         """
+        if not isinstance(self._parameters.get("weight"), torch.nn.Parameter):
+            raise ValueError("tppasm.torch.Linear.freeze: the weight is computed anew at each access (a "
+                             "parametrization such as weight_norm, or pruning), so its packing could never be used; "
+                             "remove that first (torch.nn.utils.parametrize.remove_parametrizations(layer, 'weight') "
+                             "or torch.nn.utils.prune.remove(layer, 'weight')), or do not freeze the layer")
         w = self.weight.detach()
         if w.dtype not in (torch.float32, torch.bfloat16) or not w.is_cpu or w.layout != torch.strided:
             raise ValueError(f"tppasm.torch.Linear.freeze: the weight is a {w.layout} {w.dtype} tensor on {w.device}; "
