@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from isa.pool import Pool
+from tppasm.layout import as_array
 
 
 def positive_int(value, name):
@@ -62,8 +63,8 @@ def float_weights(weights, shapes, who):
                          f"{len(shapes)} weights of the checkpoint")
     out = {}
     for name, shape in shapes.items():
-        a = np.asarray(weights[name])
-        if a.dtype.kind != "f":
+        a = as_array(weights[name], who)              # (a torch bfloat16 tensor too)
+        if a.dtype.kind != "f" and not is_bf16(a):
             raise TypeError(f"{who}: weights[{name!r}] is {a.dtype}; expected floating point "
                             "(write .astype(np.float32))")
         if a.shape != shape:
@@ -73,3 +74,13 @@ def float_weights(weights, shapes, who):
             raise ValueError(f"{who}: weights[{name!r}] holds NaN or inf (in float32); expected finite values")
         out[name] = a
     return out
+
+
+def is_bf16(a):
+    """Whether the NumPy array ``a`` holds bfloat16 (ml_dtypes', tppasm's bf16), a float to widen.
+
+    >>> import tppasm
+    >>> is_bf16(np.zeros(1, tppasm.dtypes.dtype("bf16"))), is_bf16(np.zeros(1, np.float16))
+    (True, False)
+    """
+    return a.dtype.name == "bfloat16"

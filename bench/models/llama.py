@@ -34,8 +34,9 @@ import numpy as np
 import tppasm as tpp
 from isa.pool import get_pool
 from tppasm.brgemm import Brgemm
+from tppasm.layout import as_array
 
-from .checks import check_pool, choice, float_weights
+from .checks import check_pool, choice, float_weights, is_bf16
 from .llama_step import BN, Step
 from .llama_weights import Linear, check_config, weight_shapes
 from .serial import Serial
@@ -169,8 +170,8 @@ class LlamaLayer:
         return int(pos)
 
     def _rows(self, x, who):
-        x = np.asarray(x)
-        if x.dtype.kind not in "fiu":
+        x = as_array(x, who)
+        if x.dtype.kind not in "fiu" and not is_bf16(x):
             raise TypeError(f"{who}: x of dtype {x.dtype}; expected real numbers (write x.astype(np.float32))")
         x = np.asarray(x, np.float32)
         if x.ndim != 2 or x.shape[1] != self.cfg.hidden or not 1 <= x.shape[0] <= self.cfg.max_len:

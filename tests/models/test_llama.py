@@ -182,6 +182,19 @@ def test_layer_takes_any_float_weights():
     assert np.array_equal(LlamaLayer(CFG, {k: v.astype(np.float64) for k, v in w.items()}).prefill(x), want)
 
 
+def test_layer_takes_bfloat16_weights_and_inputs():
+    """ml_dtypes bfloat16 arrays and torch bfloat16 tensors, weights and x, widened exactly to
+    float32 (they were refused as not floating point, or failed in np.asarray)."""
+    torch = pytest.importorskip("torch")
+    bf = tpp.dtypes.dtype("bf16")
+    w = {k: v.astype(bf) for k, v in random_weights(CFG).items()}
+    x = np.random.default_rng(1).standard_normal((3, CFG.hidden)).astype(bf)
+    want = LlamaLayer(CFG, {k: v.astype(np.float32) for k, v in w.items()}).prefill(x.astype(np.float32))
+    assert np.array_equal(LlamaLayer(CFG, w).prefill(x), want)
+    tw = {k: torch.from_numpy(v.astype(np.float32)).bfloat16() for k, v in w.items()}
+    assert np.array_equal(LlamaLayer(CFG, tw).prefill(torch.from_numpy(x.astype(np.float32)).bfloat16()), want)
+
+
 def test_inputs_refused_or_taken():
     layer = LlamaLayer(CFG, random_weights(CFG))
     x = np.random.default_rng(2).standard_normal((5, CFG.hidden)).astype(np.float32)
