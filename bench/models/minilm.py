@@ -265,6 +265,12 @@ def _sentences(texts, who):
     if bad is not None:
         raise TypeError(f"{who}: texts[{bad}] is {type(texts[bad]).__name__} {texts[bad]!r:.40}; expected str "
                         "(write str(x), or x.decode() for bytes)")
+    for i, t in enumerate(texts):
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError as e:        # a lone surrogate (from os.fsdecode or errors="surrogateescape")
+            raise ValueError(f"{who}: texts[{i}] holds {t[e.start:e.end]!r} at {e.start}, which is no Unicode "
+                             "character; write t.encode('utf-8', 'replace').decode()") from None
     return texts, False
 
 

@@ -177,6 +177,7 @@ def test_one_string_is_one_sentence(model):
     (b"bytes", TypeError, r"write texts.decode\(\)"),
     (None, TypeError, "expected a list of str"),
     (7, TypeError, "expected a list of str"),
+    (["ok", "bad \udcff byte"], ValueError, r"texts\[1\] holds '\\udcff' at 4, which is no Unicode character"),
 ])
 def test_bad_texts_refused(model, texts, error, message):
     with pytest.raises(error, match=message):
