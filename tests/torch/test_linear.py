@@ -448,3 +448,20 @@ def test_the_operator_runs_where_torch_must_see_it(routes, context, grad):
     assert set(routes) == {"operator", *["operator backward"] * grad} and y.shape == (4, 3)
     if context == "profiler":
         assert any(e.name == "tppasm::linear" for e in m.events())
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_fx_symbolic_trace_records_the_operator(frozen):
+    """torch.fx.symbolic_trace of a module holding a Linear (or of a function calling linear) gets
+    a tppasm.linear node and the same values (the proxy was refused as no tensor)."""
+    net = torch.nn.Sequential(tt.Linear(6, 3, act="relu"), torch.nn.Tanh())
+    if frozen:
+        net[0].freeze()
+    graph = torch.fx.symbolic_trace(net)
+    assert torch.ops.tppasm.linear in [node.target for node in graph.graph.nodes]
+    x = torch.randn(4, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(graph(x), net(x))
+    traced = torch.fx.symbolic_trace(lambda x, w: tt.linear(x, w, act="gelu"))
+    w = torch.randn(3, 6)
+    torch.testing.assert_close(traced(x, w), tt.linear(x, w, act="gelu"))

@@ -93,7 +93,7 @@ class Linear(torch.nn.Linear):
 
     def forward(self, x):
         frozen, w, b = self._frozen, self.weight, self.bias
-        if frozen is not None and not _records_gradient(x, w, b):
+        if frozen is not None and not isinstance(x, torch.fx.Proxy) and not _records_gradient(x, w, b):
             _refuse_dual(x, w, b)
             if self._state(w) != frozen.weight_state:
                 raise ValueError("tppasm.torch.Linear: the weight changed after freeze() (an in-place update, a new "
