@@ -236,7 +236,10 @@ class Unary(Descriptor):
                 _store(out, np.where(keep, _to_f64(dy), 0.0))
                 return
             with np.errstate(all="ignore"):
-                _store(out, _to_f64(dy) * GRAD_OPS[self.op](_to_f64(x)))
+                if self.op == "relu_bwd":           # dy where x > 0, else 0 (an inf or NaN dy too, as torch)
+                    _store(out, np.where(_to_f64(x) > 0, _to_f64(dy), 0.0))
+                else:
+                    _store(out, _to_f64(dy) * GRAD_OPS[self.op](_to_f64(x)))
             return
         x = _to_f64(arrays[0])
         with np.errstate(all="ignore"):

@@ -207,6 +207,22 @@ def test_reduce(isa, op, over, dts, shp, seed):
 
 
 @pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("bitmask", [False, True])
+def test_relu_bwd_of_a_non_finite_gradient_where_x_is_not_positive_is_zero(isa, bitmask):
+    """dy where x > 0, else 0 even for an inf or NaN dy (as torch's threshold_backward), in the
+    kernel and in both references (the plain one computed dy * 0 = NaN)."""
+    dy = np.float32([[np.inf, np.nan, -np.inf, np.inf, 2.0, np.nan, 3.0]])
+    x = np.float32([[-1.0, -1.0, 0.0, np.nan, 1.0, 5.0, -0.0]])
+    want = np.float32([[0, 0, 0, 0, 2.0, np.nan, 0]])
+    mask = np.packbits(x > 0, axis=1, bitorder="little")
+    k = get_kernel(Unary("relu_bwd", 1, 7, bitmask=bitmask), isa)
+    out = poisoned((1, 7), np.float32, 7)
+    got_ref = check(k, (dy, mask if bitmask else x, out), [out], isa)[2]
+    np.testing.assert_array_equal(got_ref, want)
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("op", ["max", "min"])
 @pytest.mark.parametrize("post", ["relu", "negate", "square", "exp", "sigmoid", "gelu"])
 def test_max_and_min_with_a_post_op(isa, op, post):

@@ -210,8 +210,7 @@ class _Elt:
                 else:
                     ys = self.load(self.ins[1], Y, u)
                     a.fcmgt(P_CMP[u].s, P_ALL.z, ys, 0.0)
-                    a.sel(D, P_CMP[u], c.f(1.0), c.f(0.0))
-                    a.fmul(D, D, xs)
+                    a.sel(D, P_CMP[u], xs, c.f(0.0))        # dy, or 0 (an inf or NaN dy too)
                 return D
             if op.endswith("_bwd"):
                 ys = self.load(self.ins[1], Y, u)
