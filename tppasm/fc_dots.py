@@ -74,8 +74,10 @@ def forward_dots(plan, x, w, bias, out):
         return parallel_kernels([[product, *plan.add_bias[hi - lo].calls(y32[lo:hi], bias, out[lo:hi])]
                                  for product, (lo, hi) in zip(plan.gemm.calls(x, w, y32), plan.gemm.blocks)])
     plan.gemm(x, w, y32)
-    for call in plan.add_bias[len(out)].calls(y32, bias, out):
-        call()
+    plan.add_bias[len(out)](y32, bias, out)
+
+
+LONG_VALUES = 4096         # BiasAdd's long rows from this many values on
 
 
 class BiasAdd:
@@ -85,21 +87,30 @@ class BiasAdd:
     times, the rest as they are (on Zen 4, 100000 rows of 2: 0.79 ms as they are).
 
     >>> import numpy as np
-    >>> add = BiasAdd(5, 2, "f32", None)
-    >>> add.per, add.long_rows
-    (8, 0)
-    >>> y = np.arange(20, dtype=np.float32).reshape(10, 2); out = np.empty_like(y)
-    >>> for call in BiasAdd(10, 2, "f32", "relu").calls(y - 4, np.array([0, 100], np.float32), out): call()
+    >>> add = BiasAdd(5000, 2, "f32", None)
+    >>> add.per, add.long_rows, add.long is None, BiasAdd(5, 2, "f32", None).long is None
+    (8, 625, False, True)
+    >>> y = np.arange(4098, dtype=np.float32).reshape(2049, 2); out = np.empty_like(y)
+    >>> BiasAdd(2049, 2, "f32", "relu")(y - 4, np.array([0, 100], np.float32), out)     # 2048 rows as 256
     >>> out[:3].tolist(), out[-1].tolist()
-    ([[0.0, 97.0], [0.0, 99.0], [0.0, 101.0]], [14.0, 115.0])
+    ([[0.0, 97.0], [0.0, 99.0], [0.0, 101.0]], [4092.0, 4193.0])
     """
 
     def __init__(self, rows, m, dt, fused):
         self.m, self.per = m, (16 // math.gcd(m, 16) if m < 16 else 1)      # per * m = lcm(m, 16)
         self.long_rows, rest = divmod(rows, self.per)
         add = functools.partial(binary, "add", dtype="f32", out_dtype=dt, bcast_b="row", post=fused)
-        self.long = add(self.long_rows, self.per * m) if self.long_rows and self.per > 1 else None
+        # (a few rows are added as they are: repeating the bias costs more than it saves)
+        long = self.long_rows * self.per * m >= LONG_VALUES and self.per > 1
+        self.long = add(self.long_rows, self.per * m) if long else None
         self.rest = add(rest if self.long else rows, m) if rest or not self.long else None
+
+    def __call__(self, y, bias, out):
+        """Add ``bias`` to ``y`` into ``out`` here (:meth:`calls`: as calls for a thread)."""
+        if self.long is None:                           # (the common case, without a call list)
+            return self.rest(y, bias, out)
+        for call in self.calls(y, bias, out):
+            call()
 
     def calls(self, y, bias, out):
         """The kernel calls (of no arguments) that add ``bias`` to ``y`` into ``out``."""
