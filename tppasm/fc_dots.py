@@ -146,7 +146,8 @@ class DotGemm:
         self.by_rows = rows > DOT_ROWS
         if self.by_rows:
             x_bytes = rows * k * numpy_dtype(dtype).itemsize
-            self.blocks = max(split(rows, flops, threads, min_flops), split(rows, x_bytes, threads, DOT_MIN_BYTES), key=len)
+            self.blocks = max(split(rows, flops, threads, min_flops), split(rows, x_bytes, threads, DOT_MIN_BYTES),
+                              key=len)
             self.kernels = {hi - lo: gemm_nt(hi - lo, m, k, dtype=dtype, c_dtype=c_dtype) for lo, hi in self.blocks}
             return
         by_flops = split(m, flops, threads, min_flops)

@@ -239,7 +239,8 @@ def inference_with_grad_enabled():
         yield
 
 
-MODES = {"no_grad": torch.no_grad, "inference": torch.inference_mode, "inference-enable-grad": inference_with_grad_enabled}
+MODES = {"no_grad": torch.no_grad, "inference": torch.inference_mode,
+         "inference-enable-grad": inference_with_grad_enabled}
 
 
 def _dual_linear(x, w):
