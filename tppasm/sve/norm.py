@@ -9,9 +9,10 @@ the row maximum of ``scale*x + mask``, then sums ``exp(. - max)`` (writing the e
 the output is fp32), then scales by 1/sum (a bf16 output recomputes the exponentials rather than
 rounding twice); layer norm takes the mean (as x0 + sum(x - x0) / n: exact for a row of equal
 values), then the variance around it (two passes: no cancellation), then writes
-``(x - mean) * rstd * gamma + beta``; RMSNorm the mean square, then ``x * rstd * gamma``. rstd is ``fsqrt`` and ``fdiv``, not an estimate. The output may be the input:
-every pass that writes a vector of the row has read it first, and earlier passes only read. bf16 is
-widened with ``ld1h`` + ``lsl #16`` and narrowed with ``bfcvt`` (round to nearest even).
+``(x - mean) * rstd * gamma + beta``; RMSNorm the mean square, then ``x * rstd * gamma``. rstd is
+``fsqrt`` and ``fdiv``, not an estimate. The output may be the input: every pass that writes a
+vector of the row has read it first, and earlier passes only read. bf16 is widened with ``ld1h`` +
+``lsl #16`` and narrowed with ``bfcvt`` (round to nearest even).
 
 >>> from tppasm.norm import LayerNorm, Softmax
 >>> from isa.aarch64 import disassemble
