@@ -26,6 +26,13 @@ def _comparison(op):
     return compare
 
 
+def _refused(op):
+    """A method of :class:`Affine` for ``op``, which no affine offset can use: TraceError naming the fix."""
+    def method(self, *args):
+        self._not_linear(op)
+    return method
+
+
 class Affine:
     """``const + sum(coef * var)`` over loop indices and thread coordinates (ints only)."""
 
@@ -115,6 +122,22 @@ class Affine:
         self._not_affine("divmod")
 
     __rdivmod__ = __divmod__
+
+    def _not_linear(self, op):
+        raise TraceError(f"'{op}' on loop index {self} is not compilable: offsets must be affine "
+                         "(+, -, * by an int), e.g. X[2 * i + 1]; for a piecewise offset (abs, a mirror) "
+                         "branch with an 'if' on the index and write an affine offset in each branch")
+
+    __abs__ = _refused("abs()")
+    __pow__ = __rpow__ = _refused("**")
+    __lshift__ = __rlshift__ = _refused("<<")
+    __rshift__ = __rrshift__ = _refused(">>")
+    __and__ = __rand__ = _refused("&")
+    __or__ = __ror__ = _refused("|")
+    __xor__ = __rxor__ = _refused("^")
+    __invert__ = _refused("~")
+    __round__ = _refused("round()")
+    __floor__, __ceil__, __trunc__ = _refused("math.floor()"), _refused("math.ceil()"), _refused("math.trunc()")
 
     def __index__(self):
         raise TraceError(f"loop index {self} used as a Python int (range(), list index, int(), shape, ...); "

@@ -26,12 +26,14 @@ def arity(fn):
     return len(params)
 
 
-def check_grid(spec, nthreads):
-    """SpecError when ``spec``'s thread grid needs more than ``nthreads`` threads."""
+def check_grid(spec, nthreads, own_pool=False):
+    """SpecError when ``spec``'s thread grid needs more than ``nthreads`` threads (``own_pool``: the
+    kernel's ``pool=`` override, which the thread settings of the process do not change)."""
     if spec.mode == "grid" and spec.nthreads_needed > nthreads:
+        more = (f"pass a pool of {spec.nthreads_needed} threads or more (pool=Pool({spec.nthreads_needed}))"
+                if own_pool else f"call loops.set_num_threads({spec.nthreads_needed}) (or set TPPASM_NUM_THREADS)")
         raise SpecError(f"loop spec {spec.text!r} places loops on a {'x'.join(map(str, spec.grid))} thread grid "
-                        f"({spec.nthreads_needed} threads) but the pool has {nthreads}; shrink the grid or "
-                        "set TPPASM_NUM_THREADS")
+                        f"({spec.nthreads_needed} threads) but the pool has {nthreads}; shrink the grid or {more}")
 
 
 def traced_trees(lk, arrays):
@@ -53,12 +55,25 @@ def hook_tree(fns, arrays, names):
     """One traced tree of all the init (or fini) hooks ``fns``, in order."""
     if not fns:
         return Node()
+    for fn in fns:
+        _check_arity(fn, names)
 
     def all_hooks(*views):
         for fn in fns:
             n = arity(fn)
             fn(*(views if n is None else views[:n]))
     return trace(all_hooks, [], arrays, names)
+
+
+def _check_arity(fn, names):
+    """TypeError when hook ``fn`` needs more arrays than the nest has (it receives the first ones)."""
+    need = [p.name for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+    if len(need) > len(names):
+        raise TypeError(f"hook {getattr(fn, '__name__', type(fn).__name__)!r} takes {len(need)} arrays "
+                        f"({', '.join(need)}) but the nest has {len(names)} ({', '.join(names) or 'none'}): a "
+                        "hook receives the nest's first arrays, as many as it names; drop the extra parameters "
+                        "or take '*arrays'")
 
 
 def box_of(loops, spec, nthreads):

@@ -158,7 +158,7 @@ pool_module.ON_NEW_POOL.append(_forget_nests)
 class LoopKernel:
     """A traced-and-compiled loop nest; call it on arrays. See :func:`kernel`."""
 
-    def __init__(self, spec, loops, body, pool=None, hooks=None, tuned=None, races="refuse"):
+    def __init__(self, spec, loops, body, pool=None, hooks=None, races="refuse"):
         _check_body(body)
         _check_pool(pool)
         _check_races(races)
@@ -176,7 +176,7 @@ class LoopKernel:
         self.resolved = self.spec.resolve(self.loops)
         self.hooks = hooks if hooks is not None else {"init": [], "fini": [], "family": []}
         self.hooks["family"].append(self)         # every variant: a new hook invalidates all their nests
-        self._tuned = tuned if tuned is not None else {}
+        self._tuned = {}          # (array signature, thread count) -> tuned spec; this kernel's alone
         self._bound, self._variants, self._last, self._fast = {}, {}, None, None
         self.__name__, self.__doc__ = name, body.__doc__
         P = inspect.Parameter           # what inspect.signature(loop_kernel) shows: the arrays
@@ -213,7 +213,7 @@ class LoopKernel:
             member._fast = member._last = None
 
     def with_spec(self, spec, pool=None, races=None):
-        """The same body and loops instantiated with another spec (cached per spec).
+        """The same body and loops with another spec (cached per spec), run even where tune chose another.
 
         >>> from loops import Loop, kernel
         >>> @kernel("ab", Loop(0, 2), Loop(0, 2))
@@ -226,7 +226,7 @@ class LoopKernel:
         v = self._variants.get(key)
         if v is None:
             v = self._variants[key] = LoopKernel(spec, self.loops, self.body, pool or self.pool_override,
-                                                 self.hooks, self._tuned, races)
+                                                 self.hooks, races)
         return v
 
     @property
@@ -243,7 +243,7 @@ class LoopKernel:
             return
         objs, arrays = arrays, as_arrays(arrays, self.array_names, self.__name__)
         key = signature(arrays)
-        best = self._tuned.get(key)
+        best = self._tuned.get((key, self.pool.nthreads)) if self._tuned else None
         if best is not None and best != self.spec.text:
             self._fast = None
             return self.with_spec(best)(*objs)
@@ -368,7 +368,7 @@ class _Instance:
         self.parallel = spec.mode != "serial"
         pool = lk.pool if self.parallel else None
         self.nthreads = pool.nthreads if pool else 1
-        check_grid(spec, self.nthreads)
+        check_grid(spec, self.nthreads, lk.pool_override is not None)
         traced = traced_trees(lk, arrays)
         calls = [c for t in traced for c in t.all_calls()]
         self.kernels = list({id(c.kernel): c.kernel for c in calls}.values())

@@ -19,6 +19,7 @@ True
 import hashlib
 import json
 import marshal
+import math
 
 from isa.cpu import host, identity
 from tppasm import backends, cache
@@ -50,13 +51,52 @@ def disk_key(key, configs, specs, blocks, make, body, threads):
 
 
 def load(key, configs):
-    """The record stored under ``key`` whose knobs are one of ``configs``, or None."""
+    """The record stored under ``key`` whose knobs are one of ``configs`` and whose every field has
+    the type and range a search writes (:func:`valid`), or None.
+
+    >>> load("no such key", [{}]) is None
+    True
+    """
     record = cache.recall(NAMESPACE, key)
-    if not isinstance(record, dict) or not isinstance(record.get("spec"), str):
-        return None
-    if record.get("knobs") not in configs:
-        return None
-    return record
+    return record if valid(record, configs) else None
+
+
+def _count(least):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= least
+
+
+def _seconds(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _strings(v):
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+# every field of a search's record (loops.tune.search) and what it must hold
+FIELDS = {"kernel": lambda v: isinstance(v, str), "key": lambda v: isinstance(v, str) or _strings(v),
+          "threads": _count(1), "knobs": lambda v: isinstance(v, dict), "spec": lambda v: isinstance(v, str) and v,
+          "seconds": _seconds, "reference_seconds": lambda v: v is None or _seconds(v),
+          "candidates": _count(1), "timed": _count(1), "configurations": _count(1),
+          "unmodelled_configurations": _count(0), "skipped": _count(0), "model": lambda v: isinstance(v, bool),
+          "predicted_rank": _count(0), "modelling_seconds": _seconds, "clock": lambda v: v in ("wall", "cpu"),
+          "elapsed": _seconds, "runs": _count(1), "tuning_seconds": _seconds,
+          "resumed": lambda v: isinstance(v, bool), "explored": _strings}
+
+
+def valid(record, configs):
+    """True when ``record`` is a dict with a ``spec`` and ``knobs`` that are one of ``configs``, and
+    every field of :data:`FIELDS` it holds has its type and range: a damaged record is searched
+    again, never used.
+
+    >>> valid({"spec": "A", "knobs": {}, "runs": 2}, [{}]), valid({"spec": "A", "knobs": {}, "runs": "2"}, [{}])
+    (True, False)
+    """
+    if not isinstance(record, dict) or "spec" not in record or "knobs" not in record:
+        return False
+    if not all(ok(record[k]) for k, ok in FIELDS.items() if k in record):
+        return False
+    return record["knobs"] in configs
 
 
 def store(key, record):

@@ -27,7 +27,10 @@ from dataclasses import dataclass, field
 AXES = {"R": "row", "C": "col", "L": "layer"}
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 MAX_BLOCKING = 5
-LOOP_LIMIT = 1 << 61      # bounds, steps, spans, blocks, chunks: int64 sums of two never overflow
+LOOP_LIMIT = 1 << 61      # bounds, steps, spans, blocks: int64 sums of two never overflow
+# Schedule chunks: the nests multiply a chunk number (up to the thread count) by the chunk in int64,
+# and x86 takes it as a 32-bit immediate. A larger chunk would give each thread one chunk anyway.
+CHUNK_LIMIT = (1 << 31) - 1
 
 
 class SpecError(ValueError):
@@ -225,9 +228,10 @@ def parse(text, nloops):
             _fail(text, at, f"cannot read {text[at:]!r}",
                   "write '@schedule(static)', '@schedule(static,N)', '@schedule(dynamic)' or '@schedule(dynamic,N)'")
         chunk = int(m.group(2) or 0)
-        if m.group(2) is not None and not 1 <= chunk < LOOP_LIMIT:
-            _fail(text, at + m.start(2), f"the schedule chunk must be in 1..2**61, not {chunk}",
-                  "write a positive chunk size")
+        if m.group(2) is not None and not 1 <= chunk <= CHUNK_LIMIT:
+            _fail(text, at + m.start(2), f"the schedule chunk must be in 1..2**31-1 ({CHUNK_LIMIT}), not {chunk}",
+                  "write a positive chunk size below 2**31 (a chunk as large as the loop's iteration count "
+                  "gives one thread all of it)")
         schedule, body = (m.group(1), chunk), text[:at]
     raw = []                       # [letter, pos, bake, axis, teams, barrier]
     bake = [[None, None, None, None] for _ in range(nloops)]
@@ -325,11 +329,13 @@ def _parse_bake(text, pos, inner):
     blocks = None
     if m.group(4).strip():
         blocks = []
+        at_size = pos + 1 + m.start(4)
         for s in m.group(4).split(","):
-            if not s.strip().isdigit() or int(s) < 1:
-                _fail(text, pos + 1 + m.start(4), f"block size {s.strip()!r} must be a positive integer",
-                      "write positive block sizes, e.g. (32,8)")
+            if not re.fullmatch(r"\s*[0-9]+\s*", s) or int(s) < 1:      # ASCII digits: isdigit() takes '²'
+                _fail(text, at_size + len(s) - len(s.lstrip()), f"block size {s.strip()!r} must be a positive "
+                      "integer", "write positive block sizes, e.g. (32,8)")
             blocks.append(int(s))
+            at_size += len(s) + 1
         blocks = tuple(blocks)
     return [vals[0], vals[1], vals[2], blocks]
 

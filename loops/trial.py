@@ -2,15 +2,16 @@
 
 A configuration is what ``make(**knobs)`` returns (:func:`loops.tune.search`): a loop kernel, its
 arrays and optionally ``output()``. :class:`Built` keeps the arrays' initial contents and the
-reference result; :func:`measure` runs a candidate spec from those contents (outputs poisoned with
-NaN when the reference overwrites them all), compares its result, and times it by wall or CPU
-clock (:func:`elapsed`).
+reference result; :func:`measure` runs a candidate spec from those contents (the arrays the nest
+writes but never reads poisoned with NaN when the reference overwrites them all), compares its
+result (:func:`same`), and times it by wall or CPU clock (:func:`elapsed`).
 """
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from .signature import as_arrays, signature
 from .spec import SpecError
 from .trace import TraceError
 
@@ -34,41 +35,50 @@ class Candidate:
 
 
 class Built:
-    """One configuration: its kernel and arrays, their initial contents, and how to read the result."""
+    """One configuration: its kernel and arrays (torch tensors and DLPack objects viewed as NumPy
+    arrays), their initial contents, and how to read the result."""
 
     def __init__(self, made):
-        self.lk, self.arrays = made[0], tuple(made[1])
+        self.lk = made[0]
+        self.arrays = as_arrays(tuple(made[1]), self.lk.array_names, self.lk.__name__)
         self.output = made[2] if len(made) > 2 else None
+        signature(self.arrays)     # TypeError unless arrays
         self.writable = [i for i, a in enumerate(self.arrays) if a.flags.writeable]
         self.initial = [self.arrays[i].copy() for i in self.writable]
         self.poison = False
+        self.outputs = set()       # the arrays the nest writes but never reads: poisoned when self.poison
         self.own = None            # this configuration's reference result (when no output())
 
     def restore(self):
         for i, init in zip(self.writable, self.initial):
             a = self.arrays[i]
-            if self.poison and (a.dtype.kind == "f" or a.dtype.name == "bfloat16"):
+            if self.poison and i in self.outputs and (a.dtype.kind == "f" or a.dtype.name == "bfloat16"):
                 a[...] = np.nan
             else:
                 a[...] = init
 
     def result(self):
         if self.output is not None:
-            return [np.asarray(self.output()).astype(np.float64)]
+            out = as_arrays((self.output(),), ["output()"], self.lk.__name__)[0]
+            return [np.asarray(out).astype(np.float64)]
         return [self.arrays[i].astype(np.float64) for i in self.writable]
 
     def reference(self):
-        """Run the kernel's own spec from the initial contents; check whether it overwrites its outputs
-        (then candidates start from NaN, so an element they leave unwritten shows)."""
+        """Run the kernel's own spec (not one tuned earlier) from the initial contents; check whether
+        it overwrites the arrays it only writes (then candidates start with those full of NaN, so
+        an element they leave unwritten shows)."""
+        own = self.lk.with_spec(self.lk.spec.text)
+        access = own.accesses(*self.arrays)
+        self.outputs = {i for i, name in enumerate(own.array_names) if access[name] == "written"}
         self.restore()
-        self.lk(*self.arrays)
+        own(*self.arrays)
         want = self.result()
-        self.poison = True
+        self.poison = bool(self.outputs)
         self.restore()
-        self.lk(*self.arrays)
-        self.poison = all(np.array_equal(g, w) for g, w in zip(self.result(), want))
+        own(*self.arrays)
+        self.poison = self.poison and all(np.array_equal(g, w, equal_nan=True) for g, w in zip(self.result(), want))
         if not self.poison:
-            self.restore()          # NaN reached the result: inputs, perhaps shared with other configurations
+            self.restore()          # NaN reached the result: the nest leaves part of an output as it was
         self.own = want
         return want
 
@@ -91,6 +101,10 @@ class Builds:
             if not isinstance(made, tuple) or len(made) not in (2, 3):
                 raise TypeError("make(**knobs) must return (loop kernel, arrays) or (loop kernel, arrays, output), "
                                 f"got {type(made).__name__}")
+            if not hasattr(made[0], "with_spec") or not isinstance(made[1], (tuple, list)):   # (a LoopKernel)
+                raise TypeError("make(**knobs) must return (loop kernel, arrays) or (loop kernel, arrays, output): "
+                                f"a loops.kernel nest and a tuple of its arrays, got ({type(made[0]).__name__}, "
+                                f"{type(made[1]).__name__}, ...)")
             while len(self.cache) >= 2:
                 self.cache.pop(next(iter(self.cache)))
             self.cache[k] = Built(made)
@@ -186,8 +200,21 @@ def elapsed(fn, arrays, clock="wall"):
 
 
 def same(got, want, rtol):
+    """True when each array of ``got`` matches ``want``'s: NaN where it holds NaN, the same
+    infinities, and finite values within ``rtol`` times the largest finite magnitude of ``want``
+    (1 at least). A candidate whose NaN or infinities fall elsewhere is different.
+
+    >>> nan, inf = float("nan"), float("inf")
+    >>> same([np.array([nan, 1.0])], [np.array([nan, 1.0])], 1e-4)
+    True
+    >>> same([np.array([inf, 12345.0])], [np.array([inf, 1.0])], 1e-4)
+    False
+    """
     for g, w in zip(got, want):
-        scale = float(np.abs(w).max()) if w.size else 0.0
-        if g.shape != w.shape or not np.allclose(g, w, rtol=rtol, atol=rtol * max(scale, 1.0)):
+        if g.shape != w.shape:
+            return False
+        finite = w[np.isfinite(w)]
+        scale = float(np.abs(finite).max()) if finite.size else 0.0
+        if not np.allclose(g, w, rtol=rtol, atol=rtol * max(scale, 1.0), equal_nan=True):
             return False
     return True

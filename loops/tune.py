@@ -16,8 +16,9 @@ the fastest few are timed again in rounds and the lowest median wins. A timing i
 ``reps`` runs after a checking run, scaled by the machine's speed of the moment (the reference
 timed again every ``probe`` seconds, :class:`loops.trial.Probe`). Each candidate starts from the
 same array contents as the reference run (the first knob values and the kernel's own spec;
-outputs poisoned with NaN when the reference overwrites them all) and a result that differs from
-the reference's is reported and never picked. Results are remembered per (kernel, shapes, dtypes, host, threads) in
+the arrays the nest writes but never reads poisoned with NaN when the reference overwrites them all)
+and a result that differs from the reference's is reported and never picked. Results are remembered
+per (kernel, shapes, dtypes, host, threads) and search (make, body, knobs, specs) in
 :data:`REMEMBERED` as plain JSON-able dicts, and on disk for later processes (:mod:`loops.remembered`);
 a repeated search returns the remembered record, or with ``resume=True`` searches on from it.
 
@@ -53,6 +54,7 @@ from .trial import Builds, Candidate, Probe, elapsed, measure, time_again  # noq
 from .tune_options import check_hints, check_options, check_search_space
 
 REMEMBERED = {}          # key (tuple) -> record (JSON-able dict) of every search in this process
+_SPACES = {}             # key -> what the search under it covered (its disk key): a record serves only that
 EXPLORED = 4096          # candidates a record lists as timed (digests), so a resumed search times others
 # A candidate replaces the reference only when its playoff median is this much faster: on a shared
 # VM a 1% win is noise, and a spec with many short parallel regions that won so (22 regions per
@@ -60,6 +62,9 @@ EXPLORED = 4096          # candidates a record lists as timed (digests), so a re
 # the bench's final rounds, where the reference held its speed.
 MARGIN = 0.02
 _KERNEL_SECONDS = {}     # (descriptor, isa, scalars) -> seconds of one hot call
+# Budgets under this many seconds search without the cost model: building it (the host's bandwidths,
+# each kernel timed) takes 0.4-1.5 s the first time, and a 0.2 s search took 1-4 s with it.
+MODEL_SECONDS = 2.0
 
 
 @dataclass
@@ -130,11 +135,13 @@ def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4, bl
     ``specs``: the candidates (default :func:`space`, ranked by the cost model when ``model``, else
     :func:`candidates`), each checked first (a refused spec raises its :class:`SpecError`);
     ``budget``: how many are timed at most; ``seconds``: a wall-clock limit (None: none);
-    ``blocks``: search block sizes too (True, or a dict loop letter -> times blocked; see
-    :func:`space`). ``lk.last_tuning`` holds (spec, seconds or None, note) per timed candidate after
-    the call. ``remember=True``: also keep the winner on
-    disk and take it back, checked, in a later process instead of tuning again, as :func:`search`
-    does (``lk.last_tuning`` then holds the remembered winner's check alone).
+    ``blocks``: search block sizes too (True, or a dict loop letter -> times blocked, 0..5; see
+    :func:`space`; a loop is blocked at most as many times as nested sizes fit its trip count).
+    ``lk.last_tuning`` holds (spec, seconds or None, note) per timed candidate after the call.
+    ``remember=True``: also keep the winner on disk and take it back, checked, in a later process
+    instead of tuning again, as :func:`search` does (``lk.last_tuning`` then holds the remembered
+    winner's check alone). The winner serves ``lk``'s calls on arrays like these on this many
+    threads; :meth:`~loops.LoopKernel.with_spec` variants still run the spec they name.
     """
     check_options("tune", budget=budget, reps=reps, rtol=rtol, seconds=seconds,
                   flags=dict(progress=progress, model=model, remember=remember))
@@ -159,14 +166,17 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     configuration's kernel before anything is timed; ``top``: how many are timed at most (None: all);
     ``seconds``: the wall-clock budget (None: none; modelling included: configurations are modelled
     best kernel first, and those not modelled in its first 40% are left out, counted in the
-    record); ``machine``: the :class:`loops.cost.Machine` (default measured on the host); ``key``: what the result is
+    record, as are the predictions of specs past it; under :data:`MODEL_SECONDS` no model is
+    built; the reference configuration is always built and timed); ``machine``: the
+    :class:`loops.cost.Machine` (default measured on the host); ``key``: what the result is
     remembered under (default: the kernel's name, the reference arrays' shapes and dtypes, the
-    host and the thread count); ``remember``: return the result remembered for this search, in this
-    process or on disk by an earlier one (:mod:`loops.remembered`; generated again and its result
-    checked first), else search and remember the result both ways; ``resume`` (with ``remember``):
-    search again anyway, the remembered winner timed first and kept in the final rounds and the
-    candidates earlier runs timed left out (``record["explored"]``), so each run times new ones and
-    the result remembered across runs only gets better (``record["runs"]`` counts the searches,
+    host and the thread count); ``remember``: return the result remembered for this search (the
+    same key, make, body, knobs and specs), in this process or on disk by an earlier one
+    (:mod:`loops.remembered`; generated again and its result checked first), else search and
+    remember the result both ways; ``resume`` (with ``remember``): search again anyway, the
+    remembered winner timed first and kept in the final rounds and the candidates earlier runs
+    timed left out (``record["explored"]``), so each run times new ones and the result remembered
+    across runs only gets better (``record["runs"]`` counts the searches,
     ``record["tuning_seconds"]`` their time; ``record["recalled"]`` is True when nothing was
     searched); ``refine``: how many of the fastest are timed again at the end, with the
     reference configuration, in 3 round-robin rounds, the lowest median winning (a single lucky run does not)
@@ -206,30 +216,34 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     check_search_space("search", ref.lk, specs, blocks)
     threads = ref.lk.pool.nthreads
     key = key if key is not None else _default_key(ref, threads)
+    if not _hashable(key):
+        raise TypeError(f"search: key={key!r} is not hashable; give a tuple or a string, e.g. key=('gemm', 64)")
     if resume and not remember:
         raise ValueError("search: resume=True continues the remembered search; it needs remember=True")
-    if remember and key in REMEMBERED and not resume:
-        return _rebuild(builds, REMEMBERED[key])
     disk = remembered.disk_key(key, configs, specs, blocks, make, ref.lk.body, threads) if remember else None
-    earlier = REMEMBERED.get(key) if remember else None
-    if remember and (earlier is None or earlier.get("knobs") not in configs):
+    earlier = _in_process(key, disk, configs) if remember else None
+    if earlier is not None and not resume:
+        return _rebuild(builds, earlier)
+    if remember and earlier is None:
         earlier = remembered.load(disk, configs)
     reference = ref.reference()
     seed = _recalled(earlier, builds, reference, reps, rtol, clock)
     if seed is not None and not resume:
-        record = REMEMBERED[key] = dict(earlier, recalled=True)
+        record = _keep(key, disk, dict(earlier, recalled=True))
         out = _rebuild(builds, record)
         out.candidates = [seed]                     # its check: the one candidate timed
         return out
     timer = Probe(ref.lk, ref.arrays, reps, clock, probe) if probe else None
-    cands, unmodelled = [], 0
+    cands, unmodelled, modelling = [], 0, start + (deadline - start) * 0.4
+    model = model and (seconds is None or seconds >= MODEL_SECONDS)
     for config, lk, predict in _models(configs, builds, ref, model, machine, threads, start + (deadline - start) / 4):
-        late = config is not configs[0] and time.perf_counter() > start + (deadline - start) * 0.4
+        late = config is not configs[0] and time.perf_counter() > modelling
         if lk is None or late:
             unmodelled += 1                       # the rest of the budget is for timing: left out
             continue
         for s in list(specs) if specs is not None else space(lk, blocks):
-            cands.append(Candidate(config, s, _safe(predict, s) if predict else None))
+            late = predict is not None and time.perf_counter() > modelling    # the rest: unpredicted
+            cands.append(Candidate(config, s, _safe(predict, s) if predict and not late else None))
     modelled = time.perf_counter() - start
     if seed is not None:                            # the remembered winner stands for its candidate, timed already
         _stand_in(cands, seed)
@@ -293,7 +307,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     tried = {_explored(c) for c in cands if c.seconds is not None or c.note}
     record["explored"] = sorted(explored | tried)[-EXPLORED:]
     if remember:
-        REMEMBERED[key] = record
+        _keep(key, disk, record)
         remembered.store(disk, record)
     out = _rebuild(builds, record)
     out.candidates = cands
@@ -322,13 +336,38 @@ def _explored(c):
     return hashlib.sha256(repr((sorted(c.config.items()), c.spec)).encode()).hexdigest()[:10]
 
 
+def _hashable(key):
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True
+
+
+def _in_process(key, space, configs):
+    """The record this process remembers under ``key`` for the same search (``space``: its disk
+    key, which holds make, the body, the configurations and specs), or None."""
+    record = REMEMBERED.get(key)
+    if record is None or _SPACES.get(key) != space or record.get("knobs") not in configs:
+        return None
+    return record
+
+
+def _keep(key, space, record):
+    REMEMBERED[key], _SPACES[key] = record, space
+    return record
+
+
 def _recalled(record, builds, reference, reps, rtol, clock):
-    """The remembered winner ``record`` as a timed candidate, or None (no record, or a result that
-    differs from the reference's: a stale or damaged record is searched again)."""
+    """The remembered winner ``record`` as a timed candidate, or None (no record, or one that fails
+    or whose result differs from the reference's: a stale or damaged record is searched again)."""
     if record is None:
         return None
     c = Candidate(dict(record["knobs"]), record["spec"])
-    measure(c, builds, reference, reps, rtol, clock)
+    try:
+        measure(c, builds, reference, reps, rtol, clock)
+    except Exception:            # noqa: BLE001  (whatever a damaged record does, it costs a search)
+        return None
     return c if c.seconds is not None else None
 
 
@@ -344,7 +383,7 @@ def _rebuild(builds, record):
 
 
 def _remember_in(lk, arrays, spec):
-    lk._tuned[signature(arrays)] = spec
+    lk._tuned[signature(arrays), lk.pool.nthreads] = spec       # another thread count: tuned again
     lk._fast = None
 
 
@@ -363,7 +402,7 @@ def _models(configs, builds, ref, model, machine, threads, until):
     ``until`` allows (None for the rest: not modelled)."""
     out = []
     for config in configs:
-        if model and config is not configs[0] and time.perf_counter() > until:
+        if config is not configs[0] and time.perf_counter() > until:
             out.append((config, None, None))
             continue
         built = builds.get(config) if config is not configs[0] else ref
@@ -449,13 +488,16 @@ class _Order:
         return (_config_key(c), c.spec.lower() if self.threads == 1 else c.spec)
 
     def __iter__(self):
-        seen, given = set(), 0
+        seen, given = {}, 0
 
         def fresh(c):
             k = self._key(c)
-            if k in seen or (c is not self.first and self.skip and _explored(c) in self.skip):
+            twin = seen.get(k)                      # the same nest, timed already unless refused ('A' on 1 thread)
+            if twin is not None and not twin.note:
                 return False
-            seen.add(k)
+            if c is not self.first and self.skip and _explored(c) in self.skip:
+                return False
+            seen[k] = c
             return True
         for c in [self.first] + self.broad:
             if given >= self.total:

@@ -9,7 +9,7 @@ ValueError: search: seconds=0; expected a positive number of seconds (the wall-c
 """
 import numpy as np
 
-from .spec import LETTERS, SpecError, parse
+from .spec import LETTERS, MAX_BLOCKING, SpecError, parse
 
 _LEAST = {"budget": 1, "top": 1, "reps": 1, "refine": 0}
 
@@ -84,9 +84,11 @@ def check_search_space(who, lk, specs, blocks):
         if not isinstance(letter, str) or letter not in letters:
             raise ValueError(f"{who}: blocks has the key {letter!r}; keys are the letters of the declared loops "
                              f"({', '.join(letters)}), e.g. blocks={{'a': 1}}")
-        if isinstance(times, (bool, np.bool_)) or not isinstance(times, (int, np.integer)) or times < 0:
+        if (isinstance(times, (bool, np.bool_)) or not isinstance(times, (int, np.integer))
+                or not 0 <= times <= MAX_BLOCKING):
             raise ValueError(f"{who}: blocks[{letter!r}]={times!r}; expected how many times to block loop "
-                             f"'{letter}', an int >= 0, e.g. blocks={{{letter!r}: 1}}")
+                             f"'{letter}', an int >= 0 and <= {MAX_BLOCKING} (a spec blocks a loop at most "
+                             f"{MAX_BLOCKING} times), e.g. blocks={{{letter!r}: 1}}")
 
 
 def check_hints(who, hints):

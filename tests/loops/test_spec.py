@@ -60,7 +60,7 @@ BAD = [
     ("ab{R:2}c", 1, "serial but is placed on a thread grid"),
     ("aB{X:2}c", 2, "{R:n}, {C:n} or {L:n}"),
     ("aBC@schedule(guided)", 3, "@schedule(dynamic"),
-    ("aBC@schedule(dynamic,0)", 21, "chunk must be in 1..2**61"),
+    ("aBC@schedule(dynamic,0)", 21, "chunk must be in 1..2**31-1"),
     ("abc@schedule(static)", 3, "needs a parallel loop"),
     ("aB{R:2}c@schedule(static)", 8, "not to a thread grid"),
     ("a[0,4,x,()]bc", 6, "'x' is not an integer"),
