@@ -34,7 +34,8 @@ import tppasm as tpp
 import bench.tpp_gemm as tg
 from bench.common import Report, interleaved, pool_of, progress, write_json
 from bench.interleave import use_threads
-from bench.options import checked, dtypes_option, items, json_option, seconds, summary, threads_option, whole
+from bench.options import (check_tuning, checked, dtypes_option, items, json_option, summary, threads_option,
+                           tuning_options, whole)
 from bench.versus import peak_loop as versus_peak_loop
 from loops import Loop, kernel
 from isa.pool import get_pool  # noqa: F401  (gemm_maker's example)
@@ -422,20 +423,14 @@ def parse(argv=None):
                    help="comma list of N or MxNxK (default 512,1024,2048,4096x1024x1024,1000x700x300)")
     threads_option(p)
     dtypes_option(p, ("f32", "bf16"))
-    p.add_argument("--no-tune", action="store_true", help="only the fixed configuration (spec aBC)")
-    p.add_argument("--tune-seconds", type=seconds("--tune-seconds 20"), default=None, metavar="S",
-                   help="tuning budget per shape, dtype and thread count (0: no tuning; default: 20, growing with "
-                        "the square root of the work past 1024^3 up to 60 (tune_budget); --quick 6)")
+    tuning_options(p, "tuning budget per shape, dtype and thread count (0: no tuning; default: 20, growing with "
+                      "the square root of the work past 1024^3 up to 60 (tune_budget); --quick 6)")
     p.add_argument("--quick", action="store_true", help="sizes 512,1024, fewer runs and knobs")
-    p.add_argument("--tune-clock", choices=["wall", "cpu"], default="wall",
-                   help="how the tuner times candidates: cpu leaves out the time other processes held the cores "
-                        "(a busy machine); the table is wall clock either way")
-    p.add_argument("--fresh", action="store_true",
-                   help="tune from nothing: do not resume (or update) the searches earlier runs remembered "
-                        "in tppasm's cache")
     p.add_argument("--no-progress", action="store_true")
     json_option(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    check_tuning(p, args)
+    return args
 
 
 def main(argv=None):

@@ -19,7 +19,7 @@ import numpy as np
 import tppasm as tpp
 from bench.common import Report, interleaved, pool_of, write_json
 from bench.interleave import use_threads
-from bench.options import count, dtypes_option, json_option, seconds, summary, threads_option
+from bench.options import check_tuning, count, dtypes_option, json_option, summary, threads_option, tuning_options
 import bench.gemm as bench_gemm_module
 from bench.gemm import _torch, dtype_peak, fitted, n_block, tuned, winner_text
 from loops import Loop, kernel
@@ -185,16 +185,13 @@ def parse(argv=None):
     p.add_argument("--layers", type=count("layers", "--layers 4"), default=4)
     threads_option(p)
     dtypes_option(p, ("f32", "bf16"))
-    p.add_argument("--no-tune", action="store_true", help="only the fixed configuration (spec aBC)")
-    p.add_argument("--tune-seconds", type=seconds("--tune-seconds 20"), default=None, metavar="S",
-                   help="tuning budget per dtype and thread count (0: no tuning; default 20, --quick 6)")
+    tuning_options(p, "tuning budget per dtype and thread count (0: no tuning; default 20, --quick 6)")
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--tune-clock", choices=["wall", "cpu"], default="wall",
-                   help="how the tuner times candidates (see python -m bench gemm --help)")
-    p.add_argument("--fresh", action="store_true", help="tune from nothing (see python -m bench gemm --help)")
     p.add_argument("--no-progress", action="store_true")
     json_option(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    check_tuning(p, args)
+    return args
 
 
 def main(argv=None):

@@ -2,7 +2,7 @@
 before any work, by argparse (its usage, exit status 2), with a message that names what was
 expected and gives an example of what to write::
 
-    error: argument --threads: '0': expected numbers of threads from 1 to 4096, comma separated, e.g. --threads 1,2
+    error: argument --threads: '0': expected numbers of threads from 1 to 4096, comma separated, each once, e.g. --threads 1,2
 
 Files a suite writes (``--json``, ``--plot``) are checked the same way: their directory exists
 and is writable, and a plot's name ends in a format matplotlib writes.
@@ -13,7 +13,7 @@ and is writable, and a plot's name ends in a format matplotlib writes.
 >>> threads("1,,2")
 Traceback (most recent call last):
 ...
-argparse.ArgumentTypeError: '1,,2': expected numbers of threads from 1 to 4096, comma separated, e.g. --threads 1,2
+argparse.ArgumentTypeError: '1,,2': expected numbers of threads from 1 to 4096, comma separated, each once, e.g. --threads 1,2
 """
 import argparse
 import math
@@ -97,9 +97,23 @@ def count(what, example, least=1, most=None):
 
 
 def counts(what, example, least=1, most=None):
-    """An argparse ``type=`` for a comma list of whole numbers of ``what`` (see :func:`count`)."""
-    return checked(lambda text: [whole(s, least, most) for s in items(text)],
-                   _amount(what, least, most, True) + ", comma separated", example)
+    """An argparse ``type=`` for a comma list of whole numbers of ``what`` (see :func:`count`), each
+    once (a repeated one would run a row twice).
+
+    >>> counts("threads", "--threads 1,2")("1,2,1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '1,2,1': expected positive numbers of threads, comma separated, each once, e.g. --threads 1,2
+    """
+    return checked(lambda text: once([whole(s, least, most) for s in items(text)]),
+                   _amount(what, least, most, True) + ", comma separated, each once", example)
+
+
+def once(values):
+    """``values``, a list; ValueError when one of them is repeated."""
+    if len(set(values)) != len(values):
+        raise ValueError("a repeated item")
+    return values
 
 
 def seconds(example, strict=False):
@@ -120,14 +134,14 @@ def names(what, choices, example):
     >>> names("dtypes", ("f32", "bf16"), "--dtypes f32")("f32,f16")
     Traceback (most recent call last):
     ...
-    argparse.ArgumentTypeError: 'f32,f16': expected dtypes out of f32, bf16, comma separated, e.g. --dtypes f32
+    argparse.ArgumentTypeError: 'f32,f16': expected dtypes out of f32, bf16, comma separated, each once, e.g. --dtypes f32
     """
     def convert(text):
         out = [s.strip() for s in items(text)]
         if any(s not in choices for s in out):
             raise ValueError("not a choice")
-        return out
-    return checked(convert, f"{what} out of {', '.join(choices)}, comma separated", example)
+        return once(out)
+    return checked(convert, f"{what} out of {', '.join(choices)}, comma separated, each once", example)
 
 
 def shapes(what, example, dims, most=None):
@@ -223,6 +237,30 @@ def threads_option(parser, default="1,2"):
     """Add ``--threads N,...`` (checked): the thread counts each row of a suite is run on."""
     parser.add_argument("--threads", type=counts("threads", "--threads 1,2", most=MAX_THREADS), default=default,
                         metavar="N,...", help=f"comma list of thread counts, 1 to {MAX_THREADS} (default {default})")
+
+
+def tuning_options(parser, budget_help):
+    """Add the tuned suites' ``--no-tune``, ``--tune-seconds S`` (``budget_help``: its default),
+    ``--tune-clock`` and ``--fresh``; :func:`check_tuning` refuses the last three beside ``--no-tune``."""
+    parser.add_argument("--no-tune", action="store_true", help="only the fixed configuration (spec aBC)")
+    parser.add_argument("--tune-seconds", type=seconds("--tune-seconds 20"), default=None, metavar="S",
+                        help=budget_help)
+    parser.add_argument("--tune-clock", choices=["wall", "cpu"], default=None,
+                        help="how the tuner times candidates: cpu leaves out the time other processes held the "
+                             "cores (a busy machine); the table is wall clock either way (default wall)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="tune from nothing: do not resume (or update) the searches earlier runs remembered "
+                             "in tppasm's cache")
+
+
+def check_tuning(parser, args):
+    """argparse's error (exit 2) for tuning options beside ``--no-tune``, which would do nothing."""
+    given = [flag for flag, on in (("--tune-seconds", args.tune_seconds is not None), ("--fresh", args.fresh),
+                                   ("--tune-clock", args.tune_clock is not None)) if on]
+    if args.no_tune and given:
+        parser.error(f"--no-tune times the fixed configuration alone: {', '.join(given)} would do nothing; "
+                     f"drop {'it' if len(given) == 1 else 'them'} or --no-tune")
+    args.tune_clock = args.tune_clock or "wall"
 
 
 def dtypes_option(parser, choices, default=None):

@@ -35,6 +35,12 @@ def refused(capsys, parse, argv):
     ("gemm", ["--threads", "1,,2"], "e.g. --threads 1,2"),
     ("gemm", ["--tune-seconds", "-1"], "argument --tune-seconds: '-1': expected a number of seconds, 0 or more"),
     ("gemm", ["--tune-seconds", "nan"], "argument --tune-seconds: 'nan'"),
+    ("gemm", ["--threads", "1,2,1"], "argument --threads: '1,2,1': expected numbers of threads from 1 to 4096, "
+                                     "comma separated, each once"),
+    ("gemm", ["--dtypes", "f32,f32"], "comma separated, each once"),
+    ("gemm", ["--no-tune", "--fresh", "--tune-clock", "cpu"],
+     "--no-tune times the fixed configuration alone: --fresh, --tune-clock would do nothing; drop them or --no-tune"),
+    ("mlp", ["--no-tune", "--tune-seconds", "5"], "--tune-seconds would do nothing; drop it or --no-tune"),
     ("mlp", ["--rows", "0"], "argument --rows: '0': expected a positive number of rows, e.g. --rows 512"),
     ("mlp", ["--channels", "-8"], "argument --channels: '-8'"),
     ("mlp", ["--layers", "0"], "argument --layers: '0'"),
@@ -91,6 +97,7 @@ def test_defaults_and_good_values_parse_as_before():
     args = gemm.parse([])
     assert (args.sizes, args.threads, args.dtypes) == (None, [1, 2], ["f32", "bf16"])
     assert gemm.parse(["--sizes", "512,64x32x16", "--tune-seconds", "0"]).sizes == [(512,) * 3, (64, 32, 16)]
+    assert gemm.parse([]).tune_clock == "wall" and gemm.parse(["--tune-clock", "cpu"]).tune_clock == "cpu"
     assert linear.parse([]).threads == 0 and linear.parse(["--threads", "1"]).threads == 1
     assert conv.parse(["--batch", "2", "--layers", "conv1"]).layers == ["conv1"]
     assert spmm.parse(["--size", "128", "--blocks", "4,8", "--dtypes", "f32"]).blocks == [4, 8]
