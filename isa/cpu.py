@@ -216,9 +216,9 @@ def identity():
 
 def select_isa(h, forced, known):
     """The ISA level to use: the host's best, or ``forced`` when the host has it."""
-    if not forced:
-        return h.best_isa
     forced = forced.strip().lower()
+    if not forced:                          # unset or blank, like every other variable
+        return h.best_isa
     if forced not in known:
         raise ValueError(f"TPPASM_ISA={forced!r} is not a level for {h.arch}; use one of {', '.join(known)}")
     if forced not in h.levels:

@@ -17,11 +17,12 @@ same state layout and protocol, ``yield`` in place of ``pause``):
   from inside a region (a callback into Python) raises ``RuntimeError`` instead of deadlocking.
 - A forked child restarts its workers on its first region (``os.register_at_fork``); the state and
   code addresses (``barrier_fn``, ``barrier_state``) stay the same there.
-- At interpreter exit (``atexit``) the handler waits for a region in flight, tells the workers to
-  quit, joins them, and keeps the region lock, so daemon threads cannot start regions while
-  finalization frees their buffers (they block; the main thread gets ``RuntimeError``). The
-  pool's own state and code pages are never unmapped (a collected :class:`Pool` whose workers were
-  not stopped leaves them parked on the futex, harmlessly).
+- At interpreter exit (``atexit``) the handler waits, for every live pool, for a region in flight,
+  tells the workers to quit, joins them, and keeps the region lock, so daemon threads cannot start
+  regions while finalization frees their buffers (they block; the main thread gets ``RuntimeError``).
+- :meth:`Pool.close` (or the collection of a pool nothing references) joins the workers and unmaps
+  the pool's state; a closed pool refuses work (``ValueError``). The machine code is built once per
+  process and shared by every pool (it is never unmapped: it takes the state as an argument).
 
 >>> import ctypes
 >>> from isa.x86 import Function, qword
@@ -85,13 +86,14 @@ MAX_THREADS = 4096
 
 
 def _env_int(name):
-    text = os.environ.get(name, "").split(",")[0].strip()
-    if not text:
+    """The int in ``name`` (OMP_NUM_THREADS: its first level), None if unset or blank."""
+    raw = os.environ.get(name, "")
+    if not raw.strip():
         return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"{name}={os.environ[name]!r}: expected a positive integer") from None
+    text = raw.split(",")[0].strip()
+    if not (text.isascii() and text.isdigit()):      # (int() takes '1_000' and other scripts' digits)
+        raise ValueError(f"{name}={raw!r}: expected a positive integer (e.g. 4)")
+    value = int(text)
     if not 1 <= value <= MAX_THREADS:
         raise ValueError(f"{name}={os.environ[name]!r}: expected a number of threads from 1 to {MAX_THREADS}")
     return value
@@ -117,6 +119,8 @@ def _spin_us(nthreads):
     text = os.environ.get("TPPASM_SPIN_US", "").strip()
     default = 0.0 if nthreads > len(os.sched_getaffinity(0)) else SPIN_US
     try:
+        if text and not (text.isascii() and "_" not in text):     # (float() takes '1_0' and other scripts' digits)
+            raise ValueError(text)
         value = float(text) if text else default
     except ValueError:
         value = -1.0
@@ -125,15 +129,36 @@ def _spin_us(nthreads):
     return value
 
 
+def _page_bytes(size):
+    return -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+
+
 def _pages(size):
-    """Private anonymous read+write pages, never unmapped (workers may read them until exit)."""
-    size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+    """Private anonymous read+write pages (unmapped by :meth:`_Workers.release`)."""
+    size = _page_bytes(size)
     addr = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE,
                       mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
     if addr in (None, _MAP_FAILED):
         errno = ctypes.get_errno()
         raise OSError(errno, f"mmap of the pool state failed: {os.strerror(errno)}")
     return addr
+
+
+_shared = {}                    # the machine code of every pool, and its pause rate; built once
+_code_lock = threading.Lock()
+
+
+def _shared_code():
+    """The pools' machine code (:mod:`isa.x86.pool_code`), built on first use, never unmapped: a
+    worker may run it until the process ends."""
+    with _code_lock:
+        if "code" not in _shared:
+            code = _code.build()
+            for jit in code.values():
+                jit.memory._finalizer.detach()
+            _shared["pauses_per_us"] = _pause_iterations_per_us(code["spin"])
+            _shared["code"] = code
+        return _shared["code"]
 
 
 def _pause_iterations_per_us(spin):
@@ -191,6 +216,37 @@ def _refuse_run(fn, arg):
                 f"Pool.run: {name}={value!r} ({type(value).__name__}); expected {what}, {least} <= {name} < 2**64")
 
 
+class _Workers:
+    """A pool's native side: its state pages and its worker threads, apart from the :class:`Pool`
+    so that the finalizer of a collected pool can stop the workers and free the pages."""
+
+    def __init__(self, nthreads, code):
+        self.code, self.size = code, pc.state_size(nthreads)
+        self.state = _pages(self.size)
+        self.threads = []           # pthread_t of each worker (== threading.get_ident() there)
+
+    def stop(self):
+        """Make the workers return and join them; whether every one was joined in time."""
+        if not self.threads:
+            return True
+        self.code["quit"](self.state)
+        deadline, joined = time.time() + _EXIT_GRACE_S, True
+        for handle in self.threads:
+            if _pthread_timedjoin is not None:
+                sec = int(deadline)
+                joined &= _pthread_timedjoin(handle, None, _Timespec(sec, int((deadline - sec) * 1e9))) == 0
+            else:
+                _libc.pthread_join(ctypes.c_ulong(handle), None)
+        self.threads = []
+        return joined
+
+    def release(self):
+        """Stop the workers and unmap the state (kept if a worker was not joined: it may read it yet)."""
+        if self.stop() and self.state:
+            _libc.munmap(ctypes.c_void_p(self.state), ctypes.c_size_t(_page_bytes(self.size)))
+        self.state = 0
+
+
 class Pool:
     """``nthreads`` threads (the caller is tid 0) that run native functions; use :func:`get_pool`.
 
@@ -212,23 +268,26 @@ class Pool:
             if not 0 <= spin_us <= MAX_SPIN_US:
                 raise ValueError(f"Pool(spin_us={spin_us}): expected 0 to {MAX_SPIN_US:g} microseconds")
         self.nthreads = nthreads
-        self._code = _code.build()
-        for jit in self._code.values():
-            jit.memory._finalizer.detach()    # never unmapped: a worker may run it until the process ends
+        spin_us = _spin_us(nthreads) if spin_us is None else spin_us
+        self._code = _shared_code()
         self._run = _RUN(self._code["run"].address)
-        self._state = _pages(pc.state_size(nthreads))
+        self._workers = _Workers(nthreads, self._code)
+        self._release = weakref.finalize(self, self._workers.release)     # when collected, or close()
+        self._release.atexit = False        # (at exit, _stop_pools_at_exit stops them, keeping the lock)
+        self._state = self._workers.state
         self.barrier_fn = self._code["barrier"].address
         self.barrier_state = self._state
-        spin_us = _spin_us(nthreads) if spin_us is None else spin_us
-        self.spin_iterations = _spin_iterations(spin_us * _pause_iterations_per_us(self._code["spin"]))
+        self.spin_iterations = _spin_iterations(spin_us * _shared["pauses_per_us"])
         self._lock = threading.Lock()
         self._owner = None
-        self._threads = []          # pthread_t of each worker (== threading.get_ident() there)
         self._worker_ids = frozenset()
         self._stale = True          # workers must be (re)started before the next region
-        self._closed = False        # set at interpreter exit
+        self._exited = False        # set at interpreter exit
+        self.closed = False         # set by close()
         self._pid = os.getpid()
         _POOLS.add(self)
+        atexit.unregister(_stop_pools_at_exit)      # (re)registered last: it runs before the handlers
+        atexit.register(_stop_pools_at_exit)        # registered before this pool existed, as they expect
 
     def run(self, fn, arg):
         """Run native ``fn(arg, tid, nthreads)`` on every thread; return when all have returned.
@@ -243,9 +302,12 @@ class Pool:
                                "nested regions are not supported (run the inner work serially)")
         if type(fn) is not int or type(arg) is not int or not (0 < fn <= _WORD and 0 <= arg <= _WORD):
             _refuse_run(fn, arg)             # (ctypes would pass a str's characters, and wrap 2**64 to 0)
-        if self._closed and threading.current_thread() is threading.main_thread():
+        if self._exited and threading.current_thread() is threading.main_thread():
             raise RuntimeError("the pool was shut down at interpreter exit")
         with self._lock:
+            if self.closed:
+                raise ValueError(f"this pool was closed (Pool.close()); make a new Pool({self.nthreads}), or use "
+                                 "the process's pool, isa.pool.get_pool()")
             if self._stale:
                 self._start()
             self._owner = me
@@ -297,9 +359,34 @@ class Pool:
         True
         """
         with self._lock:
-            return [time.thread_time()] + [time.clock_gettime(time.pthread_getcpuclockid(t)) for t in self._threads]
+            return [time.thread_time()] + [time.clock_gettime(time.pthread_getcpuclockid(t))
+                                           for t in self._workers.threads]
+
+    def close(self):
+        """Join the workers and free the pool's memory now (a region in flight ends first); the
+        pool then refuses work. Calling it again does nothing; a pool that nothing references is
+        closed when it is collected. :func:`get_pool` replaces a closed process pool.
+
+        >>> pool = Pool(2); pool.close(); pool.close()
+        >>> pool.run(1, 0)
+        Traceback (most recent call last):
+        ValueError: this pool was closed (Pool.close()); make a new Pool(2), or use the process's pool, ...
+        """
+        if threading.get_ident() == self._owner:
+            raise RuntimeError("Pool.close called from inside a parallel region of the same pool; close it after "
+                               "the region")
+        if self._exited:
+            return                  # stopped at exit, and the lock is kept
+        with self._lock:
+            self.closed = True
+            self._release()
+            self._worker_ids, self._stale = frozenset(), True
 
     # -- lifecycle --------------------------------------------------------------------------
+    @property
+    def _threads(self):
+        return self._workers.threads
+
     def _field(self, ctype, offset):
         return ctype.from_address(self._state + offset)
 
@@ -308,7 +395,7 @@ class Pool:
         self._field(ctypes.c_uint64, pc.NTHREADS).value = self.nthreads
         self._field(ctypes.c_uint64, pc.SPIN).value = self.spin_iterations
         self._field(ctypes.c_uint32, pc.CALLER_CPU).value = _this_cpu()     # workers start off it
-        threads = []
+        threads = self._workers.threads = []
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
         try:                                      # workers inherit the mask: signals go to Python threads
             for tid in range(1, self.nthreads):
@@ -320,47 +407,37 @@ class Pool:
                     raise OSError(err, f"pthread_create failed for worker {tid}: {os.strerror(err)}")
                 threads.append(handle.value)
         except BaseException:
-            self._threads = threads
             self._stop()
             raise
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-        self._threads = threads
         self._worker_ids = frozenset(threads)
         self._stale = False
 
     def _stop(self):
         """Make the workers return and join them (the lock is held or no region can run)."""
-        if not self._threads:
-            return
-        self._code["quit"](self._state)
-        deadline = time.time() + _EXIT_GRACE_S
-        for handle in self._threads:
-            if _pthread_timedjoin is not None:
-                sec = int(deadline)
-                _pthread_timedjoin(handle, None, _Timespec(sec, int((deadline - sec) * 1e9)))
-            else:
-                _libc.pthread_join(ctypes.c_ulong(handle), None)
-        self._threads, self._worker_ids, self._stale = [], frozenset(), True
+        self._workers.stop()
+        self._worker_ids, self._stale = frozenset(), True
 
     def _after_fork_in_child(self):
         # The parent's workers do not exist here, and the lock may have been held by a thread
         # that does not exist either.
         self._lock = threading.Lock()
         self._owner = None
-        self._threads, self._worker_ids, self._stale = [], frozenset(), True
+        self._workers.threads, self._worker_ids, self._stale = [], frozenset(), True
         self._pid = os.getpid()
 
     def _at_exit(self):
         # Waits for a region in flight, joins the workers and keeps the lock: a daemon thread that
         # tries another region blocks until the process ends instead of running code or reading
         # buffers that finalization is freeing.
-        self._closed = True
+        self._exited = True
         if os.getpid() == self._pid and self._lock.acquire(timeout=_EXIT_GRACE_S):
             self._stop()
 
     def __repr__(self):
-        return f"<Pool {self.nthreads} threads, spin {self.spin_iterations} pauses>"
+        state = "closed" if self.closed else f"spin {self.spin_iterations} pauses"
+        return f"<Pool {self.nthreads} threads, {state}>"
 
 
 _pool = None
@@ -371,8 +448,9 @@ _POOLS = weakref.WeakSet()          # every pool: a forked child restarts their 
 
 
 def _after_fork_in_child():
-    global _pool_lock
+    global _pool_lock, _code_lock
     _pool_lock = threading.Lock()       # a thread of the parent may have held it at the fork
+    _code_lock = threading.Lock()
     for pool in list(_POOLS):
         pool._after_fork_in_child()
 
@@ -380,25 +458,40 @@ def _after_fork_in_child():
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _new_pool(nthreads):
-    pool = Pool(nthreads)              # a forked child restarts it (_POOLS)
-    atexit.register(pool._at_exit)
-    return pool
+def _stop_pools_at_exit():
+    for pool in list(_POOLS):
+        pool._at_exit()
 
 
 def get_pool():
     """The process's pool (created on first use; threads from :func:`default_threads`, or the
-    last :func:`set_num_threads`).
+    last :func:`set_num_threads`; replaced by one of as many threads if it was closed).
 
     >>> get_pool() is get_pool()
     True
     """
+    pool = _pool
+    return pool if pool is not None and not pool.closed else _switch_pool(None)
+
+
+def _switch_pool(n):
+    """The process's pool, replaced by a new one of ``n`` threads (None: as many as before) unless
+    it is open and has that many; the old one's workers are joined once its region in flight ends,
+    and its memory is freed when nothing references it any more."""
     global _pool
-    if _pool is None:
-        with _pool_lock:
-            if _pool is None:
-                _pool = _new_pool(default_threads())
-    return _pool
+    with _pool_lock:
+        old = _pool
+        if old is not None and not old.closed and n in (None, old.nthreads):
+            return old
+        n = n or (old.nthreads if old is not None else default_threads())
+        _pool = new = Pool(n)
+    if old is not None:
+        if not old.closed:
+            with old._lock:              # a region in flight on the old pool finishes first
+                old._stop()
+        for callback in ON_NEW_POOL:
+            callback()
+    return new
 
 
 # called after set_num_threads replaced the pool (loops.decorator drops nests compiled for the old one)
@@ -424,16 +517,13 @@ def set_num_threads(n):
     1
     >>> set_num_threads(before)
     """
-    global _pool
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"set_num_threads({n!r}): expected an int >= 1 (threads, the caller included)")
-    with _pool_lock:
-        old = _pool
-        if old is not None and old.nthreads == n:
-            return
-        _pool = _new_pool(n)
-    if old is not None:
-        with old._lock:              # a region in flight on the old pool finishes first
-            old._stop()
-    for callback in ON_NEW_POOL:
-        callback()
+    wanted = "an int >= 1 (threads, the caller included)"
+    try:
+        count = operator.index(n) if not isinstance(n, bool) else None
+    except TypeError:
+        count = None
+    if count is None:
+        raise TypeError(f"set_num_threads({n!r}): expected {wanted}, e.g. set_num_threads(4)")
+    if not 1 <= count <= MAX_THREADS:
+        raise ValueError(f"set_num_threads({n!r}): expected {wanted}, at most {MAX_THREADS}")
+    _switch_pool(count)

@@ -56,6 +56,8 @@ class _Pool:
 def _limit_from_env():
     text = os.environ.get("TPPASM_BUFFER_CACHE_MIB", "").strip()
     try:
+        if text and not (text.isascii() and text.isdigit()):      # (int() takes '1_000' and other scripts' digits)
+            raise ValueError
         return check_limit(int(text) << 20) if text else DEFAULT_MIB << 20
     except ValueError:
         raise ValueError(f"TPPASM_BUFFER_CACHE_MIB={text!r}: expected the MiB of memory tppasm's arrays may reuse, "

@@ -486,6 +486,8 @@ def _entry_stub(code_cache, desc, operands, scalars, raw_address, call=None):
 def _limit_from_env():
     text = os.environ.get("TPPASM_KERNEL_CACHE", "").strip()
     try:
+        if text and not (text.isascii() and text.isdigit()):      # (int() takes '1_000' and other scripts' digits)
+            raise ValueError
         return check_limit(int(text)) if text else DEFAULT_LIMIT
     except ValueError:
         raise ValueError(f"TPPASM_KERNEL_CACHE={text!r}: expected the number of kernels to keep, an int >= 0 "

@@ -7,6 +7,9 @@ refused with a warning saying what to fix, and kernels are then generated in mem
 ``TPPASM_CACHE=0`` turns the cache off; ``TPPASM_CACHE_MB`` caps its size (default 256; least
 recently used entries go first). ``python -m tppasm cache info`` shows it, ``... cache clear``
 empties it. These are read once per process, at the first kernel (:func:`reset` rereads them).
+The store deletes only files it names itself (a directory shared with other files is safe).
+Writes are batched and flushed at exit; a multiprocessing child (whose workers end with
+``os._exit``, or are terminated) writes each kernel at once instead.
 
 What is stored: each raw kernel whose code is position independent (:mod:`.position`), under a
 SHA-256 of the descriptor, the ISA, the generators' source version, tppasm's version and the host
@@ -75,12 +78,19 @@ def _settings():
         raise ValueError(f"TPPASM_CACHE={flag!r}: expected 0 (cache off) or 1 (on, the default)")
     text = os.environ.get("TPPASM_CACHE_MB", "").strip()
     try:
-        mb = float(text) if text else DEFAULT_MB
+        mb = _ascii_float(text) if text else DEFAULT_MB
     except ValueError:
         mb = -1
     if not 1 <= mb < 1 << 40:
         raise ValueError(f"TPPASM_CACHE_MB={text!r}: expected a size in MiB of at least 1 (default {DEFAULT_MB})")
     return flag not in _OFF, int(mb * (1 << 20))
+
+
+def _ascii_float(text):
+    """float(text) for plain ASCII spellings only (float() also takes '1_000' and other scripts' digits)."""
+    if not text.isascii() or "_" in text:
+        raise ValueError(text)
+    return float(text)
 
 
 def _get():
@@ -117,11 +127,12 @@ def kernel_code():
 
 
 def reset():
-    """Forget the process's store (writing what it has pending): the environment is read again."""
+    """Forget the process's store (writing what it has pending, closing its files): the
+    environment is read again."""
     global _state, _why_off
     with _lock:
         if _state is not None and _state[0] is not None:
-            _state[0].flush()
+            _state[0].close()
         _state, _why_off = None, None
 
 

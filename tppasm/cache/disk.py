@@ -11,11 +11,14 @@ Layout of the directory (created with mode 0700; see :func:`check_directory`)::
                    ties the record to its entry (an entry pointed at another key's record is a miss)
 
 Writers batch: :meth:`DiskStore.put` keeps blobs in memory and :meth:`~DiskStore.flush` (every
-256 blobs or 8 MiB or 2 s, and at exit) takes the lock, rereads the index, writes the blobs no
+256 blobs or 8 MiB or 2 s, and at exit; at once in a multiprocessing child, which ends with
+``os._exit`` or is terminated, so no atexit runs there) takes the lock, rereads the index, writes the blobs no
 other process wrote meanwhile into a new segment (``RaggedMmap.from_lists`` into a temporary
 directory, renamed into place), then the new index to a temporary file that ``os.replace`` swaps
 in. So a reader sees the old index or the new one, never half of either, and a writer killed at
-any point leaves at worst an orphan segment or temporary directory, which the next flush deletes.
+any point leaves at worst an orphan segment or temporary directory, which the next flush deletes
+(a write that fails, e.g. on a full disk, deletes its own). Only names of the forms the store
+writes are ever deleted (:mod:`.files`): a user's files in the directory stay.
 
 Readers read a blob at the offsets the index copied from the segment's ``starts``/``ends`` with
 ``pread`` on the segment's ``data.ninja`` (importing mmap-ninja costs a process ~50 ms, through
@@ -36,25 +39,25 @@ import errno
 import fcntl
 import hashlib
 import json
-import math
 import os
 import shutil
 import stat
+import sys
 import threading
 import time
-import uuid
 import warnings
 import weakref
 
 import numpy as np
 
-FORMAT = 2                          # 2: records carry their key
+from .files import (FORMAT, OWN_FILES, _clean_index, _empty_index, _is_count, _open_regular, _pack,  # noqa: F401
+                    _read_json, _remove, _tree_bytes, _unpack, check_free_space, delete, is_leftover, is_segment,
+                    new_segment_name, segment_entries, temporary_name)
+
 FLUSH_BLOBS, FLUSH_BYTES, FLUSH_SECONDS = 256, 8 << 20, 2.0
 MAX_SEGMENTS = 8
 MAX_ENTRIES = 20_000                # the index is one JSON file: ~6 MB, ~40 ms to read, at this size
 TOUCH_S = 600.0                     # last-use times are kept to this resolution
-MAX_BLOB = 1 << 30                  # larger sizes in an index entry are damage
-_INT64 = 1 << 63                    # JSON integers have no bound; past this, reading them as offsets or floats overflows
 MAX_INDEX_BYTES, MAX_STATS_BYTES = 64 << 20, 64 << 10
 LOCK_TIMEOUT_S, LOCK_RETRY_S = 10.0, 30.0
 _STATS = ("hits", "misses", "stores", "evicted", "discarded")
@@ -110,7 +113,11 @@ class DiskStore:
         self._reset_process_state()
         self.failure = None                 # why writing stopped (the exception), if it did
         self._retry_at = 0.0                # after a lock timeout: no flush before this (monotonic)
-        atexit.register(_flush_at_exit, weakref.ref(self))
+        self._close_files = weakref.finalize(self, _close_all, self._segments)   # a dropped store frees its fds
+        self._close_files.atexit = False    # (at exit, the flush may still read segments)
+        _STORES.add(self)
+        atexit.unregister(_flush_at_exit)       # (re)registered last: it runs before the handlers
+        atexit.register(_flush_at_exit)         # registered before this store existed (one may delete it)
 
     def _reset_process_state(self):
         self._pending, self._pending_bytes, self._first_pending = {}, 0, None
@@ -190,7 +197,7 @@ class DiskStore:
         if name in self._segments:
             return self._segments[name]
         fd = None
-        if isinstance(name, str) and name.startswith("seg-") and os.sep not in name and "\0" not in name:
+        if is_segment(name):
             fd = _open_regular(os.path.join(self.root, name, "data.ninja"))   # None: its entries are misses
         self._segments[name] = fd
         return fd
@@ -218,7 +225,8 @@ class DiskStore:
         if not blob:
             raise ValueError("the disk store keeps non-empty blobs only")
         record = _pack(key, blob, meta)
-        _ragged_mmap()        # imported now: importing it in the at-exit flush fails (it registers atexit)
+        if self.failure is not None or not self._import_writer():
+            return
         with self._lock:
             if key not in self._pending:
                 self._pending[key] = record
@@ -226,9 +234,32 @@ class DiskStore:
                 self.stats["stores"] += 1
             self._first_pending = self._first_pending or time.monotonic()
             due = (len(self._pending) >= FLUSH_BLOBS or self._pending_bytes >= FLUSH_BYTES
-                   or time.monotonic() - self._first_pending >= FLUSH_SECONDS)
+                   or time.monotonic() - self._first_pending >= FLUSH_SECONDS or _in_worker_process())
         if due:
             self.flush()
+
+    def _import_writer(self):
+        """Import mmap-ninja now (importing it in the at-exit flush fails: it registers atexit);
+        False if that fails or is interrupted (a Ctrl-C here leaves its imports of tqdm and asyncio
+        half done, so every later try would fail too): this process then writes nothing more, and
+        the KeyboardInterrupt goes on to the caller."""
+        try:
+            _ragged_mmap()
+            return True
+        except BaseException as e:          # noqa: BLE001  (re-raised below unless an ordinary error)
+            self.failure = e
+            warnings.warn(f"tppasm: importing mmap-ninja, which writes the kernel cache, failed ({type(e).__name__}"
+                          f"{': ' if str(e) else ''}{e}); this process writes nothing more to {self.root} (kernels are "
+                          "generated as usual; a new process writes again)", RuntimeWarning, stacklevel=3)
+            if not isinstance(e, Exception):
+                raise
+            return False
+
+    def _stop_writing(self, e):
+        self.failure = e
+        warnings.warn(f"tppasm: cannot write the kernel cache in {self.root} ({type(e).__name__}: {e}); this "
+                      "process writes nothing more there (kernels are generated as usual). Fix the directory, or "
+                      "set TPPASM_CACHE=0", RuntimeWarning, stacklevel=3)
 
     def put_record(self, key, record):
         """Store the JSON-able ``record`` under ``key`` now (flushes); whether it reached the disk."""
@@ -264,10 +295,11 @@ class DiskStore:
                 self._retry_at = time.monotonic() + LOCK_RETRY_S     # keep what is pending for later
                 return False
             except Exception as e:          # noqa: BLE001  (disk full, read-only, ...: kernels still get made)
-                self.failure = e
-                warnings.warn(f"tppasm: cannot write the kernel cache in {self.root} ({e}); this process writes "
-                              "nothing more there (kernels are generated as usual). Fix the directory, or set "
-                              "TPPASM_CACHE=0", RuntimeWarning, stacklevel=2)
+                if self._pending or self._records:
+                    self._stop_writing(e)
+                else:           # only last uses and counts (a read-only cache that every load hit): no loss
+                    self._reset_process_state()
+                    return False
             self._reset_process_state()
             if index_too and self.failure is None:
                 self._index, self._index_id = self._load_index()
@@ -291,18 +323,20 @@ class DiskStore:
     def _write_segment(self, index, items, now):
         """Write ``items`` [(key, record)] as a new segment and point their entries at it."""
         RaggedMmap = _ragged_mmap()
-        name = f"seg-{uuid.uuid4().hex[:16]}"
-        tmp = os.path.join(self.root, "tmp-" + name)
-        RaggedMmap.from_lists(tmp, [np.frombuffer(record, np.uint8) for _, record in items], dtype=np.uint8)
-        os.rename(tmp, os.path.join(self.root, name))
-        seg = RaggedMmap(os.path.join(self.root, name))
-        starts, ends = seg.starts.tolist(), seg.ends.tolist()
-        del seg
-        for i, (key, record) in enumerate(items):
-            if ends[i] - starts[i] != len(record):
-                raise ValueError(f"segment {name}: record {i} has {ends[i] - starts[i]} bytes, not {len(record)}")
-            index["entries"][key] = {"seg": name, "i": i, "start": starts[i], "size": len(record),
-                                     "sha256": hashlib.sha256(record).hexdigest(), "used": now}
+        name = new_segment_name()
+        path, tmp = os.path.join(self.root, name), os.path.join(self.root, temporary_name(name))
+        try:                        # (a failed write must not leave its part behind: the disk may be full)
+            check_free_space(self.root, [record for _, record in items])
+            RaggedMmap.from_lists(tmp, [np.frombuffer(record, np.uint8) for _, record in items], dtype=np.uint8)
+            os.rename(tmp, path)
+            seg = RaggedMmap(path)
+            starts, ends = seg.starts.tolist(), seg.ends.tolist()
+            del seg
+            index["entries"].update(segment_entries(name, items, starts, ends, now))
+        except BaseException:
+            delete(tmp)
+            delete(path)
+            raise
         index["segments"][name] = {"blobs": len(items), "bytes": ends[-1]}
 
     def _evict(self, index):
@@ -355,7 +389,7 @@ class DiskStore:
     def _write_json(self, name, value):
         """Replace ``name`` atomically: a temporary file, then ``os.replace``."""
         path = os.path.join(self.root, name)
-        tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp = os.path.join(self.root, temporary_name(name))
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             with os.fdopen(fd, "w") as f:
@@ -372,12 +406,11 @@ class DiskStore:
         return {k: counts[k] if _is_count(counts.get(k)) else 0 for k in _STATS}
 
     def _collect_garbage(self, index):
-        """Delete segments no entry uses and what killed writers left (the lock is held: no writer runs)."""
+        """Delete segments no entry uses and what killed writers left (the lock is held: no writer
+        runs); only names of the forms the store writes (:mod:`.files`): not the user's files."""
         for name in os.listdir(self.root):
-            if (name.startswith("seg-") and name not in index["segments"]) or name.startswith("tmp-"):
-                shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
-            elif name.startswith(("index.json.tmp-", "stats.json.tmp-")):
-                _remove(os.path.join(self.root, name))
+            if (is_segment(name) and name not in index["segments"]) or is_leftover(name):
+                delete(os.path.join(self.root, name))
 
     def _load_index(self):
         """(index, identity) from disk; an empty index if there is none or it is unreadable."""
@@ -388,6 +421,19 @@ class DiskStore:
         return _clean_index(index), ident
 
     # -- whole-store operations ----------------------------------------------------------------
+    def close(self):
+        """Write what is pending and close the segment files (a store used again reopens them;
+        a store that is dropped closes them too).
+
+        >>> import tempfile
+        >>> s = DiskStore(tempfile.mkdtemp(), cap_bytes=1 << 20); s.put("kernel/k", b"\\xc3", {})
+        >>> s.close(); s.get("kernel/k")[0]
+        b'\\xc3'
+        """
+        self.flush()
+        with self._lock:
+            _close_all(self._segments)
+
     def info(self):
         """Entries per namespace, bytes, segments, cap and hit/miss counts (the directory's and this process's)."""
         self.flush()
@@ -435,9 +481,9 @@ class DiskStore:
                 for name in os.listdir(self.root):
                     path = os.path.join(self.root, name)
                     try:
-                        if name.startswith(("seg-", "tmp-")):
+                        if is_segment(name) or (is_leftover(name) and name.startswith("tmp-")):
                             shutil.rmtree(path)
-                        elif name.startswith(("index.json", "stats.json")):
+                        elif is_leftover(name) or name in OWN_FILES:
                             os.remove(path)
                     except FileNotFoundError:
                         pass
@@ -458,113 +504,29 @@ def _ragged_mmap():
     return RaggedMmap
 
 
-def _flush_at_exit(ref):
-    store = ref()
-    if store is not None and store._lock.acquire(timeout=LOCK_TIMEOUT_S):     # a daemon thread may hold it
-        store._lock.release()
-        store.flush()
+def _in_worker_process():
+    """Whether this process is a multiprocessing child: those end with ``os._exit`` (no atexit) or
+    are terminated (``with Pool(...)``), so what they store is written at once."""
+    mp = sys.modules.get("multiprocessing")
+    return mp is not None and mp.parent_process() is not None
 
 
-def _pack(key, blob, meta):
-    """The stored record of ``blob`` and its JSON-able ``meta`` under ``key``."""
-    text = json.dumps({"key": key, "meta": meta}, separators=(",", ":")).encode()
-    return len(text).to_bytes(4, "little") + text + bytes(blob)
+def _close_all(fds):
+    """Close the segment descriptors of a store that was dropped."""
+    for name in list(fds):
+        fd = fds.pop(name, None)
+        if fd is not None:
+            os.close(fd)
 
 
-def _unpack(record, key):
-    """(blob, meta) of a record :func:`_pack` made for ``key``; None if it is not one (or another key's)."""
-    if record is None or len(record) < 4:
-        return None
-    n = int.from_bytes(record[:4], "little")
-    try:
-        head = json.loads(record[4:4 + n])
-    except ValueError:
-        return None
-    blob = record[4 + n:]
-    if not (blob and n <= len(record) - 4 and isinstance(head, dict) and head.get("key") == key and "meta" in head):
-        return None
-    return blob, head["meta"]
+_STORES = weakref.WeakSet()       # every store of the process, flushed at exit
 
 
-def _open_regular(path):
-    """A read-only descriptor of ``path`` if it is a regular file (not a link, FIFO or device: those
-    could hang or never end a read), else None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except (OSError, ValueError):           # (ValueError: a NUL byte in the name)
-        return None
-    try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            return fd
-    except OSError:
-        pass
-    os.close(fd)
-    return None
-
-
-def _read_json(path, limit):
-    """(value, identity) of the JSON file ``path`` if it is a regular file of at most ``limit`` bytes;
-    (None, None) otherwise."""
-    fd = _open_regular(path)
-    if fd is None:
-        return None, None
-    try:
-        st = os.fstat(fd)
-        if st.st_size > limit:
-            return None, None
-        data = os.read(fd, limit + 1)
-        return json.loads(data), (st.st_ino, st.st_mtime_ns, st.st_size)
-    except (OSError, ValueError, RecursionError):
-        return None, None
-    finally:
-        os.close(fd)
-
-
-def _is_count(v):
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < _INT64      # (a file offset or size)
-
-
-def _is_time(v):
-    return math.isfinite(v) if isinstance(v, float) else \
-        isinstance(v, int) and not isinstance(v, bool) and -_INT64 < v < _INT64     # (isfinite overflows on ints)
-
-
-def _clean_index(index):
-    """``index`` keeping only entries, records and segments whose fields have the types this
-    module writes (the rest: damage, dropped like absent entries)."""
-    entries, records, segments = index["entries"], index["records"], index["segments"]
-    index["entries"] = {k: e for k, e in entries.items()
-                        if isinstance(e, dict) and isinstance(e.get("seg"), str) and _is_count(e.get("start"))
-                        and _is_count(e.get("size")) and 0 < e["size"] <= MAX_BLOB
-                        and isinstance(e.get("sha256"), str) and _is_time(e.get("used", 0))}
-    index["records"] = {k: r for k, r in records.items()
-                        if isinstance(r, dict) and "record" in r and _is_count(r.get("size", 0))
-                        and _is_time(r.get("used", 0))}
-    index["segments"] = {k: g for k, g in segments.items()
-                         if isinstance(g, dict) and _is_count(g.get("bytes", 0)) and _is_count(g.get("blobs", 0))}
-    return index
-
-
-def _empty_index():
-    return {"format": FORMAT, "entries": {}, "records": {}, "segments": {}}
-
-
-def _remove(path):
-    try:
-        os.remove(path)
-    except OSError:
-        pass
-
-
-def _tree_bytes(root):
-    total = 0
-    for d, _, files in os.walk(root):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(d, f)).st_size
-            except OSError:
-                pass
-    return total
+def _flush_at_exit():
+    for store in list(_STORES):
+        if store._lock.acquire(timeout=LOCK_TIMEOUT_S):     # a daemon thread may hold it
+            store._lock.release()
+            store.flush()
 
 
 class _LockTimeout(OSError):

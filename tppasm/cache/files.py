@@ -1,0 +1,185 @@
+"""What the disk store (:mod:`.disk`) writes, and how it reads it back defensively: the records
+inside segments, the index's field types, and the names of its files.
+
+Only names of the exact forms below are the store's (``seg-`` and 16 hex digits; ``tmp-seg-``
+and 16 hex digits; ``index.json`` / ``stats.json`` and ``.tmp-<pid>-<8 hex digits>``), so the
+store never deletes a file of the user's that happens to sit in its directory.
+
+>>> is_segment(new_segment_name()), is_segment("seg-photos")
+(True, False)
+>>> is_leftover(temporary_name("index.json")), is_leftover("index.json.tmp-mine"), is_leftover("tmp-notes")
+(True, False, False)
+"""
+import errno
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import stat
+import uuid
+
+FORMAT = 2                          # 2: records carry their key
+MAX_BLOB = 1 << 30                  # larger sizes in an index entry are damage
+_INT64 = 1 << 63                    # JSON integers have no bound; past this, offsets or floats overflow
+SEGMENT_SLACK = 256 << 10          # a segment's small files and block rounding, and room for the index
+_SEGMENT = re.compile(r"seg-[0-9a-f]{16}")
+_LEFTOVER = re.compile(r"tmp-seg-[0-9a-f]{16}|(index|stats)\.json\.tmp-[0-9]+-[0-9a-f]{8}")
+OWN_FILES = ("index.json", "stats.json")
+
+
+def new_segment_name():
+    """A fresh segment directory name, ``seg-`` and 16 hex digits."""
+    return f"seg-{uuid.uuid4().hex[:16]}"
+
+
+def temporary_name(name):
+    """The name ``name`` is written under before it is renamed into place (``tmp-seg-...`` for a
+    segment, ``<name>.tmp-<pid>-<8 hex digits>`` for a file)."""
+    return "tmp-" + name if is_segment(name) else f"{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def is_segment(name):
+    """Whether ``name`` has the form of a segment this store writes."""
+    return isinstance(name, str) and _SEGMENT.fullmatch(name) is not None
+
+
+def is_leftover(name):
+    """Whether ``name`` has the form of a temporary file or directory this store writes."""
+    return _LEFTOVER.fullmatch(name) is not None
+
+
+def delete(path):
+    """Delete the file or directory tree ``path``, ignoring errors (a leftover another cleanup took)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        _remove(path)
+
+
+def check_free_space(root, records):
+    """OSError (ENOSPC) unless the file system of ``root`` has room for a segment of ``records``
+    (bytes objects): mmap-ninja writes through a mapping of a sparse file, and a full disk then
+    kills the process with SIGBUS instead of failing the write. (Another writer may take the space
+    between this check and the write: this narrows the window, it cannot close it.)"""
+    need = sum(len(r) for r in records) + 40 * len(records) + SEGMENT_SLACK
+    st = os.statvfs(root)
+    free = st.f_bavail * st.f_frsize
+    if free < need:
+        raise OSError(errno.ENOSPC, f"No space left on device: {free} bytes free in {root}, a segment needs {need}")
+
+
+def segment_entries(name, items, starts, ends, now):
+    """Index entries of ``items`` [(key, record)] written in segment ``name`` at ``starts``/``ends``."""
+    entries = {}
+    for i, (key, record) in enumerate(items):
+        if ends[i] - starts[i] != len(record):
+            raise ValueError(f"segment {name}: record {i} has {ends[i] - starts[i]} bytes, not {len(record)}")
+        entries[key] = {"seg": name, "i": i, "start": starts[i], "size": len(record),
+                        "sha256": hashlib.sha256(record).hexdigest(), "used": now}
+    return entries
+
+
+def _pack(key, blob, meta):
+    """The stored record of ``blob`` and its JSON-able ``meta`` under ``key``."""
+    text = json.dumps({"key": key, "meta": meta}, separators=(",", ":")).encode()
+    return len(text).to_bytes(4, "little") + text + bytes(blob)
+
+
+def _unpack(record, key):
+    """(blob, meta) of a record :func:`_pack` made for ``key``; None if it is not one (or another key's)."""
+    if record is None or len(record) < 4:
+        return None
+    n = int.from_bytes(record[:4], "little")
+    try:
+        head = json.loads(record[4:4 + n])
+    except ValueError:
+        return None
+    blob = record[4 + n:]
+    if not (blob and n <= len(record) - 4 and isinstance(head, dict) and head.get("key") == key and "meta" in head):
+        return None
+    return blob, head["meta"]
+
+
+def _open_regular(path):
+    """A read-only descriptor of ``path`` if it is a regular file (not a link, FIFO or device: those
+    could hang or never end a read), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except (OSError, ValueError):           # (ValueError: a NUL byte in the name)
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _read_json(path, limit):
+    """(value, identity) of the JSON file ``path`` if it is a regular file of at most ``limit`` bytes;
+    (None, None) otherwise."""
+    fd = _open_regular(path)
+    if fd is None:
+        return None, None
+    try:
+        st = os.fstat(fd)
+        if st.st_size > limit:
+            return None, None
+        data = os.read(fd, limit + 1)
+        return json.loads(data), (st.st_ino, st.st_mtime_ns, st.st_size)
+    except (OSError, ValueError, RecursionError):
+        return None, None
+    finally:
+        os.close(fd)
+
+
+def _is_count(v):
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < _INT64      # (a file offset or size)
+
+
+def _is_time(v):
+    return math.isfinite(v) if isinstance(v, float) else \
+        isinstance(v, int) and not isinstance(v, bool) and -_INT64 < v < _INT64     # (isfinite overflows on ints)
+
+
+def _clean_index(index):
+    """``index`` keeping only entries, records and segments whose fields have the types this
+    module writes (the rest: damage, dropped like absent entries)."""
+    entries, records, segments = index["entries"], index["records"], index["segments"]
+    index["entries"] = {k: e for k, e in entries.items()
+                        if isinstance(e, dict) and isinstance(e.get("seg"), str) and _is_count(e.get("start"))
+                        and _is_count(e.get("size")) and 0 < e["size"] <= MAX_BLOB
+                        and isinstance(e.get("sha256"), str) and _is_time(e.get("used", 0))}
+    index["records"] = {k: r for k, r in records.items()
+                        if isinstance(r, dict) and "record" in r and _is_count(r.get("size", 0))
+                        and _is_time(r.get("used", 0))}
+    index["segments"] = {k: g for k, g in segments.items()
+                         if isinstance(g, dict) and _is_count(g.get("bytes", 0)) and _is_count(g.get("blobs", 0))}
+    return index
+
+
+def _empty_index():
+    return {"format": FORMAT, "entries": {}, "records": {}, "segments": {}}
+
+
+def _remove(path):
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def _tree_bytes(root):
+    total = 0
+    for d, _, files in os.walk(root):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(d, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
