@@ -13,6 +13,8 @@ from loops.trial import Built, same
 from loops.tune import REMEMBERED, search
 from tppasm import cache
 
+from tests.loops.test_remembered import _zeroing
+
 copy = tpp.copy(1, 4)
 
 
@@ -90,18 +92,6 @@ def test_outputs_are_poisoned_and_a_candidate_that_writes_nothing_fails():
     built.restore()
     assert np.isnan(Y).all() and not np.isnan(X).any()
     assert not same(built.result(), want, 1e-4)          # a candidate that wrote nothing
-
-
-def _zeroing():
-    def make(bm):
-        zero = tpp.zero(bm, 8)
-        Z = np.ones((16 // bm, bm, 8), np.float32)
-
-        @kernel("A", Loop(0, 16 // bm))
-        def clear(i, Z):
-            zero(Z[i])
-        return clear, (Z,), lambda: Z.reshape(16, 8)
-    return make
 
 
 @pytest.mark.parametrize("damage", [{"explored": 5}, {"explored": [["x"]]}, {"runs": "2"}, {"runs": 0},
