@@ -657,6 +657,29 @@ def test_evex_misc_against_numpy():
     assert (got[6][:8] == 2 * x[:8]).all() and (got[6][8:] == 0).all()
 
 
+def test_nan_lanes_of_scalef_getexp_and_vroundps_upper_imm_bits():
+    """As hardware does (checked against Zen 4): a NaN scale of vscalefps gives that NaN, quieted,
+    and vgetexpps of a NaN its NaN, quieted, even where no other lane is NaN or inf; vroundps ignores
+    imm[7:4] (only vrndscaleps scales by them). A differential fuzzer found all three."""
+    nan_bits = np.array([0x7FC00000, 0xFF912345] + [0x3F800000] * 14, np.uint32)
+    x = np.full(16, 3.0, np.float32)
+    r = np.array([1.75, -0.75, 2.3, 0.5, 1.5, 2.5, -1.25, 3.75] * 2, np.float32)
+    out = np.zeros(16 * 3, np.float32)
+    prog = [_e("VMOVUPS_ZMM_K1Z_ZMMM512", Z[1], mem(0, R.RDI)), _e("VMOVUPS_ZMM_K1Z_ZMMM512", Z[2], mem(0, R.RSI)),
+            _e("VSCALEFPS_ZMM_K1Z_ZMM_ZMMM512B32_ER", Z[3], Z[2], Z[1]),
+            _e("VGETEXPPS_ZMM_K1Z_ZMMM512B32_SAE", Z[4], Z[1]),
+            mk("VEX_VMOVUPS_YMM_YMMM256", R.YMM5, mem(0, R.RDX)),
+            mk("VEX_VROUNDPS_YMM_YMMM256_IMM8", R.YMM6, R.YMM5, Imm(0x11)),
+            _e("VMOVUPS_ZMMM512_K1Z_ZMM", mem(0, R.RCX), Z[3]), _e("VMOVUPS_ZMMM512_K1Z_ZMM", mem(64, R.RCX), Z[4]),
+            _e("VMOVUPS_ZMMM512_K1Z_ZMM", mem(128, R.RCX), Z[6])]
+    m, ptrs = run(prog, nan_bits.view(np.float32), x, r, out)
+    got = m.read(ptrs[3], like=out).reshape(3, 16)
+    quiet = [0x7FC00000, 0xFFD12345]
+    assert list(_bits(got[0][:2])) == quiet and (got[0][2:] == 6.0).all()      # 3 * 2^1
+    assert list(_bits(got[1][:2])) == quiet and (got[1][2:] == 0.0).all()      # log2(1) = 0
+    assert (got[2][:8] == np.floor(r[:8])).all()
+
+
 @FAST
 @given(seed=ints)
 def test_evex_lane_moves_against_numpy(seed):

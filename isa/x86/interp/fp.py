@@ -164,7 +164,7 @@ def cvt_f32_i32(truncate: bool):
 
 
 def roundscale(n, imm, a):
-    """vroundps / vrndscaleps: round to 2^-M multiples, M = imm[7:4] (0 for vroundps)."""
+    """vrndscaleps: round to 2^-M multiples, M = imm[7:4]; vroundps: :func:`round_ps`."""
     mode = imm & 3 if not imm & 4 else 0
     scale = float(2 ** ((imm >> 4) & 15))
     fn = (np.rint, np.floor, np.ceil, np.trunc)[mode]
@@ -172,6 +172,12 @@ def roundscale(n, imm, a):
     r = (fn(x) / scale).astype(f32)
     r = np.where(np.isinf(a), a, r)
     return nan_rule(r, a) if nonfinite(r) else r
+
+
+def round_ps(n, imm, a):
+    """vroundps: round per imm[1:0] (imm[2]: MXCSR's mode, round to nearest even); imm[7:4] are
+    reserved and ignored (no scale, unlike vrndscaleps)."""
+    return roundscale(n, imm & 0xF, a)
 
 
 def scalef(n, a, b):
@@ -182,6 +188,7 @@ def scalef(n, a, b):
         r = np.ldexp(a.astype(f64), e).astype(f32)
         r = np.where(np.isinf(b) & (b > 0) & (a == 0), np.float32(np.nan), r)
         r = np.where(np.isinf(b) & (b < 0) & np.isinf(a), np.float32(np.nan), r)
+        r = np.where(np.isnan(b), np.float32(np.nan), r)        # (a NaN scale made e 0 above)
     return nan_rule(r, a, b) if nonfinite(r) else r
 
 
@@ -191,6 +198,7 @@ def getexp(n, a):
         m_, e = np.frexp(np.abs(a.astype(f64)))
         r = (e - 1).astype(f32)
         r = np.where(a == 0, np.float32(-np.inf), np.where(np.isinf(a), np.float32(np.inf), r))
+        r = np.where(np.isnan(a), np.float32(np.nan), r)        # (frexp gives a NaN the exponent 0)
     return nan_rule(r, a) if nonfinite(r) else r
 
 

@@ -12,7 +12,7 @@ from iced_x86 import Mnemonic as Mn
 from iced_x86 import OpKind, Register, RegisterExt
 
 from .base import MNEMONIC_NAME, pack_bits, gpr_writer, operand_rw, refuse, sem, vec_index, with_ref
-from .fp import approx, cvt_f32_i32, f32, fbin, fma32, fsqrt, getexp, roundscale, scalef
+from .fp import approx, cvt_f32_i32, f32, fbin, fma32, fsqrt, getexp, round_ps, roundscale, scalef
 from .lanes import mem_reader, reader, vop
 
 u8, i8, u16, i16, u32, i32, u64, i64 = (np.uint8, np.int8, np.uint16, np.int16, np.uint32,
@@ -469,7 +469,7 @@ def _table():
     add(Mn.VRSQRT14PS, vop(approx("rsqrt", 14, False), F, ref="dst = 1/sqrt(a) rounded to 14 bits"))
     add(Mn.VSCALEFPS, vop(scalef, F, ref="dst = a * 2^floor(b)"))
     add(Mn.VGETEXPPS, vop(getexp, F, ref="dst = floor(log2(|a|))"))
-    add(Mn.VROUNDPS, vop(roundscale, F, imm=True, ref="dst = round(a) per imm[1:0] (imm[2]: MXCSR = RNE)"))
+    add(Mn.VROUNDPS, vop(round_ps, F, imm=True, ref="dst = round(a) per imm[1:0] (imm[2]: MXCSR; imm[7:4] ignored)"))
     add(Mn.VRNDSCALEPS, vop(roundscale, F, imm=True, ref="dst = round(a * 2^M) / 2^M, M = imm[7:4]"))
     add(Mn.VHADDPS, vop(_hadd, F, ref="per 128-bit lane: [a0+a1, a2+a3, b0+b1, b2+b3]"))
     for kind, np_, na in (("MADD", 0, 0), ("MSUB", 0, 1), ("NMADD", 1, 0), ("NMSUB", 1, 1)):
