@@ -139,7 +139,9 @@ def _keep_bits(x64: np.ndarray, p: int) -> np.ndarray:
 
 
 def approx(kind: str, p: int, flush_denormal_input: bool):
-    """rcp/rsqrt approximations: the exact value rounded to p bits (see module docstring)."""
+    """rcp/rsqrt approximations: the exact value rounded to p bits (see module docstring). Where
+    that is the smallest normal, hardware's estimate may fall below it and flush to 0 (Zen 4:
+    vrcpps(2^126) is 0, here 2^-126): a kernel keeps such inputs away from its estimates."""
     def f(n, a):
         x = daz(a) if flush_denormal_input else a
         x64 = x.astype(f64)
