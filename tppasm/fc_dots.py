@@ -60,6 +60,9 @@ DOT_MIN_BYTES = 2 << 20
 # 16.0 / 14.9, 64 rows 21.0 / 19.9; bf16 32 rows 5.1 / 7.1, 48 rows 7.8 / 7.7; 32 x 768 -> 3072 fp32 1.6 / 1.6,
 # bf16 0.85 / 0.94. The fp32 backward's dx in place, ms against panels: 32 x 4096 -> 4096 14.9 / 19.5
 DOT_ROWS = 32
+# Flops per thread of DotGemm's runs of rows (few out features). Zen 4, 2 threads, us, 1 part -> 2: fp32
+# 2048 x 768 -> 10 (31 MFLOP) 316-366 -> 221, bf16 186 -> 142-160; but 256 x 768 -> 24 (9.4 MFLOP) 97 -> 145
+ROWS_MIN_FLOPS = 1 << 23
 
 
 def forward_dots(plan, x, w, bias, out):
@@ -128,7 +131,7 @@ class DotGemm:
     """``C = A @ W.T`` for A (rows, k), W (m, k) by :func:`tppasm.gemm_nt` on up to ``threads`` threads,
     each a run of W's rows (C's columns) of ``min_flops`` of work or :data:`DOT_MIN_BYTES` of W at
     least; past :data:`DOT_ROWS` rows (few columns) each a run of A's and C's rows instead
-    (``by_rows``), of ``min_flops`` or :data:`DOT_MIN_BYTES` of A.
+    (``by_rows``), of ``min_flops`` (default :data:`ROWS_MIN_FLOPS`) or :data:`DOT_MIN_BYTES` of A.
 
     >>> import numpy as np
     >>> g = DotGemm(2, 70, 5, threads=2, min_flops=1)
@@ -146,8 +149,8 @@ class DotGemm:
         self.by_rows = rows > DOT_ROWS
         if self.by_rows:
             x_bytes = rows * k * numpy_dtype(dtype).itemsize
-            self.blocks = max(split(rows, flops, threads, min_flops), split(rows, x_bytes, threads, DOT_MIN_BYTES),
-                              key=len)
+            by_flops = split(rows, flops, threads, ROWS_MIN_FLOPS if min_flops is None else min_flops)
+            self.blocks = max(by_flops, split(rows, x_bytes, threads, DOT_MIN_BYTES), key=len)
             self.kernels = {hi - lo: gemm_nt(hi - lo, m, k, dtype=dtype, c_dtype=c_dtype) for lo, hi in self.blocks}
             return
         by_flops = split(m, flops, threads, min_flops)
