@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tppasm import fc, fc_parallel, kernel
+from tppasm import fc, fc_dots, fc_parallel, kernel
 from tppasm.dtypes import dtype as D
 from tppasm.eltwise import GRAD_OPS, UNARY_OPS
 from tppasm.operand import OperandError
@@ -35,11 +35,12 @@ def close(got, want, magnitude, dt, atol=1e-30):
 def split_rows():
     """Every GEMM cut into row blocks, whatever its size (the threshold of real calls is far above
     the shapes tested here)."""
-    saved, fc_parallel.MIN_FLOPS = fc_parallel.MIN_FLOPS, 1
+    saved = fc_parallel.MIN_FLOPS, fc_dots.ROWS_MIN_FLOPS
+    fc_parallel.MIN_FLOPS = fc_dots.ROWS_MIN_FLOPS = 1
     try:
         yield
     finally:
-        fc_parallel.MIN_FLOPS = saved
+        fc_parallel.MIN_FLOPS, fc_dots.ROWS_MIN_FLOPS = saved
 
 
 @given(n=st.integers(1, 24), m=st.integers(1, 24), k=st.integers(1, 24), dt=st.sampled_from(fc.DTYPES),
