@@ -228,7 +228,7 @@ def test_pools_nothing_references_release_their_workers():
         pool.run(_NOP.address, 0)
         del pool
     gc.collect()
-    assert _threads() == before[0] and _maps() <= before[1] + 4
+    assert _threads() <= before[0] and _maps() <= before[1] + 4      # (<=: another test's thread may end meanwhile)
 
 
 def test_close_joins_the_workers_and_a_closed_pool_refuses_work():
