@@ -188,3 +188,53 @@ def test_frozen_calls_refuse_a_dual_tensor():
         x = fwAD.make_dual(torch.randn(4, 40), torch.randn(4, 40))
         with pytest.raises(RuntimeError, match="no forward-mode derivative"):
             net(x)
+
+
+@pytest.mark.parametrize("optimizer", [
+    lambda p: torch.optim.Adam(p, lr=0.1, fused=True), lambda p: torch.optim.SGD(p, lr=0.1, fused=True),
+    lambda p: torch.optim.AdamW(p, lr=0.1)], ids=["adam-fused", "sgd-fused", "adamw"])
+def test_an_optimizer_step_is_refused_until_frozen_again(optimizer):
+    """torch's fused optimizers update in place without counting a version: freeze() watches the
+    optimizer steps too; a parameter without a gradient is skipped by the step and stays frozen."""
+    net, other = layer(torch.float32, None, n_in=64, n_out=64).freeze(), torch.nn.Linear(3, 3)
+    x = torch.randn(8, 64)
+    opt = optimizer([*net.parameters(), *other.parameters()])
+    other(torch.randn(2, 3)).sum().backward()
+    opt.step()                                      # net's parameters have no gradient: not stepped
+    with torch.no_grad():
+        net(x)
+    F.linear(x, net.weight, net.bias).pow(2).mean().backward()
+    opt.step()
+    with torch.no_grad():
+        with pytest.raises(ValueError, match=r"weight changed after freeze\(\) \(.*optimizer step.*call layer.freeze"):
+            net(x)
+        torch.testing.assert_close(net.freeze()(x), F.linear(x, net.weight, net.bias), **TOL[torch.float32])
+
+
+@pytest.mark.filterwarnings("ignore:There is a performance drop because we have not yet implemented the batching rule")
+def test_functional_call_and_ensembles_run_the_given_weights(packed_calls):
+    """torch.func.functional_call substitutes plain tensors for the parameters: they run as given
+    (the packing is of the layer's own weight), also under vmap (model ensembling)."""
+    net, x = layer(torch.float32, "relu").freeze(), torch.randn(4, 40)
+    params = {"weight": torch.randn(70, 40), "bias": torch.randn(70)}
+    stacked = {"weight": torch.randn(3, 70, 40), "bias": torch.randn(3, 70)}
+    with torch.no_grad():
+        y = torch.func.functional_call(net, params, (x,))
+        ys = torch.func.vmap(lambda p: torch.func.functional_call(net, p, (x,)))(stacked)
+    torch.testing.assert_close(y, torch.relu(F.linear(x, params["weight"], params["bias"])), **TOL[torch.float32])
+    for i in range(3):
+        torch.testing.assert_close(ys[i], torch.relu(F.linear(x, stacked["weight"][i], stacked["bias"][i])),
+                                   **TOL[torch.float32])
+    assert True not in packed_calls
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")     # torch's export imports use it
+@pytest.mark.parametrize("mode", ["export", "compile"])
+def test_a_frozen_layer_exports_and_compiles_whole(mode):
+    """export and compile(fullgraph=True) take the operator (the frozen path read the weight's
+    version and address first, which neither can)."""
+    net, x = layer(torch.float32, "gelu").freeze(), torch.randn(5, 40)
+    with torch.no_grad():
+        run = torch.export.export(net, (x,)).module() if mode == "export" else torch.compile(net, fullgraph=True)
+        y = run(x)
+    torch.testing.assert_close(y, F.gelu(F.linear(x, net.weight, net.bias), approximate="tanh"), **TOL[torch.float32])

@@ -217,6 +217,22 @@ def test_func_vmap_of_grad_gives_per_sample_gradients():
         torch.testing.assert_close(g, r, **TOL[torch.float32])
 
 
+def test_batched_gradients_of_torchs_old_vmap_match_torch():
+    """grad(..., is_grads_batched=True) and jacobian(vectorize=True) run torch's old vmap, which no
+    transform check saw: the backward took the direct kernels and failed on a batched dy."""
+    x, w, b = (t.detach() for t in inputs((4, 6), 5, torch.float32))
+    dys = torch.randn(3, 4, 5)
+
+    def grads(linear):
+        xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+        return torch.autograd.grad(linear(xs, ws, bs), (xs, ws, bs), dys, is_grads_batched=True)
+    for g, r in zip(grads(tt.linear), grads(F.linear)):
+        torch.testing.assert_close(g, r, **TOL[torch.float32])
+    jac = torch.autograd.functional.jacobian(lambda x: tt.linear(x, w, b), x, vectorize=True)
+    torch.testing.assert_close(jac, torch.autograd.functional.jacobian(lambda x: F.linear(x, w, b), x),
+                               **TOL[torch.float32])
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda x, w: torch.autograd.grad(torch.autograd.grad(tt.linear(x, w).pow(2).sum(), x, create_graph=True)[0].sum(),
                                       x), "no second derivative"),

@@ -8,7 +8,10 @@ whose forward and backward run tppasm kernels, with an activation fused.
 >>> bool(torch.allclose(fast(x), torch.relu(plain(x)), atol=1e-6))
 True
 """
+import weakref
+
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .. import fc
 from .ops import ACTS, _bias_view, _check, _records_gradient, _refuse_dual, _run, _unwatched, _view, linear
@@ -44,12 +47,15 @@ class Linear(torch.nn.Linear):
         (``torch.no_grad()``, ``torch.inference_mode()``, or nothing requires grad), which then
         skip packing it per call (one Zen 4 core, 64 to 256 rows: bf16 1.12-1.17x, fp32 1.04-1.09x;
         a few rows stream the weight as stored, as before). Training calls are
-        unchanged. A later in-place update, new tensor or dtype of the weight is refused until
-        ``freeze()`` runs again (or :meth:`unfreeze`); writes through ``weight.data`` or a NumPy
-        view are not seen, so freeze again after them, nor are updates in place of parameters
-        made under ``torch.inference_mode()``, which count no versions. A bfloat16 bias is read
-        as a float32 copy made when it changes, so writes to it through ``bias.data`` are not
-        seen either. Copies and pickles of the module come unfrozen. Returns the module.
+        unchanged. A later in-place update, new tensor or dtype of the weight, or an optimizer step
+        over it (torch's fused optimizers count no versions, so the steps themselves are watched),
+        is refused until ``freeze()`` runs again (or :meth:`unfreeze`); weights that
+        ``torch.func.functional_call`` substitutes run as given, unpacked. Writes through
+        ``weight.data`` or a NumPy view are not seen, so freeze again after them, nor are updates
+        in place of parameters made under ``torch.inference_mode()``, which count no versions. A
+        bfloat16 bias is read as a float32 copy made when it changes, so writes to it through
+        ``bias.data`` are not seen either. Copies and pickles of the module come unfrozen. Returns
+        the module.
 
         >>> layer, x = Linear(3, 2).freeze(), torch.ones(4, 3)
         >>> with torch.no_grad():
@@ -57,7 +63,7 @@ class Linear(torch.nn.Linear):
         ...     _ = layer.weight.mul_(2)
         ...     layer(x)
         Traceback (most recent call last):
-        ValueError: tppasm.torch.Linear: the weight changed after freeze() (an in-place update, a new tensor or dtype); call layer.freeze() again to pack it, or layer.unfreeze()
+        ValueError: tppasm.torch.Linear: the weight changed after freeze() (an in-place update, an optimizer step, a new tensor or dtype); call layer.freeze() again to pack it, or layer.unfreeze()
         >>> with torch.no_grad():
         ...     bool(torch.allclose(layer.freeze()(x), 2 * y - layer.bias))
         True
@@ -72,7 +78,8 @@ class Linear(torch.nn.Linear):
             raise ValueError(f"tppasm.torch.Linear.freeze: the weight is a {w.layout} {w.dtype} tensor on {w.device}; "
                              "freeze takes a dense float32 or bfloat16 CPU weight: call layer.float() or "
                              "layer.bfloat16() (and .cpu()) first")
-        self._frozen = _Frozen(fc.pack(_view(w)), self._state(self.weight))
+        self._frozen = _Frozen(fc.pack(_view(w, "weight")), self._state(self.weight))
+        _watch_optimizer_steps(self)
         return self
 
     def unfreeze(self):
@@ -93,15 +100,18 @@ class Linear(torch.nn.Linear):
 
     def forward(self, x):
         frozen, w, b = self._frozen, self.weight, self.bias
-        if frozen is not None and not isinstance(x, torch.fx.Proxy) and not _records_gradient(x, w, b):
+        # the packing serves eager calls that record no gradient (compilation, export and transforms
+        # take the operator), with a weight that is a Parameter (functional_call's are plain tensors)
+        if frozen is not None and type(w) is torch.nn.Parameter and _unwatched(x, w, b) and not _records_gradient(
+                x, w, b):
             _refuse_dual(x, w, b)
-            if self._state(w) != frozen.weight_state:
-                raise ValueError("tppasm.torch.Linear: the weight changed after freeze() (an in-place update, a new "
-                                 "tensor or dtype); call layer.freeze() again to pack it, or layer.unfreeze()")
-            if _unwatched(x, w, b):
-                if x.dtype is not w.dtype or x.layout is not torch.strided or x.dim() < 1 or x.shape[-1] != w.shape[1]:
-                    _check(x, w, b, self.act)           # the error naming the fix
-                return _run(x, frozen.packed, w.shape[0], self._frozen_bias(x, b, frozen), self.act, pre=False)[0]
+            if frozen.stepped or self._state(w) != frozen.weight_state:
+                raise ValueError("tppasm.torch.Linear: the weight changed after freeze() (an in-place update, an "
+                                 "optimizer step, a new tensor or dtype); call layer.freeze() again to pack it, or "
+                                 "layer.unfreeze()")
+            if x.dtype is not w.dtype or x.layout is not torch.strided or x.dim() < 1 or x.shape[-1] != w.shape[1]:
+                _check(x, w, b, self.act)           # the error naming the fix
+            return _run(x, frozen.packed, w.shape[0], self._frozen_bias(x, b, frozen), self.act, pre=False)[0]
         return linear(x, w, b, self.act)
 
     def _frozen_bias(self, x, b, frozen):
@@ -120,10 +130,35 @@ class Linear(torch.nn.Linear):
 
 
 class _Frozen:
-    """What :meth:`Linear.freeze` keeps: the packed weight and the weight's state when packed, and
-    the bias as fc takes it with the bias's state when that was made (None before the first call)."""
+    """What :meth:`Linear.freeze` keeps: the packed weight and the weight's state when packed, the
+    bias as fc takes it with the bias's state when that was made (None before the first call), and
+    whether an optimizer stepped the weight or bias since (:func:`_after_optimizer_step`)."""
 
-    __slots__ = ("packed", "weight_state", "bias", "bias_state")
+    __slots__ = ("packed", "weight_state", "bias", "bias_state", "stepped")
 
     def __init__(self, packed, weight_state):
         self.packed, self.weight_state, self.bias, self.bias_state = packed, weight_state, None, None
+        self.stepped = False
+
+
+_FROZEN_LAYERS = weakref.WeakSet()           # the layers freeze() packed, for _after_optimizer_step
+_step_hook = []                              # its handle, once registered
+
+
+def _watch_optimizer_steps(layer):
+    """Have :func:`_after_optimizer_step` watch ``layer`` (the hook is registered on the first freeze)."""
+    _FROZEN_LAYERS.add(layer)
+    if not _step_hook:
+        _step_hook.append(register_optimizer_step_post_hook(_after_optimizer_step))
+
+
+def _after_optimizer_step(optimizer, args, kwargs):
+    """Mark the frozen layers whose weight or bias ``optimizer`` just stepped (one with a gradient:
+    optimizers skip the others): torch's fused optimizers (``fused=True``) update parameters in
+    place without counting a version, which :meth:`Linear._state` would have seen."""
+    if not _FROZEN_LAYERS:
+        return
+    stepped = {id(p) for group in optimizer.param_groups for p in group["params"] if p.grad is not None}
+    for layer in list(_FROZEN_LAYERS):
+        if layer._frozen is not None and any(id(p) in stepped for p in (layer.weight, layer.bias) if p is not None):
+            layer._frozen.stepped = True

@@ -28,6 +28,8 @@ ACTS = fc.ACTS
 _GELUS = fc.GELUS
 _DTYPES = (torch.float32, torch.bfloat16)
 _PLAIN = (Tensor, torch.nn.Parameter)    # a Parameter has no __torch_function__ of its own; other subclasses may
+# a tensor of torch's old vmap (grad(..., is_grads_batched=True), jacobian(vectorize=True)), which no transform check sees
+_legacy_batched = torch._C._functorch.is_legacy_batchedtensor
 
 
 def linear(x, weight, bias=None, act=None):
@@ -109,7 +111,7 @@ def _unwatched(*tensors):
     of a 1 x 16 -> 16 fp32 forward's, and ~40% of a forward + backward's."""
     if torch.compiler.is_compiling():          # first: what dynamo traces of this function folds away
         return False
-    if any(t is not None and (type(t) not in _PLAIN or not t.is_cpu) for t in tensors):
+    if any(t is not None and (type(t) not in _PLAIN or not t.is_cpu or _legacy_batched(t)) for t in tensors):
         return False
     C = torch._C
     return not (torch.is_autocast_enabled("cpu") or C._are_functorch_transforms_active() or C._get_tracing_state()
@@ -181,9 +183,10 @@ def _tensor(a):
     return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
 
 
-def _view(t):
-    """A zero-copy NumPy view of ``t`` made contiguous (no autograd inside an operator's kernel);
-    the tensors reaching here passed :func:`_check`, so the plain case is tried first."""
+def _view(t, name="x"):
+    """A zero-copy NumPy view of ``t`` (the operand ``name``) made contiguous (no autograd inside
+    an operator's kernel); the tensors reaching here passed :func:`_check`, so the plain case is
+    tried first."""
     if not t.is_contiguous():
         t = t.contiguous()
     if t.requires_grad:
@@ -191,7 +194,7 @@ def _view(t):
     try:
         return tensor_numpy(t)
     except (TypeError, RuntimeError):
-        return as_ndarray(t, who="tppasm.torch")      # the error naming the fix (e.g. a neg-bit view)
+        return as_ndarray(t, name, who="tppasm.torch")      # the error naming the fix (e.g. a neg-bit view)
 
 
 @torch.library.custom_op("tppasm::linear", mutates_args=())
@@ -204,12 +207,12 @@ def _forward(x, weight, bias, act, pre=True):
     """The operator's kernel: (y, z) of :func:`_linear`; ``pre=False``: z is None (no backward
     will read it) and a gelu is fused (``fc.forward(pre=False)``)."""
     _check(x, weight, bias, act)
-    return _run(x, _view(weight), weight.shape[0], _bias_view(bias), act, pre)
+    return _run(x, _view(weight, "weight"), weight.shape[0], _bias_view(bias), act, pre)
 
 
 def _bias_view(bias):
     """``bias`` as the float32 NumPy array fc takes (None for None)."""
-    return None if bias is None else _view(bias if bias.dtype is torch.float32 else bias.float())
+    return None if bias is None else _view(bias if bias.dtype is torch.float32 else bias.float(), "bias")
 
 
 def _run(x, w, out, b, act, pre=True):
@@ -244,8 +247,9 @@ def _backward_kernel(dy, x, weight, saved, act, needs):
     _check_backward(dy, x, weight, saved, act, needs)
     flat = x.dim() == 2
     n, k, m = math.prod(x.shape[:-1]), x.shape[-1], weight.shape[0]
-    grads = fc.backward(_view(dy if flat else dy.reshape(n, m)), _view(x if flat else x.reshape(n, k)), _view(weight),
-                        act, None if saved is None else _view(saved if saved.dim() == 2 else saved.reshape(n, m)),
+    grads = fc.backward(_view(dy if flat else dy.reshape(n, m), "dy"), _view(x if flat else x.reshape(n, k)),
+                        _view(weight, "weight"), act,
+                        None if saved is None else _view(saved if saved.dim() == 2 else saved.reshape(n, m), "saved"),
                         *map(bool, needs), threads=torch.get_num_threads())
     grads = [_tensor(g) if need else x.new_empty(0, dtype=torch.float32 if i == 2 else x.dtype)
              for i, (g, need) in enumerate(zip(grads, needs))]
