@@ -12,9 +12,15 @@ True
 def explain(lk, inst):
     """Pseudo-code of the nest of ``lk`` (body from the bound instance ``inst`` when given)."""
     spec, loops = lk.spec, lk.resolved
-    names = {}
-    for lv in spec.levels:
-        names[lv.name] = lk.index_names[lv.loop] if lv.last else f"{lk.index_names[lv.loop]}{lv.occurrence}"
+    names, taken = {}, set(lk.index_names)
+    for lv in spec.levels:          # a block's index: the loop's name and its level, unless the body has that name
+        name = lk.index_names[lv.loop]
+        if not lv.last:
+            name = f"{name}{lv.occurrence}"
+            while name in taken:
+                name += "_"
+            taken.add(name)
+        names[lv.name] = name
     T = inst.nthreads if inst else (lk.pool.nthreads if spec.mode != "serial" else 1)
     head = {"serial": "serial: runs on the calling thread only",
             "collapse": f"{T} threads; the collapsed loop is split with schedule({spec.schedule[0]}"
@@ -124,7 +130,7 @@ def _range_text(lv, loops, names):
     stride = lp.step if lv.last else lp.blocks[lv.occurrence]
     if lv.occurrence == 0:
         return f"range({lp.start}, {lp.end}, {stride})"
-    prev = names[f"{lv.letter}{lv.occurrence - 1}"]
-    outer = f"{lv.letter}{lv.occurrence - 1}"
-    return f"range({prev}, min({prev} + {lp.blocks[lv.occurrence - 1]}, hi_{outer}), {stride})"
+    outer = [names[f"{lv.letter}{o}"] for o in range(lv.occurrence)]     # the enclosing blocks' starts
+    ends = [f"{start} + {lp.blocks[o]}" for o, start in reversed(list(enumerate(outer)))]
+    return f"range({outer[-1]}, min({', '.join(ends)}, {lp.end}), {stride})"
 

@@ -199,8 +199,8 @@ def _fail(text, pos, what, legal):
                     f"  {text}\n  {' ' * pos}^")
 
 
-_SCHEDULE = re.compile(r"@schedule\((static|dynamic)(?:,\s*(\d+))?\)$")
-_INT = re.compile(r"-?\d+")
+_SCHEDULE = re.compile(r"@schedule\((static|dynamic)(?:,\s*([0-9]+))?\)\Z")   # ASCII digits (\d takes any script's)
+_INT = re.compile(r"-?[0-9]+")
 
 
 def parse(text, nloops):
@@ -269,7 +269,7 @@ def parse(text, nloops):
             raw[-1][2] = bake[k]
             i = j + 1
         elif ch == "{":
-            m = re.compile(r"\{([RCL]):(\d+)\}").match(body, i)
+            m = re.compile(r"\{([RCL]):([0-9]+)\}").match(body, i)
             if not raw or raw[-1][5] or raw[-1][3]:
                 _fail(text, i, "'{' must directly follow a letter", "write e.g. 'B{R:2}'")
             if not m:
@@ -314,7 +314,7 @@ def parse(text, nloops):
 
 
 def _parse_bake(text, pos, inner):
-    m = re.compile(r"^([^,]*),([^,]*),([^,]*),\(([^)]*)\)$").match(inner)
+    m = re.compile(r"^([^,]*),([^,]*),([^,]*),\(([^)]*)\)\Z").match(inner)
     if not m:
         _fail(text, pos, f"cannot read baked bounds [{inner}]",
               "write [start,end,step,(b0,b1,...)]; fields may be empty, e.g. [,,4,()]")

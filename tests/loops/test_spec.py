@@ -1,6 +1,8 @@
 """The spec grammar: what parses to what, and a message naming the position for every bad spec."""
+import numpy as np
 import pytest
 
+import tppasm as tpp
 from loops import Loop, SpecError, kernel
 from loops.spec import parse, serial_order
 
@@ -71,6 +73,12 @@ BAD = [
     ("abbbbbbbc", 7, "written 7 times"),
     ("a{R:2}Bc", 0, "serial but is placed"),
     ("aB[1,2,1,()", 2, "never closed"),
+    # digits of other scripts, which int() reads, and a trailing newline
+    ("aB{R:\u0662}c", 2, "cannot read the grid placement"),
+    ("aBc@schedule(static,\u0663)", 3, "@schedule(dynamic"),
+    ("aBc@schedule(dynamic,\uff13)", 3, "@schedule(dynamic"),
+    ("a[\u0660,4,1,()]Bc", 2, "'\u0660' is not an integer"),
+    ("aBc@schedule(static)\n", 3, "@schedule(dynamic"),
 ]
 
 
@@ -104,3 +112,25 @@ def test_declaration_errors():
         kernel("ba[,,2,()]a", Loop(0, 8, blocks=[3]), Loop(0, 2))(lambda i, j: None)
     with pytest.raises(SpecError, match="first 2 parameters receive the loop indices"):
         kernel("ab", Loop(0, 2), Loop(0, 2))(lambda i: None)
+
+
+@pytest.mark.parametrize("text, loops", [
+    ("aba", [Loop(0, 8, blocks=[4]), Loop(0, 2)]),
+    ("aaab", [Loop(0, 10, blocks=[6, 4]), Loop(0, 2)]),
+    ("abab", [Loop(1, 12, 2, blocks=[6]), Loop(0, 5, blocks=[3])]),
+], ids=["block-named-like-an-index", "uneven-blocks", "both-blocked"])
+def test_explains_pseudo_code_runs_the_serial_order(text, loops):
+    """explain()'s serial pseudo-code, run as Python, visits the nest's iterations in its order:
+    a block's index named like the body's second index (i0) made the inner loop read the wrong one,
+    and uneven blocks named an undefined bound."""
+    zero = tpp.zero(1, 1)
+
+    def body(i, i0, X):
+        zero(X[i, i0])
+    k = kernel(text, *loops)(body)
+    X = np.ones((12, 5, 1, 1), np.float32)
+    seen = []
+    scope = {"zero": seen.append, "X": type("Index", (), {"__getitem__": lambda self, key: key})()}
+    exec(k.explain(X), scope)
+    scope["thread_body"](0)
+    assert seen == serial_order(parse(text, 2), loops)
