@@ -83,7 +83,7 @@ UNARY_OPS = {
 }
 # backward ops take (dy, x): dx = dy * f'(x)
 GRAD_OPS = {
-    "relu_bwd": lambda x: (x > 0).astype(np.float64),
+    "relu_bwd": lambda x: (~(x <= 0)).astype(np.float64),      # 1 for a NaN x: torch passes its gradient
     "gelu_bwd": _gelu_tanh_grad,
     "gelu_erf_bwd": _gelu_erf_grad,
 }
@@ -178,7 +178,8 @@ class Unary(Descriptor):
     """out[m, n] = op(x[m, n]); ``*_bwd`` ops take (dy, x) and give dy * op'(x).
 
     ``bitmask=True`` with relu adds an output ``mask`` (m, ceil(n/8)) uint8, bit j%8 of byte j//8
-    set where x > 0; with relu_bwd the mask replaces x as input.
+    set where x > 0 or x is NaN (not x <= 0: torch's relu backward passes the gradient of a NaN);
+    with relu_bwd the mask replaces x as input.
     """
 
     op: str
@@ -236,8 +237,8 @@ class Unary(Descriptor):
                 _store(out, np.where(keep, _to_f64(dy), 0.0))
                 return
             with np.errstate(all="ignore"):
-                if self.op == "relu_bwd":           # dy where x > 0, else 0 (an inf or NaN dy too, as torch)
-                    _store(out, np.where(_to_f64(x) > 0, _to_f64(dy), 0.0))
+                if self.op == "relu_bwd":   # dy unless x <= 0 (a NaN x too), else 0 (an inf or NaN dy too), as torch
+                    _store(out, np.where(_to_f64(x) <= 0, 0.0, _to_f64(dy)))
                 else:
                     _store(out, _to_f64(dy) * GRAD_OPS[self.op](_to_f64(x)))
             return
@@ -245,7 +246,7 @@ class Unary(Descriptor):
         with np.errstate(all="ignore"):
             _store(out, UNARY_OPS[self.op](x))
         if self.bitmask:
-            arrays[2][...] = np.packbits(x > 0, axis=1, bitorder="little")
+            arrays[2][...] = np.packbits(~(x <= 0), axis=1, bitorder="little")
 
 
 def unpack_bits(mask, n):

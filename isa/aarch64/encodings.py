@@ -155,6 +155,7 @@ ptrues   2519e000 bhsd  Pd.T pattern
 pfalse   2518e400 -     Pd.b
 whilelo  25201c00 bhsd  Pd.T Xn Xm16
 punpklo  05304000 -     Pd.h Pn.b
+eor      25004200 -     Pd.b Pg4/Z Pn.b Pm.b
 punpkhi  05314000 -     Pd.h Pn.b
 uzp1     05204800 bhsd  Pd.T Pn.T Pm.T
 whilelo  25200c00 bhsd  Pd.T Wn Wm16

@@ -43,6 +43,8 @@ def preferred(form, ops, text: str) -> str:
         return text.replace("lsl", "lsr")  # ubfm #0, #63 is printed as lsr #0
     if mn == "sel" and ops[0] == ops[3]:
         return f"mov {ops[0]}, p{ops[1].num}/m, {ops[2]}"
+    if mn == "eor" and len(ops) == 4 and str(ops[0]).startswith("p") and ops[3].num == ops[1].num:
+        return f"not {ops[0]}, {ops[1]}, {ops[2]}"        # eor with Pm = Pg: the predicate NOT
     if mn == "orr" and len(ops) == 3 and ops[1] == ops[2] and str(ops[0]).startswith("z"):
         return f"mov {ops[0]}, {ops[1]}"
     if mn == "dup" and hasattr(ops[1], "index") and ops[1].index == 0:

@@ -251,9 +251,10 @@ def test_non_finite_inputs_follow_the_references(bits):
     cases += [DescCase(Unary(op, 3, 37), seed=i, fill=fill)
               for i, op in enumerate(sorted(o for o in UNARY_OPS if o != "zero"))]
     cases += [DescCase(Unary(op, 3, 37), seed=i, fill=fill) for i, op in enumerate(sorted(GRAD_OPS))]
-    # relu_bwd of an inf or NaN dy where x <= 0: 0, as on x86 (dy * 0 gave NaN)
-    cases += [DescCase(Unary("relu_bwd", 3, 37, bitmask=bitmask), seed=9, fill=sprinkle_all)
-              for bitmask in (False, True)]
+    # relu_bwd of an inf or NaN dy where x <= 0: 0, as on x86 (dy * 0 gave NaN); of a NaN x: dy, and
+    # the bitmask relu sets a NaN's bit (as torch)
+    cases += [DescCase(Unary(op, 3, 37, bitmask=bitmask), seed=9, fill=sprinkle_all)
+              for op in ("relu_bwd", "relu") for bitmask in (False, True)]
     cases += [DescCase(Brgemm(m=5, n=19, k=7, dtype=dt, act=act, bias=True), seed=i,
                        fill=lambda spec, v, rng: sprinkle(rng, v, 0.05) if spec.name == "a" else None)
               for i, (dt, act) in enumerate([("f32", "relu"), ("f32", "gelu"), ("bf16", "gelu_erf"), ("f32", "tanh")])]

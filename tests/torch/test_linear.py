@@ -482,3 +482,16 @@ def test_fx_symbolic_trace_records_the_operator(frozen):
     traced = torch.fx.symbolic_trace(lambda x, w: tt.linear(x, w, act="gelu"))
     w = torch.randn(3, 6)
     torch.testing.assert_close(traced(x, w), tt.linear(x, w, act="gelu"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_relu_passes_the_gradient_of_a_nan_as_torch(dtype):
+    """A NaN pre-activation: relu keeps it, and its gradient passes (torch's threshold_backward
+    zeroes where y <= 0, which a NaN is not); it was zeroed."""
+    def grads(linear):
+        x, w, b = (t.to(dtype).requires_grad_() for t in (torch.ones(1, 2), torch.eye(2), torch.tensor([np.nan, 0])))
+        y = linear(x, w, b)
+        y.backward(torch.ones_like(y))
+        return y, x.grad, w.grad, b.grad
+    for got, want in zip(grads(lambda *a: tt.linear(*a, act="relu")), grads(lambda *a: torch.relu(F.linear(*a)))):
+        torch.testing.assert_close(got, want, equal_nan=True)

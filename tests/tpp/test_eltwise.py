@@ -208,13 +208,16 @@ def test_reduce(isa, op, over, dts, shp, seed):
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("bitmask", [False, True])
-def test_relu_bwd_of_a_non_finite_gradient_where_x_is_not_positive_is_zero(isa, bitmask):
-    """dy where x > 0, else 0 even for an inf or NaN dy (as torch's threshold_backward), in the
-    kernel and in both references (the plain one computed dy * 0 = NaN)."""
+def test_relu_bwd_passes_dy_unless_x_is_at_most_zero(isa, bitmask):
+    """0 where x <= 0 even for an inf or NaN dy, else dy, a NaN x's too (as torch's
+    threshold_backward: NaN <= 0 is false), in the kernel and in both references (the plain one
+    computed dy * 0 = NaN; a NaN x gave 0); the bitmask relu sets a NaN's bit."""
     dy = np.float32([[np.inf, np.nan, -np.inf, np.inf, 2.0, np.nan, 3.0]])
     x = np.float32([[-1.0, -1.0, 0.0, np.nan, 1.0, 5.0, -0.0]])
-    want = np.float32([[0, 0, 0, 0, 2.0, np.nan, 0]])
-    mask = np.packbits(x > 0, axis=1, bitorder="little")
+    want = np.float32([[0, 0, 0, np.inf, 2.0, np.nan, 0]])
+    mask = np.zeros((1, 1), np.uint8)
+    get_kernel(Unary("relu", 1, 7, bitmask=True), isa)(x, np.empty_like(x), mask)
+    assert mask.tolist() == [[0b0111000]]           # x[3] (NaN), x[4], x[5]
     k = get_kernel(Unary("relu_bwd", 1, 7, bitmask=bitmask), isa)
     out = poisoned((1, 7), np.float32, 7)
     got_ref = check(k, (dy, mask if bitmask else x, out), [out], isa)[2]

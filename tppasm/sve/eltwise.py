@@ -209,8 +209,8 @@ class _Elt:
                     a.sel(D, self.PV[u], xs, c.f(0.0))
                 else:
                     ys = self.load(self.ins[1], Y, u)
-                    a.fcmgt(P_CMP[u].s, P_ALL.z, ys, 0.0)
-                    a.sel(D, P_CMP[u], xs, c.f(0.0))        # dy, or 0 (an inf or NaN dy too)
+                    a.fcmle(P_CMP[u].s, P_ALL.z, ys, 0.0)
+                    a.sel(D, P_CMP[u], c.f(0.0), xs)        # 0 where x <= 0 (an inf or NaN dy too), else dy
                 return D
             if op.endswith("_bwd"):
                 ys = self.load(self.ins[1], Y, u)
@@ -219,7 +219,8 @@ class _Elt:
                 return D
             EMITTERS[op][1](a, D, xs, T, c)
             if self.mask_out:
-                a.fcmgt(P_CMP[u].s, P_LANE[u].z, xs, 0.0)
+                a.fcmle(P_CMP[u].s, P_LANE[u].z, xs, 0.0)               # the row's lanes but those
+                a.eor(P_CMP[u].b, P_LANE[u].z, P_CMP[u].b, P_LANE[u].b)  # <= 0: > 0 or NaN
             return D
         xs = self.load(self.ins[0], X, u)
         ys = self.load(self.ins[1], Y, u)
@@ -242,7 +243,7 @@ class _Elt:
         self.a.lsr(R_B, R_J, 3)                     # R_J is a multiple of 2 VL/32 lanes >= 8
 
     def predicates_to_mask(self):
-        """Bits of P_CMP[0], P_CMP[1] (x > 0 per lane) -> the mask bytes of this iteration."""
+        """Bits of P_CMP[0], P_CMP[1] (not x <= 0 per lane) -> the mask bytes of this iteration."""
         a, zt = self.a, self.D[0]
         a.uzp1(P_PACK.h, P_CMP[0].h, P_CMP[1].h)    # one h element per lane of both vectors
         a.uzp1(P_PACK.b, P_PACK.b, P_PACK.b)        # one bit per lane

@@ -97,7 +97,7 @@ def _grad(name):
 
 def _relu_bwd(a, v, d, s, t, c):
     a.vmovaps(d, s[0])
-    xm.keep_if(a, v, d, s[1], c.f(0.0), xm.GT, t[0])
+    xm.keep_if(a, v, d, s[1], c.f(0.0), xm.NLE, t[0])      # dy unless x <= 0: a NaN x passes it, as in torch
     return d
 
 
@@ -254,13 +254,13 @@ def _bits_mem(s, col, size):
 
 
 def _store_bits(a, v, x, s, col, count, tmp, c):
-    """Mask bits (x > 0) of this vector's lanes to ceil(count/8) bytes."""
+    """Mask bits (not x <= 0: x > 0 or NaN) of this vector's lanes to ceil(count/8) bytes."""
     nbytes = -(-count // 8)
     if v.avx512:
-        a.vcmpps(K[2], x, c.f(0.0), xm.GT)
+        a.vcmpps(K[2], x, c.f(0.0), xm.NLE)
         a.kmovw(eax, K[2])
     else:
-        a.vcmpps(tmp, x, c.f(0.0), xm.GT)
+        a.vcmpps(tmp, x, c.f(0.0), xm.NLE)
         a.vmovmskps(eax, tmp)
     if nbytes == 1:
         a.mov(_bits_mem(s, col, 1), al)

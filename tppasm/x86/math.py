@@ -40,7 +40,7 @@ from ..approx import (ERFC_MID, ERFC_POLY, EXP_POLY, EXP_POLY_BF16, FLT_MAX, HAL
                       GELU_TABLE_8, GELU_TABLE_16, LN2, LN2_HI, LN2_LO, LOG2E, MAGIC, TANH_POLY, TANH_SMALL)
 
 OPMASKS = (K[7], K[6], K[5], K[4])     # one per interleaved chain; k1-k3 are tails', bf16 NaNs', AMX's
-LT, LE, UNORD, NLT, GE, GT = 1, 2, 3, 5, 13, 14     # vcmpps predicates (NLT: also true for NaN)
+LT, LE, UNORD, NLT, NLE, GE, GT = 1, 2, 3, 5, 6, 13, 14     # vcmpps predicates (NLT, NLE: also true for NaN)
 SIGN, ABS = -0x80000000, 0x7FFFFFFF
 
 NTMP = {"exp": 3, "exp_bf16": 3, "sigmoid": 3, "tanh": 5, "gelu_tanh": 4, "gelu_erf": 5, "gelu_erf_bf16": 4,
