@@ -149,6 +149,7 @@ def approx(kind: str, p: int, flush_denormal_input: bool):
             r = 1.0 / x64 if kind == "rcp" else 1.0 / np.sqrt(x64)
         r = np.where(np.isfinite(r) & (r != 0), r, r)
         out = _keep_bits(np.ascontiguousarray(r), p)
+        out = np.where(np.isnan(r), np.float32(np.nan), out)     # (rounding a long NaN payload carries out of it)
         if flush_denormal_input:
             out = ftz(out)
         return nan_rule(out, a) if nonfinite(out) else out
@@ -191,7 +192,9 @@ def scalef(n, a, b):
         r = np.where(np.isinf(b) & (b > 0) & (a == 0), np.float32(np.nan), r)
         r = np.where(np.isinf(b) & (b < 0) & np.isinf(a), np.float32(np.nan), r)
         r = np.where(np.isnan(b), np.float32(np.nan), r)        # (a NaN scale made e 0 above)
-    return nan_rule(r, a, b) if nonfinite(r) else r
+    r = nan_rule(r, a, b) if nonfinite(r) else r
+    quiet_a = np.isnan(a) & (a.view(u32) & np.uint32(1 << 22) != 0)     # the SDM's table: QNaN * 2^-inf = +0,
+    return np.where(quiet_a & np.isinf(b), np.where(b > 0, np.float32(np.inf), np.float32(0)), r)  # 2^+inf: +inf
 
 
 def getexp(n, a):
