@@ -102,6 +102,15 @@ def test_kernels_with_counts_past_32_bits_run_uncached_without_a_bug_warning(cac
     assert k.runnable and not code.store._pending
 
 
+def test_batch_strides_whose_chunk_step_passes_32_bits_run_uncached_without_a_bug_warning(cache_dir):
+    """A BRGEMM's batch stride of 2^22 fp32 elements: every field is below 2^31, but a chunk of
+    blocks steps by more, which the generator adds as a 64-bit immediate (it warned of a bug)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        k = tpp.brgemm(8, 8, 8, dtype="f32", stride_a=1 << 22)
+    assert k.runnable
+
+
 def test_key_covers_every_field_and_the_features(monkeypatch):
     code = kernels.KernelCode(None)
     base = Unary("relu", 4, 8)

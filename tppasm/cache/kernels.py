@@ -120,10 +120,7 @@ class KernelCode:
             return
         why = audit(raw.code, backends.family(isa))
         if why is not None:
-            # a count or offset of 2^31 and more takes a 64-bit immediate, which the audit cannot
-            # tell from an address: such kernels run but are not cached, and that is no bug
-            huge = any(abs(v) >= 1 << 31 for v in vars(desc).values() if isinstance(v, int))
-            if not huge and desc.kind not in self._warned:
+            if not _may_take_wide_immediates(desc) and desc.kind not in self._warned:
                 self._warned.add(desc.kind)
                 warnings.warn(f"tppasm: not caching the {isa} {desc.kind} kernel of {desc} on disk: its code is not "
                               f"position independent ({why}); this is a generator bug to report", RuntimeWarning,
@@ -159,6 +156,21 @@ class KernelCode:
                 self.store.discard(key)
                 self._templates[key] = None
         return build_entry(kind, operands, scalars, addresses.raw(), count_scalar, call=addresses.call)
+
+
+def _may_take_wide_immediates(desc):
+    """Whether ``desc``'s code may hold a byte offset of 2^31 or more, which takes a 64-bit
+    immediate the audit cannot tell from an address (such kernels run but are not cached, and that
+    is no bug): a field that large, or one the generator multiplies into such an offset (a batch
+    stride by a chunk of up to 1024 blocks of 8-byte elements, a leading dimension by the rows).
+
+    >>> from tppasm.eltwise import Unary
+    >>> _may_take_wide_immediates(Unary("relu", 64, 64)), _may_take_wide_immediates(Unary("relu", 1 << 31, 8))
+    (False, True)
+    """
+    sizes = sorted(abs(v) for v in vars(desc).values() if isinstance(v, int) and not isinstance(v, bool))[-2:]
+    widest = sizes[-1] if sizes else 0
+    return widest * 8 * 1024 >= 1 << 31 or (len(sizes) == 2 and sizes[0] * sizes[1] * 8 >= 1 << 31)
 
 
 def _rebuild(code, meta):
