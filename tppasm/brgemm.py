@@ -50,11 +50,12 @@ system, so measure it (``bench.models.stream_pace`` does, for the LLM's decoding
 >>> C = np.empty((2, 3), np.float32); gemm(A, B, C, count=2); C.tolist()
 [[8.0, 8.0, 8.0], [8.0, 8.0, 8.0]]
 """
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import kernel as _kernel
+from . import backends, display, kernel as _kernel
 from .eltwise import UNARY_OPS
 from .kernel import Descriptor, get_kernel, scalar_arg, unchecked_in_body
 from .operand import (OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of, refuse_masked,
@@ -214,12 +215,20 @@ class Brgemm(Descriptor):
         return ("c",) if not self.beta and self.batch == "stride" else ()
 
     # -- reference ------------------------------------------------------------------------------
-    def reference(self, a, b, c, *rest, count=1):
-        """NumPy BRGEMM on the same arguments as the public call, in place on ``c``.
+    def reference(self, a, b, c, *rest, count=None):
+        """NumPy BRGEMM on the same arguments as the public call, in place on ``c`` (unchecked: the
+        kernel's ``reference`` checks them as its call does).
 
         Stride: ``(a, b, c[, bias])``; offset: ``(a, b, c, offsets[, bias])``; address:
-        ``(a_blocks, b_blocks, c[, bias])`` with sequences of blocks.
+        ``(a_blocks, b_blocks, c[, bias])`` with sequences of blocks. ``count`` defaults to what the
+        call infers: the blocks of a and b, the rows of offsets.
         """
+        if len(rest) != (self.batch == "offset") + self.bias:
+            raise TypeError(f"brgemm.reference: batch={self.batch!r}, bias={self.bias} takes (a, b, c"
+                            f"{', offsets' if self.batch == 'offset' else ''}{', bias' if self.bias else ''}); "
+                            f"got {3 + len(rest)} arrays")
+        if count is None:
+            count = _batch_count(self, a, b, rest) if self.batch != "stride" else _stride_count(a, b)
         rest = list(rest)
         if self.batch == "offset":
             offsets = np.asarray(rest.pop(0))[:count]
@@ -246,6 +255,14 @@ class Brgemm(Descriptor):
             if bias is not None:
                 acc += bias.astype(wide)
             return ACTS[self.act](acc).astype(c.dtype)
+
+
+def _stride_count(a, b):
+    """``count`` left out with batch='stride': the blocks A and B hold (TypeError if they differ)."""
+    if len(a) != len(b):
+        raise TypeError(f"brgemm: pass count= (how many blocks to reduce over): it is inferred only when A and "
+                        f"B hold the same number of blocks, and A holds {len(a)}, B {len(b)}")
+    return len(a)
 
 
 def _batched(spec, stride):
@@ -278,6 +295,13 @@ class BatchedBrgemm:
     def __init__(self, kernel):
         self.kernel = kernel
         self.desc = kernel.desc
+        # help() and inspect.signature() show the operands, as the kernel's own class does for them
+        if getattr(kernel, "_batched_class", None) is None:      # (made once per kernel; no cycle through it)
+            me = weakref.ref(kernel)
+            kernel._batched_class = type(type(kernel).__name__, (BatchedBrgemm,), {
+                "__doc__": _kernel._OnFirstRead(lambda: me() and type(me()).__doc__),
+                "__signature__": _kernel._OnFirstRead(lambda: me() and me().__signature__), "__module__": __name__})
+        self.__class__ = kernel._batched_class
 
     def __getattr__(self, name):
         if name.startswith("__"):
@@ -293,10 +317,35 @@ class BatchedBrgemm:
     def _repr_html_(self):
         return self.kernel._repr_html_()
 
-    def __call__(self, a, b, c, *rest, count=None):
+    def __call__(self, a, b, c, *rest, count=None, **wrong):
         """``gemm(A, B, C, offsets[, bias])`` (batch="offset") or ``gemm(A_blocks, B_blocks, C[, bias])``
         (batch="address"); ``count`` defaults to the number of offset rows / of blocks."""
+        args, _, count, target = self._checked(a, b, c, rest, count, wrong)
+        self.kernel._raw(*(x.ctypes.data for x in args), count)
+        mark_written([target])
+
+    def reference(self, a, b, c, *rest, count=None, **wrong):
+        """The same with NumPy, on the call's arguments, checked as the call checks them; in place on C.
+
+        >>> import numpy as np, tppasm
+        >>> g = tppasm.brgemm(m=1, n=1, k=2, batch="offset"); A = np.ones((1, 4), np.float32)
+        >>> C = np.empty((1, 1), np.float32); g.reference(A, np.ones((2, 1), np.float32), C, np.zeros((3, 2), np.int64))
+        >>> C.tolist()                   # three blocks (the offsets' rows), each 1 * 1 + 1 * 1
+        [[6.0]]
+        """
+        args, blocks, count, target = self._checked(a, b, c, rest, count, wrong)
+        if self.desc.batch == "offset":
+            self.desc.reference(*args, count=count)
+        else:
+            self.desc.reference(*blocks, *args[2:], count=count)
+        mark_written([target])
+
+    def _checked(self, a, b, c, rest, count, wrong):
+        """(the raw kernel's arrays, the A and B blocks of an address batch, count, C as passed), once
+        every argument passed the checks of a call (TypeError or OperandError naming the fix)."""
         d = self.desc
+        if wrong:
+            raise TypeError(display.wrong_call(self.kernel, 3 + len(rest), wrong))
         who = "brgemm"
         if _kernel.TRACING and not all(isinstance(x, (np.ndarray, list, tuple)) for x in (a, b, c)):
             raise TypeError(unchecked_in_body(d))
@@ -311,7 +360,7 @@ class BatchedBrgemm:
         spec_a, spec_b = d.block_specs()
         ops = {s.name: s for s in self.kernel.operands}
         check(ops["c"], c, who=who, origin=c_origin)
-        rest = list(rest)
+        rest, held = list(rest), [None, None]
         if d.batch == "offset":
             if not rest or rest[0] is None:
                 raise OperandError(f"{who}: batch='offset' takes the block offsets after C: gemm(A, B, C, offsets"
@@ -349,11 +398,7 @@ class BatchedBrgemm:
             blocks = held[0] + held[1] + [c] + args[3:]
             refuse_overlap(who, [spec_a] * count + [spec_b] * count + list(self.kernel.operands[2:]), blocks,
                            origins=[None] * (2 * count) + [c_origin])
-        self.kernel._raw(*(x.ctypes.data for x in args), count)
-        mark_written([target])
-
-    def reference(self, *arrays, **scalars):
-        return self.desc.reference(*arrays, **scalars)
+        return args, held, count, target
 
 
 def _as_blocks(x, name, who):
@@ -414,6 +459,9 @@ def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0,
     desc = Brgemm(m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc, stride_a=stride_a, stride_b=stride_b,
                   beta=beta, dtype=dtype, c_dtype=c_dtype, batch=batch, bias=bias, act=act,
                   tile_setup=tile_setup, signs=signs, stream_c=stream_c, pace=pace)
+    if desc.pace and backends.level(isa) == "sve":      # the SVE kernels ignore pace: one kernel for all
+        desc.validate()
+        desc = replace(desc, pace=0)
     kernel = get_kernel(desc, isa)
     return kernel if desc.batch == "stride" else BatchedBrgemm(kernel)
 

@@ -16,7 +16,7 @@ import inspect
 
 from isa.listing import Listing
 
-CONSTRUCTORS = ("unary", "binary", "ternary", "reduce", "transform", "brgemm")
+CONSTRUCTORS = ("unary", "binary", "ternary", "reduce", "transform", "brgemm", "softmax", "layernorm", "rmsnorm")
 
 
 def _allocated(kernel):
@@ -72,9 +72,24 @@ def _layout(spec):
     return ", ".join(parts)
 
 
+def _batch_args(kernel):
+    """{operand: (name, annotation, dtype, shape, layout)} for a BRGEMM batched by offsets or addresses,
+    whose call takes A and B as whole buffers or as sequences of blocks; {} for other kernels."""
+    batch = getattr(kernel.desc, "batch", "stride")
+    if kernel.desc.kind != "brgemm" or batch == "stride":
+        return {}
+    blocks = kernel.desc.block_specs()
+    if batch == "offset":
+        return {s.name: (s.name, f"{s.np_dtype.name}[...]", s.np_dtype.name, "(any)",
+                         f"a C-contiguous buffer; block i ({_shape(s)}{', ' + _layout(s) if _layout(s) else ''}) "
+                         f"starts at element offsets[i, {j}]") for j, s in enumerate(blocks)}
+    return {f"{s.name}_ptrs": (s.name, f"sequence of {annotation(s)}", s.np_dtype.name, f"count blocks ({_shape(s)})",
+                               f"each {_layout(s)}" if _layout(s) else "") for s in blocks}
+
+
 def operand_rows(kernel):
     """(name, dtype, shape, access, layout) per operand, in call order."""
-    alloc = set(_allocated(kernel))
+    alloc, batch = set(_allocated(kernel)), _batch_args(kernel)
     rows = []
     for spec in kernel.operands:
         access = "written" if spec.writable else "read"
@@ -82,13 +97,16 @@ def operand_rows(kernel):
             access += "; allocated and returned when left out"
         elif spec.writable:
             access = "read and written"
-        rows.append((spec.name, spec.np_dtype.name, f"({_shape(spec)})", access, _layout(spec)))
+        name, _, dtype, shape, layout = batch.get(spec.name) or (spec.name, None, spec.np_dtype.name,
+                                                                 f"({_shape(spec)})", _layout(spec))
+        rows.append((name, dtype, shape, access, layout))
     return rows
 
 
 def call_forms(kernel):
     """How to call the kernel, e.g. ``"k(x, out) or out = k(x)"``."""
-    names = [s.name for s in kernel.operands]
+    batch = _batch_args(kernel)
+    names = [batch.get(s.name, (s.name,))[0] for s in kernel.operands]
     count = "[, count=n]" if kernel.desc.count_scalar else ""
     forms = [f"k({', '.join(names)}{count})"]
     alloc = set(_allocated(kernel))
@@ -97,6 +115,33 @@ def call_forms(kernel):
         out = ", ".join(n for n in names if n in alloc)
         forms.append(f"{out} = k({', '.join(given)}{count})")
     return " or ".join(forms)
+
+
+def wrong_call(kernel, arrays, keywords):
+    """Why a call with ``arrays`` arrays (a number) and ``keywords`` is refused: an operand passed by
+    name (operands are positional), a keyword the kernel does not take, or the wrong number of arrays.
+
+    >>> import tppasm
+    >>> wrong_call(tppasm.relu(4, 8), 1, {"out": None})
+    'unary: pass the operands positionally, not as keywords (out=): call it as k(x, out) or out = k(x)'
+    """
+    kind, forms = kernel.desc.kind, call_forms(kernel)
+    names = [s.name for s in kernel.operands]
+    given = ", ".join(f"{k}=" for k in sorted(keywords))
+    if {"out", *names} & set(keywords):
+        return f"{kind}: pass the operands positionally, not as keywords ({given}): call it as {forms}"
+    unknown = sorted(set(keywords) - set(kernel.scalars))
+    if unknown == ["count"]:
+        return f"{kind} takes no count= (it has no batch: a call computes one block); call it as {forms}"
+    if unknown:
+        takes = f"its only keyword is {kernel.scalars[0]}=" if kernel.scalars else "it takes no keywords"
+        return f"{kind}: unexpected keyword {', '.join(f'{u}=' for u in unknown)}; {takes}: call it as {forms}"
+    alloc = set(_allocated(kernel))
+    inputs = [n for n in names if n not in alloc]
+    also = f" or {len(inputs)} ({', '.join(inputs)}) to allocate the output" if alloc else ""
+    extra = "".join(f", {s}=..." for s in kernel.scalars)
+    return (f"{kind} takes {len(names)} arrays ({', '.join(names)}){also}{extra}; "
+            f"got {arrays} arrays and {sorted(keywords)}")
 
 
 def formula(desc):
@@ -127,7 +172,8 @@ def formula(desc):
     if kind == "brgemm":
         text = ("C + " if desc.beta else "") + "sum over count blocks of A[i] @ B[i]" + (" + bias" if desc.bias else "")
         return f"C = {desc.act}({text})" if desc.act else f"C = {text}"
-    return ((type(desc).__doc__ or "").strip().splitlines() or [kind])[0]
+    paragraph = " ".join(line.strip() for line in (type(desc).__doc__ or kind).strip().split("\n\n")[0].splitlines())
+    return paragraph.split(". ")[0].rstrip(".")          # its first sentence
 
 
 def docstring(kernel):
@@ -143,8 +189,8 @@ def docstring(kernel):
     width = max(len(s.name) for s in kernel.operands) if kernel.operands else 0
     for name, dtype, shape, access, layout in operand_rows(kernel):
         lines.append(f"  {name:<{width}}  {dtype} {shape}{', ' + layout if layout else ''}; {access}")
-    lines += ["", "kernel.reference(...) computes the same with NumPy (in place); kernel.disassemble() "
-              "shows the machine code."]
+    lines += ["", "kernel.reference(...) computes the same with NumPy, on the same arguments as a call (in place, "
+              "or allocating and returning the outputs left out); kernel.disassemble() shows the machine code."]
     return "\n".join(lines)
 
 
@@ -162,9 +208,11 @@ def signature(kernel):
     """The call signature: operands positional (annotated ``"dtype[shape]"``), outputs that the
     allocating form makes default to None when they come last, scalars keyword-only."""
     P = inspect.Parameter
-    optional = _optional(kernel)
-    params = [P(s.name, P.POSITIONAL_ONLY, annotation=annotation(s),
-                default=None if s.name in optional else P.empty) for s in kernel.operands]
+    optional, batch = _optional(kernel), _batch_args(kernel)
+    params = []
+    for spec in kernel.operands:
+        name, note = batch.get(spec.name, (spec.name, annotation(spec)))[:2]
+        params.append(P(name, P.POSITIONAL_ONLY, annotation=note, default=None if spec.name in optional else P.empty))
     params += [P(name, P.KEYWORD_ONLY, default=None) for name in kernel.scalars]
     return inspect.Signature(params)
 
@@ -198,6 +246,19 @@ def instructions(kernel):
             cached = f"{work[0]} (sve)" if work else "data movement (sve)"
         kernel._instructions = cached
     return cached
+
+
+def instruction_mix(kernel):
+    """:meth:`tppasm.kernel.Kernel.instruction_mix`: static counts of each instruction, most frequent first."""
+    if kernel.isa in ("avx2", "avx512", "amx"):
+        from isa.x86.disasm import instruction_mix as x86_mix
+        return x86_mix(kernel.raw.code)
+    counts = {}
+    for line in kernel.raw.disassemble().splitlines():     # AArch64: "offset: word  mnemonic ..."
+        parts = line.split()
+        if len(parts) >= 3:
+            counts[parts[2]] = counts.get(parts[2], 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def _size(nbytes):

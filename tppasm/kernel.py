@@ -262,9 +262,11 @@ class Kernel:
                     "__module__": Kernel.__module__})
         self.__class__ = cls
 
-    def __call__(self, *arrays, count=None):
+    def __call__(self, *arrays, count=None, **wrong):
         """Run the kernel on ``arrays`` (and ``count=`` for batched kernels)."""
-        # the hot path without a builtin entry: no **kwargs dict, one tuple for the native entry
+        if wrong:
+            raise TypeError(display.wrong_call(self, len(arrays), wrong))
+        # the hot path without a builtin entry: one tuple for the native entry
         if len(arrays) == self._n and not TRACING:
             if count is None:
                 if self._infer:
@@ -277,19 +279,14 @@ class Kernel:
             elif self.scalars == ("count",):
                 args = arrays + (count,)
             else:
-                return self._explain(arrays, {"count": count})
+                raise TypeError(display.wrong_call(self, len(arrays), {"count": count}))
             if not self._native or self._entry(args):
                 return self._slow_call(arrays, args[self._n:])
             return None
-        if self._alloc and len(arrays) == self._n - len(self._alloc):
-            return self._allocating_call(arrays, count)
-        if self._alloc and len(arrays) == self._n and _nones_at(arrays, self._alloc):
-            return self._allocating_call(_without(arrays, self._alloc), count)
-        if count is None and self._infer and len(arrays) == self._n:
-            count = self._count_of(arrays)
-        values = self._defaults if count is None else (count,)
-        if len(arrays) != self._n or len(values) != len(self.scalars):
-            return self._explain(arrays, {} if count is None else {"count": count})
+        inputs = self._allocating(arrays)
+        if inputs is not None:
+            return self._allocating_call(inputs, count)
+        values = self._values(arrays, count)
         if TRACING and TRACE_HOOK is not None and TRACE_HOOK(self, arrays, values):
             return None                  # recorded by the loop tracer (or run in Python), not run here
         self._slow_call(arrays, values)
@@ -313,11 +310,7 @@ class Kernel:
     def _checked_args(self, arrays, values):
         """The raw kernel's arguments for NumPy ``arrays`` and scalar ``values``, once every operand
         passed its check (OperandError / TypeError naming the fix otherwise)."""
-        values = tuple(scalar_arg(self.desc.kind, name, v) for name, v in zip(self.scalars, values))
-        count = dict(zip(self.scalars, values)).get(self.desc.count_scalar, 1)
-        for spec, arr in zip(self.operands, arrays):
-            check(spec, arr, count, who=self.desc.kind)
-        operand.refuse_overlap(self.desc.kind, self.operands, arrays, count)
+        values = self._check_operands(arrays, values)
         if self._raw is None or not self.runnable:
             _unavailable(self.desc.kind, self.isa)
         return tuple(a.ctypes.data for a in arrays) + values
@@ -339,16 +332,32 @@ class Kernel:
         if not all(type(a) is np.ndarray for a in arrays):
             raise TypeError(f"{self.desc.kind}.raw_call: pass NumPy arrays (np.asarray(t) for a tensor): the "
                             "native call that it prepares holds data pointers only")
-        if len(arrays) != self._n:
-            return self._explain(arrays, {} if count is None else {"count": count})
-        if count is None and self._infer:
-            count = self._count_of(arrays)
-        values = self._defaults if count is None else (count,)
-        if len(values) != len(self.scalars):
-            return self._explain(arrays, {"count": count})
+        values = self._values(arrays, count)
         if not check and self.runnable and self._raw is not None:
             return self.raw.address, tuple(a.ctypes.data for a in arrays) + values
         return self.raw.address, self._checked_args(arrays, values)
+
+    def _values(self, arrays, count):
+        """The scalars' values of a call with every operand (``count`` inferred), else TypeError."""
+        if count is None and self._infer and len(arrays) == self._n:
+            count = self._count_of(arrays)
+        values = self._defaults if count is None else (count,)
+        if len(arrays) != self._n or len(values) != len(self.scalars):
+            raise TypeError(display.wrong_call(self, len(arrays), {} if count is None else {"count": count}))
+        return values
+
+    def _check_operands(self, arrays, values, origins=None, layout=True):
+        """The scalars' ``values`` as ints, once every NumPy array passed its operand check and no output
+        overlaps another operand (OperandError naming the fix, in terms of ``origins``, otherwise);
+        ``layout=False`` (NumPy's reference) takes any strides and overlaps."""
+        kind = self.desc.kind
+        values = tuple(scalar_arg(kind, name, v) for name, v in zip(self.scalars, values))
+        count = dict(zip(self.scalars, values)).get(self.desc.count_scalar, 1)
+        for spec, arr, origin in zip(self.operands, arrays, origins or [None] * len(arrays)):
+            check(spec if layout else _any_strides(spec, arr), arr, count, kind, origin)   # (None: NumPy's terms)
+        if layout:
+            operand.refuse_overlap(kind, self.operands, arrays, count, origins)
+        return values
 
     def _count_of(self, arrays):
         """``count`` when the call leaves it out: the number of blocks the batched operands hold, if
@@ -367,25 +376,25 @@ class Kernel:
         raise TypeError(f"{self.desc.kind}: pass count= (how many blocks to reduce over): it is inferred only "
                         f"when the batched operands hold the same number of blocks, and {held}")
 
-    def _allocating_call(self, arrays, count):
-        """``out = k(inputs...)``: new aligned outputs for the operands the kernel only writes."""
+    def _allocating_call(self, arrays, count, run=None):
+        """``out = k(inputs...)``: new aligned outputs for the operands the kernel only writes (``run``: the
+        kernel, or its reference)."""
         if TRACING:
             names = ", ".join(self.operands[i].name for i in self._alloc)
             raise TypeError(f"{self.desc.kind}: inside a loop body pass the output ({names}) as a view of a "
                             "body argument; the allocating form k(inputs) runs outside loop bodies only")
-        given = iter(arrays)
-        full, made = [], []
-        for i, spec in enumerate(self.operands):
-            if i in self._alloc:
-                made.append(empty_for(spec))
-                full.append(made[-1])
-            else:
-                full.append(next(given))
-        if count is None:
-            self(*full)
-        else:
-            self(*full, count=count)
-        return made[0] if len(made) == 1 else tuple(made)
+        given, run = iter(arrays), run or self
+        full = [empty_for(s) if i in self._alloc else next(given) for i, s in enumerate(self.operands)]
+        run(*full, **({} if count is None else {"count": count}))
+        return full[self._alloc[0]] if len(self._alloc) == 1 else tuple(full[i] for i in self._alloc)
+
+    def _allocating(self, arrays):
+        """The inputs of an allocating call (``k(x)``, or ``k(x, None)``: None for the outputs), else None."""
+        if self._alloc and len(arrays) == self._n - len(self._alloc):
+            return arrays
+        if self._alloc and len(arrays) == self._n and _nones_at(arrays, self._alloc):
+            return _without(arrays, self._alloc)
+        return None
 
     def __reduce__(self):
         """Pickle as (descriptor, ISA): the kernel is rebuilt, or found in the cache, on load."""
@@ -397,19 +406,39 @@ class Kernel:
     def _repr_html_(self):
         return display.kernel_html(self)
 
-    def _explain(self, arrays, scalars):
-        names = ", ".join(s.name for s in self.operands)
-        extra = "".join(f", {s}=..." for s in self.scalars)
-        alloc = ""
-        if self._alloc:
-            inputs = [s.name for i, s in enumerate(self.operands) if i not in self._alloc]
-            alloc = f" or {len(inputs)} ({', '.join(inputs)}) to allocate the output"
-        raise TypeError(f"{self.desc.kind} takes {len(self.operands)} arrays ({names}){alloc}{extra}; "
-                        f"got {len(arrays)} arrays and {sorted(scalars)}")
+    def reference(self, *arrays, count=None, **wrong):
+        """The same computation with NumPy (the test oracle), on a call's arguments: in place on the outputs
+        passed, or, given the inputs only, on new outputs that it returns, as ``out = k(x)`` does; count
+        inferred and operands checked as the call does (it refuses alike, though it takes any strides).
 
-    def reference(self, *arrays, **scalars):
-        """The same computation with NumPy, in place on the same arrays (the test oracle)."""
-        return self.desc.reference(*arrays, **scalars)
+        >>> import numpy as np, tppasm
+        >>> g = tppasm.brgemm(m=1, n=1, k=2); A = np.ones((3, 1, 2), np.float32); B = np.ones((3, 2, 1), np.float32)
+        >>> g.reference(A, B).tolist(), g.reference(A, B, count=2).tolist()      # count: all 3 blocks, or 2
+        ([[6.0]], [[4.0]])
+        """
+        if wrong:
+            raise TypeError(display.wrong_call(self, len(arrays), wrong))
+        inputs = self._allocating(arrays)
+        if inputs is not None:
+            return self._allocating_call(inputs, count, self.reference)
+        values = self._values(arrays, count)
+        views = self._views(arrays)
+        values = self._check_operands(views, values, [operand.origin_of(a) for a in arrays], layout=False)
+        self.desc.reference(*views, **dict(zip(self.scalars, values)))
+        operand.mark_written([a for s, a in zip(self.operands, arrays) if s.writable])
+
+    def _views(self, objs):
+        """NumPy views of the operands (:func:`tppasm.operand.as_ndarray`), refused as a call refuses them."""
+        if all(type(a) is np.ndarray for a in objs):
+            return objs
+        kind = self.desc.kind
+        try:
+            return tuple(operand.as_ndarray(a, s.name, kind, s.writable) for s, a in zip(self.operands, objs))
+        except OperandError:
+            for spec, obj in zip(self.operands, objs):
+                if operand.origin_of(obj) is None:
+                    check(spec, obj, who=kind)       # not an array at all: say which shape and dtype to pass
+            raise
 
     def disassemble(self) -> str:
         """The kernel's machine code as text (Intel syntax on x86); notebooks show it highlighted."""
@@ -423,15 +452,15 @@ class Kernel:
         >>> mix["ret"]
         1
         """
-        if self.isa in ("avx2", "avx512", "amx"):
-            from isa.x86.disasm import instruction_mix
-            return instruction_mix(self.raw.code)
-        counts = {}
-        for line in self.raw.disassemble().splitlines():     # AArch64: "offset: word  mnemonic ..."
-            parts = line.split()
-            if len(parts) >= 3:
-                counts[parts[2]] = counts.get(parts[2], 0) + 1
-        return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+        return display.instruction_mix(self)
+
+
+def _any_strides(spec, arr):
+    """``spec`` with ``arr``'s strides (in whole elements): what a NumPy computation takes."""
+    es, strides = arr.itemsize, arr.strides
+    if len(strides) != len(spec.strides) or any(s % es for s in strides):
+        return spec
+    return dataclasses.replace(spec, strides=tuple(s // es for s in strides))
 
 
 def _unavailable(kind, isa, *args):

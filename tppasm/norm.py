@@ -60,6 +60,8 @@ class _RowOp(Descriptor):
     dtype: str = "f32"
     out_dtype: str = ""
 
+    public_names = {"ldi": "ldx"}          # what the constructors call it (a kernel's repr shows these)
+
     def _post(self, *floats, positive=()):
         self._normalize()
         for name in floats:

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import kernel as _kernel
-from .dtypes import dtype as to_dtype, numpy_dtype
+from . import display, kernel as _kernel
+from .dtypes import dtype as to_dtype, name_of, numpy_dtype
 from .kernel import Descriptor, get_kernel, scalar_arg
 from .layout import as_array, empty_for
 from .operand import OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of
@@ -116,8 +116,11 @@ class BlockSpmm(Descriptor):
             raise ValueError(f"{self.kind}: colidx[{p}] = {int(colidx[p])} is not a block column of A: "
                              f"expected 0..{self.kb - 1} (kb={self.kb} blocks of {self.bk} rows of B)")
 
-    def reference(self, rowptr, colidx, values, b, c, count=1):
-        """The same with NumPy (float64 sums), in place on ``c``."""
+    def reference(self, rowptr, colidx, values, b, c, count=None):
+        """The same with NumPy (float64 sums), in place on ``c``; ``count`` defaults to what the call
+        infers, the blocks ``colidx`` and ``values`` hold."""
+        if count is None:
+            count = _stored_blocks(colidx, values)
         self.check_indices(rowptr, colidx, count)
         acc = c.astype(np.float64) if self.beta else np.zeros(c.shape)
         if self.vnni > 1:
@@ -126,6 +129,14 @@ class BlockSpmm(Descriptor):
             j = int(colidx[p])
             acc += values[p].astype(np.float64) @ b[j * self.bk:(j + 1) * self.bk].astype(np.float64)
         c[...] = acc.astype(c.dtype)
+
+
+def _stored_blocks(colidx, values):
+    """``count`` left out: the blocks ``colidx`` and ``values`` hold (TypeError if they differ)."""
+    if len(colidx) != len(values):
+        raise TypeError(f"block_spmm: pass count= (the stored blocks): it is inferred only when colidx and values "
+                        f"hold the same number of blocks, and colidx holds {len(colidx)}, values {len(values)}")
+    return len(colidx)
 
 
 def _need(ok, name, value, legal):
@@ -155,18 +166,36 @@ class BlockSpmmKernel:
     def __signature__(self):
         return self.kernel.__signature__
 
-    def __call__(self, rowptr, colidx, values, b, c=None, count=None):
+    def __call__(self, rowptr, colidx, values, b, c=None, count=None, **wrong):
         """``count`` defaults to the number of blocks ``colidx`` and ``values`` hold (when they agree);
         without ``c`` (beta=0 only) C is allocated and returned."""
-        objs = (rowptr, colidx, values, b) + (() if c is None else (c,))
-        if _kernel.TRACING:
-            return self.kernel(*objs, count=count)
+        if _kernel.TRACING and not wrong:
+            return self.kernel(*(rowptr, colidx, values, b) + (() if c is None else (c,)), count=count)
+        return self._run(self.kernel, (rowptr, colidx, values, b, c), count, wrong)
+
+    def reference(self, rowptr, colidx, values, b, c=None, count=None, **wrong):
+        """The same with NumPy, on the call's arguments, checked as the call checks them: in place on
+        ``c``, or without it on a new C that it returns.
+
+        >>> import numpy as np, tppasm
+        >>> k = tppasm.block_spmm(bm=1, bk=1, n=1, kb=2); B = np.ones((2, 1), np.float32)
+        >>> k.reference(np.array([0, 2], np.int32), np.array([0, 1], np.int32), np.ones((2, 1, 1), np.float32), B)
+        array([[2.]], dtype=float32)
+        """
+        return self._run(self.kernel.reference, (rowptr, colidx, values, b, c), count, wrong)
+
+    def _run(self, run, objs, count, wrong):
+        """``run`` (the kernel, or its reference) on ``objs`` (rowptr, colidx, values, b, c) once they
+        passed the call's checks; with ``c`` None, on a new C that it returns."""
+        if wrong:
+            raise TypeError(display.wrong_call(self.kernel, sum(x is not None for x in objs), wrong))
+        rowptr, colidx, values, b, c = objs
         if c is None:
             if self.desc.beta:
                 raise TypeError("block_spmm: the kernel was built with beta=1 (C += A @ B), so it reads C: pass c "
                                 f"({self.desc.bm}, {self.desc.n}) float32")
             c = empty_for(self.kernel.operands[4])
-            self(rowptr, colidx, values, b, c, count)
+            self._run(run, objs[:4] + (c,), count, wrong)
             return c
         d = self.desc
         count = scalar_arg(d.kind, "count", self.kernel._count_of(objs) if count is None else count)
@@ -175,7 +204,7 @@ class BlockSpmmKernel:
             check(ops[0], rowptr, who=d.kind)
             check(ops[1], colidx, count, who=d.kind)
             d.check_indices(rowptr, colidx, count)
-            self.kernel(*objs, count=count)
+            run(*objs, count=count)
             return
         # torch tensors, DLPack objects (zero-copy views: C's result lands in the caller's tensor), or
         # anything else, checked here in the caller's terms
@@ -187,11 +216,8 @@ class BlockSpmmKernel:
         for spec, arr, obj in zip(ops, arrays, objs):
             check(spec, arr, count, d.kind, origin_of(obj))
         d.check_indices(arrays[0], arrays[1], count)
-        self.kernel(*arrays, count=count)
+        run(*arrays, count=count)
         mark_written([c])
-
-    def reference(self, *arrays, **scalars):
-        return self.desc.reference(*arrays, **scalars)
 
 
 def block_spmm(bm, bk, n, kb, dtype="f32", *, ldb=0, ldc=0, beta=0, isa=None):
@@ -259,9 +285,18 @@ def random_block_sparse(m, k, bm, bk, sparsity, rng, dtype=np.float32):
     mb, kb = m // bm, k // bk
     zero = np.zeros(mb * kb, bool)
     zero[rng.permutation(mb * kb)[:int(round(sparsity * mb * kb))]] = True
-    a = rng.standard_normal((mb, kb, bm, bk)).astype(numpy_dtype(dtype))
+    a = rng.standard_normal((mb, kb, bm, bk)).astype(_value_dtype(dtype))
     a[zero.reshape(mb, kb)] = 0
     return np.ascontiguousarray(a.transpose(0, 2, 1, 3).reshape(m, k))
+
+
+def _value_dtype(dtype):
+    """``dtype`` as a NumPy dtype: a tppasm name or any NumPy one (DtypeError listing the names if neither)."""
+    try:
+        return numpy_dtype(dtype)
+    except TypeError:
+        name_of(dtype, "random_block_sparse")        # raises DtypeError naming the dtypes
+        raise
 
 
 def _is_size(v):
