@@ -181,8 +181,12 @@ def test_messages_name_the_real_fix():
                                           np.zeros((4, 4), np.float32))
     with pytest.raises(OperandError, match="stride_a=32"):
         g(np.ones((4, 4, 4), np.float32)[::2], A, np.zeros((4, 4), np.float32), count=2)
-    with pytest.raises(OperandError, match="sequence of at least"):
+    with pytest.raises(OperandError, match="list or tuple of blocks .* got a int"):
         tpp.brgemm(4, 4, 4, batch="address")(3, [A[0]], np.zeros((4, 4), np.float32))
+    with pytest.raises(OperandError, match=r"got an array of shape \(\d+, 4, 4\): pass list\(a\)"):
+        tpp.brgemm(4, 4, 4, batch="address")(A, [A[0]], np.zeros((4, 4), np.float32), count=1)
+    with pytest.raises(OperandError, match="holds 1 blocks; count=2 needs at least 2"):
+        tpp.brgemm(4, 4, 4, batch="address")([A[0]], [A[0]], np.zeros((4, 4), np.float32), count=2)
     with pytest.raises(OperandError, match="fewer than one block"):
         tpp.brgemm(4, 4, 4, batch="offset")(np.ones(3, np.float32), A[0], np.zeros((4, 4), np.float32),
                                             np.zeros((1, 2), np.int64))

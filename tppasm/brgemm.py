@@ -375,9 +375,15 @@ class BatchedBrgemm:
         else:
             ptrs, held = [], []
             for spec, blocks in ((spec_a, a), (spec_b, b)):
-                if not isinstance(blocks, (list, tuple)) or len(blocks) < count:
-                    raise OperandError(f"{who}: operand {spec.name} must be a sequence of at least "
-                                       f"count={count} blocks {spec.shape} for batch='address'")
+                if not isinstance(blocks, (list, tuple)):
+                    held = f"an array of shape {blocks.shape}" if isinstance(blocks, np.ndarray) else \
+                        f"a {type(blocks).__name__}"
+                    raise OperandError(f"{who}: operand {spec.name} must be a list or tuple of blocks {spec.shape} for "
+                                       f"batch='address', got {held}: pass list({spec.name}) to give its blocks "
+                                       "as they are, or build the kernel with batch='stride' for an array of blocks")
+                if len(blocks) < count:
+                    raise OperandError(f"{who}: operand {spec.name} holds {len(blocks)} blocks; count={count} needs "
+                                       f"at least {count}: pass count<={len(blocks)} or more blocks")
                 blocks = list(blocks[:count])      # held until the call returns
                 for blk in blocks:
                     check(spec, blk, who=who)

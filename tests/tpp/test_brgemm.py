@@ -581,7 +581,7 @@ def test_bad_offsets_and_addresses():
     blocks_a, blocks_b = [np.ones((2, 4), np.float32)] * 2, [np.ones((4, 8), np.float32)] * 2
     h(blocks_a, blocks_b, c, count=2)
     assert (c == 8).all()
-    with pytest.raises(OperandError, match="at least count=3"):
+    with pytest.raises(OperandError, match="holds 2 blocks; count=3 needs at least 3"):
         h(blocks_a, blocks_b, c, count=3)
     with pytest.raises(OperandError, match="shape"):
         h([np.ones((2, 5), np.float32)], blocks_b, c, count=1)
