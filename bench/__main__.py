@@ -95,11 +95,37 @@ def run(names, argv, json_path=None, plot_path=None):
     return records
 
 
+def unknown_suite(argv):
+    """What to say when ``argv`` (non-empty) does not start with a suite: the suite misspelled, or given
+    after options.
+
+    >>> unknown_suite(["GEMM"])
+    "unknown suite 'GEMM'; did you mean 'gemm'? (suites are lowercase)"
+    >>> unknown_suite(["--json", "x.json", "gemm"])
+    "the suite comes first: python -m bench gemm --json x.json"
+    """
+    first = argv[0]
+    suites = (*SUITES, "all")
+    later = [a for a in argv[1:] if a in suites]
+    if first.startswith("-") and later:
+        rest = list(argv)
+        rest.remove(later[0])
+        return f"the suite comes first: python -m bench {later[0]} {' '.join(rest)}"
+    if first.lower() in suites:
+        return f"unknown suite {first!r}; did you mean {first.lower()!r}? (suites are lowercase)"
+    return f"unknown suite {first!r}; expected one of {', '.join(suites)}, e.g. python -m bench gemm"
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in (*SUITES, "all"):
-        print(__doc__)
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+        if argv[:1] in (["-h"], ["--help"]):
+            print(__doc__)
+            return 0
+        print(__doc__, file=sys.stderr)
+        if argv:
+            print(f"python -m bench: error: {unknown_suite(argv)}", file=sys.stderr)
+        return 2
     suite = argv[0]
     own, rest = split(argv[1:])
     opts = _parser(suite).parse_args(own)        # a bad --json or --plot exits here, before any suite runs

@@ -38,7 +38,7 @@ import tppasm as tpp
 from isa.cpu import host
 from bench import conv_remembered
 from bench.common import Report, write_json
-from bench.options import counts, dtypes_option, names, summary
+from bench.options import MAX_BATCH, counts, dtypes_option, names, summary
 from bench.conv_nest import Blocking, Conv, ConvNest
 from bench.versus import add_arguments, fastest, geomean, peak_loop, quick_seconds, ranked, setup, versus
 from bench.versus import parse as parse_options
@@ -340,7 +340,7 @@ def bench_layer(rep, name, shape, dtype, pool, threads, torch, quick, rounds):
 def parse(argv=None):
     """The options of ``python -m bench conv``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench conv", description=summary(__doc__))
-    p.add_argument("--batch", type=counts("batch sizes", "--batch 1,8"), default="1,8",
+    p.add_argument("--batch", type=counts("batch sizes", "--batch 1,8", limit=MAX_BATCH), default="1,8",
                    help="comma list of batch sizes (default 1,8)")
     dtypes_option(p, ("f32", "bf16"))
     p.add_argument("--layers", type=names("layer names", [x[0] for x in LAYERS], "--layers conv1,res2a_branch1"),

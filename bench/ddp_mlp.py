@@ -32,7 +32,7 @@ import tempfile
 import time
 
 from .common import Report, write_json
-from .options import checked, count, json_option, real, summary
+from .options import MAX_LAYERS, MAX_ROWS, MAX_SEED, MAX_SIDE, checked, count, json_option, real, summary
 
 TOLERANCE = {"f32": 1e-4, "bf16": 5e-2}     # largest relative loss difference that counts as the same curve
 MAX_RANKS = 256             # processes --ranks spawns on one machine, each a Python with torch: more swamps it
@@ -44,13 +44,15 @@ def parse(argv=None):
     p.add_argument("--ranks", type=count("ranks", "--ranks 2", most=MAX_RANKS), default=2,
                    help="processes to spawn on this machine (ignored under torchrun)")
     p.add_argument("--steps", type=count("steps", "--steps 20"), default=20)
-    p.add_argument("--batch", type=count("rows", "--batch 256"), default=256, help="rows per rank and step")
-    p.add_argument("--width", type=count("features", "--width 512"), default=512, help="features of every layer")
-    p.add_argument("--layers", type=count("layers", "--layers 4"), default=4)
+    p.add_argument("--batch", type=count("rows", "--batch 256", limit=MAX_ROWS), default=256,
+                   help="rows per rank and step")
+    p.add_argument("--width", type=count("features", "--width 512", limit=MAX_SIDE), default=512,
+                   help="features of every layer")
+    p.add_argument("--layers", type=count("layers", "--layers 4", limit=MAX_LAYERS), default=4)
     p.add_argument("--dtype", choices=sorted(TOLERANCE), default="f32")
     p.add_argument("--lr", type=checked(lambda text: real(text, strict=True), "a positive learning rate", "--lr 0.003"),
                    default=0.003, help="Adam's learning rate")
-    p.add_argument("--seed", type=count("seed", "--seed 0", least=0), default=0)
+    p.add_argument("--seed", type=count("seed", "--seed 0", least=0, limit=MAX_SEED), default=0)
     json_option(p)
     return p.parse_args(argv)
 

@@ -34,7 +34,7 @@ import tppasm as tpp
 import bench.tpp_gemm as tg
 from bench.common import Report, interleaved, pool_of, progress, write_json
 from bench.interleave import use_threads
-from bench.options import (check_tuning, checked, dtypes_option, items, json_option, summary, threads_option,
+from bench.options import (MAX_SIDE, check_tuning, checked, dtypes_option, items, json_option, summary, threads_option,
                            tuning_options, whole)
 from bench.versus import peak_loop as versus_peak_loop
 from loops import Loop, kernel
@@ -70,7 +70,7 @@ def parse_sizes(text):
 
 def _size(item):
     """'512' -> (512, 512, 512), '64x32x16' -> (64, 32, 16); ValueError for anything else."""
-    dims = [whole(x) for x in item.lower().split("x")]
+    dims = [whole(x, limit=MAX_SIDE) for x in item.lower().split("x")]
     if len(dims) not in (1, 3):
         raise ValueError(f"{len(dims)} sizes")
     return tuple(dims * 3) if len(dims) == 1 else tuple(dims)

@@ -19,7 +19,8 @@ import numpy as np
 import tppasm as tpp
 from bench.common import Report, interleaved, pool_of, write_json
 from bench.interleave import use_threads
-from bench.options import check_tuning, count, dtypes_option, json_option, summary, threads_option, tuning_options
+from bench.options import (MAX_LAYERS, MAX_ROWS, MAX_SIDE, check_tuning, count, dtypes_option, json_option, summary,
+                           threads_option, tuning_options)
 import bench.gemm as bench_gemm_module
 from bench.gemm import _torch, dtype_peak, fitted, n_block, tuned, winner_text
 from loops import Loop, kernel
@@ -179,10 +180,11 @@ def _check(got, x, params, dtype):
 def parse(argv=None):
     """The options of ``python -m bench mlp``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench mlp", description=summary(__doc__))
-    p.add_argument("--rows", type=count("rows", "--rows 512"), default=None, help="default 1024 (--quick 512)")
-    p.add_argument("--channels", type=count("channels", "--channels 512"), default=None,
+    p.add_argument("--rows", type=count("rows", "--rows 512", limit=MAX_ROWS), default=None,
                    help="default 1024 (--quick 512)")
-    p.add_argument("--layers", type=count("layers", "--layers 4"), default=4)
+    p.add_argument("--channels", type=count("channels", "--channels 512", limit=MAX_SIDE), default=None,
+                   help="default 1024 (--quick 512)")
+    p.add_argument("--layers", type=count("layers", "--layers 4", limit=MAX_LAYERS), default=4)
     threads_option(p)
     dtypes_option(p, ("f32", "bf16"))
     tuning_options(p, "tuning budget per dtype and thread count (0: no tuning; default 20, --quick 6)")

@@ -21,6 +21,14 @@ import os
 
 from isa.pool import MAX_THREADS      # the most threads a pool takes (torch.set_num_threads crashed far above)
 
+# Upper bounds of the suites' sizes: far above any sensible run, below what fails deep inside one
+# (NumPy's "Maximum allowed dimension exceeded", 32-bit displacements, torch's 64-bit seeds)
+MAX_SIDE = 1 << 16          # a matrix side (m, n, k, features): a 65536 x 65536 fp32 matrix is 16 GiB
+MAX_ROWS = 1 << 20          # rows of activations (tokens x batch)
+MAX_BATCH = 1 << 10         # images of a convolution batch
+MAX_LAYERS = 1 << 10
+MAX_SEED = (1 << 32) - 1
+
 
 def checked(convert, expected, example):
     """An argparse ``type=``: ``convert(text)``, or, where that raises ValueError, argparse's error
@@ -34,20 +42,33 @@ def checked(convert, expected, example):
     def check(text):
         try:
             return convert(text)
+        except TooLarge as e:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}; {e}, e.g. {example}") from None
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}, e.g. {example}") from None
     return check
 
 
-def whole(text, least=1, most=None):
-    """``text`` as an int from ``least`` to ``most`` (None: no limit); ValueError otherwise.
+class TooLarge(ValueError):
+    """A value above an option's ``limit``: :func:`checked` adds the limit to its message."""
+
+
+def whole(text, least=1, most=None, limit=None):
+    """``text`` as an int from ``least`` to ``most`` (None: no limit); ValueError otherwise, and
+    :class:`TooLarge` above ``limit`` (a sanity bound, named only to a value above it).
 
     >>> whole(" 8 "), whole("0", least=0)
     (8, 0)
+    >>> checked(lambda text: whole(text, limit=64), "a positive size", "--n 8")("65")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '65': expected a positive size; 65 is over the limit of 64, e.g. --n 8
     """
     value = int(text)
     if value < least or (most is not None and value > most):
         raise ValueError(f"{value} is out of range")
+    if limit is not None and value > limit:
+        raise TooLarge(f"{value} is over the limit of {limit}")
     return value
 
 
@@ -85,18 +106,19 @@ def _amount(what, least, most, plural):
     return f"{'numbers' if plural else 'a number'} of {what}, {least} or more"
 
 
-def count(what, example, least=1, most=None):
-    """An argparse ``type=`` for one whole number of ``what`` from ``least`` to ``most``.
+def count(what, example, least=1, most=None, limit=None):
+    """An argparse ``type=`` for one whole number of ``what`` from ``least`` to ``most``
+    (``limit``: see :func:`whole`).
 
     >>> count("rounds", "--rounds 9")("0")
     Traceback (most recent call last):
     ...
     argparse.ArgumentTypeError: '0': expected a positive number of rounds, e.g. --rounds 9
     """
-    return checked(lambda text: whole(text, least, most), _amount(what, least, most, False), example)
+    return checked(lambda text: whole(text, least, most, limit), _amount(what, least, most, False), example)
 
 
-def counts(what, example, least=1, most=None):
+def counts(what, example, least=1, most=None, limit=None):
     """An argparse ``type=`` for a comma list of whole numbers of ``what`` (see :func:`count`), each
     once (a repeated one would run a row twice).
 
@@ -105,7 +127,7 @@ def counts(what, example, least=1, most=None):
     ...
     argparse.ArgumentTypeError: '1,2,1': expected positive numbers of threads, comma separated, each once, e.g. --threads 1,2
     """
-    return checked(lambda text: once([whole(s, least, most) for s in items(text)]),
+    return checked(lambda text: once([whole(s, least, most, limit) for s in items(text)]),
                    _amount(what, least, most, True) + ", comma separated, each once", example)
 
 
@@ -144,9 +166,10 @@ def names(what, choices, example):
     return checked(convert, f"{what} out of {', '.join(choices)}, comma separated, each once", example)
 
 
-def shapes(what, example, dims, most=None):
+def shapes(what, example, dims, most=None, limit=MAX_SIDE):
     """An argparse ``type=`` for a comma list of shapes ``AxB...`` with ``dims`` positive sizes
-    each (at most ``most``, a tuple per dimension, None entries no limit), as tuples.
+    each (at most ``most``, a tuple per dimension, None entries no limit; each at most ``limit``,
+    see :func:`whole`), as tuples.
 
     >>> shapes("batch x tokens", "--shapes 1x32", 2, most=(None, 512))("8x128,1x32")
     [(8, 128), (1, 32)]
@@ -157,7 +180,7 @@ def shapes(what, example, dims, most=None):
         sizes = item.lower().split("x")
         if len(sizes) != dims:
             raise ValueError(f"{len(sizes)} sizes")
-        return tuple(whole(s, 1, top) for s, top in zip(sizes, limits))
+        return tuple(whole(s, 1, top, limit) for s, top in zip(sizes, limits))
     bounds = "".join(f", size {i} at most {top}" for i, top in enumerate(limits, 1) if top is not None)
     return checked(lambda text: [shape(s) for s in items(text)],
                    f"{what} of positive sizes{bounds}, comma separated", example)

@@ -23,7 +23,7 @@ import numpy as np
 
 import tppasm as tpp
 from bench.common import Report, write_json
-from bench.options import checked, count, counts, dtypes_option, items, real, summary
+from bench.options import MAX_SIDE, checked, count, counts, dtypes_option, items, real, summary
 from bench.versus import add_arguments, parse as parse_options, peak_loop, quick_seconds, setup, versus
 from loops import Loop, kernel
 from tppasm.spmm import bcsr, check_bcsr, random_block_sparse
@@ -161,7 +161,7 @@ def check_blocks(parser, size, blocks, dtypes):
 def parse(argv=None):
     """The options of ``python -m bench spmm``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench spmm", description=summary(__doc__))
-    p.add_argument("--size", type=count("rows and columns", "--size 1024"), default=1024,
+    p.add_argument("--size", type=count("rows and columns", "--size 1024", limit=MAX_SIDE), default=1024,
                    help=f"M = N = K, a multiple of {PANEL} (default 1024; the paper: 2048)")
     p.add_argument("--blocks", type=counts("block rows and columns", "--blocks 4,8,16,32"), default="4,8,16,32",
                    help="comma list of block sizes b (b x b blocks), each dividing --size, even for bf16")

@@ -20,7 +20,7 @@ from tppasm.timing import calibrate, time_runs
 from isa.cpu import host
 
 from . import peaks
-from .options import checked, items, json_option, summary, whole
+from .options import MAX_ROWS, MAX_SIDE, checked, items, json_option, summary, whole
 from .peaks import interleaved_ratios, ratio_stats  # noqa: F401  (bench.gemm uses them from here)
 
 
@@ -127,7 +127,7 @@ def _shape(item):
     dtype, size, count = item.split(":")
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r}")
-    return whole(size), whole(count), dtype
+    return whole(size, limit=MAX_SIDE), whole(count, limit=MAX_ROWS), dtype
 
 
 _shapes = checked(lambda text: [_shape(s) for s in items(text)],

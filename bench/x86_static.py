@@ -19,7 +19,7 @@ from collections import Counter
 
 import iced_x86 as ix
 
-from bench.options import count, json_option
+from bench.options import MAX_SIDE, count, json_option
 from tppasm.brgemm import Brgemm
 from tppasm.x86.brgemm import Gen
 
@@ -89,9 +89,9 @@ def format_table(rows: list[dict], m: int, n: int, k: int) -> str:
 def parse(argv=None):
     """The options of ``python -m bench x86-static``, checked (a bad one: argparse's error); no work done."""
     ap = argparse.ArgumentParser(prog="python -m bench x86-static", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--m", type=count("rows m", "--m 64"), default=64)
-    ap.add_argument("--n", type=count("columns n", "--n 64"), default=64)
-    ap.add_argument("--k", type=count("inner k", "--k 64"), default=64)
+    ap.add_argument("--m", type=count("rows m", "--m 64", limit=MAX_SIDE), default=64)
+    ap.add_argument("--n", type=count("columns n", "--n 64", limit=MAX_SIDE), default=64)
+    ap.add_argument("--k", type=count("inner k", "--k 64", limit=MAX_SIDE), default=64)
     json_option(ap)
     return ap.parse_args(argv)
 

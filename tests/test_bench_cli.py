@@ -162,3 +162,36 @@ def test_bench_says_when_its_records_cannot_be_written(capsys, tmp_path, monkeyp
     monkeypatch.setattr(bench_main, "open", fail, raising=False)
     with pytest.raises(SystemExit, match=r"cannot write .*run.json: No space left on device"):
         bench_main.run(["bench.isa"], [], str(tmp_path / "run.json"))
+
+
+HUGE = "99999999999999999999"
+
+
+@pytest.mark.parametrize("module, argv, words", [
+    ("gemm", ["--sizes", HUGE], f"argument --sizes: '{HUGE}': expected sizes N or MxNxK (positive), comma "
+                                f"separated; {HUGE} is over the limit of 65536, e.g. --sizes 512"),
+    ("gemm", ["--sizes", "64x65537x8"], "65537 is over the limit of 65536"),
+    ("mlp", ["--rows", HUGE], f"argument --rows: '{HUGE}': expected a positive number of rows; {HUGE} is over "
+                              "the limit of 1048576, e.g. --rows 512"),
+    ("mlp", ["--channels", "65537"], "argument --channels: '65537'"),
+    ("conv", ["--batch", f"1,{HUGE}"], "is over the limit of 1024, e.g. --batch 1,8"),
+    ("x86_static", ["--k", "4294967296"], "argument --k: '4294967296': expected a positive number of inner k; "
+                                          "4294967296 is over the limit of 65536, e.g. --k 64"),
+    ("sve_static", ["--m", HUGE], "argument --m:"),
+    ("spmm", ["--size", str(1 << 40)], "is over the limit of 65536"),
+    ("ddp_mlp", ["--batch", HUGE], "argument --batch:"),
+    ("ddp_mlp", ["--width", HUGE], "argument --width:"),
+    ("ddp_mlp", ["--seed", str(2 ** 70)], "is over the limit of 4294967295, e.g. --seed 0"),
+    ("linear", ["--shapes", "8x99999999x8"], "argument --shapes: '8x99999999x8'"),
+    ("tpp_gemm", ["--shapes", "f32:999999:1"], "999999 is over the limit of 65536"),
+])
+def test_absurd_sizes_are_refused_before_any_work(capsys, module, argv, words):
+    err = refused(capsys, importlib.import_module(f"bench.{module}").parse, argv)
+    assert words in err and "Traceback" not in err
+
+
+def test_sizes_up_to_the_limits_parse():
+    from bench import ddp_mlp, gemm, x86_static
+    assert gemm.parse(["--sizes", "65536x1x1"]).sizes == [(65536, 1, 1)]
+    assert x86_static.parse(["--k", "65536"]).k == 65536
+    assert ddp_mlp.parse(["--seed", str((1 << 32) - 1)]).seed == (1 << 32) - 1

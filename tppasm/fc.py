@@ -45,6 +45,7 @@ from .fc_operands import PackedWeight, TransposedB, k_blocks
 from .fc_parallel import parallel_kernels as _parallel_kernels
 from .fc_parallel import row_blocks, split
 from .layout import empty
+from .operand import refuse_masked
 
 ACTS = (None, "relu", "gelu", "gelu_erf", "gelu_erf_fast")
 GELUS = ("gelu", "gelu_erf", "gelu_erf_fast")            # the activations whose backward reads z
@@ -82,6 +83,7 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
         if not isinstance(bias, np.ndarray):
             fail("forward", f"bias is a {type(bias).__name__}; expected a float32 NumPy array of shape ({m},) or "
                             "None: pass np.asarray(bias, np.float32)", TypeError)
+        refuse_masked(bias, "fc.forward: bias")
         if bias.shape != (m,) or bias.dtype != np.float32:
             fail("forward", f"bias must be float32 of shape ({m},), got {bias.dtype} of shape {bias.shape}; pass "
                             "one value per row of w, as bias.astype(np.float32)")

@@ -14,7 +14,7 @@ import numbers
 import numpy as np
 
 from .dtypes import dtype as numpy_dtype, name_of
-from .operand import OperandError, as_ndarray, origin_of
+from .operand import OperandError, as_ndarray, origin_of, refuse_masked
 
 DTYPES = ("f32", "bf16")
 _NAMES = {numpy_dtype(name): name for name in DTYPES}
@@ -38,7 +38,9 @@ def dtype_of(who, *arrays):
 def dense_rows(who, name, a):
     """``a``, a 2-D array, with dense rows (copied only when they are not): the kernels are built
     for row strides equal to the row length. A torch tensor or DLPack object is viewed as an array
-    (:func:`tppasm.operand.as_ndarray`, which explains a tensor it cannot take)."""
+    (:func:`tppasm.operand.as_ndarray`, which explains a tensor it cannot take); a NumPy masked
+    array is refused, as kernels refuse it."""
+    refuse_masked(a, f"fc.{who}: {name}")
     if not isinstance(a, np.ndarray):
         if origin_of(a) is None:
             fail(who, f"{name} is a {type(a).__name__}; expected a 2-D float32 or bfloat16 array: pass "
@@ -58,6 +60,7 @@ def output(who, name, a, shape, dt, choices=ALLOCATED):
     result into (TypeError for anything but a NumPy array, else ValueError)."""
     want = numpy_dtype(dt)
     array = isinstance(a, np.ndarray)
+    refuse_masked(a, f"fc.{who}: {name}", writes=True)
     if array:
         flags = a.flags
         if a.shape == shape and a.dtype == want and flags.c_contiguous and flags.writeable:

@@ -20,10 +20,11 @@ import numpy as np
 
 from . import buffers
 from .dtypes import NUMPY_NAMES, DtypeError, name_of, numpy_dtype
-from .operand import as_ndarray
+from .operand import as_ndarray, refuse_masked
 
 VNNI_FACTORS = {"bf16": 2, "i8": 4}
 ALIGN = 64      # bytes: a cache line, and an AVX-512 vector
+MAX_ALIGN = 1 << 21     # bytes: a huge page (an alignment costs up to that much memory per array)
 _MAX_BYTES = int(np.iinfo(np.intp).max)
 
 
@@ -46,13 +47,12 @@ def empty(shape, dtype="f32", align=ALIGN):
     except (KeyError, TypeError):
         dt = _empty_dtype(dtype)
     if align is not ALIGN:
-        _check_align("empty", align)
+        align = _check_align("empty", align)
     if type(shape) is not tuple or not all(type(d) is int and d >= 0 for d in shape):
         shape = _empty_shape(shape)
     count = math.prod(shape)
-    if count * dt.itemsize > _MAX_BYTES - align or not count and max(shape, default=0) > _MAX_BYTES:
-        raise ValueError(f"empty: shape {shape} of {dt.name} would span {count * dt.itemsize} bytes, more than an "
-                         f"array can address (2**63 - 1 bytes); check the shape")
+    if count * dt.itemsize > _MAX_BYTES - align or not count and _dimensions_too_big(shape, dt):
+        raise _too_big(shape, dt, count)
     nbytes = max(count, 1) * dt.itemsize + align
     if nbytes >= buffers.FROM:
         out = buffers.array(shape, dt, nbytes, align)
@@ -83,6 +83,20 @@ def _empty_dtype(dtype):
     except TypeError:                       # unhashable (a dict spec): not remembered
         pass
     return dt
+
+
+def _dimensions_too_big(shape, dt):
+    """Whether NumPy refuses an empty array of ``shape``: it bounds the product of the other
+    dimensions, as if the zero ones were 1."""
+    return math.prod(d or 1 for d in shape) * dt.itemsize > _MAX_BYTES
+
+
+def _too_big(shape, dt, count):
+    if count:
+        return ValueError(f"empty: shape {shape} of {dt.name} would span {count * dt.itemsize} bytes, more than an "
+                          "array can address (2**63 - 1 bytes); check the shape")
+    return ValueError(f"empty: shape {shape} of {dt.name} has no elements, but NumPy refuses it: its nonzero "
+                      f"dimensions times the {dt.itemsize}-byte item exceed 2**63 - 1 bytes; check the shape")
 
 
 def _empty_shape(shape):
@@ -118,8 +132,8 @@ def aligned(x, align=ALIGN):
     >>> x.ctypes.data % 64, float(x[0]), aligned(x) is x
     (0, 1.0, True)
     """
-    _check_align("aligned", align)
-    x = as_array(x, "aligned")
+    align = _check_align("aligned", align)
+    x = as_array(x, "aligned", "x")
     if x.dtype.hasobject:
         raise TypeError(f"aligned: x of type {type(x.item(0) if x.size else x).__name__} is not numeric data "
                         "(NumPy reads it as Python objects); pass a NumPy array, a torch tensor or (nested) lists "
@@ -131,17 +145,26 @@ def aligned(x, align=ALIGN):
     return out
 
 
-def as_array(x, who):
+def as_array(x, who, name="x"):
     """``x`` as a NumPy array for the helper ``who``: a torch tensor (bfloat16 too) or DLPack object
-    viewed as a kernel views it (:func:`tppasm.operand.as_ndarray`), anything else ``np.asarray(x)``."""
-    if not isinstance(x, np.ndarray) and hasattr(type(x), "__dlpack__"):
-        return as_ndarray(x, "x", who)
+    viewed as a kernel views it (:func:`tppasm.operand.as_ndarray`), anything else ``np.asarray(x)``.
+    A NumPy masked array is refused as kernels refuse it (its mask would be dropped): an
+    :class:`~tppasm.operand.OperandError` naming ``who`` and the argument ``name``."""
+    if isinstance(x, np.ndarray):
+        refuse_masked(x, f"{who}: {name}")
+        return np.asarray(x)
+    if hasattr(type(x), "__dlpack__"):
+        return as_ndarray(x, name, who)
     return np.asarray(x)
 
 
 def _check_align(who, align):
-    if isinstance(align, bool) or not isinstance(align, (int, np.integer)) or align < 1 or align & (align - 1):
-        raise ValueError(f"{who}: align={align!r} must be a power of two number of bytes, e.g. 64")
+    """``align`` as a Python int, or the ValueError naming the fix."""
+    if isinstance(align, bool) or not isinstance(align, (int, np.integer)) or not 1 <= align <= MAX_ALIGN \
+            or align & (align - 1):
+        raise ValueError(f"{who}: align={align!r} must be a power of two number of bytes from 1 to {MAX_ALIGN} "
+                         "(2 MiB, a huge page), e.g. 64")
+    return int(align)
 
 
 def block(x, bm, bk, outer="m", pad=False):
@@ -160,7 +183,7 @@ def block(x, bm, bk, outer="m", pad=False):
     >>> xb.shape, xb[1, 1].tolist()
     ((2, 2, 4, 2), [[1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
     """
-    x = as_array(x, "block")
+    x = as_array(x, "block", "x")
     if x.ndim != 2:
         raise ValueError(f"block: x must be 2-D (rows, cols), got shape {x.shape}")
     if not isinstance(pad, (bool, np.bool_)):
@@ -197,7 +220,7 @@ def unblock(xb, outer="m", shape=None):
     >>> bool((unblock(block(x, 2, 3, pad=True), shape=x.shape) == x).all())
     True
     """
-    xb = as_array(xb, "unblock")
+    xb = as_array(xb, "unblock", "xb")
     if xb.ndim != 4:
         raise ValueError(f"unblock: expected a 4-D blocked array, got shape {xb.shape}")
     if outer not in ("m", "n"):
@@ -246,7 +269,7 @@ def vnni_pack(b, factor):
     (1, 2, 4)
     """
     f = _factor(factor)
-    b = as_array(b, "vnni_pack")
+    b = as_array(b, "vnni_pack", "b")
     if b.ndim < 2:
         raise ValueError(f"vnni_pack: b must be at least 2-D (..., k, n), got shape {b.shape}")
     k, n = b.shape[-2:]
@@ -264,7 +287,7 @@ def vnni_unpack(bv, k=None):
     >>> bool((vnni_unpack(vnni_pack(b, 2), 3) == b).all())
     True
     """
-    bv = as_array(bv, "vnni_unpack")
+    bv = as_array(bv, "vnni_unpack", "bv")
     if bv.ndim < 3:
         raise ValueError(f"vnni_unpack: expected (..., k/f, n, f), got shape {bv.shape}")
     g, n, f = bv.shape[-3:]

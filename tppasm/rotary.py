@@ -87,7 +87,7 @@ def rope_tables(positions, head_dim, base=10000.0):
     >>> [round(float(v), 4) for v in (cos[1, 0], sin[1, 0])], cos.dtype.name
     ([0.5403, 0.8415], 'float32')
     """
-    pos = as_array(positions, "rope_tables")    # (a bf16 torch tensor too, which np.asarray refuses)
+    pos = as_array(positions, "rope_tables", "positions")  # (a bf16 torch tensor too, which np.asarray refuses)
     if pos.dtype.name == "bfloat16":
         pos = pos.astype(np.float32)
     if pos.ndim != 1 or pos.dtype.kind not in "iuf":

@@ -13,6 +13,9 @@ the call).
 42
 """
 import ctypes
+import numbers
+import operator
+import sys
 
 from .assembler import Assembler
 from .disasm import disassemble
@@ -55,12 +58,8 @@ class JitFunction:
         if len(args) != len(argtypes):           # (a ctypes prototype passes extra arguments on, unread)
             raise TypeError(f"{self.name}() takes {len(argtypes)} arguments ({', '.join(argtypes) or 'none'}), "
                             f"got {len(args)}")
-        for i, (value, kind) in enumerate(zip(args, argtypes)):
-            if kind in _INT_RANGES and type(value) is int and not _INT_RANGES[kind][0] <= value < _INT_RANGES[kind][1]:
-                lo, hi = _INT_RANGES[kind]
-                raise ValueError(f"{self.name}(): argument {i} = {value} does not fit {kind} ({lo} <= value < {hi}); "
-                                 "ctypes would wrap it")
-        return self.cfunc(*args)
+        return self.cfunc(*[_argument(self.name, i, value, kind)
+                            for i, (value, kind) in enumerate(zip(args, argtypes))])
 
     def disassemble(self) -> str:
         """The function's machine code as Intel-syntax text."""
@@ -68,6 +67,73 @@ class JitFunction:
 
     def __repr__(self):
         return f"<JitFunction {self.name} at {self.address:#x}, {len(self.code)} bytes>"
+
+
+def _argument(name, i, value, kind):
+    """``value`` as argument ``i`` (of type ``kind``) of ``name``: an int in the range of an integer or
+    pointer kind (a pointer is never a bool or None: ctypes would pass None as the address 0, True as
+    1), a real number for f32/f64; else the TypeError or ValueError naming what to pass.
+
+    >>> _argument("f", 0, None, "ptr")                  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: f(): argument 0 (ptr) is None, not an address; pass an int address such as x.ctypes.data ...
+    """
+    if kind in _INT_RANGES:
+        if type(value) is not int:
+            value = _as_int(name, i, value, kind)
+        lo, hi = _INT_RANGES[kind]
+        if not lo <= value < hi:
+            raise ValueError(f"{name}(): argument {i} = {value} does not fit {kind} ({lo} <= value < {hi}); "
+                             "ctypes would wrap it")
+        return value
+    if kind in ("f32", "f64") and type(value) is not float:
+        if _is_bool(value) or not isinstance(value, numbers.Real):
+            fix = f"e.g. float({value!r})" if isinstance(value, str) else "e.g. 2.0"
+            raise TypeError(f"{name}(): argument {i} ({kind}) is {_described(value)}, not a real number; pass a "
+                            f"float, {fix}")
+        return float(value)
+    return value
+
+
+def _as_int(name, i, value, kind):
+    """``value`` (not a Python int) as the int argument ``i`` of ``kind``, or the TypeError."""
+    what = "an address" if kind == "ptr" else "an integer"
+    if kind == "ptr" and isinstance(value, _CTYPES_POINTERS):
+        return ctypes.cast(value, ctypes.c_void_p).value or 0
+    if _is_bool(value) and kind != "ptr":
+        return int(value)                   # (a flag: 0 or 1)
+    if _is_bool(value) or value is None:
+        fix = "an int address such as x.ctypes.data (0 for a null pointer)" if kind == "ptr" else "an int, e.g. 0"
+        raise TypeError(f"{name}(): argument {i} ({kind}) is {_described(value)}, not {what}; pass {fix}")
+    np = sys.modules.get("numpy")       # (an array is checked first: a 0-d one converts to its value)
+    if np is not None and isinstance(value, np.ndarray):
+        fix = "the int x.ctypes.data (its address; keep x alive during the call)" if kind == "ptr" else "int(x)"
+        raise TypeError(f"{name}(): argument {i} ({kind}) is a NumPy array, not {what}; pass {fix}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        pass
+    if hasattr(value, "data_ptr"):
+        fix = "the int t.data_ptr() (its address; keep t alive during the call)"
+    elif kind == "ptr":
+        fix = "an int address, such as x.ctypes.data of a NumPy array x"
+    else:
+        fix = f"an int, e.g. int({value!r})" if isinstance(value, (str, float)) else "an int"
+    raise TypeError(f"{name}(): argument {i} ({kind}) is {_described(value)}, not {what}; pass {fix}")
+
+
+_CTYPES_POINTERS = (ctypes.c_void_p, ctypes.c_char_p, ctypes._Pointer, ctypes.Array)
+
+
+def _is_bool(value):
+    return isinstance(value, bool) or type(value).__name__ in ("bool_", "bool") and hasattr(value, "dtype")
+
+
+def _described(value):
+    if value is None or isinstance(value, (bool, str, bytes, int, float)):
+        return repr(value)
+    return f"a {type(value).__module__}.{type(value).__qualname__}".replace("a builtins.", "a ")
 
 
 class Function:

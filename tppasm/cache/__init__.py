@@ -179,7 +179,9 @@ def _record_key(namespace, key):
 
 def remember(namespace, key, record):
     """Store the JSON-able ``record`` under (``namespace``, ``key``) on disk now; whether it got there
-    (False if the cache is off or the directory cannot be written: a warning says why, once)."""
+    (False if the cache is off or the directory cannot be written: a warning says why, once; False
+    with a warning naming ``TPPASM_CACHE_MB`` if its JSON is larger than 80% of the cap, which
+    eviction keeps: nothing else is evicted for it)."""
     k = _record_key(namespace, key)
     s = store()
     if s is None:

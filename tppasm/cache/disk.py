@@ -58,6 +58,7 @@ FLUSH_BLOBS, FLUSH_BYTES, FLUSH_SECONDS = 256, 8 << 20, 2.0
 MAX_SEGMENTS = 8
 MAX_ENTRIES = 20_000                # the index is one JSON file: ~6 MB, ~40 ms to read, at this size
 TOUCH_S = 600.0                     # last-use times are kept to this resolution
+KEEP = 0.8                          # eviction goes down to this fraction of the cap (and of MAX_ENTRIES)
 MAX_INDEX_BYTES, MAX_STATS_BYTES = 64 << 20, 64 << 10
 LOCK_TIMEOUT_S, LOCK_RETRY_S = 10.0, 30.0
 _STATS = ("hits", "misses", "stores", "evicted", "discarded")
@@ -225,8 +226,8 @@ class DiskStore:
         if not blob:
             raise ValueError("the disk store keeps non-empty blobs only")
         record = _pack(key, blob, meta)
-        if self.failure is not None or not self._import_writer():
-            return
+        if self.failure is not None or len(record) > KEEP * self.cap or not self._import_writer():
+            return              # (a blob larger than eviction keeps would evict everything, then itself)
         with self._lock:
             if key not in self._pending:
                 self._pending[key] = record
@@ -262,8 +263,15 @@ class DiskStore:
                       "set TPPASM_CACHE=0", RuntimeWarning, stacklevel=3)
 
     def put_record(self, key, record):
-        """Store the JSON-able ``record`` under ``key`` now (flushes); whether it reached the disk."""
+        """Store the JSON-able ``record`` under ``key`` now (flushes); whether it reached the disk.
+        One larger than eviction keeps (:data:`KEEP`: 80% of the cap) is not stored, and nothing else
+        is evicted for it: False, and a warning naming ``TPPASM_CACHE_MB``."""
         text = json.dumps(record)         # refuses what JSON cannot hold, here, in the caller
+        if len(text) > KEEP * self.cap:
+            warnings.warn(f"tppasm: not caching record {key.split('/', 1)[0]}/...: its {len(text)} bytes of JSON "
+                          f"exceed what the cache keeps of its cap ({KEEP:.0%} of {self.cap} bytes); set "
+                          "TPPASM_CACHE_MB higher, or store a smaller record", RuntimeWarning, stacklevel=3)
+            return False
         with self._lock:
             self._records[key] = json.loads(text)
         return self.flush()
@@ -349,7 +357,7 @@ class DiskStore:
             return
         by_age = sorted(((e.get("used", 0), key, t) for t in tables for key, e in t.items()), key=lambda x: x[:2])
         for _, key, table in by_age:
-            if total <= 0.8 * self.cap and count <= 0.8 * MAX_ENTRIES:
+            if total <= KEEP * self.cap and count <= KEEP * MAX_ENTRIES:
                 break
             total -= table.pop(key).get("size", 0)
             count -= 1

@@ -279,7 +279,8 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
             copies.append(Guarded(a, poison_bits(a.dtype, run if i in only else 0), fill_view=i in only))
         _call(kernel, kind, [c.view if isinstance(c, Guarded) else c for c in copies], count)
         runs.append(copies)
-    ref = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in arrays]
+    # copies in the arrays' own layout: the reference checks its operands as a call does (row strides too)
+    ref = [Guarded(a, 0).view if isinstance(a, np.ndarray) else a for a in arrays]
     _reference(kernel, kind, ref, count)
     skip = {} if kind == "loop" else kernel.desc.unspecified(*ref)
     problems = []
@@ -322,16 +323,16 @@ def assert_matches_reference(kernel, *arrays, count=None, outputs=None, rtol=Non
     or positions of write-only arrays to poison and check as fully written (default: the
     outputs the kernel only writes; for a loop kernel, the arrays its calls only write).
     ``rtol``/``atol``: float tolerances (defaults in the module docstring). ``max_examples``:
-    hypothesis examples (default: the active hypothesis profile's).
+    hypothesis examples (default: the active hypothesis profile's), with a strategy only.
     """
     strategy = arrays[0] if len(arrays) == 1 and _is_strategy(arrays[0]) else None
     if not arrays:
-        if _kind(kernel) == "loop":
-            raise TypeError("assert_matches_reference: pass a loop kernel its arrays, or a hypothesis strategy "
-                            "of array tuples (tppasm.testing.strategies has the pieces)")
-        from .strategies import operands
-        strategy = operands(kernel)
+        strategy = _operands_strategy(kernel)
     if strategy is None:
+        if max_examples is not None:
+            raise TypeError(f"assert_matches_reference: max_examples={max_examples!r} is given with arrays, which "
+                            "are one example; drop max_examples=, or pass a hypothesis strategy of array tuples "
+                            "(or no arrays) to check that many examples")
         problems = check(kernel, arrays, count, outputs, rtol, atol)
         if problems:
             raise AssertionError(f"{kernel!r} does not match its reference:\n" + "\n".join(problems))
@@ -344,6 +345,19 @@ def assert_matches_reference(kernel, *arrays, count=None, outputs=None, rtol=Non
     if max_examples is not None:
         run = settings(max_examples=max_examples)(run)
     run()
+
+
+def _operands_strategy(kernel):
+    """The strategy of the arrays ``kernel`` takes (when a check is given none), or the TypeError."""
+    kind = _kind(kernel)
+    if kind == "loop":
+        raise TypeError("assert_matches_reference: pass a loop kernel its arrays, or a hypothesis strategy "
+                        "of array tuples (tppasm.testing.strategies has the pieces)")
+    if kind == "kernel" and not kernel.operands:
+        raise TypeError(f"assert_matches_reference: {kernel!r} takes no arrays, so it has no results to compare "
+                        "with a reference; check a kernel that computes on arrays")
+    from .strategies import operands
+    return operands(kernel)
 
 
 def _is_strategy(x):

@@ -35,13 +35,31 @@ FLOAT_SPECIALS = (math.nan, math.inf, -math.inf, -0.0, 0.0, float(F32.smallest_s
                   float(F32.tiny))
 
 
+def _int_arg(who, name, value, least, example):
+    """``value`` as an int >= ``least``: TypeError if it is no int (bools neither), ValueError if smaller."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{who}: {name}={value!r} ({type(value).__name__}); expected an int >= {least}, "
+                        f"e.g. {name}={example}")
+    if value < least:
+        raise ValueError(f"{who}: {name}={value!r}; expected an int >= {least}, e.g. {name}={example}")
+    return int(value)
+
+
 def dims(max_value=65):
     """Sizes from 1 to ``max_value``, the tails of 8- and 16-lane loops first."""
+    max_value = _int_arg("dims", "max_value", max_value, 1, 65)
     return st.one_of(st.sampled_from([t for t in TAILS if t <= max_value]), st.integers(1, max_value))
 
 
 def shapes(ndim=2, max_side=65):
-    """Tuples of ``ndim`` sizes (see :func:`dims`)."""
+    """Tuples of ``ndim`` sizes (see :func:`dims`).
+
+    >>> shapes("2")
+    Traceback (most recent call last):
+    ...
+    TypeError: shapes: ndim='2' (str); expected an int >= 0, e.g. ndim=2
+    """
+    ndim = _int_arg("shapes", "ndim", ndim, 0, 2)
     return st.tuples(*[dims(max_side)] * ndim)
 
 
@@ -92,14 +110,28 @@ def _fill(draw, dt, shape, specials):
     return draw(hnp.arrays(dt, shape, elements=values(dt, specials)))
 
 
+def arrays(dtype, shape, ld=None, align=None, specials=False):
+    """An array of ``shape`` (a tuple of sizes; the last axis is a row) with row stride ``ld``
+    elements (default: drawn by :func:`leading_dimensions`; pass the shape's width for dense rows),
+    aligned or not; the padding between rows holds NaN (floats) or 0x5a bytes, which no kernel may
+    read into its results.
+
+    >>> arrays("f32", 3)
+    Traceback (most recent call last):
+    ...
+    TypeError: arrays: shape=3 (int); expected a tuple of sizes, e.g. (3,) or (3, 5)
+    """
+    if not isinstance(shape, (tuple, list)) or not all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)) for d in shape):
+        raise TypeError(f"arrays: shape={shape!r} ({type(shape).__name__}); expected a tuple of sizes, "
+                        "e.g. (3,) or (3, 5)")
+    if any(d < 0 for d in shape):
+        raise ValueError(f"arrays: shape={tuple(shape)!r}; expected sizes >= 0")
+    return _arrays(np_dtype(dtype), tuple(int(d) for d in shape), ld, align, specials)
+
+
 @st.composite
-def arrays(draw, dtype, shape, ld=None, align=None, specials=False):
-    """An array of ``shape`` (the last axis is a row) with row stride ``ld`` elements (default: drawn
-    by :func:`leading_dimensions`; pass the shape's width for dense rows), aligned or not; the
-    padding between rows holds NaN (floats) or 0x5a bytes, which no kernel may read into its
-    results."""
-    dt = np_dtype(dtype)
-    shape = tuple(shape)
+def _arrays(draw, dt, shape, ld, align, specials):
     width = shape[-1] if shape else 1
     ld = draw(leading_dimensions(width)) if ld is None else ld
     if isinstance(ld, bool) or not isinstance(ld, (int, np.integer)) or ld < width:
@@ -167,7 +199,16 @@ def _indices(draw, desc, count):
 
 
 def block_sizes(step=1, max_blocks=2, max_factor=4):
-    """A loop's ``blocks``: up to ``max_blocks`` positive multiples of ``step``, outermost first."""
+    """A loop's ``blocks``: up to ``max_blocks`` positive multiples of ``step`` (an int >= 1), outermost first.
+
+    >>> block_sizes(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: block_sizes: step=0; expected an int >= 1, e.g. step=1
+    """
+    step = _int_arg("block_sizes", "step", step, 1, 1)
+    max_blocks = _int_arg("block_sizes", "max_blocks", max_blocks, 0, 2)
+    max_factor = _int_arg("block_sizes", "max_factor", max_factor, 1, 4)
     return st.lists(st.integers(1, max_factor).map(lambda b: b * step), max_size=max_blocks)
 
 
