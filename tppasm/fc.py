@@ -43,7 +43,7 @@ from .fc_args import (GRADIENT_CHOICES, dense_rows, describe, dtype_of, fail, ou
 from .fc_dots import DOT_ROWS, DotGemm, dot_kernels, dots, few_columns, forward_dots  # noqa: F401  (fc.dots)
 from .fc_operands import PackedWeight, TransposedB, k_blocks
 from .fc_parallel import parallel_kernels as _parallel_kernels
-from .fc_parallel import row_blocks, split
+from .fc_parallel import part_flops, row_blocks, split
 from .layout import empty
 from .operand import refuse_masked
 
@@ -283,7 +283,7 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=
 class RowGemm:
     """``C = A @ B`` (+ bias, activation) as BRGEMMs over blocks of A's and C's rows, run on up to
     ``threads`` threads (kernels release the GIL for large calls), each block at least
-    :data:`MIN_FLOPS` of work. Called with A (rows, k), B (k, n) or VNNI2 (k/2, n, 2), C (rows, n)
+    :func:`~tppasm.fc_parallel.part_flops` of work. Called with A (rows, k), B (k, n) or VNNI2 (k/2, n, 2), C (rows, n)
     and the bias if built with one.
 
     >>> import numpy as np
@@ -296,7 +296,7 @@ class RowGemm:
     """
 
     def __init__(self, rows, n, k, dtype="f32", threads=1, min_flops=None, c_dtype=None, **options):
-        self.blocks = row_blocks(rows, n, k, threads, min_flops)
+        self.blocks = row_blocks(rows, n, k, threads, part_flops(dtype) if min_flops is None else min_flops)
         self.kernels = {hi - lo: brgemm(hi - lo, n, k, dtype, c_dtype=c_dtype or dtype, **options)
                         for lo, hi in self.blocks}
 
@@ -334,6 +334,7 @@ class PanelGemm:
         self.rows, self.m, self.k, self.dtype, self.b_layout = rows, m, k, dtype, b_layout
         self.pairs, self.np_dtype = dtype == "bf16", numpy_dtype(dtype)
         self.words = -(-k // 2) if self.pairs else k
+        min_flops = part_flops(dtype) if min_flops is None else min_flops
         # fp32 B (k, m) for a few rows: read in place, its columns split among the threads; a panel
         # copy would be used by those rows only
         self.in_place = b_layout == "km" and not self.pairs and rows <= DOT_ROWS
@@ -428,7 +429,7 @@ class StripGemm:
 
     def __init__(self, rows, m, k, dtype="bf16", threads=1, min_flops=None):
         self.rows, self.m, self.k, self.np_dtype = rows, m, k, numpy_dtype(dtype)
-        self.blocks = split(m, 2 * rows * m * k, threads, min_flops)
+        self.blocks = split(m, 2 * rows * m * k, threads, part_flops(dtype) if min_flops is None else min_flops)
         width = max(hi - lo for lo, hi in self.blocks)
         depth = min(k, max(PANEL_K, STRIP_BYTES // (2 * width) // PANEL_K * PANEL_K))
         self.strips = [(j, min(j + depth, k)) for j in range(0, k, depth)]

@@ -52,17 +52,19 @@ def few_columns(n, m, k):
 DOT_COLUMNS = 8
 
 
-# W bytes per thread of DotGemm (or MIN_FLOPS). Zen 4, 2 threads, us, MIN_FLOPS alone -> this: fp32
+# W bytes per thread of DotGemm (or DOT_MIN_FLOPS). Zen 4, 2 threads, us, DOT_MIN_FLOPS alone -> this: fp32
 # 1 x 1024 -> 1024 79-81 -> 66-67, 4 x 768 -> 3072 196-199 -> 143-149; bf16 4 x 768 -> 3072 109-111 ->
 # 97-107; at 1 << 20 flops instead, bf16 1 x 1024 -> 1024 (2 MiB) went 41-43 -> 57.
 DOT_MIN_BYTES = 2 << 20
+DOT_MIN_FLOPS = 1 << 24
 # Zen 4, 1 thread, ms forward dots / transposed: fp32 24 x 4096 -> 4096 7.5 / 13.4, 32 rows 9.8 / 13.6, 48 rows
 # 16.0 / 14.9, 64 rows 21.0 / 19.9; bf16 32 rows 5.1 / 7.1, 48 rows 7.8 / 7.7; 32 x 768 -> 3072 fp32 1.6 / 1.6,
 # bf16 0.85 / 0.94. The fp32 backward's dx in place, ms against panels: 32 x 4096 -> 4096 14.9 / 19.5
 DOT_ROWS = 32
-# Flops per thread of DotGemm's runs of rows (few out features). Zen 4, 2 threads, us, 1 part -> 2: fp32
-# 2048 x 768 -> 10 (31 MFLOP) 316-366 -> 221, bf16 186 -> 142-160; but 256 x 768 -> 24 (9.4 MFLOP) 97 -> 145
-ROWS_MIN_FLOPS = 1 << 23
+# Flops per thread of DotGemm's runs of rows (few out features), fp32 and bf16. Zen 4, 2 threads, nothing
+# else running, us, 1 part / 2: fp32 128 x 768 -> 24 (4.7 MFLOP) 53 / 64, 256 x 768 -> 24 (9.4) 99 / 89;
+# bf16 256 x 768 -> 24 58 / 68, 2048 x 768 -> 10 (31) 190 / 149 (.devx/s49/split.py)
+ROWS_MIN_FLOPS, BF16_ROWS_MIN_FLOPS = 1 << 22, 1 << 23
 
 
 def forward_dots(plan, x, w, bias, out):
@@ -129,9 +131,10 @@ class BiasAdd:
 
 class DotGemm:
     """``C = A @ W.T`` for A (rows, k), W (m, k) by :func:`tppasm.gemm_nt` on up to ``threads`` threads,
-    each a run of W's rows (C's columns) of ``min_flops`` of work or :data:`DOT_MIN_BYTES` of W at
-    least; past :data:`DOT_ROWS` rows (few columns) each a run of A's and C's rows instead
-    (``by_rows``), of ``min_flops`` (default :data:`ROWS_MIN_FLOPS`) or :data:`DOT_MIN_BYTES` of A.
+    each a run of W's rows (C's columns) of ``min_flops`` (default :data:`DOT_MIN_FLOPS`) of work or
+    :data:`DOT_MIN_BYTES` of W at least; past :data:`DOT_ROWS` rows (few columns) each a run of A's
+    and C's rows instead (``by_rows``), of ``min_flops`` (default :data:`ROWS_MIN_FLOPS`, bf16
+    :data:`BF16_ROWS_MIN_FLOPS`) or :data:`DOT_MIN_BYTES` of A.
 
     >>> import numpy as np
     >>> g = DotGemm(2, 70, 5, threads=2, min_flops=1)
@@ -149,11 +152,12 @@ class DotGemm:
         self.by_rows = rows > DOT_ROWS
         if self.by_rows:
             x_bytes = rows * k * numpy_dtype(dtype).itemsize
-            by_flops = split(rows, flops, threads, ROWS_MIN_FLOPS if min_flops is None else min_flops)
+            least = (BF16_ROWS_MIN_FLOPS if dtype == "bf16" else ROWS_MIN_FLOPS) if min_flops is None else min_flops
+            by_flops = split(rows, flops, threads, least)
             self.blocks = max(by_flops, split(rows, x_bytes, threads, DOT_MIN_BYTES), key=len)
             self.kernels = {hi - lo: gemm_nt(hi - lo, m, k, dtype=dtype, c_dtype=c_dtype) for lo, hi in self.blocks}
             return
-        by_flops = split(m, flops, threads, min_flops)
+        by_flops = split(m, flops, threads, DOT_MIN_FLOPS if min_flops is None else min_flops)
         by_bytes = split(m, w_bytes, threads, DOT_MIN_BYTES)
         self.blocks = max(by_flops, by_bytes, key=len)
         self.kernels = {hi - lo: gemm_nt(rows, hi - lo, k, ldc=m, dtype=dtype, c_dtype=c_dtype)

@@ -31,9 +31,24 @@ def split(count, flops, threads, min_flops=None):
     return [(i * q + min(i, r), (i + 1) * q + min(i + 1, r)) for i in range(parts)]
 
 
-# per thread: at 1 << 22, 127 x 65 -> 1000 on 2 threads took 296-307 us (fp32) and 185-202 (bf16)
-# against 176 and 106-107 in one part (the 2-vCPU Zen 4 VM, native pool calls)
-MIN_FLOPS = 1 << 24
+# The least work of a thread's part, fp32 and bf16: below it a second thread costs more than it saves
+# (a region of two parts costs ~15 us of Python and pool). Zen 4 VM, 2 threads, nothing else running,
+# fc.forward us in 1 part / 2 (.devx/s49/split.py): fp32 100 x 300 -> 70 (4.2 MFLOP) 59 / 72, 64 x 256
+# -> 256 (8.4) 102 / 94, 48 x 384 -> 384 (14.2) 152 / 123, 127 x 65 -> 1000 (16.5) 176 / 152; bf16 8.4
+# MFLOP 58-65 / 77-81, 14.2 89 / 111, 16.5 109 / 108, 64 x 512 -> 512 (33.6) 188 / 147. (Figures taken
+# beside other processes had put fp32's at 1 << 24 too.)
+MIN_FLOPS = 5 << 20
+BF16_MIN_FLOPS = 1 << 24
+
+
+def part_flops(dtype):
+    """The least work (flops) of a thread's part of a ``dtype`` product: :data:`MIN_FLOPS` for fp32,
+    :data:`BF16_MIN_FLOPS` for bf16 (its products take half the time and more of their packing).
+
+    >>> part_flops("f32") < part_flops("bf16")
+    True
+    """
+    return BF16_MIN_FLOPS if dtype == "bf16" else MIN_FLOPS
 
 
 def parallel_kernels(shares):

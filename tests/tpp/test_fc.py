@@ -35,12 +35,16 @@ def close(got, want, magnitude, dt, atol=1e-30):
 def split_rows():
     """Every GEMM cut into row blocks, whatever its size (the threshold of real calls is far above
     the shapes tested here)."""
-    saved = fc_parallel.MIN_FLOPS, fc_dots.ROWS_MIN_FLOPS
-    fc_parallel.MIN_FLOPS = fc_dots.ROWS_MIN_FLOPS = 1
+    names = [(fc_parallel, "MIN_FLOPS"), (fc_parallel, "BF16_MIN_FLOPS"), (fc_dots, "ROWS_MIN_FLOPS"),
+             (fc_dots, "BF16_ROWS_MIN_FLOPS"), (fc_dots, "DOT_MIN_FLOPS")]
+    saved = [getattr(module, name) for module, name in names]
+    for module, name in names:
+        setattr(module, name, 1)
     try:
         yield
     finally:
-        fc_parallel.MIN_FLOPS, fc_dots.ROWS_MIN_FLOPS = saved
+        for (module, name), value in zip(names, saved):
+            setattr(module, name, value)
 
 
 @given(n=st.integers(1, 24), m=st.integers(1, 24), k=st.integers(1, 24), dt=st.sampled_from(fc.DTYPES),
