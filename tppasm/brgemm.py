@@ -376,10 +376,10 @@ class BatchedBrgemm:
             ptrs, held = [], []
             for spec, blocks in ((spec_a, a), (spec_b, b)):
                 if not isinstance(blocks, (list, tuple)):
-                    held = f"an array of shape {blocks.shape}" if isinstance(blocks, np.ndarray) else \
+                    got = f"an array of shape {blocks.shape}" if isinstance(blocks, np.ndarray) else \
                         f"a {type(blocks).__name__}"
                     raise OperandError(f"{who}: operand {spec.name} must be a list or tuple of blocks {spec.shape} for "
-                                       f"batch='address', got {held}: pass list({spec.name}) to give its blocks "
+                                       f"batch='address', got {got}: pass list({spec.name}) to give its blocks "
                                        "as they are, or build the kernel with batch='stride' for an array of blocks")
                 if len(blocks) < count:
                     raise OperandError(f"{who}: operand {spec.name} holds {len(blocks)} blocks; count={count} needs "
