@@ -47,8 +47,8 @@ def test_interrupted_import_of_the_writer_stops_writes_and_kernels_still_come(tm
     import): the KeyboardInterrupt reaches the caller, writes stop, later kernels are made."""
     def interrupted():
         raise KeyboardInterrupt
-    monkeypatch.setattr(disk, "_ragged_mmap", interrupted)
-    with tc.using(tmp_path) as store:
+    with tc.using(tmp_path) as store:       # (first: leaving the process's store writes what it has pending)
+        monkeypatch.setattr(disk, "_ragged_mmap", interrupted)
         with pytest.raises(KeyboardInterrupt), pytest.warns(RuntimeWarning, match="KeyboardInterrupt"):
             store.put("kernel/a", b"\xc3", {})
         assert isinstance(store.failure, KeyboardInterrupt)

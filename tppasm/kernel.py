@@ -313,7 +313,7 @@ class Kernel:
         values = self._check_operands(arrays, values)
         if self._raw is None or not self.runnable:
             _unavailable(self.desc.kind, self.isa)
-        return tuple(a.ctypes.data for a in arrays) + values
+        return tuple(map(operand.data_address, arrays)) + values
 
     def raw_call(self, *arrays, count=None, check=True):
         """``(address, args)``: this call checked (NumPy arrays only, as a call checks them) and
@@ -334,7 +334,7 @@ class Kernel:
                             "native call that it prepares holds data pointers only")
         values = self._values(arrays, count)
         if not check and self.runnable and self._raw is not None:
-            return self.raw.address, tuple(a.ctypes.data for a in arrays) + values
+            return self.raw.address, tuple(map(operand.data_address, arrays)) + values
         return self.raw.address, self._checked_args(arrays, values)
 
     def _values(self, arrays, count):
