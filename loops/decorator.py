@@ -28,7 +28,7 @@ from isa.x86 import Function, qword, rax
 from isa.x86.function import INT_ARGS
 from tppasm.dtypes import name_of
 from tppasm.kernel import ISAUnavailableError
-from tppasm.operand import OperandSpec, mark_written
+from tppasm.operand import OperandSpec, data_address, mark_written
 from tppasm.x86.entry import NATIVE_CHECKS, build_entry
 
 from . import display, races as _races
@@ -451,7 +451,7 @@ class _Instance:
         try:
             i = self.first_array
             for a in arrays:
-                ctx[i] = a.ctypes.data
+                ctx[i] = data_address(a)
                 i += 1
             ctx[Layout.COUNTER // 8] = 0
             self.launch(self.ctx_address if mine else ctypes.addressof(ctx))

@@ -58,8 +58,8 @@ import numpy as np
 from . import backends, display, kernel as _kernel
 from .eltwise import UNARY_OPS
 from .kernel import Descriptor, get_kernel, scalar_arg, unchecked_in_body
-from .operand import (OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of, refuse_masked,
-                      refuse_overlap)
+from .operand import (OperandError, OperandSpec, as_ndarray, check, data_address, mark_written, origin_of,
+                      refuse_masked, refuse_overlap)
 
 A_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "u8"}
 B_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "i8"}
@@ -321,7 +321,7 @@ class BatchedBrgemm:
         """``gemm(A, B, C, offsets[, bias])`` (batch="offset") or ``gemm(A_blocks, B_blocks, C[, bias])``
         (batch="address"); ``count`` defaults to the number of offset rows / of blocks."""
         args, _, count, target = self._checked(a, b, c, rest, count, wrong)
-        self.kernel._raw(*(x.ctypes.data for x in args), count)
+        self.kernel._raw(*map(data_address, args), count)
         mark_written([target])
 
     def reference(self, a, b, c, *rest, count=None, **wrong):
@@ -387,7 +387,7 @@ class BatchedBrgemm:
                 blocks = list(blocks[:count])      # held until the call returns
                 for blk in blocks:
                     check(spec, blk, who=who)
-                ptrs.append(np.array([blk.ctypes.data for blk in blocks], np.int64))
+                ptrs.append(np.array(list(map(data_address, blocks)), np.int64))
                 held.append(blocks)
             args = ptrs + [c]
         if d.bias:

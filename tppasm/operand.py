@@ -238,7 +238,7 @@ def data_address(a):
     >>> data_address(x) == x.ctypes.data
     True
     """
-    if _DATA_WORD_HOLDS:
+    if _DATA_WORD_HOLDS and isinstance(a, np.ndarray):
         return _read_word(id(a) + _DATA_OFFSET).value
     return a.ctypes.data
 
