@@ -168,3 +168,11 @@ def test_assert_matches_reference_refuses_a_kernel_without_arrays():
 def test_bench_names_an_unknown_or_misplaced_suite(capsys, argv, words):
     assert bench_main.main(argv) == 2
     assert words in capsys.readouterr().err
+
+
+def test_data_address_reads_the_word_the_native_entries_read():
+    """operand.data_address and the kernels' native entries read one word of the array object."""
+    from tppasm import operand
+    from tppasm.x86 import entry
+    x = np.ones((3, 4), np.float32)[1:, 1:]
+    assert operand._DATA_OFFSET == entry.DATA and operand.data_address(x) == x.ctypes.data

@@ -243,7 +243,7 @@ def data_address(a):
     return a.ctypes.data
 
 
-_DATA_OFFSET = 16                  # PyArrayObject_fields.data, after ob_refcnt and ob_type (64-bit CPython)
+_DATA_OFFSET = 16                  # PyArrayObject_fields.data: tppasm.x86.entry.DATA, which the native entries read
 _read_word = ctypes.c_uint64.from_address
 
 
