@@ -25,6 +25,7 @@ Threads per process: the CPUs this process may use divided by the ranks on this 
 (``TPPASM_NUM_THREADS``); 1 with 2 ranks on 2 cores.
 """
 import argparse
+import gc
 import math
 import os
 import statistics
@@ -93,44 +94,82 @@ def train(rank, world, args, rendezvous="env://"):
     threads = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     os.environ["TPPASM_NUM_THREADS"] = str(threads)
     import torch
+    import torch._dynamo.utils  # noqa: F401  (before the group exists: see _end_group)
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
     torch.set_num_threads(threads)
     dist.init_process_group("gloo", init_method=rendezvous, rank=rank, world_size=world)
     try:
-        dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
-        ours, plain = models(args.width, args.layers, dtype, args.seed)
-        runs = {name: (DDP(m), torch.optim.Adam(m.parameters(), lr=args.lr)) for name, m in
-                (("tppasm", ours), ("torch", plain))}
-        teacher = torch.nn.Linear(args.width, args.width).to(dtype)
-        data = torch.Generator().manual_seed(args.seed * 7919 + rank + 1)
-        losses = {name: [] for name in runs}
-        times = {name: [] for name in runs}
-        for step in range(args.steps):
-            x = torch.randn(args.batch, args.width, generator=data).to(dtype)
-            with torch.no_grad():
-                target = teacher(x)
-            order = list(runs) if step % 2 == 0 else list(runs)[::-1]
-            for name in order:
-                model, opt = runs[name]
-                start = time.perf_counter()
-                opt.zero_grad()
-                loss = torch.nn.functional.mse_loss(model(x), target)
-                loss.backward()
-                opt.step()
-                times[name].append(time.perf_counter() - start)
-                mean = loss.detach().float().reshape(1)
-                dist.all_reduce(mean)
-                losses[name].append(mean.item() / world)
-        # the first step JITs the kernels: leave it out when there are others
-        medians = torch.tensor([statistics.median(times[name][1:] or times[name]) for name in runs])
-        dist.all_reduce(medians, op=dist.ReduceOp.MAX)
-        if rank != 0:
-            return None
-        return {"world": world, "threads": threads, "losses": losses,
-                "step_s": dict(zip(runs, medians.tolist()))}
+        result = _train_both(rank, world, args)
     finally:
-        dist.destroy_process_group()
+        _end_group(dist)
+    return {**result, "threads": threads, "gloo_threads_left": len(gloo_threads())} if result is not None else None
+
+
+def _end_group(dist):
+    """Destroy the process group, so that gloo joins its worker threads now. Left running until
+    the interpreter finalizes, a worker dropping its last all-reduce needs the GIL for the tensors'
+    Python objects, and a thread that asks for it then is ended by a forced unwind that C++'s
+    noexcept destructors turn into ``std::terminate`` (SIGABRT in about one run of ten with a cold
+    kernel cache). Two things keep the group alive past ``destroy_process_group``: DDP's reference
+    cycles (collected here; the models died with :func:`_train_both`'s frame) and
+    ``torch._dynamo``, which keeps ten references to the default group when its first import (by
+    DDP's constructor) finds one, so :func:`train` imports it before the group exists."""
+    gc.collect()
+    dist.destroy_process_group()
+    gc.collect()
+
+
+def gloo_threads():
+    """Names of this process's gloo threads (Linux; none elsewhere): none once a group has ended.
+
+    >>> gloo_threads()
+    []
+    """
+    tasks = "/proc/self/task"
+    names = []
+    for task in os.listdir(tasks) if os.path.isdir(tasks) else ():
+        try:
+            with open(os.path.join(tasks, task, "comm")) as f:
+                names.append(f.read().strip())
+        except OSError:         # the thread ended meanwhile
+            pass
+    return sorted(name for name in names if "gloo" in name)
+
+
+def _train_both(rank, world, args):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    ours, plain = models(args.width, args.layers, dtype, args.seed)
+    runs = {name: (DDP(m), torch.optim.Adam(m.parameters(), lr=args.lr)) for name, m in
+            (("tppasm", ours), ("torch", plain))}
+    teacher = torch.nn.Linear(args.width, args.width).to(dtype)
+    data = torch.Generator().manual_seed(args.seed * 7919 + rank + 1)
+    losses = {name: [] for name in runs}
+    times = {name: [] for name in runs}
+    for step in range(args.steps):
+        x = torch.randn(args.batch, args.width, generator=data).to(dtype)
+        with torch.no_grad():
+            target = teacher(x)
+        order = list(runs) if step % 2 == 0 else list(runs)[::-1]
+        for name in order:
+            model, opt = runs[name]
+            start = time.perf_counter()
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), target)
+            loss.backward()
+            opt.step()
+            times[name].append(time.perf_counter() - start)
+            mean = loss.detach().float().reshape(1)
+            dist.all_reduce(mean)
+            losses[name].append(mean.item() / world)
+    # the first step JITs the kernels: leave it out when there are others
+    medians = torch.tensor([statistics.median(times[name][1:] or times[name]) for name in runs])
+    dist.all_reduce(medians, op=dist.ReduceOp.MAX)
+    if rank != 0:
+        return None
+    return {"world": world, "losses": losses, "step_s": dict(zip(runs, medians.tolist()))}
 
 
 def models(width, layers, dtype, seed):
