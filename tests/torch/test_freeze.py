@@ -211,7 +211,7 @@ def test_an_optimizer_step_is_refused_until_frozen_again(optimizer):
         torch.testing.assert_close(net.freeze()(x), F.linear(x, net.weight, net.bias), **TOL[torch.float32])
 
 
-@pytest.mark.filterwarnings("ignore:There is a performance drop because we have not yet implemented the batching rule")
+@pytest.mark.filterwarnings("error:There is a performance drop")    # torch's batching fallback: not taken
 def test_functional_call_and_ensembles_run_the_given_weights(packed_calls):
     """torch.func.functional_call substitutes plain tensors for the parameters: they run as given
     (the packing is of the layer's own weight), also under vmap (model ensembling)."""

@@ -52,8 +52,8 @@ def linear(x, weight, bias=None, act=None):
     Under ``torch.autocast("cpu", dtype=torch.bfloat16)`` it casts x, weight and bias to bfloat16
     and returns bfloat16, as torch's linear does (gradients reach float32 tensors in float32);
     under ``dtype=torch.float16`` (tppasm has no float16 kernels) it computes in float32 and
-    returns float16, torch's dtype there. ``torch.func.grad``, ``vjp`` and ``jacrev`` take it, and
-    ``vmap``, which loops over the batch (torch warns of its batching fallback, under jacrev too);
+    returns float16, torch's dtype there. ``torch.func.grad``, ``vjp``, ``jacrev`` and ``vmap``
+    take it (a vmap over x alone is one call, the batch as more rows: :func:`_linear_vmap`);
     forward mode (``jvp``, ``jacfwd``, ``hessian``) and second derivatives are refused. Under those
     transforms call this function (or :class:`Linear`), not ``torch.ops.tppasm.linear``, which
     torch cannot differentiate there (pytorch issue 168393); nor does ``torch.compile`` take a
@@ -298,6 +298,44 @@ def _backward(ctx, dy, dz):
             db.to(ctx.bias_dtype) if needs[2] else None, None)
 
 
+@_linear.register_vmap
+def _linear_vmap(info, in_dims, x, weight, bias, act):
+    """``torch.func.vmap`` of ``tppasm::linear``: over x alone (per-sample inference, ``vmap`` of
+    ``grad`` or ``jacrev`` over inputs) one call, the batch as more rows; over weight or bias
+    (ensembles) a call per element (:func:`_per_element`). torch's fallback loops, warns of it,
+    and refuses an empty batch."""
+    if in_dims[1] is None and in_dims[2] is None:
+        x = x.movedim(in_dims[0], 0)
+        y, z = torch.ops.tppasm.linear(x, weight, bias, act)
+        if act not in _GELUS:
+            return (y, z), (0, None)                # z: the empty tensor of every element
+        return (y, z.reshape(info.batch_size, math.prod(x.shape[1:-1]), z.shape[-1])), (0, 0)
+    return _per_element(info, in_dims, torch.ops.tppasm.linear, (x, weight, bias, act))
+
+
+@_linear_backward.register_vmap
+def _linear_backward_vmap(info, in_dims, dy, x, weight, saved, act, needs):
+    """``torch.func.vmap`` of ``tppasm::linear_backward`` (``jacrev``'s batch of cotangents):
+    :func:`_per_element`, which unlike torch's fallback takes an empty batch, without a warning."""
+    return _per_element(info, in_dims, torch.ops.tppasm.linear_backward, (dy, x, weight, saved, act, needs))
+
+
+def _per_element(info, in_dims, op, args):
+    """(outputs, out_dims) of ``op`` called on each element of a vmapped batch of ``args``,
+    stacked along dimension 0; an empty batch gives empty outputs of the shapes that ``op``'s fake
+    kernel gives an element."""
+    batched = [isinstance(a, Tensor) and d is not None for a, d in zip(args, in_dims)]    # (needs' dims: a list)
+    if info.batch_size == 0:
+        meta = [a.new_empty(a.shape[:d] + a.shape[d + 1:], device="meta") if bat else
+                a.to("meta") if isinstance(a, Tensor) else a for a, d, bat in zip(args, in_dims, batched)]
+        outs = [torch.empty(0, *o.shape, dtype=o.dtype) for o in op(*meta)]
+    else:
+        calls = [op(*(a.select(d, i) if bat else a for a, d, bat in zip(args, in_dims, batched)))
+                 for i in range(info.batch_size)]
+        outs = [torch.stack(o) for o in zip(*calls)]
+    return tuple(outs), (0,) * len(outs)
+
+
 def _no_second_derivative(ctx, *grads):
     raise RuntimeError("tppasm.torch.linear has no second derivative (tppasm::linear_backward is not differentiable): "
                        "for double backward, grad of grad or hessian use torch.nn.functional.linear")
@@ -333,8 +371,8 @@ torch.library.impl("tppasm::linear", "AutocastCPU", functools.partial(_autocast,
 class _Transformable(torch.autograd.Function):
     """An operator as an autograd.Function with ``setup_context``, which torch.func transforms need
     and do not find in a ``torch.library.custom_op`` (its generated autograd.Function has none:
-    pytorch issue 168393). vmap runs the operator on each batch element (torch's batching
-    fallback); forward mode is refused."""
+    pytorch issue 168393). vmap runs the operators' batching rules (:func:`_linear_vmap`); forward
+    mode is refused."""
     generate_vmap_rule = True
     jvp = staticmethod(_no_forward_mode)
 
