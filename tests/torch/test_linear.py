@@ -495,3 +495,28 @@ def test_relu_passes_the_gradient_of_a_nan_as_torch(dtype):
         return y, x.grad, w.grad, b.grad
     for got, want in zip(grads(lambda *a: tt.linear(*a, act="relu")), grads(lambda *a: torch.relu(F.linear(*a)))):
         torch.testing.assert_close(got, want, equal_nan=True)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")      # torch deprecates TorchScript
+@pytest.mark.parametrize("act", tt.ACTS)
+def test_torchscript_runs_the_operator(act, tmp_path):
+    """torch.jit.script of a Linear (frozen or not, alone or in a Sequential) calls the operator:
+    same values and gradients as eager, and a saved script loads back."""
+    x, w, b = inputs((3, 6), 4, torch.float32)
+    layer = tt.Linear(6, 4, act=act)
+    layer.load_state_dict({"weight": w.detach(), "bias": b.detach()})
+    for frozen in (False, True):
+        if frozen:
+            layer.freeze()
+        net = torch.nn.Sequential(layer, torch.nn.Tanh())
+        scripted = torch.jit.script(net)
+        xs = x.detach().clone().requires_grad_()
+        got = scripted(xs)
+        got.sum().backward()
+        want = torch.tanh(TORCH_ACT[act](F.linear(x, w, b)))
+        want.sum().backward()
+        torch.testing.assert_close(got, want, **TOL[torch.float32])
+        torch.testing.assert_close(xs.grad, x.grad, **TOL[torch.float32])
+        x.grad = None
+    torch.jit.save(scripted, tmp_path / "net.pt")
+    torch.testing.assert_close(torch.jit.load(tmp_path / "net.pt")(x), want, **TOL[torch.float32])

@@ -35,6 +35,8 @@ class Linear(torch.nn.Linear):
     torch.bfloat16
     """
 
+    __jit_ignored_attributes__ = ["_frozen"]        # a scripted layer runs the operator (see forward)
+
     def __init__(self, in_features, out_features, bias=True, act=None, device=None, dtype=None):
         if act not in ACTS:
             raise ValueError(f"tppasm.torch.Linear: act={act!r}; expected one of {ACTS}")
@@ -99,6 +101,12 @@ class Linear(torch.nn.Linear):
         return (None if p.is_inference() else p._version), p.data_ptr(), p.dtype, p.shape
 
     def forward(self, x):
+        if torch.jit.is_scripting():        # TorchScript (deprecated by torch): the operator, never the packing
+            return torch.ops.tppasm.linear(x, self.weight, self.bias, self.act)[0]
+        return self._forward(x)
+
+    @torch.jit.unused
+    def _forward(self, x):
         frozen, w, b = self._frozen, self.weight, self.bias
         # the packing serves eager calls that record no gradient (compilation, export and transforms
         # take the operator), with a weight that is a Parameter (functional_call's are plain tensors)
