@@ -166,14 +166,14 @@ class BlockSpmmKernel:
     def __signature__(self):
         return self.kernel.__signature__
 
-    def __call__(self, rowptr, colidx, values, b, c=None, count=None, **wrong):
+    def __call__(self, rowptr, colidx, values, b, c=None, *, count=None, **wrong):
         """``count`` defaults to the number of blocks ``colidx`` and ``values`` hold (when they agree);
         without ``c`` (beta=0 only) C is allocated and returned."""
         if _kernel.TRACING and not wrong:
             return self.kernel(*(rowptr, colidx, values, b) + (() if c is None else (c,)), count=count)
         return self._run(self.kernel, (rowptr, colidx, values, b, c), count, wrong)
 
-    def reference(self, rowptr, colidx, values, b, c=None, count=None, **wrong):
+    def reference(self, rowptr, colidx, values, b, c=None, *, count=None, **wrong):
         """The same with NumPy, on the call's arguments, checked as the call checks them: in place on
         ``c``, or without it on a new C that it returns.
 

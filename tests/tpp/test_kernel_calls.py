@@ -155,6 +155,9 @@ def test_block_spmm_takes_torch_tensors():
         spmm(rowptr, torch.tensor([5], dtype=torch.int32), values, b, c, count=1)
     with pytest.raises(OperandError, match="requires grad"):
         spmm(rowptr, colidx, values, b, torch.zeros(2, 4, requires_grad=True), count=1)
+    for call in (spmm, spmm.reference):         # count is keyword-only, as every kernel's
+        with pytest.raises(TypeError, match="positional"):
+            call(rowptr, colidx, values, b, c, 1)
 
 
 def test_offset_batches_explain_tensor_refusals_in_torch_terms():
