@@ -140,8 +140,11 @@ def wrong_call(kernel, arrays, keywords):
     inputs = [n for n in names if n not in alloc]
     also = f" or {len(inputs)} ({', '.join(inputs)}) to allocate the output" if alloc else ""
     extra = "".join(f", {s}=..." for s in kernel.scalars)
-    return (f"{kind} takes {len(names)} arrays ({', '.join(names)}){also}{extra}; "
-            f"got {arrays} arrays and {sorted(keywords)}")
+    read = [s.name for s in kernel.operands if s.writable and s.name not in alloc]
+    why = f"; {' and '.join(read)} {'is' if len(read) == 1 else 'are'} read and written, so always passed" \
+        if read and not alloc else ""
+    got = f"got {arrays} array{'' if arrays == 1 else 's'}" + (f" and {given}" if keywords else "")
+    return f"{kind} takes {len(names)} arrays ({', '.join(names)}{why}){also}{extra}; {got}"
 
 
 def formula(desc):

@@ -104,6 +104,10 @@ class Dequant(_Rows):
                 OperandSpec("col_scale", "f32", (self.n,), (1,)),
                 _full("out", self.out_dtype, self.m, self.n, self.ldo, "ldo", writable=True))
 
+    def allocated(self):
+        """out when the kernel only writes it (beta=0); with beta=1 out is read too, so always passed."""
+        return () if self.beta else ("out",)
+
     def reference(self, c, offset, row_scale, col_scale, out):
         # c + offset wraps in int32, as the kernels' vpaddd / add and the BRGEMM's int32 sums do
         s = (c.astype(np.int64) + offset.astype(np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31

@@ -138,3 +138,17 @@ def test_int8_linear_roundtrip():
     tppasm.dequant(m, n)(c, offset, s, ws.astype(np.float32), out)
     ref = x @ w
     assert np.abs(out - ref).max() < 0.03 * np.abs(ref).max()
+
+
+def test_dequant_with_beta_1_reads_out_so_out_is_always_passed():
+    """beta=1 adds to out: a call without it would add to uninitialized memory."""
+    c, off = np.zeros((2, 16), np.int32), np.zeros(16, np.int32)
+    scales = np.ones(2, np.float32), np.ones(16, np.float32)
+    k = tppasm.dequant(2, 16, beta=1)
+    for call in (k, k.reference):
+        with pytest.raises(TypeError, match=r"out is read and written, so always passed\); got 4 arrays"):
+            call(c, off, *scales)
+    out = np.ones((2, 16), np.float32)
+    k(c, off, *scales, out)
+    assert (out == 1).all()
+    assert tppasm.dequant(2, 16)(c + 3, off, *scales).tolist() == np.full((2, 16), 3.0).tolist()   # beta=0 allocates
