@@ -184,12 +184,13 @@ class Brgemm(Descriptor):
         f = self.vnni
         a_dtype, b_dtype = (INT8_DTYPE[c] for c in self.signs) if self.dtype == "i8" else \
             (A_DTYPE[self.dtype], B_DTYPE[self.dtype])
-        a = OperandSpec("a", a_dtype, (self.m, self.k), (self.lda, 1), ld_name="lda")
+        which = "signs" if self.dtype == "i8" else ""          # the parameter that sets their dtypes, for messages
+        a = OperandSpec("a", a_dtype, (self.m, self.k), (self.lda, 1), ld_name="lda", dtype_param=which)
         if f == 1:
             b = OperandSpec("b", "f32", (self.k, self.n), (self.ldb, 1), ld_name="ldb")
         else:
             b = OperandSpec("b", b_dtype, (self.groups, self.n, f), (self.ldb * f, f, 1),
-                            ld_name="")
+                            ld_name="", dtype_param=which)
         return a, b
 
     def operands(self):
@@ -266,8 +267,7 @@ def _stride_count(a, b):
 
 
 def _batched(spec, stride):
-    return OperandSpec(spec.name, spec.dtype, spec.shape, (stride,) + spec.strides, batch=True,
-                       ld_name=spec.ld_name)
+    return replace(spec, strides=(stride,) + spec.strides, batch=True)
 
 
 def _view(buf, offset, spec):

@@ -155,6 +155,9 @@ def _dtype_fix(spec, got, origin="numpy"):
         short = None
     if spec.dtype_param and short in FLOATS and spec.dtype in FLOATS:
         fix += f", or build the kernel with {spec.dtype_param}={short!r}"
+    if spec.dtype_param == "signs" and {short, spec.dtype} == {"i8", "u8"}:     # .astype would wrap -1 to 255
+        fix = (f"build the kernel with {'s' if short == 'i8' else 'u'!r} for {spec.name} in signs= (A's letter then "
+               f"B's: 's' int8, 'u' uint8), or, if every value fits, {fix}")
     return fix
 
 

@@ -61,3 +61,9 @@ def test_signs_are_checked():
     a = np.zeros((1, 4, 4), np.uint8)                       # signs="ss" wants int8 A
     with pytest.raises(OperandError, match="int8"):
         g(a, np.zeros((1, 1, 4, 4), np.int8), np.zeros((4, 4), np.int32), count=1)
+    # the advice is the kernel that takes the array as it is, before a conversion that wraps -1 to 255
+    for b_dtype, letter in ((np.uint8, "'u' for b"), (np.int8, None)):
+        with pytest.raises(OperandError, match=f"build the kernel with 'u' for a in signs=.*if every value fits"
+                           if letter is None else f"build the kernel with {letter} in signs="):
+            g(a if letter is None else a.view(np.int8), np.zeros((1, 1, 4, 4), b_dtype), np.zeros((4, 4), np.int32),
+              count=1)
