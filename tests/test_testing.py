@@ -175,6 +175,19 @@ def test_outputs_and_tolerances_as_documented():
             assert_matches_reference(tpp.relu(2, 4), x, np.empty_like(x), **bad)
 
 
+def test_subnormal_fp32_results_get_an_absolute_floor_not_a_false_alarm():
+    """Two fp32 FMAs of 1.5 x 1e-45 give 5.6e-45, the exact sum 4.2e-45: one subnormal ulp, which
+    rtol * max|reference| (~4e-50) called wrong; a real error there is still caught."""
+    g, a, b = tpp.gemm_nt(1, 1, 2), np.full((1, 2), 1.5, np.float32), np.full((1, 2), 1e-45, np.float32)
+    assert check(g, [a, b, np.empty((1, 1), np.float32)]) == []
+    assert check(g, [a, b * 2.0 ** 40, np.empty((1, 1), np.float32)]) == []          # 4.6e-33: normal, rtol
+    assert check(g, [a, b * 2.0 ** 40, np.empty((1, 1), np.float32)], rtol=1e-5) == []
+    assert check(g, [a * 2.0 ** 14, b, np.empty((1, 1), np.float32)]) == []
+    copies = _hand_made(Unary("relu", 1, 5), _copy_as_relu)         # -1e-40 where relu gives 0: 7e4 ulps off
+    x = np.full((1, 5), -1e-40, np.float32)
+    assert any("elements differ" in p for p in check(copies, (x, np.empty((1, 5), np.float32))))
+
+
 @pytest.mark.parametrize("make", [lambda: tpp.block_spmm(3, 2, 17, 3), lambda: tpp.block_spmm(3, 4, 16, 3, "bf16"),
                                   lambda: tpp.block_spmm(3, 2, 9, 3, beta=1, ldc=11)])
 def test_block_spmm_is_checked_like_any_kernel(make):

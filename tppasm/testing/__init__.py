@@ -10,7 +10,9 @@ copies, then checks that
   64-byte guards around are poison, compared bit for bit afterwards), and no input changed;
 - every written array matches the reference: exactly for integers, within dtype-aware
   tolerances for floats (``rtol`` 1e-5 for fp32, 2**-7 (two bf16 ulps) for bf16, and ``atol =
-  rtol * max|reference|`` for sums that cancel; kernels computing in bf16 add an absolute floor of
+  rtol * max|reference|`` for sums that cancel, at least 2**-137 (4096 subnormal ulps: results
+  that are all subnormal, where the rounding of each of up to 8192 terms adds up to half an ulp);
+  kernels computing in bf16 add an absolute floor of
   2**20 smallest normals, as bf16 dot products flush denormal inputs and products to zero), NaN
   where the reference has NaN, infinities equal; elements a TPP leaves unspecified (its
   descriptor's ``unspecified``: quantize's codes of a row holding a NaN or inf) are not compared.
@@ -46,6 +48,7 @@ RTOL = {"f32": 1e-5, "bf16": 2.0 ** -7}
 # bf16 dot products (vdpbf16ps, tdpbf16ps, SVE bfdot) flush denormal inputs and products to zero:
 # results that small may differ from the exact reference by up to (terms x the smallest normal)
 FTZ_ATOL = float(np.finfo(np.float32).tiny) * 2.0 ** 20
+SUBNORMAL_ATOL = 2.0 ** -137
 
 
 def __getattr__(name):
@@ -300,8 +303,8 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
                                 f"written, first at {tuple(int(v) for v in missed[0])}")
                 continue
         if i in written:
-            floor = FTZ_ATOL if atol is None and getattr(getattr(kernel, "desc", None), "dtype", None) == "bf16" \
-                else None
+            bf16 = getattr(getattr(kernel, "desc", None), "dtype", None) == "bf16"
+            floor = None if atol is not None else FTZ_ATOL if bf16 else SUBNORMAL_ATOL
             problems += _compare(names[i], first.view, ref[i], rtol, atol, floor, skip.get(names[i]))
         elif not np.array_equal(_bits(np.ascontiguousarray(first.view)), _bits(np.ascontiguousarray(arrays[i]))):
             problems.append(f"{names[i]}: an input was changed by the kernel")
