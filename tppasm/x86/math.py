@@ -58,8 +58,8 @@ ACCURACY = {"exp": 2, "sigmoid": 3, "tanh": 3, "gelu_tanh": 16, "gelu_erf": 6, "
 # gelu_erf_bf16 is for results rounded to bf16 next (BRGEMM epilogues with a bf16 C): relative
 # error <= 2^-16 (128 fp32 ulps; measured 1.1e-5) on [-13, 12], the specials of gelu_erf.
 ACCURACY_BF16 = {"gelu_erf_bf16": 2.0 ** -16, "exp_bf16": 2.0 ** -16}
-# gelu_erf_fast: |error| / max(1, |x|) for any x (measured 0.34 of it on AVX-512, 0.40 on AVX2), the
-# accuracy class of torch's gelu
+# gelu_erf_fast: |error| / max(1, |x|) for any x (measured 0.34 of it on AVX-512, 0.40 on AVX2; under
+# a directed MXCSR rounding mode 0.65 and 0.69), the accuracy class of torch's gelu
 ACCURACY_ABS = {"gelu_erf_fast": 2.0 ** -22}
 
 
@@ -413,11 +413,20 @@ def _lane_rows(table):
 GELU_TABLES = {True: (GELU_TABLE_16, _lane_rows(GELU_TABLE_16)), False: (GELU_TABLE_8, _lane_rows(GELU_TABLE_8))}
 
 
+def round_nearest(a, v, dst, src):
+    """dst = src rounded to the nearest integer (ties to even) by the instruction's immediate, not
+    MXCSR.RC: a caller's fesetround must not move a table index (imm 8: RC nearest, bit 3 keeps
+    the precision exception quiet)."""
+    (a.vrndscaleps if v.avx512 else a.vroundps)(dst, src, 8)
+
+
 def emit_gelu_erf_fast(a, v, dst, src, tmp, c):
     """dst = gelu_erf(src) to an absolute error of 2^-22 max(1, |x|) (ACCURACY_ABS; torch's erf
     has 1.5e-7) as x/2 + s f(s), s = |x|, f = erf(s/sqrt 2)/2 a polynomial on each of 16 (AVX2:
     8) intervals of s whose coefficients ``vpermps`` picks (:data:`GELU_TABLES`).
-    x is clamped at -limit first, so -inf gives 0 and +inf inf; a NaN passes through. 21
+    x is clamped at -limit first, so -inf gives 0 and +inf inf; a NaN passes through. The
+    interval is picked by rounding to nearest whatever MXCSR.RC says (a directed mode would pick
+    a neighbour, or a row past the table, which vpermps wraps to row 0). 21
     instructions (AVX2: 23) and no division, where emit_gelu_erf takes ~55; the tables are 6
     (7) vectors that :func:`lane_tables` names, for a caller to keep in registers. tmp: 5."""
     t0, t1, t2, t3, t4 = tmp[:5]
@@ -426,9 +435,9 @@ def emit_gelu_erf_fast(a, v, dst, src, tmp, c):
     a.vmaxps(t0, t0, src)                           # x' (a NaN kept: the second source)
     vand(a, v, t1, t0, c.i(ABS))                    # s
     a.vminps(t2, t1, c.f(tab.limit * (1 - 2.0 ** -20)))   # inside the last interval
-    c.load(a, t3, c.f(MAGIC))
-    a.vfmadd231ps(t3, t2, c.f(tab.inv_h))           # the interval j in the low bits
-    a.vsubps(dst, t3, c.f(MAGIC))
+    a.vmulps(t3, t2, c.f(tab.inv_h))                # s/h, < intervals - 1/2 in any rounding mode
+    round_nearest(a, v, dst, t3)                    # the interval j, whatever MXCSR.RC says
+    a.vcvttps2dq(t3, dst)                           # j as the vpermps index
     a.vfmsub132ps(t2, dst, c.f(tab.inv_h))          # w = s/h - j
     a.vpermps(dst, t3, c.lanes(rows[0]))
     for row in rows[1:]:
