@@ -16,6 +16,8 @@ ARG = 16           # u64 its argument
 NTHREADS = 24      # u64 threads of a region (the caller included)
 QUIT = 32          # u32 nonzero: workers return at the next generation
 SPIN = 40          # u64 pause iterations before sleeping
+FP_CONTROL = 48    # u64 the caller's floating-point control for the region, which every worker loads
+                   # before its share: MXCSR (x86, u32: FTZ/DAZ, rounding) or FPCR (AArch64: FZ, RMode)
 SLEEPERS = 64      # u32 workers asleep on GEN
 REMAIN = 128       # u32 workers that have not finished the region; futex word of the caller
 CALLER_SLEEPS = 192  # u32 the caller is (about to be) asleep on REMAIN

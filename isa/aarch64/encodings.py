@@ -149,6 +149,8 @@ blr      d63f0000 -   Xn
 svc      d4000001 -   #svc
 nop      d503201f -
 yield    d503203f -
+mrs      d53b4400 -   Xt fpcr
+msr      d51b4400 -   fpcr Xt
 # ---- SVE predicates, counts, vector length
 ptrue    2518e000 bhsd  Pd.T pattern
 ptrues   2519e000 bhsd  Pd.T pattern
@@ -430,6 +432,7 @@ _FIXED = {
     "#s5": lambda: Imm([(16, 5)], -16, 15),
     "#fimm8": lambda: Choice(5, _fimm8_table(), "#fimm8", fmt=lambda v: f"#{v:.8f}"),
     "#0.0": lambda: Choice(0, {0.0: 0}, "#0.0", fmt=lambda v: "#0.0"),
+    "fpcr": lambda: Choice(0, {"fpcr": 0}, "fpcr"),      # the system register FPCR (FZ, RMode)
     "[x,u12*8]": lambda: MemKind(scale=8, bits=12, signed=False, fields=[(10, 12)]),
     "[x,u12*4]": lambda: MemKind(scale=4, bits=12, signed=False, fields=[(10, 12)]),
     "[x,u12*2]": lambda: MemKind(scale=2, bits=12, signed=False, fields=[(10, 12)]),

@@ -7,14 +7,15 @@ state layout (:mod:`isa.pool_state`) and protocol as the x86-64 pool.
   (``svc #0``, x8 = 98); a waker calls ``FUTEX_WAKE`` only when a sleeper announced itself, and
   ``run`` then records its CPU and yields so that a worker woken there moves away (a new worker
   also moves off the CPU the pool was started from). One difference: ``SPIN`` = 0 sleeps at once
-  here (the x86 counter would wrap; the pool stores >= 1).
+  here (the x86 counter would wrap; the pool stores >= 1). As MXCSR there, the caller's FPCR (FZ,
+  RMode) goes with the region (``FP_CONTROL``) and every worker loads it before its share.
 
 Memory ordering. Every read-modify-write is an LSE atomic with acquire and release semantics
 (``ldaddal``, ``swpal``, always with a real destination register: with wzr the load would lose
 its acquire semantics), and every read that waits for another thread's write is ``ldar``:
 
-- publishing: ``run`` stores FN, ARG and REMAIN, then bumps GEN with a release; a worker reads GEN
-  with an acquire before it reads them. A worker's region writes are released by its REMAIN
+- publishing: ``run`` stores FN, ARG, FP_CONTROL and REMAIN, then bumps GEN with a release; a
+  worker reads GEN with an acquire before it reads them. A worker's region writes are released by its REMAIN
   decrement and acquired by the caller's ``ldar`` that sees 0; barriers likewise (BCOUNT, BGEN).
 - no lost wake-up (Dekker): a sleeper announces itself with a RMW, then re-reads the word; a waker
   changes the word with a RMW, then reads the sleeper count. The RMW's store is a release and the
@@ -34,9 +35,9 @@ AArch64 host.
 from isa.aarch64 import LSL, Function, disassemble, mem, sp, w, wzr, x, xzr
 from isa.x86.function import JitFunction      # ExecutableMemory + ctypes: nothing x86-specific
 
-from ..pool_state import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_CPU, CALLER_SLEEPS, FN, FUTEX_WAIT_PRIVATE,
-                        FUTEX_WAKE_PRIVATE, GEN, MASK_BYTES, NTHREADS, QUIT, RAW_COUNT, RAW_LISTS,
-                        RAW_RECORD_SIZE, REMAIN, SLEEPERS, SPIN, WAKE_ALL, YIELD_EVERY)
+from ..pool_state import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_CPU, CALLER_SLEEPS, FN, FP_CONTROL,
+                        FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE, GEN, MASK_BYTES, NTHREADS, QUIT, RAW_COUNT,
+                        RAW_LISTS, RAW_RECORD_SIZE, REMAIN, SLEEPERS, SPIN, WAKE_ALL, YIELD_EVERY)
 
 SYS_FUTEX = 98
 SYS_SCHED_SETAFFINITY, SYS_SCHED_GETAFFINITY, SYS_SCHED_YIELD, SYS_GETCPU = 122, 123, 124, 168
@@ -198,6 +199,8 @@ def _worker():
     a.mov(seen, SEEN)
     a.ldr(w[9], mem(state, QUIT))
     a.cbnz(w[9], exit_)
+    a.ldr(x[9], mem(state, FP_CONTROL))
+    a.msr("fpcr", x[9])                          # the caller's FZ and rounding mode
     a.ldr(x[0], mem(state, ARG))
     a.mov(x[1], tid)
     a.ldr(x[2], mem(state, NTHREADS))
@@ -238,7 +241,9 @@ def _run():
     a.str(arg, mem(state, ARG))
     a.sub(w[9], w[9], 1)
     a.str(w[9], mem(state, REMAIN))
-    _fetch_add(a, state, GEN, 1, w[9])          # releases FN/ARG/REMAIN to the workers
+    a.mrs(x[9], "fpcr")
+    a.str(x[9], mem(state, FP_CONTROL))
+    _fetch_add(a, state, GEN, 1, w[9])          # releases FN/ARG/FP_CONTROL/REMAIN to the workers
     def record_cpu():                           # for _leave_callers_cpu
         a.add(x[0], state, CALLER_CPU)
         a.mov(x[1], xzr)

@@ -2,9 +2,10 @@
 (:mod:`isa.pool_state`); these functions read and write it:
 
 - ``worker(rec)``: a ``pthread_create`` start routine. It waits for the region generation to change,
-  calls ``fn(arg, tid, nthreads)``, counts itself done, and waits again, until ``QUIT`` is set.
-- ``run(state, fn, arg)``: the caller's side of one region: publish ``fn``/``arg``, bump the
-  generation, run tid 0, wait for the countdown to reach zero.
+  loads the caller's MXCSR, calls ``fn(arg, tid, nthreads)``, counts itself done, and waits again,
+  until ``QUIT`` is set.
+- ``run(state, fn, arg)``: the caller's side of one region: publish ``fn``/``arg`` and its MXCSR,
+  bump the generation, run tid 0, wait for the countdown to reach zero.
 - ``barrier(state, tid)``: a generation-based barrier over the region's threads.
 - ``quit(state)``: tell every worker to return.
 - ``spin(n)``: ``n`` iterations of the wait loop's ``pause`` (and yields), to calibrate the spin budget.
@@ -30,6 +31,11 @@ started the pool (a pool made after others had its worker start there, and 2-thr
 16.5 us for the first ~1,000, until Linux moved the caller). The yields in the wait loops hand a
 shared CPU over within ~256 spins wherever two threads still meet.
 
+Every thread of a region runs under the caller's MXCSR (``FP_CONTROL``): a worker otherwise keeps
+the one it had when it started, and a caller that changed FTZ/DAZ or the rounding mode since
+(``torch.set_flush_denormal``) would get rows flushed or rounded differently depending on the
+thread that ran them. Loading it unconditionally costs a few cycles per region.
+
 >>> code = build()
 >>> sorted(code)
 ['barrier', 'leave_cpu', 'quit', 'rawcall', 'run', 'spin', 'worker']
@@ -38,9 +44,9 @@ from isa.x86 import Function
 from isa.x86.registers import (dword, eax, ebx, edi, edx, esi, qword, r8, r9, r9d, r10d, r12, r13, r14, r15,
                                rax, rcx, rdi, rdx, rsi, rsp)
 
-from ..pool_state import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_CPU, CALLER_SLEEPS, FN, FUTEX_WAIT_PRIVATE,
-                          FUTEX_WAKE_PRIVATE, GEN, MASK_BYTES, NTHREADS, QUIT, RAW_COUNT, RAW_LISTS,
-                          RAW_RECORD_SIZE, REMAIN, SLEEPERS, SPIN, WAKE_ALL, YIELD_EVERY)
+from ..pool_state import (ARG, BCOUNT, BGEN, BSLEEPERS, CALLER_CPU, CALLER_SLEEPS, FN, FP_CONTROL,
+                          FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE, GEN, MASK_BYTES, NTHREADS, QUIT, RAW_COUNT,
+                          RAW_LISTS, RAW_RECORD_SIZE, REMAIN, SLEEPERS, SPIN, WAKE_ALL, YIELD_EVERY)
 
 SYS_FUTEX = 202
 SYS_SCHED_YIELD = 24
@@ -169,6 +175,7 @@ def _worker():
     a.mov(seen, eax)
     a.cmp(dword[state + QUIT], 0)
     a.jne(exit_)
+    a.ldmxcsr([state + FP_CONTROL])               # the caller's FTZ/DAZ and rounding mode
     a.mov(rdi, [state + ARG])
     a.mov(rsi, tid)
     a.mov(rdx, [state + NTHREADS])
@@ -199,9 +206,10 @@ def _run():
     a.jle(solo)
     a.mov([state + FN], fn)
     a.mov([state + ARG], arg)
+    a.stmxcsr([state + FP_CONTROL])
     a.lea(eax, [rcx - 1])
     a.mov([state + REMAIN], eax)
-    a.inc(dword[state + GEN], lock=True)          # publishes FN/ARG/REMAIN (x86 stores stay in order)
+    a.inc(dword[state + GEN], lock=True)          # publishes FN/ARG/FP_CONTROL/REMAIN (stores stay in order)
     a.cmp(dword[state + SLEEPERS], 0)
     a.je(call0)
     _syscall(a, SYS_GETCPU, [state + CALLER_CPU], 0, 0)   # for _leave_callers_cpu
