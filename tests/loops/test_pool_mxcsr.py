@@ -2,7 +2,6 @@
 FTZ/DAZ and the rounding mode; AArch64 FPCR under qemu), whatever its workers had when they
 started: one call's rows never flush or round differently depending on the thread that ran them."""
 import ctypes
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -11,9 +10,9 @@ import tppasm
 from isa.cpu import host
 from isa.pool import Pool
 from loops import Loop, kernel
+from tests.mxcsr import DEFAULT, mxcsr
 
 X86 = host().arch == "x86_64"
-DEFAULT = 0x1F80                # all exceptions masked, round to nearest, no FTZ/DAZ
 FTZ_DAZ = DEFAULT | 1 << 15 | 1 << 6
 ROUND_UP, ROUND_ZERO = DEFAULT | 2 << 13, DEFAULT | 3 << 13
 FLAGS = 0x3F                    # the sticky exception flags (a thread's own)
@@ -22,37 +21,19 @@ DENORMAL = np.float32(1e-39)
 x86_only = pytest.mark.skipif(not X86, reason="MXCSR is x86's; the AArch64 pool is tested under qemu below")
 
 
-def _mxcsr_functions():
-    from isa.x86 import Function, eax, edi, rax, rsp
-    get = Function("get_mxcsr", [], returns="i64")
-    get.stack(16)
-    get.asm.stmxcsr([rsp])
-    get.asm.mov(eax, [rsp])
-    put = Function("set_mxcsr", ["i64"])
-    put.stack(16)
-    put.asm.mov([rsp], edi)
-    put.asm.ldmxcsr([rsp])
-    read = Function("read_mxcsr", ["ptr", "i64", "i64"])   # region: out[tid] = this thread's MXCSR
+def _read_function():
+    """A region function: out[tid] = this thread's MXCSR."""
+    from isa.x86 import Function, eax, rax, rsp
+    read = Function("read_mxcsr", ["ptr", "i64", "i64"])
     out, tid, _ = read.args
     read.stack(16)
     read.asm.stmxcsr([rsp])
     read.asm.mov(eax, [rsp])
     read.asm.mov([out + tid * 8], rax)
-    return get.finalize(), put.finalize(), read.finalize()
+    return read.finalize()
 
 
-GET, PUT, READ = _mxcsr_functions() if X86 else (None, None, None)
-
-
-@contextmanager
-def mxcsr(value):
-    """The calling thread's MXCSR set to ``value`` inside the block, restored after it."""
-    saved = GET()
-    PUT(value)
-    try:
-        yield
-    finally:
-        PUT(saved)
+READ = _read_function() if X86 else None
 
 
 @pytest.fixture

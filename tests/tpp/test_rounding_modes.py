@@ -3,48 +3,18 @@ table form gelu_erf_fast keeps its documented bound, 2^-22 max(1, |x|), in each 
 modes. Its interval index once came from ``MAGIC + s/h`` (rounded by MXCSR.RC): round-up
 picked the next interval, and for a clamped |x| one past the table, which ``vpermps`` wraps
 to row 0 (gelu_erf_fast(-6) gave -3.46 on AVX-512)."""
-import contextlib
-import functools
-
 import numpy as np
 import pytest
 
 import tppasm
-from isa.x86 import Function, eax, edi, rsp
 from tppasm.eltwise import UNARY_OPS
 from tppasm.x86.math import ACCURACY_ABS
+from tests.mxcsr import RC_BITS, read, rounding
 from tests.support import kernel_level, native
 
 MODES = {"nearest": 0, "down": 1, "up": 2, "toward_zero": 3}     # MXCSR.RC, bits 13-14
-RC_BITS = 3 << 13
 BOUND = ACCURACY_ABS["gelu_erf_fast"]
 LEVELS = [level for level in ("avx2", "avx512") if native(level)]
-
-
-@functools.lru_cache(maxsize=None)
-def mxcsr_functions():
-    """(get, set): this thread's MXCSR, through two tiny JIT functions (built on first use: x86 only)."""
-    get = Function("get_mxcsr", [], returns="i64")
-    get.stack(16)
-    get.asm.stmxcsr([rsp])
-    get.asm.mov(eax, [rsp])
-    put = Function("set_mxcsr", ["i64"])
-    put.stack(16)
-    put.asm.mov([rsp], edi)
-    put.asm.ldmxcsr([rsp])
-    return get.finalize(), put.finalize()
-
-
-@contextlib.contextmanager
-def rounding(mode):
-    """Run the block with MXCSR.RC = ``mode``; the caller's MXCSR is restored after."""
-    get, put = mxcsr_functions()
-    saved = get()
-    put((saved & ~RC_BITS) | MODES[mode] << 13)
-    try:
-        yield
-    finally:
-        put(saved)
 
 
 def _inputs():
@@ -69,7 +39,7 @@ def test_gelu_erf_fast_unary_in_every_rounding_mode(level, mode):
     with kernel_level(level):
         k = tppasm.unary("gelu_erf_fast", 1, x.shape[1])
     out = np.full_like(x, np.nan)
-    with rounding(mode):
+    with rounding(MODES[mode]):
         k(x, out)
     _assert_within_bound(out, x, f"unary gelu_erf_fast, {level}, rounding {mode}")
 
@@ -83,16 +53,15 @@ def test_gelu_erf_fast_brgemm_epilogue_in_every_rounding_mode(level, mode):
     with kernel_level(level):
         g = tppasm.brgemm(1, x.shape[1], 1, act="gelu_erf_fast")
     c = np.full((1, x.shape[1]), np.nan, np.float32)
-    with rounding(mode):
+    with rounding(MODES[mode]):
         g(np.ones((1, 1, 1), np.float32), x.reshape(1, 1, -1).copy(), c)
     _assert_within_bound(c, x, f"BRGEMM act=gelu_erf_fast, {level}, rounding {mode}")
 
 
 @pytest.mark.skipif(not LEVELS, reason="the host runs neither avx2 nor avx512 code")
 def test_rounding_restores_the_callers_mxcsr():
-    get, _ = mxcsr_functions()
-    before = get()
-    with pytest.raises(ZeroDivisionError), rounding("up"):
-        assert get() & RC_BITS == MODES["up"] << 13
+    before = read()
+    with pytest.raises(ZeroDivisionError), rounding(MODES["up"]):
+        assert read() & RC_BITS == MODES["up"] << 13
         1 / 0
-    assert get() == before
+    assert read() == before
