@@ -53,6 +53,11 @@ NTMP = {"exp": 3, "exp_bf16": 3, "sigmoid": 3, "tanh": 5, "gelu_tanh": 4, "gelu_
 #   gelu_tanh [-3, 12] 16 (12): for x << 0 it is ill-conditioned (cond ~ 2u'(x) x, 300 at x=-10) and
 #   the error stays within 4 ulps x max(1, cond); grads [-12, 12] 4 (2); reciprocal, rsqrt
 #   [1e-37, 1e37] 2 (1, 1) on AVX2 (vdivps, exact; vrsqrtps + 2nd-order Newton) and AVX-512 (the 14-bit forms).
+# These hold in MXCSR's default rounding (to nearest). Under a directed mode (fesetround) the
+# range reduction picks n = floor or ceil, and the worst errors grow to 15-42 ulps (exp 21,
+# sigmoid 42, tanh 13, gelu_tanh 36, gelu_erf 40; ~2.5e-6 relative, torch's F.gelu there: 1.4e-6);
+# grads stay at ~5, reciprocal and rsqrt at 1. Left so: rounding n in the instruction would cost
+# every transcendental kernel a vroundps (8 cycles on Intel) for a mode few callers set.
 ACCURACY = {"exp": 2, "sigmoid": 3, "tanh": 3, "gelu_tanh": 16, "gelu_erf": 6, "gelu_tanh_grad": 4,
             "gelu_erf_grad": 4, "reciprocal": 2, "rsqrt": 2}
 # gelu_erf_bf16 is for results rounded to bf16 next (BRGEMM epilogues with a bf16 C): relative
