@@ -92,6 +92,10 @@ class ExecutableMemory:
         self.size = size
         _live[addr] = size
         self._finalizer = weakref.finalize(self, _unmap, addr, size)
+        # not at interpreter exit: an atexit handler registered before this finalizer's own hook
+        # (before the first finalize of the process), or a daemon thread still in a kernel, would
+        # then jump into unmapped pages (SIGSEGV); the process's end unmaps them
+        self._finalizer.atexit = False
 
     def free(self):
         """Unmap now (the object must not be called afterwards)."""

@@ -123,3 +123,32 @@ def test_collected_kernels_free_their_builtin_entry_safely():
         print("survived")
     """, env={"PYTHONMALLOC": "malloc", "MALLOC_PERTURB_": "255", "TPPASM_CACHE": "0"})
     assert "survived" in out
+
+
+_EXIT_SCRIPT = """
+import atexit, sys, threading, time, numpy as np, tppasm as tpp
+def at_exit():                       # registered before the process's first weakref.finalize
+    print("at exit", bool((relu(-np.ones((64, 64), np.float32)) == 0).all()), flush=True)
+atexit.register(at_exit)
+relu, big = tpp.relu(64, 64), tpp.relu(1024, 1024)
+x, y = np.ones((1024, 1024), np.float32), np.empty((1024, 1024), np.float32)
+def loop():
+    while True:
+        big(x, y)                     # a daemon thread inside a kernel while the interpreter ends
+threading.Thread(target=loop, daemon=True).start()
+time.sleep(0.05)
+"""
+
+
+def test_kernels_stay_mapped_while_the_interpreter_ends():
+    """An atexit handler calling a kernel, and a daemon thread inside one, once found the code
+    unmapped by the finalizers' own exit hook (SIGSEGV)."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT], capture_output=True, text=True, env=env, cwd=root,
+                           timeout=120)
+        assert r.returncode == 0 and "at exit True" in r.stdout, (r.returncode, r.stdout, r.stderr)
