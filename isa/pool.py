@@ -14,7 +14,9 @@ same state layout and protocol, ``yield`` in place of ``pause``):
   once: a worker woken (or started) on the caller's CPU moves to another CPU of its mask. Completion
   is a countdown the caller waits on with the same spin-then-sleep; barriers wait the same way.
 - Regions are serialized by a lock, so several Python threads may call :meth:`Pool.run`; calling it
-  from inside a region (a callback into Python) raises ``RuntimeError`` instead of deadlocking.
+  on a thread already inside the pool (a callback into Python from a region, or a signal handler
+  that interrupted a region or the start or stop of the workers) raises ``RuntimeError`` instead
+  of deadlocking.
 - A forked child restarts its workers on its first region (``os.register_at_fork``); the state and
   code addresses (``barrier_fn``, ``barrier_state``) stay the same there.
 - At interpreter exit (``atexit``) the handler waits, for every live pool, for a region in flight,
@@ -280,8 +282,8 @@ class Pool:
         self.barrier_fn = self._code["barrier"].address
         self.barrier_state = self._state
         self.spin_iterations = _spin_iterations(spin_us * _shared["pauses_per_us"])
-        self._lock = threading.Lock()
-        self._owner = None
+        self._lock = threading.RLock()     # (a signal handler that interrupted its holder may re-enter)
+        self._owner = None                  # the thread inside a region, or starting or stopping workers
         self._worker_ids = frozenset()
         self._stale = True          # workers must be (re)started before the next region
         self._exited = False        # set at interpreter exit
@@ -300,20 +302,21 @@ class Pool:
         """
         me = threading.get_ident()
         if me == self._owner or me in self._worker_ids:
-            raise RuntimeError("Pool.run called from inside a parallel region of the same pool; "
-                               "nested regions are not supported (run the inner work serially)")
+            raise RuntimeError("Pool.run called on a thread already inside this pool: inside a parallel region, "
+                               "or while it starts or stops the workers (e.g. from a signal handler); nested "
+                               "regions are not supported (run the inner work serially, or after the region)")
         if type(fn) is not int or type(arg) is not int or not (0 < fn <= _WORD and 0 <= arg <= _WORD):
             _refuse_run(fn, arg)             # (ctypes would pass a str's characters, and wrap 2**64 to 0)
         if self._exited and threading.current_thread() is threading.main_thread():
             raise RuntimeError("the pool was shut down at interpreter exit")
-        with self._lock:
-            if self.closed:
-                raise ValueError(f"this pool was closed (Pool.close()); make a new Pool({self.nthreads}), or use "
-                                 "the process's pool, isa.pool.get_pool()")
-            if self._stale:
-                self._start()
+        with self._lock:        # re-entered only by a signal handler before _owner is set: no work begun yet
             self._owner = me
             try:
+                if self.closed:
+                    raise ValueError(f"this pool was closed (Pool.close()); make a new Pool({self.nthreads}), or "
+                                     "use the process's pool, isa.pool.get_pool()")
+                if self._stale:
+                    self._start()
                 self._run(self._state, fn, arg)
             finally:
                 self._owner = None
@@ -378,14 +381,18 @@ class Pool:
         ValueError: this pool was closed (Pool.close()); make a new Pool(2), or use the process's pool, ...
         """
         if threading.get_ident() == self._owner:
-            raise RuntimeError("Pool.close called from inside a parallel region of the same pool; close it after "
-                               "the region")
+            raise RuntimeError("Pool.close called on a thread already inside this pool (a parallel region, or the "
+                               "start or stop of its workers); close it after the region")
         if self._exited:
             return                  # stopped at exit, and the lock is kept
         with self._lock:
-            self.closed = True
-            self._release()
-            self._worker_ids, self._stale = frozenset(), True
+            self._owner = threading.get_ident()
+            try:
+                self.closed = True
+                self._release()
+                self._worker_ids, self._stale = frozenset(), True
+            finally:
+                self._owner = None
 
     # -- lifecycle --------------------------------------------------------------------------
     @property
@@ -424,10 +431,19 @@ class Pool:
         self._workers.stop()
         self._worker_ids, self._stale = frozenset(), True
 
+    def _stop_replaced(self):
+        """Join the workers once a region in flight ends (the pool was replaced by another)."""
+        with self._lock:
+            self._owner = threading.get_ident()      # a signal handler's run on this thread: RuntimeError
+            try:
+                self._stop()
+            finally:
+                self._owner = None
+
     def _after_fork_in_child(self):
         # The parent's workers do not exist here, and the lock may have been held by a thread
         # that does not exist either.
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._owner = None
         self._workers.threads, self._worker_ids, self._stale = [], frozenset(), True
         self._pid = os.getpid()
@@ -446,7 +462,7 @@ class Pool:
 
 
 _pool = None
-_pool_lock = threading.Lock()
+_pool_lock = threading.RLock()      # (a signal handler may replace a closed pool while its thread does)
 
 
 _POOLS = weakref.WeakSet()          # every pool: a forked child restarts their workers
@@ -454,7 +470,7 @@ _POOLS = weakref.WeakSet()          # every pool: a forked child restarts their 
 
 def _after_fork_in_child():
     global _pool_lock, _code_lock
-    _pool_lock = threading.Lock()       # a thread of the parent may have held it at the fork
+    _pool_lock = threading.RLock()      # a thread of the parent may have held it at the fork
     _code_lock = threading.Lock()
     for pool in list(_POOLS):
         pool._after_fork_in_child()
@@ -479,6 +495,16 @@ def get_pool():
     return pool if pool is not None and not pool.closed else _switch_pool(None)
 
 
+def is_current(pool):
+    """Whether ``pool`` is the process's pool and open, without creating or replacing one (a nest
+    compiled for a pool that set_num_threads replaced, or that was closed, compiles again).
+
+    >>> is_current(get_pool()), is_current(Pool(1))
+    (True, False)
+    """
+    return pool is _pool and not pool.closed
+
+
 def _switch_pool(n):
     """The process's pool, replaced by a new one of ``n`` threads (None: as many as before) unless
     it is open and has that many; the old one's workers are joined once its region in flight ends,
@@ -492,8 +518,7 @@ def _switch_pool(n):
         _pool = new = Pool(n)
     if old is not None:
         if not old.closed:
-            with old._lock:              # a region in flight on the old pool finishes first
-                old._stop()
+            old._stop_replaced()         # a region in flight on the old pool finishes first
         for callback in ON_NEW_POOL:
             callback()
     return new

@@ -13,7 +13,6 @@
 True
 """
 import ctypes
-import functools
 import inspect
 import os
 import threading
@@ -33,6 +32,7 @@ from tppasm.x86.entry import NATIVE_CHECKS, build_entry
 
 from . import display, races as _races
 from .bind import arity, box_of, check_grid, traced_trees
+from .body import check_body as _check_body, parameters as _parameters
 from .explain import explain
 from .nest_plan import Layout
 from .signature import as_arrays, signature, written_objects
@@ -80,66 +80,6 @@ def _check_pool(pool):
 def _check_races(races):
     if races not in _races.MODES:
         raise ValueError(f"races={races!r}: expected one of {', '.join(map(repr, _races.MODES))}")
-
-
-def _check_body(body):
-    """Refuse bodies whose call would not run the loop body: generators, coroutines, non-callables."""
-    fn = body
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    if not callable(fn):
-        raise TypeError(f"a loop body must be a function, not {type(body).__name__} {body!r}")
-    target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(type(fn), "__call__", fn)
-    for test, what in ((inspect.isgeneratorfunction, "a generator function (it has 'yield')"),
-                       (inspect.iscoroutinefunction, "an 'async def' coroutine function"),
-                       (inspect.isasyncgenfunction, "an async generator function")):
-        if test(fn) or test(target):
-            raise TypeError(f"loop body {getattr(body, '__name__', type(body).__name__)!r} is {what}: calling it "
-                            "runs nothing; "
-                            "write the body as a plain 'def' that calls the kernels directly (no yield, "
-                            "async or await)")
-
-
-def _parameters(body, varargs=False):
-    """The names of ``body``'s parameters, which the nest fills by position (loop indices, then
-    arrays); TypeError unless ``body`` is a Python function (a ``def``, lambda, method, partial or
-    object with a Python ``__call__``) whose parameters can all be passed so. ``varargs``: a
-    ``*args`` parameter is allowed (hooks take "as many arrays as they name"); it ends the names.
-
-    >>> _parameters(lambda i, X, Y: None)
-    ['i', 'X', 'Y']
-    """
-    fn = body
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    name = getattr(body, "__name__", type(body).__name__)
-    call = getattr(type(fn), "__call__", None)
-    python = (inspect.isfunction(fn) or (inspect.ismethod(fn) and inspect.isfunction(fn.__func__))
-              or (not isinstance(fn, type) and not inspect.isroutine(fn) and inspect.isfunction(call)))
-    if not python:
-        raise TypeError(f"loop body {name!r} is a {type(fn).__name__} ({fn!r}), not a Python function: a body "
-                        "receives one loop index per declared Loop, then the arrays, and calls tppasm kernels "
-                        "on views of them; write it as a def, e.g. 'def body(i, X, Y): relu(X[i], Y[i])'")
-    try:
-        params = list(inspect.signature(body).parameters.values())
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"loop body {name!r}: its parameters cannot be read ({e}); write it as a def that names "
-                        "one parameter per loop index, then one per array: 'def body(i, X, Y): ...'") from None
-    names = []
-    for p in params:
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            names.append(p.name)
-        elif p.kind == p.VAR_POSITIONAL and varargs:
-            break
-        elif p.kind == p.KEYWORD_ONLY and p.default is not p.empty:
-            continue                          # a keyword with a default (e.g. bound by a partial): never passed
-        else:
-            what = {p.VAR_POSITIONAL: f"'*{p.name}'", p.VAR_KEYWORD: f"'**{p.name}'",
-                    p.KEYWORD_ONLY: f"the keyword-only parameter {p.name!r} (after '*')"}[p.kind]
-            raise TypeError(f"loop body {name!r} takes {what}: the nest passes the loop indices, then the arrays, "
-                            "by position, one named parameter each; write e.g. 'def body(i, X, Y):' "
-                            "(no '*', '*args' or '**kwargs')")
-    return names
 
 
 _ALL = weakref.WeakSet()       # every loop kernel: set_num_threads drops their compiled nests
@@ -247,8 +187,7 @@ class LoopKernel:
         if best is not None and best != self.spec.text:
             self._fast = None
             return self.with_spec(best)(*objs)
-        inst = self._bound.get(key) or self._bind(arrays, key)
-        self._fast = inst if inst.entry is not None else None
+        inst = self._current(arrays, key)
         written = () if objs is arrays else written_objects(objs, inst.writes, self.array_names, self.__name__)
         inst.run(arrays)
         mark_written(written)
@@ -257,6 +196,20 @@ class LoopKernel:
         if len(arrays) != len(self.array_names):
             raise TypeError(f"{self.__name__} takes {len(self.array_names)} arrays "
                             f"({', '.join(self.array_names)}), got {len(arrays)}")
+
+    def _current(self, arrays, key):
+        """The nest compiled for ``key``, bound now if there is none or if it was compiled for a
+        process pool that was replaced (set_num_threads) or closed since."""
+        for _ in range(3):          # (not forever: a body that calls set_num_threads may replace it each time)
+            inst = self._bound.get(key) or self._bind(arrays, key)
+            self._fast = inst if inst.entry is not None else None
+            # checked after storing it: a pool replaced after this check is followed by
+            # _forget_nests, which drops what was stored (no lock on the call path)
+            if not inst.outdated():
+                return inst
+            pool_module.get_pool()          # replaces a closed one, which drops every nest built for it
+            self._bound.pop(key, None)
+        return inst
 
     def _bind(self, arrays, key):
         self._check_count(arrays)
@@ -433,7 +386,8 @@ class _Instance:
             self.pool.run(self.code.address, address)
 
     def try_fast(self, arrays):
-        """Run on ``arrays`` if they match this instance's signature (native check); else False."""
+        """Run on ``arrays`` if they match this instance's signature (native check); else False
+        (also when the process's pool was closed or replaced: the caller binds again)."""
         if not self.lock.acquire(False):
             return False
         try:
@@ -441,8 +395,16 @@ class _Instance:
                 return False
             self.launch(self.ctx_address)
             return True
+        except (ValueError, RuntimeError):      # the pool's "closed" or "already inside this pool"
+            if self.outdated():
+                return False
+            raise
         finally:
             self.lock.release()
+
+    def outdated(self):
+        """Whether this nest runs on a process pool that was closed or replaced since it was built."""
+        return self.pool is not None and self.lk.pool_override is None and not pool_module.is_current(self.pool)
 
     def run(self, arrays):
         mine = self.lock.acquire(False)

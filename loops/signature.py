@@ -11,12 +11,13 @@ import numpy as np
 from tppasm.operand import as_ndarray, origin_of, refuse_write
 
 from .affine import TraceError
+from .trace import PyArray
 
 
 def signature(arrays):
     """The binding key of ``arrays``; TypeError unless each is a NumPy array."""
     if not all(type(a) is np.ndarray for a in arrays):
-        if any(getattr(a, "traced_view", False) for a in arrays):
+        if any(getattr(a, "traced_view", False) or isinstance(a, PyArray) for a in arrays):   # (PyArray: .python())
             raise TraceError("a loop nest cannot run inside another nest's body, where its arguments are traced "
                              "blocks, not arrays: write the loops as one nest (one spec over all of them), or call "
                              "the nests one after the other from Python")

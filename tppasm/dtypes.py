@@ -67,6 +67,17 @@ def _short_name(x):
 _KNOWN = {}
 
 
+def imported(module, attr):
+    """``module.attr`` if ``module`` is imported and has it, else None, never importing it. A module
+    that another thread is importing at this moment is in ``sys.modules`` half initialized, without
+    the attribute yet, which counts as not imported.
+
+    >>> imported("numpy", "ndarray") is np.ndarray, imported("no_such_module", "x")
+    (True, None)
+    """
+    return getattr(sys.modules.get(module), attr, None)
+
+
 def _recognize(x):
     if x is None or isinstance(x, bool):
         return None
@@ -75,8 +86,8 @@ def _recognize(x):
                               .removeprefix("torch."))
         if short is not None:
             return short
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.dtype):
+    torch_dtype = imported("torch", "dtype")
+    if torch_dtype is not None and isinstance(x, torch_dtype):
         return SPELLINGS.get(str(x).removeprefix("torch."))
     try:
         dt = np.dtype(x)
@@ -91,8 +102,8 @@ def _recognize(x):
 def _display(x):
     if x is None or isinstance(x, bool):
         return repr(x)
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.dtype):
+    torch_dtype = imported("torch", "dtype")
+    if torch_dtype is not None and isinstance(x, torch_dtype):
         return str(x)
     try:
         dt = np.dtype(x)

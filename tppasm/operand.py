@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import dtype as to_dtype, name_of
+from .dtypes import dtype as to_dtype, imported, name_of
 
 FLOATS = ("f32", "bf16")
 
@@ -110,8 +110,8 @@ def check(spec: OperandSpec, arr, count=1, who="kernel", origin="numpy"):
 def refuse_masked(arr, where, writes=False):
     """Raise :class:`OperandError` if ``arr`` is a NumPy masked array: a kernel would read (or write)
     every element, whatever its mask says. ``where`` names the operand ("brgemm: operand a")."""
-    masked = sys.modules.get("numpy.ma")       # (no masked array exists before numpy.ma is imported)
-    if masked is not None and isinstance(arr, masked.MaskedArray):
+    masked = imported("numpy.ma", "MaskedArray")     # (no masked array exists before numpy.ma is imported)
+    if masked is not None and isinstance(arr, masked):
         fix = ("pass x.data (the same memory; the mask stays as it is)" if writes
                else "pass x.filled(value) (masked elements replaced by value) or x.data (the values as stored, "
                "mask ignored)")
@@ -176,8 +176,8 @@ def origin_of(obj):
     """
     if isinstance(obj, np.ndarray):
         return "numpy"
-    torch = sys.modules.get("torch")        # a tensor exists only once torch is imported
-    if torch is not None and isinstance(obj, torch.Tensor):
+    tensor = imported("torch", "Tensor")        # a tensor exists only once torch is imported
+    if tensor is not None and isinstance(obj, tensor):
         return "torch"
     return "dlpack" if hasattr(type(obj), "__dlpack__") else None
 
@@ -205,11 +205,11 @@ def as_ndarray(obj, name="x", who="kernel", writes=False):
             return obj
         refuse_masked(obj, f"{who}: operand {name}", writes)
         return np.ndarray.view(obj, np.ndarray)
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(obj, torch.Tensor):
+    tensor = imported("torch", "Tensor")
+    if tensor is not None and isinstance(obj, tensor):
         if writes:
             refuse_write(obj, name, who)
-        return _from_torch(obj, torch, name, who, writes)
+        return _from_torch(obj, sys.modules["torch"], name, who, writes)
     kind = origin_of(obj)
     if kind == "dlpack":
         return _from_dlpack(obj, f"{who}: operand {name}")
@@ -218,9 +218,10 @@ def as_ndarray(obj, name="x", who="kernel", writes=False):
 
 def refuse_write(obj, name="x", who="kernel"):
     """Raise :class:`OperandError` if a kernel must not write the tensor ``obj`` in place."""
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(obj, torch.Tensor):
+    tensor = imported("torch", "Tensor")
+    if tensor is None or not isinstance(obj, tensor):
         return
+    torch = sys.modules["torch"]
     if obj.requires_grad:
         raise OperandError(f"{who}: operand {name} is a tensor that requires grad, and the kernel writes it in place "
                            "where autograd cannot see; pass x.detach() (the same memory, outside autograd) or use the "
@@ -262,10 +263,11 @@ _DATA_WORD_HOLDS = _data_word_holds()
 def mark_written(objs):
     """Tell autograd that the torch tensors among ``objs`` were modified in place (their version
     counters move on, so a backward that saved one of them raises instead of using new values)."""
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        tensors = [t for t in objs if isinstance(t, torch.Tensor)]
+    tensor = imported("torch", "Tensor")
+    if tensor is not None:
+        tensors = [t for t in objs if isinstance(t, tensor)]
         if tensors:
+            torch = sys.modules["torch"]
             # the C function torch.autograd.graph.increment_version calls (a third of its cost)
             getattr(torch._C, "_increment_version", torch.autograd.graph.increment_version)(tensors)
 
