@@ -35,6 +35,7 @@ from .bind import arity, box_of, check_grid, traced_trees
 from .body import check_body as _check_body, parameters as _parameters
 from .explain import explain
 from .nest_plan import Layout
+from .recent import NESTS, VARIANTS, Recent
 from .signature import as_arrays, signature, written_objects
 from .spec import LETTERS, Loop, SpecError, parse, serial_order
 from .trace import PyArray, TraceError, run_python
@@ -114,10 +115,10 @@ class LoopKernel:
         self.index_names, self.array_names = params[:len(loops)], params[len(loops):]
         self.spec = parse(spec, len(loops))
         self.resolved = self.spec.resolve(self.loops)
-        self.hooks = hooks if hooks is not None else {"init": [], "fini": [], "family": []}
-        self.hooks["family"].append(self)         # every variant: a new hook invalidates all their nests
+        self.hooks = hooks if hooks is not None else {"init": [], "fini": [], "family": weakref.WeakSet()}
+        self.hooks["family"].add(self)            # every live variant: a new hook invalidates all their nests
         self._tuned = {}          # (array signature, thread count) -> tuned spec; this kernel's alone
-        self._bound, self._variants, self._last, self._fast = {}, {}, None, None
+        self._bound, self._variants, self._last, self._fast = Recent(NESTS), Recent(VARIANTS), None, None
         self.__name__, self.__doc__ = name, body.__doc__
         P = inspect.Parameter           # what inspect.signature(loop_kernel) shows: the arrays
         self.__signature__ = inspect.Signature([P(n, P.POSITIONAL_ONLY) for n in self.array_names])
@@ -148,7 +149,7 @@ class LoopKernel:
         return fn
 
     def _invalidate(self):
-        for member in self.hooks["family"]:
+        for member in list(self.hooks["family"]):
             member._bound.clear()
             member._fast = member._last = None
 
