@@ -27,6 +27,7 @@ import os
 import numpy as np
 
 import tppasm.kernel as _tk
+from tppasm.brgemm import unchecked_in_body
 from tppasm.operand import OperandError, check
 
 from .affine import NEGATE, Affine, Compare, TraceError  # noqa: F401  (Compare, TraceError: loops.trace's)
@@ -226,7 +227,7 @@ class _Tracer:
     def record(self, kernel, arrays, values):
         specs = kernel.operands
         if not getattr(kernel.desc, "checked_call", True):
-            raise TraceError(_tk.unchecked_in_body(kernel.desc))
+            raise TraceError(unchecked_in_body(kernel.desc))
         for name, v in zip(kernel.scalars, values):
             if isinstance(v, Affine):
                 raise TraceError(f"{kernel.desc.kind}: {name}={v!r}; kernel scalars in a loop body must be ints "
@@ -286,7 +287,12 @@ class PyArray(np.ndarray):
     """Arrays passed to a body by ``kernel.python``: kernels called on them run their NumPy reference."""
 
 
-_tk.TRACE_HOOK = _hook
+def _mode():
+    """This thread's mode: "trace" (tracing a body), "python" (running one in ``.python()``) or None."""
+    return getattr(_local, "mode", None)
+
+
+_tk.TRACE_HOOK, _tk.BODY_MODE = _hook, _mode
 
 
 # -- thread coordinates ----------------------------------------------------------------------
@@ -362,16 +368,25 @@ def trace(body, index_names, arrays, arg_names=None):
 
 def _run(tracer, fn, args, mode="trace"):
     """``fn(*args)`` with kernel calls going to the hook in ``mode`` ("trace" or "python")."""
-    prev = getattr(_local, "mode", None), getattr(_local, "tracer", None)
-    _local.mode, _local.tracer = mode, tracer
-    _local.depth = getattr(_local, "depth", 0) + 1
-    _tk.tracing(+1)             # kernels then skip their native fast path and ask the hook
+    prev = getattr(_local, "mode", None), getattr(_local, "tracer", None), getattr(_local, "depth", 0)
+    # A KeyboardInterrupt (any signal handler's exception) is raised only where the interpreter
+    # checks for pending signals (and switches threads): after a call, at a function's start, at a
+    # jump. The updates below are plain assignments with no such point among them or before the
+    # try that undoes them, so an interrupt lands before them (nothing to undo) or in fn (all
+    # undone), and no other thread sees TRACING half updated. A call there (the former
+    # tracing(+1)) let one land between an update and its try, or in the finally before the
+    # restore: that left this thread in trace mode, and TRACING counted, for good.
     try:
-        result = fn(*args)
+        _local.mode, _local.tracer, _local.depth = mode, tracer, prev[2] + 1
+        _tk.TRACING += 1        # kernels then skip their native fast path and ask the hook
+        _tk._DIVERT.value = _tk.TRACING
+        try:
+            result = fn(*args)
+        finally:
+            _tk.TRACING -= 1
+            _tk._DIVERT.value = _tk.TRACING
     finally:
-        _tk.tracing(-1)
-        _local.depth -= 1
-        _local.mode, _local.tracer = prev
+        _local.mode, _local.tracer, _local.depth = prev
     if inspect.isgenerator(result) or inspect.iscoroutine(result) or inspect.isasyncgen(result) \
             or inspect.isawaitable(result):
         if hasattr(result, "close"):
@@ -383,7 +398,8 @@ def _run(tracer, fn, args, mode="trace"):
 def _after_fork_in_child():
     """Only the forking thread's traces go on in a child: other threads' counts must not keep
     every kernel call on the slow path forever."""
-    _tk.tracing(getattr(_local, "depth", 0) - _tk.TRACING)
+    _tk.TRACING = getattr(_local, "depth", 0)
+    _tk._DIVERT.value = _tk.TRACING
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

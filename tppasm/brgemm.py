@@ -55,9 +55,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import backends, display, kernel as _kernel
+from . import backends, display
 from .eltwise import UNARY_OPS
-from .kernel import Descriptor, get_kernel, scalar_arg, unchecked_in_body
+from .kernel import Descriptor, get_kernel, in_body, scalar_arg
+from .lazy import OnFirstRead
 from .operand import (OperandError, OperandSpec, as_ndarray, check, data_address, mark_written, origin_of,
                       refuse_masked, refuse_overlap)
 
@@ -285,6 +286,14 @@ def _need(ok, name, value, legal):
         raise ValueError(f"brgemm: {name}={value!r}; expected {legal}")
 
 
+def unchecked_in_body(desc):
+    """Why a kernel whose native entry cannot vouch for its calls (``desc.checked_call`` False: an
+    offset or address batch) is refused in a loop body."""
+    return (f"{desc.kind} with batch={desc.batch!r} cannot run in a loop body: its offsets or addresses "
+            "are checked in Python on each call; in a body use batch='stride' with views of the blocks "
+            "(A[i, k0:k1] and count=...)")
+
+
 class BatchedBrgemm:
     """A BRGEMM batched by offsets or addresses: checks the batch in Python, then calls the kernel.
 
@@ -299,8 +308,8 @@ class BatchedBrgemm:
         if getattr(kernel, "_batched_class", None) is None:      # (made once per kernel; no cycle through it)
             me = weakref.ref(kernel)
             kernel._batched_class = type(type(kernel).__name__, (BatchedBrgemm,), {
-                "__doc__": _kernel._OnFirstRead(lambda: me() and type(me()).__doc__),
-                "__signature__": _kernel._OnFirstRead(lambda: me() and me().__signature__), "__module__": __name__})
+                "__doc__": OnFirstRead(lambda: me() and type(me()).__doc__),
+                "__signature__": OnFirstRead(lambda: me() and me().__signature__), "__module__": __name__})
         self.__class__ = kernel._batched_class
 
     def __getattr__(self, name):
@@ -347,7 +356,7 @@ class BatchedBrgemm:
         if wrong:
             raise TypeError(display.wrong_call(self.kernel, 3 + len(rest), wrong))
         who = "brgemm"
-        if _kernel.TRACING and not all(isinstance(x, (np.ndarray, list, tuple)) for x in (a, b, c)):
+        if in_body() and not all(isinstance(x, (np.ndarray, list, tuple)) for x in (a, b, c)):
             raise TypeError(unchecked_in_body(d))
         target = c
         c_origin, rest_origins = origin_of(c), [origin_of(x) for x in rest]

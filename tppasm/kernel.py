@@ -28,6 +28,7 @@ from .cache import kernel_code
 from .cache.lru import DEFAULT_LIMIT, KernelLRU, check_limit
 from .dtypes import name_of
 from .layout import empty_for
+from .lazy import OnFirstRead
 from .operand import OperandError, check
 from .x86.entry import NATIVE_CHECKS, Addresses, Vectorcall, build_entry, make_builtin
 
@@ -38,16 +39,16 @@ _GIL_RELEASE_WORK = 1 << 20
 # set by loops.trace: called as TRACE_HOOK(kernel, arrays, scalar_values) for calls the native
 # entry refuses (traced views in a loop body); returning True means the call was handled
 TRACE_HOOK = None
-TRACING = 0      # > 0 while some thread traces a loop body: calls then go to TRACE_HOOK first
+BODY_MODE = None     # set by loops.trace: BODY_MODE() is this thread's "trace" or "python", None outside bodies
+TRACING = 0      # bodies traced or run by .python() in all threads (loops.trace counts): calls then reach TRACE_HOOK
 _DIVERT = ctypes.c_int32(0)      # TRACING, where the builtin entries read it
 builtin_entry = True             # False: new kernels are called through ctypes (the pre-3.11 path)
 
 
-def tracing(delta):
-    """Count a loop-body trace in (+1) or out (-1); while any runs, every call reaches TRACE_HOOK."""
-    global TRACING
-    TRACING += delta
-    _DIVERT.value = TRACING
+def in_body():
+    """Whether this thread runs a loop body (tracing it, or in ``.python()``): other threads' bodies
+    never make its calls body calls. TRACING, nonzero while any thread does, is the cheap first test."""
+    return TRACING > 0 and BODY_MODE is not None and BODY_MODE() is not None
 
 
 DTYPE_FIELDS = ("dtype", "out_dtype", "c_dtype")
@@ -65,8 +66,8 @@ class ISAUnavailableError(RuntimeError, ValueError):
 
 def _dtype_like(value):
     """A string, or something NumPy (or torch) reads as a dtype: what a dtype field may hold."""
-    torch = sys.modules.get("torch")
-    if isinstance(value, str) or (torch is not None and isinstance(value, torch.dtype)):
+    torch_dtype = getattr(sys.modules.get("torch"), "dtype", None)    # (None while torch is half imported)
+    if isinstance(value, str) or (torch_dtype is not None and isinstance(value, torch_dtype)):
         return True
     try:
         hash(value)
@@ -147,18 +148,6 @@ class Descriptor:
 
     def validate(self):
         """Raise ValueError naming the parameter when the descriptor is inconsistent."""
-
-
-class _OnFirstRead:
-    """A class attribute computed by ``make()`` when first read (from the class or an instance)."""
-
-    def __init__(self, make):
-        self.make, self.value = make, None
-
-    def __get__(self, obj, cls=None):
-        if self.value is None:
-            self.value = self.make()
-        return self.value
 
 
 def _nones_at(arrays, places):
@@ -257,8 +246,8 @@ class Kernel:
         me = weakref.ref(self)
         cls = type(display.class_name(self.desc), (Kernel,),
                    {"__call__": builtin if builtin is not None else Kernel.__call__,
-                    "__doc__": _OnFirstRead(lambda: me() and display.docstring(me())),
-                    "__signature__": _OnFirstRead(lambda: me() and display.signature(me())),
+                    "__doc__": OnFirstRead(lambda: me() and display.docstring(me())),
+                    "__signature__": OnFirstRead(lambda: me() and display.signature(me())),
                     "__module__": Kernel.__module__})
         self.__class__ = cls
 
@@ -295,7 +284,7 @@ class Kernel:
         """Explain a refusal, or call through pointers for inputs the native check cannot vouch for;
         with None for every output the kernel can allocate (its signature's ``= None``), allocate
         them as ``k(inputs)`` does and return them."""
-        if self._alloc and _nones_at(arrays, self._alloc) and not TRACING:
+        if self._alloc and _nones_at(arrays, self._alloc) and not in_body():
             return self._allocating_call(_without(arrays, self._alloc), values[0] if self.scalars == ("count",)
                                          and values else None)
         if TRACE_HOOK is not None and TRACE_HOOK(self, arrays, values):
@@ -379,7 +368,7 @@ class Kernel:
     def _allocating_call(self, arrays, count, run=None):
         """``out = k(inputs...)``: new aligned outputs for the operands the kernel only writes (``run``: the
         kernel, or its reference)."""
-        if TRACING:
+        if in_body():
             names = ", ".join(self.operands[i].name for i in self._alloc)
             raise TypeError(f"{self.desc.kind}: inside a loop body pass the output ({names}) as a view of a "
                             "body argument; the allocating form k(inputs) runs outside loop bodies only")
@@ -483,14 +472,6 @@ def _rebuild(desc, isa, runnable):
     return get_kernel(desc, isa)
 
 
-def unchecked_in_body(desc):
-    """Why a kernel whose native entry cannot vouch for its calls (``desc.checked_call`` False)
-    is refused in a loop body."""
-    return (f"{desc.kind} with batch={desc.batch!r} cannot run in a loop body: its offsets or addresses "
-            "are checked in Python on each call; in a body use batch='stride' with views of the blocks "
-            "(A[i, k0:k1] and count=...)")
-
-
 def scalar_arg(kind, name, value):
     """``value`` as a Python int in [1, 2**30) (NumPy integers welcome, bools not)."""
     try:
@@ -525,6 +506,7 @@ def _limit_from_env():
 
 _CACHE = KernelLRU(_limit_from_env())
 _LOCK = threading.Lock()
+_HERE = threading.local()      # .generating: this thread holds _LOCK (see get_kernel)
 
 
 def get_kernel(desc, isa=None):
@@ -542,11 +524,23 @@ def get_kernel(desc, isa=None):
     kernel = _CACHE.get(key)
     if kernel is None:
         desc.validate()
+        if getattr(_HERE, "generating", False):
+            # a signal handler that interrupted this thread's own generation, which holds _LOCK and maybe
+            # the disk cache's locks (none reentrant: waiting would hang): generated in memory, without them
+            return _keep(key, Kernel(desc, isa))
         with _LOCK:
-            kernel = _CACHE.get(key)
-            if kernel is None:
-                kernel = Kernel(desc, isa, code_cache=kernel_code())
-                _CACHE.put(key, kernel)
+            _HERE.generating = True       # (no call between the acquire and this: a handler cannot miss it)
+            try:
+                kernel = _CACHE.get(key) or _keep(key, Kernel(desc, isa, code_cache=kernel_code()))
+            finally:
+                _HERE.generating = False
+    return kernel
+
+
+def _keep(key, kernel):
+    """Cache ``kernel`` for ``key`` and return it, or the one a signal handler's call cached meanwhile."""
+    kernel = _CACHE.get(key) or kernel
+    _CACHE.put(key, kernel)
     return kernel
 
 

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import display, kernel as _kernel
+from . import display
 from .dtypes import dtype as to_dtype, name_of, numpy_dtype
-from .kernel import Descriptor, get_kernel, scalar_arg
+from .kernel import Descriptor, get_kernel, in_body, scalar_arg
 from .layout import as_array, empty_for
 from .operand import OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of
 
@@ -169,7 +169,7 @@ class BlockSpmmKernel:
     def __call__(self, rowptr, colidx, values, b, c=None, *, count=None, **wrong):
         """``count`` defaults to the number of blocks ``colidx`` and ``values`` hold (when they agree);
         without ``c`` (beta=0 only) C is allocated and returned."""
-        if _kernel.TRACING and not wrong:
+        if in_body() and not wrong:
             return self.kernel(*(rowptr, colidx, values, b) + (() if c is None else (c,)), count=count)
         return self._run(self.kernel, (rowptr, colidx, values, b, c), count, wrong)
 
