@@ -30,7 +30,9 @@ class KernelLRU:
     def __init__(self, limit=DEFAULT_LIMIT):
         self._held = OrderedDict()
         self._alive = weakref.WeakValueDictionary()
-        self._lock = threading.Lock()
+        # reentrant: a kernel dropped under it may run a finalizer, and a signal handler may call
+        # get_kernel, on this thread, either reaching put again
+        self._lock = threading.RLock()
         self.limit = check_limit(limit)
 
     def get(self, key):
@@ -76,7 +78,7 @@ class KernelLRU:
         return len(self._held)
 
     def after_fork_in_child(self):
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
 
 def check_limit(limit, what="kernel cache limit", meaning="the number of kernels kept; 0 keeps none beyond those "
