@@ -26,7 +26,7 @@ from isa.listing import Listing
 from . import backends, display, forking, operand
 from .cache import kernel_code
 from .cache.lru import DEFAULT_LIMIT, KernelLRU, check_limit
-from .dtypes import name_of
+from .dtypes import imported, name_of
 from .layout import empty_for
 from .lazy import OnFirstRead
 from .operand import OperandError, check
@@ -66,7 +66,7 @@ class ISAUnavailableError(RuntimeError, ValueError):
 
 def _dtype_like(value):
     """A string, or something NumPy (or torch) reads as a dtype: what a dtype field may hold."""
-    torch_dtype = getattr(sys.modules.get("torch"), "dtype", None)    # (None while torch is half imported)
+    torch_dtype = imported("torch", "dtype")
     if isinstance(value, str) or (torch_dtype is not None and isinstance(value, torch_dtype)):
         return True
     try:
