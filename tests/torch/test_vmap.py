@@ -67,3 +67,18 @@ def test_jacrev_batches_its_cotangents(act, rows):
         want = torch.func.jacrev(lambda x, w, b: reference(x, w, b, act), argnums=argnums)(x, w, b)
         torch.testing.assert_close(got, want, **TOL[torch.float32])
 
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu_erf"])
+def test_vmap_alone_takes_the_operator_with_autograd_below_it(act):
+    """Under vmap alone ``linear`` calls the operator (no autograd.Function): the gradients of an
+    outer backward through the vmapped call still follow torch's."""
+    g = torch.Generator().manual_seed(3)
+    x, w, b = torch.randn(3, 4, 6, generator=g), torch.randn(5, 6, generator=g), torch.randn(5, generator=g)
+    grads = []
+    for f in (lambda x, w, b: tt.linear(x, w, b, act), lambda x, w, b: reference(x, w, b, act)):
+        xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+        torch.func.vmap(f, in_dims=(0, None, None))(xs, ws, bs).pow(2).sum().backward()
+        grads.append((xs.grad, ws.grad, bs.grad))
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want, **TOL[torch.float32])
