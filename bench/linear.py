@@ -1,4 +1,4 @@
-"""``python -m bench linear``: ``torch.ops.tppasm.linear`` (:mod:`tppasm.torch`, the layer of
+"""``python -m bench linear``: :func:`tppasm.torch.linear` (:mod:`tppasm.torch`, the layer of
 :mod:`tppasm.fc`) against ``torch.nn.functional.linear`` on the same tensors, forward
 (``inference_mode``) and, with ``--backward``, forward + backward, per shape n x k -> m (rows, in
 features, out features) and dtype, timed in interleaved rounds (:func:`bench.versus.versus`). A
@@ -106,7 +106,7 @@ def main(argv=None):
     args = parse(argv)
     torch, threads, pool = setup(args)
     what = "forward + backward" if args.backward else "forward (inference_mode)"
-    rep = Report(f"torch.ops.tppasm.linear vs torch.nn.functional.linear, {what}, {threads} thread(s)",
+    rep = Report(f"tppasm.torch.linear vs torch.nn.functional.linear, {what}, {threads} thread(s)",
                  ["dtype", "n x k -> m", "path", "ms ours", "ms torch", "torch/ours", "torch/frozen", "GFLOP/s", "% peak",
                   "weight GB/s", "max rel. diff"])
     for dtype in args.dtypes:

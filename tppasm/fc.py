@@ -38,7 +38,7 @@ from .brgemm import brgemm
 from .dtypes import dtype as numpy_dtype
 from .eltwise import GRAD_OPS, UNARY_OPS, binary, reduce, transform, unary
 from .fc_args import DTYPES  # noqa: F401  (fc.DTYPES: the dtypes a layer takes)
-from .fc_args import (GRADIENT_CHOICES, dense_rows, describe, dtype_of, fail, output, refuse_overlap,
+from .fc_args import (DTYPE_NAMES, GRADIENT_CHOICES, dense_rows, describe, dtype_of, fail, output, refuse_overlap,
                       thread_count)
 from .fc_dots import DOT_ROWS, DotGemm, dot_kernels, dots, few_columns, forward_dots  # noqa: F401  (fc.dots)
 from .fc_operands import PackedWeight, TransposedB, k_blocks
@@ -75,7 +75,7 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     """
     packed = w if isinstance(w, PackedWeight) else None
     x, w = dense_rows("forward", "x", x), w.w if packed else dense_rows("forward", "w", w)
-    dt = dtype_of("forward", x, w)
+    dtype_of("forward", x, w)
     (n, k), m = x.shape, w.shape[0]
     if w.shape != (m, k):
         fail("forward", f"w has shape {w.shape}; expected (out_features, {k}) for x of shape {x.shape}")
@@ -104,19 +104,37 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     given = [(name, a) for name, a in (("out", out), ("pre", pre if keep else None)) if a is not None]
     if given:
         refuse_overlap("forward", given, (("x", x), ("w", w), ("bias", bias)))
+    return forward_arrays(x, packed or w, bias, act, y, z, threads)
+
+
+def forward_arrays(x, w, bias, act, y, z, threads):
+    """``(y, z)`` of :func:`forward`, written into ``y`` and ``z`` (None: the gelu, if any, fused),
+    for arguments it has checked: x (n, k) and w (m, k) (or its :class:`PackedWeight`) C-contiguous
+    in one of :data:`DTYPES`, ``bias`` a float32 (m,) array or None, ``y`` and ``z`` writable
+    C-contiguous (n, m) arrays of x's dtype sharing no memory with the others, ``threads`` an int >= 1. The torch layer, which checks its tensors itself,
+    calls this (a checked call of a small layer costs several microseconds more).
+
+    >>> import numpy as np
+    >>> y = np.empty((1, 2), np.float32)
+    >>> forward_arrays(np.ones((1, 3), np.float32), np.ones((2, 3), np.float32), None, "relu", y, None, 1)[0]
+    array([[3., 3.]], dtype=float32)
+    """
+    packed, raw = (w, w.w) if isinstance(w, PackedWeight) else (None, w)
+    (n, k), m = x.shape, y.shape[1]
     if min(n, m, k) == 0:
         acc = np.zeros((n, m), np.float64) + (0 if bias is None else bias.astype(np.float64))
         if z is not None:
             z[...] = acc.astype(np.float32).astype(x.dtype)
         y[...] = _act_ref(act, acc).astype(np.float32).astype(x.dtype)
         return y, z
-    plan = _forward_plan(n, m, k, dt, bias is not None, act, threads, keep, packed is not None)
+    plan = _forward_plan(n, m, k, DTYPE_NAMES[x.dtype], bias is not None, act, threads, z is not None,
+                         packed is not None)
     if plan.path == "dots":
-        forward_dots(plan, x, w, bias, y if z is None else z)
+        forward_dots(plan, x, raw, bias, y if z is None else z)
     elif plan.path == "transposed":
-        _forward_transposed(plan, x, w, bias, y if z is None else z)
+        _forward_transposed(plan, x, raw, bias, y if z is None else z)
     else:
-        plan.gemm(x, packed or w, y if z is None else z, bias)
+        plan.gemm(x, w, y if z is None else z, bias)
     if z is not None:
         plan.act(z, y)
     return y, z
@@ -255,7 +273,25 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=
     given = [(name, a) for name, a in outs.items() if a is not True and a is not False]
     if given:
         refuse_overlap("backward", given, (("dy", dy), ("x", x), ("w", w), ("saved", saved)))
-    dx, dw, db = (empty(*wanted[name]) if a is True else None if a is False else a for name, a in outs.items())
+    return backward_arrays(dy, x, w, act, saved, *outs.values(), threads)
+
+
+def backward_arrays(dy, x, w, act, saved, dx, dw, db, threads):
+    """``(dx, dw, db)`` of :func:`backward` for arguments it has checked: dy (n, m), x (n, k), w
+    (m, k) and ``saved`` (n, m) (None without an activation) C-contiguous in one of :data:`DTYPES`;
+    ``dx``, ``dw``, ``db`` each True (allocated), False (None) or an array to write (as
+    :func:`backward` takes them), ``threads`` an int >= 1. For callers that check their operands
+    themselves, as :func:`forward_arrays`.
+
+    >>> import numpy as np
+    >>> g = backward_arrays(np.ones((1, 2), np.float32), np.ones((1, 3), np.float32), np.ones((2, 3), np.float32),
+    ...                     None, None, True, False, True, 1)
+    >>> g[0].tolist(), g[1], g[2].tolist()
+    ([[2.0, 2.0, 2.0]], None, [1.0, 1.0])
+    """
+    (n, k), m, dt = x.shape, w.shape[0], DTYPE_NAMES[x.dtype]
+    dx, dw, db = (empty(shape, dtype) if a is True else None if a is False else a
+                  for a, shape, dtype in ((dx, (n, k), dt), (dw, (m, k), dt), (db, (m,), "f32")))
     if min(n, m, k) == 0:                     # nothing to multiply: NumPy does the rest
         dz = dy.astype(np.float64)
         if act is not None:
@@ -405,6 +441,10 @@ class PanelGemm:
             return _parallel_kernels([self._group_calls(a, b, c, bias, group) for group in self.groups])
         packing, panel = self._pack_calls(b, 0, self.m, {})     # once, here: every thread's rows use it
         _parallel_kernels([packing])
+        if len(self.blocks) == 1:                 # (a small layer's call: no call objects, ~1 us less)
+            batch = self._batch(a, 0, self.rows)
+            return self.kernels[self.rows, self.m](batch, panel.reshape((len(batch), -1) + panel.shape[1:]), c,
+                                                   *(() if bias is None else (bias,)), count=len(batch))
         _parallel_kernels([[self._call(self._batch(a, lo, hi), panel, c, bias, lo, hi, 0, self.m)]
                            for lo, hi in self.blocks])
 

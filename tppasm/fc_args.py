@@ -17,14 +17,14 @@ from .dtypes import dtype as numpy_dtype, name_of
 from .operand import OperandError, as_ndarray, origin_of, refuse_masked
 
 DTYPES = ("f32", "bf16")
-_NAMES = {numpy_dtype(name): name for name in DTYPES}
+DTYPE_NAMES = {numpy_dtype(name): name for name in DTYPES}     # NumPy dtype -> its name
 
 
 def dtype_of(who, *arrays):
     """The tppasm dtype name ("f32" or "bf16") all of ``arrays`` have."""
     first = arrays[0].dtype
-    if first in _NAMES and all(a.dtype == first for a in arrays):
-        return _NAMES[first]                    # (the usual case, in a third of the time)
+    if first in DTYPE_NAMES and all(a.dtype == first for a in arrays):
+        return DTYPE_NAMES[first]                    # (the usual case, in a third of the time)
     dts = {a.dtype for a in arrays}
     try:
         name = name_of(dts.pop()) if len(dts) == 1 else None

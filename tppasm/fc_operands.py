@@ -18,6 +18,8 @@ from .layout import empty
 def k_blocks(x, bk, count):
     """The rows of x (rows, >= count * bk) as a BRGEMM's A: a batch of ``count`` blocks of ``bk``
     columns (``stride_a=bk``)."""
+    if count == 1 and bk == x.shape[1]:
+        return x.reshape((1,) + x.shape)        # (0.2 us where the constructor takes 0.9 with its arguments)
     shape, strides = (count, x.shape[0], bk), (bk * x.itemsize,) + x.strides
     if x.flags.c_contiguous:    # the constructor: 0.3 us where as_strided takes 3, and it checks the bounds
         return np.ndarray(shape, x.dtype, x, 0, strides)

@@ -21,13 +21,13 @@ def layer(dtype, act, n_in=40, n_out=70, bias=True):
 
 @pytest.fixture
 def packed_calls(monkeypatch):
-    """How many fc.forward calls were given a packed weight."""
-    seen, forward = [], fc.forward
+    """How many fc.forward_arrays calls (the torch layer's) were given a packed weight."""
+    seen, forward = [], fc.forward_arrays
 
     def spy(x, w, *args, **kwargs):
         seen.append(isinstance(w, fc.PackedWeight))
         return forward(x, w, *args, **kwargs)
-    monkeypatch.setattr(fc, "forward", spy)
+    monkeypatch.setattr(fc, "forward_arrays", spy)
     return seen
 
 

@@ -444,6 +444,33 @@ def test_training_calls_run_the_kernels_directly(routes, act):
     assert routes == ["direct"] and x.grad.shape == x.shape and b.grad.shape == b.shape
 
 
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+@pytest.mark.parametrize("layout", ["2d", "strided-3d"])
+def test_direct_backwards_again_and_refuses_changed_inputs(routes, act, layout):
+    """The direct route's backward reads the forward's arrays once; a second backward of a retained
+    graph (then the operator's) gives the same gradients, and an input changed in place after the
+    forward is refused as torch refuses it."""
+    x, w, b = inputs((2, 3, 5) if layout == "strided-3d" else (4, 5), 6, torch.float32)
+    if layout == "strided-3d":
+        x = x.detach().transpose(0, 1).contiguous().transpose(0, 1).requires_grad_()
+    y, dy = tt.linear(x, w, b, act), torch.randn(*x.shape[:-1], 6)
+    y.backward(dy, retain_graph=True)
+    first = [t.grad.clone() for t in (x, w, b)]
+    y.backward(dy)
+    assert routes == ["direct", "operator backward"]
+    for t, g in zip((x, w, b), first):
+        torch.testing.assert_close(t.grad, 2 * g)
+    ref = (x.detach().double().requires_grad_(), w.detach().double().requires_grad_(), b.detach().double())
+    TORCH_ACT[act](F.linear(*ref)).backward(dy.double())
+    torch.testing.assert_close(first[0].double(), ref[0].grad, **TOL[torch.float32])
+    torch.testing.assert_close(first[1].double(), ref[1].grad, **TOL[torch.float32])
+    y = tt.linear(x, w, b, act)
+    with torch.no_grad():
+        w.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
 class _Passthrough(torch.utils._python_dispatch.TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return func(*args, **(kwargs or {}))

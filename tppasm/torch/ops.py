@@ -224,16 +224,26 @@ def _bias_view(bias):
     return None if bias is None else _view(bias if bias.dtype is torch.float32 else bias.float(), "bias")
 
 
-def _run(x, w, out, b, act, pre=True):
+def _run(x, w, out, b, act, pre=True, arrays=None):
     """(y, z) of :func:`_forward` for a checked x and weight, given as ``w`` (a NumPy view or
     :class:`tppasm.fc.PackedWeight`) of ``out`` rows and ``b`` (:func:`_bias_view`); y and z are
-    fc's arrays (:func:`_tensor`). Each torch call costs about a microsecond here, so those that
-    would change nothing are skipped."""
-    flat = x.dim() == 2
-    rows = x if flat else x.reshape(math.prod(x.shape[:-1]), x.shape[-1])     # -1 is ambiguous for 0 columns
-    y, z = fc.forward(_view(rows), w, b, act, pre=None if pre else False, threads=torch.get_num_threads())
-    y, z = _tensor(y), (x.new_empty(0) if z is None else _tensor(z)) if pre else None
-    return y if flat else y.reshape(*x.shape[:-1], out), z
+    fc's arrays (:func:`_tensor`). ``arrays``: a list to append x's rows, w and the array the
+    backward reads (y for relu, z for the gelus, else None) to. Each torch call costs about a
+    microsecond here, so those that would change nothing are skipped."""
+    rows = _view(_rows(x))
+    keep = pre and act in _GELUS
+    y = empty((rows.shape[0], out), rows.dtype)
+    z = empty(y.shape, rows.dtype) if keep else None
+    fc.forward_arrays(rows, w, b, act, y, z, torch.get_num_threads())
+    if arrays is not None:
+        arrays += rows, w, z if keep else y if act == "relu" else None
+    y, z = _tensor(y), (_tensor(z) if keep else x.new_empty(0)) if pre else None
+    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], out), z
+
+
+def _rows(x):
+    """x (..., k) as a 2-D tensor of rows."""
+    return x if x.dim() == 2 else x.reshape(math.prod(x.shape[:-1]), x.shape[-1])     # -1: ambiguous for k = 0
 
 
 @_linear.register_fake
@@ -254,17 +264,23 @@ def _linear_backward(dy: Tensor, x: Tensor, weight: Tensor, saved: Optional[Tens
 def _backward_kernel(dy, x, weight, saved, act, needs):
     """The operator's kernel: (dx, dweight, dbias) of :func:`_linear_backward`."""
     _check_backward(dy, x, weight, saved, act, needs)
-    flat = x.dim() == 2
-    n, k, m = math.prod(x.shape[:-1]), x.shape[-1], weight.shape[0]
-    grads = fc.backward(_view(dy if flat else dy.reshape(n, m), "dy"), _view(x if flat else x.reshape(n, k)),
-                        _view(weight, "weight"), act,
-                        None if saved is None else _view(saved if saved.dim() == 2 else saved.reshape(n, m), "saved"),
-                        *map(bool, needs), threads=torch.get_num_threads())
-    grads = [_tensor(g) if need else x.new_empty(0, dtype=torch.float32 if i == 2 else x.dtype)
-             for i, (g, need) in enumerate(zip(grads, needs))]
-    if needs[0] and not flat:
+    n, m = math.prod(x.shape[:-1]), weight.shape[0]
+    saved = None if saved is None else _view(saved if saved.dim() == 2 else saved.reshape(n, m), "saved")
+    grads = _gradients(dy, _view(_rows(x)), _view(weight, "weight"), saved, act, needs, x)
+    return tuple(g if need else x.new_empty(0, dtype=torch.float32 if i == 2 else x.dtype)
+                 for i, (g, need) in enumerate(zip(grads, needs)))
+
+
+def _gradients(dy, rows, w, saved, act, needs, x):
+    """[dx, dweight, dbias] (None where ``needs`` says no) as tensors, from ``dy`` (a tensor of y's
+    shape and dtype) and the checked arrays of x's ``rows``, the weight and ``saved``."""
+    n, m = rows.shape[0], w.shape[0]
+    grads = fc.backward_arrays(_view(dy if dy.dim() == 2 else dy.reshape(n, m), "dy"), rows, w, act, saved,
+                               *map(bool, needs), torch.get_num_threads())
+    grads = [None if g is None else _tensor(g) for g in grads]
+    if needs[0] and x.dim() != 2:
         grads[0] = grads[0].reshape(x.shape)
-    return tuple(grads)
+    return grads
 
 
 @_linear_backward.register_fake
@@ -290,10 +306,12 @@ def _backward(ctx, dy, dz):
     needs = list(ctx.needs_input_grad[:3])
     # torch.func transforms take an autograd.Function, not the operator (see _Transformable); a
     # backward that builds a graph (create_graph) takes the operator, which refuses a second derivative
+    arrays, ctx.arrays = getattr(ctx, "arrays", None), None     # (dropped, as torch drops saved tensors)
     if torch._C._are_functorch_transforms_active():
         call = _LinearBackward.apply
-    elif getattr(ctx, "direct", False) and not torch.is_grad_enabled() and _unwatched(dy, dz):
-        call = _backward_kernel
+    elif arrays and not torch.is_grad_enabled() and _unwatched(dy, dz):
+        def call(dy, x, weight, saved, act, needs):       # the forward's arrays: torch gave dy y's shape and dtype
+            return _gradients(dy, *arrays[:2], None if saved is None else arrays[2], act, needs, x)
     else:
         call = torch.ops.tppasm.linear_backward
     grads = None if dy is None else call(dy, x, weight, saved, ctx.act, needs)
@@ -416,9 +434,10 @@ class _Direct(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, act):
-        output = _forward(x, weight, bias, act)
+        _check(x, weight, bias, act)
+        ctx.arrays = []                 # the arrays the backward reads, checked once, here
+        output = _run(x, _view(weight, "weight"), weight.shape[0], _bias_view(bias), act, arrays=ctx.arrays)
         _setup_context(ctx, (x, weight, bias, act), output)
-        ctx.direct = True
         return output
 
     backward = staticmethod(_backward)
