@@ -3,7 +3,9 @@ mlp, pool, cache, sve-static, amx-static, amx-micro, amx-variants, x86-static, c
 ddp, linear, all.
 
 ``--json FILE`` writes exactly FILE with the records of every module of the suite; ``--plot FILE.png``
-draws their GFLOP/s per shape with the peak as a line (see :mod:`bench.common`)."""
+draws their GFLOP/s per shape with the peak as a line (see :mod:`bench.common`), for the suites that
+have them (tpp, gemm, mlp, conv, spmm, linear, all). A suite module that fails makes the run fail
+(exit status 1, naming it) after the records of the others are written."""
 import argparse
 import importlib
 import json
@@ -37,6 +39,7 @@ SUITES = {
 
 
 OWN = ("--json", "--plot")      # python -m bench's own options; the others go to the suite's modules
+DRAWN = ("tpp", "gemm", "mlp", "conv", "spmm", "linear", "all")    # the suites whose records --plot draws
 
 
 def _parser(suite):
@@ -66,15 +69,53 @@ def split(argv):
     return own, rest
 
 
+def abbreviated(rest):
+    """The first flag in ``rest`` (what goes to the suite) that abbreviates ``--json`` or ``--plot``
+    (the suite's parser would read it as its own ``--json`` and lose it); None when there is none.
+
+    >>> abbreviated(["--quick", "--js", "x.json"]), abbreviated(["--p", "--jsonx"])
+    ('--js', None)
+    """
+    for arg in rest:
+        flag = arg.split("=", 1)[0]
+        if len(flag) > 3 and any(own.startswith(flag) and own != flag for own in OWN) or flag == "--j":
+            return flag
+    return None
+
+
+def check_own(parser, suite, own, rest, opts):
+    """argparse's error (exit 2) for what :meth:`parse_args` lets through: an abbreviated or repeated
+    ``--json``/``--plot``, both naming one file, or ``--plot`` for a suite with nothing to draw."""
+    short = abbreviated(rest)
+    if short:
+        full = next(o for o in OWN if o.startswith(short))
+        parser.error(f"{short}: write {full} in full (python -m bench takes no abbreviations of its own options)")
+    flags = [a.split("=", 1)[0] for a in own if a.startswith("--")]
+    for flag in OWN:
+        if flags.count(flag) > 1:
+            parser.error(f"{flag} is given {flags.count(flag)} times: give it once, e.g. {flag} "
+                         f"run.{'json' if flag == '--json' else 'png'}")
+    if opts.json and opts.plot and os.path.realpath(opts.json) == os.path.realpath(opts.plot):
+        parser.error(f"--json and --plot name the same file ({opts.plot!r}): the plot would overwrite the records; "
+                     "name two files, e.g. --json run.json --plot run.png")
+    if opts.plot and suite not in DRAWN:
+        parser.error(f"--plot: the {suite} suite has no GFLOP/s per shape to draw; drop --plot (the suites that "
+                     f"draw: {', '.join(DRAWN)})")
+
+
 def run(names, argv, json_path=None, plot_path=None):
-    """Run the suite modules ``names`` with ``argv``; merge their records; write/plot them; return them."""
-    records = []
+    """Run the suite modules ``names`` with ``argv``; merge their records; write/plot them; return them.
+    A module that fails (returns non-zero) or a plot with nothing to draw: the records are written,
+    then SystemExit naming it (exit status 1)."""
+    records, failed = [], []
     host = common.host_info()
     common.ANNOUNCE = False
     with tempfile.TemporaryDirectory() as tmp:
         for n, name in enumerate(names):
             part = os.path.join(tmp, f"{n}.json")
-            importlib.import_module(name).main(list(argv) + ["--json", part])
+            status = importlib.import_module(name).main(list(argv) + ["--json", part])
+            if status:
+                failed.append(f"{name} (exit status {status})")
             if os.path.exists(part):
                 with open(part) as f:
                     got = json.load(f)
@@ -85,14 +126,43 @@ def run(names, argv, json_path=None, plot_path=None):
             with open(json_path, "w") as f:
                 json.dump(common.plain(records), f, indent=1)
             print(f"\nwrote {json_path} ({len(records)} records)")
-        if plot_path:
-            suites = " ".join(sorted({r.get("suite", "") for r in records}))
-            panels = plot(records, plot_path, f"python -m bench {suites}")
-            print(f"wrote {plot_path} ({panels} panels)" if panels else "(no GFLOP/s records to plot)")
+        if plot_path and not draw(records, plot_path):
+            failed.append(f"--plot {plot_path} (no GFLOP/s records to draw; not written)")
     except OSError as e:                # checked writable before the run; the disk or the device said no
         sys.exit(f"python -m bench: cannot write {e.filename or json_path}: {e.strerror or e}; the records were "
                  "printed above")
+    if failed:
+        sys.exit(f"python -m bench: failed: {'; '.join(failed)}" + ("; the records of the rest were written"
+                                                                     if json_path else ""))
     return records
+
+
+def draw(records, path):
+    """Plot ``records`` to ``path``; the number of panels. None drawn: an older ``path`` is removed (it
+    would pass for this run's plot). A drawing error (a missing TeX, ...): SystemExit naming it."""
+    suites = " ".join(sorted({r.get("suite", "") for r in records}))
+    try:
+        panels = plot(records, path, f"python -m bench {suites}")
+    except OSError:
+        raise
+    except Exception as e:              # matplotlib's errors have no common class
+        sys.exit(f"python -m bench: cannot draw {path}: {type(e).__name__}: {e}; the records were printed above")
+    if panels:
+        print(f"wrote {path} ({panels} panels)")
+    elif os.path.exists(path):
+        os.remove(path)
+    return panels
+
+
+def own_help(suite):
+    """What ``python -m bench SUITE --help`` says of python -m bench's own options, above the suite's help.
+
+    >>> print(own_help("pool"))  # doctest: +ELLIPSIS
+    python -m bench pool also takes --json FILE (...); --plot FILE.png is not for it (...)
+    """
+    plot = (" and --plot FILE.png (draw their GFLOP/s per shape)" if suite in DRAWN else
+            f"; --plot FILE.png is not for it (it has no GFLOP/s per shape; the suites that draw: {', '.join(DRAWN)})")
+    return f"python -m bench {suite} also takes --json FILE (write the records of every module of the suite){plot}"
 
 
 def unknown_suite(argv):
@@ -102,7 +172,7 @@ def unknown_suite(argv):
     >>> unknown_suite(["GEMM"])
     "unknown suite 'GEMM'; did you mean 'gemm'? (suites are lowercase)"
     >>> unknown_suite(["--json", "x.json", "gemm"])
-    "the suite comes first: python -m bench gemm --json x.json"
+    'the suite comes first: python -m bench gemm --json x.json'
     """
     first = argv[0]
     suites = (*SUITES, "all")
@@ -128,7 +198,9 @@ def main(argv=None):
         return 2
     suite = argv[0]
     own, rest = split(argv[1:])
-    opts = _parser(suite).parse_args(own)        # a bad --json or --plot exits here, before any suite runs
+    parser = _parser(suite)
+    opts = parser.parse_args(own)        # a bad --json or --plot exits here, before any suite runs
+    check_own(parser, suite, own, rest, opts)
     if suite == "all" and rest:
         if rest in (["-h"], ["--help"]):
             print(__doc__)
@@ -136,6 +208,8 @@ def main(argv=None):
         _parser(suite).error(f"unrecognized arguments: {' '.join(rest)}: 'all' runs every suite with its "
                              "defaults and takes only --json and --plot; give options to one suite, e.g. "
                              "python -m bench gemm --threads 1")
+    if "-h" in rest or "--help" in rest:         # the suite's parser prints its help next, and exits
+        print(own_help(suite), end="\n\n")
     names = [m for s in SUITES.values() for m in s] if suite == "all" else SUITES[suite]
     run(names, rest, opts.json, opts.plot)
     return 0

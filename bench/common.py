@@ -164,7 +164,8 @@ def plot(records, path, title="tppasm benchmarks"):
     fig, axes = plt.subplots(len(tables), 1, figsize=size, squeeze=False)
     for ax, (name, rows) in zip(axes[:, 0], tables.items()):
         xs = list(range(len(rows)))
-        series = ["gflops"] + sorted({k for r in rows for k in r if k.endswith("_gflops") and k != "peak_gflops"})
+        series = ["gflops"] + sorted({k for r in rows for k in r                 # peaks are the line, not bars
+                                      if k.endswith("_gflops") and not k.endswith("peak_gflops")})
         width = 0.8 / len(series)
         for j, key in enumerate(series):
             ys = [r.get(key) if isinstance(r.get(key), (int, float)) else float("nan") for r in rows]

@@ -34,8 +34,8 @@ import tppasm as tpp
 import bench.tpp_gemm as tg
 from bench.common import Report, interleaved, pool_of, progress, write_json
 from bench.interleave import use_threads
-from bench.options import (MAX_SIDE, check_tuning, checked, dtypes_option, items, json_option, summary, threads_option,
-                           tuning_options, whole)
+from bench.options import (MAX_SIDE, check_tuning, checked, dtypes_option, items, json_option, once, summary,
+                           threads_option, tuning_options, whole)
 from bench.versus import peak_loop as versus_peak_loop
 from loops import Loop, kernel
 from isa.pool import get_pool  # noqa: F401  (gemm_maker's example)
@@ -76,8 +76,8 @@ def _size(item):
     return tuple(dims * 3) if len(dims) == 1 else tuple(dims)
 
 
-_SIZES = checked(lambda text: [_size(s) for s in items(text)], "sizes N or MxNxK (positive), comma separated",
-                 "--sizes 512,1000x700x300")
+_SIZES = checked(lambda text: once([_size(s) for s in items(text)]),
+                 "sizes N or MxNxK (positive), comma separated, each once", "--sizes 512,1000x700x300")
 
 
 def largest_divisor(n, most):
@@ -426,7 +426,7 @@ def parse(argv=None):
     tuning_options(p, "tuning budget per shape, dtype and thread count (0: no tuning; default: 20, growing with "
                       "the square root of the work past 1024^3 up to 60 (tune_budget); --quick 6)")
     p.add_argument("--quick", action="store_true", help="sizes 512,1024, fewer runs and knobs")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (shown on a terminal with tqdm)")
     json_option(p)
     args = p.parse_args(argv)
     check_tuning(p, args)

@@ -95,7 +95,8 @@ def parse(argv=None):
                    help=f"rows x in x out triples (default: {FEW_ROWS},{GEMMS})")
     options.dtypes_option(p, tuple(TOLERANCE))
     p.add_argument("--backward", action="store_true", help="time forward + backward (y.backward(dy))")
-    p.add_argument("--rounds", type=options.count("rounds", "--rounds 9"), default=9)
+    p.add_argument("--rounds", type=options.count("rounds", "--rounds 9"), default=9,
+                   help="timed rounds per row; the figures are their median (default 9)")
     p.add_argument("--sweep-mib", type=options.count("MiB", "--sweep-mib 512"), default=512,
                    help="MiB read by the bandwidth sweep (default 512)")
     add_arguments(p)

@@ -182,8 +182,8 @@ def shapes(what, example, dims, most=None, limit=MAX_SIDE):
             raise ValueError(f"{len(sizes)} sizes")
         return tuple(whole(s, 1, top, limit) for s, top in zip(sizes, limits))
     bounds = "".join(f", size {i} at most {top}" for i, top in enumerate(limits, 1) if top is not None)
-    return checked(lambda text: [shape(s) for s in items(text)],
-                   f"{what} of positive sizes{bounds}, comma separated", example)
+    return checked(lambda text: once([shape(s) for s in items(text)]),
+                   f"{what} of positive sizes{bounds}, comma separated, each once", example)
 
 
 def writable_file(example, empty=False):
@@ -244,10 +244,26 @@ def plot_file(text):
     if formats is None:
         raise argparse.ArgumentTypeError(f"{text!r}: matplotlib is not installed, so nothing could draw it "
                                          "(pip install matplotlib)")
-    if text.rpartition(".")[2].lower() not in formats:
+    ending = text.rpartition(".")[2].lower()
+    if ending not in formats:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a name ending in a format matplotlib writes (.png, "
                                          ".svg, .pdf, ...), e.g. --plot run.png")
+    if ending in needs_tex():
+        raise argparse.ArgumentTypeError(f"{text!r}: matplotlib draws .{ending} through a TeX system (xelatex, "
+                                         "latex), which the run may lack; expected .png, .svg or .pdf, e.g. "
+                                         "--plot run.png")
     return text
+
+
+def needs_tex():
+    """The plot formats matplotlib writes only through a TeX system: pgf always, every one where
+    matplotlib's ``text.usetex`` setting is on.
+
+    >>> "pgf" in needs_tex()
+    True
+    """
+    from matplotlib import rcParams
+    return plot_formats() if rcParams["text.usetex"] else ("pgf",)
 
 
 def json_option(parser):

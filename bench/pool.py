@@ -147,9 +147,12 @@ def parse(argv=None):
     """The options of ``python -m bench pool``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(prog="python -m bench pool")
     json_option(p)
-    p.add_argument("--runs", type=count("runs", "--runs 7"), default=7)
+    p.add_argument("--runs", type=count("runs", "--runs 7"), default=7,
+                   help="runs per row; each figure is their median (default 7)")
     p.add_argument("--regions", type=count("regions", "--regions 10000"), default=10_000,
-                   help="parallel regions per run (default 10000)")
+                   help="parallel regions per run of the tppasm pool and libgomp rows; the Python-thread rows run "
+                        "a tenth of them (at least 100), the barrier row one region of 10000 barriers "
+                        "(default 10000)")
     return p.parse_args(argv)
 
 

@@ -23,7 +23,7 @@ import numpy as np
 
 import tppasm as tpp
 from bench.common import Report, write_json
-from bench.options import MAX_SIDE, checked, count, counts, dtypes_option, items, real, summary
+from bench.options import MAX_SIDE, checked, count, counts, dtypes_option, items, once, real, summary
 from bench.versus import add_arguments, parse as parse_options, peak_loop, quick_seconds, setup, versus
 from loops import Loop, kernel
 from tppasm.spmm import bcsr, check_bcsr, random_block_sparse
@@ -165,9 +165,12 @@ def parse(argv=None):
                    help=f"M = N = K, a multiple of {PANEL} (default 1024; the paper: 2048)")
     p.add_argument("--blocks", type=counts("block rows and columns", "--blocks 4,8,16,32"), default="4,8,16,32",
                    help="comma list of block sizes b (b x b blocks), each dividing --size, even for bf16")
-    p.add_argument("--sparsities", type=checked(lambda text: [real(s, most=1.0) for s in items(text)],
-                                                "sparsities from 0 to 1, comma separated", "--sparsities 0,0.5,0.9"),
-                   default=",".join(map(str, SPARSITIES)))
+    p.add_argument("--sparsities", type=checked(lambda text: once([real(s, most=1.0) for s in items(text)]),
+                                                "sparsities from 0 to 1, comma separated, each once",
+                                                "--sparsities 0,0.5,0.9"),
+                   default=",".join(map(str, SPARSITIES)), metavar="S,...",
+                   help="comma list of the fractions of zero blocks, 0 to 1 (default "
+                        f"{','.join(map(str, SPARSITIES))})")
     dtypes_option(p, ("f32", "bf16"))
     p.add_argument("--quick", action="store_true", help="no panel-width tuning, fewer rounds")
     add_arguments(p)

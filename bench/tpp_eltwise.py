@@ -113,6 +113,16 @@ def transpose(report, n, torch, runs):
     report.add(f"transpose {n}x{n}", g, gn, gt, rn, rt)
 
 
+def jit_label(d):
+    """The JIT table's row label of TPP descriptor ``d``: its kind and op, and what sets it apart
+    from another of the same op (a fused post-op, the reduced axis, a converting copy, a bitmask)."""
+    out = getattr(d, "out_dtype", None)
+    return (f"{d.kind} {d.op}" + (f" post={d.post}" if getattr(d, "post", None) else "")
+            + (f" over={d.over}" if d.kind == "reduce" else "")
+            + (f" {d.dtype}->{out}" if out and out != d.dtype else "")
+            + (" bitmask" if getattr(d, "bitmask", False) else ""))
+
+
 def jit_times(report):
     """CPU time of building each element-wise TPP (median of 5 builds, cache bypassed)."""
     m, n = 64, 1000
@@ -132,8 +142,7 @@ def jit_times(report):
             samples.append(time.process_time() - t)
         ms = float(np.median(samples)) * 1e3
         worst = max(worst, ms)
-        report.add(f"{d.kind} {d.op}" + (f" post={d.post}" if getattr(d, "post", None) else "")
-                   + (f" over={d.over}" if d.kind == "reduce" else ""), ms)
+        report.add(jit_label(d), ms)
     print(f"\nslowest JIT: {worst:.2f} ms (target <= 5 ms)")
     return worst
 
@@ -160,11 +169,9 @@ def main(argv=None):
     fused = Report("fused bias + gelu (tanh form) vs numpy two-step and torch; fp32 transpose", cols)
     fused_gelu(fused, 1024, 1024, torch, runs)
     transpose(fused, 1000, torch, runs)
-    dram = Report("element-wise, 64M fp32 (8192 x 8192, 256 MiB per array)", cols)
-    if quick:
-        bandwidth(dram, 2048, 8192, "16M", torch, runs)
-    else:
-        bandwidth(dram, 8192, 8192, "64M", torch, runs)
+    rows, label = (2048, "16M") if quick else (8192, "64M")
+    dram = Report(f"element-wise, {label} fp32 ({rows} x 8192, {rows * 8192 * 4 >> 20} MiB per array)", cols)
+    bandwidth(dram, rows, 8192, label, torch, runs)
     jit = Report("JIT time per element-wise TPP (64 x 1000; CPU ms, median of 5)", ["TPP", "ms"])
     jit_times(jit)
     write_json(json_path, [l3, fused, dram, jit])

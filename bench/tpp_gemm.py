@@ -20,7 +20,7 @@ from tppasm.timing import calibrate, time_runs
 from isa.cpu import host
 
 from . import peaks
-from .options import MAX_ROWS, MAX_SIDE, checked, items, json_option, summary, whole
+from .options import MAX_ROWS, MAX_SIDE, checked, items, json_option, once, summary, whole
 from .peaks import interleaved_ratios, ratio_stats  # noqa: F401  (bench.gemm uses them from here)
 
 
@@ -130,9 +130,9 @@ def _shape(item):
     return whole(size, limit=MAX_SIDE), whole(count, limit=MAX_ROWS), dtype
 
 
-_shapes = checked(lambda text: [_shape(s) for s in items(text)],
+_shapes = checked(lambda text: once([_shape(s) for s in items(text)]),
                   f"dtype:size:count triples (dtype out of {', '.join(DTYPES)}; positive size and count), comma "
-                  "separated", "--shapes bf16:64:16,i8:64:16")
+                  "separated, each once", "--shapes bf16:64:16,i8:64:16")
 
 
 def add_options(parser):
@@ -199,6 +199,7 @@ def _run(args, torch):
         unit_peak("f32", "FMA")
         rec = bench_brgemm(size, count, dtype, rng, torch, LOOPS[dtype, unit])
         rec["unit"] = unit
+        rec["table"], rec["x"] = "BRGEMM, one core (int8: GOP/s)", f"{dtype} {size}^3 x{count}"    # what --plot draws
         rec["peak_gflops"], rec["best_peak_gflops"] = ref, ref_best
         rec["pct_peak"] = 100 * rec["gflops"] / ref
         rec["best_pct_peak"] = 100 * rec["best_gflops"] / ref_best

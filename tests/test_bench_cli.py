@@ -28,7 +28,7 @@ def refused(capsys, parse, argv):
     ("linear", ["--shapes", "8x4096"], "argument --shapes: '8x4096': expected rows x in x out triples"),
     ("linear", ["--dtypes", "f16"], "argument --dtypes: 'f16': expected dtypes out of f32, bf16"),
     ("gemm", ["--sizes", ""], "argument --sizes: '': expected sizes N or MxNxK (positive), comma separated, "
-                              "e.g. --sizes 512,1000x700x300"),
+                              "each once, e.g. --sizes 512,1000x700x300"),
     ("gemm", ["--sizes", "64x32"], "argument --sizes: '64x32'"),
     ("gemm", ["--sizes", "512,"], "argument --sizes: '512,'"),
     ("gemm", ["--threads", "a"], "argument --threads: 'a': expected numbers of threads from 1 to"),
@@ -169,7 +169,7 @@ HUGE = "99999999999999999999"
 
 @pytest.mark.parametrize("module, argv, words", [
     ("gemm", ["--sizes", HUGE], f"argument --sizes: '{HUGE}': expected sizes N or MxNxK (positive), comma "
-                                f"separated; {HUGE} is over the limit of 65536, e.g. --sizes 512"),
+                                f"separated, each once; {HUGE} is over the limit of 65536, e.g. --sizes 512"),
     ("gemm", ["--sizes", "64x65537x8"], "65537 is over the limit of 65536"),
     ("mlp", ["--rows", HUGE], f"argument --rows: '{HUGE}': expected a positive number of rows; {HUGE} is over "
                               "the limit of 1048576, e.g. --rows 512"),

@@ -4,8 +4,10 @@ shows the disk cache of generated kernels, lists its records (the tuner's rememb
 empties it; ``python -m tppasm`` alone lists the commands."""
 import argparse
 import json
+import os
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -64,9 +66,10 @@ def demo():
     t = time.perf_counter()
     tpp.brgemm(m=m, n=n, k=k, dtype="f32", beta=1)
     again_ms = (time.perf_counter() - t) * 1e3
-    print(f"JIT'd BRGEMM {m}x{n}x{k}, batch-reduce over {count} blocks, in {jit_ms:.1f} ms "
-          f"({len(gemm.raw.code)} bytes of machine code; first kernel of the process: the next one, "
-          f"beta=1, took {again_ms:.1f} ms)")
+    how = f"loaded BRGEMM {m}x{n}x{k} from the disk cache" if gemm.from_disk else f"JIT'd BRGEMM {m}x{n}x{k}"
+    print(f"{how}, batch-reduce over {count} blocks, in {jit_ms:.1f} ms ({len(gemm.raw.code)} bytes of machine "
+          f"code; first kernel of the process: the next one, beta=1, took {again_ms:.1f} ms"
+          f"{'' if not gemm.from_disk else '; TPPASM_CACHE=0 times a real JIT'})")
     gemm(A, B, C, count=count)
     expect = np.einsum("bmk,bkn->mn", A.astype(np.float64), B.astype(np.float64))
     err = float(np.max(np.abs(C - expect)) / np.max(np.abs(expect)))
@@ -99,7 +102,7 @@ def cache(action, as_json=False, only=None):
             off = "" if tc.info()["enabled"] else " (the cache is off)"
             print(f"no {only + ' ' if only else ''}records{off}")
         return 0
-    if action == "clear" and only:
+    if action == "clear" and only is not None:        # "" too: tc.forget refuses it, never a full clear
         n = tc.forget(only)
         print(json.dumps({"forgot": n, "namespace": only}) if as_json else
               f"forgot {n} {only} record{'' if n == 1 else 's'}")
@@ -116,7 +119,9 @@ def cache(action, as_json=False, only=None):
         else:
             print(f"nothing to clear: the cache is {before['why']}")
         return 0
-    i = tc.info()
+    missing = _missing_directory(tc)
+    i = tc.info() if missing is None else {"directory": missing, "enabled": False,
+                                           "why": "not created yet (it is made when a kernel is first cached)"}
     if as_json:
         print(json.dumps(i, indent=2))
         return 0
@@ -133,6 +138,14 @@ def cache(action, as_json=False, only=None):
     print("list its records with: python -m tppasm cache list; clear it with: python -m tppasm cache clear "
           "[--only tune]; turn it off with TPPASM_CACHE=0")
     return 0
+
+
+def _missing_directory(tc):
+    """The cache directory when the cache is on and the directory does not exist (``cache info``
+    reports it rather than creating it), else None."""
+    root = tc.directory()
+    on = tc._settings()[0]              # raises ValueError naming a malformed TPPASM_CACHE / TPPASM_CACHE_MB
+    return root if on and os.path.isabs(root) and not os.path.lexists(root) else None
 
 
 def _record_text(namespace, record):
@@ -183,11 +196,17 @@ def main(argv=None):
     if args.cmd == "cache" and args.only is not None and args.action == "info":
         p.error("--only goes with list or clear: python -m tppasm cache list --only tune")
     try:
-        if args.cmd == "info":
-            return info(args.json)
-        if args.cmd == "cache":
-            return cache(args.action, args.json, args.only)
-        return demo()
+        with warnings.catch_warnings(record=True) as said:      # the cache's warnings as one line each
+            warnings.simplefilter("default")
+            status = info(args.json) if args.cmd == "info" else cache(args.action, args.json, args.only) \
+                if args.cmd == "cache" else demo()
+            sys.stdout.flush()          # a closed pipe raises here, not at exit
+        for w in said:
+            print(f"python -m tppasm {args.cmd}: {w.message}", file=sys.stderr)
+        return status
+    except BrokenPipeError:             # the reader left (python -m tppasm info | head -1): quiet, as Unix tools
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())     # no second error at exit
+        return 141                      # 128 + SIGPIPE, what a tool killed by the closed pipe returns
     except ValueError as e:             # a malformed setting (TPPASM_ISA, TPPASM_CACHE_MB, ...): the message names it
         print(f"python -m tppasm {args.cmd}: {e}", file=sys.stderr)
         return 2
