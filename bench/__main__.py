@@ -216,4 +216,10 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        status = main()
+        sys.stdout.flush()              # a closed pipe raises here, not at exit
+    except BrokenPipeError:             # the reader left (python -m bench all --help | head -3): quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 141                    # 128 + SIGPIPE, as tppasm's command line
+    sys.exit(status)

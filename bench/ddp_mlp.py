@@ -44,16 +44,18 @@ def parse(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench ddp", description=summary(__doc__))
     p.add_argument("--ranks", type=count("ranks", "--ranks 2", most=MAX_RANKS), default=2,
                    help="processes to spawn on this machine (ignored under torchrun)")
-    p.add_argument("--steps", type=count("steps", "--steps 20"), default=20)
+    p.add_argument("--steps", type=count("steps", "--steps 20"), default=20, help="training steps (default 20)")
     p.add_argument("--batch", type=count("rows", "--batch 256", limit=MAX_ROWS), default=256,
                    help="rows per rank and step")
     p.add_argument("--width", type=count("features", "--width 512", limit=MAX_SIDE), default=512,
                    help="features of every layer")
-    p.add_argument("--layers", type=count("layers", "--layers 4", limit=MAX_LAYERS), default=4)
+    p.add_argument("--layers", type=count("layers", "--layers 4", limit=MAX_LAYERS), default=4,
+                   help="fully connected layers (default 4)")
     p.add_argument("--dtype", choices=sorted(TOLERANCE), default="f32")
     p.add_argument("--lr", type=checked(lambda text: real(text, strict=True), "a positive learning rate", "--lr 0.003"),
                    default=0.003, help="Adam's learning rate")
-    p.add_argument("--seed", type=count("seed", "--seed 0", least=0, limit=MAX_SEED), default=0)
+    p.add_argument("--seed", type=count("seed", "--seed 0", least=0, limit=MAX_SEED), default=0,
+                   help="seed of the weights and data (default 0)")
     json_option(p)
     return p.parse_args(argv)
 

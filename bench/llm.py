@@ -310,7 +310,8 @@ def parse(argv=None):
                    help="first-token prompt length (default 256; 64 with --small, whose cache holds 128)")
     threads_option(p)
     dtypes_option(p, ("bf16", "i8"))
-    p.add_argument("--runs", type=count("runs", "--runs 5"), default=5)
+    p.add_argument("--runs", type=count("runs", "--runs 5"), default=5,
+                   help="timed runs per row; the figures are their median (default 5)")
     p.add_argument("--small", action="store_true", help="the test shape (hidden 128) instead of the 1B-class one")
     p.add_argument("--profile", action="store_true", help="instead: each step's time (no torch needed)")
     add_clock_option(p)

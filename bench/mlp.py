@@ -184,12 +184,13 @@ def parse(argv=None):
                    help="default 1024 (--quick 512)")
     p.add_argument("--channels", type=count("channels", "--channels 512", limit=MAX_SIDE), default=None,
                    help="default 1024 (--quick 512)")
-    p.add_argument("--layers", type=count("layers", "--layers 4", limit=MAX_LAYERS), default=4)
+    p.add_argument("--layers", type=count("layers", "--layers 4", limit=MAX_LAYERS), default=4,
+                   help="fully connected layers (default 4)")
     threads_option(p)
     dtypes_option(p, ("f32", "bf16"))
     tuning_options(p, "tuning budget per dtype and thread count (0: no tuning; default 20, --quick 6)")
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--quick", action="store_true", help="512 rows and channels, a shorter tuning budget")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (shown on a terminal with tqdm)")
     json_option(p)
     args = p.parse_args(argv)
     check_tuning(p, args)

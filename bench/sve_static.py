@@ -66,8 +66,10 @@ def format_table(rows: list[dict], vl: int) -> str:
 def parse(argv=None):
     """The options of ``python -m bench sve-static``, checked (a bad one: argparse's error); no work done."""
     ap = argparse.ArgumentParser(prog="python -m bench sve-static", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--m", type=count("rows m", "--m 64", limit=MAX_SIDE), default=64)
-    ap.add_argument("--n", type=count("columns n", "--n 64", limit=MAX_SIDE), default=64)
+    ap.add_argument("--m", type=count("rows m", "--m 64", limit=MAX_SIDE), default=64,
+                    help="rows of C (default 64)")
+    ap.add_argument("--n", type=count("columns n", "--n 64", limit=MAX_SIDE), default=64,
+                    help="columns of C (default 64)")
     ap.add_argument("--vl", type=int, default=256, choices=[128, 256, 512, 1024, 2048])
     json_option(ap)
     return ap.parse_args(argv)

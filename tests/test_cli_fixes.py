@@ -160,11 +160,12 @@ def test_bench_main_docstring_examples_pass():
     assert doctest.testmod(bench_main).failed == 0
 
 
-def test_a_closed_pipe_is_quiet():
+@pytest.mark.parametrize("command", [["tppasm", "info"], ["bench", "all", "--help"]])
+def test_a_closed_pipe_is_quiet(command):
     read, write = os.pipe()
     os.close(read)                      # the reader has left before the first line
     try:
-        proc = subprocess.run([sys.executable, "-m", "tppasm", "info"], stdout=write, stderr=subprocess.PIPE,
+        proc = subprocess.run([sys.executable, "-m", *command], stdout=write, stderr=subprocess.PIPE,
                               text=True, cwd=ROOT, timeout=60)
     finally:
         os.close(write)
