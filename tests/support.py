@@ -152,8 +152,9 @@ SPECIALS = {     # (x, f(x)) pairs; NaN in gives NaN out everywhere
     "gelu_erf": [(INF, INF), (-INF, -0.0), (0.0, 0.0), (-20.0, -0.0)],
     "gelu_bwd": [(INF, 1.0), (-INF, 0.0), (0.0, 0.5)],
     "gelu_erf_bwd": [(INF, 1.0), (-INF, 0.0), (0.0, 0.5)],
-    "reciprocal": [(0.0, INF), (-0.0, -INF), (INF, 0.0), (-INF, -0.0)],
-    "rsqrt": [(0.0, INF), (INF, 0.0), (-1.0, NAN)],
+    "reciprocal": [(0.0, INF), (-0.0, -INF), (INF, 0.0), (-INF, -0.0), (1e-40, INF), (-1e-40, -INF), (1e-45, INF)],
+    # subnormals: 2^-134 (~4.6e-41) and 2^-148 (~2.8e-45) have exact results
+    "rsqrt": [(0.0, INF), (INF, 0.0), (-1.0, NAN), (2.0 ** -134, 2.0 ** 67), (2.0 ** -148, 2.0 ** 74), (-1e-40, NAN)],
     "sqrt": [(0.0, 0.0), (INF, INF), (-1.0, NAN)],
 }
 

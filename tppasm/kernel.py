@@ -27,6 +27,7 @@ from . import backends, display, forking, operand
 from .cache import kernel_code
 from .cache.lru import DEFAULT_LIMIT, KernelLRU, check_limit
 from .dtypes import imported, name_of
+from .generate_errors import offset_error
 from .layout import empty_for
 from .lazy import OnFirstRead
 from .operand import OperandError, check
@@ -587,8 +588,7 @@ def _generate(desc, isa):
     try:
         return backends.generate(desc, isa)
     except (TypeError, ValueError) as e:
-        if not any(abs(v) >= 1 << 25 for v in vars(desc).values() if isinstance(v, int)):
+        wrapped = offset_error(desc, isa, e)       # the x86 encoder's refusal of a huge offset, explained
+        if wrapped is None:
             raise
-        raise ValueError(f"{desc.kind}: {desc} needs an address offset the {isa} code cannot encode (x86 "
-                         "displacements and immediates are 32-bit): keep leading dimensions, rows and "
-                         "strides under 2 GiB, or split the operand into smaller calls") from e
+        raise wrapped from e

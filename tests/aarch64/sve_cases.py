@@ -41,10 +41,13 @@ def view(buf, spec, count):
 
 
 def close(got, want, rtol, atol):
-    """Flat indices where ``got`` is not within ``atol + rtol |want|`` of ``want`` (NaN matches NaN)."""
+    """Flat indices where ``got`` is not within ``atol + rtol |want|`` of ``want``; NaN matches NaN
+    and an infinite ``want`` only the same infinity (as ``np.isclose``: inf <= inf is no match)."""
     g, w = got.astype(np.float64), want.astype(np.float64)
     both_nan = np.isnan(g) & np.isnan(w)
-    return np.flatnonzero(~both_nan & ~(np.abs(g - w) <= atol + rtol * np.abs(w)))
+    with np.errstate(invalid="ignore"):
+        near = np.where(np.isfinite(w), np.abs(g - w) <= atol + rtol * np.abs(w), g == w)
+    return np.flatnonzero(~both_nan & ~near)
 
 
 def random_fill(rng, dt, size, scale=3.0):

@@ -17,7 +17,8 @@ measured worst in parentheses; per-lane code, so the same at every VL): exp 2 (1
 gelu_tanh 16 (10), gelu_erf 6 (4), gelu_tanh_grad 4 (1), gelu_erf_grad 4 (1), reciprocal 2 (1),
 rsqrt 2 (2; a third Newton step does not lower it), sqrt 0 (0). Specials as on x86 (tested):
 exp(+-inf) = inf/0, tanh(-0) = -0, gelu(-inf) = -0, reciprocal(+-0) = +-inf, rsqrt(0) = inf,
-rsqrt(x<0) = NaN, NaN in NaN out.
+rsqrt(x<0) = NaN, NaN in NaN out; subnormal inputs are not flushed: reciprocal(+-1e-40) = +-inf, rsqrt(1e-45)
+finite (both bounds hold from 2^-149 to FLT_MAX).
 
 >>> from isa.aarch64 import Function, vl, p, z, x
 >>> f = Function(nargs=2); a = f.asm; c = Consts(a, x[15], z[20:30], z[30:32])
@@ -277,24 +278,31 @@ def emit_gelu_erf_grad(a, dst, src, tmp, c) -> None:
 
 # -- simple ops ---------------------------------------------------------------------------------
 def emit_reciprocal(a, dst, src, tmp, c) -> None:
-    """dst = 1/x: ``frecpe`` (8 bits) and two Newton steps y *= frecps(x, y) = 2 - x y. x = +-0 and
-    +-inf stay exact (frecps(0, inf) is defined as 2). tmp: 1."""
+    """dst = 1/x: ``frecpe`` (8 bits) and two Newton steps y *= |frecps(x, y)| = |2 - x y|. x = +-0
+    and +-inf stay exact (frecps(0, inf) is defined as 2). The step factor is near 1 for every other
+    x but |x| < 2^-128, where y = +-inf and frecps(x, y) = -inf: the |.| keeps y's sign. tmp: 1."""
     t0 = tmp[0]
     a.frecpe(dst, src)
     for _ in range(2):
         a.frecps(t0, src, dst)
+        a.fabs(t0, c.pg.m, t0)
         a.fmul(dst, dst, t0)
 
 
 def emit_rsqrt(a, dst, src, tmp, c) -> None:
-    """dst = 1/sqrt(x): ``frsqrte`` and two steps y *= frsqrts(x, y*y) = (3 - x y^2)/2; with y*y
-    formed first, x = 0 (y = inf) and x = inf (y = 0) hit frsqrts's exact special case. tmp: 1."""
+    """dst = 1/sqrt(x): ``frsqrte`` and two steps y *= frsqrts(x y, y) = (3 - x y^2)/2; x y stays in
+    range where y^2 would overflow (x < 2^-128). x = +-0 (y = +-inf) and x = inf (y = 0) give NaN
+    there (0 * inf), as do x < 0 and NaN: NaN lanes take the estimate, exact for the first two and
+    NaN for the others. tmp: 1."""
     t0 = tmp[0]
     a.frsqrte(dst, src)
     for _ in range(2):
-        a.fmul(t0, dst, dst)
-        a.frsqrts(t0, src, t0)
+        a.fmul(t0, src, dst)
+        a.frsqrts(t0, t0, dst)
         a.fmul(dst, dst, t0)
+    a.fcmuo(c.ptmp.s, c.pg.z, dst, dst)
+    a.frsqrte(t0, src)
+    a.sel(dst, c.ptmp, t0, dst)
 
 
 def _simple(fn):

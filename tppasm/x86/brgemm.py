@@ -553,6 +553,10 @@ def tile_kernel(dtype, isa):
 
 @register("x86", "brgemm")
 def generate(desc, isa):
+    layout = getattr(desc, "layout", "vnni")       # MmlaBrgemm (tppasm.sve.brgemm) reads B in its own layout
+    if layout != "vnni":
+        raise ValueError(f"brgemm: layout={layout!r} is SVE only; on {isa} use Brgemm with B in the VNNI "
+                         "layout (tppasm.vnni_pack(b))")
     # tile kernels for bf16 and int8 (any k: a partial last group is padded inside); fp32 on AVX-512
     if tile_kernel(desc.dtype, isa):
         from .amx import generate as generate_amx

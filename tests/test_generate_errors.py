@@ -1,0 +1,40 @@
+"""Generator errors reach the user as they are, except the x86 encoder's refusal of an offset
+past 32 bits (explained as such); the SVE-only MMLA layout of B is refused on x86."""
+import pytest
+
+import tppasm as tpp
+from tppasm.brgemm import Brgemm
+from tppasm.gemm_nt import GemmNT
+from tppasm.kernel import Kernel
+from tppasm.sve.brgemm import MmlaBrgemm
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "amx"])
+@pytest.mark.parametrize("dtype", ["bf16", "i8"])
+def test_mmla_layout_is_refused_on_x86(isa, dtype):
+    with pytest.raises(ValueError, match=r"layout='sve_mmla' is SVE only.*vnni_pack"):
+        Kernel(MmlaBrgemm(m=2, n=3, k=8, dtype=dtype), isa)
+
+
+def test_mmla_layout_still_builds_on_sve():
+    assert Kernel(MmlaBrgemm(m=2, n=3, k=8, dtype="bf16"), "sve").raw.code
+
+
+@pytest.mark.parametrize("lda", [8, 2 ** 26])
+def test_sve_errors_keep_their_reason_with_huge_fields(lda):
+    with pytest.raises(ValueError, match="signs='su' is not supported") as e:
+        tpp.brgemm(m=4, n=5, k=4, dtype="i8", signs="su", lda=lda, isa="sve")
+    assert "x86" not in str(e.value) and "2 GiB" not in str(e.value)
+
+
+@pytest.mark.parametrize("isa", ["sve", "avx512"])
+def test_descriptor_checks_are_not_rewritten_as_offset_errors(isa):
+    with pytest.raises(ValueError, match="more than 64 MiB per row") as e:
+        Kernel(GemmNT(3, 5, 4, lda=2 ** 25 + 4), isa)
+    assert "2 GiB" not in str(e.value)
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_x86_encoder_offset_errors_are_explained(isa):
+    with pytest.raises(ValueError, match="x86 displacements and immediates are 32-bit.*under 2 GiB"):
+        Kernel(Brgemm(m=4, n=5, k=4, lda=2 ** 30), isa)
