@@ -471,6 +471,20 @@ def test_direct_backwards_again_and_refuses_changed_inputs(routes, act, layout):
         y.sum().backward()
 
 
+@pytest.mark.parametrize("act", [None, "relu", "gelu"])
+def test_saved_tensor_hooks_decide_what_the_backward_reads(act):
+    """Under saved-tensor hooks (what save_on_cpu and checkpoint use) the backward reads the
+    unpacked tensors, as torch's linear does: here the hooks give back zeros."""
+    def run(linear):
+        x, w, b = inputs((3, 5), 4, torch.float32)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, torch.zeros_like):
+            y = TORCH_ACT[act](linear(x, w, b)) if linear is F.linear else tt.linear(x, w, b, act)
+        y.sum().backward()
+        return x.grad, w.grad, b.grad
+    for got, want in zip(run(tt.linear), run(F.linear)):
+        torch.testing.assert_close(got, want)
+
+
 class _Passthrough(torch.utils._python_dispatch.TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return func(*args, **(kwargs or {}))

@@ -91,6 +91,14 @@ def linear(x, weight, bias=None, act=None):
     return call(x, weight, bias, act)[0]
 
 
+def _saved_tensor_hooks():
+    """Whether saved-tensor hooks are on (``torch.autograd.graph.saved_tensors_hooks``,
+    ``save_on_cpu``, ``torch.utils.checkpoint``): they decide what the backward reads of a saved
+    tensor and what memory it keeps, so :class:`_Direct` then keeps no arrays of its own."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    return top is None or top(False) is not None
+
+
 def _only_vmap():
     """Whether every active torch.func transform is a vmap: the operator then takes it (its batching
     rule, and its own autograd below), without the autograd.Function that grad transforms need
@@ -435,7 +443,7 @@ class _Direct(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, act):
         _check(x, weight, bias, act)
-        ctx.arrays = []                 # the arrays the backward reads, checked once, here
+        ctx.arrays = None if _saved_tensor_hooks() else []     # the arrays the backward reads, checked here
         output = _run(x, _view(weight, "weight"), weight.shape[0], _bias_view(bias), act, arrays=ctx.arrays)
         _setup_context(ctx, (x, weight, bias, act), output)
         return output
