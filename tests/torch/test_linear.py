@@ -444,12 +444,18 @@ def test_training_calls_run_the_kernels_directly(routes, act):
     assert routes == ["direct"] and x.grad.shape == x.shape and b.grad.shape == b.shape
 
 
+def reference_grads(x, w, b, act, dy):
+    """Gradients of x, w, b of torch's linear + act in float64 (those that require grad)."""
+    ref = [None if t is None else t.detach().double().requires_grad_(t.requires_grad) for t in (x, w, b)]
+    TORCH_ACT[act](F.linear(*ref)).backward(dy.double())
+    return [None if t is None else t.grad for t in ref]
+
+
 @pytest.mark.parametrize("act", ["relu", "gelu"])
 @pytest.mark.parametrize("layout", ["2d", "strided-3d"])
 def test_direct_backwards_again_and_refuses_changed_inputs(routes, act, layout):
-    """The direct route's backward reads the forward's arrays once; a second backward of a retained
-    graph (then the operator's) gives the same gradients, and an input changed in place after the
-    forward is refused as torch refuses it."""
+    """The direct route's backward of a retained graph runs again with the same gradients, and an
+    input changed in place after the forward is refused as torch refuses it."""
     x, w, b = inputs((2, 3, 5) if layout == "strided-3d" else (4, 5), 6, torch.float32)
     if layout == "strided-3d":
         x = x.detach().transpose(0, 1).contiguous().transpose(0, 1).requires_grad_()
@@ -457,18 +463,95 @@ def test_direct_backwards_again_and_refuses_changed_inputs(routes, act, layout):
     y.backward(dy, retain_graph=True)
     first = [t.grad.clone() for t in (x, w, b)]
     y.backward(dy)
-    assert routes == ["direct", "operator backward"]
-    for t, g in zip((x, w, b), first):
+    assert routes == ["direct"]
+    for t, g, want in zip((x, w, b), first, reference_grads(x, w, b, act, dy)):
         torch.testing.assert_close(t.grad, 2 * g)
-    ref = (x.detach().double().requires_grad_(), w.detach().double().requires_grad_(), b.detach().double())
-    TORCH_ACT[act](F.linear(*ref)).backward(dy.double())
-    torch.testing.assert_close(first[0].double(), ref[0].grad, **TOL[torch.float32])
-    torch.testing.assert_close(first[1].double(), ref[1].grad, **TOL[torch.float32])
+        torch.testing.assert_close(g.double(), want, **TOL[torch.float32])
     y = tt.linear(x, w, b, act)
     with torch.no_grad():
         w.add_(1)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.sum().backward()
+
+
+@pytest.mark.parametrize("swap", ["x", "weight", "x-data-write"])
+def test_backward_reads_what_the_saved_tensors_hold(swap):
+    """Every backward reads the saved tensors as they are then, the same each time, as torch's
+    linear: after ``t.data = ...`` (a new storage; vector_to_parameters does it) or a write through
+    ``x.data``."""
+    def grads(linear):
+        x, w, b = inputs((4, 6), 3, torch.float32)
+        x = x.detach().T.contiguous().T.requires_grad_()            # column-major: the forward copies it
+        y, dy = linear(x, w, b), torch.ones(4, 3)
+        if swap == "x":
+            x.data = torch.zeros(4, 6)
+        elif swap == "weight":
+            w.data = torch.zeros(3, 6)
+        else:
+            x.data.zero_()
+        out = [torch.autograd.grad(y, (x, w, b), dy, retain_graph=True) for _ in range(2)]
+        return [g for pair in out for g in pair]
+    ours = grads(tt.linear)
+    for first, again in zip(ours[:3], ours[3:]):
+        torch.testing.assert_close(first, again)
+    if swap != "weight":        # (torch's addmm saved a transposed view of the old weight: it reads that)
+        for got, want in zip(ours, grads(F.linear)):
+            torch.testing.assert_close(got, want)
+
+
+def test_raw_saved_tensor_hooks_after_the_forward_are_kept():
+    """Hooks put on a node's saved tensors after the forward decide what the backward reads: x
+    unpacked as zeros gives the weight a zero gradient (torch's addmm names its saved x mat1)."""
+    x, w, b = inputs((2, 3), 4, torch.float32)
+    y = tt.linear(x, w, b)
+    y.grad_fn._raw_saved_tensors[0].register_hooks(lambda t: t, torch.zeros_like)
+    y.sum().backward()
+    want = reference_grads(x, w, b, None, torch.ones(2, 4))
+    assert w.grad.abs().max() == 0
+    torch.testing.assert_close(x.grad.double(), want[0], **TOL[torch.float32])
+    torch.testing.assert_close(b.grad.double(), want[2], **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 8), (8,)])
+def test_outputs_of_any_rank_take_in_place_ops(shape):
+    """y of a 1-D or 3-D x is no view: nn.ReLU(inplace=True) and ``+=`` after the layer work."""
+    torch.manual_seed(0)
+    layer, ref = tt.Linear(8, 8), torch.nn.Linear(8, 8)
+    ref.load_state_dict(layer.state_dict())
+    x = torch.randn(*shape)
+    for model in (layer, ref):
+        y = model(x)
+        y += 1
+        torch.nn.ReLU(inplace=True)(y).sum().backward()
+    torch.testing.assert_close(layer.weight.grad, ref.weight.grad, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("case", ["frozen-weight-residual", "data-x-weight-updated", "bias-only-inference"])
+def test_only_what_a_needed_gradient_reads_is_saved(case):
+    """As torch's linear: a frozen weight's layer keeps no x (an in-place residual after it is
+    fine), an x that needs no gradient keeps no weight (an update in place before the backward is
+    fine), and bias-only training keeps neither (inference tensors, which autograd cannot save)."""
+    def grads(linear):
+        x, w, b = inputs((4, 5), 5, torch.float32)
+        if case == "frozen-weight-residual":
+            w.requires_grad_(False)
+            h = x * 1
+            h += linear(h, w, b)
+            h.sum().backward()
+            return x.grad, b.grad
+        if case == "data-x-weight-updated":
+            x.requires_grad_(False)
+            y = linear(x, w, b)
+            with torch.no_grad():
+                w.add_(1)
+            y.sum().backward()
+            return w.grad, b.grad
+        with torch.inference_mode():
+            x, w = x.detach().clone(), w.detach().clone()
+        linear(x, w, b).sum().backward()
+        return (b.grad,)
+    for got, want in zip(grads(tt.linear), grads(F.linear)):
+        torch.testing.assert_close(got, want, **TOL[torch.float32])
 
 
 @pytest.mark.parametrize("act", [None, "relu", "gelu"])

@@ -91,12 +91,10 @@ def linear(x, weight, bias=None, act=None):
     return call(x, weight, bias, act)[0]
 
 
-def _saved_tensor_hooks():
-    """Whether saved-tensor hooks are on (``torch.autograd.graph.saved_tensors_hooks``,
-    ``save_on_cpu``, ``torch.utils.checkpoint``): they decide what the backward reads of a saved
-    tensor and what memory it keeps, so :class:`_Direct` then keeps no arrays of its own."""
-    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
-    return top is None or top(False) is not None
+def _as_saved(t, shape, dtype):
+    """Whether saved tensor ``t`` (None: not saved) still has the ``shape`` and ``dtype`` the forward
+    saw (``t.data = ...`` may have replaced them: then the operator checks, and explains)."""
+    return t is None or (t.dtype is dtype and t.shape == shape)
 
 
 def _only_vmap():
@@ -232,21 +230,19 @@ def _bias_view(bias):
     return None if bias is None else _view(bias if bias.dtype is torch.float32 else bias.float(), "bias")
 
 
-def _run(x, w, out, b, act, pre=True, arrays=None):
+def _run(x, w, out, b, act, pre=True):
     """(y, z) of :func:`_forward` for a checked x and weight, given as ``w`` (a NumPy view or
     :class:`tppasm.fc.PackedWeight`) of ``out`` rows and ``b`` (:func:`_bias_view`); y and z are
-    fc's arrays (:func:`_tensor`). ``arrays``: a list to append x's rows, w and the array the
-    backward reads (y for relu, z for the gelus, else None) to. Each torch call costs about a
-    microsecond here, so those that would change nothing are skipped."""
+    fc's arrays (:func:`_tensor`), y shaped as x before it becomes a tensor (a tensor reshaped
+    here would be a view, on which autograd refuses in-place ops: ``nn.ReLU(inplace=True)``).
+    Each torch call costs about a microsecond here, so those that would change nothing are skipped."""
     rows = _view(_rows(x))
     keep = pre and act in _GELUS
     y = empty((rows.shape[0], out), rows.dtype)
     z = empty(y.shape, rows.dtype) if keep else None
     fc.forward_arrays(rows, w, b, act, y, z, torch.get_num_threads())
-    if arrays is not None:
-        arrays += rows, w, z if keep else y if act == "relu" else None
-    y, z = _tensor(y), (_tensor(z) if keep else x.new_empty(0)) if pre else None
-    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], out), z
+    y = _tensor(y if x.dim() == 2 else y.reshape(*x.shape[:-1], out))
+    return y, (_tensor(z) if keep else x.new_empty(0)) if pre else None
 
 
 def _rows(x):
@@ -272,23 +268,38 @@ def _linear_backward(dy: Tensor, x: Tensor, weight: Tensor, saved: Optional[Tens
 def _backward_kernel(dy, x, weight, saved, act, needs):
     """The operator's kernel: (dx, dweight, dbias) of :func:`_linear_backward`."""
     _check_backward(dy, x, weight, saved, act, needs)
-    n, m = math.prod(x.shape[:-1]), weight.shape[0]
-    saved = None if saved is None else _view(saved if saved.dim() == 2 else saved.reshape(n, m), "saved")
-    grads = _gradients(dy, _view(_rows(x)), _view(weight, "weight"), saved, act, needs, x)
+    grads = _gradients(dy, x, weight, saved, act, needs, x.shape, weight.shape)
     return tuple(g if need else x.new_empty(0, dtype=torch.float32 if i == 2 else x.dtype)
                  for i, (g, need) in enumerate(zip(grads, needs)))
 
 
-def _gradients(dy, rows, w, saved, act, needs, x):
-    """[dx, dweight, dbias] (None where ``needs`` says no) as tensors, from ``dy`` (a tensor of y's
-    shape and dtype) and the checked arrays of x's ``rows``, the weight and ``saved``."""
-    n, m = rows.shape[0], w.shape[0]
+def _gradients(dy, x, weight, saved, act, needs, x_shape, w_shape):
+    """[dx, dweight, dbias] (None where ``needs`` says no) as tensors, from checked tensors: ``dy``
+    (y's shape and dtype), ``saved``, and x and the weight (of shapes ``x_shape`` and ``w_shape``),
+    each read only for the gradient that needs it (the other may be None: not saved)."""
+    n, k, m = math.prod(x_shape[:-1]), x_shape[-1], w_shape[0]
+    dt = dy.dtype
+    rows = _view(_rows(x)) if needs[1] else _stand_in((n, k), dt)
+    w = _view(weight, "weight") if needs[0] else _stand_in((m, k), dt)
+    saved = None if saved is None else _view(saved if saved.dim() == 2 else saved.reshape(n, m), "saved")
     grads = fc.backward_arrays(_view(dy if dy.dim() == 2 else dy.reshape(n, m), "dy"), rows, w, act, saved,
                                *map(bool, needs), torch.get_num_threads())
-    grads = [None if g is None else _tensor(g) for g in grads]
-    if needs[0] and x.dim() != 2:
-        grads[0] = grads[0].reshape(x.shape)
-    return grads
+    if needs[0] and len(x_shape) != 2:
+        grads = (grads[0].reshape(x_shape), *grads[1:])
+    return [None if g is None else _tensor(g) for g in grads]
+
+
+def _stand_in(shape, dtype):
+    """A NumPy array of ``shape`` and ``dtype`` (a torch dtype) on one zero (strides 0): the operand
+    of a product whose result is not computed (fc.backward reads x only for dweight, the weight
+    only for dx)."""
+    zero = _zero(dtype)
+    return np.ndarray(shape, zero.dtype, zero, 0, (0,) * len(shape))
+
+
+@functools.cache
+def _zero(dtype):
+    return tensor_numpy(torch.zeros(1, dtype=dtype))
 
 
 @_linear_backward.register_fake
@@ -302,8 +313,12 @@ def _(dy, x, weight, saved, act, needs):
 def _setup_context(ctx, inputs, output):
     x, weight, bias, act = inputs
     y, z = output
-    ctx.act, ctx.bias_dtype = act, None if bias is None else bias.dtype
-    ctx.save_for_backward(x, weight, y if act == "relu" else z if act in _GELUS else None)
+    needs = ctx.needs_input_grad
+    ctx.act, ctx.bias_dtype, ctx.shapes = act, None if bias is None else bias.dtype, (x.shape, weight.shape, x.dtype)
+    # as torch's linear: x only for the weight's gradient, the weight only for x's (an input that no
+    # needed gradient reads is not kept, and may change in place before the backward)
+    ctx.save_for_backward(x if needs[1] else None, weight if needs[0] else None,
+                          y if act == "relu" else z if act in _GELUS else None)
     ctx.set_materialize_grads(False)        # an output no loss reads gets None: no pass over zeros
 
 
@@ -312,19 +327,22 @@ def _backward(ctx, dy, dz):
     which a loss may read too: its gradient takes no act' on its way)."""
     x, weight, saved = ctx.saved_tensors
     needs = list(ctx.needs_input_grad[:3])
+    x_shape, w_shape, dt = ctx.shapes
     # torch.func transforms take an autograd.Function, not the operator (see _Transformable); a
     # backward that builds a graph (create_graph) takes the operator, which refuses a second derivative
-    arrays, ctx.arrays = getattr(ctx, "arrays", None), None     # (dropped, as torch drops saved tensors)
-    if torch._C._are_functorch_transforms_active():
-        call = _LinearBackward.apply
-    elif arrays and not torch.is_grad_enabled() and _unwatched(dy, dz):
-        def call(dy, x, weight, saved, act, needs):       # the forward's arrays: torch gave dy y's shape and dtype
-            return _gradients(dy, *arrays[:2], None if saved is None else arrays[2], act, needs, x)
+    if (getattr(ctx, "direct", False) and not torch.is_grad_enabled() and _unwatched(dy, dz)
+            and _as_saved(x, x_shape, dt) and _as_saved(weight, w_shape, dt) and (saved is None or saved.dtype is dt)):
+        def call(dy, x, weight, saved, act, needs):     # torch gave dy (and dz) y's (z's) shape and dtype
+            return _gradients(dy, x, weight, saved, act, needs, x_shape, w_shape)
     else:
-        call = torch.ops.tppasm.linear_backward
+        call = _LinearBackward.apply if torch._C._are_functorch_transforms_active() else \
+            torch.ops.tppasm.linear_backward
+        # the operators take tensors: of what was not saved (no needed gradient reads it), zeros
+        x, weight = (torch.zeros((), dtype=dt).expand(shape) if t is None else t
+                     for t, shape in ((x, x_shape), (weight, w_shape)))
     grads = None if dy is None else call(dy, x, weight, saved, ctx.act, needs)
     if dz is not None and dz.numel():
-        more = call(dz.reshape(*x.shape[:-1], weight.shape[0]), x, weight, None, None, needs)
+        more = call(dz.reshape(*x_shape[:-1], w_shape[0]), x, weight, None, None, needs)
         grads = more if grads is None else [g + h if need else g for g, h, need in zip(grads, more, needs)]
     if grads is None:
         return None, None, None, None
@@ -442,10 +460,9 @@ class _Direct(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, act):
-        _check(x, weight, bias, act)
-        ctx.arrays = None if _saved_tensor_hooks() else []     # the arrays the backward reads, checked here
-        output = _run(x, _view(weight, "weight"), weight.shape[0], _bias_view(bias), act, arrays=ctx.arrays)
+        output = _forward(x, weight, bias, act)
         _setup_context(ctx, (x, weight, bias, act), output)
+        ctx.direct = True
         return output
 
     backward = staticmethod(_backward)
