@@ -567,3 +567,28 @@ def test_ap_meet_is_the_intersection_of_the_progressions(s1, s2, n1, n2, d1, d2)
     brute = bool(set(range(s1, s1 + d1 * n1, d1)) & set(range(s2, s2 + d2 * n2, d2)))
     assert ap_meet(s1, n1, d1, s2, n2, d2) is brute
     assert ap_meet(np.array([s1, s1]), n1, d1, np.array([s2, s2]), n2, d2).tolist() == [brute, brute]
+
+
+def test_ifs_in_a_row_are_checked_in_few_pairs(monkeypatch):
+    """k ifs in a row trace each later call on 2^k paths; the accesses that differ only in their
+    paths are checked together first (8 ifs: a few pairs, where every pair of the 256 calls was
+    98,000 and 18 s), and a race among them is still found."""
+    import loops.races as races
+    relu, neg = tpp.relu(*BLOCK), tpp.unary("negate", *BLOCK)
+    X = np.ones((16, 16) + BLOCK, np.float32)
+
+    def traced(first_block, ifs=8):
+        conds = ["i == 0", "i == 15", "j == 0", "j == 15", "i == j", "i + j == 15", "i == 1", "j == 1"][:ifs]
+        lines = ["def body(i, j, X, Y):", "    relu(X[i, j], Y[i, j])"]
+        for c in conds:
+            block = first_block if c == conds[-1] else "Y[i, j]"
+            lines += [f"    if {c}:", f"        neg({block}, {block})"]
+        env = dict(relu=relu, neg=neg)
+        exec("\n".join(lines), env)
+        return kernel("AB", Loop(0, 16), Loop(0, 16))(env["body"])
+    seen, real = [], races.pair
+    monkeypatch.setattr(races, "pair", lambda *a: seen.append(a) or real(*a))
+    assert check(traced("Y[i, j]"), (X, X.copy()), nthreads=2) == []
+    assert 0 < len(seen) <= 10
+    found = check(traced("Y[0, j]", 4), (X, X.copy()), nthreads=2)     # every i writes row 0's blocks
+    assert found and found[0].array == "Y"
