@@ -7,6 +7,7 @@ thread (``thread_state.tracer``) decides, exploring both branches.
 >>> 2 * i + 3, (i < 4).test
 (2*i + 3, i < 4)
 """
+import operator
 import threading
 from dataclasses import dataclass
 
@@ -252,6 +253,50 @@ class Cond:
         raise TraceError("combine index comparisons with 'and'/'or'/'not', not '&'/'|'/'~'")
 
     __or__ = __rand__ = __ror__ = __invert__ = __and__
+
+    # As a Python bool: the tracer's decision for this path, 1 or 0, so `(i == 0) != (j == 0)`,
+    # `(i == 0) == True`, `int(i == 0)`, `sum([...])` and `max(...)` hold per iteration (without
+    # __eq__ Python would compare the objects' identities: a branch decided once for every iteration).
+    def _as_int(self):
+        return int(bool(self))
+
+    def _other(self, other):
+        if isinstance(other, Cond):
+            return other._as_int()
+        if isinstance(other, (Affine, bool, int, np.bool_, np.integer)):
+            return other
+        raise TraceError(f"cannot combine the index comparison '{self.test!r}' with {type(other).__name__} "
+                         f"{other!r}: in a body it acts as a Python bool (0 or 1 per iteration) and combines "
+                         "with other comparisons, bools and ints only")
+
+    __index__ = __int__ = _as_int
+
+    def __hash__(self):
+        return hash(self._as_int())
+
+    def __float__(self):
+        return float(self._as_int())
+
+
+def _cond_op(op):
+    """A method of :class:`Cond` applying ``op`` to its value (0 or 1 on this path) and ``other``."""
+    def method(self, other):
+        return op(self._as_int(), self._other(other))
+    return method
+
+
+def _cond_rop(op):
+    def method(self, other):
+        return op(self._other(other), self._as_int())
+    return method
+
+
+for _name, _op in (("eq", operator.eq), ("ne", operator.ne), ("lt", operator.lt), ("le", operator.le),
+                   ("gt", operator.gt), ("ge", operator.ge), ("add", operator.add), ("sub", operator.sub),
+                   ("mul", operator.mul)):
+    setattr(Cond, f"__{_name}__", _cond_op(_op))
+    if _name in ("add", "sub", "mul"):
+        setattr(Cond, f"__r{_name}__", _cond_rop(_op))
 
 
 def _tracer(what):

@@ -19,11 +19,16 @@ from .trace import trace
 
 
 def arity(fn):
-    """How many arrays a hook takes (None: ``*args``, all of them)."""
+    """How many arrays a hook takes (None: ``*args``, all of them): its positional parameters
+    without a default (one with a default keeps it, as :func:`_check_arity` counts them).
+
+    >>> arity(lambda X, Y, which=1: None), arity(lambda X, *more: None)
+    (2, None)
+    """
     params = inspect.signature(fn).parameters.values()
     if any(p.kind == p.VAR_POSITIONAL for p in params):
         return None
-    return len(params)
+    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty])
 
 
 def check_grid(spec, nthreads, own_pool=False):

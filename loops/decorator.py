@@ -19,8 +19,6 @@ import threading
 import warnings
 import weakref
 
-import numpy as np
-
 import isa.pool as pool_module
 from isa.cpu import host
 from isa.x86 import Function, qword, rax
@@ -32,12 +30,13 @@ from tppasm.x86.entry import NATIVE_CHECKS, build_entry
 
 from . import display, races as _races
 from .bind import arity, box_of, check_grid, traced_trees
+from .bounds import BoundsError, check_calls as _check_calls, check_int64 as _check_int64
 from .body import check_body as _check_body, parameters as _parameters
 from .explain import explain
 from .nest_plan import Layout
 from .recent import NESTS, VARIANTS, Recent
 from .signature import as_arrays, signature, written_objects
-from .spec import LETTERS, Loop, SpecError, parse, serial_order
+from .spec import Loop, SpecError, parse, serial_order
 from .trace import PyArray, TraceError, run_python
 
 
@@ -57,6 +56,11 @@ def kernel(spec, *loops, pool=None, races="refuse"):
     same block, one writing (:mod:`loops.races`): ``"refuse"`` raises :class:`loops.races.RaceError`
     naming the pair and the fixes, ``"warn"`` issues a :class:`loops.races.RaceWarning` and runs,
     ``"allow"`` skips the analysis (for bodies that synchronize themselves, e.g. atomic kernels).
+
+    The body is traced once per array signature (shapes, strides, dtypes), as ``jax.jit`` traces:
+    its globals, closure values and the kernel objects it calls are read then and compiled into the
+    nest, and later calls on such arrays do not run the Python body again. After changing one of
+    them, call :meth:`LoopKernel.retrace` so the next call traces the body anew.
 
     >>> from loops import Loop, kernel
     >>> @kernel("a", Loop(0, 3))
@@ -100,6 +104,9 @@ class LoopKernel:
     """A traced-and-compiled loop nest; call it on arrays. See :func:`kernel`."""
 
     def __init__(self, spec, loops, body, pool=None, hooks=None, races="refuse"):
+        if isinstance(body, LoopKernel):
+            raise TypeError(f"loop body {body.__name__!r} is already a loop kernel: decorate the plain body "
+                            "function (or call k.with_spec(...) for the same body under another spec)")
         _check_body(body)
         _check_pool(pool)
         _check_races(races)
@@ -134,16 +141,16 @@ class LoopKernel:
         >>> @k.init
         ... def setup(): pass
         """
-        _check_body(fn)
-        _parameters(fn, varargs=True)
+        _check_body(fn, "init hook")
+        _parameters(fn, varargs=True, what="init hook")
         self.hooks["init"].append(fn)
         self._invalidate()
         return fn
 
     def fini(self, fn):
         """Register ``fn(*arrays)`` to run once per thread after the nest."""
-        _check_body(fn)
-        _parameters(fn, varargs=True)
+        _check_body(fn, "fini hook")
+        _parameters(fn, varargs=True, what="fini hook")
         self.hooks["fini"].append(fn)
         self._invalidate()
         return fn
@@ -178,10 +185,14 @@ class LoopKernel:
         return get_pool()
 
     # -- running ------------------------------------------------------------------------------
-    def __call__(self, *arrays):
+    def __call__(self, *arrays, **named):
         fast = self._fast
         if fast is not None and fast.try_fast(arrays):
             return
+        if named:
+            raise TypeError(f"{self.__name__}({', '.join(self.array_names)}) takes its arrays by position, got "
+                            f"{', '.join(f'{n}=' for n in named)}: write {self.__name__}"
+                            f"({', '.join(self.array_names)})")
         objs, arrays = arrays, as_arrays(arrays, self.array_names, self.__name__)
         key = signature(arrays)
         best = self._tuned.get((key, self.pool.nthreads)) if self._tuned else None
@@ -196,14 +207,15 @@ class LoopKernel:
     def _check_count(self, arrays):
         if len(arrays) != len(self.array_names):
             raise TypeError(f"{self.__name__} takes {len(self.array_names)} arrays "
-                            f"({', '.join(self.array_names)}), got {len(arrays)}")
+                            f"({', '.join(self.array_names)}), got {len(arrays)}{_defaults_hint(self.body)}")
 
     def _current(self, arrays, key):
         """The nest compiled for ``key``, bound now if there is none or if it was compiled for a
         process pool that was replaced (set_num_threads) or closed since."""
         for _ in range(3):          # (not forever: a body that calls set_num_threads may replace it each time)
             inst = self._bound.get(key) or self._bind(arrays, key)
-            self._fast = inst if inst.entry is not None else None
+            # _last is always the nest _fast holds, if any: the fast path needs not set it (explain())
+            self._fast, self._last = (inst if inst.entry is not None else None), inst
             # checked after storing it: a pool replaced after this check is followed by
             # _forget_nests, which drops what was stored (no lock on the call path)
             if not inst.outdated():
@@ -215,8 +227,34 @@ class LoopKernel:
     def _bind(self, arrays, key):
         self._check_count(arrays)
         inst = self._bound[key] = _Instance(self, arrays)
-        self._last = inst
         return inst
+
+    def _inspected(self, arrays):
+        """The nest bound for ``arrays`` (bound now if none is): what a call on them runs, never replaced."""
+        key = signature(arrays)
+        return self._bound.get(key) or self._bind(arrays, key)
+
+    def retrace(self):
+        """Drop every nest traced so far (of this kernel and its :meth:`with_spec` variants): the next call
+        traces the body again, reading its globals, closure variables and kernels anew.
+
+        A body is traced once per array signature (shapes, strides, dtypes), as ``jax.jit`` traces:
+        what it reads then (a global kernel, a closure's count) is fixed in the compiled nest, and
+        changing it later takes effect only after ``retrace()``.
+
+        >>> import numpy as np, tppasm as tpp
+        >>> from loops import Loop, kernel
+        >>> op = tpp.relu(1, 2)
+        >>> @kernel("A", Loop(0, 2))
+        ... def k(i, X, Y):
+        ...     op(X[i:i + 1], Y[i:i + 1])
+        >>> X = -np.ones((2, 2), np.float32); Y = np.empty_like(X)
+        >>> k(X, Y); op = tpp.unary("negate", 1, 2); k(X, Y); float(Y.sum())      # still relu
+        0.0
+        >>> k.retrace(); k(X, Y); float(Y.sum())
+        4.0
+        """
+        self._invalidate()
 
     def python(self, *arrays):
         """Run the body in Python, kernels replaced by their NumPy references, in serial spec order.
@@ -257,8 +295,7 @@ class LoopKernel:
               k(i, j, ...)
         """
         arrays = as_arrays(arrays, self.array_names, self.__name__)
-        inst = self._bind(arrays, signature(arrays)) if arrays else self._last
-        return explain(self, inst)
+        return explain(self, self._inspected(arrays) if arrays else self._last)
 
     def accesses(self, *arrays):
         """How the nest uses each array (by parameter name): "read", "written" or "read and
@@ -275,9 +312,7 @@ class LoopKernel:
         >>> k.accesses(X, np.empty_like(X))
         {'X': 'read', 'Y': 'written'}
         """
-        arrays = as_arrays(arrays, self.array_names, self.__name__)
-        key = signature(arrays)
-        inst = self._bound.get(key) or self._bind(arrays, key)
+        inst = self._inspected(as_arrays(arrays, self.array_names, self.__name__))
         read, written = set(), set()
         for tree in (inst.body, inst.init, inst.fini):
             for call in tree.all_calls():
@@ -296,11 +331,35 @@ class LoopKernel:
         from .tune import tune
         return tune(self, as_arrays(arrays, self.array_names, self.__name__), **options)
 
+    def __copy__(self):
+        return self                 # as a TPP kernel: a compiled nest has nothing to copy
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        raise TypeError(f"loop kernel {self.__name__!r} cannot be pickled (its nests are native code bound to "
+                        "this process): pickle the arrays, and build the kernel with loops.kernel(...) where it "
+                        "runs (e.g. at the top level of a module that the other process imports)")
+
     def __repr__(self):
         return display.loop_kernel_repr(self)
 
     def _repr_html_(self):
         return display.loop_kernel_html(self)
+
+
+def _defaults_hint(body):
+    """For a count mismatch: the array parameters that have defaults, which the nest fills anyway."""
+    try:
+        params = inspect.signature(body).parameters.values()
+    except (TypeError, ValueError):
+        return ""
+    named = [p.name for p in params if p.default is not p.empty and p.kind != p.KEYWORD_ONLY]
+    if not named:
+        return ""
+    return (f" (the nest passes an array to every parameter after the indices, defaults included: capture "
+            f"{', '.join(named)} as a global or closure variable instead of a default)")
 
 
 _INSTANCES = weakref.WeakSet()      # every compiled nest: its context lock is renewed in a forked child
@@ -436,128 +495,9 @@ def _check_races_of(lk, arrays, inst):
     raise _races.RaceError(message, found, fixes)
 
 
-# -- bind-time checks: every access stays inside its array, over every iteration ----------------
-
-INT64 = 1 << 63            # native nests compute offsets and comparisons in int64
-
 def _box(lk, spec, nthreads):
     """Range (inclusive) of every index and thread coordinate over the run of ``lk`` under ``spec``."""
     return box_of(lk.resolved, spec, nthreads)
-
-
-class BoundsError(IndexError, ValueError):
-    """An access in a loop body that reaches outside its array for some iteration, found when the
-    nest is bound (its first call on arrays of these shapes), before any of it runs. The message
-    names the access, the range it must stay in and an iteration where it does not. An IndexError
-    (what NumPy raises for an index out of range) and a ValueError (a rejected shape).
-
-    >>> import numpy as np, tppasm as tpp
-    >>> from loops import BoundsError, Loop, kernel
-    >>> relu = tpp.relu(1, 4)
-    >>> k = kernel("a", Loop(0, 3))(lambda i, X, Y: relu(X[i + 1:i + 2], Y[i:i + 1]))
-    >>> X = np.zeros((3, 4), np.float32)
-    >>> try:
-    ...     k(X, X.copy())
-    ... except BoundsError as e:
-    ...     print(str(e).split(";")[1])
-     fails at i=2
-    """
-
-
-def _check_calls(lk, arrays, body, init, fini, box):
-    if any(lp.trip == 0 for lp in lk.resolved):
-        body = None                           # the body never runs
-    for tree in (body, init, fini):
-        if tree is None:
-            continue
-        for call in tree.all_calls():
-            _check_call(lk, call, arrays, box)
-
-
-def _check_call(lk, call, arrays, box):
-    count = dict(zip(call.kernel.scalars, call.scalars)).get(call.kernel.desc.count_scalar, 1)
-    needs = list(call.checks)
-    for spec, (arg, offset) in zip(call.kernel.operands, call.args):
-        a = arrays[arg]
-        if spec.writable and not a.flags.writeable:
-            raise ValueError(f"{call.text}: {lk.array_names[arg]} is read-only but the kernel writes it; pass a "
-                             "writable array")
-        item = a.itemsize
-        lo_el = sum(min(0, (d - 1) * s // item) for d, s in zip(a.shape, a.strides))
-        hi_el = sum(max(0, (d - 1) * s // item) for d, s in zip(a.shape, a.strides))
-        extent = sum((d - 1) * s for d, s in zip(spec.full_shape(count), spec.strides))
-        if 0 in a.shape:
-            lo_el, hi_el = 0, -1
-        needs.append((offset, lo_el, hi_el - extent,
-                      f"{call.text}: operand {spec.name} reaches outside {lk.array_names[arg]} {a.shape}"))
-    for expr, lo, hi, message in needs:
-        low, high = expr.bounds(box)
-        if lo <= low and high <= hi:
-            continue
-        bad = _counterexample(expr, lo, hi, call.path, box, lk)
-        if bad is not None:
-            allowed = f">= {lo}" if hi >= 1 << 61 else f"in [{lo}, {hi}]"
-            raise BoundsError(f"out of bounds: {message}: {expr} must be {allowed}; fails at {bad}")
-
-
-def _counterexample(expr, lo, hi, path, box, lk):
-    """An iteration where ``lo <= expr <= hi`` fails on the call's path, or None (exact when small)."""
-    loop_vars = list(LETTERS[:len(lk.loops)])
-    uses_thread = expr.vars() | {v for t, _ in path for v in t.expr.vars()}
-    if np.prod([lp.trip for lp in lk.resolved], dtype=float) > 1 << 22 or uses_thread - set(loop_vars):
-        return _describe(expr, box, lk)           # conservative: over the box of index values
-    grids = np.meshgrid(*[np.arange(lp.start, lp.end, lp.step) for lp in lk.resolved], indexing="ij")
-    env = dict(zip(loop_vars, (g.ravel() for g in grids)))
-    if max([expr.magnitude(box)] + [t.expr.magnitude(box) for t, _ in path]) >= INT64:
-        env = {v: g.astype(object) for v, g in env.items()}      # int64 would overflow: Python ints
-    mask = np.ones(grids[0].size if grids else 1, bool)
-    for test, outcome in path:
-        mask &= test.holds(env) == outcome
-    vals = np.broadcast_to(expr.evaluate(env), mask.shape)
-    bad = mask & ((vals < lo) | (vals > hi))
-    if not bad.any():
-        return None
-    j = int(np.argmax(bad))
-    return ", ".join(f"{n}={int(env[v][j])}" for n, v in zip(lk.index_names, loop_vars))
-
-
-def _check_int64(lk, arrays, trees, box):
-    """ValueError unless the native nest's 64-bit arithmetic is exact: each byte offset of a call and
-    each compared expression, evaluated term by term over every iteration, stays within +-2**63."""
-    names = dict(zip(LETTERS, lk.index_names))
-    fix = ("shift the loop to start near 0 (Loop(0, n) with X[i] rather than Loop(b, b + n) with "
-           "X[i - b]), or use smaller constants")
-    if any(lp.trip == 0 for lp in lk.resolved):
-        trees = trees[1:]                     # the body never runs (as in _check_calls)
-    tests = {}
-    for tree in trees:
-        for call in tree.all_calls():
-            for test, _ in call.path:
-                tests[test.key()] = test
-            for (arg, offset), spec in zip(call.args, call.kernel.operands):
-                item = arrays[arg].itemsize
-                reach = (offset * item).magnitude(box)
-                if reach >= INT64:
-                    raise ValueError(f"{call.text}: the byte offset of operand {spec.name} in "
-                                     f"{lk.array_names[arg]} ({item} * ({offset})) reaches {reach} over the "
-                                     f"loops' ranges ({_ranges(offset, box, names)}); native nests compute "
-                                     f"byte offsets in 64-bit integers, within +-2**63: {fix}")
-    for test in tests.values():
-        reach = test.expr.magnitude(box)
-        if reach >= INT64:
-            raise ValueError(f"'if {test!r}': the comparison reaches {reach} over the loops' ranges "
-                             f"({_ranges(test.expr, box, names)}); native nests compare in 64-bit integers, "
-                             f"within +-2**63: {fix}")
-
-
-def _ranges(expr, box, names):
-    return ", ".join(f"{names.get(v, v)} in [{box[v][0]}, {box[v][1]}]" for v in sorted(expr.vars())) or "constant"
-
-
-def _describe(expr, box, lk):
-    names = dict(zip(LETTERS, lk.index_names))
-    return "some iteration (" + ", ".join(f"{names.get(v, v)} in [{box[v][0]}, {box[v][1]}]"
-                                         for v in sorted(expr.vars())) + ")"
 
 
 __all__ = ["kernel", "LoopKernel", "Loop", "BoundsError", "SpecError", "TraceError"]

@@ -20,7 +20,7 @@ class Recent(OrderedDict):
     """At most ``limit`` entries; storing or reading one makes it the most recent. Safe to use
     from several threads without a lock: a race can only drop an entry early."""
 
-    def __init__(self, limit):
+    def __init__(self, limit=NESTS):            # (a default: copy and pickle rebuild it as Recent())
         super().__init__()
         self.limit = limit
 

@@ -66,37 +66,49 @@ _ALTERNATIVES = {
 }
 
 class View:
-    """A traced view of argument ``arg``: concrete shape/strides (elements), affine element offset.
+    """A traced view of argument ``_arg``: concrete shape, strides (``_strides``, in elements) and
+    dtype, affine element offset. ``.strides`` gives NumPy's byte strides, as ``.python()`` sees them.
 
-    ``axes`` follows each axis of the argument itself: ``(start, step)`` in index units (``start``
-    affine), and ``vmap`` names the argument axis behind each axis of the view, so the block a
+    ``_axes`` follows each axis of the argument itself: ``(start, step)`` in index units (``start``
+    affine), and ``_vmap`` names the argument axis behind each axis of the view, so the block a
     kernel touches is known per axis of the argument (the race analysis, :mod:`loops.races`).
+    ``_owner`` is the trace that made it (its index names): a view kept past its body and used in
+    another nest is refused.
     """
 
-    __slots__ = ("arg", "dtype", "shape", "strides", "offset", "text", "checks", "axes", "vmap")
+    # internal slots start with "_": a body reading X.offset or X.text gets the ViewAttributeError
+    __slots__ = ("_arg", "dtype", "shape", "_strides", "_offset", "_text", "_checks", "_axes", "_vmap", "_owner")
 
-    def __init__(self, arg, dtype, shape, strides, offset, text, checks=(), axes=None, vmap=None):
-        self.arg, self.dtype, self.shape, self.strides = arg, dtype, tuple(shape), tuple(strides)
-        self.offset, self.text, self.checks = offset, text, tuple(checks)
-        self.axes = tuple(axes) if axes is not None else tuple((Affine.of(0), 1) for _ in self.shape)
-        self.vmap = tuple(vmap) if vmap is not None else tuple(range(len(self.shape)))
+    def __init__(self, arg, dtype, shape, strides, offset, text, checks=(), axes=None, vmap=None, owner=None):
+        self._arg, self.dtype, self.shape, self._strides = arg, dtype, tuple(shape), tuple(strides)
+        self._offset, self._text, self._checks, self._owner = offset, text, tuple(checks), owner
+        self._axes = tuple(axes) if axes is not None else tuple((Affine.of(0), 1) for _ in self.shape)
+        self._vmap = tuple(vmap) if vmap is not None else tuple(range(len(self.shape)))
 
     @property
     def ndim(self):
         return len(self.shape)
 
+    @property
+    def strides(self):
+        """NumPy's strides, in bytes (as ``kernel.python`` gives them)."""
+        item = np.dtype(self.dtype).itemsize
+        return tuple(s * item for s in self._strides)
+
     def __getitem__(self, key):
         key = key if isinstance(key, tuple) else (key,)
         if len(key) > self.ndim:
-            raise TraceError(f"{self.text}: {len(key)} indices for a {self.ndim}-D array")
-        shape, strides, offset, checks, parts = [], [], self.offset, list(self.checks), []
-        axes, vmap = list(self.axes), []
+            raise TraceError(f"{self._text}: {len(key)} indices for a {self.ndim}-D array")
+        shape, strides, offset, checks, parts = [], [], self._offset, list(self._checks), []
+        axes, vmap = list(self._axes), []
         for axis, k in enumerate(key):
-            dim, st = self.shape[axis], self.strides[axis]
-            origin = self.vmap[axis]
+            self._own(k.start if isinstance(k, slice) else k)
+            self._own(k.stop if isinstance(k, slice) else None)
+            dim, st = self.shape[axis], self._strides[axis]
+            origin = self._vmap[axis]
             start, step = axes[origin]
             if isinstance(dim, Affine):
-                raise TraceError(f"{self.text}: cannot index the axis whose length depends on a loop index; "
+                raise TraceError(f"{self._text}: cannot index the axis whose length depends on a loop index; "
                                  "slice the other axes first")
             if isinstance(k, slice):
                 lo, extent, sstep, text = self._slice(k, dim, axis, checks)
@@ -108,42 +120,54 @@ class View:
                 parts.append(text)
             elif isinstance(k, (Affine, int, np.integer)) and not isinstance(k, bool):
                 if isinstance(k, Affine):
-                    checks.append((k, 0, dim - 1, f"{self.text}: index {k} on axis {axis} (length {dim})"))
+                    where = (f"{self._text} has no block {k}: axis {axis} has length 0" if dim == 0 else
+                             f"{self._text}: index {k} on axis {axis} (length {dim})")
+                    checks.append((k, 0, dim - 1, where))
                 else:
                     k = int(k) + dim if k < 0 else int(k)
                     if not 0 <= k < dim:
-                        raise TraceError(f"{self.text}: index {k} out of range for axis {axis} of length {dim}")
+                        raise TraceError(f"{self._text}: index {k} out of range for axis {axis} of length {dim}")
                 offset = offset + k * st
                 axes[origin] = (start + k * step, step)
                 parts.append(repr(k))
             else:
-                raise TraceError(f"{self.text}: cannot index with {type(k).__name__} {k!r}; use ints, loop "
+                raise TraceError(f"{self._text}: cannot index with {type(k).__name__} {k!r}; use ints, loop "
                                  "indices (affine expressions of them) and slices")
         shape += self.shape[len(key):]
-        strides += self.strides[len(key):]
-        vmap += self.vmap[len(key):]
-        text = f"{self.text}[{', '.join(parts)}]"
-        return View(self.arg, self.dtype, shape, strides, offset, text, checks, axes, vmap)
+        strides += self._strides[len(key):]
+        vmap += self._vmap[len(key):]
+        text = f"{self._text}[{', '.join(parts)}]"
+        return View(self._arg, self.dtype, shape, strides, offset, text, checks, axes, vmap, self._owner)
 
-    def box(self, shape):
+    def _own(self, index):
+        """TraceError when ``index`` is a loop index of another body (kept past it, e.g. in a global)."""
+        tracer = getattr(_local, "tracer", None)
+        if tracer is not None and self._owner is not tracer.names:
+            raise TraceError(f"{self._text} is a view traced for another loop body (kept past its body, e.g. in a "
+                             "global); use the views of this body's own array arguments")
+        if isinstance(index, Affine) and index.names and index.names is not self._owner:
+            raise TraceError(f"{self._text}[{index}]: {index} is a loop index of another loop body (kept past "
+                             "its body, e.g. in a global); index with this body's own loop indices")
+
+    def _box(self, shape):
         """Per axis of the argument: ``(start, extent, step)`` of the elements a kernel operand of
         ``shape`` (the view's own, the batch axis cut to ``count``) covers."""
-        extent = [1] * len(self.axes)
-        for origin, n in zip(self.vmap, shape):
+        extent = [1] * len(self._axes)
+        for origin, n in zip(self._vmap, shape):
             extent[origin] = n
-        return tuple((start, n, step) for (start, step), n in zip(self.axes, extent))
+        return tuple((start, n, step) for (start, step), n in zip(self._axes, extent))
 
     def _slice(self, k, dim, axis, checks):
         step = 1 if k.step is None else k.step
         if isinstance(step, Affine) or not isinstance(step, (int, np.integer)) or step < 1:
-            raise TraceError(f"{self.text}: slice step {step!r} must be a positive int")
+            raise TraceError(f"{self._text}: slice step {step!r} must be a positive int")
         lo = 0 if k.start is None else k.start
         hi = dim if k.stop is None else k.stop
         lo = Affine.of(lo)
         hi = Affine.of(hi)
         for e in (lo, hi):
             if e.is_const and e.const < 0:
-                raise TraceError(f"{self.text}: negative slice bound {e.const} is not supported with traced "
+                raise TraceError(f"{self._text}: negative slice bound {e.const} is not supported with traced "
                                  "indices; write the bound from the start of the axis")
         extent = hi - lo
         text = ("" if k.start is None else repr(lo)) + ":" + ("" if k.stop is None else repr(hi))
@@ -154,23 +178,24 @@ class View:
                 extent = hi - lo
             n = max(0, -(-extent.const // step))
             return lo, n, step, text
-        checks.append((lo, 0, dim, f"{self.text}: slice start {lo} on axis {axis} (length {dim})"))
+        checks.append((lo, 0, dim, f"{self._text}: slice start {lo} on axis {axis} (length {dim})"))
         if extent.is_const:
-            checks.append((hi, 0, dim, f"{self.text}: slice stop {hi} on axis {axis} (length {dim})"))
+            checks.append((hi, 0, dim, f"{self._text}: slice stop {hi} on axis {axis} (length {dim})"))
             return lo, max(0, -(-extent.const // step)), step, text
         if k.stop is None and step == 1:
             return lo, extent, step, text           # length dim - lo: checked against the kernel's need
-        raise TraceError(f"{self.text}: the slice {text} has a length that depends on loop indices; use "
+        raise TraceError(f"{self._text}: the slice {text} has a length that depends on loop indices; use "
                          "A[i:i + n] with a constant n, or A[i:] for the rest of the axis")
 
     def _refuse(self, *a, **k):
-        raise TraceError(f"{self.text} is a traced array: only tppasm kernels can run on it inside a loop "
+        raise TraceError(f"{self._text} is a traced array: only tppasm kernels can run on it inside a loop "
                          "body (e.g. tpp.brgemm(...)(A[i], B[j], C[i, j])); NumPy functions, operators and "
                          "element access cannot be compiled; use kernel.python(...) to run NumPy code")
 
     __array__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __matmul__ = __rmatmul__ = _refuse
     __truediv__ = __rtruediv__ = __floordiv__ = __mod__ = __pow__ = __neg__ = __abs__ = __setitem__ = _refuse
-    __lt__ = __le__ = __gt__ = __ge__ = _refuse              # (an `if` on data: == and != keep identity)
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _refuse    # an `if` on data cannot be compiled
+    __hash__ = object.__hash__          # (refusing == would drop it): views stay usable as dict keys, `is` works
     __iter__ = __len__ = __float__ = __int__ = __index__ = __bool__ = _refuse
     traced_view = True                 # what loops.signature recognizes: a nest called inside a body
 
@@ -182,20 +207,20 @@ class View:
         hint = _ALTERNATIVES.get(name)
         if hint is None:
             self._refuse()
-        raise TraceError(f"np.{name}({self.text}) inside a loop body: {hint}")
+        raise TraceError(f"np.{name}({self._text}) inside a loop body: {hint}")
 
     def __getattr__(self, name):
         if name.startswith("__"):          # protocol probes (copy, pickle, NumPy) get the usual answer
             raise AttributeError(name)
         hint = _ALTERNATIVES.get(name)
         if hint is None:
-            raise ViewAttributeError(f"{self.text}.{name}: a traced array in a loop body only supports indexing "
-                                     "and slicing (X[i, j:j + 4]) and .shape, .ndim and .dtype; pass it to a "
+            raise ViewAttributeError(f"{self._text}.{name}: a traced array in a loop body only supports indexing "
+                                     "and slicing (X[i, j:j + 4]) and .shape, .ndim, .dtype and .strides; pass it to a "
                                      "tppasm kernel, or run NumPy code with kernel.python(...)")
-        raise ViewAttributeError(f"{self.text}.{name} inside a loop body: {hint}")
+        raise ViewAttributeError(f"{self._text}.{name} inside a loop body: {hint}")
 
     def __repr__(self):
-        return f"<traced {self.text}: shape {self.shape}, offset {self.offset}>"
+        return f"<traced {self._text}: shape {self.shape}, offset {self.offset}>"
 
 
 class _Tracer:
@@ -243,25 +268,29 @@ class _Tracer:
                 raise TraceError(f"{kernel.desc.kind}: operand {spec.name} is a {type(v).__name__}; inside a loop "
                                  "body pass views of the body's array arguments (declare the array as a "
                                  "parameter of the body instead of using a global)")
+            if v._owner is not self.names:
+                raise TraceError(f"{kernel.desc.kind}: operand {spec.name} = {v._text} is a view traced for another "
+                                 "loop body (kept past its body, e.g. in a global); use the views of this body's "
+                                 "own array arguments")
             shape = list(v.shape)
             if spec.batch and shape and isinstance(shape[0], Affine):
                 checks.append((shape[0], count, 1 << 62,
-                               f"{kernel.desc.kind}: operand {spec.name} = {v.text} holds {shape[0]} blocks "
+                               f"{kernel.desc.kind}: operand {spec.name} = {v._text} holds {shape[0]} blocks "
                                f"but count={count}"))
                 shape[0] = count
             if any(isinstance(d, Affine) for d in shape):
-                raise TraceError(f"{v.text}: only the batch axis of a kernel operand may have a length that "
+                raise TraceError(f"{v._text}: only the batch axis of a kernel operand may have a length that "
                                  "depends on a loop index")
             item = np.dtype(v.dtype).itemsize
-            fake = np.lib.stride_tricks.as_strided(np.empty(1, v.dtype), shape, [s * item for s in v.strides])
+            fake = np.lib.stride_tricks.as_strided(np.empty(1, v.dtype), shape, [s * item for s in v._strides])
             try:
                 check(spec, fake, count, who=kernel.desc.kind)
             except OperandError as e:
-                raise OperandError(f"{e} (operand {v.text})") from None
-            args.append((v.arg, v.offset))
-            boxes.append(v.box(spec.full_shape(count)))
-            checks.extend(v.checks)
-            texts.append(v.text)
+                raise OperandError(f"{e} (operand {v._text})") from None
+            args.append((v._arg, v._offset))
+            boxes.append(v._box(spec.full_shape(count)))
+            checks.extend(v._checks)
+            texts.append(v._text)
         extra = "".join(f", {n}={x}" for n, x in zip(kernel.scalars, values)
                         if n == kernel.desc.count_scalar or x != 1)
         name = getattr(kernel.desc, "op", None) or kernel.desc.kind
@@ -347,7 +376,7 @@ def trace(body, index_names, arrays, arg_names=None):
         if any(s % item for s in a.strides):
             raise TraceError(f"array argument {arg_names[i]} has strides {a.strides} that are not multiples of "
                              "its item size; pass np.ascontiguousarray(...)")
-        views.append(View(i, a.dtype, a.shape, [s // item for s in a.strides], Affine((), 0, names), arg_names[i]))
+        views.append(View(i, a.dtype, a.shape, _element_strides(a), Affine((), 0, names), arg_names[i], owner=names))
     paths = []
     decisions = []
     while True:
@@ -364,6 +393,14 @@ def trace(body, index_names, arrays, arg_names=None):
             break
         decisions[-1] = False
     return merge_paths(paths)
+
+
+def _element_strides(a):
+    """``a``'s strides in elements; C order for a zero-size array, whose strides NumPy sets to 0 (no
+    element is ever reached: a nest over it runs no iteration, or fails its bounds check)."""
+    if a.size == 0:
+        return [int(np.prod(a.shape[k + 1:], dtype=np.int64)) for k in range(a.ndim)]
+    return [s // a.itemsize for s in a.strides]
 
 
 def _run(tracer, fn, args, mode="trace"):

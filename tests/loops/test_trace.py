@@ -54,9 +54,9 @@ def test_views_offsets_and_shapes():
 
     def body(i, j, X):
         v = X[i, 2 * j + 1, 4:]
-        seen.append((v.shape, v.strides, v.offset))
+        seen.append((v.shape, v._strides, v._offset))
         w = X[:, j][i:i + 1]
-        seen.append((w.shape, w.strides, w.offset))
+        seen.append((w.shape, w._strides, w._offset))
     trace(body, ["i", "j"], [X])
     (s1, st1, o1), (s2, st2, o2) = seen
     assert s1 == (4,) and st1 == (1,) and o1.terms == (("a", 48), ("b", 16)) and o1.const == 12
