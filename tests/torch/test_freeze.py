@@ -60,15 +60,13 @@ def test_training_calls_take_the_plain_path_and_have_gradients(packed_calls):
     assert packed_calls == [False] and x.grad.shape == x.shape and net.weight.grad is not None
 
 
-@pytest.mark.parametrize("change", ["in place", "new parameter", "dtype"])
+@pytest.mark.parametrize("change", ["in place", "dtype"])
 def test_a_changed_weight_is_refused_until_frozen_again(change):
     net = layer(torch.float32, "relu").freeze()
     x = torch.randn(3, 40)
     with torch.no_grad():
         if change == "in place":
             net.weight.mul_(2)
-        elif change == "new parameter":
-            net.weight = torch.nn.Parameter(net.weight * 2)
         else:
             net.bfloat16()
             x = x.bfloat16()
@@ -86,10 +84,14 @@ def test_autocast_takes_the_unfrozen_path(packed_calls):
     assert y.dtype == torch.bfloat16 and True not in packed_calls
 
 
+@pytest.mark.filterwarnings("ignore:`torch.nn.utils.weight_norm` is deprecated")
 @pytest.mark.parametrize("make, message", [
     (lambda: layer(torch.float64, None), "float64 tensor on cpu; freeze takes a dense float32 or bfloat16"),
-    (lambda: layer(torch.float32, None).to("meta"), r"on meta; freeze takes .* \(and \.cpu\(\)\) first"),
+    (lambda: layer(torch.float32, None).to("meta"), r"on meta .*layer.to_empty\(device='cpu'\), then "
+                                                     r"layer.load_state_dict\(...\) or layer.reset_parameters\(\)"),
     (lambda: torch.nn.utils.parametrizations.weight_norm(layer(torch.float32, None)), "remove_parametrizations"),
+    (lambda: torch.nn.utils.weight_norm(layer(torch.float32, None)), r"torch.nn.utils.remove_weight_norm\(layer\)"),
+    (lambda: torch.nn.utils.spectral_norm(layer(torch.float32, None)), r"nn.utils.remove_spectral_norm\(layer\)"),
     (lambda: torch.nn.utils.prune.l1_unstructured(layer(torch.float32, None), "weight", 0.5), r"prune\.remove"),
 ])
 def test_weights_the_kernels_cannot_take_are_refused(make, message):
@@ -238,3 +240,102 @@ def test_a_frozen_layer_exports_and_compiles_whole(mode):
         run = torch.export.export(net, (x,)).module() if mode == "export" else torch.compile(net, fullgraph=True)
         y = run(x)
     torch.testing.assert_close(y, F.gelu(F.linear(x, net.weight, net.bias), approximate="tanh"), **TOL[torch.float32])
+
+
+def square_view(w, how):
+    """Another tensor over the memory of square weight ``w``, as one of these makes it."""
+    return {"transposed": lambda: w.t(), "as_strided": lambda: w.as_strided(w.shape, (0, 1)),
+            "negative bit": lambda: torch._neg_view(w)}[how]()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("how", ["transposed", "as_strided", "negative bit"])
+def test_other_strides_or_sign_under_the_packed_weight_are_refused(dtype, how):
+    """``weight.data = view`` keeps the Parameter, its version, and (a square weight) its address
+    and shape: the strides and the negative bit tell the view."""
+    net, x = layer(dtype, None, n_in=16, n_out=16).freeze(), torch.randn(3, 16).to(dtype)
+    with torch.no_grad():
+        net(x)
+        net.weight.data = square_view(net.weight.data, how)
+        with pytest.raises(ValueError, match=r"weight changed after freeze\(\)"):
+            net(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("how", ["new parameter", "transposed", "as_strided", "assign", "functional_call"])
+def test_another_weight_tensor_runs_unpacked(packed_calls, dtype, how):
+    """A weight that is not the Parameter freeze() packed (a new Parameter, perhaps a view of the
+    packed memory, one load_state_dict(assign=True) or functional_call puts in) runs as given."""
+    net, x = layer(dtype, "relu", n_in=16, n_out=16).freeze(), torch.randn(3, 16).to(dtype)
+    with torch.no_grad():
+        net(x)
+        w = net.weight.detach()
+        w = w * 2 if how == "new parameter" else square_view(w, "transposed" if how in ("assign", "functional_call")
+                                                             else how)
+        if how == "assign":
+            net.load_state_dict({"weight": w, "bias": net.bias.detach()}, assign=True)
+        elif how != "functional_call":
+            net.weight = torch.nn.Parameter(w)
+        params = {"weight": torch.nn.Parameter(w)} if how == "functional_call" else {}
+        y = torch.func.functional_call(net, params, (x,))
+        ref = torch.relu(F.linear(x.double(), w.double(), net.bias.double()))
+    assert packed_calls == [True, False]
+    torch.testing.assert_close(y.double(), ref, **TOL[dtype])
+
+
+def test_functional_call_runs_another_models_parameters(packed_calls):
+    """torch.func.functional_call(layer, dict(other.named_parameters()), x) under no_grad: the
+    Parameters given run as given, and the layer keeps its packing."""
+    net, other, x = layer(torch.float32, None).freeze(), torch.nn.Linear(40, 70), torch.randn(3, 40)
+    with torch.no_grad():
+        y = torch.func.functional_call(net, dict(other.named_parameters()), (x,))
+        mine = net(x)
+        torch.testing.assert_close(y, other(x), **TOL[torch.float32])
+        torch.testing.assert_close(mine, F.linear(x, net.weight, net.bias), **TOL[torch.float32])
+    assert packed_calls == [False, True]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("fused", [False, True], ids=["adam", "adam-fused"])
+def test_a_step_over_the_bias_alone_keeps_the_packing(packed_calls, dtype, fused):
+    """Bias-only training (BitFit) leaves the packed weight valid; the bias kept for fc (a float32
+    copy of a bfloat16 bias, which a fused step changes without a version) is made again."""
+    net, x = layer(dtype, "relu", n_in=16, n_out=16).freeze(), torch.randn(4, 16).to(dtype)
+    net.weight.requires_grad_(False)
+    opt = torch.optim.Adam([net.bias], lr=0.5, fused=fused)
+    with torch.no_grad():
+        net(x)                                      # the bias as fc takes it is kept here
+    net(x).pow(2).sum().backward()
+    opt.step()
+    with torch.no_grad():
+        y = net(x)
+    ref = torch.relu(F.linear(x.double(), net.weight.double(), net.bias.detach().double()))
+    assert packed_calls == [True, False, True]
+    torch.testing.assert_close(y.double(), ref, **TOL[dtype])
+
+
+def test_a_swapped_weight_is_refused_until_frozen_again():
+    """torch.utils.swap_tensors (which .to() and load_state_dict use under
+    torch.__future__.set_swap_module_params_on_conversion) refuses a tensor that has a weak
+    reference: freeze() keeps none to the weight."""
+    net, x = layer(torch.float32, None, n_in=16, n_out=16).freeze(), torch.randn(3, 16)
+    with torch.no_grad():
+        torch.utils.swap_tensors(net.weight, torch.nn.Parameter(net.weight.detach() * 2))
+        with pytest.raises(ValueError, match=r"weight changed after freeze\(\)"):
+            net(x)
+        torch.testing.assert_close(net.freeze()(x), F.linear(x, net.weight, net.bias), **TOL[torch.float32])
+
+
+def test_a_layer_lets_go_of_a_packing_whose_weight_was_replaced_for_good(packed_calls):
+    """The packed Parameter is kept (a new one can then never pass for it); once only the packing
+    holds it, the next call drops both, and the replaced layer runs unpacked."""
+    import gc
+    import weakref
+    net, x = layer(torch.float32, None).freeze(), torch.randn(3, 40)
+    gone = weakref.ref(net.weight)
+    net.weight = torch.nn.Parameter(torch.randn(70, 40))
+    with torch.no_grad():
+        y = net(x)
+    gc.collect()
+    assert net._frozen is None and gone() is None and packed_calls == [False]
+    torch.testing.assert_close(y, F.linear(x, net.weight, net.bias), **TOL[torch.float32])

@@ -644,3 +644,15 @@ def test_torchscript_runs_the_operator(act, tmp_path):
         x.grad = None
     torch.jit.save(scripted, tmp_path / "net.pt")
     torch.testing.assert_close(torch.jit.load(tmp_path / "net.pt")(x), want, **TOL[torch.float32])
+
+
+def test_meta_backward_and_mixed_devices_in_linear_backward():
+    """All-meta training propagates shapes (stand-ins for what was not saved on dy's device), and
+    linear_backward refuses a meta operand among CPU ones instead of returning empty memory."""
+    x = torch.randn(3, 8, device="meta", requires_grad=True)
+    w = torch.randn(4, 8, device="meta")            # needs no gradient: x is not saved
+    tt.linear(x, w).sum().backward()
+    assert x.grad.shape == x.shape and x.grad.is_meta
+    with pytest.raises(ValueError, match="x on meta.*to_empty"):
+        torch.ops.tppasm.linear_backward(torch.ones(3, 4), torch.ones(3, 8, device="meta"), torch.ones(4, 8), None,
+                                         None, [True, True, True])

@@ -162,6 +162,17 @@ def _check_tensor(who, name, t, x, real):
         raise TypeError(f"{who}: {name} is {t.dtype} and x {x.dtype}; pass both in one dtype ({name}.to(x.dtype))")
 
 
+def _check_devices(who, x, **others):
+    """Refuse operands on other devices than x in a fake kernel, which the dispatcher also takes
+    for a meta operand among CPU ones: its empty output would be returned as the result."""
+    for name, t in others.items():
+        if t is not None and t.device != x.device:
+            fix = ("a meta tensor holds no values: give it values on the CPU (a layer built on meta: "
+                   "layer.to_empty(device='cpu'), then layer.load_state_dict(...) or layer.reset_parameters())"
+                   if t.is_meta or x.is_meta else "tppasm kernels run on the CPU: pass all of them on the CPU (.cpu())")
+            raise ValueError(f"{who}: {name} is a tensor on {t.device} and x on {x.device}; {fix}")
+
+
 def _check_backward(dy, x, weight, saved, act, needs, real=True):
     """Refuse arguments of ``linear_backward`` that do not fit together (it is public as
     ``torch.ops.tppasm.linear_backward``, though autograd is its usual caller)."""
@@ -252,6 +263,7 @@ def _rows(x):
 
 @_linear.register_fake
 def _(x, weight, bias, act):
+    _check_devices("tppasm.torch.linear", x, weight=weight, bias=bias)
     _check(x, weight, bias, act, real=False)
     y = x.new_empty(*x.shape[:-1], weight.shape[0])
     z = x.new_empty(math.prod(x.shape[:-1]), weight.shape[0]) if act in _GELUS else x.new_empty(0)
@@ -304,6 +316,7 @@ def _zero(dtype):
 
 @_linear_backward.register_fake
 def _(dy, x, weight, saved, act, needs):
+    _check_devices("tppasm::linear_backward", x, dy=dy, weight=weight, saved=saved)
     _check_backward(dy, x, weight, saved, act, needs, real=False)
     return (x.new_empty(x.shape) if needs[0] else x.new_empty(0),
             weight.new_empty(weight.shape) if needs[1] else x.new_empty(0),
@@ -338,7 +351,8 @@ def _backward(ctx, dy, dz):
         call = _LinearBackward.apply if torch._C._are_functorch_transforms_active() else \
             torch.ops.tppasm.linear_backward
         # the operators take tensors: of what was not saved (no needed gradient reads it), zeros
-        x, weight = (torch.zeros((), dtype=dt).expand(shape) if t is None else t
+        device = (dy if dy is not None else dz).device
+        x, weight = (torch.zeros((), dtype=dt, device=device).expand(shape) if t is None else t
                      for t, shape in ((x, x_shape), (weight, w_shape)))
     grads = None if dy is None else call(dy, x, weight, saved, ctx.act, needs)
     if dz is not None and dz.numel():
