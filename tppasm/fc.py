@@ -111,8 +111,9 @@ def forward_arrays(x, w, bias, act, y, z, threads):
     """``(y, z)`` of :func:`forward`, written into ``y`` and ``z`` (None: the gelu, if any, fused),
     for arguments it has checked: x (n, k) and w (m, k) (or its :class:`PackedWeight`) C-contiguous
     in one of :data:`DTYPES`, ``bias`` a float32 (m,) array or None, ``y`` and ``z`` writable
-    C-contiguous (n, m) arrays of x's dtype sharing no memory with the others, ``threads`` an int >= 1. The torch layer, which checks its tensors itself,
-    calls this (a checked call of a small layer costs several microseconds more).
+    C-contiguous (n, m) arrays of x's dtype sharing no memory with the others, ``threads`` an int
+    >= 1. The torch layer, which checks its tensors itself, calls this (a checked call of a small
+    layer costs several microseconds more).
 
     >>> import numpy as np
     >>> y = np.empty((1, 2), np.float32)
