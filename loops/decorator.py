@@ -125,6 +125,7 @@ class LoopKernel:
         self.hooks = hooks if hooks is not None else {"init": [], "fini": [], "family": weakref.WeakSet()}
         self.hooks["family"].add(self)            # every live variant: a new hook invalidates all their nests
         self._tuned = {}          # (array signature, thread count) -> tuned spec; this kernel's alone
+        self._ran_tuned = None    # the tuned variant the last call ran (explain() and the views show it)
         self._bound, self._variants, self._last, self._fast = Recent(NESTS), Recent(VARIANTS), None, None
         self.__name__, self.__doc__ = name, body.__doc__
         P = inspect.Parameter           # what inspect.signature(loop_kernel) shows: the arrays
@@ -197,8 +198,9 @@ class LoopKernel:
         key = signature(arrays)
         best = self._tuned.get((key, self.pool.nthreads)) if self._tuned else None
         if best is not None and best != self.spec.text:
-            self._fast = None
-            return self.with_spec(best)(*objs)
+            self._fast, self._ran_tuned = None, self.with_spec(best)
+            return self._ran_tuned(*objs)
+        self._ran_tuned = None
         inst = self._current(arrays, key)
         written = () if objs is arrays else written_objects(objs, inst.writes, self.array_names, self.__name__)
         inst.run(arrays)
@@ -253,8 +255,14 @@ class LoopKernel:
         0.0
         >>> k.retrace(); k(X, Y); float(Y.sum())
         4.0
+
+        It also drops the specs :meth:`tune` chose (they were checked against the old trace, and
+        may race or be refused under the new one): calls run the declared spec until tuned again.
         """
         self._invalidate()
+        for member in list(self.hooks["family"]):
+            member._tuned.clear()
+            member._ran_tuned = None
 
     def python(self, *arrays):
         """Run the body in Python, kernels replaced by their NumPy references, in serial spec order.
@@ -282,7 +290,9 @@ class LoopKernel:
             run_python(fn, views[:arity(fn)])
 
     def explain(self, *arrays):
-        """The nest as pseudo-code for each thread (traced on ``arrays``, else on the last call's).
+        """The nest as pseudo-code for each thread (traced on ``arrays``, else on the last call's):
+        the nest a call runs, so where :meth:`tune` chose another spec for such arrays, that
+        spec's, under a first line naming it.
 
         >>> from loops import Loop, kernel
         >>> @kernel("ba", Loop(0, 2), Loop(0, 3))
@@ -295,7 +305,19 @@ class LoopKernel:
               k(i, j, ...)
         """
         arrays = as_arrays(arrays, self.array_names, self.__name__)
+        shown = self.shown(arrays)
+        if shown is not self:
+            head = f"# tuned: calls on these arrays run spec {shown.spec.text!r} (declared {self.spec.text!r})\n"
+            return head + shown.explain(*arrays)
         return explain(self, self._inspected(arrays) if arrays else self._last)
+
+    def shown(self, arrays=()):
+        """The kernel whose nest a call on ``arrays`` runs (else the last call's): this one, or the
+        :meth:`with_spec` variant of the spec :meth:`tune` chose for them."""
+        if not arrays:
+            return self._ran_tuned or self
+        best = self._tuned.get((signature(arrays), self.pool.nthreads)) if self._tuned else None
+        return self.with_spec(best) if best is not None and best != self.spec.text else self
 
     def accesses(self, *arrays):
         """How the nest uses each array (by parameter name): "read", "written" or "read and

@@ -32,14 +32,25 @@ def _threads(lk):
 def loop_kernel_repr(lk):
     loops = ", ".join(f"{name} in {loop_text(lp)}" for name, lp in zip(lk.index_names, lk.loops))
     n = _threads(lk)
-    tuned = sorted(set(lk._tuned.values()))
-    tuned = f"; tuned: {', '.join(map(repr, tuned))} for {len(lk._tuned)} shape(s)" if tuned else ""
     return (f"<LoopKernel {lk.__name__}({', '.join(lk.array_names)}) spec {lk.spec.text!r}: {loops}; "
-            f"{n} thread{'s' if n != 1 else ''}{tuned}>")
+            f"{n} thread{'s' if n != 1 else ''}{_tuned_text(lk)}>")
+
+
+def _tuned_text(lk):
+    """``; tuned: 'aB' for 1 shape(s) on 2 threads``: what calls run instead of the declared spec."""
+    if not lk._tuned:
+        return ""
+    specs = sorted(set(lk._tuned.values()))
+    shapes = len({sig for sig, _ in lk._tuned})
+    threads = sorted({n for _, n in lk._tuned})
+    on = " and ".join(map(str, threads))
+    return (f"; tuned: {', '.join(map(repr, specs))} for {shapes} shape(s) on {on} "
+            f"thread{'s' if threads != [1] else ''}")
 
 
 def tuning_rows(lk):
-    """(spec, milliseconds or "", note) per candidate of the last :meth:`tune`, fastest first."""
+    """(spec, milliseconds or "", note) per candidate of the last :meth:`tune`, fastest first (the
+    spec chosen noted "chosen": the fastest may lose to the kernel's own spec by the margin)."""
     results = getattr(lk, "last_tuning", None) or []
     timed = sorted((r for r in results if r[1] is not None), key=lambda r: r[1])
     rest = [r for r in results if r[1] is None]
@@ -49,20 +60,23 @@ def tuning_rows(lk):
 def loop_kernel_html(lk):
     loops = [(name, lp.start, lp.end, lp.step, list(lp.blocks) or "", "yes" if lp.parallel else "no")
              for name, lp in zip(lk.index_names, lk.loops)]
+    shown = lk.shown()                # the tuned variant the last call ran, if it ran one
     try:
-        nest = lk.explain()
+        nest = shown.explain()
     except Exception as e:            # a body that cannot be traced without arrays: say why
         nest = f"(no pseudo-code: {e})"
+    ran = ("" if shown is lk else f" (the last call ran the tuned spec <code>{html.escape(shown.spec.text)}</code>"
+           f", {shown.spec.mode}, {_threads(shown)} thread(s): shown below)")
     parts = [f"<div><b>{html.escape(lk.__name__)}</b>({html.escape(', '.join(lk.array_names))}) "
-             f"&mdash; spec <code>{html.escape(lk.spec.text)}</code>, {lk.spec.mode}, {_threads(lk)} thread(s)",
+             f"&mdash; spec <code>{html.escape(lk.spec.text)}</code>, {lk.spec.mode}, {_threads(lk)} thread(s){ran}",
              html_table(loops, ("index", "start", "end", "step", "blocks", "parallel")),
              "<details open><summary>nest (pseudo-code per thread)</summary>"
              f"<pre>{html.escape(nest)}</pre></details>"]
-    inst = lk._last
+    inst = shown._last
     if inst is not None:
         parts.append(html_table([(repr(k),) for k in inst.kernels], ("kernels called",)))
     rows = tuning_rows(lk)
     if rows:
-        parts.append("<details open><summary>last tuning (fastest first)</summary>"
+        parts.append("<details open><summary>last tuning (fastest first; calls run the one noted chosen)</summary>"
                      + html_table(rows, ("spec", "ms", "note")) + "</details>")
     return "".join(parts) + "</div>"

@@ -71,11 +71,16 @@ def enumerate_specs(description):
     >>> len(enumerate_specs("a_0_K,b_1_M,c_1_N"))
     168
     """
+    return list(iter_specs(description))
+
+
+def iter_specs(description):
+    """:func:`enumerate_specs` one spec at a time (a search can stop before the last)."""
     loops = parse_description(description) if isinstance(description, str) else list(description)
     base = "".join(letter * (blockings + 1) for letter, blockings, _ in loops)
     first = {letter: base.index(letter) for letter, _, _ in loops}
     par = [letter for letter, _, p in loops if p]
-    seen, out = set(), []
+    seen = set()
     subsets = range(1, 1 << len(par)) if par else [0]
     for mask in subsets:
         chars = list(base)
@@ -86,8 +91,7 @@ def enumerate_specs(description):
             s = _squeeze(_collapsible(_squeeze(perm)))
             if s not in seen:
                 seen.add(s)
-                out.append(s)
-    return out
+                yield s
 
 
 def enumerate_union(loops, max_blockings):
@@ -96,15 +100,19 @@ def enumerate_union(loops, max_blockings):
     >>> len(enumerate_union([("a", False), ("b", True), ("c", True)], {"a": 0, "b": 2, "c": 2}))
     1040
     """
+    return list(iter_union(loops, max_blockings))
+
+
+def iter_union(loops, max_blockings):
+    """:func:`enumerate_union` one spec at a time."""
     ranges = [range(max_blockings.get(letter, 0) + 1) for letter, _ in loops]
-    seen, out = set(), []
+    seen = set()
     for combo in itertools.product(*ranges):
         desc = [(letter, k, p) for (letter, p), k in zip(loops, combo)]
-        for s in enumerate_specs(desc):
+        for s in iter_specs(desc):
             if s not in seen:
                 seen.add(s)
-                out.append(s)
-    return out
+                yield s
 
 
 def block_sizes(trip, step=1, most=4):
@@ -163,12 +171,28 @@ def spec_space(loops, blockings, most=4):
     >>> len(space), space[:2], "aB[,,,(8)]b" in space
     (20, ['Ba', 'aB'], True)
     """
+    return list(iter_spec_space(loops, blockings, most))
+
+
+def iter_spec_space(loops, blockings, most=4):
+    """:func:`spec_space` one spec at a time: a search with a deadline stops taking them."""
     desc = [(LETTERS[i], lp.parallel and lp.trip > 1) for i, lp in enumerate(loops)]
     sizes = {LETTERS[i]: block_sizes(lp.trip, lp.step, most) for i, lp in enumerate(loops)}
-    limits = {k: min(v, 5) if sizes[k] else 0 for k, v in blockings.items()}
-    out = []
-    for spec in enumerate_union(desc, limits):
+    limits = {k: min(v, most_blockings(sizes[k])) for k, v in blockings.items()}
+    for spec in iter_union(desc, limits):
         choices = [(k, block_tuples(sizes[k], spec.lower().count(k) - 1)) for k in sizes if spec.lower().count(k) > 1]
         for combo in itertools.product(*[c for _, c in choices]):
-            out.append(bake_blocks(spec, {k: t for (k, _), t in zip(choices, combo)}))
-    return out
+            yield bake_blocks(spec, {k: t for (k, _), t in zip(choices, combo)})
+
+
+def most_blockings(sizes, most=5):
+    """How many times a loop with block ``sizes`` can be blocked: the longest chain of nested sizes
+    (:func:`block_tuples`), at most ``most``. A larger count would only add letters to permute.
+
+    >>> most_blockings([2, 4, 8]), most_blockings([2]), most_blockings([])
+    (3, 1, 0)
+    """
+    times = 0
+    while times < most and block_tuples(sizes, times + 1):
+        times += 1
+    return times

@@ -5,6 +5,12 @@ arrays and optionally ``output()``. :class:`Built` keeps the arrays' initial con
 reference result; :func:`measure` runs a candidate spec from those contents (the arrays the nest
 writes but never reads poisoned with NaN when the reference overwrites them all), compares its
 result (:func:`same`), and times it by wall or CPU clock (:func:`elapsed`).
+
+A candidate spec other than the kernel's own is bound with ``races="refuse"`` whatever the
+kernel declares (:func:`variant`): the race analysis of :mod:`loops.races` that a bind runs
+refuses it, so a spec that races is skipped (its note says where), never timed nor chosen, also
+for kernels declared ``races="warn"`` or ``"allow"`` (the tuner cannot know which races a body's
+own synchronization covers; the kernel's own spec runs as declared).
 """
 import time
 from dataclasses import dataclass
@@ -25,13 +31,15 @@ REPEAT_SECONDS = 0.03
 @dataclass
 class Candidate:
     """One point of the search: ``config`` (knob values), ``spec``, its ``predicted`` and measured
-    ``seconds`` (None: not timed, or skipped with the reason in ``note``)."""
+    ``seconds`` (None: not timed, or skipped with the reason in ``note``; ``error``: the
+    :class:`SpecError` that refused it, if one did)."""
 
     config: dict
     spec: str
     predicted: float = None
     seconds: float = None
     note: str = ""
+    error: Exception = None
 
 
 class Built:
@@ -122,7 +130,7 @@ def measure(c, builds, reference, reps, rtol, clock="wall", probe=None):
         built = builds.get(c.config)
         if built.own is None:
             built.reference()
-        variant = built.lk.with_spec(c.spec)
+        variant = candidate_variant(built.lk, c.spec)
         built.restore()
         runs = [elapsed(variant, built.arrays, clock)]
         want = reference if built.output is not None else built.own
@@ -137,13 +145,26 @@ def measure(c, builds, reference, reps, rtol, clock="wall", probe=None):
         c.seconds = min(min(runs) * scale, c.seconds or float("inf"))
     except (SpecError, TraceError, IndexError, ValueError) as e:
         c.seconds, c.note = None, str(e).splitlines()[0]
+        c.error = e if isinstance(e, SpecError) else None
+
+
+def candidate_variant(lk, spec):
+    """``lk`` under ``spec``, bound with ``races="refuse"`` unless it is ``lk``'s own spec (see the
+    module docstring): a racing candidate raises :class:`loops.races.RaceError` when bound."""
+    return lk.with_spec(spec, races=None if spec == lk.spec.text else "refuse")
 
 
 def time_again(c, builds, reps, clock="wall"):
-    """The minimum of ``reps`` runs of a candidate already checked by :func:`measure` (no check)."""
+    """The minimum of up to ``reps`` runs of a candidate already checked by :func:`measure` (no
+    check); as there, the runs stop after :data:`REPEAT_SECONDS` (one at least), so a large
+    ``reps`` does not outlast the search's budget."""
     built = builds.get(c.config)
-    variant = built.lk.with_spec(c.spec)
-    return min(elapsed(variant, built.arrays, clock) for _ in range(reps))
+    variant = candidate_variant(built.lk, c.spec)
+    runs, spent = [], 0.0
+    while len(runs) < reps and (not runs or spent < REPEAT_SECONDS):
+        runs.append(elapsed(variant, built.arrays, clock))
+        spent += runs[-1]
+    return min(runs)
 
 
 class Probe:

@@ -35,23 +35,22 @@ a repeated search returns the remembered record, or with ``resume=True`` searche
 >>> best in [r[0] for r in k.last_tuning]
 True
 """
-import functools
 import hashlib
 import itertools
 import random
-import sys
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import remembered
-from .enumerate import enumerate_union, spec_space
+from .enumerate import enumerate_union, iter_spec_space
 from .signature import signature
 from .spec import LETTERS, SpecError
 from .trace import TraceError
 from .trial import Builds, Candidate, Probe, elapsed, measure, time_again  # noqa: F401  (elapsed: tuning API)
 from .tune_options import check_hints, check_options, check_search_space
+from .tune_progress import Progress
 
 REMEMBERED = {}          # key (tuple) -> record (JSON-able dict) of every search in this process
 _SPACES = {}             # key -> what the search under it covered (its disk key): a record serves only that
@@ -105,27 +104,34 @@ def candidates(lk, budget, seed=0):
 
 
 def space(lk, blocks=True):
-    """The specs searched for ``lk``: with ``blocks`` (True, or letter -> times blocked) each loop
-    blocked (default once) with sizes from :func:`loops.enumerate.block_sizes` baked in; without,
-    the enumerated specs over the declared ``blocks`` of each loop. The current spec comes first.
+    """The specs searched for ``lk``: with ``blocks`` (True, or a dict letter -> times blocked, the
+    letters it leaves out not blocked: ``{}`` blocks no loop) each loop blocked (True: once) with
+    sizes from :func:`loops.enumerate.block_sizes` baked in; with False, the enumerated specs over
+    the declared ``blocks`` of each loop. The current spec comes first.
 
     >>> from loops import Loop, kernel
     >>> k = kernel("ab", Loop(0, 4, parallel=False), Loop(0, 8))(lambda i, j: None)
     >>> len(space(k)), space(k)[:3], len(space(k, blocks=False))
     (28, ['ab', 'Ba', 'aB'], 3)
     """
-    if blocks:
+    return list(iter_space(lk, blocks))
+
+
+def iter_space(lk, blocks=True):
+    """:func:`space` one spec at a time: a search stops taking them when its budget says so."""
+    yield lk.spec.text
+    if _searches_blocks(blocks):
         times = blocks if isinstance(blocks, dict) else {LETTERS[i]: 1 for i in range(len(lk.loops))}
-        specs = _spec_space(tuple(lk.loops), tuple(sorted(times.items())))
+        specs = iter_spec_space(lk.loops, times)
     else:
         loops = [(LETTERS[i], lp.parallel and lp.trip > 1) for i, lp in enumerate(lk.loops)]
         specs = enumerate_union(loops, {LETTERS[i]: min(len(lp.blocks), 2) for i, lp in enumerate(lk.loops)})
-    return [lk.spec.text] + [s for s in specs if s != lk.spec.text]
+    yield from (s for s in specs if s != lk.spec.text)
 
 
-@functools.lru_cache(maxsize=64)
-def _spec_space(loops, times):
-    return spec_space(loops, dict(times))
+def _searches_blocks(blocks):
+    """``blocks`` asks for block sizes to be searched: True or a dict (even ``{}``: no loop blocked)."""
+    return isinstance(blocks, dict) or bool(blocks)
 
 
 def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4, blocks=False, seconds=None,
@@ -135,23 +141,33 @@ def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4, bl
     ``specs``: the candidates (default :func:`space`, ranked by the cost model when ``model``, else
     :func:`candidates`), each checked first (a refused spec raises its :class:`SpecError`);
     ``budget``: how many are timed at most; ``seconds``: a wall-clock limit (None: none);
-    ``blocks``: search block sizes too (True, or a dict loop letter -> times blocked, 0..5; see
-    :func:`space`; a loop is blocked at most as many times as nested sizes fit its trip count).
-    ``lk.last_tuning`` holds (spec, seconds or None, note) per timed candidate after the call.
-    ``remember=True``: also keep the winner on disk and take it back, checked, in a later process
-    instead of tuning again, as :func:`search` does (``lk.last_tuning`` then holds the remembered
-    winner's check alone). The winner serves ``lk``'s calls on arrays like these on this many
-    threads; :meth:`~loops.LoopKernel.with_spec` variants still run the spec they name.
+    ``blocks``: search block sizes too (True: every loop blocked once; or a dict loop letter ->
+    times blocked, 0..5, the letters left out not blocked, so ``{}`` and ``{'a': 0}`` search the
+    unblocked specs; see :func:`space`; a loop is blocked at most as many times as nested sizes
+    fit its trip count). A candidate other than ``lk``'s own spec that the race analysis finds
+    racing (:mod:`loops.races`) is skipped, whatever ``races=`` ``lk`` declares (see
+    :mod:`loops.trial`); ``seconds`` bounds the whole call, the spec space's enumeration and
+    the final rounds included (within one candidate's run).
+    ``lk.last_tuning`` holds (spec, seconds or None, note) per timed candidate after the call,
+    the spec chosen noted ``"chosen"``: the fastest unless it beats ``lk``'s own spec by less
+    than :data:`MARGIN`. ``remember=True``: also keep the winner on disk and take it back,
+    checked, in a later process (or later in this one) instead of tuning again, as :func:`search`
+    does (``lk.last_tuning`` then holds the remembered winner's check alone). The winner serves
+    ``lk``'s calls on arrays like these on this many threads until :meth:`~loops.LoopKernel.retrace`;
+    :meth:`~loops.LoopKernel.with_spec` variants still run the spec they name.
     """
     check_options("tune", budget=budget, reps=reps, rtol=rtol, seconds=seconds,
                   flags=dict(progress=progress, model=model, remember=remember))
     check_search_space("tune", lk, specs, blocks)
     if specs is None and not model:
-        specs = candidates(lk, budget) if not blocks else space(lk, blocks)[:budget]
+        specs = (candidates(lk, budget) if not _searches_blocks(blocks)
+                 else list(itertools.islice(iter_space(lk, blocks), budget)))
     found = search(lambda: (lk, arrays), {}, specs=specs, blocks=blocks, seconds=seconds, top=budget,
                    reps=reps, model=model, progress=progress, rtol=rtol, remember=remember)
-    lk.last_tuning = [(c.spec, c.seconds, c.note) for c in found.candidates if c.seconds is not None or c.note]
-    return found.record["spec"]
+    best = found.record["spec"]
+    lk.last_tuning = [(c.spec, c.seconds, "chosen" if c.spec == best and c.seconds is not None else c.note)
+                      for c in found.candidates if c.seconds is not None or c.note]
+    return best
 
 
 def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, reps=3, model=True, machine=None,
@@ -166,13 +182,15 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     configuration's kernel before anything is timed; ``top``: how many are timed at most (None: all);
     ``seconds``: the wall-clock budget (None: none; modelling included: configurations are modelled
     best kernel first, and those not modelled in its first 40% are left out, counted in the
-    record, as are the predictions of specs past it; under :data:`MODEL_SECONDS` no model is
-    built; the reference configuration is always built and timed); ``machine``: the
+    record, as are the predictions of specs past it; specs of the space not enumerated in its
+    first half are left out; the final rounds stop at the deadline; under :data:`MODEL_SECONDS` no
+    model is built; the reference configuration is always built and timed); ``machine``: the
     :class:`loops.cost.Machine` (default measured on the host); ``key``: what the result is
     remembered under (default: the kernel's name, the reference arrays' shapes and dtypes, the
     host and the thread count); ``remember``: return the result remembered for this search (the
-    same key, make, body, knobs and specs), in this process or on disk by an earlier one
-    (:mod:`loops.remembered`; generated again and its result checked first), else search and
+    same key, make, body, loop declarations, knobs and specs), in this process or on disk by an
+    earlier one (:mod:`loops.remembered`; generated again and its result and races checked first,
+    a winner that fails searched again), else search and
     remember the result both ways; ``resume`` (with ``remember``): search again anyway, the
     remembered winner timed first and kept in the final rounds and the candidates earlier runs
     timed left out (``record["explored"]``), so each run times new ones and the result remembered
@@ -180,7 +198,9 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     ``record["tuning_seconds"]`` their time; ``record["recalled"]`` is True when nothing was
     searched); ``refine``: how many of the fastest are timed again at the end, with the
     reference configuration, in 3 round-robin rounds, the lowest median winning (a single lucky run does not)
-    unless it beats the reference's by less than :data:`MARGIN`;
+    unless it beats the kernel's own spec (on the first configuration; timed first when ``specs``
+    lists it, no preference when it does not) by less than :data:`MARGIN`; when every candidate
+    is refused, the first one's :class:`SpecError` (e.g. a :class:`loops.races.RaceError`) is raised;
     ``clock``: ``"wall"``, or ``"cpu"``: the largest CPU time of the nest's threads, which leaves
     out the time other processes held the cores (for a busy machine; see :meth:`isa.pool.Pool.cpu_seconds`);
     ``probe``: every so many seconds the reference is timed again and the candidates' times are scaled
@@ -221,29 +241,37 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     if resume and not remember:
         raise ValueError("search: resume=True continues the remembered search; it needs remember=True")
     disk = remembered.disk_key(key, configs, specs, blocks, make, ref.lk.body, threads) if remember else None
-    earlier = _in_process(key, disk, configs) if remember else None
-    if earlier is not None and not resume:
-        return _rebuild(builds, earlier)
+    # in this process the kernel's declarations are part of the key too (a record on disk is
+    # checked when loaded: a winner these loops refuse costs a search)
+    scope = f"{disk}\n{_nest(ref.lk)}" if remember else None
+    earlier = _in_process(key, scope, configs) if remember else None
     if remember and earlier is None:
         earlier = remembered.load(disk, configs)
     reference = ref.reference()
     seed = _recalled(earlier, builds, reference, reps, rtol, clock)
     if seed is not None and not resume:
-        record = _keep(key, disk, dict(earlier, recalled=True))
+        record = _keep(key, scope, dict(earlier, recalled=True))
         out = _rebuild(builds, record)
         out.candidates = [seed]                     # its check: the one candidate timed
         return out
     timer = Probe(ref.lk, ref.arrays, reps, clock, probe) if probe else None
     cands, unmodelled, modelling = [], 0, start + (deadline - start) * 0.4
     model = model and (seconds is None or seconds >= MODEL_SECONDS)
+    enumerating = start + (deadline - start) * 0.5      # specs enumerated after this are left out
     for config, lk, predict in _models(configs, builds, ref, model, machine, threads, start + (deadline - start) / 4):
         late = config is not configs[0] and time.perf_counter() > modelling
         if lk is None or late:
             unmodelled += 1                       # the rest of the budget is for timing: left out
             continue
-        for s in list(specs) if specs is not None else space(lk, blocks):
-            late = predict is not None and time.perf_counter() > modelling    # the rest: unpredicted
+        for s in list(specs) if specs is not None else iter_space(lk, blocks):
+            now = time.perf_counter()
+            if specs is None and now > enumerating and cands:
+                break                             # a huge space: the budget bounds its enumeration too
+            late = predict is not None and now > modelling    # the rest: unpredicted
             cands.append(Candidate(config, s, _safe(predict, s) if predict and not late else None))
+    at = _same(cands, Candidate(configs[0], ref.lk.spec.text))
+    if at:                                          # a listed own spec is the reference: timed first
+        cands.insert(0, cands.pop(at))
     modelled = time.perf_counter() - start
     if seed is not None:                            # the remembered winner stands for its candidate, timed already
         _stand_in(cands, seed)
@@ -262,12 +290,14 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     prior = earlier if seed is not None else {"runs": 0}      # what the searches before this one did
     explored = set(prior.get("explored", ()))
     order = _Order(cands, model, top, threads, skip=explored)
-    bar = _Progress(order.total, progress)
+    bar = Progress(order.total, progress)
     timed, finals = [], start + (deadline - start) * 0.9       # the last tenth: the final rounds
     timed += [seed] if seed is not None else []
     timed += hinted
+    cut = False
     for c in order:
         if time.perf_counter() > finals and timed:
+            cut = True
             break
         if c is seed or any(c is h for h in hinted):
             continue
@@ -276,27 +306,34 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
             timed.append(c)
         order.learn(c)
         bar.step(c)
-    bar.close()
+    bar.close(budget_ended=cut)
     if not timed:
+        refused = [c.error for c in cands if c.error is not None]
+        if refused:
+            raise refused[0]                        # every candidate refused: the first's SpecError / RaceError
         raise RuntimeError("no candidate ran: " + "; ".join(f"{c.spec}: {c.note}" for c in cands[:3]))
     timed.sort(key=lambda c: c.seconds)
     finalists = timed[:max(1, refine)]
-    for c in (cands[0], seed, *hinted):             # the reference, remembered winner and hints play off too:
+    own = cands[0] if (cands[0].config, cands[0].spec) == (configs[0], ref.lk.spec.text) else None
+    for c in (own, seed, *hinted):                  # the own spec, remembered winner and hints play off too:
         if refine and c is not None and c.seconds is not None and all(f is not c for f in finalists):
             finalists.append(c)                     # tuning never loses to them by chance
     samples = {id(c): [c.seconds] for c in finalists}
     for _ in range(3 if len(finalists) > 1 else 0):     # round robin: a period of another load hits all alike
+        if time.perf_counter() > deadline:
+            break                                   # the budget bounds the final rounds too
         for c in finalists:
             samples[id(c)].append(time_again(c, builds, reps, clock))
     for c in finalists:
         c.seconds = float(np.median(samples[id(c)]))
     best = min(finalists, key=lambda c: c.seconds)
-    if any(c is cands[0] for c in finalists) and best.seconds > cands[0].seconds * (1 - MARGIN):
-        best = cands[0]                             # not measurably faster than the reference: keep it
+    if own is not None and any(c is own for c in finalists) and best.seconds > own.seconds * (1 - MARGIN):
+        best = own                                  # not measurably faster than the kernel's own spec: keep it
     ranked = {id(c): i for i, c in enumerate(sorted(cands[1:], key=_predicted))}
     record = {"kernel": ref.lk.__name__, "key": [str(k) for k in key] if isinstance(key, tuple) else str(key),
               "threads": threads, "knobs": best.config, "spec": best.spec, "seconds": best.seconds,
-              "reference_seconds": cands[0].seconds, "candidates": len(cands), "timed": len(timed),
+              "reference_seconds": own.seconds if own is not None else None,
+              "candidates": len(cands), "timed": len(timed),
               "configurations": len(configs), "unmodelled_configurations": unmodelled,
               "skipped": sum(1 for c in cands if c.note), "model": bool(model),
               "predicted_rank": ranked.get(id(best), 0), "modelling_seconds": modelled, "clock": clock,
@@ -307,7 +344,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     tried = {_explored(c) for c in cands if c.seconds is not None or c.note}
     record["explored"] = sorted(explored | tried)[-EXPLORED:]
     if remember:
-        _keep(key, disk, record)
+        _keep(key, scope, record)
         remembered.store(disk, record)
     out = _rebuild(builds, record)
     out.candidates = cands
@@ -351,6 +388,11 @@ def _in_process(key, space, configs):
     if record is None or _SPACES.get(key) != space or record.get("knobs") not in configs:
         return None
     return record
+
+
+def _nest(lk):
+    """What a remembered record depends on besides the body's code: the loops, spec and races declared."""
+    return repr((lk.loops, lk.spec.text, lk.races, lk.array_names))
 
 
 def _keep(key, space, record):
@@ -531,48 +573,3 @@ class _Order:
 
 def _config_key(c):
     return tuple(sorted(c.config.items()))
-
-
-# -- progress -------------------------------------------------------------------------------
-
-class _Progress:
-    """A tqdm bar (notebook-aware) when tqdm is installed, else a line every few seconds."""
-
-    def __init__(self, total, enabled):
-        self.total, self.enabled, self.n, self.best = total, enabled, 0, None
-        self.bar, self.last = None, time.perf_counter()
-        if enabled and _interactive():
-            try:
-                from tqdm.auto import tqdm
-                self.bar = tqdm(total=total, desc="tuning", unit="cand", leave=False)
-            except ImportError:
-                pass
-
-    def step(self, c):
-        self.n += 1
-        if c.seconds is not None and (self.best is None or c.seconds < self.best.seconds):
-            self.best = c
-        if not self.enabled:
-            return
-        text = f"best {self._name(self.best)} {self.best.seconds * 1e3:.3f} ms" if self.best else ""
-        if self.bar is not None:
-            self.bar.set_postfix_str(text, refresh=False)
-            self.bar.update()
-        elif time.perf_counter() - self.last > 10 or self.n == self.total:
-            self.last = time.perf_counter()
-            print(f"tuning [{self.n}/{self.total}] {text}", file=sys.stderr, flush=True)
-
-    @staticmethod
-    def _name(c):
-        return c.spec + "".join(f" {k}={v}" for k, v in c.config.items())
-
-    def close(self):
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _interactive():
-    """True in a terminal or a notebook (a bar redraws there; in a log it would repeat every line)."""
-    if "ipykernel" in sys.modules:
-        return True
-    return sys.stderr.isatty()

@@ -50,7 +50,11 @@ def _check_real(who, name, value, expected, ok, none_ok=False):
         return
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{who}: {name}={value!r}; expected {expected}")
-    if not np.isfinite(value) or not ok(value):
+    try:
+        finite = bool(np.isfinite(float(value)))
+    except OverflowError:                       # an int past a float's range (2**1100): not a budget
+        finite = False
+    if not finite or not ok(value):
         raise ValueError(f"{who}: {name}={value!r}; expected {expected}")
 
 

@@ -165,7 +165,7 @@ def _tuning_text(record):
     knobs = "".join(f" {k}={v}" for k, v in (record.get("knobs") or {}).items())
     tuning = record.get("tuning_seconds", record.get("elapsed", 0))
     return (f"{what} -> {record['spec']}{knobs}: {record.get('seconds', 0) * 1e3:.3f} ms, "
-            f"{record.get('runs', 1)} run(s), {tuning:.0f} s of tuning")
+            f"{record.get('runs', 1)} run(s), {tuning:{'.2f' if tuning < 10 else '.0f'}} s of tuning")
 
 
 def _size(n):

@@ -1,0 +1,56 @@
+"""The progress of a tuning search (:func:`loops.tune.search`): a tqdm bar in a terminal or a
+notebook, else a line every few seconds on stderr, and a last line when the budget ended the search.
+
+>>> bar = Progress(3, enabled=False); bar.close(budget_ended=True)
+"""
+import sys
+import time
+
+
+class Progress:
+    """A tqdm bar (notebook-aware) when tqdm is installed, else a line every few seconds."""
+
+    def __init__(self, total, enabled):
+        self.total, self.enabled, self.n, self.best = total, enabled, 0, None
+        self.bar, self.last = None, time.perf_counter()
+        if enabled and _interactive():
+            try:
+                from tqdm.auto import tqdm
+                self.bar = tqdm(total=total, desc="tuning", unit="cand", leave=False)
+            except ImportError:
+                pass
+
+    def step(self, c):
+        self.n += 1
+        if c.seconds is not None and (self.best is None or c.seconds < self.best.seconds):
+            self.best = c
+        if not self.enabled:
+            return
+        text = f"best {self._name(self.best)} {self.best.seconds * 1e3:.3f} ms" if self.best else ""
+        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=False)
+            self.bar.update()
+        elif time.perf_counter() - self.last > 10 or self.n == self.total:
+            self.last = time.perf_counter()
+            print(f"tuning [{self.n}/{self.total}] {text}", file=sys.stderr, flush=True)
+
+    @staticmethod
+    def _name(c):
+        return c.spec + "".join(f" {k}={v}" for k, v in c.config.items())
+
+    def close(self, budget_ended=False):
+        """End the bar; ``budget_ended``: the ``seconds`` budget stopped the search before the
+        last candidate, which is said (a search can otherwise end silently before its total)."""
+        if self.bar is not None:
+            self.bar.close()
+        if self.enabled and budget_ended:
+            best = f"; best {self._name(self.best)} {self.best.seconds * 1e3:.3f} ms" if self.best else ""
+            print(f"tuning: the seconds budget ended the search after {self.n} of {self.total} candidates{best}",
+                  file=sys.stderr, flush=True)
+
+
+def _interactive():
+    """True in a terminal or a notebook (a bar redraws there; in a log it would repeat every line)."""
+    if "ipykernel" in sys.modules:
+        return True
+    return sys.stderr.isatty()
