@@ -656,3 +656,12 @@ def test_meta_backward_and_mixed_devices_in_linear_backward():
     with pytest.raises(ValueError, match="x on meta.*to_empty"):
         torch.ops.tppasm.linear_backward(torch.ones(3, 4), torch.ones(3, 8, device="meta"), torch.ones(4, 8), None,
                                          None, [True, True, True])
+
+
+@pytest.mark.parametrize("grad_mode", [False, True], ids=["direct", "operator"])
+def test_a_backward_that_no_gradient_reaches_returns_none(grad_mode):
+    """The node called with no gradient for y or z (materialize_grads off) gives no gradients."""
+    x, w, b = inputs((2, 3), 4, torch.float32)
+    y = tt.linear(x, w, b, "gelu")
+    with torch.set_grad_enabled(grad_mode):
+        assert tuple(y.grad_fn.apply(None, None)) == (None, None, None, None)

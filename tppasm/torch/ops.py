@@ -338,6 +338,8 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, dy, dz):
     """The gradients of x, weight and bias from those of y and of z (the gelus' pre-activation,
     which a loss may read too: its gradient takes no act' on its way)."""
+    if dy is None and (dz is None or not dz.numel()):
+        return None, None, None, None              # (no gradient reached either output)
     x, weight, saved = ctx.saved_tensors
     needs = list(ctx.needs_input_grad[:3])
     x_shape, w_shape, dt = ctx.shapes
@@ -358,8 +360,6 @@ def _backward(ctx, dy, dz):
     if dz is not None and dz.numel():
         more = call(dz.reshape(*x_shape[:-1], w_shape[0]), x, weight, None, None, needs)
         grads = more if grads is None else [g + h if need else g for g, h, need in zip(grads, more, needs)]
-    if grads is None:
-        return None, None, None, None
     dx, dw, db = grads
     return (dx if needs[0] else None, dw if needs[1] else None,
             db.to(ctx.bias_dtype) if needs[2] else None, None)
