@@ -46,6 +46,27 @@ def call_text(desc):
     return f"tppasm.{desc.kind}({', '.join(args)})"
 
 
+def built_by(kernel):
+    """The call that builds ``kernel``: :func:`call_text`, with ``isa=`` where it is not the host's level
+    (the call without it would build another kernel).
+
+    >>> import tppasm
+    >>> built_by(tppasm.relu(2, 8, isa="avx2")) in ("tppasm.unary('relu', 2, 8, isa='avx2')",
+    ...                                          "tppasm.unary('relu', 2, 8)")      # the latter on an avx2 host
+    True
+    """
+    from isa.cpu import host
+    text = call_text(kernel.desc)
+    if kernel.isa == host().isa:
+        return text
+    return f"{text[:-1]}, isa={kernel.isa!r})" if text.startswith("tppasm.") else f"{text} (isa={kernel.isa!r})"
+
+
+def _half_built(kernel):
+    """The repr of a kernel whose construction has not finished (a debugger showing ``self``)."""
+    return f"<{type(kernel).__name__} (not built: {', '.join(sorted(vars(kernel))) or 'no attributes'} set)>"
+
+
 def _shape(spec):
     dims = (("count",) if spec.batch else ()) + tuple(spec.shape)
     return ", ".join(map(str, dims))
@@ -183,7 +204,7 @@ def docstring(kernel):
     """The kernel's ``__doc__``: what it computes, how to call it, its operands."""
     desc = kernel.desc
     what = formula(desc)
-    lines = [f"{call_text(desc)}, JIT'd for {kernel.isa}: {what}", "",
+    lines = [f"{built_by(kernel)}, JIT'd for {kernel.isa}: {what}", "",
              f"Call it as {call_forms(kernel)}."]
     if desc.count_scalar:
         lines.append("count=: how many blocks of the batch to reduce over; left out, it is the number of "
@@ -270,9 +291,14 @@ def _size(nbytes):
 
 def kernel_repr(kernel):
     """``<ReluKernel tppasm.unary('relu', 64, 64) on avx512: vmaxps zmm, 212 bytes, JIT 0.8 ms>``."""
-    code = getattr(kernel.raw, "code", b"")
-    return (f"<{type(kernel).__name__} {call_text(kernel.desc)} on {kernel.isa}: {instructions(kernel)}, "
-            f"{_size(len(code))}, JIT {kernel.jit_seconds * 1e3:.1f} ms>")
+    try:
+        code = getattr(kernel.raw, "code", b"")
+        return (f"<{type(kernel).__name__} {built_by(kernel)} on {kernel.isa}: {instructions(kernel)}, "
+                f"{_size(len(code))}, JIT {kernel.jit_seconds * 1e3:.1f} ms>")
+    except AttributeError:
+        if all(hasattr(kernel, a) for a in ("desc", "isa", "raw", "operands", "jit_seconds")):
+            raise
+        return _half_built(kernel)
 
 
 def html_table(rows, head=None):
@@ -286,8 +312,10 @@ def html_table(rows, head=None):
 
 def kernel_html(kernel):
     """A notebook view: what the kernel is, what it runs, its operands, and its code (folded)."""
+    if not all(hasattr(kernel, a) for a in ("desc", "isa", "raw", "operands", "jit_seconds")):
+        return f"<div>{html.escape(_half_built(kernel))}</div>"
     code = getattr(kernel.raw, "code", b"")
-    facts = [("built by", call_text(kernel.desc)), ("ISA level", kernel.isa),
+    facts = [("built by", built_by(kernel)), ("ISA level", kernel.isa),
              ("instructions", instructions(kernel)), ("code size", _size(len(code))),
              ("JIT time", f"{kernel.jit_seconds * 1e3:.2f} ms"), ("call", call_forms(kernel))]
     if not kernel.runnable:

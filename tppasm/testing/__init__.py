@@ -5,15 +5,19 @@ poisoned, and the NumPy reference (a kernel's ``reference``, a loop kernel's ``p
 copies, then checks that
 
 - every output element was written (a write-only output holds poison nowhere afterwards: it is
-  filled with a signalling NaN (or a byte pattern) for one run and a finite value for a second);
+  filled with a signalling NaN (or a byte pattern) for one run, a huge positive finite value for
+  a second and a huge negative one for a third), and no run's result depends on the poison (each
+  run's values are compared, so reading a write-only output shows, even through max or min);
 - nothing outside an operand changed (each copy sits in a buffer whose padding between rows and
   64-byte guards around are poison, compared bit for bit afterwards), and no input changed;
 - every written array matches the reference: exactly for integers, within dtype-aware
-  tolerances for floats (``rtol`` 1e-5 for fp32, 2**-7 (two bf16 ulps) for bf16, and ``atol =
-  rtol * max|reference|`` for sums that cancel, at least 2**-137 (4096 subnormal ulps: results
-  that are all subnormal, where the rounding of each of up to 8192 terms adds up to half an ulp);
-  kernels computing in bf16 add an absolute floor of
-  2**20 smallest normals, as bf16 dot products flush denormal inputs and products to zero), NaN
+  tolerances for floats (``tppasm.testing.compare``): element-wise kinds per element (fp32 within
+  ``rtol`` 1e-5 of each reference value, bf16 within two bf16 ulps of it), kinds that sum
+  (BRGEMMs, reductions, norms, softmax, muladd, rotary, loop kernels) within ``rtol * |reference|
+  + rtol * max|reference|`` (sums that cancel); both at least 2**-137 (4096 subnormal ulps: results
+  that are all subnormal, where the rounding of each of up to 8192 terms adds up to half an ulp),
+  kernels computing in bf16 at least 2**20 smallest normals (bf16 dot products flush denormal
+  inputs and products to zero), ``gelu_erf_fast`` within its documented 2**-22 max(1, |x|); NaN
   where the reference has NaN, infinities equal; elements a TPP leaves unspecified (its
   descriptor's ``unspecified``: quantize's codes of a row holding a NaN or inf) are not compared.
 
@@ -38,17 +42,18 @@ from ..dtypes import numpy_dtype
 from ..kernel import ISAUnavailableError, scalar_arg
 from ..layout import empty, empty_for
 from ..operand import as_ndarray, check as check_operand, origin_of
+from .compare import (FTZ_ATOL, RTOL, SUBNORMAL_ATOL, compare as _compare, documented_atol,  # noqa: F401
+                      is_summing)
 
 GUARD = 64                                # bytes of poison before and after each copy
-# (first run, second run) poison bit patterns per item size for floats: a signalling NaN that no
-# arithmetic produces, then a large finite value; for integers two byte patterns
-FLOAT_POISON = {2: (0x7FA5, 0xFF7A), 4: (0x7FA5A5A5, 0xFF7A5A5A), 8: (0x7FF4A5A5A5A5A5A5, 0xFFEA5A5A5A5A5A5A)}
-INT_POISON = (0xA5, 0x5A)
-RTOL = {"f32": 1e-5, "bf16": 2.0 ** -7}
-# bf16 dot products (vdpbf16ps, tdpbf16ps, SVE bfdot) flush denormal inputs and products to zero:
-# results that small may differ from the exact reference by up to (terms x the smallest normal)
-FTZ_ATOL = float(np.finfo(np.float32).tiny) * 2.0 ** 20
-SUBNORMAL_ATOL = 2.0 ** -137
+# poison bit patterns of the three runs per item size for floats: a signalling NaN that no
+# arithmetic produces, then huge finite values of opposite signs (max(out, ...) keeps the positive
+# one, min(out, ...) the negative one, and vmaxps/vminps pass a NaN first operand through); for
+# integers byte patterns of both signs
+FLOAT_POISON = {2: (0x7FA5, 0x7F7A, 0xFF7A), 4: (0x7FA5A5A5, 0x7F7A5A5A, 0xFF7A5A5A),
+                8: (0x7FF4A5A5A5A5A5A5, 0x7FEA5A5A5A5A5A5A, 0xFFEA5A5A5A5A5A5A)}
+INT_POISON = (0xA5, 0x5A, 0x81)
+RUNS = len(INT_POISON)
 
 
 def __getattr__(name):
@@ -63,14 +68,14 @@ def __getattr__(name):
 
 
 def poison_bits(dtype, run):
-    """The poison bit pattern (an unsigned int of the item size) of run 0 or 1 for ``dtype``.
+    """The poison bit pattern (an unsigned int of the item size) of run 0, 1 or 2 for ``dtype``.
 
     >>> hex(poison_bits(np.float32, 0)), hex(poison_bits(np.int8, 1))
     ('0x7fa5a5a5', '0x5a')
     """
     dt = numpy_dtype(dtype)                      # "i8" is tppasm's int8 (NumPy's int64)
-    if run not in (0, 1):
-        raise ValueError(f"poison_bits: run={run!r}; expected 0 (the first run) or 1 (the second)")
+    if isinstance(run, bool) or run not in range(RUNS):
+        raise ValueError(f"poison_bits: run={run!r}; expected 0 (the first run), 1 or 2")
     if dt.name == "bfloat16" or (dt.kind == "f" and dt.itemsize in FLOAT_POISON):
         return FLOAT_POISON[dt.itemsize][run]
     if dt.kind in "iub":
@@ -148,6 +153,11 @@ def _roles(kernel, kind, arrays, outputs):
         only = [i for i, s in enumerate(kernel.operands) if s.name in alloc]
     if outputs is not None:
         picked = [_position(o, names) for o in ([outputs] if isinstance(outputs, (str, int, np.integer)) else outputs)]
+        for i in picked:
+            if i not in written:
+                raise ValueError(f"assert_matches_reference: outputs names {names[i]!r}, which the kernel only "
+                                 f"reads; name arrays it writes ({', '.join(names[j] for j in written)}), or leave "
+                                 "outputs= out")
         only = picked
         written = sorted(set(written) | set(picked))
     return names, written, only
@@ -170,6 +180,9 @@ def _operands_of(kernel, kind, arrays, count):
     checked against the kernel's operands: OperandError (a ValueError) names what to pass."""
     arrays = [as_ndarray(a, f"#{i}", "assert_matches_reference") if origin_of(a) in ("torch", "dlpack") else a
               for i, a in enumerate(arrays)]
+    if kind == "loop" and count is not None:
+        raise TypeError(f"assert_matches_reference: count={count!r} is given for a loop kernel, which takes no "
+                        "count (its arrays' shapes say how much to compute); leave count= out")
     if kind != "kernel":              # the call checks them (batched BRGEMMs, loop kernels), but the
         for i, a in enumerate(arrays):    # copies need a dtype that can hold poison
             if isinstance(a, np.ndarray) and not (a.dtype.kind in "iubf" or a.dtype.name == "bfloat16"):
@@ -217,33 +230,6 @@ def _reference(kernel, kind, arrays, count):
     return kernel.reference(*arrays, count=count)
 
 
-def _compare(name, got, want, rtol, atol, floor=None, skip=None):
-    """Problems (strings) where ``got`` differs from ``want``; ``floor``: the least ``atol``;
-    ``skip``: a mask of elements whose values are unspecified."""
-    floats = "bf16" if got.dtype.name == "bfloat16" else "f32" if got.dtype.kind == "f" else None
-    if floats:
-        g, w = got.astype(np.float64), np.asarray(want).astype(np.float64)
-        r = RTOL[floats] if rtol is None else rtol
-        finite = np.abs(w[np.isfinite(w)])
-        a = r * (float(finite.max()) if finite.size else 0.0) if atol is None else atol
-        a = max(a, floor or 0.0)
-        with np.errstate(invalid="ignore"):
-            ok = np.isclose(g, w, rtol=r, atol=a, equal_nan=True) | (g == w)
-        tol = f" (rtol={r:g}, atol={a:g})"
-    else:
-        g, w = got, np.asarray(want)
-        ok = g == w
-        tol = " (integers: exact)"
-    if skip is not None:
-        ok = ok | skip
-    bad = np.argwhere(~ok)
-    if not len(bad):
-        return []
-    shown = "; ".join(f"[{', '.join(map(str, idx))}] got {g[tuple(idx)].item()!r} want {w[tuple(idx)].item()!r}"
-                      for idx in bad[:5])
-    return [f"{name}: {len(bad)} of {ok.size} elements differ from the reference{tol}: {shown}"]
-
-
 def _case(names, arrays, only, count):
     """The arrays as code to paste, when they are small (write-only outputs as ``np.empty``)."""
     if sum(np.asarray(a).size for a in arrays if isinstance(a, np.ndarray)) > 256:
@@ -254,9 +240,18 @@ def _case(names, arrays, only, count):
         if not isinstance(a, np.ndarray):
             continue
         dt = "ml_dtypes.bfloat16" if a.dtype.name == "bfloat16" else "np." + a.dtype.name
-        values = a.astype(np.float32).tolist() if a.dtype.name == "bfloat16" else a.tolist()
+        with np.errstate(invalid="ignore"):
+            values = a.astype(np.float32).tolist() if a.dtype.name == "bfloat16" else a.tolist()
         lines.append(f"{n} = np.empty({a.shape}, {dt})" if i in only else f"{n} = np.array({values!r}, {dt})")
     return "case:\n  " + "\n  ".join(lines) + (f"\n  count = {count}" if count is not None else "")
+
+
+def _poison_text(dtype, run):
+    """What run ``run`` fills a write-only output of ``dtype`` with, in words."""
+    value = np.array([poison_bits(dtype, run)], f"u{np.dtype(dtype).itemsize}").view(dtype)[0]
+    with np.errstate(invalid="ignore"):
+        return repr(float(value)) if np.dtype(dtype).kind == "f" or np.dtype(dtype).name == "bfloat16" \
+            else repr(int(value))
 
 
 def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
@@ -268,12 +263,14 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
             raise ValueError(f"assert_matches_reference: {name}={tol!r}; expected a number >= 0, or None for the "
                              "dtype's default (see tppasm.testing)")
     if kind != "loop" and not getattr(kernel, "runnable", True):
+        where = "under the emulator, isa.aarch64.emulate" if str(getattr(kernel, "isa", "")).startswith("sve") \
+            else "in the interpreter, isa.x86.interp"
         raise ISAUnavailableError(f"assert_matches_reference: {kernel!r} cannot run on this host; check it where "
-                                  "it runs (or in the interpreter, isa.x86.interp)")
+                                  f"it runs (or {where})")
     arrays = _operands_of(kernel, kind, arrays, count)
     names, written, only = _roles(kernel, kind, arrays, outputs)
     runs = []
-    for run in (0, 1):
+    for run in range(RUNS):
         copies = []
         for i, a in enumerate(arrays):
             if not isinstance(a, np.ndarray):
@@ -284,28 +281,37 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
         runs.append(copies)
     # copies in the arrays' own layout: the reference checks its operands as a call does (row strides too)
     ref = [Guarded(a, 0).view if isinstance(a, np.ndarray) else a for a in arrays]
-    _reference(kernel, kind, ref, count)
+    with np.errstate(invalid="ignore"):    # NumPy warns as it casts a signalling NaN input: expected here
+        _reference(kernel, kind, ref, count)
     skip = {} if kind == "loop" else kernel.desc.unspecified(*ref)
     problems = []
-    for i, (first, second) in enumerate(zip(*runs)):
+    summing, documented = is_summing(kernel, kind), documented_atol(kernel, kind, arrays)
+    for i, copies in enumerate(zip(*runs)):
+        first = copies[0]
         if not isinstance(first, Guarded):
             continue
-        for copy in (first, second):
+        for copy in copies:
             outside = copy.outside_changed()
             if len(outside):
                 problems.append(f"{names[i]}: {len(outside)} elements outside the operand were written "
                                 "(row padding or guard bytes)")
                 break
         if i in only:
-            missed = np.argwhere(first.unwritten() & second.unwritten())
+            missed = np.argwhere(np.logical_and.reduce([c.unwritten() for c in copies]))
             if len(missed):
                 problems.append(f"{names[i]}: {len(missed)} of {first.view.size} output elements were never "
                                 f"written, first at {tuple(int(v) for v in missed[0])}")
                 continue
         if i in written:
             bf16 = getattr(getattr(kernel, "desc", None), "dtype", None) == "bf16"
-            floor = None if atol is not None else FTZ_ATOL if bf16 else SUBNORMAL_ATOL
-            problems += _compare(names[i], first.view, ref[i], rtol, atol, floor, skip.get(names[i]))
+            floor = None if atol is not None else (FTZ_ATOL if bf16 else SUBNORMAL_ATOL) + documented
+            for run, copy in enumerate(copies if i in only else copies[:1]):
+                found = _compare(names[i], copy.view, ref[i], rtol, atol, floor, skip.get(names[i]), summing)
+                if found:
+                    problems += found if not run else [f"{found[0]} (the output poisoned with "
+                                                       f"{_poison_text(copy.view.dtype, run)} before the call: "
+                                                       "the kernel reads its write-only output)"]
+                    break
         elif not np.array_equal(_bits(np.ascontiguousarray(first.view)), _bits(np.ascontiguousarray(arrays[i]))):
             problems.append(f"{names[i]}: an input was changed by the kernel")
     if problems:
@@ -345,9 +351,21 @@ def assert_matches_reference(kernel, *arrays, count=None, outputs=None, rtol=Non
     @given(strategy)
     def run(case):
         assert_matches_reference(kernel, *case, count=count, outputs=outputs, rtol=rtol, atol=atol)
+    # hypothesis keys its saved failures by the test function, the same for every kernel: add the kernel's
+    # own identity, so a failure saved for one kernel is replayed on that kernel, never deleted by another
+    run.hypothesis.inner_test._hypothesis_internal_add_digest = _identity(kernel).encode()
     if max_examples is not None:
         run = settings(max_examples=max_examples)(run)
     run()
+
+
+def _identity(kernel):
+    """A text that names ``kernel``'s computation the same way in every process (its descriptor, or
+    a loop kernel's body), for hypothesis' example database."""
+    if _kind(kernel) == "loop":
+        body = getattr(kernel, "body", kernel.python)
+        return f"loop {getattr(body, '__module__', '')}.{getattr(body, '__qualname__', '')} {kernel.array_names}"
+    return f"{type(kernel).__qualname__} {kernel.desc!r}"
 
 
 def _operands_strategy(kernel):

@@ -3,7 +3,12 @@
 Sizes favour the tails of vector loops (1, 7, 8, 9, 15, 16, 17, ... 65) over a plain range;
 leading dimensions are the row width or wider; arrays start 64-byte aligned or not; values are
 moderate by default and, with ``specials=True``, include NaN, +-inf, -0, denormals and the
-extreme finite values (integers: their minimum and maximum). :func:`operands` draws every array a
+extreme finite values (integers: their minimum and maximum). :func:`operands` of a kernel that
+sums or multiplies inputs (a BRGEMM, a norm, a reduction, dequant, SwiGLU...) draws no extreme
+finite values, and in each example either the non-finite values (NaN, +-inf, +-0) or the tiny
+ones (+-0, denormals, the smallest normal; dequant: none), never both: fp32 sums of extremes leave fp32 range,
+and inf times a denormal that fp32 (or a bf16 dot product) underflows or flushes to 0 is NaN,
+where the float64 reference stays finite or infinite. :func:`operands` draws every array a
 given kernel takes, in its exact layout; :func:`loop_bounds` and :func:`block_sizes` draw loop
 declarations.
 
@@ -24,6 +29,7 @@ from hypothesis.extra import numpy as hnp
 
 from ..dtypes import dtype as np_dtype, name_of
 from ..layout import vnni_pack
+from .compare import SUMMING_KINDS
 
 __all__ = ["TAILS", "dims", "shapes", "leading_dimensions", "dtypes", "values", "arrays", "vnni_b", "operands",
            "block_sizes", "loop_bounds"]
@@ -33,6 +39,14 @@ F32 = np.finfo(np.float32)
 FLOAT_SPECIALS = (math.nan, math.inf, -math.inf, -0.0, 0.0, float(F32.smallest_subnormal),
                   -float(F32.smallest_subnormal), float(F32.tiny) / 2, float(F32.max), -float(F32.max),
                   float(F32.tiny))
+NONFINITE = (math.nan, math.inf, -math.inf, -0.0, 0.0)
+TINY = (-0.0, 0.0, float(F32.smallest_subnormal), -float(F32.smallest_subnormal), float(F32.tiny) / 2,
+        float(F32.tiny))
+# per kind, the families of specials operands() draws from, one family per example: kinds that sum or
+# multiply inputs keep within fp32 range; dequant multiplies its two scales first, so a product of
+# tiny scales rounds twice, the second time as a denormal (no tiny values there)
+SPECIAL_FAMILIES = dict.fromkeys(SUMMING_KINDS | {"swiglu"}, (NONFINITE, TINY))
+SPECIAL_FAMILIES["dequant"] = (NONFINITE,)
 
 
 def _int_arg(who, name, value, least, example):
@@ -64,8 +78,17 @@ def shapes(ndim=2, max_side=65):
 
 
 def leading_dimensions(width, max_extra=17):
-    """Row strides (elements) for rows of ``width``: the dense one or up to ``max_extra`` more."""
-    return st.one_of(st.just(width), st.integers(width + 1, width + max_extra))
+    """Row strides (elements) for rows of ``width``: the dense one or up to ``max_extra`` more.
+
+    >>> leading_dimensions(-5)
+    Traceback (most recent call last):
+    ...
+    ValueError: leading_dimensions: width=-5; expected an int >= 0, e.g. width=16
+    """
+    width = _int_arg("leading_dimensions", "width", width, 0, 16)
+    max_extra = _int_arg("leading_dimensions", "max_extra", max_extra, 0, 17)
+    dense = st.just(width)
+    return st.one_of(dense, st.integers(width + 1, width + max_extra)) if max_extra else dense
 
 
 def dtypes(*names):
@@ -73,23 +96,50 @@ def dtypes(*names):
     return st.sampled_from([name_of(n) for n in names] or ["f32", "bf16"])
 
 
-def values(dtype, specials=False, bound=4.0):
-    """Element values for ``dtype``: floats in [-bound, bound] (with ``specials``: NaN, infinities,
-    -0, denormals, the largest finite values), integers over their whole range (their minimum,
-    maximum, 0 and -1 drawn often). A bound that fp32 cannot hold is taken as the fp32 below it."""
+def values(dtype, specials=False, bound=None):
+    """Element values for ``dtype``: floats in [-bound, bound] (default 4; with ``specials=True``
+    also NaN, infinities, -0, denormals and the largest finite values; given a sequence of floats,
+    those, and denormals only if it holds one), integers in [-bound, bound] (default: their whole
+    range; their minimum, maximum, 0 and -1 drawn often). A bound that fp32 cannot hold is taken
+    as the fp32 below it.
+
+    >>> values("i8", bound="x")
+    Traceback (most recent call last):
+    ...
+    TypeError: values: bound='x' (str); expected a finite number >= 0 or None (the default), e.g. bound=4.0
+    """
     dt = np_dtype(dtype)
+    specials = _special_values("values", specials)
+    if bound is not None and (isinstance(bound, (bool, np.bool_))
+                              or not isinstance(bound, (int, float, np.integer, np.floating))):
+        raise TypeError(f"values: bound={bound!r} ({type(bound).__name__}); expected a finite number >= 0 or "
+                        "None (the default), e.g. bound=4.0")
+    if bound is not None and not 0 <= bound < np.inf:
+        raise ValueError(f"values: bound={bound!r}; expected a finite number >= 0, e.g. bound=4.0")
     if dt.kind in "iu":
         info = np.iinfo(dt)
-        edges = [v for v in (info.min, info.max, 0, -1, 1) if info.min <= v <= info.max]
-        return st.one_of(st.sampled_from(edges), st.integers(int(info.min), int(info.max)))
-    if isinstance(bound, bool) or not isinstance(bound, (int, float, np.integer, np.floating)) \
-            or not 0 <= bound < np.inf:
-        raise ValueError(f"values: bound={bound!r}; expected a finite number >= 0")
+        low, high = int(info.min), int(info.max)
+        if bound is not None:
+            low, high = max(low, -math.floor(bound)), min(high, math.floor(bound))
+        edges = [v for v in (low, high, 0, -1, 1) if low <= v <= high]
+        return st.one_of(st.sampled_from(edges), st.integers(low, high))
+    bound = 4.0 if bound is None else bound
     inner = np.float32(bound)                    # hypothesis wants bounds exact in f32: round inward
     if float(inner) > bound:
         inner = np.nextafter(inner, np.float32(0))
-    finite = st.floats(-float(inner), float(inner), width=32)
-    return st.one_of(finite, st.sampled_from(FLOAT_SPECIALS)) if specials else finite
+    subnormal = specials in (FLOAT_SPECIALS, ()) or any(0 < abs(v) < F32.tiny for v in specials)
+    finite = st.floats(-float(inner), float(inner), width=32, allow_subnormal=subnormal)
+    return st.one_of(finite, st.sampled_from(specials)) if specials else finite
+
+
+def _special_values(who, specials):
+    """``specials`` (True, False or a sequence of floats) as the tuple of special values to draw."""
+    if isinstance(specials, (bool, np.bool_)):
+        return FLOAT_SPECIALS if specials else ()
+    if isinstance(specials, (tuple, list)) and specials and all(isinstance(v, float) for v in specials):
+        return tuple(specials)
+    raise TypeError(f"{who}: specials={specials!r}; expected True, False or a sequence of floats to draw, "
+                    "e.g. specials=True")
 
 
 def _buffer(draw, dt, extent, align):
@@ -110,6 +160,16 @@ def _fill(draw, dt, shape, specials):
     return draw(hnp.arrays(dt, shape, elements=values(dt, specials)))
 
 
+def _flag(who, name, value, none=False):
+    """``value`` as a bool (or None where ``none``): TypeError for anything else."""
+    if value is None and none:
+        return None
+    if not isinstance(value, (bool, np.bool_)):
+        either = "True, False or None (drawn)" if none else "True or False"
+        raise TypeError(f"{who}: {name}={value!r} ({type(value).__name__}); expected {either}")
+    return bool(value)
+
+
 def arrays(dtype, shape, ld=None, align=None, specials=False):
     """An array of ``shape`` (a tuple of sizes; the last axis is a row) with row stride ``ld``
     elements (default: drawn by :func:`leading_dimensions`; pass the shape's width for dense rows),
@@ -127,16 +187,25 @@ def arrays(dtype, shape, ld=None, align=None, specials=False):
                         "e.g. (3,) or (3, 5)")
     if any(d < 0 for d in shape):
         raise ValueError(f"arrays: shape={tuple(shape)!r}; expected sizes >= 0")
+    align, specials = _flag("arrays", "align", align, none=True), _flag("arrays", "specials", specials)
+    if ld is not None:
+        _check_ld(ld, shape[-1] if shape else 1)
     return _arrays(np_dtype(dtype), tuple(int(d) for d in shape), ld, align, specials)
+
+
+def _check_ld(ld, width):
+    if isinstance(ld, (bool, np.bool_)) or not isinstance(ld, (int, np.integer)):
+        raise TypeError(f"arrays: ld={ld!r} ({type(ld).__name__}); expected an int >= the row width {width}, "
+                        f"e.g. ld={width}")
+    if ld < width:
+        raise ValueError(f"arrays: ld={ld!r}; expected an int >= the row width {width} (rows ld elements apart; "
+                         "a smaller ld would overlap the rows and run past the buffer)")
 
 
 @st.composite
 def _arrays(draw, dt, shape, ld, align, specials):
     width = shape[-1] if shape else 1
-    ld = draw(leading_dimensions(width)) if ld is None else ld
-    if isinstance(ld, bool) or not isinstance(ld, (int, np.integer)) or ld < width:
-        raise ValueError(f"arrays: ld={ld!r}; expected an int >= the row width {width} (rows ld elements apart; "
-                         "a smaller ld would overlap the rows and run past the buffer)")
+    ld = draw(leading_dimensions(width)) if ld is None else int(ld)
     outer = math.prod(shape[:-1]) if len(shape) > 1 else 1
     buf = _buffer(draw, dt, max(outer * ld, 1), align)
     if dt.kind == "f" or dt.name == "bfloat16":
@@ -152,22 +221,49 @@ def _arrays(draw, dt, shape, ld, align, specials):
     return view
 
 
-@st.composite
-def vnni_b(draw, dtype, k, n, count=None, specials=False):
-    """B of a bf16 (VNNI2) or int8 (VNNI4) BRGEMM: (ceil(k/f), n, f), or (count, ...) blocks."""
-    shape = ((count,) if count else ()) + (k, n)
-    b = _fill(draw, np_dtype(dtype), shape, specials)
-    return vnni_pack(b, name_of(dtype))
+def vnni_b(dtype, k, n, count=None, specials=False):
+    """B of a bf16 (VNNI2) or int8 (VNNI4) BRGEMM: (ceil(k/f), n, f), or (count, ...) blocks.
+
+    >>> vnni_b("bf16", 4, 3, count=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: vnni_b: count=0; expected an int >= 1, e.g. count=2
+    """
+    k, n = _int_arg("vnni_b", "k", k, 1, 4), _int_arg("vnni_b", "n", n, 1, 16)
+    count = None if count is None else _int_arg("vnni_b", "count", count, 1, 2)
+    return _vnni_b(np_dtype(dtype), name_of(dtype), k, n, count, _flag("vnni_b", "specials", specials))
 
 
 @st.composite
-def operands(draw, kernel, max_count=4, specials=False, align=None):
+def _vnni_b(draw, dt, name, k, n, count, specials):
+    shape = ((count,) if count is not None else ()) + (k, n)
+    return vnni_pack(_fill(draw, dt, shape, specials), name)
+
+
+def operands(kernel, max_count=4, specials=False, align=None):
     """Every array ``kernel`` takes, in its order and exact layout (strides as built, a batch of 1
     to ``max_count`` blocks where it has one): inputs hold drawn values, outputs arbitrary ones.
-    The batched operands hold the same number of blocks, so a call infers ``count``."""
+    The batched operands hold the same number of blocks, so a call infers ``count``. With
+    ``specials``, kernels that sum or multiply draw fewer specials (see the module docstring).
+
+    >>> import tppasm
+    >>> operands(tppasm.brgemm(2, 2, 2), max_count=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: operands: max_count=0; expected an int >= 1, e.g. max_count=4
+    """
     if not hasattr(kernel, "operands") or not getattr(kernel.desc, "checked_call", True):
         raise TypeError(f"operands: {kernel!r} is not a kernel with a stride batch; draw its arrays with "
                         "tppasm.testing.strategies.arrays")
+    max_count = _int_arg("operands", "max_count", max_count, 1, 4)
+    specials, align = _flag("operands", "specials", specials), _flag("operands", "align", align, none=True)
+    return _operands(kernel, max_count, specials, align)
+
+
+@st.composite
+def _operands(draw, kernel, max_count, specials, align):
+    if specials and kernel.desc.kind in SPECIAL_FAMILIES:
+        specials = draw(st.sampled_from(SPECIAL_FAMILIES[kernel.desc.kind]))
     count = draw(st.integers(1, max_count)) if any(s.batch for s in kernel.operands) else 1
     indices = _indices(draw, kernel.desc, count)
     out = []
@@ -212,8 +308,7 @@ def block_sizes(step=1, max_blocks=2, max_factor=4):
     return st.lists(st.integers(1, max_factor).map(lambda b: b * step), max_size=max_blocks)
 
 
-@st.composite
-def loop_bounds(draw, max_trip=9, max_step=2, max_start=3, max_blocks=2, min_trip=0):
+def loop_bounds(max_trip=9, max_step=2, max_start=3, max_blocks=2, min_trip=0):
     """``(start, end, step, blocks)`` of a loop, for ``loops.Loop(*bounds)``: a trip count of
     ``min_trip`` to ``max_trip`` (the end not necessarily on a step) and blocks from
     :func:`block_sizes`. (tppasm sits below the loop DSL, so this draws the numbers, not the Loop.)
@@ -225,7 +320,21 @@ def loop_bounds(draw, max_trip=9, max_step=2, max_start=3, max_blocks=2, min_tri
     ...     start, end, step, blocks = bounds
     ...     assert all(b % step == 0 for b in blocks) and -(-(end - start) // step) <= 4
     >>> test()
+    >>> loop_bounds(max_step=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: loop_bounds: max_step=0; expected an int >= 1, e.g. max_step=2
     """
+    min_trip = _int_arg("loop_bounds", "min_trip", min_trip, 0, 0)
+    max_trip = _int_arg("loop_bounds", "max_trip", max_trip, min_trip, max(9, min_trip))
+    max_step = _int_arg("loop_bounds", "max_step", max_step, 1, 2)
+    max_start = _int_arg("loop_bounds", "max_start", max_start, 0, 3)
+    max_blocks = _int_arg("loop_bounds", "max_blocks", max_blocks, 0, 2)
+    return _loop_bounds(max_trip, max_step, max_start, max_blocks, min_trip)
+
+
+@st.composite
+def _loop_bounds(draw, max_trip, max_step, max_start, max_blocks, min_trip):
     step = draw(st.integers(1, max_step))
     start = draw(st.integers(0, max_start))
     trip = draw(st.integers(min_trip, max_trip))

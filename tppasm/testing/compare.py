@@ -1,0 +1,104 @@
+"""How :func:`tppasm.testing.assert_matches_reference` compares a result with its reference.
+
+Integers must be equal. Floats of element-wise kinds (each output element computed from a few
+inputs: unary, binary, transforms, quantize, dequant, SwiGLU) are compared per element: fp32 within
+``rtol`` (1e-5) of the element's own reference value, bf16 within two bf16 ulps of it, so one
+huge element cannot hide a wrong small one. Kinds that sum (:data:`SUMMING_KINDS`: BRGEMMs,
+reductions, norms, softmax, muladd, rotary, loop kernels) may cancel, so there the bound is
+``rtol * |reference| + rtol * max|reference|``. Both add a small floor (results that are all
+subnormal; bf16 dot products flush denormals to zero), and an op documented to an absolute error
+(``gelu_erf_fast``: 2^-22 max(1, |x|)) adds that error.
+
+>>> import numpy as np
+>>> tolerance(np.array([1.0, 1e6]), "f32", summing=False, rtol=None, atol=None, floor=0.0)[0]
+array([1.e-05, 1.e+01])
+"""
+import numpy as np
+
+RTOL = {"f32": 1e-5, "bf16": 2.0 ** -7}
+BF16_ULPS = 2                              # the README's promise for element-wise bf16 results
+# the kinds whose results sum products or terms (and may cancel): the bound there grows with the
+# largest reference value; strategies.operands(specials=True) also keeps their sums in fp32 range
+SUMMING_KINDS = frozenset({"brgemm", "gemm_nt", "block_spmm", "reduce", "softmax", "layernorm",
+                           "rmsnorm", "ternary", "rotary", "loop"})
+ELEMENTWISE_KINDS = frozenset({"unary", "binary", "transform", "quantize", "dequant", "swiglu"})
+# bf16 dot products (vdpbf16ps, tdpbf16ps, SVE bfdot) flush denormal inputs and products to zero:
+# results that small may differ from the exact reference by up to (terms x the smallest normal)
+FTZ_ATOL = float(np.finfo(np.float32).tiny) * 2.0 ** 20
+SUBNORMAL_ATOL = 2.0 ** -137
+BF16_LEAST_ULP = 2.0 ** -133
+# element-wise ops documented to an absolute error (times max(1, |x|)) rather than a relative one
+ABSOLUTE_ERROR = {"gelu_erf_fast": 2.0 ** -22}
+
+
+def _bf16_ulps(w):
+    """The spacing of bf16 numbers (8 significant bits) at each magnitude of ``w``."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        _, exponent = np.frexp(np.where(np.isfinite(w), w, 0.0))
+    return np.maximum(np.ldexp(1.0, exponent - 8), BF16_LEAST_ULP)
+
+
+def tolerance(w, floats, summing, rtol, atol, floor):
+    """Per-element bound on ``|got - w|`` (an array like ``w``) and its description."""
+    r = RTOL[floats] if rtol is None else rtol
+    finite = np.abs(w[np.isfinite(w)])
+    if atol is not None:
+        a = atol
+    else:
+        a = max(r * float(finite.max()) if summing and finite.size else 0.0, floor or 0.0)
+    with np.errstate(invalid="ignore"):
+        if floats == "bf16" and rtol is None and not summing:
+            per, text = BF16_ULPS * _bf16_ulps(w), f"{BF16_ULPS} bf16 ulps per element"
+        else:
+            per, text = r * np.abs(w), f"rtol={r:g} per element"
+        return np.where(np.isfinite(per), per, 0.0) + a, f" ({text}, atol={a:g})"
+
+
+def compare(name, got, want, rtol, atol, floor=None, skip=None, summing=True):
+    """Problems (strings) where ``got`` differs from ``want``; ``floor``: the least ``atol``;
+    ``skip``: a mask of elements whose values are unspecified; ``summing``: a kind that sums."""
+    floats = "bf16" if got.dtype.name == "bfloat16" else "f32" if got.dtype.kind == "f" else None
+    if floats:
+        with np.errstate(invalid="ignore"):          # a signalling NaN warns as it is cast
+            g, w = got.astype(np.float64), np.asarray(want).astype(np.float64)
+        tol, text = tolerance(w, floats, summing, rtol, atol, floor)
+        with np.errstate(invalid="ignore"):
+            ok = (np.abs(g - w) <= tol) | (g == w) | (np.isnan(g) & np.isnan(w))
+    else:
+        g, w = got, np.asarray(want)
+        ok = g == w
+        text = " (integers: exact)"
+    if skip is not None:
+        ok = ok | skip
+    bad = np.argwhere(~ok)
+    if not len(bad):
+        return []
+    shown = "; ".join(f"[{', '.join(map(str, idx))}] got {g[tuple(idx)].item()!r} want {w[tuple(idx)].item()!r}"
+                      for idx in bad[:5])
+    return [f"{name}: {len(bad)} of {ok.size} elements differ from the reference{text}: {shown}"]
+
+
+def documented_atol(kernel, kind, arrays):
+    """The absolute error an element-wise op is documented to (:data:`ABSOLUTE_ERROR`, times
+    max(1, max|x|) over its input), or 0.
+
+    >>> import tppasm
+    >>> documented_atol(tppasm.unary("gelu_erf_fast", 1, 2), "kernel", [np.array([[4.0, -1.0]])]) == 2.0 ** -20
+    True
+    """
+    op = getattr(getattr(kernel, "desc", None), "op", None)
+    if kind != "kernel" or op not in ABSOLUTE_ERROR or not arrays:
+        return 0.0
+    with np.errstate(invalid="ignore"):
+        x = np.abs(np.asarray(arrays[0]).astype(np.float64))
+    finite = x[np.isfinite(x)]
+    return ABSOLUTE_ERROR[op] * max(1.0, float(finite.max()) if finite.size else 1.0)
+
+
+def is_summing(kernel, kind):
+    """Whether ``kernel``'s results sum terms (see :data:`SUMMING_KINDS`); unknown kinds do."""
+    if kind in ("loop", "batched"):
+        return True
+    k = getattr(getattr(kernel, "desc", None), "kind", None)
+    return k in SUMMING_KINDS or k not in ELEMENTWISE_KINDS
+
