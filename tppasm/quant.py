@@ -112,7 +112,9 @@ class Dequant(_Rows):
         # c + offset wraps in int32, as the kernels' vpaddd / add and the BRGEMM's int32 sums do
         s = (c.astype(np.int64) + offset.astype(np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31
         v = s.astype(np.float32).astype(np.float64)
-        v = v * _to_f64(col_scale)[None, :] * _to_f64(row_scale)[:, None]
+        # the scales' product first, rounded to fp32, as the kernels take it (a product past fp32's
+        # range as one value, not as two steps: 1e-30 * 3e38 does not overflow)
+        v = v * (_to_f64(row_scale)[:, None] * _to_f64(col_scale)[None, :]).astype(np.float32).astype(np.float64)
         _store(out, v + _to_f64(out) if self.beta else v)
 
 
