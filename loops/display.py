@@ -29,7 +29,20 @@ def _threads(lk):
     return lk.pool.nthreads
 
 
+_PARTS = ("index_names", "loops", "spec", "array_names", "_tuned", "__name__")
+
+
+def _half_built(lk):
+    """The repr of a loop kernel whose construction has not finished (a debugger showing ``self``)."""
+    if all(hasattr(lk, a) for a in _PARTS):
+        return None
+    return f"<LoopKernel (not built: {', '.join(sorted(vars(lk))) or 'no attributes'} set)>"
+
+
 def loop_kernel_repr(lk):
+    half = _half_built(lk)
+    if half is not None:
+        return half
     loops = ", ".join(f"{name} in {loop_text(lp)}" for name, lp in zip(lk.index_names, lk.loops))
     n = _threads(lk)
     return (f"<LoopKernel {lk.__name__}({', '.join(lk.array_names)}) spec {lk.spec.text!r}: {loops}; "
@@ -58,6 +71,9 @@ def tuning_rows(lk):
 
 
 def loop_kernel_html(lk):
+    half = _half_built(lk)
+    if half is not None:
+        return f"<div>{html.escape(half)}</div>"
     loops = [(name, lp.start, lp.end, lp.step, list(lp.blocks) or "", "yes" if lp.parallel else "no")
              for name, lp in zip(lk.index_names, lk.loops)]
     shown = lk.shown()                # the tuned variant the last call ran, if it ran one

@@ -267,3 +267,10 @@ def test_decorating_a_loop_kernel_again_is_refused():
     k = kernel("A", Loop(0, 2))(lambda i, X: relu(X[i], X[i]))
     with pytest.raises(TypeError, match="already a loop kernel"):
         kernel("a", Loop(0, 2))(k)
+
+
+def test_a_half_built_loop_kernel_has_a_repr():
+    """A debugger shows ``self`` while the constructor runs: repr and the notebook view say so."""
+    from loops.decorator import LoopKernel
+    k = LoopKernel.__new__(LoopKernel)
+    assert repr(k).startswith("<LoopKernel (not built") and "not built" in k._repr_html_()
