@@ -187,13 +187,13 @@ class LoopKernel:
 
     # -- running ------------------------------------------------------------------------------
     def __call__(self, *arrays, **named):
-        fast = self._fast
-        if fast is not None and fast.try_fast(arrays):
-            return
-        if named:
+        if named:           # (before the fast path, which would run on the positional arrays alone)
             raise TypeError(f"{self.__name__}({', '.join(self.array_names)}) takes its arrays by position, got "
                             f"{', '.join(f'{n}=' for n in named)}: write {self.__name__}"
                             f"({', '.join(self.array_names)})")
+        fast = self._fast
+        if fast is not None and fast.try_fast(arrays):
+            return
         objs, arrays = arrays, as_arrays(arrays, self.array_names, self.__name__)
         key = signature(arrays)
         best = self._tuned.get((key, self.pool.nthreads)) if self._tuned else None

@@ -274,3 +274,21 @@ def test_a_half_built_loop_kernel_has_a_repr():
     from loops.decorator import LoopKernel
     k = LoopKernel.__new__(LoopKernel)
     assert repr(k).startswith("<LoopKernel (not built") and "not built" in k._repr_html_()
+
+
+def test_a_keyword_array_is_refused_on_the_fast_path_too():
+    """k(X, out=Y) after k(X) compiled a one-array nest: refused, not run on X with out= dropped."""
+    import pytest
+    import numpy as np
+    import tppasm as tpp
+    from loops import Loop, kernel
+    relu = tpp.relu(1, 4)
+
+    @kernel("a", Loop(0, 2))
+    def k(i, X):
+        relu(X[i:i + 1], X[i:i + 1])
+    X = np.ones((2, 4), np.float32)
+    k(X)
+    k(X)                                # the fast path is set
+    with pytest.raises(TypeError, match="takes its arrays by position"):
+        k(X, out=X.copy())
