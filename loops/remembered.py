@@ -4,7 +4,8 @@ of searching again, or resumes the search from it.
 
 The key holds everything the result depends on: the search's own key (by default the kernel's
 name, the arrays' shapes and dtypes, the host's vendor, ISA and cache sizes, the thread count),
-the configurations and specs searched, the code of ``make`` and of the kernel's body, the CPU's
+the configurations and specs searched, the code of ``make`` and of the kernel's body, the loops,
+spec, races and arrays the kernel declares (:func:`declarations`), the CPU's
 model and microcode (:func:`isa.cpu.identity`), and the versions of the sources that generate the
 kernels (:func:`tppasm.backends.source_version`) and the loop nests. A change to any of them is a
 new key, so a record is never applied to code or to a machine it was not measured on. A record is
@@ -12,7 +13,13 @@ data, a spec string and knob values: the winner is generated again from it by th
 generators, and its result is checked against the reference before it is used, so a damaged or
 stale record costs a search, never a wrong result.
 
->>> args = (("gemm", 64), [{"bm": 8}], None, True, load, store, 1)     # make, body: any functions
+>>> import tppasm as tpp
+>>> from loops import Loop, kernel
+>>> zero = tpp.zero(8, 8)
+>>> @kernel("A", Loop(0, 4))
+... def clear(i, X):
+...     zero(X[i])
+>>> args = (("clear", 4), [{"bm": 8}], None, True, load, clear, 1)   # make: any function
 >>> disk_key(*args) == disk_key(*args) != disk_key(*args[:-1], 2)
 True
 """
@@ -41,11 +48,29 @@ def code_digest(fn):
     return hashlib.sha256(marshal.dumps(code)).hexdigest()[:16]
 
 
-def disk_key(key, configs, specs, blocks, make, body, threads):
-    """The text a search's record is stored under (see the module docstring)."""
+def declarations(lk):
+    """What a record depends on in the loop kernel ``lk`` besides its body's code: the loops, spec,
+    races and arrays it declares.
+
+    >>> import tppasm as tpp
+    >>> from loops import Loop, kernel
+    >>> zero = tpp.zero(8, 8)
+    >>> @kernel("A", Loop(0, 4))
+    ... def clear(i, X):
+    ...     zero(X[i])
+    >>> declarations(clear) != declarations(clear.with_spec("A{R:2}"))
+    True
+    """
+    return repr((lk.loops, lk.spec.text, lk.races, lk.array_names))
+
+
+def disk_key(key, configs, specs, blocks, make, lk, threads):
+    """The text a search's record is stored under (see the module docstring); ``lk`` is the loop
+    kernel of the first configuration."""
     isa = host().isa
     parts = (repr(key), repr([sorted(c.items()) for c in configs]), repr(specs), repr(blocks),
-             code_digest(make), code_digest(body), threads, identity(), isa, backends.source_version(isa),
+             code_digest(make), code_digest(lk.body), declarations(lk), threads, identity(), isa,
+             backends.source_version(isa),
              backends.code_options(isa), backends.tree_version(NEST_SOURCES))
     return "\n".join(str(p) for p in parts)
 

@@ -240,17 +240,14 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
         raise TypeError(f"search: key={key!r} is not hashable; give a tuple or a string, e.g. key=('gemm', 64)")
     if resume and not remember:
         raise ValueError("search: resume=True continues the remembered search; it needs remember=True")
-    disk = remembered.disk_key(key, configs, specs, blocks, make, ref.lk.body, threads) if remember else None
-    # in this process the kernel's declarations are part of the key too (a record on disk is
-    # checked when loaded: a winner these loops refuse costs a search)
-    scope = f"{disk}\n{_nest(ref.lk)}" if remember else None
-    earlier = _in_process(key, scope, configs) if remember else None
+    disk = remembered.disk_key(key, configs, specs, blocks, make, ref.lk, threads) if remember else None
+    earlier = _in_process(key, disk, configs) if remember else None
     if remember and earlier is None:
         earlier = remembered.load(disk, configs)
     reference = ref.reference()
     seed = _recalled(earlier, builds, reference, reps, rtol, clock)
     if seed is not None and not resume:
-        record = _keep(key, scope, dict(earlier, recalled=True))
+        record = _keep(key, disk, dict(earlier, recalled=True))
         out = _rebuild(builds, record)
         out.candidates = [seed]                     # its check: the one candidate timed
         return out
@@ -344,7 +341,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     tried = {_explored(c) for c in cands if c.seconds is not None or c.note}
     record["explored"] = sorted(explored | tried)[-EXPLORED:]
     if remember:
-        _keep(key, scope, record)
+        _keep(key, disk, record)
         remembered.store(disk, record)
     out = _rebuild(builds, record)
     out.candidates = cands
@@ -388,11 +385,6 @@ def _in_process(key, space, configs):
     if record is None or _SPACES.get(key) != space or record.get("knobs") not in configs:
         return None
     return record
-
-
-def _nest(lk):
-    """What a remembered record depends on besides the body's code: the loops, spec and races declared."""
-    return repr((lk.loops, lk.spec.text, lk.races, lk.array_names))
 
 
 def _keep(key, space, record):

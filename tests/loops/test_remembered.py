@@ -83,7 +83,7 @@ def test_a_remembered_record_is_checked_before_use(tmp_path):
             REMEMBERED.pop(key)
             disk = remembered.disk_key(key, [dict(zip(knobs, v)) for v in ((8, False), (8, True), (16, False),
                                                                            (16, True))],
-                                       None, True, make, found.kernel.body, found.record["threads"])
+                                       None, True, make, make(8)[0], found.record["threads"])
             assert remembered.load(disk, [found.record["knobs"]]) is not None
             for damage in ({"knobs": {"bm": 8, "wrong": True}},      # its result differs from the reference's
                            {"spec": "Z"},                            # not a spec of these loops
@@ -102,11 +102,16 @@ def test_a_remembered_record_is_checked_before_use(tmp_path):
 
 def test_the_key_holds_what_the_result_depends_on():
     make = _zeroing()
-    args = dict(key=("k",), configs=[{"bm": 8}], specs=None, blocks=True, make=make, body=make, threads=1)
+    lk = make(8)[0]
+    args = dict(key=("k",), configs=[{"bm": 8}], specs=None, blocks=True, make=make, lk=lk, threads=1)
     key = remembered.disk_key(**args)
-    assert key == remembered.disk_key(**{**args, "make": _zeroing(), "body": _zeroing()})     # the same code
+    again = _zeroing()
+    assert key == remembered.disk_key(**{**args, "make": again, "lk": again(8)[0]})      # the same code
+    body = kernel("A", Loop(0, 8))(lambda i, X: None)
     for name, value in [("key", ("k", 2)), ("configs", [{"bm": 16}]), ("specs", ["a"]), ("blocks", False),
-                        ("make", lambda bm: 0), ("body", lambda i: 0), ("threads", 2)]:
+                        ("make", lambda bm: 0), ("lk", body), ("threads", 2),
+                        ("lk", make(8, wrong=True)[0]),                 # other loops, the same code
+                        ("lk", lk.with_spec("A{R:2}"))]:                # another spec declared
         assert remembered.disk_key(**{**args, name: value}) != key, name
 
 

@@ -102,7 +102,7 @@ def test_a_damaged_record_costs_a_search(tmp_path, damage):
     with cache.using(tmp_path):
         try:
             first = search(make, knobs, seconds=5, top=3, reps=1, progress=False, key=key)
-            disk = remembered.disk_key(key, [{"bm": 4}, {"bm": 8}], None, True, make, first.kernel.body,
+            disk = remembered.disk_key(key, [{"bm": 4}, {"bm": 8}], None, True, make, make(4)[0],
                                        first.record["threads"])
             assert remembered.load(disk, [{"bm": 4}, {"bm": 8}]) is not None
             cache.remember("tune", disk, {**first.record, **damage})
