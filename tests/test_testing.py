@@ -251,3 +251,18 @@ def test_unspecified_outputs_are_skipped_and_only_they(monkeypatch):
     monkeypatch.setattr(type(k.desc), "reference", off_by_one)
     problems = check(k, (x,))
     assert any("q: 5 of 15 elements differ" in p for p in problems), problems
+
+
+def _copy_rows_and_one_more(a, x, y):
+    """Copies 2 rows of 4 floats (x: ld 4, y: ld 32) and writes a third row of y, past the last."""
+    for row in range(3):
+        a.vmovups(xmm0, [x + 16 * min(row, 1)])
+        a.vmovups([y + 128 * row], xmm0)
+
+
+def test_a_row_written_one_too_far_is_caught_past_64_bytes():
+    desc = Unary("copy", 2, 4, ldo=32)         # the extra row starts 112 bytes past the output's last element
+    k = _hand_made(desc, _copy_rows_and_one_more)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    problems = check(k, (x, np.empty((2, 32), np.float32)[:, :4]))
+    assert any("outside the operand were written" in p for p in problems), problems

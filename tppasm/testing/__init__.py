@@ -9,7 +9,9 @@ copies, then checks that
   a second and a huge negative one for a third), and no run's result depends on the poison (each
   run's values are compared, so reading a write-only output shows, even through max or min);
 - nothing outside an operand changed (each copy sits in a buffer whose padding between rows and
-  64-byte guards around are poison, compared bit for bit afterwards), and no input changed;
+  guards around are poison, compared bit for bit afterwards: 64 bytes, or one step of the
+  array's outermost dimension up to 64 KiB, so a row or block written one too far shows), and no
+  input changed;
 - every written array matches the reference: exactly for integers, within dtype-aware
   tolerances for floats (``tppasm.testing.compare``): element-wise kinds per element (fp32 within
   ``rtol`` 1e-5 of each reference value, bf16 within two bf16 ulps of it), kinds that sum
@@ -45,7 +47,8 @@ from ..operand import as_ndarray, check as check_operand, origin_of
 from .compare import (FTZ_ATOL, RTOL, SUBNORMAL_ATOL, compare as _compare, documented_atol,  # noqa: F401
                       is_summing)
 
-GUARD = 64                                # bytes of poison before and after each copy
+GUARD = 64                                # bytes of poison before and after each copy, at least
+GUARD_MAX = 64 << 10                      # ... and at most, when one outer step is larger
 # poison bit patterns of the three runs per item size for floats: a signalling NaN that no
 # arithmetic produces, then huge finite values of opposite signs (max(out, ...) keeps the positive
 # one, min(out, ...) the negative one, and vmaxps/vminps pass a NaN first operand through); for
@@ -100,8 +103,9 @@ class Guarded:
                              "pass np.ascontiguousarray(...)")
         item = a.itemsize
         span = (sum((d - 1) * s for d, s in zip(a.shape, a.strides)) + item) if a.size else 0
-        lead = GUARD + (a.ctypes.data % 64) // item * item
-        total = -(-(lead + span + GUARD) // item)
+        guard = guard_bytes(a)
+        lead = guard + (a.ctypes.data % 64) // item * item
+        total = -(-(lead + span + guard) // item)
         self.buffer = empty((total,), a.dtype)
         _bits(self.buffer)[...] = poison
         self.poison = poison
@@ -119,6 +123,18 @@ class Guarded:
     def unwritten(self):
         """A boolean mask over the view: elements that still hold the poison."""
         return _bits(np.ascontiguousarray(self.view)) == self.poison
+
+
+def guard_bytes(array):
+    """Bytes of poison on each side of a copy of ``array``: its largest step (a row of a matrix, a
+    block of a batch) rounded up to 64 bytes, so a whole row or block written one too far lands
+    in them, at least :data:`GUARD` and at most :data:`GUARD_MAX`.
+
+    >>> guard_bytes(np.zeros(5, np.float32)), guard_bytes(np.zeros((4, 100), np.float32)[:, :8])
+    (64, 448)
+    """
+    step = max((s for d, s in zip(array.shape, array.strides) if d > 1), default=0)
+    return min(max(GUARD, -(-step // 64) * 64), GUARD_MAX)
 
 
 def _kind(kernel):
