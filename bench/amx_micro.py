@@ -322,7 +322,7 @@ def run(rounds=9, figures_path=None):
 
 def parse(argv=None):
     """The options of ``python -m bench amx-micro``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench amx-micro", description=summary(__doc__))
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench amx-micro", description=summary(__doc__))
     p.add_argument("--rounds", type=count("rounds", "--rounds 9"), default=9,
                    help="interleaved timing rounds per loop (AMX hosts)")
     json_option(p)

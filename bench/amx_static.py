@@ -202,7 +202,7 @@ def _table(title, rows):
 
 def parse(argv=None):
     """The options of ``python -m bench amx-static``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench amx-static")
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench amx-static")
     json_option(p)
     p.add_argument("--quick", action="store_true", help="three kernels only")
     p.add_argument("--choices", action="store_true", help="also score candidate blockings and tdp orders "

@@ -225,7 +225,7 @@ def run(rounds=21):
 
 def parse(argv=None):
     """The options of ``python -m bench amx-variants``, checked (a bad one: argparse's error)."""
-    p = argparse.ArgumentParser(prog="python -m bench amx-variants", description=summary(__doc__))
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench amx-variants", description=summary(__doc__))
     p.add_argument("--rounds", type=count("rounds", "--rounds 21"), default=21,
                    help="interleaved timing rounds per case (AMX hosts)")
     json_option(p)

@@ -195,7 +195,7 @@ def bench_corpus(count, threads, dtypes, runs, clock="wall"):
 
 def parse(argv=None):
     """The options of ``python -m bench bert``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench bert", description=summary(__doc__))
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench bert", description=summary(__doc__))
     p.add_argument("--shapes", type=parse_shapes, default="1x32,8x128",
                    help=f"batch x tokens, comma separated (tokens at most {POSITIONS}; default 1x32,8x128)")
     threads_option(p)

@@ -90,7 +90,7 @@ def _stats(values):
 
 def parse(argv=None):
     """The options of ``python -m bench cache``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench cache")
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench cache")
     p.add_argument("--repeat", type=count("repeats", "--repeat 5"), default=5,
                    help="fresh processes of each kind (default 5)")
     json_option(p)

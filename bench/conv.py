@@ -339,7 +339,7 @@ def bench_layer(rep, name, shape, dtype, pool, threads, torch, quick, rounds):
 
 def parse(argv=None):
     """The options of ``python -m bench conv``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench conv", description=summary(__doc__))
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench conv", description=summary(__doc__))
     p.add_argument("--batch", type=counts("batch sizes", "--batch 1,8", limit=MAX_BATCH), default="1,8",
                    help="comma list of batch sizes (default 1,8)")
     dtypes_option(p, ("f32", "bf16"))

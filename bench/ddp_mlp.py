@@ -41,7 +41,7 @@ MAX_RANKS = 256             # processes --ranks spawns on one machine, each a Py
 
 def parse(argv=None):
     """The options of ``python -m bench ddp``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench ddp", description=summary(__doc__))
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench ddp", description=summary(__doc__))
     p.add_argument("--ranks", type=count("ranks", "--ranks 2", most=MAX_RANKS), default=2,
                    help="processes to spawn on this machine (ignored under torchrun)")
     p.add_argument("--steps", type=count("steps", "--steps 20"), default=20, help="training steps (default 20)")

@@ -418,7 +418,7 @@ def _check(got, ref, dtype, what):
 
 def parse(argv=None):
     """The options of ``python -m bench gemm``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench gemm", description=summary(__doc__))
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench gemm", description=summary(__doc__))
     p.add_argument("--sizes", type=parse_sizes, default=None,
                    help="comma list of N or MxNxK (default 512,1024,2048,4096x1024x1024,1000x700x300)")
     threads_option(p)

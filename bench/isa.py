@@ -14,7 +14,7 @@ from .options import json_option
 
 def parse(argv=None):
     """The options of ``python -m bench isa``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench isa")
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench isa")
     json_option(p)
     return p.parse_args(argv)
 

@@ -90,7 +90,7 @@ def bench_shape(rep, torch, threads, n, k, m, dtype, backward, rounds):
 
 def parse(argv=None):
     """The options of ``python -m bench linear``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench linear", description=options.summary(__doc__))
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench linear", description=options.summary(__doc__))
     p.add_argument("--shapes", type=shapes, default=shapes(FEW_ROWS + "," + GEMMS),
                    help=f"rows x in x out triples (default: {FEW_ROWS},{GEMMS})")
     options.dtypes_option(p, tuple(TOLERANCE))

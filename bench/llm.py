@@ -305,7 +305,7 @@ def profile_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
 
 def parse(argv=None):
     """The options of ``python -m bench llm``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench llm", description=summary(__doc__))
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench llm", description=summary(__doc__))
     p.add_argument("--prompt", type=count("prompt tokens", "--prompt 64"), default=None,
                    help="first-token prompt length (default 256; 64 with --small, whose cache holds 128)")
     threads_option(p)

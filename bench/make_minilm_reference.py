@@ -35,7 +35,8 @@ SENTENCES = [
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench.make_minilm_reference", description=summary(__doc__))
+    p = argparse.ArgumentParser(allow_abbrev=False,
+                                prog="python -m bench.make_minilm_reference", description=summary(__doc__))
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data",
                                                  "minilm_reference.npz"))
     args = p.parse_args(argv)

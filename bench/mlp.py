@@ -179,7 +179,7 @@ def _check(got, x, params, dtype):
 
 def parse(argv=None):
     """The options of ``python -m bench mlp``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench mlp", description=summary(__doc__))
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench mlp", description=summary(__doc__))
     p.add_argument("--rows", type=count("rows", "--rows 512", limit=MAX_ROWS), default=None,
                    help="default 1024 (--quick 512)")
     p.add_argument("--channels", type=count("channels", "--channels 512", limit=MAX_SIDE), default=None,

@@ -290,7 +290,8 @@ def ratio_stats(ratios):
 
 def main(argv=None):
     """Print every unit's peak for every dtype on this host (no options: argparse refuses any)."""
-    argparse.ArgumentParser(prog="python -m bench.peaks", description=summary(__doc__)).parse_args(argv)
+    argparse.ArgumentParser(allow_abbrev=False,
+                            prog="python -m bench.peaks", description=summary(__doc__)).parse_args(argv)
     print(f"host {host().isa}: peak per core of each dtype's units (median / best of 9 runs)")
     for dtype in ("f32", "bf16", "i8"):
         for unit in units(dtype):

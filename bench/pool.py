@@ -145,7 +145,7 @@ def _gomp_rows(report, regions, runs):
 
 def parse(argv=None):
     """The options of ``python -m bench pool``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench pool")
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench pool")
     json_option(p)
     p.add_argument("--runs", type=count("runs", "--runs 7"), default=7,
                    help="runs per row; each figure is their median (default 7)")

@@ -160,7 +160,7 @@ def check_blocks(parser, size, blocks, dtypes):
 
 def parse(argv=None):
     """The options of ``python -m bench spmm``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench spmm", description=summary(__doc__))
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench spmm", description=summary(__doc__))
     p.add_argument("--size", type=count("rows and columns", "--size 1024", limit=MAX_SIDE), default=1024,
                    help=f"M = N = K, a multiple of {PANEL} (default 1024; the paper: 2048)")
     p.add_argument("--blocks", type=counts("block rows and columns", "--blocks 4,8,16,32"), default="4,8,16,32",

@@ -65,7 +65,8 @@ def format_table(rows: list[dict], vl: int) -> str:
 
 def parse(argv=None):
     """The options of ``python -m bench sve-static``, checked (a bad one: argparse's error); no work done."""
-    ap = argparse.ArgumentParser(prog="python -m bench sve-static", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False,
+                                 prog="python -m bench sve-static", description=__doc__.split("\n\n")[0])
     ap.add_argument("--m", type=count("rows m", "--m 64", limit=MAX_SIDE), default=64,
                     help="rows of C (default 64)")
     ap.add_argument("--n", type=count("columns n", "--n 64", limit=MAX_SIDE), default=64,

@@ -149,7 +149,8 @@ def jit_times(report):
 
 def parse(argv=None):
     """The options of ``python -m bench.tpp_eltwise``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench tpp (its element-wise part, bench.tpp_eltwise)",
+    p = argparse.ArgumentParser(allow_abbrev=False,
+                                prog="python -m bench tpp (its element-wise part, bench.tpp_eltwise)",
                                 description=summary(__doc__))
     add_options(p)
     return p.parse_args(argv)

@@ -146,7 +146,7 @@ def add_options(parser):
 
 def parse(argv=None):
     """The options of ``python -m bench.tpp_gemm``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench tpp (its GEMM part, bench.tpp_gemm)",
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench tpp (its GEMM part, bench.tpp_gemm)",
                                 description=summary(__doc__))
     add_options(p)
     return p.parse_args(argv)

@@ -163,7 +163,7 @@ def model_scores(rows, best_seconds):
 
 def parse(argv=None):
     """The options of ``python -m bench.tune_score``, checked (a bad one: argparse's error); no work done."""
-    p = argparse.ArgumentParser(prog="python -m bench.tune_score", description=summary(__doc__))
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.tune_score", description=summary(__doc__))
     p.add_argument("--size", type=count("rows and columns", "--size 1024"), default=1024)
     p.add_argument("--threads", type=count("threads", "--threads 2", most=MAX_THREADS), default=2)
     p.add_argument("--exhaustive", type=writable_file("--exhaustive tune_exhaustive.json"),

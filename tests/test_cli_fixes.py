@@ -260,3 +260,17 @@ def test_notebook_hypothesis_tests_keep_no_database():
     lines = [line for cell in book["cells"] if cell["cell_type"] == "code" for line in cell["source"]]
     settings = [line for line in lines if line.startswith("@settings(")]
     assert settings and all("database=None" in line for line in settings)
+
+
+SUITE_PARSERS = ["amx_micro", "amx_static", "amx_variants", "bert", "cache", "conv", "ddp_mlp", "gemm", "isa",
+                 "linear", "llm", "make_minilm_reference", "mlp", "peaks", "pool", "spmm", "sve_static", "tpp_gemm",
+                 "tpp_eltwise", "tune_score", "x86_static"]
+
+
+@pytest.mark.parametrize("module", SUITE_PARSERS)
+def test_a_suite_run_directly_takes_no_abbreviations(capsys, module):
+    """``python -m bench.gemm --js F`` would have written F as --json; argparse's abbreviations are off."""
+    import importlib
+    mod = importlib.import_module(f"bench.{module}")
+    parse = getattr(mod, "parse", None) or mod.main
+    assert "unrecognized arguments: --he" in refused(capsys, parse, ["--he"])
