@@ -84,8 +84,9 @@ def abbreviated(rest):
 
 
 def check_own(parser, suite, own, rest, opts):
-    """argparse's error (exit 2) for what :meth:`parse_args` lets through: an abbreviated or repeated
-    ``--json``/``--plot``, both naming one file, or ``--plot`` for a suite with nothing to draw."""
+    """argparse's error (exit 2) for what :meth:`argparse.ArgumentParser.parse_args` lets through: an
+    abbreviated or repeated ``--json``/``--plot``, both naming one file, or ``--plot`` for a suite with
+    nothing to draw."""
     short = abbreviated(rest)
     if short:
         full = next(o for o in OWN if o.startswith(short))

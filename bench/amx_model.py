@@ -1,7 +1,7 @@
 """A cycle model of AMX kernels on one Sapphire / Emerald Rapids core (a model, not a measurement).
 
 Input: the tile instructions and prefetches a kernel executed, in order, as the interpreter
-records them (:attr:`isa.x86.interp.Stats.tile_ops`). Output: the cycles a core would take, from a
+records them (:attr:`isa.x86.interp.machine.Stats.tile_ops`). Output: the cycles a core would take, from a
 scoreboard of four units and the tile registers:
 
 - the TMUL runs ``tdp*`` in program order, one per ``TDP_CYCLES`` (16: a 16x16x32 bf16 or 16x16x64

@@ -51,7 +51,8 @@ def parse(argv=None):
                    help="features of every layer")
     p.add_argument("--layers", type=count("layers", "--layers 4", limit=MAX_LAYERS), default=4,
                    help="fully connected layers (default 4)")
-    p.add_argument("--dtype", choices=sorted(TOLERANCE), default="f32")
+    p.add_argument("--dtype", choices=sorted(TOLERANCE), default="f32",
+                   help="weights, activations and data: f32 or bf16 (default f32)")
     p.add_argument("--lr", type=checked(lambda text: real(text, strict=True), "a positive learning rate", "--lr 0.003"),
                    default=0.003, help="Adam's learning rate")
     p.add_argument("--seed", type=count("seed", "--seed 0", least=0, limit=MAX_SEED), default=0,

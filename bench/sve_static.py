@@ -71,7 +71,8 @@ def parse(argv=None):
                     help="rows of C (default 64)")
     ap.add_argument("--n", type=count("columns n", "--n 64", limit=MAX_SIDE), default=64,
                     help="columns of C (default 64)")
-    ap.add_argument("--vl", type=int, default=256, choices=[128, 256, 512, 1024, 2048])
+    ap.add_argument("--vl", type=int, default=256, choices=[128, 256, 512, 1024, 2048],
+                    help="SVE vector length in bits, for the multiply-adds per instruction (default 256)")
     json_option(ap)
     return ap.parse_args(argv)
 

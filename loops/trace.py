@@ -4,7 +4,7 @@ The body runs with :class:`Affine` loop indices and :class:`View` array proxies.
 gives a view whose element offset is affine in the indices; calling a tppasm kernel on views is
 recorded (through ``tppasm.kernel.TRACE_HOOK``) instead of executed. A Python ``if`` on a
 comparison of indices asks the tracer for a decision; the body is re-run once per control path,
-and the paths are merged into a :class:`Node` tree that mirrors the body's branches.
+and the paths are merged into a :class:`loops.program.Node` tree that mirrors the body's branches.
 
 >>> import numpy as np, tppasm.eltwise as ew
 >>> from tppasm.kernel import get_kernel
@@ -352,7 +352,7 @@ def thread():
 # -- driving the body ------------------------------------------------------------------------
 
 def trace(body, index_names, arrays, arg_names=None):
-    """Trace ``body(*indices, *arrays)`` into a :class:`Node` tree (indices: loop letters a, b, ...).
+    """Trace ``body(*indices, *arrays)`` into a :class:`loops.program.Node` tree (indices: loop letters a, b, ...).
 
     ``index_names`` are the body's parameter names for the indices (used in texts and messages);
     ``arrays`` give the shape, strides and dtype of each array argument.

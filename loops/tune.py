@@ -303,7 +303,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
             timed.append(c)
         order.learn(c)
         bar.step(c)
-    bar.close(budget_ended=cut)
+    bar.close()                                     # the budget-ended line waits for the final rounds' winner
     if not timed:
         refused = [c.error for c in cands if c.error is not None]
         if refused:
@@ -326,6 +326,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     best = min(finalists, key=lambda c: c.seconds)
     if own is not None and any(c is own for c in finalists) and best.seconds > own.seconds * (1 - MARGIN):
         best = own                                  # not measurably faster than the kernel's own spec: keep it
+    bar.close(budget_ended=cut, winner=best)
     ranked = {id(c): i for i, c in enumerate(sorted(cands[1:], key=_predicted))}
     record = {"kernel": ref.lk.__name__, "key": [str(k) for k in key] if isinstance(key, tuple) else str(key),
               "threads": threads, "knobs": best.config, "spec": best.spec, "seconds": best.seconds,

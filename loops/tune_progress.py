@@ -1,5 +1,6 @@
 """The progress of a tuning search (:func:`loops.tune.search`): a tqdm bar in a terminal or a
-notebook, else a line every few seconds on stderr, and a last line when the budget ended the search.
+notebook, else a line every few seconds on stderr, and a last line when the budget ended the search
+(naming the candidate picked, once the final rounds re-timed the fastest).
 
 >>> bar = Progress(3, enabled=False); bar.close(budget_ended=True)
 """
@@ -38,14 +39,29 @@ class Progress:
     def _name(c):
         return c.spec + "".join(f" {k}={v}" for k, v in c.config.items())
 
-    def close(self, budget_ended=False):
+    def close(self, budget_ended=False, winner=None):
         """End the bar; ``budget_ended``: the ``seconds`` budget stopped the search before the
-        last candidate, which is said (a search can otherwise end silently before its total)."""
+        last candidate, which is said (a search can otherwise end silently before its total), with
+        ``winner``, the candidate the search picked after re-timing the fastest (give it once the
+        final rounds are over: the fastest first timing is often not the one picked).
+
+        >>> from types import SimpleNamespace as C
+        >>> import contextlib, io
+        >>> bar, err = Progress(4, enabled=True), io.StringIO()
+        >>> with contextlib.redirect_stderr(err):
+        ...     bar.close(budget_ended=True, winner=C(spec="aBC", config={"bm": 8}, seconds=0.0125))
+        >>> err.getvalue().split("; ")[0]
+        'tuning: the seconds budget ended the search after 0 of 4 candidates'
+        >>> err.getvalue().split("; ")[1]
+        'picked aBC bm=8 (12.500 ms after the final rounds)\\n'
+        """
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
         if self.enabled and budget_ended:
-            best = f"; best {self._name(self.best)} {self.best.seconds * 1e3:.3f} ms" if self.best else ""
-            print(f"tuning: the seconds budget ended the search after {self.n} of {self.total} candidates{best}",
+            picked = f"; picked {self._name(winner)} ({winner.seconds * 1e3:.3f} ms after the final rounds)" \
+                if winner is not None else ""
+            print(f"tuning: the seconds budget ended the search after {self.n} of {self.total} candidates{picked}",
                   file=sys.stderr, flush=True)
 
 

@@ -1,48 +1,8 @@
 """BRGEMM: ``C = beta*C + sum_{i<count} A_i @ B_i``, then an optional bias row and activation.
 
-Row-major blocks: A_i is (m, k) with row stride ``lda`` (its rows may overlap: lda < k is fine);
-B_i is (k, n) with row stride ``ldb``, or for bf16 / int8 in the VNNI layout ``(k/f, n, f)`` (f = 2 / 4 consecutive rows of B
-interleaved, see :func:`tppasm.layout.vnni_pack`) whose group rows are ``f*ldb`` elements apart;
-C is (m, n) with row stride ``ldc``. The batch is addressed three ways (``batch=``):
-
-- ``"stride"``: A is (>=count, m, k) with strides (stride_a, lda, 1), B likewise (stride_b);
-- ``"offset"``: an int64 (>=count, 2) array of element offsets (off_a, off_b) into C-contiguous
-  A and B buffers; every offset is checked against the buffers before the kernel runs;
-- ``"address"``: from Python, sequences of count A blocks and count B blocks (a slow path that
-  builds the pointer arrays); the raw kernel takes two int64 arrays of block addresses.
-
-dtypes: ``f32``; ``bf16`` (A bf16, B bf16 VNNI2, fp32 accumulation, C ``f32`` or ``bf16`` rounded
-to nearest even; denormal inputs and products may count as zero, as the bf16 dot instructions flush them);
-``i8`` (A uint8, B int8 VNNI4, C int32, exact: sums wrap modulo 2**32 as
-``vpdpbusd`` does). Any k: B has ceil(k/f) row groups, and the padding entries of the last one
-are never used (``vnni_pack`` writes zeros there; any values are ignored). Epilogue: ``bias=True`` adds an fp32 row vector of n
-(f32/bf16), then ``act`` in None, "relu", "gelu" (tanh form), "gelu_erf" (x Phi(x), BERT's),
-"gelu_erf_fast", "sigmoid", "tanh", on the fp32 sums (a bf16 C is rounded once, after it; for a
-bf16 C the x86 kernels evaluate gelu_erf to 2^-16 relative, ~1/128 of the rounding, in half the
-instructions). "gelu_erf_fast" is gelu_erf to an absolute error of 2^-22 max(1, |x|), the
-accuracy class of torch's gelu (relative error ~1e-7 for x > 0, larger where x Phi(x) is tiny, x < -2):
-a table of polynomials on the AVX-512 and AVX2 kernels, without division (on Zen 4 a 64 x 64 x 384 fp32
-BRGEMM with bias spends 16 cycles per output vector on it against gelu_erf's 38); the SVE kernels
-evaluate gelu_erf.
-
-``stream_c=True`` asks for non-temporal stores of C (around the caches, no read for ownership):
-for outputs written once and too large for the caches to keep until their next reader, such as
-a convolution layer's output at batch 8. It is a hint that changes no result: the AVX2 and
-AVX-512 kernels follow it for the full vectors of C (any dtype) in their final stores (after
-the last batch chunk, see :mod:`tppasm.x86.brgemm`) when the tile's address is aligned to the
-store (checked at run time; ``ldc`` must keep rows aligned) and there is no transcendental
-activation; other stores, and the AMX and SVE kernels, store as usual.
-
-``pace=P`` (0..64 cycles) is a hint for kernels that stream B from memory, each B line used by a
-row or a few (a GEMV: batch-1 decoding): the AVX2 and AVX-512 kernels add a chain of P dependent
-one-cycle additions per k group, on a register nothing reads, so the k loop issues B's loads at
-most one group (4 bytes of every column) per P cycles. On a core whose memory stream slows down
-when demand loads run far ahead of the hardware prefetcher, that is faster: on Zen 4, one core
-streaming int8 weights from DRAM (m = 1, panels of 2048 x 64) read 23.7-25.1 GB/s at P = 0 and
-24.7-28.7 at P = 12, in three interleaved runs; bf16 gained nothing there (``vdpbf16ps``'s longer
-latency paces its loop already). It changes no result; the AMX tile kernels (bf16 and int8 on AMX
-hosts) and the SVE kernels ignore it. Which P (if any) is fastest depends on the host's memory
-system, so measure it (``bench.models.stream_pace`` does, for the LLM's decoding).
+Every parameter (layouts, ``batch=``, dtypes, the epilogue, ``stream_c``, ``pace``) is explained
+in ``help(tppasm.brgemm)``: the docstring of :func:`brgemm`, the function, whose name in the
+package hides this module's.
 
 >>> import numpy as np, tppasm
 >>> gemm = tppasm.brgemm(m=2, n=3, k=4)
@@ -58,6 +18,7 @@ import numpy as np
 from . import backends, display
 from .eltwise import UNARY_OPS
 from .kernel import Descriptor, get_kernel, in_body, scalar_arg
+from .layout import empty_for
 from .lazy import OnFirstRead
 from .operand import (OperandError, OperandSpec, as_ndarray, check, data_address, mark_written, origin_of,
                       refuse_masked, refuse_overlap)
@@ -102,8 +63,8 @@ class Brgemm(Descriptor):
     act: object = None
     tile_setup: bool = True     # AMX: True = load its config when another is loaded; False = a nest's (tileconfig())
     signs: str = "us"           # i8: A and B (u)nsigned or (s)igned: us (u8 x s8), ss, su, uu
-    stream_c: bool = False      # non-temporal stores of C where the kernel can (see the module docstring)
-    pace: int = 0               # x86: cycles per k group at least (see the module docstring)
+    stream_c: bool = False      # non-temporal stores of C where the kernel can (see brgemm())
+    pace: int = 0               # x86: cycles per k group at least (see brgemm())
 
     kind = "brgemm"
     scalars = ("count",)
@@ -213,8 +174,8 @@ class Brgemm(Descriptor):
         return 2 * self.m * self.n * self.k + sum(s.nbytes() for s in self.operands())
 
     def allocated(self):
-        """C, when the kernel only writes it (beta=0, stride batch): ``C = gemm(A, B)``."""
-        return ("c",) if not self.beta and self.batch == "stride" else ()
+        """C, when the kernel only writes it (beta=0, any batch): ``C = gemm(A, B)``."""
+        return () if self.beta else ("c",)
 
     # -- reference ------------------------------------------------------------------------------
     def reference(self, a, b, c, *rest, count=None):
@@ -326,15 +287,40 @@ class BatchedBrgemm:
     def _repr_html_(self):
         return self.kernel._repr_html_()
 
-    def __call__(self, a, b, c, *rest, count=None, **wrong):
+    def __call__(self, *arrays, count=None, **wrong):
         """``gemm(A, B, C, offsets[, bias])`` (batch="offset") or ``gemm(A_blocks, B_blocks, C[, bias])``
-        (batch="address"); ``count`` defaults to the number of offset rows / of blocks."""
-        args, _, count, target = self._checked(a, b, c, rest, count, wrong)
+        (batch="address"); ``count`` defaults to the number of offset rows / of blocks. With beta=0 the
+        kernel only writes C: leave it out (or pass None) and it is allocated and returned,
+        ``C = gemm(A, B, offsets)``, as an unbatched kernel's ``C = gemm(A, B)``."""
+        arrays, made = self._with_c(arrays, wrong)
+        args, _, count, target = self._checked(*arrays[:3], arrays[3:], count, wrong)
         self.kernel._raw(*map(data_address, args), count)
         mark_written([target])
+        return made
 
-    def reference(self, a, b, c, *rest, count=None, **wrong):
-        """The same with NumPy, on the call's arguments, checked as the call checks them; in place on C.
+    def _with_c(self, arrays, wrong):
+        """(the call's arrays with C third, the C allocated for a beta=0 call that left it out or passed
+        None, else None); TypeError naming the call forms for too few arrays."""
+        d = self.desc
+        if wrong:
+            raise TypeError(display.wrong_call(self.kernel, len(arrays), wrong))
+        full = 3 + (d.batch == "offset") + d.bias
+        # one short and what is third is no C (2-D, not int64 offsets): C left out, not offsets or bias
+        left_out = len(arrays) == full - 1 and (len(arrays) == 2 or not _looks_like_c(arrays[2]))
+        if not d.beta and (left_out or (len(arrays) == full and arrays[2] is None)):
+            if in_body():
+                raise TypeError(unchecked_in_body(d))
+            c = empty_for(next(s for s in self.kernel.operands if s.name == "c"))
+            return arrays[:2] + (c,) + arrays[2 if left_out else 3:], c
+        if len(arrays) < 3:
+            read = " (beta=1: C is read, so always passed)" if d.beta else ""
+            raise TypeError(f"brgemm with batch={d.batch!r}: call it as {display.call_forms(self.kernel)}{read}; "
+                            f"got {len(arrays)} array{'' if len(arrays) == 1 else 's'}")
+        return arrays, None
+
+    def reference(self, *arrays, count=None, **wrong):
+        """The same with NumPy, on the call's arguments, checked as the call checks them: in place on C,
+        or (beta=0) on a new C that it returns when C is left out or None.
 
         >>> import numpy as np, tppasm
         >>> g = tppasm.brgemm(m=1, n=1, k=2, batch="offset"); A = np.ones((1, 4), np.float32)
@@ -342,12 +328,14 @@ class BatchedBrgemm:
         >>> C.tolist()                   # three blocks (the offsets' rows), each 1 * 1 + 1 * 1
         [[6.0]]
         """
-        args, blocks, count, target = self._checked(a, b, c, rest, count, wrong)
+        arrays, made = self._with_c(arrays, wrong)
+        args, blocks, count, target = self._checked(*arrays[:3], arrays[3:], count, wrong)
         if self.desc.batch == "offset":
             self.desc.reference(*args, count=count)
         else:
             self.desc.reference(*blocks, *args[2:], count=count)
         mark_written([target])
+        return made
 
     def _checked(self, a, b, c, rest, count, wrong):
         """(the raw kernel's arrays, the A and B blocks of an address batch, count, C as passed), once
@@ -416,6 +404,11 @@ class BatchedBrgemm:
         return args, held, count, target
 
 
+def _looks_like_c(x):
+    """Whether ``x`` could be C (two axes, not the int64 of offsets) rather than offsets or a bias."""
+    return getattr(x, "ndim", None) == 2 and not str(getattr(x, "dtype", "")).endswith("int64")
+
+
 def _as_blocks(x, name, who):
     """A buffer, or a sequence of blocks (batch='address'), with torch tensors and DLPack objects
     as zero-copy NumPy views (:func:`tppasm.operand.as_ndarray`)."""
@@ -462,7 +455,59 @@ def _check_buffer(spec, buf, offsets, who):
 
 def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0, beta=0, c_dtype="",
            batch="stride", bias=False, act=None, tile_setup=True, signs="us", stream_c=False, pace=0, isa=None):
-    """A JIT'd BRGEMM kernel: call it as ``gemm(A, B, C, count=c)`` (see the module docstring).
+    """A JIT'd BRGEMM kernel, ``C = beta*C + sum_{i<count} A_i @ B_i`` (then an optional bias row and
+    activation): call it as ``gemm(A, B, C, count=c)``, or ``C = gemm(A, B)`` with beta=0.
+
+    m, n, k: the block sizes; ``beta`` 0 (C is only written) or 1 (added to); ``isa``: the ISA level to
+    generate for ("avx2", "avx512", "amx" or "sve"; None: the host's, or ``TPPASM_ISA``); ``tile_setup`` (AMX):
+    False for a kernel that a loop nest's :func:`tileconfig` configures once per thread, True for one
+    that loads its own tile configuration when another is loaded. ``c_dtype``: C's dtype (below);
+    ``signs``: for dtype="i8", whether A and B are (u)nsigned or (s)igned ("us", "ss", "su", "uu").
+
+    Row-major blocks: A_i is (m, k) with row stride ``lda`` (its rows may overlap: lda < k is fine);
+    B_i is (k, n) with row stride ``ldb``, or for bf16 / int8 in the VNNI layout ``(k/f, n, f)``
+    (f = 2 / 4 consecutive rows of B interleaved, see :func:`tppasm.layout.vnni_pack`) whose group
+    rows are ``f*ldb`` elements apart;
+    C is (m, n) with row stride ``ldc``. The batch is addressed three ways (``batch=``):
+
+    - ``"stride"``: A is (>=count, m, k) with strides (stride_a, lda, 1), B likewise (stride_b);
+    - ``"offset"``: an int64 (>=count, 2) array of element offsets (off_a, off_b) into C-contiguous
+      A and B buffers; every offset is checked against the buffers before the kernel runs;
+    - ``"address"``: from Python, sequences of count A blocks and count B blocks (a slow path that
+      builds the pointer arrays); the raw kernel takes two int64 arrays of block addresses.
+
+    dtypes: ``f32``; ``bf16`` (A bf16, B bf16 VNNI2, fp32 accumulation, C ``f32`` or ``bf16`` rounded to
+    nearest even; denormal inputs and products may count as zero, as the bf16 dot instructions flush them);
+    ``i8`` (A uint8, B int8 VNNI4, C int32, exact: sums wrap modulo 2**32 as ``vpdpbusd`` does). Any k: B
+    has ceil(k/f) row groups, and the padding entries of the last one are never used (``vnni_pack`` writes
+    zeros there; any values are ignored). ``c_dtype`` left out: f32 (i32 for i8). Epilogue: ``bias=True``
+    adds an fp32 row vector of n (f32/bf16), then ``act`` in None, "relu", "gelu" (tanh form), "gelu_erf" (x
+    Phi(x), BERT's), "gelu_erf_fast", "sigmoid", "tanh", on the fp32 sums (a bf16 C is rounded once, after
+    it; for a bf16 C the x86 kernels evaluate gelu_erf to 2^-16 relative, ~1/128 of the rounding, in half
+    the instructions). "gelu_erf_fast" is gelu_erf to an absolute error of 2^-22 max(1, |x|), the accuracy
+    class of torch's gelu (relative error ~1e-7 for x > 0, larger where x Phi(x) is tiny, x < -2): a table
+    of polynomials on the AVX-512 and AVX2 kernels, without division (on Zen 4 a 64 x 64 x 384 fp32 BRGEMM
+    with bias spends 16 cycles per output vector on it against gelu_erf's 38); the SVE kernels evaluate
+    gelu_erf.
+
+    ``stream_c=True`` asks for non-temporal stores of C (around the caches, no read for ownership):
+    for outputs written once and too large for the caches to keep until their next reader, such as
+    a convolution layer's output at batch 8. It is a hint that changes no result: the AVX2 and
+    AVX-512 kernels follow it for the full vectors of C (any dtype) in their final stores (after
+    the last batch chunk, see :mod:`tppasm.x86.brgemm`) when the tile's address is aligned to the
+    store (checked at run time; ``ldc`` must keep rows aligned) and there is no transcendental
+    activation; other stores, and the AMX and SVE kernels, store as usual.
+
+    ``pace=P`` (0..64 cycles) is a hint for kernels that stream B from memory, each B line used by a
+    row or a few (a GEMV: batch-1 decoding): the AVX2 and AVX-512 kernels add a chain of P dependent
+    one-cycle additions per k group, on a register nothing reads, so the k loop issues B's loads at
+    most one group (4 bytes of every column) per P cycles. On a core whose memory stream slows down
+    when demand loads run far ahead of the hardware prefetcher, that is faster: on Zen 4, one core
+    streaming int8 weights from DRAM (m = 1, panels of 2048 x 64) read 23.7-25.1 GB/s at P = 0 and
+    24.7-28.7 at P = 12, in three interleaved runs; bf16 gained nothing there (``vdpbf16ps``'s longer
+    latency paces its loop already). It changes no result; the AMX tile kernels (bf16 and int8 on AMX
+    hosts) and the SVE kernels ignore it. Which P (if any) is fastest depends on the host's memory
+    system, so measure it (``bench.models.stream_pace`` does, for the LLM's decoding).
 
     >>> import numpy as np, tppasm
     >>> g = tppasm.brgemm(m=1, n=2, k=4, dtype="i8", batch="offset")

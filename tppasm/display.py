@@ -16,7 +16,10 @@ import inspect
 
 from isa.listing import Listing
 
-CONSTRUCTORS = ("unary", "binary", "ternary", "reduce", "transform", "brgemm", "softmax", "layernorm", "rmsnorm")
+CONSTRUCTORS = ("unary", "binary", "ternary", "reduce", "transform", "brgemm", "softmax", "layernorm", "rmsnorm",
+                "rotary", "quantize", "dequant", "swiglu", "gemm_nt", "block_spmm")
+# descriptor fields the constructors call otherwise: x's row stride is the field ldi, the keyword ldx
+PUBLIC_NAMES = {"ldi": "ldx"}
 
 
 def _allocated(kernel):
@@ -41,7 +44,7 @@ def call_text(desc):
                 given = rest
         except (TypeError, ValueError):
             pass
-    public = getattr(desc, "public_names", {})
+    public = {**PUBLIC_NAMES, **getattr(desc, "public_names", {})}
     args = [repr(v) for v in required.values()] + [f"{public.get(k, k)}={v!r}" for k, v in given.items()]
     return f"tppasm.{desc.kind}({', '.join(args)})"
 

@@ -22,8 +22,8 @@ from .layout import empty
 
 
 def dots(n, m, k):
-    """Whether :func:`forward` takes ``x @ w.T`` as the row-by-row dot products of :func:`tppasm.gemm_nt`,
-    which streams w once as it is stored: for at most :data:`DOT_ROWS` rows of x, or few out
+    """Whether :func:`tppasm.fc.forward` takes ``x @ w.T`` as the row-by-row dot products of
+    :func:`tppasm.gemm_nt`, which streams w once as it is stored: for at most :data:`DOT_ROWS` rows of x, or few out
     features (:func:`few_columns`), where a BRGEMM's vectors along y's row would be mostly empty
     (and rows of w and y that gemm_nt takes).
 

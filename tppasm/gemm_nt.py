@@ -80,6 +80,13 @@ def gemm_nt(m, n, k, lda=0, ldb=0, ldc=0, dtype="f32", c_dtype="", isa=None):
     """The kernel (a, b, c): ``c = a @ b.T`` for a (m, k), b (n, k), c (m, n); ``kernel(a, b)``
     allocates and returns c.
 
+    ``lda``, ``ldb``, ``ldc``: the row strides of a, b and c in elements (0: dense, k, k and n); b is
+    (n, k) as stored, ``torch.nn.Linear``'s weight layout. ``dtype``: "f32", or "bf16" a and b (pairs
+    along k: ``vdpbf16ps`` / ``bfdot`` where the target has them, else widened exactly to fp32);
+    ``c_dtype``: "f32" (the default) or, with bf16, "bf16" (rounded to nearest even once, from the
+    fp32 sum). Sums accumulate in fp32 in an order of the kernel's choosing. c must not overlap a or
+    b (OperandError). ``isa``: the ISA level to generate for (None: the host's).
+
     >>> import numpy as np
     >>> w = np.ones((5, 4), np.float32); x = np.arange(8, dtype=np.float32).reshape(2, 4)
     >>> gemm_nt(2, 5, 4)(x, w)[:, 0].tolist()

@@ -115,16 +115,46 @@ class Dequant(_Rows):
         # the scales' product first, rounded to fp32, as the kernels take it (a product past fp32's
         # range as one value, not as two steps: 1e-30 * 3e38 does not overflow)
         v = v * (_to_f64(row_scale)[:, None] * _to_f64(col_scale)[None, :]).astype(np.float32).astype(np.float64)
-        _store(out, v + _to_f64(out) if self.beta else v)
+        if self.beta:      # the product rounded to fp32 before the add, as the kernels take it
+            v = v.astype(np.float32).astype(np.float64) + _to_f64(out)
+        _store(out, v)
 
 
-def quantize(m, n, ldx=0, ldo=0, dtype="f32", isa=None):
-    """The kernel (x, q, scale): per-row dynamic quantization to uint8 (zero point 128)."""
+# stride keywords named after the operand (the README's rule) that these kernels call otherwise:
+# x and out are the row-wise TPPs' input and output, whatever the operand's own name
+MISNAMED = {"quantize": {"ldq": "ldo"}, "dequant": {"ldc": "ldx"}}
+
+
+def _refuse(who, keywords):
+    """TypeError for keywords ``who`` does not take, naming the one to write for a misnamed stride."""
+    for name in keywords:
+        instead = MISNAMED[who].get(name)
+        if instead:
+            operand = "q (the output)" if who == "quantize" else "c (the input)"
+            raise TypeError(f"{who}() takes no {name}=: the row stride of {operand} is {instead}= (its strides "
+                            f"are ldx= for the input, ldo= for the output); write {instead}={keywords[name]!r}")
+        raise TypeError(f"{who}() got an unexpected keyword argument {name!r}")
+
+
+def quantize(m, n, ldx=0, ldo=0, dtype="f32", isa=None, **wrong):
+    """The kernel (x, q, scale): per-row dynamic quantization to uint8 (zero point 128); ``ldx``,
+    ``ldo``: the row strides of x and q in elements (0: dense; q's is ``ldo``, not ``ldq``).
+
+    >>> import numpy as np, tppasm
+    >>> x = np.zeros((2, 8), np.float32); x[:, :3] = [[1, -2, 0.5], [4, 0, -4]]
+    >>> q, scale = tppasm.quantize(2, 3, ldx=8)(x[:, :3])
+    >>> q.tolist(), (scale * 127).tolist()
+    ([[192, 1, 160], [255, 128, 1]], [2.0, 4.0])
+    """
+    if wrong:
+        _refuse("quantize", wrong)
     return get_kernel(Quantize(m, n, ldx, ldo, dtype), isa)
 
 
-def dequant(m, n, ldx=0, ldo=0, out_dtype="f32", beta=0, isa=None):
-    """The kernel (c, offset, row_scale, col_scale, out): int32 -> scaled f32/bf16.
+def dequant(m, n, ldx=0, ldo=0, out_dtype="f32", beta=0, isa=None, **wrong):
+    """The kernel (c, offset, row_scale, col_scale, out): int32 -> scaled f32/bf16. ``ldx``, ``ldo``:
+    the row strides of c and out in elements (0: dense; c's is ``ldx``, not ``ldc``); ``beta=1`` adds
+    to out instead of overwriting it.
 
     >>> import numpy as np, tppasm
     >>> c = np.array([[10, 20]], np.int32); out = np.ones((1, 2), np.float32)
@@ -133,4 +163,6 @@ def dequant(m, n, ldx=0, ldo=0, out_dtype="f32", beta=0, isa=None):
     >>> out.tolist()
     [[1.0, 21.0]]
     """
+    if wrong:
+        _refuse("dequant", wrong)
     return get_kernel(Dequant(m, n, ldx, ldo, out_dtype, beta), isa)

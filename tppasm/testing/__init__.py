@@ -161,7 +161,7 @@ def _roles(kernel, kind, arrays, outputs):
         names = ["a", "b", "c"] + (["offsets"] if kernel.desc.batch == "offset" else []) + \
             (["bias"] if kernel.desc.bias else [])
         written = [2]
-        only = [] if kernel.desc.beta else [2]
+        only = [2] if "c" in kernel.desc.allocated() else []      # beta=0: C only written, so poisoned
     else:
         names = [s.name for s in kernel.operands]
         alloc = set(kernel.desc.allocated())
@@ -199,6 +199,8 @@ def _operands_of(kernel, kind, arrays, count):
     if kind == "loop" and count is not None:
         raise TypeError(f"assert_matches_reference: count={count!r} is given for a loop kernel, which takes no "
                         "count (its arrays' shapes say how much to compute); leave count= out")
+    if kind == "batched":             # C left out (or None) with beta=0: allocated, as the call does
+        arrays = list(kernel._with_c(tuple(arrays), {})[0])
     if kind != "kernel":              # the call checks them (batched BRGEMMs, loop kernels), but the
         for i, a in enumerate(arrays):    # copies need a dtype that can hold poison
             if isinstance(a, np.ndarray) and not (a.dtype.kind in "iubf" or a.dtype.name == "bfloat16"):

@@ -1,6 +1,6 @@
 """x86 generators for the element-wise TPPs (AVX2 and AVX-512), written once against VectorISA.
 
-One engine (:func:`_rows`) walks the rows of every operand: per row, a loop over blocks of U full
+One engine (:func:`walk_rows`) walks the rows of every operand: per row, a loop over blocks of U full
 vectors (a column index register addresses every operand), the remaining full vectors, then one
 tail vector whose lanes past n are masked (AVX-512 opmask; AVX2 ``vmaskmovps`` for fp32, one
 ``vpinsrw``/``vpextrw`` per element for bf16, which touches exactly the operand's bytes). Inputs

@@ -1,4 +1,4 @@
-"""Vectorized fp32 transcendentals as instruction emitters, for any :class:`VectorISA`.
+"""Vectorized fp32 transcendentals as instruction emitters, for any :class:`tppasm.x86.vector.VectorISA`.
 
 Every emitter has the same signature, so generators (element-wise TPPs, BRGEMM epilogues) can
 reuse them::
