@@ -22,14 +22,15 @@ def signature(arrays):
                              "blocks, not arrays: write the loops as one nest (one spec over all of them), or call "
                              "the nests one after the other from Python")
         bad = [type(a).__name__ for a in arrays if type(a) is not np.ndarray]
-        raise TypeError("loop kernels take NumPy arrays (np.ndarray, not subclasses), torch tensors and objects "
-                        f"with __dlpack__; got {', '.join(bad)}")
+        raise TypeError("loop kernels take NumPy arrays (subclasses as plain views), torch tensors and objects "
+                        f"with __dlpack__; got {', '.join(bad)}: pass np.asarray(...) of it")
     return tuple((a.shape, a.strides, a.dtype, a.flags.writeable) for a in arrays)
 
 
 def as_arrays(objs, names, who):
-    """``objs`` with its torch tensors and DLPack objects as NumPy arrays over the same memory
-    (:func:`tppasm.operand.as_ndarray`; anything else is left for :func:`signature` to refuse):
+    """``objs`` with its torch tensors, DLPack objects and ndarray subclasses (``np.memmap``...) as
+    NumPy arrays over the same memory (:func:`tppasm.operand.as_ndarray`, which refuses masked
+    arrays; anything else is left for :func:`signature` to refuse):
     ``objs`` itself when every one is an ``np.ndarray`` already, else a new tuple.
 
     >>> import numpy as np
@@ -39,7 +40,15 @@ def as_arrays(objs, names, who):
     if all(type(a) is np.ndarray for a in objs):
         return objs
     names = list(names) + [f"arg{i}" for i in range(len(names), len(objs))]
-    return tuple(as_ndarray(a, n, who) if origin_of(a) in ("torch", "dlpack") else a for a, n in zip(objs, names))
+    return tuple(as_ndarray(a, n, who) if _viewed(a) else a for a, n in zip(objs, names))
+
+
+def _viewed(a):
+    """Whether ``a`` is taken as a NumPy view: a tensor, a DLPack object, an ndarray subclass other
+    than the python mode's arrays (which :func:`signature` refuses inside a body)."""
+    if isinstance(a, np.ndarray):
+        return not isinstance(a, PyArray)
+    return origin_of(a) in ("torch", "dlpack")
 
 
 def written_objects(objs, writes, names, who):

@@ -339,14 +339,13 @@ class Kernel:
     def _check_operands(self, arrays, values, origins=None, layout=True):
         """The scalars' ``values`` as ints, once every NumPy array passed its operand check and no output
         overlaps another operand (OperandError naming the fix, in terms of ``origins``, otherwise);
-        ``layout=False`` (NumPy's reference) takes any strides and overlaps."""
+        ``layout=False`` (NumPy's reference) takes any strides."""
         kind = self.desc.kind
         values = tuple(scalar_arg(kind, name, v) for name, v in zip(self.scalars, values))
         count = dict(zip(self.scalars, values)).get(self.desc.count_scalar, 1)
         for spec, arr, origin in zip(self.operands, arrays, origins or [None] * len(arrays)):
             check(spec if layout else _any_strides(spec, arr), arr, count, kind, origin)   # (None: NumPy's terms)
-        if layout:
-            operand.refuse_overlap(kind, self.operands, arrays, count, origins)
+        operand.refuse_overlap(kind, self.operands, arrays, count, origins, repeats=not layout)
         return values
 
     def _count_of(self, arrays):

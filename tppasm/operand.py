@@ -345,6 +345,10 @@ def _from_torch(t, torch, name, who, writes):
                        if writes else f"pass x.resolve_{bit}() (a copy with the {what} applied)")
                 raise OperandError(f"{where} is a torch view with its {word} bit set (a lazy {what}, which the "
                                    f"kernel would not apply); {fix}") from None
+        if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
+            raise OperandError(f"{where} is a {type(t).__name__} (a tensor subclass), which holds no memory of its "
+                               "own that a kernel could use (a FakeTensor, a wrapper subclass): pass the plain "
+                               "tensor on the CPU that holds the values") from None
         raise OperandError(f"{where}: {e} (tppasm kernels take torch.float32, torch.bfloat16, torch.int8, "
                            "torch.uint8, torch.int32 and torch.int64 tensors)") from None
 
@@ -402,11 +406,21 @@ _TOO_HARD = getattr(getattr(np, "exceptions", np), "TooHardError", None) or np.T
 _EMPTY_LIKE = {"numpy": "np.empty_like({})", "torch": "torch.empty_like({})", "dlpack": "a new array like {}"}
 
 
-def refuse_overlap(kind, specs, arrays, count=1, origins=None):
+def _refuse_repeats(kind, name, array, origin):
+    axes = [i for i, (d, s) in enumerate(zip(array.shape, array.strides)) if d > 1 and s == 0]
+    if axes:
+        like = _EMPTY_LIKE.get(origin or "numpy", _EMPTY_LIKE["numpy"]).format(name)
+        raise OperandError(f"{kind}: output {name} has stride 0 on axis {axes[0]} (a broadcast view), so its "
+                           f"elements share memory; pass an array of its own, e.g. {name} = {like}")
+
+
+def refuse_overlap(kind, specs, arrays, count=1, origins=None, repeats=False):
     """Raise :class:`OperandError` if an output among ``arrays`` (checked against ``specs``) shares
     memory with another operand, unless it is the very same array as an input of an in-place kind
     (:func:`in_place_ok`). The kernel reads its inputs while it writes its outputs, so any other
     overlap would give wrong values. ``origins`` (see :func:`origin_of`) words the fix.
+    ``repeats``: also refuse an output whose elements repeat (a zero stride), which the layout
+    check refuses before a native call but NumPy's reference, taking any strides, would write.
 
     >>> from tppasm.eltwise import Unary, Transform
     >>> x = np.ones((2, 3), np.float32)
@@ -421,6 +435,8 @@ def refuse_overlap(kind, specs, arrays, count=1, origins=None):
     for w, sw in enumerate(specs):
         if not sw.writable:
             continue
+        if repeats:
+            _refuse_repeats(kind, sw.name, arrays[w], origins[w] if origins else None)
         for j, sj in enumerate(specs):
             if j == w or (sj.writable and j < w) or not np.may_share_memory(arrays[w], arrays[j]):
                 continue

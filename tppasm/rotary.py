@@ -70,6 +70,13 @@ class Rotary(Descriptor):
 def rotary(m, n, head_dim, ldx=0, ldo=0, ldt=0, dtype="f32", out_dtype="", isa=None):
     """The RoPE kernel for m rows of n / head_dim heads; it takes (x, cos, sin, out).
 
+    Each head's halves x1, x2 (head_dim / 2 values each; head_dim even, n a multiple of it) become
+    ``x1*cos - x2*sin`` and ``x2*cos + x1*sin`` with row i's fp32 tables ``cos[i]``, ``sin[i]`` (m,
+    head_dim / 2; see :func:`rope_tables`). ``ldx``, ``ldo``, ``ldt``: the row strides of x, out and
+    the tables in elements (0: dense). ``dtype``/``out_dtype``: "f32" or "bf16" (out_dtype left out:
+    dtype). out may be x itself (``ldo == ldx``); an out overlapping x otherwise raises OperandError.
+    ``isa``: the ISA level to generate for (None: the host's).
+
     >>> import numpy as np, tppasm
     >>> from tppasm.rotary import rope_tables
     >>> cos, sin = rope_tables(np.arange(2), 4)
@@ -88,6 +95,7 @@ def rope_tables(positions, head_dim, base=10000.0):
     ([0.5403, 0.8415], 'float32')
     """
     pos = as_array(positions, "rope_tables", "positions")  # (a bf16 torch tensor too, which np.asarray refuses)
+    given = pos.dtype
     if pos.dtype.name == "bfloat16":
         pos = pos.astype(np.float32)
     if pos.ndim != 1 or pos.dtype.kind not in "iuf":
@@ -95,7 +103,7 @@ def rope_tables(positions, head_dim, base=10000.0):
                 if pos.ndim == 0 and pos.dtype.kind in "iu" and not isinstance(positions, bool) else "")
         raise ValueError(f"rope_tables: positions must be a 1-D sequence of token positions (ints, or floats for "
                          f"scaled positions), e.g. np.arange(seq_len); got {type(positions).__name__} of shape "
-                         f"{pos.shape} and dtype {pos.dtype}{hint}")
+                         f"{pos.shape} and dtype {given}{hint}")
     if pos.dtype.kind == "f" and not np.isfinite(pos).all():
         raise ValueError("rope_tables: positions hold NaN or infinities; pass finite token positions")
     if isinstance(head_dim, bool) or not isinstance(head_dim, (int, np.integer)) or head_dim < 2 or head_dim % 2:

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tppasm
+import tppasm.testing
 from tppasm.dtypes import dtype as D
 from tppasm.glu import SwiGLU
 from tppasm.kernel import get_kernel
@@ -152,3 +153,15 @@ def test_dequant_with_beta_1_reads_out_so_out_is_always_passed():
     k(c, off, *scales, out)
     assert (out == 1).all()
     assert tppasm.dequant(2, 16)(c + 3, off, *scales).tolist() == np.full((2, 16), 3.0).tolist()   # beta=0 allocates
+
+
+def test_dequant_beta1_reference_rounds_the_product_before_the_add():
+    """3 * 0.1 - 0.3: the kernels add out to the fp32 product (0.0 here); a float64 sum gives -7.5e-9."""
+    k = tppasm.dequant(4, 16, beta=1)
+    c = np.full((4, 16), 3, np.int32)
+    args = (c, np.zeros(16, np.int32), np.full(4, 0.1, np.float32), np.ones(16, np.float32))
+    got, ref = np.full((4, 16), -0.3, np.float32), np.full((4, 16), -0.3, np.float32)
+    k(*args, got)
+    k.reference(*args, ref)
+    assert (ref == 0).all() and (got == ref).all()
+    tppasm.testing.assert_matches_reference(k, max_examples=20)

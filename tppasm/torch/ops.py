@@ -32,6 +32,7 @@ _PLAIN = (Tensor, torch.nn.Parameter)    # a Parameter has no __torch_function__
 # a tensor of torch's old vmap (grad(..., is_grads_batched=True), jacobian(vectorize=True)), which no transform check sees
 _legacy_batched = torch._C._functorch.is_legacy_batchedtensor
 _VMAP = torch._C._functorch.TransformType.Vmap
+_OPERATOR_TRANSFORMS = (_VMAP, torch._C._functorch.TransformType.Functionalize)
 
 
 def linear(x, weight, bias=None, act=None):
@@ -58,8 +59,10 @@ def linear(x, weight, bias=None, act=None):
     take it (a vmap over x alone is one call, the batch as more rows: :func:`_linear_vmap`);
     forward mode (``jvp``, ``jacfwd``, ``hessian``) and second derivatives are refused. Under those
     transforms call this function (or :class:`Linear`), not ``torch.ops.tppasm.linear``, which
-    torch cannot differentiate there (pytorch issue 168393); nor does ``torch.compile`` take a
-    transform over it (issue 170834).
+    torch cannot differentiate there (pytorch issue 168393). ``torch.compile`` with the "aot_eager"
+    or "inductor" backend takes ``torch.func.grad`` over it, and ``grad`` over a compiled function;
+    with the "eager" backend torch fails inside dynamo there (pytorch issue 170834).
+    ``torch.func.functionalize`` runs the operator itself.
 
     >>> w = torch.ones(4, 3, requires_grad=True)
     >>> with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -98,10 +101,11 @@ def _as_saved(t, shape, dtype):
 
 
 def _only_vmap():
-    """Whether every active torch.func transform is a vmap: the operator then takes it (its batching
-    rule, and its own autograd below), without the autograd.Function that grad transforms need
-    (~0.6 ms a call of torch's machinery at 64 x 16 x 256)."""
-    return all(i.key() == _VMAP for i in _interpreters())
+    """Whether every active torch.func transform is a vmap or functionalize: the operator then takes
+    it (its batching rule, functionalize's rule for an op that mutates nothing, and its own autograd
+    below), without the autograd.Function that grad transforms need (~0.6 ms a call of torch's
+    machinery at 64 x 16 x 256; functionalize has no rule for it)."""
+    return all(i.key() in _OPERATOR_TRANSFORMS for i in _interpreters())
 
 
 def _refuse_dual(*tensors):
@@ -159,7 +163,10 @@ def _check_tensor(who, name, t, x, real):
         raise TypeError(f"{who}: {name} is {t.dtype}; tppasm kernels take torch.float32 or torch.bfloat16: pass "
                         f"{name}.float() or {name}.bfloat16()")
     if t.dtype != x.dtype:
-        raise TypeError(f"{who}: {name} is {t.dtype} and x {x.dtype}; pass both in one dtype ({name}.to(x.dtype))")
+        other = "x.bfloat16()" if t.dtype is torch.bfloat16 else "x.float()"
+        raise TypeError(f"{who}: {name} is {t.dtype} and x {x.dtype}; pass both in one dtype ({name}.to(x.dtype), "
+                        f"or {other}; a tppasm.torch.Linear layer: convert x, or the layer with .float() / "
+                        ".bfloat16())")
 
 
 def _check_devices(who, x, **others):
@@ -220,7 +227,9 @@ def _view(t, name="x"):
     try:
         return tensor_numpy(t)
     except (TypeError, RuntimeError):
-        return as_ndarray(t, name, who="tppasm.torch")      # the error naming the fix (e.g. a neg-bit view)
+        if t.is_neg():                      # a lazy negation, as torch's linear takes it: applied in a copy
+            return tensor_numpy(t.resolve_neg())
+        return as_ndarray(t, name, who="tppasm.torch")      # the error naming the fix
 
 
 @torch.library.custom_op("tppasm::linear", mutates_args=())
@@ -395,7 +404,8 @@ def _per_element(info, in_dims, op, args):
     if info.batch_size == 0:
         meta = [a.new_empty(a.shape[:d] + a.shape[d + 1:], device="meta") if bat else
                 a.to("meta") if isinstance(a, Tensor) else a for a, d, bat in zip(args, in_dims, batched)]
-        outs = [torch.empty(0, *o.shape, dtype=o.dtype) for o in op(*meta)]
+        device = next(a.device for a, bat in zip(args, batched) if bat)
+        outs = [torch.empty(0, *o.shape, dtype=o.dtype, device=device) for o in op(*meta)]
     else:
         calls = [op(*(a.select(d, i) if bat else a for a, d, bat in zip(args, in_dims, batched)))
                  for i in range(info.batch_size)]
