@@ -70,7 +70,8 @@ res3b_branch2b 113 -> 116. The padding columns are still multiplied (skipping th
 a BRGEMM's rows in three). FLOP counts stay the nominal ones (every tap), as for torch.
 
 When one BRGEMM call per output tile is the whole reduction and the output is larger than a
-quarter of the last-level cache (``stream_out=None``; True / False force it), the kernel
+quarter of the last-level cache (``stream_out=None``; True / False force it; True on a layer
+whose reduction takes several calls per tile has no effect and warns), the kernel
 stores it around the caches (``tppasm.brgemm(..., stream_c=True)``): beside the input and the
 weights it would mostly be evicted before its reader runs anyway, and the stores skip reading
 each line first. Measured on Zen 4 (32 MiB L3), fp32 at batch 8, GFLOP/s: res2a_branch1
@@ -87,6 +88,7 @@ each line first. Measured on Zen 4 (32 MiB L3), fp32 at batch 8, GFLOP/s: res2a_
 >>> bool(np.allclose(unblock_activations(y), conv2d_reference(x, w, 1, 1), rtol=1e-4))
 True
 """
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -95,8 +97,33 @@ import tppasm as tpp
 from isa.cpu import caches
 from loops import Loop, kernel
 from tppasm.conv_layout import out_size
+from tppasm.operand import as_ndarray, mark_written
 
 BATCH_AXES = ("c", "r", "s")
+
+
+def _is_int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _ints(obj, knobs):
+    """Check ``obj``'s int fields ``knobs`` ({name: (least, what it is, an example)}) and store them
+    as Python ints: ValueError naming the knob, its range and an example."""
+    who = type(obj).__name__
+    for name, (least, what, example) in knobs.items():
+        v = getattr(obj, name)
+        _need(_is_int(v) and v >= least, f"{who}: {name}={v!r}; expected an int >= {least} ({what}), "
+                                          f"e.g. {who}(..., {name}={example})")
+        object.__setattr__(obj, name, int(v))
+
+
+def _bools(obj, *names):
+    """Check ``obj``'s bool fields ``names``: True or False, not a truthy stand-in such as 'no' or 1."""
+    for name in names:
+        v = getattr(obj, name)
+        _need(isinstance(v, (bool, np.bool_)), f"{type(obj).__name__}: {name}={v!r}; expected True or False, e.g. "
+                                                f"{type(obj).__name__}(..., {name}=True)")
+        object.__setattr__(obj, name, bool(v))
 
 
 @dataclass(frozen=True)
@@ -112,6 +139,12 @@ class Conv:
     s: int = 1
     stride: int = 1
     pad: int = 0
+
+    def __post_init__(self):
+        _ints(self, {"n": (1, "images", 8), "c": (1, "input channels", 64), "k": (1, "output channels", 64),
+                     "h": (1, "input rows", 56), "w": (1, "input columns", 56), "r": (1, "filter rows", 3),
+                     "s": (1, "filter columns", 3), "stride": (1, "the step along both axes", 2),
+                     "pad": (0, "zero pixels around the image on each side", 1)})
 
     @property
     def p(self):
@@ -168,7 +201,14 @@ class Blocking:
     ``kblock``/``hblock``: block sizes of the output-channel and output-row loops, for specs
     that write c or d twice; ``fold``: the filter columns in k; ``rows``: output rows per BRGEMM
     through the padded width; ``gather``: a strided 1x1 layer's pixels copied together first (see
-    the module docstring).
+    the module docstring). ``cstep`` counts only with ``batch="c"``, and ``kblock``/``hblock`` only
+    in specs that write c or d twice (``lk.tune`` may pick one); every knob is checked here
+    (ValueError naming it), what depends on the layer by :class:`ConvNest`.
+
+    >>> Blocking(bc=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: Blocking: bc=0; expected an int >= 1 (input channels per block), e.g. Blocking(..., bc=64)
     """
 
     bc: int = 64
@@ -181,6 +221,17 @@ class Blocking:
     fold: bool = False
     rows: int = 1
     gather: bool = False
+
+    def __post_init__(self):
+        _need(self.batch in BATCH_AXES, f"Blocking: batch={self.batch!r}; expected one of {BATCH_AXES}, e.g. "
+                                        "Blocking(..., batch='c')")
+        _ints(self, {"bc": (1, "input channels per block", 64), "bk": (1, "output channels per block", 64),
+                     "bw": (0, "output pixels per BRGEMM; 0: a whole output row", 0),
+                     "cstep": (0, "channel blocks per batch with batch='c'; 0: all", 0),
+                     "kblock": (1, "output-channel blocks per block of the c loop; 1: none", 2),
+                     "hblock": (1, "output rows per block of the d loop; 1: none", 2),
+                     "rows": (1, "output rows per BRGEMM", 1)})
+        _bools(self, "fold", "gather")
 
     def __str__(self):
         parts = [f"bc={self.bc}", f"bk={self.bk}", f"bw={self.bw}", f"batch={self.batch}"]
@@ -210,8 +261,12 @@ class ConvNest:
 
     def __init__(self, shape, dtype="f32", blocking=Blocking(), spec="Acdebfg", pool=None, stream_out=None):
         sh, bl = shape, blocking
+        _need(isinstance(sh, Conv), f"ConvNest: shape={sh!r}; expected a Conv, e.g. Conv(n=1, c=64, k=64, h=56, w=56)")
+        _need(isinstance(bl, Blocking), f"ConvNest: blocking={bl!r}; expected a Blocking, e.g. Blocking(bc=64, bk=64)")
         _need(dtype in ("f32", "bf16"), f"dtype={dtype!r}; expected 'f32' or 'bf16'")
-        _need(bl.batch in BATCH_AXES, f"batch={bl.batch!r}; expected one of {BATCH_AXES}")
+        _need(stream_out is None or isinstance(stream_out, (bool, np.bool_)),
+              f"ConvNest: stream_out={stream_out!r}; expected None (stream large outputs), True or False, e.g. "
+              "ConvNest(..., stream_out=True)")
         _need(sh.k % bl.bk == 0, f"bk={bl.bk} must divide K={sh.k}")
         _need(dtype == "f32" or bl.bc % 2 == 0 or bl.fold,
               f"bf16 pairs channels (VNNI2): bc={bl.bc} must be even, or fold=True (pairs over the S*bc "
@@ -248,6 +303,10 @@ class ConvNest:
         out_bytes = sh.n * sh.k * sh.p * sh.q * tpp.dtypes.dtype(dtype).itemsize
         big = out_bytes > caches()[-1].size // 4
         self.stream_out = self.single and (big if stream_out is None else bool(stream_out))
+        if stream_out and not self.single:
+            warnings.warn(f"ConvNest: stream_out=True has no effect on {sh} with {bl}: its reduction takes several "
+                          "calls per output tile, which read their partial sums back, so the output is stored "
+                          "through the caches (nest.stream_out is False)", UserWarning, stacklevel=2)
         self.edge_rows = self._edge_rows()
         self.scratch = None                               # allocated by the first views()
         self.gathered = self.source = None                # with gather: bound by views()
@@ -256,7 +315,6 @@ class ConvNest:
 
     def _check_rows(self):
         sh, bl = self.shape, self.blocking
-        _need(isinstance(bl.rows, int) and bl.rows >= 1, f"rows={bl.rows!r}; expected an int >= 1")
         if bl.rows == 1:
             return
         what = f"rows={bl.rows} (output rows per BRGEMM through the padded width)"
@@ -325,13 +383,18 @@ class ConvNest:
         with ``gather``, the nest's copy of the pixels read (copied here, and again by each
         :meth:`run`); the fp32 scratch output last, when there is one."""
         sh, bl = self.shape, self.blocking
+        if not type(x) is type(w) is type(y) is np.ndarray:       # torch tensors, DLPack objects: zero-copy views
+            x, w, y = (as_ndarray(a, name, "conv", writes=name == "output")
+                       for a, name in ((x, "input"), (w, "weights"), (y, "output")))
         w_shapes = {self.weight_shape()} | ({self.weight_shape(folded=True)} if bl.fold else set())
         for name, arr, want in (("input", x, {self.input_shape()}), ("weights", w, w_shapes),
                                 ("output", y, {(sh.n, self.kb, sh.p, self.out_q, bl.bk)})):
-            if not isinstance(arr, np.ndarray) or arr.shape not in want or not arr.flags.c_contiguous:
-                got = getattr(arr, "shape", type(arr).__name__)
-                shapes = " or ".join(map(str, sorted(want)))
-                raise ValueError(f"conv: {name} must be a C-contiguous array of shape {shapes}, got {got}")
+            shapes = " or ".join(map(str, sorted(want)))
+            if arr.shape not in want:
+                raise ValueError(f"conv: {name} must be a C-contiguous array of shape {shapes}, got {arr.shape}")
+            if not arr.flags.c_contiguous:
+                raise ValueError(f"conv: {name} of shape {arr.shape} is not C-contiguous; pass np.ascontiguousarray"
+                                 "(...) (a torch tensor: .contiguous()), or make it with tppasm.conv_layout")
         if self.needs_scratch and self.scratch is None:
             self.scratch = self.output("f32")
         if self.gather is not None:
@@ -364,7 +427,11 @@ class ConvNest:
         return (x, w, y) + acc
 
     def __call__(self, x, w, y):
+        """The convolution of blocked ``x`` and ``w`` into ``y``: NumPy arrays, or torch tensors (bf16
+        too) and DLPack objects, read and written in place through zero-copy views."""
         self.lk(*self.views(x, w, y))
+        if type(y) is not np.ndarray:
+            mark_written([y])
 
     def run(self, *views):
         """The convolution on :meth:`views`' arrays; with ``gather``, the pixels are copied again

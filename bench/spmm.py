@@ -13,8 +13,9 @@ where torch implements them on this dtype (fp32 only in torch 2.13 CPU), torch's
 (``b x b`` blocks) sparse-dense products.
 
 GFLOP/s are dense-equivalent (2*M*N*K / time, as the paper plots them); % peak counts the flops
-actually done (the stored blocks') against the peak of the threads used. The crossover is the
-lowest sparsity of the sweep from which on ours beats the dense product.
+actually done (the stored blocks') against the peak of the threads used: 0 where no block is
+stored (sparsity 1). The crossover is the lowest sparsity of the sweep from which on ours beats
+the dense product.
 """
 import argparse
 import warnings
@@ -131,8 +132,10 @@ def bench_point(rep, size, block, sparsity, dtype, nest, torch, threads, rng, ro
     td = torch.float32 if dtype == "f32" else torch.bfloat16
     ta, tb = torch.from_numpy(a.astype(np.float32)).to(td), torch.from_numpy(b.astype(np.float32)).to(td)
     run = lambda: nest.lk(*args)   # noqa: E731
-    t_ours, t_dense, ratio, frac = versus(run, lambda: ta @ tb, rounds=rounds,
-                                          peak_loop=peak_loop(dtype, max(done, 1.0), threads))
+    # no stored block (sparsity 1): no flops done, 0% of the peak, and no peak loop to time
+    t_ours, t_dense, ratio, *frac = versus(run, lambda: ta @ tb, rounds=rounds,
+                                           peak_loop=peak_loop(dtype, done, threads) if done else None)
+    frac = frac[0] if frac else 0.0
     sparse = {name: quick_seconds(fn, 0.05) for name, fn in torch_sparse(torch, a.astype(np.float32), b.astype(np.float32),
                                                                     block, dtype).items()}
     nan = float("nan")

@@ -10,6 +10,10 @@ aligned):
   block in the VNNI2 layout ``(bc/2, bk, 2)`` that ``tpp.brgemm(dtype="bf16")`` reads;
 - outputs ``(N, K/bk, P, Q, bk)`` (:func:`unblock_activations` turns them back into NCHW).
 
+The helpers take NumPy arrays, torch tensors (bf16 included) and DLPack objects of real numbers
+(floats, bf16 included, or integers); anything else, a masked array, or a size past the host's
+memory is refused with an error naming the argument.
+
 For output pixel row ``p`` and columns ``q..q+m`` the input rows are ``p*stride + r`` and columns
 ``q*stride + s`` (step ``stride``) of the padded image: every (r, s, channel block) contributes one
 (m x bc) @ (bc x bk) product, a BRGEMM block.
@@ -22,9 +26,12 @@ For output pixel row ``p`` and columns ``q..q+m`` the input rows are ``p*stride 
 >>> bool((unblock_activations(xb, channels=3, pad=1) == x).all())
 True
 """
+import math
+import os
+
 import numpy as np
 
-from .dtypes import dtype as to_dtype
+from .dtypes import DtypeError, dtype as to_dtype
 from .layout import aligned, as_array, empty, vnni_pack
 
 
@@ -51,14 +58,16 @@ def block_activations(x, bc, pad=0, dtype=None):
     >>> block_activations(np.ones((1, 3, 2, 2), np.float32), bc=4, pad=1).shape
     (1, 1, 4, 4, 4)
     """
-    x = as_array(x, "block_activations")
+    x = _real(as_array(x, "block_activations"), "block_activations", "x")
     if x.ndim != 4:
         raise ValueError(f"block_activations: x must be NCHW (4-D), got shape {x.shape}")
     _positive("block_activations", bc=bc)
     _positive("block_activations", pad=pad, least=0)
+    bc, pad = int(bc), int(pad)
     n, c, h, w = x.shape
     cb = -(-c // bc)
     dt = x.dtype if dtype is None else to_dtype(dtype)
+    _fits("block_activations", (n, cb, h + 2 * pad, w + 2 * pad, bc), dt, f"bc={bc} and pad={pad}")
     out = empty((n, cb, h + 2 * pad, w + 2 * pad, bc), dt)
     out[...] = 0
     padded = np.zeros((n, cb * bc, h, w), dt)
@@ -74,7 +83,7 @@ def unblock_activations(xb, channels=None, pad=0):
     >>> unblock_activations(np.zeros((1, 2, 3, 3, 4), np.float32)).shape
     (1, 8, 3, 3)
     """
-    xb = as_array(xb, "unblock_activations")
+    xb = _real(as_array(xb, "unblock_activations", "xb"), "unblock_activations", "xb")
     if xb.ndim != 5:
         raise ValueError(f"unblock_activations: expected (N, C/bc, H, W, bc), got shape {xb.shape}")
     n, cb, hp, wp, bc = xb.shape
@@ -104,10 +113,11 @@ def block_weights(w, bc, bk, dtype=None, fold=False):
     >>> block_weights(np.ones((4, 3, 7, 7), np.float32), bc=3, bk=4, dtype="bf16", fold=True).shape
     (1, 1, 7, 11, 4, 2)
     """
-    w = as_array(w, "block_weights")
+    w = _real(as_array(w, "block_weights", "w"), "block_weights", "w")
     if w.ndim != 4:
         raise ValueError(f"block_weights: w must be KCRS (4-D), got shape {w.shape}")
     _positive("block_weights", bc=bc, bk=bk)
+    bc, bk = int(bc), int(bk)
     if not isinstance(fold, (bool, np.bool_)):
         raise ValueError(f"block_weights: fold={fold!r}; expected True (fold the filter columns into k) or False")
     k, c, r, s = w.shape
@@ -119,6 +129,7 @@ def block_weights(w, bc, bk, dtype=None, fold=False):
         raise ValueError(f"block_weights: bf16 weights pair channels (VNNI2): bc={bc} must be even; "
                          f"pad the channels with bc={bc + 1}, or pair over filter rows with fold=True")
     cb = -(-c // bc)
+    _fits("block_weights", (k, cb * bc, r, s), dt, f"bc={bc}")
     padded = np.zeros((k, cb * bc, r, s), dt)
     padded[:, :c] = w
     blocked = padded.reshape(k // bk, bk, cb, bc, r, s).transpose(0, 2, 4, 5, 3, 1)
@@ -130,16 +141,27 @@ def block_weights(w, bc, bk, dtype=None, fold=False):
 def conv2d_reference(x, w, stride=1, pad=0):
     """NCHW convolution (cross-correlation, as deep-learning frameworks define it) in float64.
 
+    ``x`` and ``w`` may be anything the layout helpers take (torch tensors, bf16 included);
+    ``stride`` and ``pad`` are one int each, the same along both axes.
+
     >>> x = np.arange(9.0).reshape(1, 1, 3, 3); w = np.ones((1, 1, 2, 2))
     >>> conv2d_reference(x, w).tolist()
     [[[[8.0, 12.0], [20.0, 24.0]]]]
     """
-    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    x, w = (np.asarray(_real(as_array(a, "conv2d_reference", name), "conv2d_reference", name), np.float64)
+            for a, name in ((x, "x"), (w, "w")))
     if x.ndim != 4 or w.ndim != 4 or x.shape[1] != w.shape[1]:
         raise ValueError(f"conv2d_reference: x (N, C, H, W) {x.shape} and w (K, C, R, S) {w.shape} must "
                          "agree on C")
+    for name, v, least in (("stride", stride, 1), ("pad", pad, 0)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
+            raise ValueError(f"conv2d_reference: {name}={v!r}; expected one int >= {least}, the same along both "
+                             f"axes, e.g. {name}=1" + ("; per-axis or asymmetric padding is not supported: np.pad "
+                                                       "the input first" if name == "pad" else ""))
+    stride, pad = int(stride), int(pad)
     n, c, h, wd = x.shape
     k, _, r, s = w.shape
+    _fits("conv2d_reference", (n, c, h + 2 * pad, wd + 2 * pad), x.dtype, f"pad={pad}")
     p, q = out_size(h, r, stride, pad), out_size(wd, s, stride, pad)
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     out = np.zeros((n, k, p, q))
@@ -148,6 +170,31 @@ def conv2d_reference(x, w, stride=1, pad=0):
             patch = xp[:, :, i:i + (p - 1) * stride + 1:stride, j:j + (q - 1) * stride + 1:stride]
             out += np.einsum("nchw,kc->nkhw", patch, w[:, :, i, j])
     return out
+
+
+def _real(a, who, name):
+    """``a`` when its dtype is one the layouts hold, real numbers: a float (bf16 included) or an integer."""
+    if a.dtype.kind in "fiu" or a.dtype.name == "bfloat16":
+        return a
+    fix = f"{name}.real" if a.dtype.kind == "c" else f"{name}.astype(np.float32)"
+    raise DtypeError(f"{who}: {name} holds {a.dtype}; expected real numbers: a float (float32, bfloat16, float16, "
+                     f"float64) or integer array, e.g. {fix}")
+
+
+def _fits(who, shape, dt, knobs):
+    """ValueError naming ``knobs`` when an array of ``shape`` and ``dt`` needs more than the host's memory."""
+    nbytes, memory = math.prod(shape) * dt.itemsize, _memory()
+    if nbytes > memory:
+        raise ValueError(f"{who}: with {knobs} the array would be {shape} {dt.name}, {nbytes / 2**30:.4g} GiB, "
+                         f"more than this machine's {memory / 2**30:.4g} GiB of memory; check {knobs}")
+
+
+def _memory():
+    """The host's physical memory in bytes (2**63 - 1 where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return 2 ** 63 - 1
 
 
 def _positive(who, least=1, **values):

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import display
-from .dtypes import dtype as to_dtype, name_of, numpy_dtype
+from .dtypes import DtypeError, dtype as to_dtype, name_of, numpy_dtype
 from .kernel import Descriptor, get_kernel, in_body, scalar_arg
 from .layout import as_array, empty_for
-from .operand import OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of
+from .operand import OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of, refuse_overlap
 
 DTYPES = {"f32": 1, "bf16": 2}      # dtype -> VNNI factor of B
 INDEX = "i32"
@@ -216,6 +216,7 @@ class BlockSpmmKernel:
         for spec, arr, obj in zip(ops, arrays, objs):
             check(spec, arr, count, d.kind, origin_of(obj))
         d.check_indices(arrays[0], arrays[1], count)
+        refuse_overlap(d.kind, ops, arrays, count, [origin_of(o) for o in objs])    # in the caller's terms
         run(*arrays, count=count)
         mark_written([c])
 
@@ -265,7 +266,10 @@ def bcsr(a, bm, bk, dtype=None):
 
 def random_block_sparse(m, k, bm, bk, sparsity, rng, dtype=np.float32):
     """A dense (m x k) matrix whose ``bm x bk`` blocks are zero with probability ``sparsity``
-    (exactly round(sparsity * blocks) of them), the others standard normal.
+    (exactly round(sparsity * blocks) of them), the others standard normal. ``dtype``: a float
+    (f32, bf16, float16, float64) or an integer one, whose values are the normal ones rounded
+    (unsigned: their magnitudes); a kept block that comes out all zero in ``dtype`` is drawn
+    again, so every other block holds a nonzero.
 
     >>> a = random_block_sparse(8, 8, 4, 4, 0.5, np.random.default_rng(0))
     >>> int((a.reshape(2, 4, 2, 4).transpose(0, 2, 1, 3).reshape(4, 16) != 0).any(axis=1).sum())
@@ -282,21 +286,39 @@ def random_block_sparse(m, k, bm, bk, sparsity, rng, dtype=np.float32):
     if not (hasattr(rng, "permutation") and hasattr(rng, "standard_normal")):
         raise TypeError(f"random_block_sparse: rng={rng!r} is not a NumPy random generator; pass "
                         "np.random.default_rng(seed)")
+    dt = _value_dtype(dtype)
     mb, kb = m // bm, k // bk
     zero = np.zeros(mb * kb, bool)
     zero[rng.permutation(mb * kb)[:int(round(sparsity * mb * kb))]] = True
-    a = rng.standard_normal((mb, kb, bm, bk)).astype(_value_dtype(dtype))
-    a[zero.reshape(mb, kb)] = 0
+    zero = zero.reshape(mb, kb)
+    a = _normal_as(rng.standard_normal((mb, kb, bm, bk)), dt)
+    a[zero] = 0
+    redraw = ~zero & ~(a != 0).any(axis=(2, 3))
+    while redraw.any():                     # (an integer dtype rounds 38% of the normals to 0)
+        a[redraw] = _normal_as(rng.standard_normal((int(redraw.sum()), bm, bk)), dt)
+        redraw &= ~(a != 0).any(axis=(2, 3))
     return np.ascontiguousarray(a.transpose(0, 2, 1, 3).reshape(m, k))
 
 
+def _normal_as(x, dt):
+    """Standard normal ``x`` in ``dt``: rounded for an integer dtype (magnitudes for an unsigned one)."""
+    if dt.kind == "u":
+        x = np.abs(x)
+    return np.rint(x).astype(dt) if dt.kind in "iu" else x.astype(dt)
+
+
 def _value_dtype(dtype):
-    """``dtype`` as a NumPy dtype: a tppasm name or any NumPy one (DtypeError listing the names if neither)."""
+    """``dtype`` as a NumPy dtype: a tppasm name or any NumPy float or integer one (DtypeError naming
+    the dtypes if neither)."""
     try:
-        return numpy_dtype(dtype)
+        dt = numpy_dtype(dtype)
     except TypeError:
         name_of(dtype, "random_block_sparse")        # raises DtypeError naming the dtypes
         raise
+    if dt.kind not in "fiu" and dt.name != "bfloat16":
+        raise DtypeError(f"random_block_sparse: dtype={dt.name}; expected a float (f32, bf16, float16, float64) or "
+                         "integer dtype, e.g. dtype=np.float32")
+    return dt
 
 
 def _is_size(v):
@@ -330,9 +352,9 @@ def check_bcsr(rowptr, colidx, count, kb):
     if rowptr[0] < 0 or rowptr[-1] > min(count, len(colidx)):
         raise ValueError(f"check_bcsr: rowptr runs from {int(rowptr[0])} to {int(rowptr[-1])}; it must stay in "
                          f"0..{min(count, len(colidx))} (the stored blocks)")
-    steps = np.diff(rowptr)
-    if (steps < 0).any():
-        i = int(np.argmax(steps < 0))
+    falls = rowptr[1:] < rowptr[:-1]        # (np.diff would wrap around for an unsigned rowptr)
+    if falls.any():
+        i = int(np.argmax(falls))
         raise ValueError(f"check_bcsr: rowptr decreases at block row {i} ({int(rowptr[i])} then "
                          f"{int(rowptr[i + 1])}); rowptr must be non-decreasing")
     used = colidx[int(rowptr[0]):int(rowptr[-1])]

@@ -2,6 +2,8 @@
 ResNet-50 (1x1, 3x3, strided 1x1 and 3x3, the 7x7/2 stem with padding 3, batch 1 and > 1), every
 BRGEMM batch axis, fp32 and bf16, outputs poisoned with NaN so every element must be written; the
 layout helpers and the errors bad knobs or arrays raise."""
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -257,10 +259,13 @@ def test_folded_weights(shape, bc, batch, dtype):
 def test_streamed_output(shape, blocking, dtype):
     """stream_out=True: a one-call reduction stores the output around the caches (the BRGEMM's
     stream_c) and still matches; a reduction over several calls (the 3x3, or bf16 through its
-    fp32 scratch) keeps plain stores, since it reads its partial sums back."""
-    nest = ConvNest(shape, dtype, blocking, stream_out=True)
+    fp32 scratch) keeps plain stores, since it reads its partial sums back, and warns so."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nest = ConvNest(shape, dtype, blocking, stream_out=True)
+        got, ref = run_conv(shape, dtype, blocking, stream_out=True)
     assert nest.stream_out == nest.single == (shape.r == 1)
-    got, ref = run_conv(shape, dtype, blocking, stream_out=True)
+    assert bool(caught) == (not nest.single) and all("has no effect" in str(w.message) for w in caught)
     assert_close(got, ref, dtype)
     assert not ConvNest(shape, dtype, blocking).stream_out            # small outputs: plain stores
 
