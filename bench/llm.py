@@ -115,7 +115,9 @@ def weight_bytes(layer):
 
 
 class TorchLayer:
-    """The same layer in torch (see the module docstring); ``run(x, start)`` -> output rows."""
+    """The same layer in torch (see the module docstring); ``run(x, start)`` -> the output rows of
+    the torch tensor ``x`` (T, hidden) at positions start..start+T-1, causal, against its cache of
+    the earlier positions (as llama_weights.reference_layer)."""
 
     def __init__(self, cfg, w, dtype):
         import torch
@@ -162,7 +164,8 @@ class TorchLayer:
             q, k = self._rope(q, pos), self._rope(k, pos)
             self.k[:, :, start:start + T], self.v[:, :, start:start + T] = k, v
             L = start + T
-            mask = None if start == 0 else torch.zeros(T, L, dtype=self.dt)
+            # causal at any start: row i (position start + i) sees keys 0..start + i
+            mask = None if start == 0 else torch.ones(T, L, dtype=torch.bool).tril(start)
             att = F.scaled_dot_product_attention(q, self.k[:, :, :L], self.v[:, :, :L], attn_mask=mask,
                                                  is_causal=start == 0, enable_gqa=True)
             h = h + self.lin["wo"](att.transpose(1, 2).reshape(T, cfg.hidden))

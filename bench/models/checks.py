@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+import tppasm as tpp
 from isa.pool import Pool
 from tppasm.layout import as_array
 
@@ -73,6 +74,20 @@ def float_weights(weights, shapes, who):
         if not np.isfinite(a).all():
             raise ValueError(f"{who}: weights[{name!r}] holds NaN or inf (in float32); expected finite values")
         out[name] = a
+    return out
+
+
+def aligned_copy(a):
+    """A 64-byte aligned C-contiguous copy of the array ``a``, never ``a`` itself (a model keeps
+    it: the caller's later edits of ``a`` must not reach the model, as ``tpp.aligned`` would let
+    them where ``a`` is already aligned).
+
+    >>> w = np.ones(4, np.float32); c = aligned_copy(w); w[0] = 5
+    >>> float(c[0]), c.ctypes.data % 64
+    (1.0, 0)
+    """
+    out = tpp.empty(a.shape, a.dtype)
+    out[...] = a
     return out
 
 

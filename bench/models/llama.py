@@ -21,7 +21,10 @@ reads (a 32-bit transpose of K's rows), V in VNNI2, so no cache entry is ever re
 head reads its group's K/V; scores and softmax sums stay fp32. Prefill attention goes by causal
 blocks of 64 query rows, each against the keys up to its end, so the masked upper triangle is
 never computed. Decode pads the key range to a multiple of ``KEY_BLOCK`` (masked) so kernels are
-rebuilt once per block of positions, not per token.
+rebuilt once per block of positions, not per token. Each prompt length and key range gets its
+buffers and nests once (a step, :mod:`bench.models.llama_step`); the steps used last are kept while
+their buffers take at most ``STEP_BYTES`` (:mod:`bench.models.per_shape`; with no pool of its own,
+the layer follows :func:`isa.pool.set_num_threads`).
 
 >>> from bench.models.llama_weights import Config, random_weights
 >>> layer = LlamaLayer(Config.small(), random_weights(Config.small()), "bf16")
@@ -36,13 +39,15 @@ from isa.pool import get_pool
 from tppasm.brgemm import Brgemm
 from tppasm.layout import as_array
 
-from .checks import check_pool, choice, float_weights, is_bf16
+from .checks import aligned_copy, check_pool, choice, float_weights, is_bf16
 from .llama_step import BN, Step
 from .llama_weights import Linear, check_config, weight_shapes
+from .per_shape import PerShape
 from .serial import Serial
 
 KC = 512             # K chunk of the down projection's batch-reduce
 KEY_BLOCK = 64       # decode pads the key range to a multiple of this
+STEP_BYTES = 512 << 20  # the buffers of the steps (prompt lengths, key ranges) a layer keeps (the last used at least)
 
 
 class LlamaLayer:
@@ -51,9 +56,10 @@ class LlamaLayer:
     ``dtype`` "bf16" or "i8" (int8 weights, per-column scales; bf16 attention). The kernels need
     head_dim dividing 64, hidden and kv_heads * head_dim multiples of 64, ffn one of 64 up to 512 and
     of 512 above, and an even max_len.
-    ``pool``: an isa.pool.Pool (None: the process's). ``pace``: the ``pace`` of the BRGEMMs that
-    stream weights (decoding), 0 for none; ``stream_pace.best(dtype, pool)[0]`` measures the host's
-    best. ``length``: the positions the cache holds (0..length-1)."""
+    ``pool``: an isa.pool.Pool (None: the process's, as set_num_threads sets it, call by call).
+    ``pace``: the ``pace`` of the BRGEMMs that stream weights (decoding), 0 for none;
+    ``stream_pace.best(dtype, pool)[0]`` measures the host's best. ``length``: the positions the
+    cache holds (0..length-1)."""
 
     def __init__(self, cfg, weights, dtype="bf16", pool=None, pace=0):
         check_config(cfg, "LlamaLayer")
@@ -70,14 +76,14 @@ class LlamaLayer:
             raise ValueError(f"LlamaLayer: max_len={cfg.max_len} must be even (the V cache holds pairs of positions); "
                              f"write max_len={cfg.max_len + 1}")
         w = float_weights(weights, weight_shapes(cfg), "LlamaLayer")
-        self.cfg, self.dtype, self.pool = cfg, dtype, pool or get_pool()
+        self.cfg, self.dtype, self._own_pool = cfg, dtype, pool
         D, F = cfg.hidden, cfg.ffn
         w13 = np.stack([w["w1"].reshape(D, F // BN, BN), w["w3"].reshape(D, F // BN, BN)], 2).reshape(D, 2 * F)
         self.qkv = Linear(np.concatenate([w["wq"], w["wk"], w["wv"]], 1), BN, dtype)
         self.o = Linear(w["wo"], BN, dtype)
         self.gu = Linear(w13, BN, dtype)
         self.down = Linear(w["w2"], BN, dtype, kc=min(F, KC))
-        self.rms1, self.rms2 = tpp.aligned(w["rms1"]), tpp.aligned(w["rms2"])
+        self.rms1, self.rms2 = aligned_copy(w["rms1"]), aligned_copy(w["rms2"])     # (not the caller's arrays)
         half = cfg.head_dim // 2
         self.cos, self.sin = (tpp.aligned(t) for t in tpp.rope_tables(np.arange(cfg.max_len), cfg.head_dim,
                                                                      cfg.rope_base))
@@ -86,9 +92,14 @@ class LlamaLayer:
         self.V = tpp.aligned(np.zeros((cfg.kv_heads, 1, cfg.max_len // 2, cfg.head_dim, 2), bf))
         # max_len zeros, then max_len -inf: key_mask's windows (a view per position, no per-token work)
         self._ramp = tpp.aligned(np.repeat(np.float32([0, -np.inf]), cfg.max_len))
-        self._steps = {}
+        self._steps = PerShape(lambda key, pool: Step(self, *key, pool), pool)
         self.length = 0                                  # positions the cache holds: 0..length-1
         self._serial = Serial()
+
+    @property
+    def pool(self):
+        """The pool the layer runs on now: its own, else the process's (:func:`isa.pool.get_pool`)."""
+        return self._own_pool if self._own_pool is not None else get_pool()
 
     def reset(self):
         """Forget the cache (zeros: positions past the current one contribute nothing, never NaN)."""
@@ -102,8 +113,10 @@ class LlamaLayer:
 
     def prefill(self, x):
         """Output rows for the prompt ``x`` (T, hidden) real numbers, 1 <= T <= max_len, at positions
-        0..T-1; the cache then holds them (and only them). Calls from several threads take turns
-        (:mod:`bench.models.serial`); the cache is the layer's, one sequence at a time."""
+        0..T-1; the cache then holds them (and only them). The layer computes in float32: a finite
+        value of x beyond its range is refused (ValueError); NaN or inf in x give NaN rows, as in
+        torch. Calls from several threads take turns (:mod:`bench.models.serial`); the cache is the
+        layer's, one sequence at a time."""
         x = self._rows(x, "prefill")
         with self._serial:
             self._clear()
@@ -173,7 +186,7 @@ class LlamaLayer:
         x = as_array(x, who)
         if x.dtype.kind not in "fiu" and not is_bf16(x):
             raise TypeError(f"{who}: x of dtype {x.dtype}; expected real numbers (write x.astype(np.float32))")
-        x = np.asarray(x, np.float32)
+        x = _fitted_float32(x, who) if x.dtype.kind == "f" and x.dtype.itemsize > 4 else np.asarray(x, np.float32)
         if x.ndim != 2 or x.shape[1] != self.cfg.hidden or not 1 <= x.shape[0] <= self.cfg.max_len:
             one = " (one token: write x[None])" if x.ndim == 1 else ""
             raise ValueError(f"{who}: expected (tokens, {self.cfg.hidden}) rows with 1 <= tokens <= "
@@ -181,8 +194,19 @@ class LlamaLayer:
         return np.ascontiguousarray(x)
 
     def _step(self, T, keys):
-        key = (T, keys)
-        step = self._steps.get(key)
-        if step is None:
-            step = self._steps[key] = Step(self, T, keys)
-        return step
+        """The step of T rows (keys None: a prompt; else one token against ``keys`` keys), built on
+        first use; the least recently used go while the steps' buffers take more than STEP_BYTES."""
+        return self._steps.get((T, keys), STEP_BYTES)
+
+
+def _fitted_float32(x, who):
+    """The float64 (or wider) array ``x`` as float32, or the ValueError for a finite value beyond
+    float32's range (it would become inf, and the output NaN). Only wider floats can overflow, and
+    they are converted (an O(n) copy) anyway; float32 input does not come here."""
+    try:
+        with np.errstate(over="raise"):
+            return np.asarray(x, np.float32)
+    except FloatingPointError:
+        big = float(np.abs(x[np.isfinite(x)]).max())
+        raise ValueError(f"{who}: x holds {big:.3g}, beyond float32's range (+-3.4e38), in which the layer "
+                         "computes; scale x down (e.g. x / np.abs(x).max())") from None

@@ -56,9 +56,12 @@ def linear_nest(T, lin, dtype, out_dtype, pool, beta=0, pace=0):
 
 
 class Step:
-    def __init__(self, layer, T, keys):
-        cfg, dt, pool = layer.cfg, layer.dtype, layer.pool
-        self.layer, self.T, self.keys, self.i8 = layer, T, keys, dt == "i8"
+    """The buffers and nests of ``layer``'s step of T rows (``keys`` None: a prompt; else one token
+    against ``keys`` keys) on ``pool``; ``nbytes``: its buffers' size."""
+
+    def __init__(self, layer, T, keys, pool):
+        cfg, dt = layer.cfg, layer.dtype
+        self.layer, self.T, self.keys, self.i8, self.pool = layer, T, keys, dt == "i8", pool
         nt = pool.nthreads
         D, F, d, KV = cfg.hidden, cfg.ffn, cfg.head_dim, cfg.kv_heads
         half = d // 2
@@ -149,6 +152,10 @@ class Step:
                     put_mask(M, S[KV, 0:1])
             self.cache = cache
         self.bm = bm
+        own = [self.H, self.xn, self.hn, self.QKV, self.Ctx, self.A, self.GU, self.S, self.P]
+        if self.i8:
+            own += [*self.q.values(), *self.sc.values(), self.Ci, self.CiOff]
+        self.nbytes = sum(a.nbytes for a in own)
 
     def _gate_up(self, T, bm, lin, dt, pool, pace):
         """Gate and up panels j of the interleaved weight, then SwiGLU into A's columns of panel j."""

@@ -117,7 +117,7 @@ class Linear:
     for int8 the column ``scale`` and ``offset`` (-128 * column sums: removes the activations'
     zero point)."""
 
-    def __init__(self, w, bn, dtype, kc=None, interleave=None):
+    def __init__(self, w, bn, dtype, kc=None):
         self.k, self.n = w.shape
         self.kc = kc or self.k
         if dtype == "i8":

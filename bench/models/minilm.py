@@ -30,7 +30,8 @@ residual stream and the norms stay fp32, as under torch's bf16 autocast. A batch
 sentence's length, the shorter ones masked: no token past the longest is computed, and the GEMMs' row
 block divides the batch's tokens (:func:`bench.models.rows.row_block`). Nests and buffers are
 built per (batch, length) (~25 ms on Zen 4, once), and the shapes used last are kept while their buffers
-take at most ``PLAN_BYTES``. Buffers belong to the model: calls from several threads take turns
+take at most ``PLAN_BYTES`` (:mod:`bench.models.per_shape`; with no pool of its own, the model
+follows :func:`isa.pool.set_num_threads`). Buffers belong to the model: calls from several threads take turns
 (a model per thread runs them at once).
 
 >>> import numpy as np
@@ -48,10 +49,12 @@ import numpy as np
 import tppasm as tpp
 from isa.cpu import host
 from loops import Loop, kernel, thread
-from isa.pool import get_pool
+from tppasm.layout import as_array
+from tppasm.operand import OperandError
 
 from .attention import Attention
-from .checks import check_pool, choice, float_weights, positive_int
+from .checks import aligned_copy, check_pool, choice, float_weights, positive_int
+from .per_shape import PerShape
 from .rows import row_block
 from .serial import Serial
 
@@ -133,8 +136,9 @@ class MiniLM:
     """The encoder with its weights laid out for the kernels; see the module docstring.
 
     ``weights``: the checkpoint's floating-point arrays by torch's names (:func:`weight_shapes`; others
-    are ignored), ``dtype`` "f32" or "bf16", ``path`` the directory of its tokenizer.json (None: the
-    packaged model's), ``pool`` an isa.pool.Pool (None: the process's)."""
+    are ignored; the model keeps copies), ``dtype`` "f32" or "bf16", ``path`` the directory of its
+    tokenizer.json (None: the packaged model's), ``pool`` an isa.pool.Pool (None: the process's, as
+    set_num_threads sets it, call by call)."""
 
     def __init__(self, weights, dtype="f32", path=None, pool=None):
         choice(dtype, ("f32", "bf16"), "MiniLM: dtype")
@@ -143,11 +147,11 @@ class MiniLM:
         self.tok = tokenizer(path)
         w = float_weights(weights, weight_shapes(self.tok.get_vocab_size()), "MiniLM")
         emb = "embeddings."
-        self.word = tpp.aligned(w[emb + "word_embeddings.weight"])
+        self.word = aligned_copy(w[emb + "word_embeddings.weight"])      # (not the caller's array)
         self.pos_type = tpp.aligned(w[emb + "position_embeddings.weight"] + w[emb + "token_type_embeddings.weight"][0])
         self.emb_ln = tpp.aligned(np.stack([w[emb + "LayerNorm.weight"], w[emb + "LayerNorm.bias"]]))
         self.layers = [self._layer(w, f"encoder.layer.{i}.") for i in range(LAYERS)]
-        self._plans = {}
+        self._plans = PerShape(lambda shape, pool: _Plan(self, *shape, pool), pool)
         self._serial = Serial()
 
     @classmethod
@@ -194,9 +198,13 @@ class MiniLM:
         return ids, mask
 
     def encode(self, texts, batch_size=8):
-        """Mean-pooled (not normalized) float32 embeddings (n, 384) of a list of n str (an empty list:
-        (0, 384)), as sentence-transformers' ``encode(texts, normalize_embeddings=False)``; one str
-        gives one vector (384,), as there. Batches of up to ``batch_size`` are formed by length."""
+        """Mean-pooled float32 embeddings (n, 384) of a list of n str (an empty list: (0, 384)),
+        not normalized: the output of the checkpoint's Transformer and Pooling modules, without its
+        final Normalize module. sentence-transformers' ``SentenceTransformer(model_dir()).encode(texts)``
+        runs that Normalize too (``normalize_embeddings=False`` does not turn it off), so it returns
+        these rows divided by their norms, ``e / np.linalg.norm(e, axis=-1, keepdims=True)``: the
+        same cosine similarities, but not the same dot products or distances. One str gives one
+        vector (384,), as there. Batches of up to ``batch_size`` are formed by length."""
         texts, one = _sentences(texts, "encode")
         batch_size = positive_int(batch_size, "encode: batch_size")
         out = np.empty((len(texts), HIDDEN), np.float32)
@@ -235,13 +243,7 @@ class MiniLM:
     def _plan(self, B, L):
         """The plan of (B, L), built on first use; the least recently used go while the plans'
         buffers take more than PLAN_BYTES."""
-        plan = self._plans.pop((B, L), None)
-        if plan is None:                    # only a new plan can take the buffers past the budget
-            plan = _Plan(self, B, L)
-            while self._plans and plan.nbytes + sum(p.nbytes for p in self._plans.values()) > PLAN_BYTES:
-                del self._plans[next(iter(self._plans))]
-        self._plans[B, L] = plan
-        return plan
+        return self._plans.get((B, L), PLAN_BYTES)
 
 
 def _column_blocks(w, bn):
@@ -257,14 +259,19 @@ def _sentences(texts, who):
     if isinstance(texts, (bytes, bytearray)):
         raise TypeError(f"{who}: texts are {type(texts).__name__}; expected str or a list of str "
                         "(write texts.decode())")
+    if isinstance(texts, np.ndarray) and texts.ndim != 1:
+        raise TypeError(f"{who}: texts is a {texts.ndim}-D array {texts.shape}; expected a list of str (flatten it: "
+                        f"{who}(texts.ravel().tolist()))")
     try:
         texts = list(texts)
     except TypeError:
         raise TypeError(f"{who}: texts={texts!r:.60}; expected a list of str, e.g. {who}(['text'])") from None
     bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
     if bad is not None:
+        nested = isinstance(texts[bad], (list, tuple, np.ndarray))
+        fix = "a flat list: [t for row in texts for t in row]" if nested else "write str(x), or x.decode() for bytes"
         raise TypeError(f"{who}: texts[{bad}] is {type(texts[bad]).__name__} {texts[bad]!r:.40}; expected str "
-                        "(write str(x), or x.decode() for bytes)")
+                        f"({fix})")
     for i, t in enumerate(texts):
         try:
             t.encode("utf-8")
@@ -276,7 +283,9 @@ def _sentences(texts, who):
 
 def _array(x, name):
     try:
-        return np.asarray(x)
+        return as_array(x, "forward", name)
+    except OperandError:            # a NumPy masked array: its mask would be dropped
+        raise
     except ValueError:
         raise ValueError(f"forward: {name} has rows of different lengths; expected a (batch, length) array, "
                          "padded (model.tokenize(texts) gives both)") from None
@@ -311,10 +320,9 @@ def _check_inputs(input_ids, attention_mask, vocab):
 class _Plan:
     """Buffers, kernels and nests for one (batch, length)."""
 
-    def __init__(self, model, B, L):
+    def __init__(self, model, B, L, pool):
         bf16 = model.dtype == "bf16"
         dt = model.dtype
-        pool = model.pool or get_pool()
         nt = pool.nthreads
         T, bn = B * L, model.bn
         bm = row_block(T, nt)
