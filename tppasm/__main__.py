@@ -108,20 +108,20 @@ def cache(action, as_json=False, only=None):
               f"forgot {n} {only} record{'' if n == 1 else 's'}")
         return 0
     if action == "clear":
-        before = tc.info()
-        tc.clear()
+        done = tc.clear_directory()         # also when TPPASM_CACHE=0 turned the cache off
+        off = "" if tc.info()["enabled"] else " (the cache is off: TPPASM_CACHE=0)"
         if as_json:
-            print(json.dumps({"cleared": before["enabled"], "directory": before["directory"],
-                              "entries": sum(before.get("entries", {}).values())}))
-        elif before["enabled"]:
-            print(f"cleared {before['directory']} ({sum(before['entries'].values())} entries, "
-                  f"{_size(before['disk_bytes'])})")
+            print(json.dumps({"cleared": done is not None, "directory": tc.directory(),
+                              "entries": done["entries"] if done else 0, "bytes": done["bytes"] if done else 0}))
+        elif done is not None:
+            print(f"cleared {done['directory']} ({done['entries']} entries, {_size(done['bytes'])}){off}")
         else:
-            print(f"nothing to clear: the cache is {before['why']}")
+            why = tc.info()["why"]
+            print("nothing to clear: " + (f"no directory {tc.directory()}" if why.startswith("off") else
+                                          f"the cache is {why}"))
         return 0
     missing = _missing_directory(tc)
-    i = tc.info() if missing is None else {"directory": missing, "enabled": False,
-                                           "why": "not created yet (it is made when a kernel is first cached)"}
+    i = tc.info() if missing is None else {"directory": missing[0], "enabled": False, "why": missing[1]}
     if as_json:
         print(json.dumps(i, indent=2))
         return 0
@@ -135,17 +135,23 @@ def cache(action, as_json=False, only=None):
     print(f"size      {_size(i['live_bytes'])} stored, {_size(i['disk_bytes'])} on disk in {i['segments']} "
           f"segments; cap {_size(i['cap_bytes'])} (TPPASM_CACHE_MB)")
     print(f"counts    {stats} (all processes so far)")
+    for problem in i.get("problems", []):
+        print(f"problem   {problem}")
     print("list its records with: python -m tppasm cache list; clear it with: python -m tppasm cache clear "
           "[--only tune]; turn it off with TPPASM_CACHE=0")
     return 0
 
 
 def _missing_directory(tc):
-    """The cache directory when the cache is on and the directory does not exist (``cache info``
-    reports it rather than creating it), else None."""
+    """(the cache directory, what to say) when the cache is on and the directory does not exist
+    (``cache info`` reports it rather than creating it: "not created yet", or why it cannot be),
+    else None."""
+    from tppasm.cache.trust import why_not_creatable
     root = tc.directory()
     on = tc._settings()[0]              # raises ValueError naming a malformed TPPASM_CACHE / TPPASM_CACHE_MB
-    return root if on and os.path.isabs(root) and not os.path.lexists(root) else None
+    if not (on and os.path.isabs(root) and not os.path.lexists(root)):
+        return None
+    return root, why_not_creatable(root) or "not created yet (it is made when a kernel is first cached)"
 
 
 def _record_text(namespace, record):

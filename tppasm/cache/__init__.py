@@ -7,7 +7,9 @@ refused with a warning saying what to fix, and kernels are then generated in mem
 ``TPPASM_CACHE=0`` turns the cache off; ``TPPASM_CACHE_MB`` caps its size (default 256; least
 recently used entries go first). ``python -m tppasm cache info`` shows it, ``... cache clear``
 empties it. These are read once per process, at the first kernel (:func:`reset` rereads them).
-The store deletes only files it names itself (a directory shared with other files is safe).
+The store writes and deletes only its own files (a directory shared with other files is safe: a
+user's ``index.json`` there is left alone, and the cache writes nothing there), and it loads only
+files of this user's, in a directory checked whenever it is opened (:mod:`.trust`).
 Writes are batched and flushed at exit; a multiprocessing child (whose workers end with
 ``os._exit``, or are terminated) writes each kernel at once instead.
 
@@ -181,7 +183,8 @@ def remember(namespace, key, record):
     """Store the JSON-able ``record`` under (``namespace``, ``key``) on disk now; whether it got there
     (False if the cache is off or the directory cannot be written: a warning says why, once; False
     with a warning naming ``TPPASM_CACHE_MB`` if its JSON is larger than 80% of the cap, which
-    eviction keeps: nothing else is evicted for it)."""
+    eviction keeps: nothing else is evicted for it). A record nests at most
+    :data:`~.files.MAX_RECORD_DEPTH` (32) lists and dicts deep: a deeper one is a TypeError."""
     k = _record_key(namespace, key)
     s = store()
     if s is None:
@@ -189,8 +192,8 @@ def remember(namespace, key, record):
     try:
         return s.put_record(k, record)
     except (TypeError, ValueError) as e:
-        raise TypeError(f"record for {namespace}/{key!r}: {e}; pass dicts, lists, strings, numbers, "
-                        "booleans and None only") from None
+        what = "" if "MAX_RECORD_DEPTH" in str(e) else "; pass dicts, lists, strings, numbers, booleans and None only"
+        raise TypeError(f"record for {namespace}/{key!r}: {e}{what}") from None
 
 
 def recall(namespace, key):
@@ -226,10 +229,31 @@ def forget(namespace):
 
 
 def clear():
-    """Delete everything on disk in this process's cache directory (no-op when the cache is off)."""
+    """Delete the store's files in this process's cache directory (none of the user's); the bytes
+    deleted (0 when the cache is off: :func:`clear_directory` clears it anyway)."""
     s = store()
-    if s is not None:
-        s.clear()
+    return 0 if s is None else s.clear()
+
+
+def clear_directory():
+    """Empty the cache directory of the store's files, also when ``TPPASM_CACHE=0`` turned the
+    cache off: {"directory", "entries" (how many there were), "bytes" (deleted)}; None when there
+    is nothing to clear (no directory, or one refused: ``info()["why"]`` says why). OSError naming
+    the fix if the directory is unsafe or something stays.
+
+    >>> import tempfile
+    >>> with using(tempfile.mkdtemp()):
+    ...     _ = remember("doc", "k", [1]); clear_directory()["entries"]
+    1
+    """
+    s = store()
+    if s is None:
+        root = directory()
+        if _settings()[0] or not os.path.isdir(root):
+            return None
+        s = DiskStore(root, _settings()[1])             # the cache is off: this store only clears
+    before = s.info()
+    return {"directory": s.root, "entries": sum(before["entries"].values()), "bytes": s.clear()}
 
 
 def flush():

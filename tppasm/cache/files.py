@@ -26,7 +26,8 @@ _INT64 = 1 << 63                    # JSON integers have no bound; past this, of
 SEGMENT_SLACK = 256 << 10          # a segment's small files and block rounding, and room for the index
 _SEGMENT = re.compile(r"seg-[0-9a-f]{16}")
 _LEFTOVER = re.compile(r"tmp-seg-[0-9a-f]{16}|(index|stats)\.json\.tmp-[0-9]+-[0-9a-f]{8}")
-OWN_FILES = ("index.json", "stats.json")
+OWN_FILES = ("index.json", "stats.json")     # the store's only if their content says so (:mod:`.trust`)
+MAX_RECORD_DEPTH = 32               # records nest at most this deep: the index parses at any call depth
 
 
 def new_segment_name():
@@ -102,38 +103,22 @@ def _unpack(record, key):
     return blob, head["meta"]
 
 
-def _open_regular(path):
-    """A read-only descriptor of ``path`` if it is a regular file (not a link, FIFO or device: those
-    could hang or never end a read), else None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except (OSError, ValueError):           # (ValueError: a NUL byte in the name)
-        return None
-    try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            return fd
-    except OSError:
-        pass
-    os.close(fd)
-    return None
+def within_depth(value, limit=None):
+    """Whether ``value`` (JSON-able) nests at most ``limit`` (default :data:`MAX_RECORD_DEPTH`)
+    containers deep; checked without recursion, so any depth is answered.
 
-
-def _read_json(path, limit):
-    """(value, identity) of the JSON file ``path`` if it is a regular file of at most ``limit`` bytes;
-    (None, None) otherwise."""
-    fd = _open_regular(path)
-    if fd is None:
-        return None, None
-    try:
-        st = os.fstat(fd)
-        if st.st_size > limit:
-            return None, None
-        data = os.read(fd, limit + 1)
-        return json.loads(data), (st.st_ino, st.st_mtime_ns, st.st_size)
-    except (OSError, ValueError, RecursionError):
-        return None, None
-    finally:
-        os.close(fd)
+    >>> within_depth({"a": [1, [2]]}, 3), within_depth({"a": [1, [2]]}, 2)
+    (True, False)
+    """
+    limit = MAX_RECORD_DEPTH if limit is None else limit
+    work = [(value, 1)]
+    while work:
+        v, depth = work.pop()
+        if isinstance(v, (dict, list, tuple)):
+            if depth > limit:
+                return False
+            work.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return True
 
 
 def _is_count(v):
@@ -155,7 +140,7 @@ def _clean_index(index):
                         and isinstance(e.get("sha256"), str) and _is_time(e.get("used", 0))}
     index["records"] = {k: r for k, r in records.items()
                         if isinstance(r, dict) and "record" in r and _is_count(r.get("size", 0))
-                        and _is_time(r.get("used", 0))}
+                        and _is_time(r.get("used", 0)) and within_depth(r["record"])}
     index["segments"] = {k: g for k, g in segments.items()
                          if isinstance(g, dict) and _is_count(g.get("bytes", 0)) and _is_count(g.get("blobs", 0))}
     return index
@@ -172,14 +157,19 @@ def _remove(path):
         pass
 
 
-def _tree_bytes(root):
+def tree_bytes(path):
+    """Bytes of the file or directory tree ``path`` (links not followed; 0 if absent)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return 0
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_size
     total = 0
-    for d, _, files in os.walk(root):
-        for f in files:
+    for d, _, names in os.walk(path):
+        for f in names:
             try:
                 total += os.lstat(os.path.join(d, f)).st_size
             except OSError:
                 pass
     return total
-
-
