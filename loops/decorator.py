@@ -113,7 +113,9 @@ class LoopKernel:
         for lp in loops:
             if not isinstance(lp, Loop):
                 raise SpecError(f"loop declarations must be Loop(start, end, step=1, blocks=[...]), got {lp!r}")
-        name = getattr(body, "__name__", type(body).__name__)
+        name = getattr(body, "__name__", None)
+        if not isinstance(name, str):               # a callable object: its class names it
+            name = type(body).__name__
         params = _parameters(body)
         if len(params) < len(loops):
             raise SpecError(f"{name} declares {len(params)} parameters but {len(loops)} loops: its first "

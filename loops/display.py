@@ -10,7 +10,8 @@ loops, the nest as pseudo-code per thread, the kernels it calls and its last tun
 """
 import html
 
-from tppasm.display import html_table
+from loops.trial import first_line
+from tppasm.display import html_table, printable
 
 
 def loop_text(lp):
@@ -24,9 +25,22 @@ def loop_text(lp):
 
 
 def _threads(lk):
+    """``1 thread``, ``4 threads``; with a malformed TPPASM_NUM_THREADS (or OMP_NUM_THREADS) before
+    the pool exists, ``? threads (TPPASM_NUM_THREADS='abc': expected ...)``: a repr must not raise
+    (a call and explain() do)."""
     if lk.spec.mode == "serial":
-        return 1
-    return lk.pool.nthreads
+        return "1 thread"
+    try:
+        n = lk.pool.nthreads
+    except ValueError as e:           # the pool is created on first use, from the environment
+        return f"? threads ({printable(first_line(e))})"
+    return f"{n} thread{'s' if n != 1 else ''}"
+
+
+def _name(lk):
+    """The kernel's name for display: a body's ``__name__`` that is not a string gives its class's."""
+    name = lk.__name__ if isinstance(lk.__name__, str) else type(lk.body).__name__
+    return printable(name)
 
 
 _PARTS = ("index_names", "loops", "spec", "array_names", "_tuned", "__name__")
@@ -44,9 +58,8 @@ def loop_kernel_repr(lk):
     if half is not None:
         return half
     loops = ", ".join(f"{name} in {loop_text(lp)}" for name, lp in zip(lk.index_names, lk.loops))
-    n = _threads(lk)
-    return (f"<LoopKernel {lk.__name__}({', '.join(lk.array_names)}) spec {lk.spec.text!r}: {loops}; "
-            f"{n} thread{'s' if n != 1 else ''}{_tuned_text(lk)}>")
+    return (f"<LoopKernel {_name(lk)}({', '.join(lk.array_names)}) spec {lk.spec.text!r}: {loops}; "
+            f"{_threads(lk)}{_tuned_text(lk)}>")
 
 
 def _tuned_text(lk):
@@ -82,9 +95,9 @@ def loop_kernel_html(lk):
     except Exception as e:            # a body that cannot be traced without arrays: say why
         nest = f"(no pseudo-code: {e})"
     ran = ("" if shown is lk else f" (the last call ran the tuned spec <code>{html.escape(shown.spec.text)}</code>"
-           f", {shown.spec.mode}, {_threads(shown)} thread(s): shown below)")
-    parts = [f"<div><b>{html.escape(lk.__name__)}</b>({html.escape(', '.join(lk.array_names))}) "
-             f"&mdash; spec <code>{html.escape(lk.spec.text)}</code>, {lk.spec.mode}, {_threads(lk)} thread(s){ran}",
+           f", {shown.spec.mode}, {html.escape(_threads(shown))}: shown below)")
+    parts = [f"<div><b>{html.escape(_name(lk))}</b>({html.escape(', '.join(lk.array_names))}) "
+             f"&mdash; spec <code>{html.escape(lk.spec.text)}</code>, {lk.spec.mode}, {html.escape(_threads(lk))}{ran}",
              html_table(loops, ("index", "start", "end", "step", "blocks", "parallel")),
              "<details open><summary>nest (pseudo-code per thread)</summary>"
              f"<pre>{html.escape(nest)}</pre></details>"]

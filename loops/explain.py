@@ -9,6 +9,9 @@ barriers are, and the body's kernel calls.
 >>> "zero(X[i])" in k.explain(np.ones((4, 2, 2), np.float32))
 True
 """
+import itertools
+
+
 def explain(lk, inst):
     """Pseudo-code of the nest of ``lk`` (body from the bound instance ``inst`` when given)."""
     spec, loops = lk.spec, lk.resolved
@@ -22,10 +25,11 @@ def explain(lk, inst):
             taken.add(name)
         names[lv.name] = name
     T = inst.nthreads if inst else (lk.pool.nthreads if spec.mode != "serial" else 1)
+    threads = f"{T} thread{'s' if T != 1 else ''}"
     head = {"serial": "serial: runs on the calling thread only",
-            "collapse": f"{T} threads; the collapsed loop is split with schedule({spec.schedule[0]}"
+            "collapse": f"{threads}; the collapsed loop is split with schedule({spec.schedule[0]}"
                         f"{',' + str(spec.schedule[1]) if spec.schedule[1] else ''})",
-            "grid": f"{T} threads on a {spec.grid[0]} rows x {spec.grid[1]} cols x {spec.grid[2]} layers grid"}
+            "grid": f"{threads} on a {spec.grid[0]} rows x {spec.grid[1]} cols x {spec.grid[2]} layers grid"}
     out = [f"# nest {spec.text!r}: {head[spec.mode]}", "def thread_body(tid):"]
     if spec.mode == "grid":
         r, c, l = spec.grid
@@ -89,15 +93,10 @@ def _shares(spec, loops, names, T):
             if kind == "dynamic":
                 lines.append(f"# thread {t}: chunks of {chunk or 1} of the {n} iterations as it takes them")
                 continue
-            if chunk:
-                qs = [q for c in range(t, -(-n // chunk), T) for q in range(c * chunk, min(n, c * chunk + chunk))]
-            else:
-                quot, rem = divmod(n, T)
-                start = t * quot + min(t, rem)
-                qs = list(range(start, start + quot + (t < rem)))
-            pts = [_point(q, ranges) for q in qs]
-            shown = ", ".join(map(str, pts[:4])) + (", ..." if len(pts) > 4 else "")
-            lines.append(f"# thread {t}: {len(qs)} of {n} iterations ({vars_}) = {shown}")
+            count, first = _static_share(t, T, n, chunk)
+            pts = [_point(q, ranges) for q in first]
+            shown = ", ".join(map(str, pts)) + (", ..." if count > len(pts) else "")
+            lines.append(f"# thread {t}: {count} of {n} iterations ({vars_}) = {shown}")
     elif spec.mode == "grid":
         r, c, l = spec.grid
         for t in range(T):
@@ -115,6 +114,25 @@ def _shares(spec, loops, names, T):
                     parts.append(f"{names[lv.name]} in {list(mine) if len(mine) <= 6 else mine}")
             lines.append(f"# thread {t}: " + "; ".join(parts))
     return lines
+
+
+def _static_share(t, T, n, chunk, shown=4):
+    """(how many of the ``n`` collapsed iterations thread ``t`` of ``T`` runs under a static schedule
+    with ``chunk`` (0: one contiguous share each), its first ``shown`` iteration numbers): counted,
+    not listed, so a nest of 2**40 iterations is explained at once.
+
+    >>> _static_share(1, 2, 10, 0), _static_share(1, 2, 10, 3), _static_share(0, 4, 10**12, 0)[0]
+    ((5, [5, 6, 7, 8]), (4, [3, 4, 5, 9]), 250000000000)
+    """
+    if not chunk:
+        quot, rem = divmod(n, T)
+        start = t * quot + min(t, rem)
+        return quot + (t < rem), list(range(start, start + quot + (t < rem))[:shown])
+    chunks = -(-n // chunk)
+    mine = range(t, chunks, T)                          # the chunks thread t takes, round robin
+    count = len(mine) * chunk - (-n % chunk if chunks - 1 in mine else 0)   # the last chunk may be short
+    qs = (q for c in mine for q in range(c * chunk, min(n, c * chunk + chunk)))
+    return count, list(itertools.islice(qs, shown))
 
 
 def _point(q, ranges):

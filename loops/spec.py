@@ -196,7 +196,26 @@ def _fail(text, pos, what, legal):
     ch = text[pos] if pos < len(text) else "end of spec"
     shown = repr(ch) if pos < len(text) else ch
     raise SpecError(f"loop spec {text!r}, position {pos} ({shown}): {what}; {legal}\n"
-                    f"  {text}\n  {' ' * pos}^")
+                    f"  {_escaped(text)}\n  {' ' * len(_escaped(text[:pos]))}^")
+
+
+def _escaped(text):
+    """``text`` in printable ASCII, one column a character: every other character as its Python
+    escape, so that the caret under it stays aligned (no ESC sequence, line break, combining or
+    wide character reaches the terminal).
+
+    >>> _escaped("a\\x1b[2J\\na\\u0301x")
+    'a\\\\x1b[2J\\\\na\\\\u0301x'
+    """
+    return "".join(c if " " <= c <= "~" else ascii(c)[1:-1] for c in text)
+
+
+def _integer(text, pos, digits, what, legal="write a number below 2**61"):
+    """``int(digits)``, or a SpecError at ``pos`` when it has more digits than any accepted value
+    (int() refuses over 4300 digits with an error that names neither the spec nor the position)."""
+    if len(digits.strip().lstrip("-").lstrip("0")) > 19:
+        _fail(text, pos, f"{what} has {len(digits.strip().lstrip('-'))} digits", legal)
+    return int(digits)
 
 
 _SCHEDULE = re.compile(r"@schedule\((static|dynamic)(?:,\s*([0-9]+))?\)\Z")   # ASCII digits (\d takes any script's)
@@ -227,7 +246,8 @@ def parse(text, nloops):
         if not m:
             _fail(text, at, f"cannot read {text[at:]!r}",
                   "write '@schedule(static)', '@schedule(static,N)', '@schedule(dynamic)' or '@schedule(dynamic,N)'")
-        chunk = int(m.group(2) or 0)
+        chunk = _integer(text, at + m.start(2), m.group(2), "the schedule chunk",
+                                "write a chunk below 2**31") if m.group(2) else 0
         if m.group(2) is not None and not 1 <= chunk <= CHUNK_LIMIT:
             _fail(text, at + m.start(2), f"the schedule chunk must be in 1..2**31-1 ({CHUNK_LIMIT}), not {chunk}",
                   "write a positive chunk size below 2**31 (a chunk as large as the loop's iteration count "
@@ -278,7 +298,7 @@ def parse(text, nloops):
             if raw[-1][0].islower():
                 _fail(text, raw[-1][1], f"'{raw[-1][0]}' is serial but is placed on a thread grid",
                       f"write it upper case '{raw[-1][0].upper()}'")
-            teams = int(m.group(2))
+            teams = _integer(text, m.start(2), m.group(2), "the number of teams")
             if teams < 1:
                 _fail(text, m.start(2), "a grid axis needs at least 1 team", "write n >= 1")
             raw[-1][3], raw[-1][4] = m.group(1), teams
@@ -323,7 +343,8 @@ def _parse_bake(text, pos, inner):
         s = m.group(g).strip()
         if s and not _INT.fullmatch(s):
             _fail(text, pos + 1 + m.start(g), f"{s!r} is not an integer", "write an integer or leave the field empty")
-        vals.append(int(s) if s else None)
+        what = f"the baked {('start', 'end', 'step')[g - 1]}"
+        vals.append(_integer(text, pos + 1 + m.start(g), s, what, "write a number within +-2**61") if s else None)
     if vals[2] is not None and vals[2] < 1:
         _fail(text, pos + 1 + m.start(3), f"step {vals[2]} must be >= 1", "write a positive step")
     blocks = None
@@ -331,10 +352,12 @@ def _parse_bake(text, pos, inner):
         blocks = []
         at_size = pos + 1 + m.start(4)
         for s in m.group(4).split(","):
-            if not re.fullmatch(r"\s*[0-9]+\s*", s) or int(s) < 1:      # ASCII digits: isdigit() takes '²'
-                _fail(text, at_size + len(s) - len(s.lstrip()), f"block size {s.strip()!r} must be a positive "
-                      "integer", "write positive block sizes, e.g. (32,8)")
-            blocks.append(int(s))
+            at = at_size + len(s) - len(s.lstrip())
+            size = _integer(text, at, s, "a block size") if re.fullmatch(r"\s*[0-9]+\s*", s) else 0   # ASCII digits
+            if size < 1:                                                                     # (isdigit() takes '²')
+                _fail(text, at, f"block size {s.strip()!r} must be a positive integer",
+                      "write positive block sizes, e.g. (32,8)")
+            blocks.append(size)
             at_size += len(s) + 1
         blocks = tuple(blocks)
     return [vals[0], vals[1], vals[2], blocks]

@@ -144,8 +144,19 @@ def measure(c, builds, reference, reps, rtol, clock="wall", probe=None):
             spent += runs[-1]
         c.seconds = min(min(runs) * scale, c.seconds or float("inf"))
     except (SpecError, TraceError, IndexError, ValueError) as e:
-        c.seconds, c.note = None, str(e).splitlines()[0]
+        c.seconds, c.note = None, first_line(e)
         c.error = e if isinstance(e, SpecError) else None
+
+
+def first_line(e):
+    """The first non-blank line of ``e``'s message, or its class name when it has none (a bare
+    ``raise ValueError``): a skipped candidate's note, never empty.
+
+    >>> first_line(ValueError("\\nbm=8 is not supported\\nmore")), first_line(IndexError())
+    ('bm=8 is not supported', 'IndexError')
+    """
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return lines[0] if lines else type(e).__name__
 
 
 def candidate_variant(lk, spec):

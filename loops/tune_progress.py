@@ -7,6 +7,8 @@ notebook, else a line every few seconds on stderr, and a last line when the budg
 import sys
 import time
 
+from tppasm.display import printable
+
 
 class Progress:
     """A tqdm bar (notebook-aware) when tqdm is installed, else a line every few seconds."""
@@ -37,7 +39,14 @@ class Progress:
 
     @staticmethod
     def _name(c):
-        return c.spec + "".join(f" {k}={v}" for k, v in c.config.items())
+        """``aBC bm=8``: a candidate's spec and knobs, control characters escaped (a knob's text goes
+        to the terminal: an ESC sequence in it would move the cursor or clear the screen).
+
+        >>> from types import SimpleNamespace as C
+        >>> Progress._name(C(spec="aB", config={"act": "relu\\x1b[2J\\r"}))
+        'aB act=relu\\\\x1b[2J\\\\r'
+        """
+        return printable(c.spec + "".join(f" {k}={v}" for k, v in c.config.items()))
 
     def close(self, budget_ended=False, winner=None):
         """End the bar; ``budget_ended``: the ``seconds`` budget stopped the search before the

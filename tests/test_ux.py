@@ -259,7 +259,7 @@ def test_thread_count_at_run_time():
         set_num_threads(1)
         assert get_num_threads() == 1
         clear(X)
-        assert "1 threads" in clear.explain() and (X == 0).all()
+        assert "1 thread;" in clear.explain() and (X == 0).all()
         set_num_threads(3)
         X[...] = 1
         clear(X)

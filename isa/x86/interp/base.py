@@ -35,6 +35,23 @@ class InterpError(Exception):
             self.ip, self.text = ip, text
             self.args = (self._full(),)
 
+    def __reduce__(self):
+        # pickle (multiprocessing re-raises a worker's error so) would call cls(*self.args), which
+        # does not match the subclasses' signatures: rebuild without __init__, then restore the fields
+        return _rebuilt, (type(self), self.args), self.__dict__
+
+
+def _rebuilt(cls, args):
+    """An interpreter error of class ``cls`` with ``args``, its fields still to be restored (pickle).
+
+    >>> import pickle
+    >>> e = MemoryFault(0x1000, 8, ip=0x40, text="mov rax, [rbx]")
+    >>> back = pickle.loads(pickle.dumps(e))
+    >>> str(back) == str(e), back.address, back.ip
+    (True, 4096, 64)
+    """
+    return cls.__new__(cls, *args)
+
 
 class UnsupportedInstruction(InterpError):
     """The interpreter does not model this opcode or operand form (it refuses, never guesses)."""
