@@ -274,3 +274,33 @@ def test_a_suite_run_directly_takes_no_abbreviations(capsys, module):
     mod = importlib.import_module(f"bench.{module}")
     parse = getattr(mod, "parse", None) or mod.main
     assert "unrecognized arguments: --he" in refused(capsys, parse, ["--he"])
+
+
+@pytest.mark.parametrize("record, words", [
+    ({"spec": "A", "knobs": {}, "seconds": 10 ** 400}, '"seconds": 1000'),          # past a float: its JSON
+    ({"spec": "A\x1b]0;title\x07", "key": ["k\r\nx"], "knobs": {"m": "\x1b[2J"}, "seconds": 0.001},
+     "k\\r\\nx -> A\\x1b]0;title\\x07 m=\\x1b[2J")])
+def test_cache_list_shows_every_record_on_one_escaped_line(tmp_path, monkeypatch, capsys, record, words):
+    monkeypatch.setenv("TPPASM_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("TPPASM_CACHE", "1")
+    tc.reset()
+    try:
+        assert tc.remember("tune", "one", record) and tc.remember("tune", "two", {"spec": "B", "seconds": 1})
+        assert tppasm_main(["cache", "list"]) == 0
+    finally:
+        tc.reset()
+    out = capsys.readouterr().out
+    assert words in out and "\x1b" not in out and len(out.splitlines()) == 2
+
+
+def test_cache_list_json_is_strict_json(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TPPASM_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("TPPASM_CACHE", "1")
+    tc.reset()
+    try:
+        assert tc.remember("tune", "nan", {"spec": "A", "seconds": float("nan"), "runs": [float("inf"), 1.0]})
+        assert tppasm_main(["cache", "list", "--json"]) == 0
+    finally:
+        tc.reset()
+    listing = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"bare {c}"))
+    assert listing[0]["record"] == {"spec": "A", "seconds": None, "runs": [None, 1.0]}

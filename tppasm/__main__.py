@@ -4,6 +4,7 @@ shows the disk cache of generated kernels, lists its records (the tuner's rememb
 empties it; ``python -m tppasm`` alone lists the commands."""
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -91,13 +92,14 @@ def cache(action, as_json=False, only=None):
     """``cache info``: where the disk cache is, what it holds, its counts; ``cache clear``: empty it
     (``only``: just the records of that namespace, e.g. "tune")."""
     import tppasm.cache as tc
+    from tppasm.display import printable
     if action == "list":
         found = tc.records(only)
         if as_json:
-            print(json.dumps([{"namespace": ns, "record": r} for ns, r in found], indent=2))
+            print(json.dumps([{"namespace": ns, "record": _strict(r)} for ns, r in found], indent=2))
             return 0
         for namespace, record in found:
-            print(f"{namespace:6s} {_record_text(namespace, record)}")
+            print(f"{namespace:6s} {printable(_record_text(namespace, record))}")
         if not found:
             off = "" if tc.info()["enabled"] else " (the cache is off)"
             print(f"no {only + ' ' if only else ''}records{off}")
@@ -160,9 +162,25 @@ def _record_text(namespace, record):
     if namespace == "tune" and isinstance(record, dict) and "spec" in record:
         try:
             return _tuning_text(record)
-        except (AttributeError, TypeError, ValueError):
+        except (AttributeError, TypeError, ValueError, OverflowError):
             pass
     return json.dumps(record)
+
+
+def _strict(value):
+    """``value`` (a record: JSON types) with NaN and infinities as null, which strict JSON parsers
+    take (``tppasm.cache.remember`` stores them as Python's json writes them).
+
+    >>> _strict({"s": [float("nan"), 1.5], "n": float("inf")})
+    {'s': [None, 1.5], 'n': None}
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strict(v) for v in value]
+    return value
 
 
 def _tuning_text(record):
