@@ -218,3 +218,14 @@ def test_repr_shows_an_explicit_isa_and_survives_half_built_kernels():
     assert "isa=" not in repr(tpp.relu(2, 8))
     bare = Kernel.__new__(Kernel)
     assert repr(bare) == "<Kernel (not built: no attributes set)>" and "not built" in bare._repr_html_()
+
+
+def test_summing_kinds_report_an_error_ten_times_their_bound():
+    """rtol * |w_i| + rtol * max|w| (rtol 1e-5): an element off by 1e-4 * max|w| is reported."""
+    from tppasm.testing.compare import compare
+    want = np.array([[100.0, 1.0]], np.float32)
+    got = want.copy()
+    got[0, 1] += 1e-2
+    assert compare("c", got, want, rtol=None, atol=None, summing=True)
+    got[0, 1] = want[0, 1] + 1e-4                  # within the bound (1e-3 here)
+    assert not compare("c", got, want, rtol=None, atol=None, summing=True)

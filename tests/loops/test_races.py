@@ -371,7 +371,8 @@ def test_gemm_specs_without_races_run(spec, isa_level):
         np.testing.assert_allclose(C, ref, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("spec", ["ABC", "aBC@schedule(dynamic)", "Abc", "A{R:2}bc", "bcA"])
+@pytest.mark.parametrize("spec", ["ABC", "aBC@schedule(dynamic)", "Abc", "A{R:2}bc", "bcA", "Abc@schedule(static,1)",
+                                  "ABC@schedule(static,3)"])
 def test_gemm_specs_that_split_the_reduction_are_refused(spec):
     A, B, C = _operands()
     with pytest.raises(RaceError, match="data race"):
