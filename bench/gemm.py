@@ -34,8 +34,8 @@ import tppasm as tpp
 import bench.tpp_gemm as tg
 from bench.common import Report, interleaved, pool_of, progress, write_json
 from bench.interleave import use_threads
-from bench.options import (MAX_SIDE, check_tuning, checked, dtypes_option, items, json_option, once, summary,
-                           threads_option, tuning_options, whole)
+from bench.options import (MAX_SIDE, check_memory, check_tuning, checked, dtypes_option, items, json_option, once,
+                           summary, threads_option, tuning_options, whole)
 from bench.versus import peak_loop as versus_peak_loop
 from loops import Loop, kernel
 from isa.pool import get_pool  # noqa: F401  (gemm_maker's example)
@@ -430,7 +430,20 @@ def parse(argv=None):
     json_option(p)
     args = p.parse_args(argv)
     check_tuning(p, args)
+    if args.sizes:
+        M, N, K = max(args.sizes, key=lambda size: gemm_bytes(*size))
+        check_memory(p, "--sizes", f"{M}x{N}x{K}", gemm_bytes(M, N, K), "--sizes 4096")
     return args
+
+
+def gemm_bytes(M, N, K):
+    """Bytes a row of size M x N x K allocates at least: fp32 A, B, the reference, C, its
+    unblocked copy and NumPy's C, and the blocked A and B (2 bytes an element or more).
+
+    >>> gemm_bytes(1024, 1024, 1024) / 2 ** 20
+    24.0
+    """
+    return 6 * (M * K + K * N) + 12 * M * N
 
 
 def main(argv=None):

@@ -100,7 +100,20 @@ def parse(argv=None):
     p.add_argument("--sweep-mib", type=options.count("MiB", "--sweep-mib 512"), default=512,
                    help="MiB read by the bandwidth sweep (default 512)")
     add_arguments(p)
-    return parse_options(p, argv)
+    args = parse_options(p, argv)
+    n, k, m = max(args.shapes, key=lambda shape: linear_bytes(*shape))
+    options.check_memory(p, "--shapes", f"{n}x{k}x{m}", linear_bytes(n, k, m), "--shapes 8x4096x4096")
+    options.check_memory(p, "--sweep-mib", args.sweep_mib, args.sweep_mib << 20, "--sweep-mib 512")
+    return args
+
+
+def linear_bytes(n, k, m):
+    """Bytes a row of shape n x k -> m allocates at least: x, the weight, y and dy in fp32.
+
+    >>> linear_bytes(1024, 1024, 1024) / 2 ** 20
+    16.0
+    """
+    return 4 * (n * k + m * k + 2 * n * m)
 
 
 def main(argv=None):

@@ -19,8 +19,8 @@ import numpy as np
 import tppasm as tpp
 from bench.common import Report, interleaved, pool_of, write_json
 from bench.interleave import use_threads
-from bench.options import (MAX_LAYERS, MAX_ROWS, MAX_SIDE, check_tuning, count, dtypes_option, json_option, summary,
-                           threads_option, tuning_options)
+from bench.options import (MAX_LAYERS, MAX_ROWS, MAX_SIDE, check_memory, check_tuning, count, dtypes_option,
+                           json_option, summary, threads_option, tuning_options)
 import bench.gemm as bench_gemm_module
 from bench.gemm import _torch, dtype_peak, fitted, n_block, tuned, winner_text
 from loops import Loop, kernel
@@ -194,14 +194,34 @@ def parse(argv=None):
     json_option(p)
     args = p.parse_args(argv)
     check_tuning(p, args)
+    T, C = sizes(args)
+    given = [flag for flag, value in (("--rows", args.rows), ("--channels", args.channels),
+                                      ("--layers", args.layers != 4)) if value]
+    if given:
+        check_memory(p, "/".join(given), f"{T} rows, {C} channels, {args.layers} layers", mlp_bytes(T, C, args.layers),
+                     "--rows 1024 --channels 1024")
     return args
+
+
+def sizes(args):
+    """(rows, channels) of a run: the options', or the defaults (1024, --quick 512)."""
+    return args.rows or (512 if args.quick else 1024), args.channels or (512 if args.quick else 1024)
+
+
+def mlp_bytes(T, C, L):
+    """Bytes an MLP of ``L`` layers of ``C`` channels on ``T`` rows allocates at least: fp32 input and
+    weights, the blocked weights and the ``L + 1`` activations (2 bytes an element or more).
+
+    >>> mlp_bytes(1024, 1024, 4) / 2 ** 20
+    38.0
+    """
+    return 4 * T * C + 6 * L * C * C + 2 * (L + 1) * T * C
 
 
 def main(argv=None):
     args = parse(argv)
     bench_gemm_module.TUNE_CLOCK, bench_gemm_module.FRESH = args.tune_clock, args.fresh
-    T = args.rows or (512 if args.quick else 1024)
-    C = args.channels or (512 if args.quick else 1024)
+    T, C = sizes(args)
     budget = 0 if args.no_tune else args.tune_seconds if args.tune_seconds is not None else 6 if args.quick else 20
     rep = bench_mlp(T, C, args.layers, args.threads, args.dtypes, args.quick, budget, not args.no_progress)
     write_json(args.json, [rep] if rep else [])

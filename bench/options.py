@@ -5,7 +5,8 @@ expected and gives an example of what to write::
     error: argument --threads: '0': expected numbers of threads from 1 to 4096, comma separated, each once, e.g. --threads 1,2
 
 Files a suite writes (``--json``, ``--plot``) are checked the same way: their directory exists
-and is writable, and a plot's name ends in a format matplotlib writes.
+and is writable, and a plot's name ends in a format matplotlib writes. So are sizes whose arrays
+need more than the machine's physical memory (:func:`check_memory`, after parsing).
 
 >>> threads = counts("threads", "--threads 1,2", most=MAX_THREADS)
 >>> threads("1,4")
@@ -264,6 +265,33 @@ def needs_tex():
     """
     from matplotlib import rcParams
     return plot_formats() if rcParams["text.usetex"] else ("pgf",)
+
+
+def physical_memory():
+    """Bytes of physical memory of this machine (``os.sysconf``), or None where the system does not say.
+
+    >>> m = physical_memory(); m is None or m > 0
+    True
+    """
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return pages * size if pages > 0 and size > 0 else None
+
+
+def check_memory(parser, option, value, needed, example):
+    """argparse's error (exit 2) when ``needed`` bytes (the arrays ``option``'s ``value`` makes a
+    run allocate) exceed the machine's physical memory: refused before any work, never a late
+    MemoryError or the OOM killer.
+
+    >>> p = argparse.ArgumentParser(prog="bench")
+    >>> check_memory(p, "--sizes", "512", 3 << 20, "--sizes 512")        # fits: nothing happens
+    """
+    have = physical_memory()
+    if have is not None and needed > have:
+        parser.error(f"argument {option}: {value}: the arrays need about {needed / 2 ** 30:.1f} GiB, more than "
+                     f"this machine's {have / 2 ** 30:.1f} GiB of memory; choose less, e.g. {example}")
 
 
 def json_option(parser):

@@ -10,8 +10,9 @@ copies, then checks that
   run's values are compared, so reading a write-only output shows, even through max or min);
 - nothing outside an operand changed (each copy sits in a buffer whose padding between rows and
   guards around are poison, compared bit for bit afterwards: 64 bytes, or one step of the
-  array's outermost dimension up to 64 KiB, so a row or block written one too far shows), and no
-  input changed;
+  array's outermost dimension up to 64 KiB, so a row or block written one too far shows; of
+  padding beyond 16 MiB and four times the array, a huge leading dimension's, the window of a row's
+  length either side of each row), and no input changed;
 - every written array matches the reference: exactly for integers, within dtype-aware
   tolerances for floats (``tppasm.testing.compare``): element-wise kinds per element (fp32 within
   ``rtol`` 1e-5 of each reference value, bf16 within two bf16 ulps of it), kinds that sum
@@ -38,6 +39,8 @@ Importing this package does not import hypothesis; the strategies do (the ``test
 >>> assert_matches_reference(tppasm.relu(1, 3), x, np.empty_like(x))       # passes silently
 >>> assert_matches_reference(tppasm.relu(1, 3))          # a hypothesis strategy of its operands
 """
+from datetime import timedelta
+
 import numpy as np
 
 from ..dtypes import numpy_dtype
@@ -49,6 +52,7 @@ from .compare import (FTZ_ATOL, RTOL, SUBNORMAL_ATOL, compare as _compare, docum
 
 GUARD = 64                                # bytes of poison before and after each copy, at least
 GUARD_MAX = 64 << 10                      # ... and at most, when one outer step is larger
+SPARSE_PADDING = 16 << 20                 # padding bytes past which only windows around the rows are poisoned
 # poison bit patterns of the three runs per item size for floats: a signalling NaN that no
 # arithmetic produces, then huge finite values of opposite signs (max(out, ...) keeps the positive
 # one, min(out, ...) the negative one, and vmaxps/vminps pass a NaN first operand through); for
@@ -57,6 +61,7 @@ FLOAT_POISON = {2: (0x7FA5, 0x7F7A, 0xFF7A), 4: (0x7FA5A5A5, 0x7F7A5A5A, 0xFF7A5
                 8: (0x7FF4A5A5A5A5A5A5, 0x7FEA5A5A5A5A5A5A, 0xFFEA5A5A5A5A5A5A)}
 INT_POISON = (0xA5, 0x5A, 0x81)
 RUNS = len(INT_POISON)
+HYPOTHESIS_DEADLINE = timedelta(milliseconds=200)   # hypothesis' default, which a check does not keep
 
 
 def __getattr__(name):
@@ -106,11 +111,13 @@ class Guarded:
         guard = guard_bytes(a)
         lead = guard + (a.ctypes.data % 64) // item * item
         total = -(-(lead + span + guard) // item)
-        self.buffer = empty((total,), a.dtype)
-        _bits(self.buffer)[...] = poison
+        self.buffer = empty((total,), a.dtype)          # only the windows below are touched
         self.poison = poison
         self.view = np.lib.stride_tricks.as_strided(self.buffer[lead // item:], a.shape, a.strides)
-        self.cover = np.zeros(total, bool)
+        self.windows = poison_windows(a, lead // item, total, guard)
+        for start, stop in self.windows:
+            _bits(self.buffer[start:stop])[...] = poison
+        self.cover = np.zeros(total, bool)              # zeroed pages stay virtual but for the view's
         np.lib.stride_tricks.as_strided(self.cover[lead // item:], a.shape,
                                         [s // item for s in a.strides])[...] = True
         if not fill_view:
@@ -118,7 +125,9 @@ class Guarded:
 
     def outside_changed(self):
         """Indices (into the buffer) of poison elements outside the view that changed."""
-        return np.flatnonzero(~self.cover & (_bits(self.buffer) != self.poison))
+        found = [start + np.flatnonzero(~self.cover[start:stop] & (_bits(self.buffer[start:stop]) != self.poison))
+                 for start, stop in self.windows]
+        return np.concatenate(found) if found else np.zeros(0, np.intp)
 
     def unwritten(self):
         """A boolean mask over the view: elements that still hold the poison."""
@@ -135,6 +144,37 @@ def guard_bytes(array):
     """
     step = max((s for d, s in zip(array.shape, array.strides) if d > 1), default=0)
     return min(max(GUARD, -(-step // 64) * 64), GUARD_MAX)
+
+
+def poison_windows(array, lead, total, guard):
+    """The (start, stop) element ranges of a copy's buffer of ``total`` elements (``array``'s
+    elements from element ``lead`` on, ``guard`` bytes of guard each side) that hold poison and are
+    checked: the whole buffer, unless the padding between the array's runs of adjacent elements
+    exceeds :data:`SPARSE_PADDING` and four times the array (a huge leading dimension); then each run
+    with a window of its own length (:data:`GUARD` bytes to ``guard``) either side, and the guards.
+
+    >>> x = np.zeros((2, 10**8), np.float32)[:, :4]            # virtual: no page is touched
+    >>> poison_windows(x[:1], 16, 36, 64), poison_windows(x, 16, 10**8 + 36, 64)
+    ([(0, 36)], [(0, 36), (100000000, 100000036)])
+    """
+    item = array.itemsize
+    if (total - array.size) * item <= max(SPARSE_PADDING, 4 * array.nbytes):
+        return [(0, total)]
+    offsets = np.zeros((), np.int64)
+    for d, s in zip(array.shape, array.strides):
+        offsets = offsets[..., None] + np.arange(d, dtype=np.int64) * (s // item)
+    offsets = offsets.ravel() + lead
+    if not np.all(offsets[1:] > offsets[:-1]):     # falling strides (a view's rows) list them in order
+        offsets = np.unique(offsets)
+    breaks = np.flatnonzero(np.diff(offsets) != 1) + 1
+    starts, ends = offsets[np.r_[0, breaks]], offsets[np.r_[breaks - 1, len(offsets) - 1]] + 1
+    pad = min(max(GUARD, -(-int((ends - starts).max()) * item // 64) * 64), guard) // item
+    lo, hi = np.maximum(starts - pad, 0), np.minimum(ends + pad, total)
+    lo[0], hi[-1] = 0, total
+    reach = np.maximum.accumulate(hi)
+    first = np.flatnonzero(np.r_[True, lo[1:] > reach[:-1]])
+    last = np.r_[first[1:] - 1, len(lo) - 1]
+    return [(int(a), int(b)) for a, b in zip(lo[first], reach[last])]
 
 
 def _kind(kernel):
@@ -350,7 +390,9 @@ def assert_matches_reference(kernel, *arrays, count=None, outputs=None, rtol=Non
     or positions of write-only arrays to poison and check as fully written (default: the
     outputs the kernel only writes; for a loop kernel, the arrays its calls only write).
     ``rtol``/``atol``: float tolerances (defaults in the module docstring). ``max_examples``:
-    hypothesis examples (default: the active hypothesis profile's), with a strategy only.
+    hypothesis examples (default: the active hypothesis profile's), with a strategy only. The
+    examples have no deadline, unless the active hypothesis profile sets one other than
+    hypothesis' default 200 ms.
     """
     strategy = arrays[0] if len(arrays) == 1 and _is_strategy(arrays[0]) else None
     if not arrays:
@@ -372,9 +414,19 @@ def assert_matches_reference(kernel, *arrays, count=None, outputs=None, rtol=Non
     # hypothesis keys its saved failures by the test function, the same for every kernel: add the kernel's
     # own identity, so a failure saved for one kernel is replayed on that kernel, never deleted by another
     run.hypothesis.inner_test._hypothesis_internal_add_digest = _identity(kernel).encode()
-    if max_examples is not None:
-        run = settings(max_examples=max_examples)(run)
+    run = settings(**_settings(max_examples))(run)
     run()
+
+
+def _settings(max_examples):
+    """The hypothesis settings of a check: ``max_examples`` where given, and no deadline unless the
+    active profile sets one other than hypothesis' own default (a check's time is mostly its own:
+    three poisoned runs, copies and the NumPy reference, long for a large kernel)."""
+    from hypothesis import settings
+    chosen = {} if max_examples is None else {"max_examples": max_examples}
+    if settings.default.deadline == HYPOTHESIS_DEADLINE:
+        chosen["deadline"] = None
+    return chosen
 
 
 def _identity(kernel):
