@@ -13,6 +13,8 @@ relu(X[i], X[i])
 """
 import inspect
 
+from isa.pool import MAX_THREADS
+
 from .spec import LETTERS, SpecError
 from .program import Node
 from .trace import trace
@@ -37,8 +39,11 @@ def check_grid(spec, nthreads, own_pool=False):
     if spec.mode == "grid" and spec.nthreads_needed > nthreads:
         more = (f"pass a pool of {spec.nthreads_needed} threads or more (pool=Pool({spec.nthreads_needed}))"
                 if own_pool else f"call loops.set_num_threads({spec.nthreads_needed}) (or set TPPASM_NUM_THREADS)")
+        advice = f"shrink the grid or {more}"
+        if spec.nthreads_needed > MAX_THREADS:      # no pool has that many: the grid itself must shrink
+            advice = f"shrink the grid to at most {MAX_THREADS} threads (the most a pool has), e.g. fewer teams"
         raise SpecError(f"loop spec {spec.text!r} places loops on a {'x'.join(map(str, spec.grid))} thread grid "
-                        f"({spec.nthreads_needed} threads) but the pool has {nthreads}; shrink the grid or {more}")
+                        f"({spec.nthreads_needed} threads) but the pool has {nthreads}; {advice}")
 
 
 def traced_trees(lk, arrays):

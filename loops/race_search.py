@@ -149,7 +149,10 @@ def pair(sched, first, second, names, label):
     L = len(loops)
     # loops too long to list take part in the proof only (their conditions are left out, which
     # can only add pairs); a search over them reports the pair as unproven
-    ranges = [np.arange(lp.start, lp.end, lp.step, dtype=np.int64) if lp.trip <= LISTED else None for lp in loops]
+    # a longer loop is listed only at the few values an '==' or a constant block pins it to on both sides
+    ranges = [np.arange(lp.start, lp.end, lp.step, dtype=np.int64) if lp.trip <= LISTED else
+              _pinned_range(k, lp, first, second, hook) for k, lp in enumerate(loops)]
+    sparse = {k for k, lp in enumerate(loops) if lp.trip > LISTED and ranges[k] is not None}
     U = [np.ones(len(r), bool) if r is not None else None for r in ranges]   # x_k the first's path admits
     V = [np.ones(len(r), bool) if r is not None else None for r in ranges]   # x'_k the second's path admits
     window = [None] * L                                  # allowed x_k - x'_k (array) or None: any
@@ -218,7 +221,71 @@ def pair(sched, first, second, names, label):
         coupled |= {LETTERS.index(v) for v in l1 | l2}
     if any(m is not None and not m.any() for m in U + (V if hook is None else [])):
         return None
+    for k in sparse:
+        window[k] = None                                 # a pinned range is no progression: match values
     return _search(sched, first, second, hook, ranges, U, V, window, coupled, uses_threads, names, label)
+
+
+def _pinned_range(k, lp, first, second, hook):
+    """The values of the long loop ``k`` that a conflicting pair can have (sorted), when each side's
+    path (``i == c``) or block (``X[i]`` against a constant ``X[5]``) pins it to a few; else None.
+    Any value outside both sides' pinned sets fails a path or a block, so the search stays exact."""
+    v = LETTERS[k]
+    mine = _pinned_values(v, first, second)
+    theirs = _pinned_values(v, second, first) if hook is None else np.empty(0, np.int64)
+    if mine is None or theirs is None:
+        return None
+    vals = np.union1d(mine, theirs)
+    return vals[(vals >= lp.start) & (vals < lp.end) & ((vals - lp.start) % lp.step == 0)]
+
+
+def _pinned_values(v, acc, other):
+    """The values of loop ``v`` that ``acc``'s path and blocks (against ``other``'s) admit, when an
+    equality or a constant block pins them to at most :data:`_WINDOW`; None when nothing does."""
+    found = None
+    for test, outcome in acc.path:
+        e = test.expr
+        if e.vars() != {v} or (test.op == "==") != outcome or test.op not in ("==", "!="):
+            continue
+        a = dict(e.terms)[v]
+        vals = np.array([-e.const // a] if e.const % a == 0 else [], np.int64)
+        found = vals if found is None else np.intersect1d(found, vals)
+    for (s1, n1, d1), (s2, n2, d2) in zip(acc.box, other.box):
+        if s1.vars() != {v} or s2.vars():
+            continue
+        vals = difference_window(dict(s1.terms)[v], s1.const, n1, d1, s2.const, n2, d2)
+        if vals is not None:
+            found = vals if found is None else np.intersect1d(found, vals)
+    return found
+
+
+def _unlisted(sched, first, second, hook, found, coupled, uses_threads, names, label):
+    """A long loop nothing pins: look for a real conflict among a sample of its values (found pairs
+    are checked exactly), else report the pair as unproven, saying what would make it provable."""
+    ranges, U, V, window = (list(f) for f in found)
+    long = [k for k, r in enumerate(ranges) if r is None]
+    sample = list(ranges)
+    for k in long:
+        lp = sched.loops[k]
+        edge = lp.start + lp.step * np.arange(4, dtype=np.int64)          # the trip is over LISTED
+        tail = lp.start + lp.step * (lp.trip - 1 - np.arange(4, dtype=np.int64))
+        pins = [p for p in (_pinned_values(LETTERS[k], first, second), _pinned_values(LETTERS[k], second, first))
+                if p is not None]
+        inside = [p[(p >= lp.start) & (p < lp.end) & ((p - lp.start) % lp.step == 0)] for p in pins]
+        sample[k] = np.unique(np.concatenate([edge, tail, sched.boundary_values(k)] + inside))
+        U[k], V[k], window[k] = np.ones(len(sample[k]), bool), np.ones(len(sample[k]), bool), None
+    found = _search(sched, first, second, hook, sample, U, V, window, coupled | set(long), uses_threads,
+                    names, label)                         # every sampled value is tried (the masks are not exact)
+    if found is not None and not isinstance(found, Undecided):
+        return found
+    loop = names[LETTERS[long[0]]]
+    trip = sched.loops[long[0]].trip
+    out = _undecided(first, second, label, f"loop {loop} has {trip} iterations, more than the {LISTED} the "
+                     f"search lists, and neither call pins {loop} to a few values")
+    out.advice = (f"guard the calls with 'if {loop} == <value>:' or index the blocks by {loop} (e.g. X[{loop}]) "
+                  f"so that the analysis needs no list of {loop}'s values, or split the loop into loops of at "
+                  f"most {LISTED} iterations")
+    return out
 
 
 def _tid_window_zero(s1, n1, d1, s2, n2, d2, T):
@@ -256,7 +323,7 @@ def _search(sched, first, second, hook, ranges, U, V, window, coupled, uses_thre
         if set(sched.pinned_when_equal()) <= equal:
             return None
     if any(r is None for r in ranges):
-        return _undecided(first, second, label, f"a loop of more than {LISTED} iterations")
+        return _unlisted(sched, first, second, hook, (ranges, U, V, window), coupled, uses_threads, names, label)
     joint = sorted(role | coupled)
     if not joint:
         return None                                      # nothing decides a thread: one thread runs all

@@ -260,6 +260,8 @@ def describe(spec, conflict, nthreads, fixes=()):
                 + (f"; the two iterations differ in {', '.join(roles)}" if roles else ""))
     if fixes:
         todo = "fix: write " + " or ".join(repr(f) for f in fixes) + " (checked race-free)"
+    elif getattr(conflict, "advice", None):
+        todo = f"fix: {conflict.advice}"
     else:
         todo = ("fix: put '|' after the parallel loops, use a static schedule, or make the loop the two "
                 "iterations differ in serial (lower case) and outermost")

@@ -52,13 +52,9 @@ def declarations(lk):
     """What a record depends on in the loop kernel ``lk`` besides its body's code: the loops, spec,
     races and arrays it declares.
 
-    >>> import tppasm as tpp
     >>> from loops import Loop, kernel
-    >>> zero = tpp.zero(8, 8)
-    >>> @kernel("A", Loop(0, 4))
-    ... def clear(i, X):
-    ...     zero(X[i])
-    >>> declarations(clear) != declarations(clear.with_spec("A{R:2}"))
+    >>> lk = kernel("A", Loop(0, 4))(lambda i, X: None)
+    >>> declarations(lk) != declarations(lk.with_spec("A{R:2}"))
     True
     """
     return repr((lk.loops, lk.spec.text, lk.races, lk.array_names))
@@ -68,11 +64,19 @@ def disk_key(key, configs, specs, blocks, make, lk, threads):
     """The text a search's record is stored under (see the module docstring); ``lk`` is the loop
     kernel of the first configuration."""
     isa = host().isa
-    parts = (repr(key), repr([sorted(c.items()) for c in configs]), repr(specs), repr(blocks),
+    parts = (repr(key), _configs_text(configs), repr(specs), repr(blocks),
              code_digest(make), code_digest(lk.body), declarations(lk), threads, identity(), isa,
              backends.source_version(isa),
              backends.code_options(isa), backends.tree_version(NEST_SOURCES))
     return "\n".join(str(p) for p in parts)
+
+
+def _configs_text(configs):
+    """The configurations' part of the disk key: a :class:`loops.knob_grid.Grid` keys itself
+    cheaply; a plain list is listed."""
+    if hasattr(configs, "key_text"):
+        return configs.key_text()
+    return repr([sorted(c.items()) for c in configs])
 
 
 def load(key, configs):

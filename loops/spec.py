@@ -193,10 +193,19 @@ def _level_trip(lp, lv):
 
 
 def _fail(text, pos, what, legal):
+    """SpecError at ``pos``: the spec (beyond :data:`SHOWN` characters either side, the window
+    around ``pos``, marked '...') with a caret under the position."""
     ch = text[pos] if pos < len(text) else "end of spec"
     shown = repr(ch) if pos < len(text) else ch
-    raise SpecError(f"loop spec {text!r}, position {pos} ({shown}): {what}; {legal}\n"
-                    f"  {_escaped(text)}\n  {' ' * len(_escaped(text[:pos]))}^")
+    lo, hi = (max(0, pos - SHOWN), min(len(text), pos + SHOWN)) if len(text) > 2 * SHOWN else (0, len(text))
+    name = repr(text) if (lo, hi) == (0, len(text)) else f"of {len(text)} characters"
+    before, after = ("..." if lo else ""), ("..." if hi < len(text) else "")
+    caret = len(before) + len(_escaped(text[lo:pos]))
+    raise SpecError(f"loop spec {name}, position {pos} ({shown}): {what}; {legal}\n"
+                    f"  {before}{_escaped(text[lo:hi])}{after}\n  {' ' * caret}^")
+
+
+SHOWN = 40      # characters of a spec shown either side of an error's position
 
 
 def _escaped(text):

@@ -37,6 +37,7 @@ from .program import Call, merge_paths
 THREAD_VARS = ("tid", "row", "col", "layer")
 MAX_PATHS = 4096
 MAX_TESTS = 10_000           # index comparisons evaluated in one pass over the body
+COUNT_AFTER = 64             # a body with more paths has them counted (cheaply) before more are traced
 
 
 class ViewAttributeError(TraceError, AttributeError):
@@ -97,6 +98,10 @@ class View:
 
     def __getitem__(self, key):
         key = key if isinstance(key, tuple) else (key,)
+        if getattr(getattr(_local, "tracer", None), "counting", False) and self._plain(key):
+            n = len(key)        # counting paths: the shape is all a body can read (no offset, text or check)
+            return View(self._arg, self.dtype, self.shape[n:], self._strides[n:], self._offset, self._text,
+                        (), self._axes, self._vmap[n:], self._owner)
         if len(key) > self.ndim:
             raise TraceError(f"{self._text}: {len(key)} indices for a {self.ndim}-D array")
         shape, strides, offset, checks, parts = [], [], self._offset, list(self._checks), []
@@ -138,6 +143,12 @@ class View:
         vmap += self._vmap[len(key):]
         text = f"{self._text}[{', '.join(parts)}]"
         return View(self._arg, self.dtype, shape, strides, offset, text, checks, axes, vmap, self._owner)
+
+    def _plain(self, key):
+        """True when ``key`` is at most ``ndim`` ints and loop indices (no slice): the view's shape is
+        then the rest of this one's."""
+        return len(key) <= self.ndim and all(isinstance(k, (Affine, int, np.integer)) and not isinstance(k, bool)
+                                             for k in key)
 
     def _own(self, index):
         """TraceError when ``index`` is a loop index of another body (kept past it, e.g. in a global)."""
@@ -228,6 +239,7 @@ class _Tracer:
         self.names = names
         self.decisions, self.events, self.pos, self.known = [], [], 0, {}
         self.tests = 0
+        self.counting = False       # True: calls are not recorded (see _count_paths)
 
     def decide(self, test):
         self.tests += 1
@@ -250,6 +262,8 @@ class _Tracer:
         return out
 
     def record(self, kernel, arrays, values):
+        if self.counting:
+            return
         specs = kernel.operands
         if not getattr(kernel.desc, "checked_call", True):
             raise TraceError(unchecked_in_body(kernel.desc))
@@ -379,20 +393,45 @@ def trace(body, index_names, arrays, arg_names=None):
         views.append(View(i, a.dtype, a.shape, _element_strides(a), Affine((), 0, names), arg_names[i], owner=names))
     paths = []
     decisions = []
-    while True:
+    while decisions is not None:
         tr = _Tracer(names)
         tr.decisions = decisions
         _run(tr, body, idx + views)
         paths.append(tr.events)
-        if len(paths) > MAX_PATHS:
-            raise TraceError(f"the body has more than {MAX_PATHS} control paths; simplify its 'if's")
-        decisions = list(tr.decisions[:tr.pos])
-        while decisions and decisions[-1] is False:
-            decisions.pop()
-        if not decisions:
-            break
-        decisions[-1] = False
+        decisions = _next_path(tr)
+        if len(paths) == COUNT_AFTER and decisions is not None:
+            _count_paths(body, idx + views, names, decisions, len(paths))
     return merge_paths(paths)
+
+
+def _next_path(tr):
+    """The decisions of the next path after ``tr``'s (depth first, True before False), or None."""
+    decisions = list(tr.decisions[:tr.pos])
+    while decisions and decisions[-1] is False:
+        decisions.pop()
+    if not decisions:
+        return None
+    decisions[-1] = False
+    return decisions
+
+
+def _count_paths(body, args, names, decisions, done):
+    """TraceError when the paths from ``decisions`` on, with the ``done`` ones, number more than
+    :data:`MAX_PATHS`: counted by running the body with its kernel calls not recorded (recording
+    costs about 4/5 of a traced path; views get their shape only), so a body with too many is
+    refused in seconds, not minutes. A path that fails ends the count: tracing it says why."""
+    while decisions is not None:
+        tr = _Tracer(names)
+        tr.counting = True
+        tr.decisions = decisions
+        try:
+            _run(tr, body, args)
+        except Exception:         # noqa: BLE001  (traced again, with its calls recorded, the error has its text)
+            return
+        done += 1
+        if done > MAX_PATHS:
+            raise TraceError(f"the body has more than {MAX_PATHS} control paths; simplify its 'if's")
+        decisions = _next_path(tr)
 
 
 def _element_strides(a):

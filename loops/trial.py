@@ -56,8 +56,11 @@ class Built:
         self.poison = False
         self.outputs = set()       # the arrays the nest writes but never reads: poisoned when self.poison
         self.own = None            # this configuration's reference result (when no output())
+        self.own_seconds = None    # the time of the reference's first run
+        self.holding = None        # the spec whose result the arrays hold (None: unknown or initial)
 
     def restore(self):
+        self.holding = None
         for i, init in zip(self.writable, self.initial):
             a = self.arrays[i]
             if self.poison and i in self.outputs and (a.dtype.kind == "f" or a.dtype.name == "bfloat16"):
@@ -71,16 +74,21 @@ class Built:
             return [np.asarray(out).astype(np.float64)]
         return [self.arrays[i].astype(np.float64) for i in self.writable]
 
-    def reference(self):
+    def reference(self, deadline=float("inf"), clock="wall"):
         """Run the kernel's own spec (not one tuned earlier) from the initial contents; check whether
         it overwrites the arrays it only writes (then candidates start with those full of NaN, so
-        an element they leave unwritten shows)."""
+        an element they leave unwritten shows). That check runs it again, unless the first run
+        ended past ``deadline`` (the search's budget is spent: candidates start from the initial
+        contents); ``own_seconds`` is the first run's time (by ``clock``)."""
         own = self.lk.with_spec(self.lk.spec.text)
         access = own.accesses(*self.arrays)
         self.outputs = {i for i, name in enumerate(own.array_names) if access[name] == "written"}
         self.restore()
-        own(*self.arrays)
+        self.own_seconds = elapsed(own, self.arrays, clock)
         want = self.result()
+        if time.perf_counter() > deadline:
+            self.poison, self.own, self.holding = False, want, own.spec.text   # the arrays hold its result
+            return want
         self.poison = bool(self.outputs)
         self.restore()
         own(*self.arrays)
@@ -122,14 +130,19 @@ class Builds:
         self.cache.pop(tuple(sorted(config.items())), None)
 
 
-def measure(c, builds, reference, reps, rtol, clock="wall", probe=None):
+def measure(c, builds, reference, reps, rtol, clock="wall", probe=None, deadline=float("inf")):
     """Time candidate ``c`` (the min of its checking run and up to ``reps`` more, kept if lower than
-    before; the repeats stop after :data:`REPEAT_SECONDS`, one at least); with a :class:`Probe`,
-    scaled by the machine's speed of the moment."""
+    before; the repeats stop after :data:`REPEAT_SECONDS`, one at least, and at ``deadline``); with a
+    :class:`Probe`, scaled by the machine's speed of the moment. Past ``deadline``, the kernel's
+    own spec takes its reference run's time instead of running again (that run was its check)."""
     try:
         built = builds.get(c.config)
         if built.own is None:
-            built.reference()
+            built.reference(deadline, clock)
+        if (time.perf_counter() > deadline and c.spec == built.lk.spec.text
+                and built.own_seconds is not None and not c.seconds):
+            c.seconds = built.own_seconds
+            return
         variant = candidate_variant(built.lk, c.spec)
         built.restore()
         runs = [elapsed(variant, built.arrays, clock)]
@@ -139,7 +152,7 @@ def measure(c, builds, reference, reps, rtol, clock="wall", probe=None):
             return
         scale = probe.scale() if probe is not None else 1.0
         spent = 0.0
-        while len(runs) <= reps and (len(runs) < 2 or spent < REPEAT_SECONDS):
+        while len(runs) <= reps and (len(runs) < 2 or spent < REPEAT_SECONDS) and time.perf_counter() <= deadline:
             runs.append(elapsed(variant, built.arrays, clock))
             spent += runs[-1]
         c.seconds = min(min(runs) * scale, c.seconds or float("inf"))
@@ -165,17 +178,18 @@ def candidate_variant(lk, spec):
     return lk.with_spec(spec, races=None if spec == lk.spec.text else "refuse")
 
 
-def time_again(c, builds, reps, clock="wall"):
+def time_again(c, builds, reps, clock="wall", deadline=float("inf")):
     """The minimum of up to ``reps`` runs of a candidate already checked by :func:`measure` (no
     check); as there, the runs stop after :data:`REPEAT_SECONDS` (one at least), so a large
-    ``reps`` does not outlast the search's budget."""
+    ``reps`` does not outlast the search's budget; None when ``deadline`` passed before the first."""
     built = builds.get(c.config)
     variant = candidate_variant(built.lk, c.spec)
+    built.holding = None                            # runs on the arrays as they are
     runs, spent = [], 0.0
-    while len(runs) < reps and (not runs or spent < REPEAT_SECONDS):
+    while len(runs) < reps and (not runs or spent < REPEAT_SECONDS) and time.perf_counter() <= deadline:
         runs.append(elapsed(variant, built.arrays, clock))
         spent += runs[-1]
-    return min(runs)
+    return min(runs) if runs else None
 
 
 class Probe:

@@ -45,6 +45,7 @@ import numpy as np
 
 from . import remembered
 from .enumerate import enumerate_union, iter_spec_space
+from .knob_grid import Grid
 from .signature import signature
 from .spec import LETTERS, SpecError
 from .trace import TraceError
@@ -139,15 +140,18 @@ def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4, bl
     """Time candidate specs of ``lk`` on ``arrays``; remember and return the best spec.
 
     ``specs``: the candidates (default :func:`space`, ranked by the cost model when ``model``, else
-    :func:`candidates`), each checked first (a refused spec raises its :class:`SpecError`);
+    :func:`candidates`), each checked first (a refused spec raises its :class:`SpecError`; with
+    ``seconds``, as many as its first tenth allows, a later refused one skipped with its note);
     ``budget``: how many are timed at most; ``seconds``: a wall-clock limit (None: none);
     ``blocks``: search block sizes too (True: every loop blocked once; or a dict loop letter ->
     times blocked, 0..5, the letters left out not blocked, so ``{}`` and ``{'a': 0}`` search the
     unblocked specs; see :func:`space`; a loop is blocked at most as many times as nested sizes
     fit its trip count). A candidate other than ``lk``'s own spec that the race analysis finds
     racing (:mod:`loops.races`) is skipped, whatever ``races=`` ``lk`` declares (see
-    :mod:`loops.trial`); ``seconds`` bounds the whole call, the spec space's enumeration and
-    the final rounds included (within one candidate's run).
+    :mod:`loops.trial`); ``seconds`` bounds the whole call, the spec space's enumeration, the
+    specs' check and the final rounds included: no run starts past it, but one that started
+    before it ends (the kernel's own spec always runs once: its reference run, which then also
+    serves as its timing).
     ``lk.last_tuning`` holds (spec, seconds or None, note) per timed candidate after the call,
     the spec chosen noted ``"chosen"``: the fastest unless it beats ``lk``'s own spec by less
     than :data:`MARGIN`. ``remember=True``: also keep the winner on disk and take it back,
@@ -158,7 +162,7 @@ def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4, bl
     """
     check_options("tune", budget=budget, reps=reps, rtol=rtol, seconds=seconds,
                   flags=dict(progress=progress, model=model, remember=remember))
-    check_search_space("tune", lk, specs, blocks)
+    check_search_space("tune", lk, specs, blocks, until=time.perf_counter() if seconds else None)  # search: the rest
     if specs is None and not model:
         specs = (candidates(lk, budget) if not _searches_blocks(blocks)
                  else list(itertools.islice(iter_space(lk, blocks), budget)))
@@ -179,7 +183,8 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     ``make(**config)`` returns ``(lk, arrays)`` or ``(lk, arrays, output)``; without ``output``, each
     configuration's results are checked against its own kernel's spec. ``specs``: a fixed list
     (else :func:`space` of each configuration's kernel with ``blocks``), checked against the first
-    configuration's kernel before anything is timed; ``top``: how many are timed at most (None: all);
+    configuration's kernel before anything is timed (with ``seconds``, in its first tenth at most:
+    a later refused spec is skipped, noted); ``top``: how many are timed at most (None: all);
     ``seconds``: the wall-clock budget (None: none; modelling included: configurations are modelled
     best kernel first, and those not modelled in its first 40% are left out, counted in the
     record, as are the predictions of specs past it; specs of the space not enumerated in its
@@ -230,10 +235,10 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     hints = check_hints("search", hints)
     if clock not in ("wall", "cpu"):
         raise ValueError(f"search: clock={clock!r}; expected 'wall' or 'cpu'")
-    configs = _configs(knobs)
+    configs = Grid(knobs)                           # walked lazily: a huge grid costs its budget only
     builds = Builds(make)
     ref = builds.get(configs[0])
-    check_search_space("search", ref.lk, specs, blocks)
+    check_search_space("search", ref.lk, specs, blocks, until=start + (deadline - start) * 0.1 if seconds else None)
     threads = ref.lk.pool.nthreads
     key = key if key is not None else _default_key(ref, threads)
     if not _hashable(key):
@@ -244,7 +249,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     earlier = _in_process(key, disk, configs) if remember else None
     if remember and earlier is None:
         earlier = remembered.load(disk, configs)
-    reference = ref.reference()
+    reference = ref.reference(deadline, clock)      # its second run (the NaN check) skipped past the deadline
     seed = _recalled(earlier, builds, reference, reps, rtol, clock)
     if seed is not None and not resume:
         record = _keep(key, disk, dict(earlier, recalled=True))
@@ -252,10 +257,13 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
         out.candidates = [seed]                     # its check: the one candidate timed
         return out
     timer = Probe(ref.lk, ref.arrays, reps, clock, probe) if probe else None
-    cands, unmodelled, modelling = [], 0, start + (deadline - start) * 0.4
+    ref.holding = ref.holding if timer is None else None       # the probe ran on the arrays
+    cands, modelling = [], start + (deadline - start) * 0.4
     model = model and (seconds is None or seconds >= MODEL_SECONDS)
     enumerating = start + (deadline - start) * 0.5      # specs enumerated after this are left out
-    for config, lk, predict in _models(configs, builds, ref, model, machine, threads, start + (deadline - start) / 4):
+    models = _models(configs, builds, ref, model, machine, threads, start + (deadline - start) / 4)
+    unmodelled = configs.count - len(models)              # not reached before the modelling deadline
+    for config, lk, predict in models:
         late = config is not configs[0] and time.perf_counter() > modelling
         if lk is None or late:
             unmodelled += 1                       # the rest of the budget is for timing: left out
@@ -278,7 +286,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
         same = _same(cands, c)
         if same is not None and (cands[same] is seed or same == 0 or any(cands[same] is o for o in hinted)):
             continue                                # the reference, remembered winner or a hint: timed anyway
-        measure(c, builds, reference, reps, rtol, clock)
+        measure(c, builds, reference, reps, rtol, clock, deadline=deadline)
         if c.seconds is None:
             continue                                # refused or a different result: a hint is only a hint
         if not _stand_in(cands, c):
@@ -298,7 +306,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
             break
         if c is seed or any(c is h for h in hinted):
             continue
-        measure(c, builds, reference, reps, rtol, clock, timer)
+        measure(c, builds, reference, reps, rtol, clock, timer, deadline)
         if c.seconds is not None:
             timed.append(c)
         order.learn(c)
@@ -320,7 +328,9 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
         if time.perf_counter() > deadline:
             break                                   # the budget bounds the final rounds too
         for c in finalists:
-            samples[id(c)].append(time_again(c, builds, reps, clock))
+            again = time_again(c, builds, reps, clock, deadline)
+            if again is not None:
+                samples[id(c)].append(again)
     for c in finalists:
         c.seconds = float(np.median(samples[id(c)]))
     best = min(finalists, key=lambda c: c.seconds)
@@ -332,7 +342,7 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
               "threads": threads, "knobs": best.config, "spec": best.spec, "seconds": best.seconds,
               "reference_seconds": own.seconds if own is not None else None,
               "candidates": len(cands), "timed": len(timed),
-              "configurations": len(configs), "unmodelled_configurations": unmodelled,
+              "configurations": configs.count, "unmodelled_configurations": unmodelled,
               "skipped": sum(1 for c in cands if c.note), "model": bool(model),
               "predicted_rank": ranked.get(id(best), 0), "modelling_seconds": modelled, "clock": clock,
               "elapsed": time.perf_counter() - start}
@@ -347,23 +357,6 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     out = _rebuild(builds, record)
     out.candidates = cands
     return out
-
-
-def _configs(knobs):
-    """Knob dicts to try, the reference first.
-
-    >>> _configs({"bm": [64, 32], "bn": [16]}), _configs([{"bm": 8}]), _configs(None)
-    ([{'bm': 64, 'bn': 16}, {'bm': 32, 'bn': 16}], [{'bm': 8}], [{}])
-    """
-    if isinstance(knobs, (list, tuple)):
-        if not knobs or not all(isinstance(k, dict) for k in knobs):
-            raise TypeError("knobs: a dict of name -> values, or a non-empty list of keyword dicts for make()")
-        return [dict(k) for k in knobs]
-    knobs = dict(knobs or {})
-    for name, values in knobs.items():
-        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or not list(values):
-            raise TypeError(f"knobs[{name!r}]={values!r}: give a non-empty list of values to try, e.g. [32, 64]")
-    return [dict(zip(knobs, values)) for values in itertools.product(*knobs.values())] or [{}]
 
 
 def _explored(c):
@@ -411,8 +404,9 @@ def _rebuild(builds, record):
     if built.own is None:
         built.reference()
     variant = built.lk.with_spec(record["spec"])
-    built.restore()
-    variant(*built.arrays)
+    if built.holding != record["spec"]:             # the arrays get the winner's result (one run more)
+        built.restore()
+        variant(*built.arrays)
     _remember_in(built.lk, built.arrays, record["spec"])
     return Tuned(record, [], variant, built.arrays, built.output)
 
@@ -434,12 +428,11 @@ def _default_key(built, threads):
 def _models(configs, builds, ref, model, machine, threads, until):
     """(config, loop kernel, predictor or None) per configuration: the reference first, then, with a
     model, the others by their own spec's predicted time (the best kernels first) as far as
-    ``until`` allows (None for the rest: not modelled)."""
+    ``until`` allows; the rest are not walked (the caller counts them as not modelled)."""
     out = []
     for config in configs:
         if config is not configs[0] and time.perf_counter() > until:
-            out.append((config, None, None))
-            continue
+            break
         built = builds.get(config) if config is not configs[0] else ref
         out.append((config, built.lk, predictor(built, machine, threads) if model else None))
         if config is not configs[0]:

@@ -7,6 +7,8 @@ Traceback (most recent call last):
 ...
 ValueError: search: seconds=0; expected a positive number of seconds (the wall-clock budget), or None for no limit
 """
+import time
+
 import numpy as np
 
 from .spec import LETTERS, MAX_BLOCKING, SpecError, parse
@@ -58,19 +60,26 @@ def _check_real(who, name, value, expected, ok, none_ok=False):
         raise ValueError(f"{who}: {name}={value!r}; expected {expected}")
 
 
-def check_search_space(who, lk, specs, blocks):
+def check_search_space(who, lk, specs, blocks, until=None):
     """SpecError for a spec of ``specs`` that ``lk`` cannot take, TypeError/ValueError for a ``specs``
-    or ``blocks`` of the wrong form: found before anything is timed."""
+    or ``blocks`` of the wrong form: found before anything is timed. With ``until`` (a
+    ``time.perf_counter()`` value), the specs are parsed and bound only until then (the first one
+    always; the budget of a search bounds a list of 50,000 too): a later one that ``lk`` cannot
+    take is skipped when its turn comes, with its error as the note."""
     if specs is not None:
         if isinstance(specs, (str, bytes)) or not isinstance(specs, (list, tuple)):
             raise TypeError(f"{who}: specs={specs!r}; expected a list of spec strings, e.g. specs=['aBC', 'aCB'] "
                             "(or None: searched)")
         if not specs:
             raise ValueError(f"{who}: specs=[] gives nothing to time; list one spec at least, or pass None to search")
-        refused = []
         for text in specs:
             if not isinstance(text, str):
                 raise TypeError(f"{who}: specs holds {type(text).__name__} {text!r}; each spec is a string, e.g. 'aBC'")
+        refused, checked = [], 0
+        for text in specs:
+            if checked and until is not None and time.perf_counter() > until:
+                return _check_blocks(who, lk, blocks)
+            checked += 1
             parse(text, len(lk.loops))          # a malformed spec: SpecError naming the position
             try:
                 lk.with_spec(text)              # refused by these loops (a parallel=False loop in upper case, ...)
@@ -78,6 +87,10 @@ def check_search_space(who, lk, specs, blocks):
                 refused.append(e)
         if len(refused) == len(specs):          # such a candidate is skipped (and counted), unless all are
             raise refused[0]
+    _check_blocks(who, lk, blocks)
+
+
+def _check_blocks(who, lk, blocks):
     if isinstance(blocks, (bool, np.bool_)):
         return
     if not isinstance(blocks, dict):

@@ -178,7 +178,8 @@ def test_signature_help_and_repr():
     assert "class ReluKernel" in text and "out = relu(x)" in text and "Operands:" in text
     assert "x    float32 (4, 8); read" in text and "= unary(...)" not in text
     assert type(k).__name__ == "ReluKernel" and isinstance(k, tpp.kernel.Kernel)
-    assert repr(k).startswith("<ReluKernel tppasm.unary('relu', 4, 8) on ") and "JIT" in repr(k)
+    assert repr(k).startswith("<ReluKernel tppasm.unary('relu', 4, 8) on ")
+    assert "JIT " in repr(k) or "loaded from disk in " in repr(k)          # (disk: another process stored it)
     assert "bytes" in repr(k) and " for " not in repr(k)
     assert "accumulators" in repr(tpp.brgemm(16, 16, 16))
     assert "tdpbf16ps tmm" in repr(tpp.brgemm(16, 16, 32, dtype="bf16", isa="amx"))
