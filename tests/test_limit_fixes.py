@@ -17,6 +17,7 @@ import bench.options
 import tppasm as tpp
 import tppasm.testing as testing
 from tppasm.testing import Guarded, assert_matches_reference, poison_bits
+from tests.test_bench_cli import refused
 
 
 @pytest.fixture
@@ -115,13 +116,6 @@ def one_gib(monkeypatch):
     monkeypatch.setattr(bench.options, "physical_memory", lambda: 1 << 30)
 
 
-def _refused(capsys, parse, argv):
-    with pytest.raises(SystemExit) as e:
-        parse(argv)
-    assert e.value.code == 2
-    return capsys.readouterr().err
-
-
 @pytest.mark.parametrize("parse, argv, words", [
     (bench.gemm.parse, ["--sizes", "512,8192"], "argument --sizes: 8192x8192x8192: the arrays need about 1.5 GiB, "
                                                 "more than this machine's 1.0 GiB of memory; choose less"),
@@ -133,8 +127,8 @@ def _refused(capsys, parse, argv):
      "argument --sweep-mib: 2048: the arrays need about 2.0 GiB, more than this machine's 1.0 GiB"),
     (bench.linear.parse, ["--shapes", "16384x16384x1"], "argument --shapes: 16384x16384x1: the arrays need about 1.0"),
 ])
-def test_bench_options_beyond_memory_are_refused(one_gib, capsys, parse, argv, words):
-    assert words in _refused(capsys, parse, argv)
+def test_bench_options_beyond_memory_arerefused(one_gib, capsys, parse, argv, words):
+    assert words in refused(capsys, parse, argv)
 
 
 @pytest.mark.parametrize("parse, argv", [
