@@ -187,3 +187,11 @@ def test_cli_help_lines(capsys):
         out = capsys.readouterr().out
         entry = out.split(f"\n  {flag} ", 1)[1].split("\n  -", 1)[0]    # its entry in the options, to the next
         assert re.search(r"[a-z]{4,}", entry.split("}", 1)[1]), f"{flag} has no help text:\n{entry}"
+
+
+def test_help_on_a_block_spmm_kernel_shows_its_operands():
+    import pydoc
+    k = tppasm.block_spmm(bm=4, bk=4, n=16, kb=2)
+    text = pydoc.render_doc(k, renderer=pydoc.plaintext)
+    assert "values: 'float32[count, 4, 4]'" in text and "tppasm.block_spmm(4, 4, 16, 2)" in text
+    assert type(k).__doc__ == type(k.kernel).__doc__ and isinstance(k, tppasm.spmm.BlockSpmmKernel)

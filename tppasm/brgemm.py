@@ -10,7 +10,6 @@ package hides this module's.
 >>> C = np.empty((2, 3), np.float32); gemm(A, B, C, count=2); C.tolist()
 [[8.0, 8.0, 8.0], [8.0, 8.0, 8.0]]
 """
-import weakref
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -19,7 +18,7 @@ from . import backends, display
 from .eltwise import UNARY_OPS
 from .kernel import Descriptor, get_kernel, in_body, scalar_arg
 from .layout import empty_for
-from .lazy import OnFirstRead
+from .lazy import wrapper_class
 from .operand import (OperandError, OperandSpec, as_ndarray, check, data_address, mark_written, origin_of,
                       refuse_masked, refuse_overlap)
 
@@ -266,12 +265,7 @@ class BatchedBrgemm:
         self.kernel = kernel
         self.desc = kernel.desc
         # help() and inspect.signature() show the operands, as the kernel's own class does for them
-        if getattr(kernel, "_batched_class", None) is None:      # (made once per kernel; no cycle through it)
-            me = weakref.ref(kernel)
-            kernel._batched_class = type(type(kernel).__name__, (BatchedBrgemm,), {
-                "__doc__": OnFirstRead(lambda: me() and type(me()).__doc__),
-                "__signature__": OnFirstRead(lambda: me() and me().__signature__), "__module__": __name__})
-        self.__class__ = kernel._batched_class
+        self.__class__ = wrapper_class(kernel, BatchedBrgemm)
 
     def __getattr__(self, name):
         if name.startswith("__"):

@@ -7,6 +7,7 @@ loads its kernels from the disk cache a third of its time).
 >>> C.answer, C().answer
 (42, 42)
 """
+import weakref
 
 
 class OnFirstRead:
@@ -19,3 +20,24 @@ class OnFirstRead:
         if self.value is None:
             self.value = self.make()
         return self.value
+
+
+def wrapper_class(kernel, base):
+    """A subclass of ``base`` (a wrapper that calls ``kernel``) named as the kernel's class, whose
+    ``__doc__`` and ``__signature__`` are the kernel's, so that ``help()`` and
+    ``inspect.signature()`` of the wrapper show its operands; made once per kernel and base (kept
+    on the kernel, with no reference cycle through it).
+
+    >>> import tppasm
+    >>> from tppasm.spmm import BlockSpmmKernel
+    >>> k = tppasm.block_spmm(bm=4, bk=4, n=16, kb=2)
+    >>> wrapper_class(k.kernel, BlockSpmmKernel) is type(k), type(k).__doc__ == type(k.kernel).__doc__
+    (True, True)
+    """
+    made = kernel.__dict__.setdefault("_wrapper_classes", {})
+    if base not in made:
+        me = weakref.ref(kernel)
+        made[base] = type(type(kernel).__name__, (base,), {
+            "__doc__": OnFirstRead(lambda: me() and type(me()).__doc__),
+            "__signature__": OnFirstRead(lambda: me() and me().__signature__), "__module__": base.__module__})
+    return made[base]

@@ -35,6 +35,7 @@ from . import display
 from .dtypes import DtypeError, dtype as to_dtype, name_of, numpy_dtype
 from .kernel import Descriptor, get_kernel, in_body, scalar_arg
 from .layout import as_array, empty_for
+from .lazy import wrapper_class
 from .operand import OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of, refuse_overlap
 
 DTYPES = {"f32": 1, "bf16": 2}      # dtype -> VNNI factor of B
@@ -150,6 +151,7 @@ class BlockSpmmKernel:
 
     def __init__(self, kernel):
         self.kernel, self.desc = kernel, kernel.desc
+        self.__class__ = wrapper_class(kernel, BlockSpmmKernel)     # help() shows the kernel's operands
 
     def __getattr__(self, name):
         if name.startswith("__"):
