@@ -84,3 +84,11 @@ def test_block_spmm_words_an_overlap_of_torch_tensors_in_torch_terms():
 def test_rope_tables_names_the_dtype_it_was_given():
     with pytest.raises(ValueError, match="dtype bfloat16"):
         rope_tables(torch.zeros(2, 3, dtype=torch.bfloat16), 8)
+
+
+@pytest.mark.parametrize("make", [lambda: tpp.relu(list(range(10 ** 6)), 8), lambda: tpp.brgemm(4, 4, "x" * 10 ** 6),
+                                  lambda: tpp.unary("relu" * 10 ** 5, 4, 4), lambda: tpp.reduce("max" * 10 ** 5, 4, 4)])
+def test_a_huge_argument_is_shown_cut_in_its_error(make):
+    with pytest.raises(ValueError) as e:
+        make()
+    assert len(str(e.value)) < 400 and "..." in str(e.value)

@@ -13,8 +13,13 @@ Everything here reads a :class:`tppasm.kernel.Kernel` (descriptor, ISA, code); n
 import dataclasses
 import html
 import inspect
+import reprlib
 
 from isa.listing import Listing
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlist = _SHORT.maxtuple = 6
+_SHORT.maxstring = _SHORT.maxother = 80
 
 CONSTRUCTORS = ("unary", "binary", "ternary", "reduce", "transform", "brgemm", "softmax", "layernorm", "rmsnorm",
                 "rotary", "quantize", "dequant", "swiglu", "gemm_nt", "block_spmm")
@@ -297,6 +302,21 @@ def _obtained(kernel):
     code was not JIT'd here: the time is the load's)."""
     ms = f"{kernel.jit_seconds * 1e3:.1f} ms"
     return f"loaded from disk in {ms}" if getattr(kernel, "from_disk", False) else f"JIT {ms}"
+
+
+def shown(value, limit=80):
+    """``repr(value)`` for an error message, cut to about ``limit`` characters (a list of a million
+    numbers passed as a size must not make a message of megabytes).
+
+    >>> shown(list(range(10**6)))
+    '[0, 1, 2, 3, 4, 5, ...]'
+    >>> shown("x" * 200)[-26:], shown(7)
+    ("xxxxx...' (200 characters)", '7')
+    """
+    if isinstance(value, str) and len(value) > limit:
+        return repr(value[:limit - 20])[:-1] + f"...' ({len(value)} characters)"
+    text = _SHORT.repr(value)
+    return text if len(text) <= limit + 20 else text[:limit] + "..."
 
 
 def printable(text):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dtypes import dtype as to_dtype
+from .display import shown
 from .kernel import Descriptor
 from .operand import OperandSpec
 
@@ -134,7 +135,7 @@ def _dtypes(desc, *names, allowed=FLOAT_DTYPES):
     for name in names:
         value = getattr(desc, name)
         if value not in allowed:
-            raise ValueError(f"{desc.kind}: {name}={value!r}; expected one of {', '.join(allowed)}")
+            raise ValueError(f"{desc.kind}: {name}={shown(value)}; expected one of {', '.join(allowed)}")
 
 
 def _default(desc, **values):
@@ -200,7 +201,7 @@ class Unary(Descriptor):
 
     def validate(self):
         if self.op not in UNARY_OPS and self.op not in GRAD_OPS:
-            raise ValueError(f"unary op {self.op!r} is not one of {', '.join([*UNARY_OPS, *GRAD_OPS])}")
+            raise ValueError(f"unary op {shown(self.op)} is not one of {', '.join([*UNARY_OPS, *GRAD_OPS])}")
         _positive(self, "m", "n")
         _ld(self, "ldi", self.n)
         _ld(self, "ldo", self.n)
@@ -257,7 +258,7 @@ def unpack_bits(mask, n):
 def _validate_ab(desc, ops, out_ld):
     """The checks Binary and Ternary share: op, shape, leading dims, dtypes, broadcasts."""
     if desc.op not in ops:
-        raise ValueError(f"{desc.kind} op {desc.op!r} is not one of {', '.join(ops)}")
+        raise ValueError(f"{desc.kind} op {shown(desc.op)} is not one of {', '.join(ops)}")
     _positive(desc, "m", "n")
     for name in ("lda", "ldb", out_ld):
         _ld(desc, name, desc.n)
@@ -373,7 +374,7 @@ class Reduce(Descriptor):
 
     def validate(self):
         if self.op not in REDUCE_OPS:
-            raise ValueError(f"reduce op {self.op!r} is not one of {', '.join(REDUCE_OPS)}")
+            raise ValueError(f"reduce op {shown(self.op)} is not one of {', '.join(REDUCE_OPS)}")
         if self.over not in ("rows", "cols"):
             raise ValueError(f"reduce: over={self.over!r}; expected 'rows' (one value per column) or 'cols'")
         _positive(self, "m", "n")
@@ -421,7 +422,7 @@ class Transform(Descriptor):
 
     def validate(self):
         if self.op not in TRANSFORMS:
-            raise ValueError(f"transform op {self.op!r} is not one of {', '.join(TRANSFORMS)}")
+            raise ValueError(f"transform op {shown(self.op)} is not one of {', '.join(TRANSFORMS)}")
         _positive(self, "m", "n")
         to_dtype(self.dtype)
         if self.op == "transpose":

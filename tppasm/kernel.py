@@ -121,7 +121,7 @@ class Descriptor:
                 except TypeError:
                     ok, legal = False, "a hashable value (not a list or array)"
             if not ok:
-                raise ValueError(f"{self.kind}: {f.name}={value!r}; expected {legal}")
+                raise ValueError(f"{self.kind}: {f.name}={display.shown(value)}; expected {legal}")
             object.__setattr__(self, f.name, value)
 
     def reference(self, *arrays, **scalars):
