@@ -300,6 +300,19 @@ def json_option(parser):
                         help="write the records to this file (as JSON)")
 
 
+GEMM_SIDES = {"m": ("rows m", "rows of C"), "n": ("columns n", "columns of C"),
+              "k": ("inner k", "the inner dimension")}
+
+
+def side_options(parser, sides="mn", default=64):
+    """Add ``--m``, ``--n``, ``--k`` (those in ``sides``; checked, at most :data:`MAX_SIDE`): the
+    GEMM shape of the static-model suites."""
+    for side in sides:
+        what, text = GEMM_SIDES[side]
+        parser.add_argument(f"--{side}", type=count(what, f"--{side} {default}", limit=MAX_SIDE), default=default,
+                            help=f"{text} (default {default})")
+
+
 def threads_option(parser, default="1,2"):
     """Add ``--threads N,...`` (checked): the thread counts each row of a suite is run on."""
     parser.add_argument("--threads", type=counts("threads", "--threads 1,2", most=MAX_THREADS), default=default,

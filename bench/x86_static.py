@@ -19,7 +19,7 @@ from collections import Counter
 
 import iced_x86 as ix
 
-from bench.options import MAX_SIDE, count, json_option
+from bench.options import json_option, side_options
 from tppasm.brgemm import Brgemm
 from tppasm.x86.brgemm import Gen
 
@@ -90,12 +90,7 @@ def parse(argv=None):
     """The options of ``python -m bench x86-static``, checked (a bad one: argparse's error); no work done."""
     ap = argparse.ArgumentParser(allow_abbrev=False,
                                  prog="python -m bench x86-static", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--m", type=count("rows m", "--m 64", limit=MAX_SIDE), default=64,
-                    help="rows of C (default 64)")
-    ap.add_argument("--n", type=count("columns n", "--n 64", limit=MAX_SIDE), default=64,
-                    help="columns of C (default 64)")
-    ap.add_argument("--k", type=count("inner k", "--k 64", limit=MAX_SIDE), default=64,
-                    help="the inner dimension (default 64)")
+    side_options(ap, "mnk")
     json_option(ap)
     return ap.parse_args(argv)
 
