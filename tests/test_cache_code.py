@@ -129,6 +129,20 @@ def test_key_covers_every_field_and_the_features(monkeypatch):
     assert len(keys) == 11
 
 
+def test_stub_key_covers_the_interpreter_build(monkeypatch):
+    code = kernels.KernelCode(None)
+    desc = Unary("relu", 4, 8)
+    args = (desc.kind, tuple(desc.operands()), (), None, "entry")
+    keys = {code.stub_key(*args), code.stub_key(*args[:-1], "call")}
+    monkeypatch.setattr(kernels.sys, "abiflags", "d", raising=False)          # a debug build
+    keys.add(code.stub_key(*args))
+    monkeypatch.setattr(kernels.np, "__version__", "0.0")
+    keys.add(code.stub_key(*args))
+    monkeypatch.setattr(kernels.sys.implementation, "cache_tag", "cpython-0")
+    keys.add(code.stub_key(*args))
+    assert len(keys) == 5
+
+
 def test_descriptor_without_faithful_text_is_not_stored():
     class Opaque:
         pass

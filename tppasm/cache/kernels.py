@@ -128,11 +128,17 @@ class KernelCode:
             return
         self.store.put(key, raw.code, meta)
 
+    def stub_key(self, kind, operands, scalars, count_scalar, form):
+        """The store key of an entry-stub template: the stub's arguments and the interpreter build it
+        embeds offsets of. abiflags: a debug build (Py_TRACE_REFS) shares the cache tag but lays
+        PyObject out differently. OperandSpec has every field in its repr."""
+        return "stub/" + _digest(*self._env("avx2"), sys.implementation.cache_tag, getattr(sys, "abiflags", ""),
+                                 np.__version__, kind, form, repr(tuple(operands)), scalars, count_scalar)
+
     def stub(self, kind, operands, scalars, count_scalar, form, addresses):
         """The entry stub (a JitFunction) for ``build_entry``'s arguments, from a stored template
         when there is one; None when ``build_entry`` makes none."""
-        key = "stub/" + _digest(*self._env("avx2"), sys.implementation.cache_tag, np.__version__, kind, form,
-                                repr(tuple(operands)), scalars, count_scalar)     # OperandSpec: every field in its repr
+        key = self.stub_key(kind, operands, scalars, count_scalar, form)
         t = self._templates.get(key, False)
         if t is False:
             hit = self.store.get(key)
