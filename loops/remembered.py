@@ -27,6 +27,7 @@ import hashlib
 import json
 import marshal
 import math
+import types
 
 from isa.cpu import host, identity
 from tppasm import backends, cache
@@ -37,7 +38,8 @@ NEST_SOURCES = ("loops/**/*.py",)
 
 def code_digest(fn):
     """SHA-256 (hex, 16 digits) of a function's compiled code (its nested functions included), or
-    "" when it has none (a callable object).
+    "" when it has none (a callable object). Where the code lies (file name, first line) is left
+    out: a notebook cell's file is named after the kernel's process, new every session.
 
     >>> code_digest(lambda: 1) != code_digest(lambda: 2)
     True
@@ -45,7 +47,13 @@ def code_digest(fn):
     code = getattr(fn, "__code__", None)
     if code is None:
         return ""
-    return hashlib.sha256(marshal.dumps(code)).hexdigest()[:16]
+    return hashlib.sha256(marshal.dumps(_unplaced(code))).hexdigest()[:16]
+
+
+def _unplaced(code):
+    """``code`` and the code objects among its constants with no file name and line 1."""
+    consts = tuple(_unplaced(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename="", co_firstlineno=1, co_consts=consts)
 
 
 def declarations(lk):

@@ -115,6 +115,22 @@ def test_the_key_holds_what_the_result_depends_on():
         assert remembered.disk_key(**{**args, name: value}) != key, name
 
 
+def test_the_code_digest_leaves_out_where_the_code_lies():
+    """A notebook cell's file is named after the kernel's process: a new name every session."""
+    source = "def make(bm):\n    def body(i, X):\n        X[i] = bm\n    return body\n"
+
+    def compiled(text, filename):
+        space = {}
+        exec(compile(text, filename, "exec"), space)
+        return space["make"]
+    first = compiled(source, "/tmp/ipykernel_101/1234.py")
+    later = compiled("\n\n" + source, "/tmp/ipykernel_202/1234.py")          # moved down, another file
+    assert remembered.code_digest(first) == remembered.code_digest(later)
+    assert remembered.code_digest(first(1)) == remembered.code_digest(later(1))
+    changed = compiled(source.replace("= bm", "= bm + 1"), "/tmp/ipykernel_101/1234.py")
+    assert remembered.code_digest(changed) != remembered.code_digest(first)
+
+
 def test_records_that_are_not_plain_json_stay_in_the_process(tmp_path):
     with cache.using(tmp_path):
         assert remembered.store("k", {"spec": "a", "knobs": {"bm": 8}})
