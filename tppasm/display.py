@@ -13,11 +13,43 @@ Everything here reads a :class:`tppasm.kernel.Kernel` (descriptor, ISA, code); n
 import dataclasses
 import html
 import inspect
+import math
 import reprlib
 
 from isa.listing import Listing
 
-_SHORT = reprlib.Repr()
+# ints of more bits than this are described by their digit count, never converted whole: str() of
+# one past sys.get_int_max_str_digits() (at least 640 digits) raises, and would be slow
+_INT_BITS = 2000
+
+
+def int_text(value):
+    """``repr(value)`` for an int, or its digit count for one too long to convert (so that an error
+    message about a huge size can be built at all).
+
+    >>> int_text(12), int_text(-10**5000)
+    ('12', '-<an int of 5001 digits>')
+    """
+    if value.bit_length() <= _INT_BITS:
+        return int.__repr__(value)
+    size = abs(value)
+    digits = int(math.log10(size)) + 1           # a float's log10 may be off by one near a power of 10
+    digits += (size >= 10 ** digits) - (size < 10 ** (digits - 1))
+    return f"{'-' if value < 0 else ''}<an int of {digits} digits>"
+
+
+class _Short(reprlib.Repr):
+    """reprlib's cut repr, with :func:`int_text` for ints (reprlib's own converts them whole)."""
+
+    def repr_int(self, value, level):
+        text = int_text(value)
+        if len(text) <= self.maxlong:
+            return text
+        digits = len(text.lstrip("-"))
+        return f"{text[:12]}...{text[-6:]} ({digits} digits)"
+
+
+_SHORT = _Short()
 _SHORT.maxlist = _SHORT.maxtuple = 6
 _SHORT.maxstring = _SHORT.maxother = 80
 
@@ -264,8 +296,29 @@ def text_signature(kernel):
     return f"({', '.join(parts)})"
 
 
+NO_CAPSTONE = "pip install capstone (or tppasm[test])"
+
+
+def machine_code(kernel):
+    """The text of ``kernel``'s code (what :meth:`tppasm.kernel.Kernel.disassemble` shows); for SVE code
+    without capstone (an optional package: the ``test`` extra) a ModuleNotFoundError saying what to
+    install."""
+    try:
+        return kernel.raw.disassemble()
+    except ModuleNotFoundError as e:
+        if e.name != "capstone":
+            raise
+        raise ModuleNotFoundError(f"{kernel.desc.kind}: disassembling {kernel.isa} code needs capstone: "
+                                  f"{NO_CAPSTONE}", name="capstone") from e
+
+
+def _disassembler_missing(error):
+    return isinstance(error, ModuleNotFoundError) and error.name == "capstone"
+
+
 def instructions(kernel):
-    """The instruction that does the kernel's work, e.g. ``"vfmadd231ps zmm, 24 accumulators"``."""
+    """The instruction that does the kernel's work, e.g. ``"vfmadd231ps zmm, 24 accumulators"``; None for
+    SVE code when capstone, which reads it, is not installed."""
     cached = getattr(kernel, "_instructions", None)
     if cached is None:
         code = getattr(kernel.raw, "code", b"")
@@ -273,7 +326,12 @@ def instructions(kernel):
             from isa.x86.disasm import main_instruction
             cached = main_instruction(code, gemm=kernel.desc.kind == "brgemm")
         else:
-            mix = kernel.instruction_mix()     # SVE: floating-point and dot-product ops do the work
+            try:
+                mix = kernel.instruction_mix()     # SVE: floating-point and dot-product ops do the work
+            except ModuleNotFoundError as e:
+                if not _disassembler_missing(e):
+                    raise
+                return None                        # (not kept: capstone may be installed later)
             work = [mn for mn in mix if mn.startswith(("f", "bf")) or mn.endswith(("dot", "mmla"))]
             cached = f"{work[0]} (sve)" if work else "data movement (sve)"
         kernel._instructions = cached
@@ -286,7 +344,7 @@ def instruction_mix(kernel):
         from isa.x86.disasm import instruction_mix as x86_mix
         return x86_mix(kernel.raw.code)
     counts = {}
-    for line in kernel.raw.disassemble().splitlines():     # AArch64: "offset: word  mnemonic ..."
+    for line in machine_code(kernel).splitlines():     # AArch64: "offset: word  mnemonic ..."
         parts = line.split()
         if len(parts) >= 3:
             counts[parts[2]] = counts.get(parts[2], 0) + 1
@@ -310,8 +368,8 @@ def shown(value, limit=80):
 
     >>> shown(list(range(10**6)))
     '[0, 1, 2, 3, 4, 5, ...]'
-    >>> shown("x" * 200)[-26:], shown(7)
-    ("xxxxx...' (200 characters)", '7')
+    >>> shown("x" * 200)[-26:], shown(7), shown(10**5000)
+    ("xxxxx...' (200 characters)", '7', '<an int of 5001 digits>')
     """
     if isinstance(value, str) and len(value) > limit:
         return repr(value[:limit - 20])[:-1] + f"...' ({len(value)} characters)"
@@ -335,7 +393,8 @@ def kernel_repr(kernel):
     """``<ReluKernel tppasm.unary('relu', 64, 64) on avx512: vmaxps zmm, 212 bytes, JIT 0.8 ms>``."""
     try:
         code = getattr(kernel.raw, "code", b"")
-        return (f"<{type(kernel).__name__} {built_by(kernel)} on {kernel.isa}: {instructions(kernel)}, "
+        work = instructions(kernel)                # (None: SVE code, capstone not installed)
+        return (f"<{type(kernel).__name__} {built_by(kernel)} on {kernel.isa}: {f'{work}, ' if work else ''}"
                 f"{_size(len(code))}, {_obtained(kernel)}>")
     except AttributeError:
         if all(hasattr(kernel, a) for a in ("desc", "isa", "raw", "operands", "jit_seconds")):
@@ -358,16 +417,27 @@ def kernel_html(kernel):
         return f"<div>{html.escape(_half_built(kernel))}</div>"
     code = getattr(kernel.raw, "code", b"")
     facts = [("built by", built_by(kernel)), ("ISA level", kernel.isa),
-             ("instructions", instructions(kernel)), ("code size", _size(len(code))),
+             ("instructions", instructions(kernel) or f"(to read them: {NO_CAPSTONE})"),
+             ("code size", _size(len(code))),
              ("load time (disk cache)" if getattr(kernel, "from_disk", False) else "JIT time",
               f"{kernel.jit_seconds * 1e3:.2f} ms"), ("call", call_forms(kernel))]
     if not kernel.runnable:
         facts.append(("runs", f"not on this host (no {kernel.isa}): in the interpreter or an emulator"))
-    listing = Listing(kernel.disassemble())
     return (f"<div><b>{html.escape(type(kernel).__name__)}</b>{html_table(facts)}"
             f"{html_table(operand_rows(kernel), ('operand', 'dtype', 'shape', 'access', 'layout'))}"
-            f"<details><summary>machine code ({len(listing.splitlines())} instructions)</summary>"
-            f"{listing._repr_html_()}</details></div>")
+            f"{_code_html(kernel)}</div>")
+
+
+def _code_html(kernel):
+    """The kernel's code as a folded, highlighted listing (or what to install to see it)."""
+    try:
+        listing = Listing(machine_code(kernel))
+    except ModuleNotFoundError as e:
+        if not _disassembler_missing(e):
+            raise
+        return f"<p>machine code: {html.escape(NO_CAPSTONE)} to see it</p>"
+    return (f"<details><summary>machine code ({len(listing.splitlines())} instructions)</summary>"
+            f"{listing._repr_html_()}</details>")
 
 
 def class_name(desc):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .display import shown
 from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
 from .kernel import Descriptor, get_kernel
 from .operand import OperandSpec
@@ -31,11 +32,16 @@ def _real(desc, name, positive=False):
     an underflow cannot turn into 0)."""
     value = getattr(desc, name)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{desc.kind}: {name}={value!r}; expected a finite float")
-    value = float(value)
-    if not math.isfinite(value) or abs(value) > FLT_MAX:
-        raise ValueError(f"{desc.kind}: {name}={value!r}; expected a finite fp32 value (|{name}| <= {FLT_MAX:.7g}): "
-                         "the kernels compute in fp32")
+        raise ValueError(f"{desc.kind}: {name}={shown(value)}; expected a finite float")
+    try:
+        value = float(value)
+    except OverflowError:              # an int past a float's range (10**400): refused as 1e39 is
+        finite = False
+    else:
+        finite = math.isfinite(value) and abs(value) <= FLT_MAX
+    if not finite:
+        raise ValueError(f"{desc.kind}: {name}={shown(value)}; expected a finite fp32 value (|{name}| <= "
+                         f"{FLT_MAX:.7g}): the kernels compute in fp32")
     if positive and value < FLT_NORMAL:
         raise ValueError(f"{desc.kind}: {name}={value!r}; expected a float >= {FLT_NORMAL:.7g} (fp32's smallest "
                          f"normal; the kernels compute in fp32, where a smaller {name} is 0 or flushed to 0)")

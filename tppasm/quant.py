@@ -11,9 +11,11 @@
   result back to f32/bf16, ``offset`` per column (int32; ``-128 * column sums of the s8 weights``
   removes the zero point; ``c + offset`` wraps in int32, as the BRGEMM's own sums do),
   ``row_scale`` per row (the activations'), ``col_scale`` per column (the weights' per-channel
-  scales); ``beta=1`` accumulates (a residual). The kernels multiply the two scales first, so a
-  result that fits in fp32 never overflows on the way (a row scale of 1e-30 beside a column scale of
-  3e38 is fine).
+  scales); ``beta=1`` accumulates (a residual). The kernels multiply the two scales first and round
+  that product to fp32, so a result that fits in fp32 never overflows on the way (a row scale of
+  1e-30 beside a column scale of 3e38 is fine); but a product below fp32's normal range (2^-126,
+  about 1.2e-38) keeps fewer bits or becomes 0, however large c is: 1e-23 * 1e-23 is 0, so
+  c = 2e9 gives 0, not 2e-37 (the reference rounds alike; int8 models' scales are far from this).
 
 >>> import numpy as np, tppasm
 >>> x = np.array([[0.5, -1.0, 0.25]], np.float32)
@@ -84,7 +86,8 @@ class Quantize(_Rows):
 
 @dataclass(frozen=True)
 class Dequant(_Rows):
-    """out (m, n) = beta*out + (c + offset) * row_scale * col_scale, c int32 (see the module)."""
+    """out (m, n) = beta*out + (c + offset) * (row_scale * col_scale rounded to fp32), c int32 (see the
+    module: a scale product below 2^-126 loses precision)."""
 
     out_dtype: str = "f32"
     beta: int = 0
@@ -112,11 +115,12 @@ class Dequant(_Rows):
         # c + offset wraps in int32, as the kernels' vpaddd / add and the BRGEMM's int32 sums do
         s = (c.astype(np.int64) + offset.astype(np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31
         v = s.astype(np.float32).astype(np.float64)
-        # the scales' product first, rounded to fp32, as the kernels take it (a product past fp32's
-        # range as one value, not as two steps: 1e-30 * 3e38 does not overflow)
-        v = v * (_to_f64(row_scale)[:, None] * _to_f64(col_scale)[None, :]).astype(np.float32).astype(np.float64)
-        if self.beta:      # the product rounded to fp32 before the add, as the kernels take it
-            v = v.astype(np.float32).astype(np.float64) + _to_f64(out)
+        with np.errstate(all="ignore"):          # inf * 0 is NaN, as in the kernels, without a warning
+            # the scales' product first, rounded to fp32, as the kernels take it (a product past fp32's
+            # range as one value, not as two steps: 1e-30 * 3e38 does not overflow)
+            v = v * (_to_f64(row_scale)[:, None] * _to_f64(col_scale)[None, :]).astype(np.float32).astype(np.float64)
+            if self.beta:      # the product rounded to fp32 before the add, as the kernels take it
+                v = v.astype(np.float32).astype(np.float64) + _to_f64(out)
         _store(out, v)
 
 
@@ -154,7 +158,8 @@ def quantize(m, n, ldx=0, ldo=0, dtype="f32", isa=None, **wrong):
 def dequant(m, n, ldx=0, ldo=0, out_dtype="f32", beta=0, isa=None, **wrong):
     """The kernel (c, offset, row_scale, col_scale, out): int32 -> scaled f32/bf16. ``ldx``, ``ldo``:
     the row strides of c and out in elements (0: dense; c's is ``ldx``, not ``ldc``); ``beta=1`` adds
-    to out instead of overwriting it.
+    to out instead of overwriting it. ``row_scale[i] * col_scale[j]`` is rounded to fp32 first: a
+    product below fp32's normal range (2^-126) loses precision (or is 0).
 
     >>> import numpy as np, tppasm
     >>> c = np.array([[10, 20]], np.int32); out = np.ones((1, 2), np.float32)

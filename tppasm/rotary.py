@@ -2,8 +2,9 @@
 
 Row i of x (m, n) holds n / head_dim heads of head_dim values; each head's halves x1, x2 (head_dim/2
 values each) become ``x1*cos - x2*sin`` and ``x2*cos + x1*sin`` with the row's fp32 tables
-``cos[i]``, ``sin[i]`` of head_dim/2 values (row stride ``ldt``). The output may be x itself (the
-same array, ``ldo == ldx``); a call whose output overlaps x otherwise raises OperandError.
+``cos[i]``, ``sin[i]`` of head_dim/2 values (row stride ``ldt``, one for both tables: their rows must
+be the same number of elements apart). The output may be x itself (the same array, ``ldo == ldx``);
+a call whose output overlaps x otherwise raises OperandError.
 
 >>> import numpy as np, tppasm
 >>> x = np.array([[1.0, 2.0]], np.float32); out = np.empty_like(x)
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .display import shown
 from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
 from .kernel import Descriptor, get_kernel
 from .layout import as_array
@@ -63,7 +65,8 @@ class Rotary(Descriptor):
         x = _to_f64(x).reshape(self.m, -1, 2, half)
         c, s = _to_f64(cos)[:, None, :], _to_f64(sin)[:, None, :]
         x1, x2 = x[:, :, 0], x[:, :, 1]
-        y = np.stack([x1 * c - x2 * s, x2 * c + x1 * s], axis=2)
+        with np.errstate(all="ignore"):          # inf * 0 is NaN, as in the kernels, without a warning
+            y = np.stack([x1 * c - x2 * s, x2 * c + x1 * s], axis=2)
         _store(out, y.reshape(self.m, self.n))
 
 
@@ -73,7 +76,9 @@ def rotary(m, n, head_dim, ldx=0, ldo=0, ldt=0, dtype="f32", out_dtype="", isa=N
     Each head's halves x1, x2 (head_dim / 2 values each; head_dim even, n a multiple of it) become
     ``x1*cos - x2*sin`` and ``x2*cos + x1*sin`` with row i's fp32 tables ``cos[i]``, ``sin[i]`` (m,
     head_dim / 2; see :func:`rope_tables`). ``ldx``, ``ldo``, ``ldt``: the row strides of x, out and
-    the tables in elements (0: dense). ``dtype``/``out_dtype``: "f32" or "bf16" (out_dtype left out:
+    the tables in elements (0: dense). cos and sin share ``ldt``, so both need the same row stride: for
+    tables with different strides pass ``np.ascontiguousarray`` of each (and ldt=0), or slice both from
+    arrays of one width. ``dtype``/``out_dtype``: "f32" or "bf16" (out_dtype left out:
     dtype). out may be x itself (``ldo == ldx``); an out overlapping x otherwise raises OperandError.
     ``isa``: the ISA level to generate for (None: the host's).
 
@@ -87,6 +92,23 @@ def rotary(m, n, head_dim, ldx=0, ldo=0, ldt=0, dtype="f32", out_dtype="", isa=N
     return get_kernel(Rotary(m, n, head_dim, ldx, ldo, ldt, dtype, out_dtype), isa)
 
 
+def _is_int(value):
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _largest(ints):
+    """The int of largest magnitude in ``ints`` (the one to name in a message)."""
+    return max(ints, key=abs)
+
+
+def _finite(number):
+    """math.isfinite, False (not OverflowError) for an int past a float's range such as 10**400."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
+
+
 def rope_tables(positions, head_dim, base=10000.0):
     """fp32 (len(positions), head_dim/2) cos and sin tables: angle p * base**(-2j / head_dim).
 
@@ -98,6 +120,9 @@ def rope_tables(positions, head_dim, base=10000.0):
     given = pos.dtype
     if pos.dtype.name == "bfloat16":
         pos = pos.astype(np.float32)
+    if pos.ndim == 1 and pos.dtype == object and all(_is_int(p) for p in pos):
+        raise ValueError(f"rope_tables: positions hold ints beyond int64 (e.g. {shown(_largest(pos))}); pass them as "
+                         "floats: np.asarray(positions, np.float64)")
     if pos.ndim != 1 or pos.dtype.kind not in "iuf":
         hint = (f"; for positions 0..{int(positions) - 1} pass np.arange({int(positions)})"
                 if pos.ndim == 0 and pos.dtype.kind in "iu" and not isinstance(positions, bool) else "")
@@ -110,8 +135,8 @@ def rope_tables(positions, head_dim, base=10000.0):
         raise ValueError(f"rope_tables: head_dim={head_dim!r}; expected an even int >= 2 (the values of one head, "
                          "rotated in two halves: the tables hold head_dim / 2 angles per position)")
     if isinstance(base, bool) or not isinstance(base, (int, float, np.integer, np.floating)) or \
-            not (math.isfinite(base) and base > 0):
-        raise ValueError(f"rope_tables: base={base!r}; expected a finite number > 0 (10000.0 in most models)")
+            not (_finite(base) and base > 0):
+        raise ValueError(f"rope_tables: base={shown(base)}; expected a finite number > 0 (10000.0 in most models)")
     inv = float(base) ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     angles = pos.astype(np.float64)[:, None] * inv[None, :]
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
