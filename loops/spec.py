@@ -24,6 +24,8 @@ import re
 import numpy as np
 from dataclasses import dataclass, field
 
+from tppasm.display import shown
+
 AXES = {"R": "row", "C": "col", "L": "layer"}
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 MAX_BLOCKING = 5
@@ -75,19 +77,19 @@ class Loop:
             if isinstance(value, np.integer):
                 object.__setattr__(self, name, int(value))
             elif not isinstance(value, int) or isinstance(value, bool):
-                raise SpecError(f"Loop {name}={value!r} must be an int")
+                raise SpecError(f"Loop {name}={shown(value)} must be an int")
         if self.step < 1:
-            raise SpecError(f"Loop step={self.step} must be >= 1")
+            raise SpecError(f"Loop step={shown(self.step)} must be >= 1")
         for name in ("start", "end", "step"):      # the native nest computes in int64, with headroom
             if abs(getattr(self, name)) >= LOOP_LIMIT:
-                raise SpecError(f"Loop {name}={getattr(self, name)} is out of range: loop bounds and steps "
+                raise SpecError(f"Loop {name}={shown(getattr(self, name))} is out of range: loop bounds and steps "
                                 f"must lie within +-2**61 (native loops count in 64-bit integers)")
         if abs(self.end - self.start) >= LOOP_LIMIT:
             raise SpecError(f"Loop({self.start}, {self.end}) spans {self.end - self.start} values; less than "
                             f"2**61 (native loops count in 64-bit integers)")
         for b in self.blocks:
             if not isinstance(b, int) or isinstance(b, bool) or b < 1 or b % self.step or b >= LOOP_LIMIT:
-                raise SpecError(f"Loop block size {b!r} must be an int, a positive multiple of step={self.step}, "
+                raise SpecError(f"Loop block size {shown(b)} must be an int, a positive multiple of step={self.step}, "
                                 "below 2**61")
         if not isinstance(self.parallel, bool):
             raise SpecError(f"Loop parallel={self.parallel!r} must be True or False")
@@ -196,12 +198,12 @@ def _fail(text, pos, what, legal):
     """SpecError at ``pos``: the spec (beyond :data:`SHOWN` characters either side, the window
     around ``pos``, marked '...') with a caret under the position."""
     ch = text[pos] if pos < len(text) else "end of spec"
-    shown = repr(ch) if pos < len(text) else ch
+    at = repr(ch) if pos < len(text) else ch
     lo, hi = (max(0, pos - SHOWN), min(len(text), pos + SHOWN)) if len(text) > 2 * SHOWN else (0, len(text))
     name = repr(text) if (lo, hi) == (0, len(text)) else f"of {len(text)} characters"
     before, after = ("..." if lo else ""), ("..." if hi < len(text) else "")
     caret = len(before) + len(_escaped(text[lo:pos]))
-    raise SpecError(f"loop spec {name}, position {pos} ({shown}): {what}; {legal}\n"
+    raise SpecError(f"loop spec {name}, position {pos} ({at}): {what}; {legal}\n"
                     f"  {before}{_escaped(text[lo:hi])}{after}\n  {' ' * caret}^")
 
 

@@ -255,3 +255,11 @@ def test_nest_generators_refuse_constants_beyond_64_bits(generator):
         gen = _Gen(parse("a", 1), Layout(2, 1, 1), [4, 4], {id(relu): 0})
     with pytest.raises(ValueError, match="does not fit in 64 bits"):
         gen.build(body, Node(), Node())
+
+
+@pytest.mark.parametrize("args, kw", [((0, 10**5000), {}), ((0, 4, 10**5000), {}), ((0, 4, -10**5000), {}),
+                                      ((0, 4), {"blocks": [10**5000]})])
+def test_a_huge_loop_bound_is_refused_with_its_digit_count(args, kw):
+    """str() of an int past 4300 digits raises: the message must not convert it whole."""
+    with pytest.raises(SpecError, match="an int of 5001 digits"):
+        Loop(*args, **kw)
