@@ -15,6 +15,7 @@ import ctypes
 import functools
 import os
 import platform
+import shutil
 from dataclasses import dataclass, field
 
 X86_LEVELS = ("avx2", "avx512", "amx")          # lowest first
@@ -75,9 +76,11 @@ def verification(h):
     from .aarch64.emulate import qemu_path, unicorn_skip_reason
     interp = [lv for lv in X86_LEVELS if lv not in h.levels]
     emulated = [lv for lv in ARM_LEVELS if lv not in h.levels]
-    qemu = qemu_path()
-    runners = {"qemu-aarch64": None if qemu else "not found (Debian/Ubuntu: apt-get install qemu-user)",
-               "unicorn": unicorn_skip_reason()}
+    qemu, missing = qemu_path(), "not found (Debian/Ubuntu: apt-get install qemu-user)"
+    if qemu is not None and shutil.which(qemu) is None:       # TPPASM_QEMU names no executable
+        qemu, missing = None, (f"not found: TPPASM_QEMU={os.environ.get('TPPASM_QEMU')!r} is not an executable; set "
+                               "it to qemu-aarch64's path, or unset it to search PATH")
+    runners = {"qemu-aarch64": None if qemu else missing, "unicorn": unicorn_skip_reason()}
     return {"native": list(h.levels), "interpreter": interp, "emulator": emulated, "qemu": qemu,
             "runners": runners}
 

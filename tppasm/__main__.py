@@ -116,11 +116,11 @@ def cache(action, as_json=False, only=None):
             print(json.dumps({"cleared": done is not None, "directory": tc.directory(),
                               "entries": done["entries"] if done else 0, "bytes": done["bytes"] if done else 0}))
         elif done is not None:
-            print(f"cleared {done['directory']} ({done['entries']} entries, {_size(done['bytes'])}){off}")
+            print(f"cleared {printable(done['directory'])} ({done['entries']} entries, {_size(done['bytes'])}){off}")
         else:
             why = tc.info()["why"]
-            print("nothing to clear: " + (f"no directory {tc.directory()}" if why.startswith("off") else
-                                          f"the cache is {why}"))
+            print("nothing to clear: " + printable(f"no directory {tc.directory()}" if why.startswith("off") else
+                                                    f"the cache is {why}"))
         return 0
     missing = _missing_directory(tc)
     i = tc.info() if missing is None else {"directory": missing[0], "enabled": False, "why": missing[1]}
@@ -128,17 +128,17 @@ def cache(action, as_json=False, only=None):
         print(json.dumps(i, indent=2))
         return 0
     if not i["enabled"]:
-        print(f"directory {i['directory']}\nstate     {i['why']}")
+        print(f"directory {printable(i['directory'])}\nstate     {printable(i['why'])}")
         return 0
     entries = ", ".join(f"{ns} {n}" for ns, n in sorted(i["entries"].items())) or "none"
     stats = ", ".join(f"{k} {v}" for k, v in i["stats"].items())
-    print(f"directory {i['directory']}")
+    print(f"directory {printable(i['directory'])}")
     print(f"entries   {entries}")
     print(f"size      {_size(i['live_bytes'])} stored, {_size(i['disk_bytes'])} on disk in {i['segments']} "
           f"segments; cap {_size(i['cap_bytes'])} (TPPASM_CACHE_MB)")
     print(f"counts    {stats} (all processes so far)")
     for problem in i.get("problems", []):
-        print(f"problem   {problem}")
+        print(f"problem   {printable(problem)}")
     print("list its records with: python -m tppasm cache list; clear it with: python -m tppasm cache clear "
           "[--only tune]; turn it off with TPPASM_CACHE=0")
     return 0
@@ -201,6 +201,7 @@ def _size(n):
 
 def main(argv=None):
     import tppasm
+    from tppasm.display import printable
     p = argparse.ArgumentParser(prog="python -m tppasm",
                                 description=f"tppasm {tppasm.__version__}: TPP kernels and loop nests JIT'd from Python")
     p.add_argument("--version", action="version", version=f"tppasm {tppasm.__version__}")
@@ -226,16 +227,16 @@ def main(argv=None):
                 if args.cmd == "cache" else demo()
             sys.stdout.flush()          # a closed pipe raises here, not at exit
         for w in said:
-            print(f"python -m tppasm {args.cmd}: {w.message}", file=sys.stderr)
+            print(f"python -m tppasm {args.cmd}: {printable(w.message)}", file=sys.stderr)
         return status
     except BrokenPipeError:             # the reader left (python -m tppasm info | head -1): quiet, as Unix tools
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())     # no second error at exit
         return 141                      # 128 + SIGPIPE, what a tool killed by the closed pipe returns
     except ValueError as e:             # a malformed setting (TPPASM_ISA, TPPASM_CACHE_MB, ...): the message names it
-        print(f"python -m tppasm {args.cmd}: {e}", file=sys.stderr)
+        print(f"python -m tppasm {args.cmd}: {printable(e)}", file=sys.stderr)
         return 2
     except OSError as e:                # the cache directory cannot be written
-        print(f"python -m tppasm {args.cmd}: {e}", file=sys.stderr)
+        print(f"python -m tppasm {args.cmd}: {printable(e)}", file=sys.stderr)
         return 1
 
 

@@ -1,9 +1,11 @@
 """The persistent kernel cache: generated code kept on disk (mmap-ninja), so a second process
 does not pay the JIT again; and a place for the tuner's results.
 
-Where: ``TPPASM_CACHE_DIR``, else ``$XDG_CACHE_HOME/tppasm``, else ``~/.cache/tppasm``. The
-directory is created with mode 0700; one owned by another user or writable by group or others is
-refused with a warning saying what to fix, and kernels are then generated in memory.
+Where: ``TPPASM_CACHE_DIR`` (as written, blanks included), else ``$XDG_CACHE_HOME/tppasm``, else
+``~/.cache/tppasm`` (none with an empty or relative ``HOME``). The directory is created with mode
+0700, whatever the umask; one owned by another user or writable by group or others (or relative,
+with no working directory to resolve it in) is refused with a warning saying what to fix, and
+kernels are then generated in memory.
 ``TPPASM_CACHE=0`` turns the cache off; ``TPPASM_CACHE_MB`` caps its size (default 256; least
 recently used entries go first). ``python -m tppasm cache info`` shows it, ``... cache clear``
 empties it. These are read once per process, at the first kernel (:func:`reset` rereads them).
@@ -65,12 +67,31 @@ def directory():
     >>> os.path.basename(directory()) in ("tppasm", os.path.basename(os.environ.get("TPPASM_CACHE_DIR", "")))
     True
     """
-    explicit = os.environ.get("TPPASM_CACHE_DIR", "").strip()
+    return _locate()[0]
+
+
+def _locate():
+    """(the cache directory, None), or (the directory asked for, why it cannot be used: a phrase that
+    follows it). A relative one (no usable home: HOME relative or empty) is refused by :func:`_get`."""
+    explicit = _path_setting("TPPASM_CACHE_DIR")
     if explicit:
-        return os.path.abspath(os.path.expanduser(explicit))
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "tppasm")
+        try:
+            return os.path.abspath(os.path.expanduser(explicit)), None
+        except OSError as e:        # relative, and the working directory is gone (getcwd fails)
+            return explicit, (f"is relative and the working directory cannot be read ({e.strerror}); set "
+                              "TPPASM_CACHE_DIR to an absolute path")
+    xdg = _path_setting("XDG_CACHE_HOME")
+    if os.path.isabs(xdg):
+        return os.path.join(xdg, "tppasm"), None
+    home = "~" if os.environ.get("HOME") == "" else os.path.expanduser("~")     # "" would make it /.cache
+    return os.path.join(home, ".cache", "tppasm"), None
+
+
+def _path_setting(name):
+    """Environment variable ``name`` as a path: as written (a directory's name may end in a blank),
+    "" when unset or only blanks."""
+    value = os.environ.get(name, "")
+    return value if value.strip() else ""
 
 
 def _settings():
@@ -102,12 +123,12 @@ def _get():
         with _lock:
             if _state is None:
                 enabled, cap = _settings()
-                root = directory()
+                root, problem = _locate()
                 why = None if enabled else "off (TPPASM_CACHE=0)"
-                if why is None and not os.path.isabs(root):
+                if why is None and problem is None and not os.path.isabs(root):
                     why = f"no home directory to put {root} in; set TPPASM_CACHE_DIR"
                 if why is None:
-                    problem = check_directory(root)
+                    problem = problem or check_directory(root)
                     if problem is not None:
                         why = f"{root} {problem}"
                         warnings.warn(f"tppasm: not using the kernel cache: {why}; kernels are generated in memory "
@@ -249,7 +270,7 @@ def clear_directory():
     s = store()
     if s is None:
         root = directory()
-        if _settings()[0] or not os.path.isdir(root):
+        if _settings()[0] or not os.path.isabs(root) or not os.path.isdir(root):
             return None
         s = DiskStore(root, _settings()[1])             # the cache is off: this store only clears
     before = s.info()

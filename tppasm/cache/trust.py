@@ -108,13 +108,38 @@ def check_directory(path):
     """
     try:
         try:
-            os.makedirs(path, mode=0o700, exist_ok=True)
+            make_directory(path, 0o700)
         except FileExistsError:
             pass                        # not a directory: said below
         st = os.stat(path)
     except OSError as e:
         return f"cannot be created or read ({e.strerror}); set TPPASM_CACHE_DIR to a directory you can write"
     return directory_problem(st, path)
+
+
+def make_directory(path, mode):
+    """Create directory ``path`` (``mode``) and its missing parents (0777), each with rwx for its owner
+    whatever the umask (``umask 277`` would leave 0500: no lock could be written in it);
+    FileExistsError if ``path`` exists.
+
+    >>> d = os.path.join(tempfile.mkdtemp(), "a", "b"); old = os.umask(0o277); make_directory(d, 0o700)
+    >>> _ = os.umask(old); oct(stat.S_IMODE(os.stat(d).st_mode)), oct(stat.S_IMODE(os.stat(os.path.dirname(d)).st_mode))
+    ('0o700', '0o700')
+    """
+    try:
+        os.mkdir(path, mode)
+    except FileNotFoundError:
+        parent = os.path.dirname(path)
+        if not parent or parent == path:
+            raise
+        try:
+            make_directory(parent, 0o777)
+        except FileExistsError:
+            pass                        # made meanwhile by another process
+        os.mkdir(path, mode)
+    st = os.stat(path, follow_symlinks=False)
+    if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o700 != 0o700:
+        os.chmod(path, stat.S_IMODE(st.st_mode) | 0o700)
 
 
 def why_not_creatable(path):

@@ -64,15 +64,24 @@ RUNS = len(INT_POISON)
 HYPOTHESIS_DEADLINE = timedelta(milliseconds=200)   # hypothesis' default, which a check does not keep
 
 
+_STRATEGIES = ("TAILS", "dims", "shapes", "leading_dimensions", "dtypes", "values", "arrays", "vnni_b", "operands",
+               "block_sizes", "loop_bounds")     # tppasm.testing.strategies.__all__, served from here too
+
+
 def __getattr__(name):
-    """The strategies, imported (with hypothesis) on first use: ``tppasm.testing.operands``..."""
+    """The strategies, imported (with hypothesis) on first use: ``tppasm.testing.operands``...
+    Any other name is an AttributeError without importing them (``hasattr`` works without hypothesis)."""
+    if name != "strategies" and name not in _STRATEGIES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
-    strategies = importlib.import_module(__name__ + ".strategies")
-    if name == "strategies":
-        return strategies
-    if name in strategies.__all__:
-        return getattr(strategies, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        strategies = importlib.import_module(__name__ + ".strategies")
+    except ModuleNotFoundError as e:
+        if e.name != "hypothesis" and not (e.name or "").startswith("hypothesis."):
+            raise
+        raise ModuleNotFoundError(f"tppasm.testing.{name} needs hypothesis: pip install hypothesis (or the test "
+                                  "extra: pip install tppasm[test])", name="hypothesis") from e
+    return strategies if name == "strategies" else getattr(strategies, name)
 
 
 def poison_bits(dtype, run):
