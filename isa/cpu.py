@@ -15,7 +15,6 @@ import ctypes
 import functools
 import os
 import platform
-import shutil
 from dataclasses import dataclass, field
 
 X86_LEVELS = ("avx2", "avx512", "amx")          # lowest first
@@ -73,14 +72,14 @@ def verification(h):
     >>> v = verification(host()); sorted(v["native"] + v["interpreter"] + v["emulator"])
     ['amx', 'avx2', 'avx512', 'sve']
     """
-    from .aarch64.emulate import qemu_path, unicorn_skip_reason
+    from .aarch64.emulate import qemu_path, qemu_skip_reason, unicorn_skip_reason
     interp = [lv for lv in X86_LEVELS if lv not in h.levels]
     emulated = [lv for lv in ARM_LEVELS if lv not in h.levels]
-    qemu, missing = qemu_path(), "not found (Debian/Ubuntu: apt-get install qemu-user)"
-    if qemu is not None and shutil.which(qemu) is None:       # TPPASM_QEMU names no executable
-        qemu, missing = None, (f"not found: TPPASM_QEMU={os.environ.get('TPPASM_QEMU')!r} is not an executable; set "
-                               "it to qemu-aarch64's path, or unset it to search PATH")
-    runners = {"qemu-aarch64": None if qemu else missing, "unicorn": unicorn_skip_reason()}
+    missing = qemu_skip_reason()
+    qemu = qemu_path() if missing is None else None
+    if missing is not None:
+        missing = missing.removeprefix("qemu-aarch64 ")
+    runners = {"qemu-aarch64": missing, "unicorn": unicorn_skip_reason()}
     return {"native": list(h.levels), "interpreter": interp, "emulator": emulated, "qemu": qemu,
             "runners": runners}
 

@@ -12,6 +12,7 @@ import pytest
 
 import tppasm.cache as tc
 import tppasm.testing as tt
+from isa.aarch64.emulate import qemu_skip_reason
 from isa.cpu import host, verification
 from tppasm.__main__ import main as tppasm_main
 from tppasm.cache.trust import check_directory
@@ -171,6 +172,7 @@ def test_a_qemu_that_is_not_there_is_said_to_be_missing(monkeypatch, value, caps
     monkeypatch.setenv("TPPASM_QEMU", value)
     v = verification(host())
     assert v["qemu"] is None and "TPPASM_QEMU=" in v["runners"]["qemu-aarch64"]
+    assert "TPPASM_QEMU=" in qemu_skip_reason()            # so the emulator tests skip, saying why
     tppasm_main(["info"])
     assert f"({value})" not in capsys.readouterr().out
 

@@ -67,8 +67,12 @@ def qemu_path() -> str | None:
 
 def qemu_skip_reason() -> str | None:
     """Why qemu runs cannot happen here, or None when they can."""
-    if qemu_path() is None:
+    path = qemu_path()
+    if path is None:
         return "qemu-aarch64 not found (Debian/Ubuntu: apt-get install qemu-user)"
+    if shutil.which(path) is None:
+        return (f"qemu-aarch64 not found: TPPASM_QEMU={path!r} is not an executable; set it to qemu-aarch64's "
+                "path, or unset it to search PATH")
     return None
 
 
