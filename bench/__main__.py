@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import tempfile
+import traceback
 
 import bench.common as common
 from bench.common import plot
@@ -38,6 +39,9 @@ SUITES = {
 }
 
 
+# what --help prints (the module docstring, which python -OO strips: then a short text of the same)
+HELP = __doc__ or (f"python -m bench SUITE [--json FILE] [--plot FILE.png] [suite options]: suites are "
+                   f"{', '.join(SUITES)}, all. (python -OO strips the rest of this help.)")
 OWN = ("--json", "--plot")      # python -m bench's own options; the others go to the suite's modules
 DRAWN = ("tpp", "gemm", "mlp", "conv", "spmm", "linear", "all")    # the suites whose records --plot draws
 
@@ -106,17 +110,17 @@ def check_own(parser, suite, own, rest, opts):
 
 def run(names, argv, json_path=None, plot_path=None):
     """Run the suite modules ``names`` with ``argv``; merge their records; write/plot them; return them.
-    A module that fails (returns non-zero) or a plot with nothing to draw: the records are written,
-    then SystemExit naming it (exit status 1)."""
+    A module that fails (returns non-zero, or raises: :func:`run_module`) or a plot with nothing to
+    draw: the records are written, then SystemExit naming it (exit status 1)."""
     records, failed = [], []
     host = common.host_info()
     common.ANNOUNCE = False
     with tempfile.TemporaryDirectory() as tmp:
         for n, name in enumerate(names):
             part = os.path.join(tmp, f"{n}.json")
-            status = importlib.import_module(name).main(list(argv) + ["--json", part])
+            status = run_module(name, list(argv) + ["--json", part])
             if status:
-                failed.append(f"{name} (exit status {status})")
+                failed.append(f"{name} ({status if isinstance(status, str) else f'exit status {status}'})")
             if os.path.exists(part):
                 with open(part) as f:
                     got = json.load(f)
@@ -136,6 +140,26 @@ def run(names, argv, json_path=None, plot_path=None):
         sys.exit(f"python -m bench: failed: {'; '.join(failed)}" + ("; the records of the rest were written"
                                                                      if json_path else ""))
     return records
+
+
+def run_module(name, argv):
+    """``main(argv)`` of the suite module ``name``: its exit status, or what it raised (printed with
+    its traceback, then said in a word), so that the modules after it still run and the records of
+    all are written. A missing package (the bench extra: torch, ...) is named with what to install;
+    argparse's exits (``--help``, a bad option) end the run, as before."""
+    try:
+        return importlib.import_module(name).main(argv)
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            raise
+        print(f"python -m bench: {name}: {e.code}", file=sys.stderr)
+        return 1
+    except ImportError as e:
+        print(f"python -m bench: {name}: {e}: install the bench extra (pip install -e .[bench])", file=sys.stderr)
+        return f"needs {e.name or 'a package'}: pip install -e .[bench]"
+    except Exception as e:          # a module's bug: the others still run, and their records are written
+        traceback.print_exc()
+        return f"raised {type(e).__name__}: {e}"
 
 
 def draw(records, path):
@@ -191,9 +215,9 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in (*SUITES, "all"):
         if argv[:1] in (["-h"], ["--help"]):
-            print(__doc__)
+            print(HELP)
             return 0
-        print(__doc__, file=sys.stderr)
+        print(HELP, file=sys.stderr)
         if argv:
             print(f"python -m bench: error: {unknown_suite(argv)}", file=sys.stderr)
         return 2
@@ -204,7 +228,7 @@ def main(argv=None):
     check_own(parser, suite, own, rest, opts)
     if suite == "all" and rest:
         if rest in (["-h"], ["--help"]):
-            print(__doc__)
+            print(HELP)
             return 0
         _parser(suite).error(f"unrecognized arguments: {' '.join(rest)}: 'all' runs every suite with its "
                              "defaults and takes only --json and --plot; give options to one suite, e.g. "

@@ -64,6 +64,11 @@ def parse(argv=None):
 def main(argv=None):
     """Train under torchrun's group when its variables are set, else spawn ``--ranks`` processes."""
     args = parse(argv)
+    try:
+        import torch.distributed  # noqa: F401
+    except ImportError:
+        print("torch is needed to train with torch.distributed: pip install -e .[bench]")
+        return 1
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         result = train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
     else:

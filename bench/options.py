@@ -350,11 +350,19 @@ def dtypes_option(parser, choices, default=None):
                         metavar="D,...", help=f"comma list out of {', '.join(choices)} (default {default})")
 
 
+STRIPPED = "(its description is a docstring, which python -OO strips: run python -m bench without -OO to read it)"
+
+
 def summary(doc):
     """The first paragraph of a module's docstring on one line: a parser's description (argparse
-    rewraps it; its first line alone stops mid-sentence).
+    rewraps it; its first line alone stops mid-sentence); under ``python -OO``, which strips
+    docstrings (``doc`` None), a line saying so.
 
     >>> summary("``python -m bench x``: times\\nthis.\\n\\nMore.")
     '``python -m bench x``: times this.'
+    >>> summary(None) == STRIPPED
+    True
     """
+    if doc is None:
+        return STRIPPED
     return " ".join(doc.strip().split("\n\n")[0].split())

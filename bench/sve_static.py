@@ -15,7 +15,7 @@ import argparse
 import json
 from collections import Counter
 
-from bench.options import json_option, side_options
+from bench.options import json_option, side_options, summary
 from tppasm.sve.microkernel import inner_loop
 
 KERNELS = [("f32", "indexed"), ("f32", "dot"), ("bf16", "dot"), ("bf16", "mmla"), ("i8", "dot"), ("i8", "mmla"),
@@ -66,7 +66,7 @@ def format_table(rows: list[dict], vl: int) -> str:
 def parse(argv=None):
     """The options of ``python -m bench sve-static``, checked (a bad one: argparse's error); no work done."""
     ap = argparse.ArgumentParser(allow_abbrev=False,
-                                 prog="python -m bench sve-static", description=__doc__.split("\n\n")[0])
+                                 prog="python -m bench sve-static", description=summary(__doc__))
     side_options(ap, "mn")
     ap.add_argument("--vl", type=int, default=256, choices=[128, 256, 512, 1024, 2048],
                     help="SVE vector length in bits, for the multiply-adds per instruction (default 256)")

@@ -19,7 +19,7 @@ from collections import Counter
 
 import iced_x86 as ix
 
-from bench.options import json_option, side_options
+from bench.options import json_option, side_options, summary
 from tppasm.brgemm import Brgemm
 from tppasm.x86.brgemm import Gen
 
@@ -89,7 +89,7 @@ def format_table(rows: list[dict], m: int, n: int, k: int) -> str:
 def parse(argv=None):
     """The options of ``python -m bench x86-static``, checked (a bad one: argparse's error); no work done."""
     ap = argparse.ArgumentParser(allow_abbrev=False,
-                                 prog="python -m bench x86-static", description=__doc__.split("\n\n")[0])
+                                 prog="python -m bench x86-static", description=summary(__doc__))
     side_options(ap, "mnk")
     json_option(ap)
     return ap.parse_args(argv)

@@ -21,7 +21,7 @@ which the backward needs (or, with ``pre=False``, fused as relu is). The backwar
 (panel GEMMs again, over columns of w and x, copied or VNNI2-packed a panel at a time; for a few
 bf16 rows dx packs w a strip of whole rows at a time instead, :class:`StripGemm`; dz transposed by
 the transpose TPP), ``db = sum of dz over rows`` (a reduce TPP, fp32). Arrays are float32 or
-ml_dtypes.bfloat16 (the bias float32); bf16 products accumulate in fp32.
+ml_dtypes.bfloat16 (the bias float32 or x's dtype); bf16 products accumulate in fp32.
 
 >>> import numpy as np
 >>> x = np.array([[1, 2]], np.float32); w = np.array([[1, 1], [1, -1]], np.float32)
@@ -38,14 +38,13 @@ from .brgemm import brgemm
 from .dtypes import dtype as numpy_dtype
 from .eltwise import GRAD_OPS, UNARY_OPS, binary, reduce, transform, unary
 from .fc_args import DTYPES  # noqa: F401  (fc.DTYPES: the dtypes a layer takes)
-from .fc_args import (DTYPE_NAMES, GRADIENT_CHOICES, dense_rows, describe, dtype_of, fail, output, refuse_overlap,
-                      thread_count)
+from .fc_args import (DTYPE_NAMES, GRADIENT_CHOICES, bias_of, dense_rows, describe, dtype_of, fail, output,
+                      refuse_overlap, thread_count)
 from .fc_dots import DOT_ROWS, DotGemm, dot_kernels, dots, few_columns, forward_dots  # noqa: F401  (fc.dots)
 from .fc_operands import PackedWeight, TransposedB, k_blocks
 from .fc_parallel import parallel_kernels as _parallel_kernels
 from .fc_parallel import part_flops, row_blocks, split
 from .layout import empty
-from .operand import refuse_masked
 
 ACTS = (None, "relu", "gelu", "gelu_erf", "gelu_erf_fast")
 GELUS = ("gelu", "gelu_erf", "gelu_erf_fast")            # the activations whose backward reads z
@@ -75,19 +74,11 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     """
     packed = w if isinstance(w, PackedWeight) else None
     x, w = dense_rows("forward", "x", x), w.w if packed else dense_rows("forward", "w", w)
-    dtype_of("forward", x, w)
+    dtype_of("forward", x=x, w=w)
     (n, k), m = x.shape, w.shape[0]
     if w.shape != (m, k):
         fail("forward", f"w has shape {w.shape}; expected (out_features, {k}) for x of shape {x.shape}")
-    if bias is not None:
-        if not isinstance(bias, np.ndarray):
-            fail("forward", f"bias is a {type(bias).__name__}; expected a float32 NumPy array of shape ({m},) or "
-                            "None: pass np.asarray(bias, np.float32)", TypeError)
-        refuse_masked(bias, "fc.forward: bias")
-        if bias.shape != (m,) or bias.dtype != np.float32:
-            fail("forward", f"bias must be float32 of shape ({m},), got {bias.dtype} of shape {bias.shape}; pass "
-                            "one value per row of w, as bias.astype(np.float32)")
-        bias = np.ascontiguousarray(bias)
+    bias = bias_of("forward", bias, m, x)
     if act not in ACTS:
         fail("forward", f"act={act!r}; expected one of {ACTS}")
     if type(threads) is not int or threads < 1:
@@ -154,7 +145,7 @@ def pack(w):
     np.True_
     """
     w = dense_rows("pack", "w", w)
-    dt, panels = dtype_of("pack", w), {}
+    dt, panels = dtype_of("pack", w=w), {}
     if min(w.shape):                                # (an empty product never reads panels)
         gemm = PanelGemm(1, *w.shape, dt, panel=packed_panel_width(*w.shape, dt))
         for c0, c1 in gemm.panels:
@@ -250,7 +241,7 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=
     (None, [3.0, 3.0], [3.0, 3.0, 3.0, 3.0])
     """
     dy, x, w = dense_rows("backward", "dy", dy), dense_rows("backward", "x", x), dense_rows("backward", "w", w)
-    dt = dtype_of("backward", x, w, dy)
+    dt = dtype_of("backward", dy=dy, x=x, w=w)
     (n, k), m = x.shape, w.shape[0]
     if w.shape != (m, k):
         fail("backward", f"w has shape {w.shape}; expected (out_features, {k}) for x of shape {x.shape}")

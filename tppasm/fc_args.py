@@ -4,10 +4,10 @@ names ``fc.forward`` or ``fc.backward``, what was expected and what to pass inst
 >>> import numpy as np
 >>> thread_count("forward", np.int64(2))
 2
->>> dtype_of("forward", np.ones(2, np.float32), np.ones(2, np.float64))
+>>> dtype_of("forward", x=np.ones(2, np.float32), w=np.ones(2, np.float64))
 Traceback (most recent call last):
 ...
-ValueError: fc.forward: arrays are float32, float64; expected all float32 or all bfloat16
+ValueError: fc.forward: x is float32 and w float64; expected all float32 or all bfloat16 (a bias: float32 or x's dtype): pass w.astype(x.dtype)
 """
 import numbers
 
@@ -20,19 +20,52 @@ DTYPES = ("f32", "bf16")
 DTYPE_NAMES = {numpy_dtype(name): name for name in DTYPES}     # NumPy dtype -> its name
 
 
-def dtype_of(who, *arrays):
-    """The tppasm dtype name ("f32" or "bf16") all of ``arrays`` have."""
-    first = arrays[0].dtype
-    if first in DTYPE_NAMES and all(a.dtype == first for a in arrays):
+def dtype_of(who, **arrays):
+    """The tppasm dtype name ("f32" or "bf16") all of ``arrays`` (name=array, in argument order) have."""
+    values = list(arrays.values())
+    first = values[0].dtype
+    if first in DTYPE_NAMES and all(a.dtype == first for a in values):
         return DTYPE_NAMES[first]                    # (the usual case, in a third of the time)
-    dts = {a.dtype for a in arrays}
+    dts = {a.dtype for a in values}
     try:
         name = name_of(dts.pop()) if len(dts) == 1 else None
     except TypeError:
         name = None
     if name not in DTYPES:
-        fail(who, f"arrays are {', '.join(str(a.dtype) for a in arrays)}; expected all float32 or all bfloat16")
+        fail(who, _dtype_advice(arrays))
     return name
+
+
+def _dtype_advice(arrays):
+    """What ``dtype_of`` says of ``arrays`` (name=array) that are not all float32 or all bfloat16:
+    each one's dtype, in argument order, and the conversions that make them one dtype."""
+    names = list(arrays)
+    dts = [arrays[n].dtype for n in names]
+    said = ", ".join(f"{n} {dt}" for n, dt in zip(names[1:], dts[1:]))
+    said = f"{names[0]} is {dts[0]}" + (f" and {said}" if len(names) == 2 else f", {said}" if said else "")
+    good = next((n for n, dt in sorted(zip(names, dts), key=lambda p: p[0] != "x") if dt in DTYPE_NAMES), None)
+    if good is None:
+        fix = ", ".join(f"{n}.astype(np.float32)" for n in names)
+    else:
+        fix = ", ".join(f"{n}.astype({good}.dtype)" for n, dt in zip(names, dts) if dt != arrays[good].dtype)
+    bias = " (a bias: float32 or x's dtype)" if "x" in arrays else ""
+    return f"{said}; expected all float32 or all bfloat16{bias}: pass {fix}"
+
+
+def bias_of(who, bias, m, x):
+    """``bias`` as the float32 (m,) array the kernels add (a bfloat16 bias in x's dtype converted,
+    exactly), or None for None."""
+    if bias is None:
+        return None
+    if not isinstance(bias, np.ndarray):
+        fail(who, f"bias is a {type(bias).__name__}; expected a NumPy array of shape ({m},) in float32 or x's dtype, "
+                  "or None: pass np.asarray(bias, np.float32)", TypeError)
+    refuse_masked(bias, f"fc.{who}: bias")
+    if bias.shape != (m,) or bias.dtype not in (np.float32, x.dtype):
+        like_x = "" if x.dtype == np.float32 else f" or {x.dtype} as x"
+        fail(who, f"bias must be float32 of shape ({m},){like_x}, got {bias.dtype} of shape {bias.shape}; pass one "
+                  "value per row of w, as bias.astype(np.float32)")
+    return np.ascontiguousarray(bias, np.float32)
 
 
 def dense_rows(who, name, a):

@@ -2,6 +2,12 @@
 ``silu(g) = g * sigmoid(g)``, for (m, n) operands with their own row strides; f32 or bf16 in and
 out, computed in fp32. One pass instead of three (sigmoid, mul, mul) over the MLP's widest tensors.
 
+silu is computed as in fp32 (and as torch computes it): ``sigmoid(g) = 1 / (1 + exp(-g))`` is 0
+once exp(-g) overflows fp32, for g < -88.7228, so silu(g) is -0.0 there (math: a magnitude
+below 3e-37), and silu(g) * up is a signed 0.0 for a finite up and NaN for up = +-inf (math: -+inf). The
+reference (:meth:`SwiGLU.reference`, in float64) overflows at the same point, so kernel and
+reference agree there too.
+
 >>> import numpy as np, tppasm
 >>> g, u = np.array([[0.0, 1.0]], np.float32), np.array([[5.0, 2.0]], np.float32); out = np.empty_like(g)
 >>> tppasm.swiglu(1, 2)(g, u, out); [round(float(v), 4) for v in out[0]]
@@ -13,6 +19,8 @@ import numpy as np
 
 from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
 from .kernel import Descriptor, get_kernel
+
+FP32_EXP_OVERFLOW = 2.0 ** 128 - 2.0 ** 103      # from here on, exp's value rounds to inf in fp32
 
 
 @dataclass(frozen=True)
@@ -47,7 +55,9 @@ class SwiGLU(Descriptor):
     def reference(self, gate, up, out):
         g = _to_f64(gate)
         with np.errstate(all="ignore"):
-            _store(out, g / (1 + np.exp(-g)) * _to_f64(up))
+            e = np.exp(-g)
+            e[e >= FP32_EXP_OVERFLOW] = np.inf      # as the kernel's fp32 exp (see the module docstring)
+            _store(out, g / (1 + e) * _to_f64(up))
 
 
 def swiglu(m, n, ldg=0, ldu=0, ldo=0, dtype="f32", out_dtype="", isa=None):

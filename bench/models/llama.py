@@ -94,6 +94,7 @@ class LlamaLayer:
         self._ramp = tpp.aligned(np.repeat(np.float32([0, -np.inf]), cfg.max_len))
         self._steps = PerShape(lambda key, pool: Step(self, *key, pool), pool)
         self.length = 0                                  # positions the cache holds: 0..length-1
+        self._written = 0                                # positions from here on are zero (see _forget)
         self._serial = Serial()
 
     @property
@@ -107,9 +108,10 @@ class LlamaLayer:
             self._clear()
 
     def _clear(self):
+        self.length, self._written = 0, self.cfg.max_len         # (interrupted: the next decode zeroes the rest)
         self.KT[...] = 0
         self.V[...] = 0
-        self.length = 0
+        self._written = 0
 
     def prefill(self, x):
         """Output rows for the prompt ``x`` (T, hidden) real numbers, 1 <= T <= max_len, at positions
@@ -120,6 +122,7 @@ class LlamaLayer:
         x = self._rows(x, "prefill")
         with self._serial:
             self._clear()
+            self._written = x.shape[0]
             out = self._step(x.shape[0], None).run(x, 0)
             self.length = x.shape[0]
         return out
@@ -141,8 +144,11 @@ class LlamaLayer:
             raise ValueError(f"decode: position {pos} skips positions {self.length}..{pos - 1}, which the cache "
                              f"does not hold (it holds {held}); decode the tokens in order, the next at "
                              f"pos={self.length}, after prefill(prompt)")
-        if pos + 1 < self.length:                   # going back: the later positions are forgotten
-            self._forget(pos + 1, self.length)
+        # until the step has run the cache holds 0..pos-1 only; a decode interrupted (Ctrl-C) leaves it so
+        self.length = min(self.length, pos)
+        if pos + 1 < self._written:                 # going back: the later positions are forgotten
+            self._forget(pos + 1, self._written)
+        self._written = pos + 1
         keys = min(-(-(pos + 1) // KEY_BLOCK) * KEY_BLOCK, self.cfg.max_len)
         out = self._step(1, keys).run(x, pos)
         self.length = pos + 1

@@ -17,13 +17,14 @@ from torch.nn.utils.weight_norm import WeightNorm
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .. import fc
+from ..dtypes import name_of
 from .ops import ACTS, _bias_view, _check, _records_gradient, _refuse_dual, _run, _unwatched, _view, linear
 
 
 class Linear(torch.nn.Linear):
     """``y = act(x @ weight.T + bias)`` for x (..., in_features); ``act`` in :data:`ACTS`
     (None, "relu", "gelu" = tanh form, "gelu_erf", "gelu_erf_fast" = erf to 2^-22 absolute); float32
-    or bfloat16 (``dtype=`` or ``.to()``).
+    or bfloat16 (``dtype=``, which also takes tppasm's "f32" and "bf16", or ``.to()``).
     Under ``torch.autocast("cpu")`` and torch.func transforms it behaves as :func:`linear` says
     (as ``torch.nn.Linear`` under autocast: bfloat16 out, float32 gradients to float32 parameters).
 
@@ -43,7 +44,7 @@ class Linear(torch.nn.Linear):
     def __init__(self, in_features, out_features, bias=True, act=None, device=None, dtype=None):
         if act not in ACTS:
             raise ValueError(f"tppasm.torch.Linear: act={act!r}; expected one of {ACTS}{_positional_device(act)}")
-        super().__init__(in_features, out_features, bias, device, dtype)
+        super().__init__(in_features, out_features, bias, device, _torch_dtype(dtype))
         self.act = act
         self._frozen = None
 
@@ -175,6 +176,28 @@ def _positional_device(act):
         return ""
     return ("; act is tppasm.torch.Linear's 4th argument, where torch.nn.Linear takes device: pass device= and dtype= "
             "by keyword")
+
+
+_TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
+
+
+def _torch_dtype(dtype):
+    """``dtype`` as torch.nn.Linear takes it: None or a torch.dtype as given, tppasm's and NumPy's
+    spellings of the dtypes tppasm kernels compute in as theirs; anything else a TypeError saying so.
+
+    >>> _torch_dtype("bf16"), _torch_dtype("float32")
+    (torch.bfloat16, torch.float32)
+    """
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        name = name_of(dtype)
+    except (TypeError, ValueError):
+        name = None
+    if name not in _TORCH_DTYPES:
+        raise TypeError(f"tppasm.torch.Linear: dtype={dtype!r}; expected torch.float32 or torch.bfloat16 (or "
+                        "tppasm's 'f32' or 'bf16'), the dtypes tppasm kernels compute in")
+    return _TORCH_DTYPES[name]
 
 
 def _refuse_layer_dtype(weight, bias):

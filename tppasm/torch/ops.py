@@ -38,8 +38,10 @@ _OPERATOR_TRANSFORMS = (_VMAP, torch._C._functorch.TransformType.Functionalize)
 def linear(x, weight, bias=None, act=None):
     """``act(x @ weight.T + bias)`` on tppasm kernels, differentiable in x, weight and bias.
 
-    ``x`` is (..., in_features), ``weight`` (out_features, in_features), ``bias`` (out_features,)
-    or None, all float32 or all bfloat16 on the CPU; ``act`` is one of :data:`ACTS` ("gelu" is
+    ``x`` is (..., in_features) and ``weight`` (out_features, in_features), both float32 or both
+    bfloat16 on the CPU; ``bias`` is (out_features,) in x's dtype or float32 (as
+    :func:`tppasm.fc.forward` takes it), one value (a 0-d tensor, broadcast as torch's linear does),
+    or None; ``act`` is one of :data:`ACTS` ("gelu" is
     torch's ``approximate="tanh"``, "gelu_erf" its default, "gelu_erf_fast" the same to an absolute
     error of 2^-22 max(1, |z|), the class of torch's own, in 21 instructions a vector against ~55).
     Large GEMMs are shared by rows among ``torch.get_num_threads()`` threads
@@ -82,6 +84,7 @@ def linear(x, weight, bias=None, act=None):
                             f"{' or None' if name == 'bias' else ''}: pass {fix}")
     if act is not None and not isinstance(act, str):
         raise TypeError(f"tppasm.torch.linear: act={act!r} ({type(act).__name__}); expected one of {ACTS}")
+    bias = _broadcast_bias(bias, weight)
     _refuse_dual(x, weight, bias)
     if _unwatched(x, weight, bias):
         if _records_gradient(x, weight, bias):
@@ -92,6 +95,18 @@ def linear(x, weight, bias=None, act=None):
     # torch.func takes an autograd.Function (see _Transformable), which autocast does not reach into: cast here
     call = functools.partial(_autocast, _Linear.apply) if torch.is_autocast_enabled("cpu") else _Linear.apply
     return call(x, weight, bias, act)[0]
+
+
+def _broadcast_bias(bias, weight):
+    """A ``bias`` of one value (shape () or (1,)) expanded to weight's out_features, as torch's linear
+    broadcasts it (differentiably: its gradient is the sum); any other bias as given.
+
+    >>> _broadcast_bias(torch.tensor(0.5), torch.ones(3, 2)).tolist()
+    [0.5, 0.5, 0.5]
+    """
+    if bias is not None and bias.dim() <= 1 and bias.numel() == 1 and weight.dim() == 2:
+        return bias.expand(weight.shape[0])
+    return bias
 
 
 def _as_saved(t, shape, dtype):
@@ -149,11 +164,22 @@ def _check(x, weight, bias, act, real=True, who="tppasm.torch.linear"):
         raise ValueError(f"{who}: x {tuple(x.shape)} and weight {tuple(weight.shape)} do not fit: "
                          "weight is (out_features, in_features) and x (..., in_features)")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
-        raise ValueError(f"{who}: bias has shape {tuple(bias.shape)}; expected ({weight.shape[0]},)")
+        raise ValueError(f"{who}: bias has shape {tuple(bias.shape)}; expected ({weight.shape[0]},), one value per "
+                         f"output feature{_bias_fix(bias, weight.shape[0])}")
+
+
+def _bias_fix(bias, m):
+    """How to pass a ``bias`` of the wrong shape for ``m`` output features (:func:`_check`'s error)."""
+    if bias.numel() == m:
+        return f": pass bias.reshape({m})"
+    if bias.numel() == 1:
+        return f": pass bias.expand({m})"
+    return " (a bias that is not one per output feature: add it to the result, linear(x, weight) + bias)"
 
 
 def _check_tensor(who, name, t, x, real):
-    """``t`` (named ``name``) a dense float32 or bfloat16 tensor in x's dtype, on the CPU if ``real``."""
+    """``t`` (named ``name``) a dense float32 or bfloat16 tensor in x's dtype (a bias: or float32),
+    on the CPU if ``real``."""
     if t.layout != torch.strided:
         raise ValueError(f"{who}: {name} is a {t.layout} tensor; tppasm kernels take dense tensors: pass "
                          f"{name}.to_dense()")
@@ -162,7 +188,10 @@ def _check_tensor(who, name, t, x, real):
     if t.dtype not in _DTYPES:
         raise TypeError(f"{who}: {name} is {t.dtype}; tppasm kernels take torch.float32 or torch.bfloat16: pass "
                         f"{name}.float() or {name}.bfloat16()")
-    if t.dtype != x.dtype:
+    if name == "bias" and t.dtype is torch.bfloat16 and x.dtype is torch.float32:
+        raise TypeError(f"{who}: bias is torch.bfloat16 and x {x.dtype}; a bias is in x's dtype or torch.float32: "
+                        "pass bias.float()")
+    if t.dtype != x.dtype and not (name == "bias" and t.dtype is torch.float32):
         other = "x.bfloat16()" if t.dtype is torch.bfloat16 else "x.float()"
         raise TypeError(f"{who}: {name} is {t.dtype} and x {x.dtype}; pass both in one dtype ({name}.to(x.dtype), "
                         f"or {other}; a tppasm.torch.Linear layer: convert x, or the layer with .float() / "
