@@ -13,9 +13,11 @@
 True
 """
 import ctypes
+import functools
 import inspect
 import os
 import threading
+import types
 import warnings
 import weakref
 
@@ -35,6 +37,7 @@ from .body import check_body as _check_body, parameters as _parameters
 from .explain import explain
 from .nest_plan import Layout
 from .recent import NESTS, VARIANTS, Recent
+from .scratch import check_scratch
 from .signature import as_arrays, signature, written_objects
 from .spec import Loop, SpecError, parse, serial_order
 from .trace import PyArray, TraceError, run_python
@@ -48,7 +51,7 @@ else:
     from .x86 import nest as GENERATOR
 
 
-def kernel(spec, *loops, pool=None, races="refuse"):
+def kernel(spec, *loops, pool=None, races="refuse", scratch=()):
     """Decorate ``body(i_a, i_b, ..., *arrays)``: loop ``a`` is ``loops[0]`` and so on.
 
     ``pool`` overrides the process's thread pool (:func:`isa.pool.get_pool`). ``races`` says what
@@ -56,6 +59,9 @@ def kernel(spec, *loops, pool=None, races="refuse"):
     same block, one writing (:mod:`loops.races`): ``"refuse"`` raises :class:`loops.races.RaceError`
     naming the pair and the fixes, ``"warn"`` issues a :class:`loops.races.RaceWarning` and runs,
     ``"allow"`` skips the analysis (for bodies that synchronize themselves, e.g. atomic kernels).
+    ``scratch``: names of array parameters the body uses as working memory (e.g. one slot per
+    thread, ``S[thread().tid]``), whose contents after a call are no result: the checker of
+    :mod:`tppasm.testing` and the tuner leave them out of their comparisons (:mod:`loops.scratch`).
 
     The body is traced once per array signature (shapes, strides, dtypes), as ``jax.jit`` traces:
     its globals, closure values and the kernel objects it calls are read then and compiled into the
@@ -72,7 +78,7 @@ def kernel(spec, *loops, pool=None, races="refuse"):
     _check_races(races)
 
     def wrap(body):
-        return LoopKernel(spec, loops, body, pool=pool, races=races)
+        return LoopKernel(spec, loops, body, pool=pool, races=races, scratch=scratch)
     return wrap
 
 
@@ -100,10 +106,35 @@ def _forget_nests():
 pool_module.ON_NEW_POOL.append(_forget_nests)
 
 
+class _TuneMethod:
+    """``LoopKernel.tune``: :func:`loops.tune.tune` on the kernel, with its options' signature and
+    docstring (what ``help(lk.tune)`` and a notebook's ``lk.tune?`` show); :mod:`loops.tune` is
+    imported on first use (it would cost every ``import loops``)."""
+
+    def __get__(self, lk, owner=None):
+        fn = _tune_method()
+        return fn if lk is None else types.MethodType(fn, lk)
+
+
+@functools.cache
+def _tune_method():
+    from . import tune as tuning
+
+    def tune(self, *arrays, **options):
+        return tuning.tune(self, as_arrays(arrays, self.array_names, self.__name__), **options)
+    P = inspect.Parameter
+    options = [p.replace(kind=P.KEYWORD_ONLY) for p in list(inspect.signature(tuning.tune).parameters.values())[2:]
+               if p.kind != P.VAR_KEYWORD]
+    tune.__signature__ = inspect.Signature([P("self", P.POSITIONAL_ONLY), P("arrays", P.VAR_POSITIONAL)] + options)
+    tune.__doc__ = "``lk.tune(*arrays, ...)`` is ``loops.tune.tune(lk, arrays, ...)``: " + inspect.getdoc(tuning.tune)
+    tune.__qualname__ = "LoopKernel.tune"
+    return tune
+
+
 class LoopKernel:
     """A traced-and-compiled loop nest; call it on arrays. See :func:`kernel`."""
 
-    def __init__(self, spec, loops, body, pool=None, hooks=None, races="refuse"):
+    def __init__(self, spec, loops, body, pool=None, hooks=None, races="refuse", scratch=()):
         if isinstance(body, LoopKernel):
             raise TypeError(f"loop body {body.__name__!r} is already a loop kernel: decorate the plain body "
                             "function (or call k.with_spec(...) for the same body under another spec)")
@@ -122,6 +153,7 @@ class LoopKernel:
                             f"{len(loops)} parameters receive the loop indices, the rest the arrays")
         self.body, self.loops, self.pool_override, self.races = body, tuple(loops), pool, races
         self.index_names, self.array_names = params[:len(loops)], params[len(loops):]
+        self.scratch = check_scratch(scratch, self.array_names, name)
         self.spec = parse(spec, len(loops))
         self.resolved = self.spec.resolve(self.loops)
         self.hooks = hooks if hooks is not None else {"init": [], "fini": [], "family": weakref.WeakSet()}
@@ -136,7 +168,10 @@ class LoopKernel:
 
     # -- hooks and variants -------------------------------------------------------------------
     def init(self, fn):
-        """Register ``fn(*arrays)`` to run once per thread before the nest (e.g. AMX tile config).
+        """Register ``fn(*arrays)`` to run before the nest once on each thread that takes part in it
+        (e.g. AMX tile config): every thread of the pool for a parallel spec, the threads inside the
+        grid for a grid spec (``B{R:2}a`` on 16 threads: 2; the others idle), the calling thread
+        alone for a serial one. Per-thread state a hook sets up exists only for those threads.
 
         >>> from loops import Loop, kernel
         >>> @kernel("a", Loop(0, 1))
@@ -151,7 +186,8 @@ class LoopKernel:
         return fn
 
     def fini(self, fn):
-        """Register ``fn(*arrays)`` to run once per thread after the nest."""
+        """Register ``fn(*arrays)`` to run after the nest once on each thread that takes part in it
+        (the threads :meth:`init` names)."""
         _check_body(fn, "fini hook")
         _parameters(fn, varargs=True, what="fini hook")
         self.hooks["fini"].append(fn)
@@ -177,7 +213,7 @@ class LoopKernel:
         v = self._variants.get(key)
         if v is None:
             v = self._variants[key] = LoopKernel(spec, self.loops, self.body, pool or self.pool_override,
-                                                 self.hooks, races)
+                                                 self.hooks, races, self.scratch)
         return v
 
     @property
@@ -269,7 +305,9 @@ class LoopKernel:
     def python(self, *arrays):
         """Run the body in Python, kernels replaced by their NumPy references, in serial spec order.
 
-        ``thread()`` reads 0 for every coordinate here.
+        ``thread()`` reads 0 for every coordinate here, so an array kept per thread
+        (``S[thread().tid]``) holds other values than after a native call on several threads:
+        declare it scratch (``kernel(..., scratch=("S",))``, :mod:`loops.scratch`).
 
         >>> import numpy as np, tppasm as tpp
         >>> from loops import Loop, kernel
@@ -350,10 +388,7 @@ class LoopKernel:
                  (False, False): "unused"}
         return {name: words[i in read, i in written] for i, name in enumerate(self.array_names)}
 
-    def tune(self, *arrays, **options):
-        """Time candidate specs on ``arrays`` and remember the fastest for these shapes; see :func:`loops.tune.tune`."""
-        from .tune import tune
-        return tune(self, as_arrays(arrays, self.array_names, self.__name__), **options)
+    tune = _TuneMethod()
 
     def __copy__(self):
         return self                 # as a TPP kernel: a compiled nest has nothing to copy

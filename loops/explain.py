@@ -37,7 +37,7 @@ def explain(lk, inst):
                    f"# threads >= {r * c * l} idle")
     ind = "  "
     if inst and inst.init.all_calls() and list(inst.init.all_calls()):
-        out.append(ind + "# init (once per thread)")
+        out.append(ind + "# init (once on each thread taking part)")
         out += [ind + line for line in inst.init.pretty().splitlines()]
     i = 0
     while i < len(spec.levels):
@@ -61,7 +61,7 @@ def explain(lk, inst):
     body = inst.body.pretty() if inst else f"{lk.__name__}({', '.join(lk.index_names)}, ...)"
     out += [ind + line for line in body.splitlines()] or [ind + "pass"]
     if inst and list(inst.fini.all_calls()):
-        out.append("  # fini (once per thread)")
+        out.append("  # fini (once on each thread taking part)")
         out += ["  " + line for line in inst.fini.pretty().splitlines()]
     if spec.mode == "collapse":
         out.append("# share(tid, ...): " + {

@@ -11,6 +11,9 @@ kernel declares (:func:`variant`): the race analysis of :mod:`loops.races` that 
 refuses it, so a spec that races is skipped (its note says where), never timed nor chosen, also
 for kernels declared ``races="warn"`` or ``"allow"`` (the tuner cannot know which races a body's
 own synchronization covers; the kernel's own spec runs as declared).
+
+The arrays a loop kernel declares scratch (``loops.kernel(..., scratch=...)``, :mod:`loops.scratch`)
+are not compared: a spec that splits the loops differently leaves other values in a slot per thread.
 """
 import time
 from dataclasses import dataclass
@@ -52,6 +55,10 @@ class Built:
         self.output = made[2] if len(made) > 2 else None
         signature(self.arrays)     # TypeError unless arrays
         self.writable = [i for i, a in enumerate(self.arrays) if a.flags.writeable]
+        scratch = getattr(self.lk, "scratch", ())
+        # the arrays compared: a declared scratch array holds no result (loops.scratch)
+        self.compared = [i for i in self.writable if self.lk.array_names[i] not in scratch]
+        self.access = {}           # array name -> "read" / "written" / "read and written" (the reference's)
         self.initial = [self.arrays[i].copy() for i in self.writable]
         self.poison = False
         self.outputs = set()       # the arrays the nest writes but never reads: poisoned when self.poison
@@ -72,7 +79,23 @@ class Built:
         if self.output is not None:
             out = as_arrays((self.output(),), ["output()"], self.lk.__name__)[0]
             return [np.asarray(out).astype(np.float64)]
-        return [self.arrays[i].astype(np.float64) for i in self.writable]
+        return [self.arrays[i].astype(np.float64) for i in self.compared]
+
+    def difference(self, got, want, rtol):
+        """The note of a candidate whose result ``got`` differs from ``want``: the array that
+        differs and, when the nest also reads it (working memory, e.g. a slot per thread), how to
+        declare it scratch so that it is not compared."""
+        if self.output is not None:
+            return "different result, skipped"
+        for i, g, w in zip(self.compared, got, want):
+            if same([g], [w], rtol):
+                continue
+            name = self.lk.array_names[i]
+            if self.access.get(name) != "read and written":
+                return f"different result ({name}), skipped"
+            return (f"different result ({name}), skipped; if {name} is scratch (e.g. {name}[thread().tid]: its contents "
+                    f"depend on the spec), declare it: loops.kernel(..., scratch=({name!r},))")
+        return "different result, skipped"
 
     def reference(self, deadline=float("inf"), clock="wall"):
         """Run the kernel's own spec (not one tuned earlier) from the initial contents; check whether
@@ -81,7 +104,7 @@ class Built:
         ended past ``deadline`` (the search's budget is spent: candidates start from the initial
         contents); ``own_seconds`` is the first run's time (by ``clock``)."""
         own = self.lk.with_spec(self.lk.spec.text)
-        access = own.accesses(*self.arrays)
+        access = self.access = own.accesses(*self.arrays)
         self.outputs = {i for i, name in enumerate(own.array_names) if access[name] == "written"}
         self.restore()
         self.own_seconds = elapsed(own, self.arrays, clock)
@@ -147,8 +170,9 @@ def measure(c, builds, reference, reps, rtol, clock="wall", probe=None, deadline
         built.restore()
         runs = [elapsed(variant, built.arrays, clock)]
         want = reference if built.output is not None else built.own
-        if not same(built.result(), want, rtol):
-            c.seconds, c.note = None, "different result, skipped"
+        got = built.result()
+        if not same(got, want, rtol):
+            c.seconds, c.note = None, built.difference(got, want, rtol)
             return
         scale = probe.scale() if probe is not None else 1.0
         spent = 0.0

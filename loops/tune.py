@@ -11,7 +11,8 @@ Two entry points:
   maps each parameter of ``make`` to the values to try.
 
 Candidates (knob values x specs x block sizes) are ranked by the cost model (:mod:`loops.cost`,
-``model=True``), then timed best-predicted first until ``top`` were timed or ``seconds`` are spent;
+``model=True``), then timed best-predicted first until ``top`` were timed (a candidate skipped
+as refused, racing or giving a different result does not count) or ``seconds`` are spent;
 the fastest few are timed again in rounds and the lowest median wins. A timing is the minimum of
 ``reps`` runs after a checking run, scaled by the machine's speed of the moment (the reference
 timed again every ``probe`` seconds, :class:`loops.trial.Probe`). Each candidate starts from the
@@ -35,13 +36,14 @@ a repeated search returns the remembered record, or with ``resume=True`` searche
 >>> best in [r[0] for r in k.last_tuning]
 True
 """
-import hashlib
+import inspect
 import itertools
 import random
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from tppasm.display import printable
 
 from . import remembered
 from .enumerate import enumerate_union, iter_spec_space
@@ -51,6 +53,8 @@ from .spec import LETTERS, SpecError
 from .trace import TraceError
 from .trial import Builds, Candidate, Probe, elapsed, measure, time_again  # noqa: F401  (elapsed: tuning API)
 from .tune_options import check_hints, check_options, check_search_space
+from .tune_keywords import check_keywords
+from .tune_order import SKIPS_PER_SLOT, Order, explored as _explored, predicted as _predicted
 from .tune_progress import Progress
 
 REMEMBERED = {}          # key (tuple) -> record (JSON-able dict) of every search in this process
@@ -70,7 +74,8 @@ MODEL_SECONDS = 2.0
 @dataclass
 class Tuned:
     """What :func:`search` found: the ``record`` (JSON-able), every ``candidates``' figures, and the
-    winner built: ``kernel`` (its loop kernel with the best spec), ``arrays``, ``output``."""
+    winner built: ``kernel`` (its loop kernel with the best spec), ``arrays``, ``output``. Its repr
+    is one line: the winner, its time and how many candidates were timed and skipped."""
 
     record: dict
     candidates: list = field(default_factory=list)
@@ -81,6 +86,22 @@ class Tuned:
     def __call__(self):
         """Run the winner on its arrays."""
         self.kernel(*self.arrays)
+
+    def __repr__(self):
+        """One line (a notebook shows it for ``found``): the winner, its time and the counts; the
+        candidates and arrays stay in the attributes.
+
+        >>> Tuned({"kernel": "gemm", "spec": "aBC", "knobs": {"bm": 32}, "seconds": 0.00125, "candidates": 9315,
+        ...        "timed": 40, "skipped": 3})
+        Tuned(gemm: spec 'aBC' bm=32, 1.250 ms; 40 of 9315 candidates timed, 3 skipped)
+        """
+        r = self.record
+        knobs = "".join(f" {k}={v!r}" for k, v in (r.get("knobs") or {}).items())
+        seconds = r.get("seconds")
+        took = f"{seconds * 1e3:.3f} ms" if isinstance(seconds, (int, float)) else "not timed"
+        how = "; recalled" if r.get("recalled") else \
+            f"; {r.get('timed')} of {r.get('candidates')} candidates timed, {r.get('skipped')} skipped"
+        return printable(f"Tuned({r.get('kernel')}: spec {r.get('spec')!r}{knobs}, {took}{how})")
 
 
 def candidates(lk, budget, seed=0):
@@ -136,13 +157,15 @@ def _searches_blocks(blocks):
 
 
 def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4, blocks=False, seconds=None,
-         model=True, remember=False):
+         model=True, remember=False, **unknown):
     """Time candidate specs of ``lk`` on ``arrays``; remember and return the best spec.
 
     ``specs``: the candidates (default :func:`space`, ranked by the cost model when ``model``, else
     :func:`candidates`), each checked first (a refused spec raises its :class:`SpecError`; with
     ``seconds``, as many as its first tenth allows, a later refused one skipped with its note);
-    ``budget``: how many are timed at most; ``seconds``: a wall-clock limit (None: none);
+    ``budget``: how many are timed at most (a candidate skipped, refused or racing or with a
+    different result, does not count; see :mod:`loops.tune_order`; :func:`search` calls it
+    ``top``, and its defaults differ: :mod:`loops.tune_keywords`); ``seconds``: a wall-clock limit (None: none);
     ``blocks``: search block sizes too (True: every loop blocked once; or a dict loop letter ->
     times blocked, 0..5, the letters left out not blocked, so ``{}`` and ``{'a': 0}`` search the
     unblocked specs; see :func:`space`; a loop is blocked at most as many times as nested sizes
@@ -160,12 +183,15 @@ def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4, bl
     ``lk``'s calls on arrays like these on this many threads until :meth:`~loops.LoopKernel.retrace`;
     :meth:`~loops.LoopKernel.with_spec` variants still run the spec they name.
     """
+    if unknown:
+        check_keywords("tune", unknown, _keywords(tune, 2))
     check_options("tune", budget=budget, reps=reps, rtol=rtol, seconds=seconds,
                   flags=dict(progress=progress, model=model, remember=remember))
     check_search_space("tune", lk, specs, blocks, until=time.perf_counter() if seconds else None)  # search: the rest
-    if specs is None and not model:
-        specs = (candidates(lk, budget) if not _searches_blocks(blocks)
-                 else list(itertools.islice(iter_space(lk, blocks), budget)))
+    if specs is None and not model:         # listed past the budget: a skipped one leaves its slot to the next
+        listed = (SKIPS_PER_SLOT + 1) * budget
+        specs = (candidates(lk, listed) if not _searches_blocks(blocks)
+                 else list(itertools.islice(iter_space(lk, blocks), listed)))
     found = search(lambda: (lk, arrays), {}, specs=specs, blocks=blocks, seconds=seconds, top=budget,
                    reps=reps, model=model, progress=progress, rtol=rtol, remember=remember)
     best = found.record["spec"]
@@ -176,7 +202,7 @@ def tune(lk, arrays, budget=16, reps=5, specs=None, progress=True, rtol=1e-4, bl
 
 def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, reps=3, model=True, machine=None,
            progress=True, rtol=1e-4, key=None, remember=True, refine=5, clock="wall", probe=0, resume=False,
-           hints=()):
+           hints=(), **unknown):
     """Search ``knobs`` x specs x block sizes; return :class:`Tuned`. ``knobs``: name -> values for
     ``make`` (every combination, the first values first), or a list of keyword dicts.
 
@@ -184,7 +210,9 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     configuration's results are checked against its own kernel's spec. ``specs``: a fixed list
     (else :func:`space` of each configuration's kernel with ``blocks``), checked against the first
     configuration's kernel before anything is timed (with ``seconds``, in its first tenth at most:
-    a later refused spec is skipped, noted); ``top``: how many are timed at most (None: all);
+    a later refused spec is skipped, noted); ``top``: how many are timed at most (None: all; a
+    skipped candidate does not count, see :mod:`loops.tune_order`; ``lk.tune`` calls it ``budget``,
+    see :mod:`loops.tune_keywords` for the other defaults that differ);
     ``seconds``: the wall-clock budget (None: none; modelling included: configurations are modelled
     best kernel first, and those not modelled in its first 40% are left out, counted in the
     record, as are the predictions of specs past it; specs of the space not enumerated in its
@@ -229,6 +257,8 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     (True, True)
     """
     start = time.perf_counter()
+    if unknown:
+        check_keywords("search", unknown, _keywords(search, 1))
     check_options("search", top=top, reps=reps, rtol=rtol, seconds=seconds, refine=refine, probe=probe,
                   machine=machine, flags=dict(progress=progress, model=model, remember=remember, resume=resume))
     deadline = start + seconds if seconds else float("inf")
@@ -294,24 +324,26 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
         hinted.append(c)
     prior = earlier if seed is not None else {"runs": 0}      # what the searches before this one did
     explored = set(prior.get("explored", ()))
-    order = _Order(cands, model, top, threads, skip=explored)
-    bar = Progress(order.total, progress)
+    order = Order(cands, model, top, threads, skip=explored, bounded=seconds is not None)
     timed, finals = [], start + (deadline - start) * 0.9       # the last tenth: the final rounds
     timed += [seed] if seed is not None else []
     timed += hinted
     cut = False
-    for c in order:
-        if time.perf_counter() > finals and timed:
-            cut = True
-            break
-        if c is seed or any(c is h for h in hinted):
-            continue
-        measure(c, builds, reference, reps, rtol, clock, timer, deadline)
-        if c.seconds is not None:
-            timed.append(c)
-        order.learn(c)
-        bar.step(c)
-    bar.close()                                     # the budget-ended line waits for the final rounds' winner
+    bar = Progress(order.total, progress)
+    try:                                            # an interrupt (Ctrl-C) closes the bar too
+        for c in order:                             # a skipped candidate does not use the budget (top)
+            if time.perf_counter() > finals and timed:
+                cut = True
+                break
+            if c is seed or any(c is h for h in hinted):
+                continue
+            measure(c, builds, reference, reps, rtol, clock, timer, deadline)
+            order.learn(c)
+            if c.seconds is not None:
+                timed.append(c)
+                bar.step(c)
+    finally:
+        bar.close()                                 # the budget-ended line waits for the final rounds' winner
     if not timed:
         refused = [c.error for c in cands if c.error is not None]
         if refused:
@@ -359,9 +391,9 @@ def search(make, knobs=None, specs=None, blocks=True, seconds=60.0, top=None, re
     return out
 
 
-def _explored(c):
-    """A short digest of a candidate (configuration and spec): what a resumed search does not time again."""
-    return hashlib.sha256(repr((sorted(c.config.items()), c.spec)).encode()).hexdigest()[:10]
+def _keywords(fn, positional):
+    """The keyword options of ``fn`` (after its ``positional`` parameters), for a TypeError's list."""
+    return [p.name for p in list(inspect.signature(fn).parameters.values())[positional:] if p.kind != p.VAR_KEYWORD]
 
 
 def _hashable(key):
@@ -482,80 +514,3 @@ def _stand_in(cands, c):
         return False
     c.predicted, cands[i] = cands[i].predicted, c
     return True
-
-
-def _predicted(c):
-    return c.predicted if c.predicted is not None else float("inf")
-
-
-class _Order:
-    """The order candidates are timed in: the reference first; then, with the model, the best
-    predicted ``BREADTH`` of every configuration (so each is measured), then the rest by predicted
-    time scaled by its configuration's measured/predicted ratio so far (the model's error is mostly
-    per configuration: how fast its kernels run inside the nest). Candidates that are the same nest
-    (on one thread, specs that differ only in case) are timed once, those in ``skip`` (digests of
-    candidates an earlier run timed) not at all, the reference always; ``top`` caps the count."""
-
-    BREADTH, RESORT = 2, 32
-
-    def __init__(self, cands, model, top, threads, skip=()):
-        self.threads, self.first, self.skip = threads, cands[0], skip
-        rest = cands[1:]
-        self.broad, self.deep = rest, []
-        if model:
-            rest.sort(key=_predicted)
-            per, self.broad = {}, []
-            for c in rest:
-                k = _config_key(c)
-                (self.broad if per.get(k, 0) < self.BREADTH else self.deep).append(c)
-                per[k] = per.get(k, 0) + 1
-        self.total = min(len(cands) if top is None else max(1, top), len(cands))
-        self.ratio, self.since = {}, 0
-
-    def _key(self, c):
-        return (_config_key(c), c.spec.lower() if self.threads == 1 else c.spec)
-
-    def __iter__(self):
-        seen, given = {}, 0
-
-        def fresh(c):
-            k = self._key(c)
-            twin = seen.get(k)                      # the same nest, timed already unless refused ('A' on 1 thread)
-            if twin is not None and not twin.note:
-                return False
-            if c is not self.first and self.skip and _explored(c) in self.skip:
-                return False
-            seen[k] = c
-            return True
-        for c in [self.first] + self.broad:
-            if given >= self.total:
-                return
-            if fresh(c):
-                given += 1
-                yield c
-        pos, self.since = 0, self.RESORT
-        while pos < len(self.deep) and given < self.total:
-            if self.since >= self.RESORT:
-                self.deep[pos:] = sorted(self.deep[pos:], key=self._calibrated())
-                self.since = 0
-            c = self.deep[pos]
-            pos += 1
-            if fresh(c):
-                given += 1
-                yield c
-
-    def learn(self, c):
-        if c.seconds is not None and c.predicted:
-            self.ratio.setdefault(_config_key(c), []).append(c.seconds / c.predicted)
-        self.since += 1
-
-    def _calibrated(self):
-        """Sort key: predicted seconds x the configuration's median measured/predicted ratio."""
-        everything = [x for v in self.ratio.values() for x in v]
-        default = float(np.median(everything)) if everything else 1.0
-        factor = {k: float(np.median(v)) for k, v in self.ratio.items()}
-        return lambda c: _predicted(c) * factor.get(_config_key(c), default)
-
-
-def _config_key(c):
-    return tuple(sorted(c.config.items()))

@@ -48,7 +48,7 @@ from ..kernel import ISAUnavailableError, scalar_arg
 from ..layout import empty, empty_for
 from ..operand import as_ndarray, check as check_operand, origin_of
 from .compare import (FTZ_ATOL, RTOL, SUBNORMAL_ATOL, compare as _compare, documented_atol,  # noqa: F401
-                      is_summing)
+                      is_summing, scratch_hint, scratch_positions, unwritten_hint)
 
 GUARD = 64                                # bytes of poison before and after each copy, at least
 GUARD_MAX = 64 << 10                      # ... and at most, when one outer step is larger
@@ -336,6 +336,7 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
                                   f"it runs (or {where})")
     arrays = _operands_of(kernel, kind, arrays, count)
     names, written, only = _roles(kernel, kind, arrays, outputs)
+    scratch = scratch_positions(kernel, kind, names)
     runs = []
     for run in range(RUNS):
         copies = []
@@ -363,11 +364,14 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
                 problems.append(f"{names[i]}: {len(outside)} elements outside the operand were written "
                                 "(row padding or guard bytes)")
                 break
+        if i in scratch:
+            continue                            # declared scratch (loops.scratch): what it holds is no result
         if i in only:
             missed = np.argwhere(np.logical_and.reduce([c.unwritten() for c in copies]))
             if len(missed):
                 problems.append(f"{names[i]}: {len(missed)} of {first.view.size} output elements were never "
-                                f"written, first at {tuple(int(v) for v in missed[0])}")
+                                f"written, first at {tuple(int(v) for v in missed[0])}"
+                                + unwritten_hint(kind, names[i]))
                 continue
         if i in written:
             bf16 = getattr(getattr(kernel, "desc", None), "dtype", None) == "bf16"
@@ -375,6 +379,8 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
             for run, copy in enumerate(copies if i in only else copies[:1]):
                 found = _compare(names[i], copy.view, ref[i], rtol, atol, floor, skip.get(names[i]), summing)
                 if found:
+                    if not run:
+                        found = [found[0] + scratch_hint(kind, names[i], copy.view, ref[i], arrays[i])]
                     problems += found if not run else [f"{found[0]} (the output poisoned with "
                                                        f"{_poison_text(copy.view.dtype, run)} before the call: "
                                                        "the kernel reads its write-only output)"]
@@ -397,7 +403,9 @@ def assert_matches_reference(kernel, *arrays, count=None, outputs=None, rtol=Non
     kernel's arrays are checked against its operands first (OperandError, a ValueError, says
     what to pass). ``count``: a batched kernel's count (default: inferred, as a call does). ``outputs``: names
     or positions of write-only arrays to poison and check as fully written (default: the
-    outputs the kernel only writes; for a loop kernel, the arrays its calls only write).
+    outputs the kernel only writes; for a loop kernel, the arrays its calls only write; ``()``:
+    none, for a nest that leaves part of an output by design). A loop kernel's arrays declared
+    scratch (``loops.kernel(..., scratch=("S",))``, :mod:`loops.scratch`) are not compared.
     ``rtol``/``atol``: float tolerances (defaults in the module docstring). ``max_examples``:
     hypothesis examples (default: the active hypothesis profile's), with a strategy only. The
     examples have no deadline, unless the active hypothesis profile sets one other than

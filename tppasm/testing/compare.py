@@ -102,3 +102,60 @@ def is_summing(kernel, kind):
     k = getattr(getattr(kernel, "desc", None), "kind", None)
     return k in SUMMING_KINDS or k not in ELEMENTWISE_KINDS
 
+
+
+def scratch_positions(kernel, kind, names):
+    """Positions (among ``names``) of the arrays a loop kernel declares scratch
+    (``loops.kernel(..., scratch=...)``, :mod:`loops.scratch`): what they hold after a call is no
+    result (a slot per thread holds what that thread computed last), so they are not compared.
+
+    >>> from types import SimpleNamespace
+    >>> scratch_positions(SimpleNamespace(scratch=("S",)), "loop", ["X", "S", "Y"])
+    {1}
+    """
+    if kind != "loop":
+        return set()
+    declared = getattr(kernel, "scratch", ())
+    return {i for i, n in enumerate(names) if n in declared}
+
+
+def _bits(a):
+    a = np.ascontiguousarray(a)
+    return a.view(f"u{a.itemsize}")
+
+
+def scratch_hint(kind, name, got, want, initial):
+    """For a loop kernel's array ``name`` that differs from the reference: when the reference run
+    (``.python()``: every iteration as thread 0) left some of the differing elements as they were
+    in ``initial`` (what a slot per thread, ``S[thread().tid]``, of a thread other than 0 shows),
+    the advice to declare it scratch; else "".
+
+    >>> x = np.zeros((2, 2), np.float32); got = x + 1
+    >>> scratch_hint("loop", "S", got, x, x)[:60]
+    '; 4 of them the reference run (.python(), every iteration as'
+    >>> scratch_hint("loop", "S", got, x + 2, x)
+    ''
+    """
+    if kind != "loop":
+        return ""
+    g, w, i = _bits(got), _bits(want), _bits(initial)
+    left = (w == i) & (g != w)
+    if not left.any():
+        return ""
+    return (f"; {int(left.sum())} of them the reference run (.python(), every iteration as thread 0) never wrote: "
+            f"if {name} is working memory (e.g. one slot per thread, {name}[thread().tid]), declare it "
+            f"scratch, loops.kernel(..., scratch=({name!r},)), and it is not compared")
+
+
+def unwritten_hint(kind, name):
+    """For a loop kernel's write-only array ``name`` with elements no run wrote: how to check a
+    nest that leaves part of an output by design (padding columns a ``result()`` crops); else "".
+
+    >>> unwritten_hint("kernel", "Y")
+    ''
+    """
+    if kind != "loop":
+        return ""
+    return (f"; if the nest leaves them by design (e.g. padding columns that a result() crops), check it with "
+            f"outputs= naming the arrays it fully writes, without {name} (outputs=() poisons none), or declare "
+            f"an array that is all working memory scratch: loops.kernel(..., scratch=({name!r},))")
