@@ -58,14 +58,14 @@ def _unplaced(code):
 
 def declarations(lk):
     """What a record depends on in the loop kernel ``lk`` besides its body's code: the loops, spec,
-    races and arrays it declares.
+    races, arrays and scratch arrays (left out of the comparisons) it declares.
 
     >>> from loops import Loop, kernel
     >>> lk = kernel("A", Loop(0, 4))(lambda i, X: None)
     >>> declarations(lk) != declarations(lk.with_spec("A{R:2}"))
     True
     """
-    return repr((lk.loops, lk.spec.text, lk.races, lk.array_names))
+    return repr((lk.loops, lk.spec.text, lk.races, lk.array_names, lk.scratch))
 
 
 def disk_key(key, configs, specs, blocks, make, lk, threads):

@@ -111,7 +111,8 @@ def test_the_key_holds_what_the_result_depends_on():
     for name, value in [("key", ("k", 2)), ("configs", [{"bm": 16}]), ("specs", ["a"]), ("blocks", False),
                         ("make", lambda bm: 0), ("lk", body), ("threads", 2),
                         ("lk", make(8, wrong=True)[0]),                 # other loops, the same code
-                        ("lk", lk.with_spec("A{R:2}"))]:                # another spec declared
+                        ("lk", lk.with_spec("A{R:2}")),                 # another spec declared
+                        ("lk", kernel("A", Loop(0, 8), scratch=("X",))(lk.body))]:     # X declared scratch
         assert remembered.disk_key(**{**args, name: value}) != key, name
 
 
