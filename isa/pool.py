@@ -39,6 +39,7 @@ True
 import array
 import atexit
 import ctypes
+import math
 import mmap
 import operator
 import os
@@ -60,8 +61,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                        ctypes.c_long)
-_libc.pthread_create.argtypes = (ctypes.POINTER(ctypes.c_ulong), ctypes.c_void_p, ctypes.c_void_p,
-                                 ctypes.c_void_p)
+_libc.pthread_create.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_libc.pthread_join.argtypes = (ctypes.c_ulong, ctypes.c_void_p)
 _pthread_timedjoin = getattr(_libc, "pthread_timedjoin_np", None)
 
 
@@ -71,6 +72,17 @@ class _Timespec(ctypes.Structure):
 
 if _pthread_timedjoin is not None:
     _pthread_timedjoin.argtypes = (ctypes.c_ulong, ctypes.c_void_p, ctypes.POINTER(_Timespec))
+
+
+def _join(handle, result, deadline):
+    """Join thread ``handle`` (by ``deadline``, where libc can time out), storing what it returned at
+    address ``result``; whether it was joined."""
+    if _pthread_timedjoin is None:
+        return _libc.pthread_join(handle, result) == 0
+    sec = int(deadline)
+    return _pthread_timedjoin(handle, result, _Timespec(sec, int((deadline - sec) * 1e9))) == 0
+
+
 _RUN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _EXIT_GRACE_S = 2.0
@@ -88,6 +100,15 @@ MAX_SPIN_US = 1e6            # a second of spinning before sleeping is already f
 MAX_THREADS = 4096
 
 
+def _count_text(n):
+    """``repr(n)`` for a message, or the size of an int too long for it (str() refuses 4301 digits)."""
+    if not isinstance(n, int) or abs(n) < 10 ** 100:
+        return repr(n)
+    digits = int(math.log10(abs(n))) + 1          # (a float: may be off by one near a power of 10)
+    digits += (abs(n) >= 10 ** digits) - (abs(n) < 10 ** (digits - 1))
+    return f"{'-' if n < 0 else ''}<an int of {digits} digits>"
+
+
 def _env_int(name):
     """The int in ``name`` (OMP_NUM_THREADS: its first level), None if unset or blank."""
     raw = os.environ.get(name, "")
@@ -96,7 +117,7 @@ def _env_int(name):
     text = raw.split(",")[0].strip()
     if not (text.isascii() and text.isdigit()):      # (int() takes '1_000' and other scripts' digits)
         raise ValueError(f"{name}={raw!r}: expected a positive integer (e.g. 4)")
-    value = int(text)
+    value = int(text) if len(text.lstrip("0")) <= 4 else MAX_THREADS + 1     # (int() refuses 4301 digits)
     if not 1 <= value <= MAX_THREADS:
         raise ValueError(f"{name}={os.environ[name]!r}: expected a number of threads from 1 to {MAX_THREADS}")
     return value
@@ -182,18 +203,6 @@ def _this_cpu():
     return cpu if cpu >= 0 else pc.NO_CPU
 
 
-def _spin_iterations(n):
-    """The SPIN budget for ``n`` iterations: at least 1, and a multiple of YIELD_EVERY when it
-    holds one, so a wait's first ``sched_yield`` (where the remaining budget is a multiple of it)
-    comes after YIELD_EVERY spins, never after the first few (a barrier's wait is a few spins).
-
-    >>> _spin_iterations(0), _spin_iterations(20.4), _spin_iterations(28125)
-    (1, 20, 27904)
-    """
-    n = max(1, round(n))
-    return n - n % pc.YIELD_EVERY if n >= pc.YIELD_EVERY else n
-
-
 def _raw_call(call):
     """``call`` as (address, args) of unsigned 64-bit words, or TypeError saying what run_native takes."""
     try:
@@ -222,26 +231,43 @@ def _refuse_run(fn, arg):
 
 class _Workers:
     """A pool's native side: its state pages and its worker threads, apart from the :class:`Pool`
-    so that the finalizer of a collected pool can stop the workers and free the pages."""
+    so that the finalizer of a collected pool can stop the workers and free the pages.
+
+    ``handles[tid]`` is worker tid's pthread_t (== threading.get_ident() there), 0 where none runs.
+    Native calls fill and clear it: ``pthread_create`` writes the handle, and the join writes the
+    worker's return value (NULL) over it. So a signal handler that raises between two Python
+    statements of a start or a stop never loses a running worker, nor leaves a joined one listed
+    (joining it again would be undefined behaviour): the next stop joins exactly the ones left.
+    """
 
     def __init__(self, nthreads, code):
         self.code, self.size = code, pc.state_size(nthreads)
         self.state = _pages(self.size)
-        self.threads = []           # pthread_t of each worker (== threading.get_ident() there)
+        self.handles = (ctypes.c_ulong * nthreads)()      # slot 0 (the caller's) stays 0
+
+    @property
+    def threads(self):
+        """The handles of the running workers."""
+        return [handle for handle in self.handles if handle]
+
+    def slot(self, tid):
+        """The address of ``handles[tid]``."""
+        return ctypes.addressof(self.handles) + tid * ctypes.sizeof(ctypes.c_ulong)
+
+    def forget(self):
+        """Drop every handle (a forked child: the parent's workers do not exist there)."""
+        ctypes.memset(self.handles, 0, ctypes.sizeof(self.handles))
 
     def stop(self):
         """Make the workers return and join them; whether every one was joined in time."""
-        if not self.threads:
+        if not any(self.handles):
             return True
         self.code["quit"](self.state)
         deadline, joined = time.time() + _EXIT_GRACE_S, True
-        for handle in self.threads:
-            if _pthread_timedjoin is not None:
-                sec = int(deadline)
-                joined &= _pthread_timedjoin(handle, None, _Timespec(sec, int((deadline - sec) * 1e9))) == 0
-            else:
-                _libc.pthread_join(ctypes.c_ulong(handle), None)
-        self.threads = []
+        for tid, handle in enumerate(self.handles):
+            if handle and not _join(handle, self.slot(tid), deadline):
+                self.handles[tid] = 0             # (as before: given up on; release keeps the state)
+                joined = False
         return joined
 
     def release(self):
@@ -264,7 +290,7 @@ class Pool:
         if not isinstance(nthreads, int) or isinstance(nthreads, bool):
             raise TypeError(f"Pool(nthreads={nthreads!r}): expected an int number of threads, e.g. Pool(4)")
         if not 1 <= nthreads <= MAX_THREADS:
-            raise ValueError(f"Pool(nthreads={nthreads}): a pool has 1 to {MAX_THREADS} threads")
+            raise ValueError(f"Pool(nthreads={_count_text(nthreads)}): a pool has 1 to {MAX_THREADS} threads")
         if spin_us is not None:
             if isinstance(spin_us, bool) or not isinstance(spin_us, (int, float)):
                 raise TypeError(f"Pool(spin_us={spin_us!r}): expected microseconds as a number, or None for "
@@ -281,11 +307,12 @@ class Pool:
         self._state = self._workers.state
         self.barrier_fn = self._code["barrier"].address
         self.barrier_state = self._state
-        self.spin_iterations = _spin_iterations(spin_us * _shared["pauses_per_us"])
+        self.spin_iterations = pc.spin_iterations(spin_us * _shared["pauses_per_us"])
         self._lock = threading.RLock()     # (a signal handler that interrupted its holder may re-enter)
         self._owner = None                  # the thread inside a region, or starting or stopping workers
         self._worker_ids = frozenset()
         self._stale = True          # workers must be (re)started before the next region
+        self._replaced = False      # set_num_threads replaced it: each region's end joins the workers
         self._exited = False        # set at interpreter exit
         self.closed = False         # set by close()
         self._pid = os.getpid()
@@ -310,8 +337,8 @@ class Pool:
         if self._exited and threading.current_thread() is threading.main_thread():
             raise RuntimeError("the pool was shut down at interpreter exit")
         with self._lock:        # re-entered only by a signal handler before _owner is set: no work begun yet
-            self._owner = me
             try:
+                self._owner = me
                 if self.closed:
                     raise ValueError(f"this pool was closed (Pool.close()); make a new Pool({self.nthreads}), or "
                                      "use the process's pool, isa.pool.get_pool()")
@@ -319,7 +346,11 @@ class Pool:
                     self._start()
                 self._run(self._state, fn, arg)
             finally:
-                self._owner = None
+                try:
+                    if self._replaced:
+                        self._stop()            # (what _stop_replaced deferred, if it ran on this thread)
+                finally:
+                    self._owner = None
 
     def run_native(self, shares):
         """Make native calls on the pool's threads with no Python in between: ``shares`` holds
@@ -386,11 +417,11 @@ class Pool:
         if self._exited:
             return                  # stopped at exit, and the lock is kept
         with self._lock:
-            self._owner = threading.get_ident()
             try:
+                self._owner = threading.get_ident()
                 self.closed = True
+                self._stop()            # (interrupted: the finalizer, or close() again, joins the rest)
                 self._release()
-                self._worker_ids, self._stale = frozenset(), True
             finally:
                 self._owner = None
 
@@ -403,39 +434,47 @@ class Pool:
         return ctype.from_address(self._state + offset)
 
     def _start(self):
+        """Start the workers (the lock is held). A signal handler may raise between any two steps
+        (restoring the signal mask runs the pending ones): the pool is then either started, or
+        stale with every worker it started still listed, which the next start joins first."""
+        self._workers.stop()    # workers left by an interrupted start or stop would read the state cleared here
         ctypes.memset(self._state, 0, pc.state_size(self.nthreads))
         self._field(ctypes.c_uint64, pc.NTHREADS).value = self.nthreads
         self._field(ctypes.c_uint64, pc.SPIN).value = self.spin_iterations
         self._field(ctypes.c_uint32, pc.CALLER_CPU).value = _this_cpu()     # workers start off it
-        threads = self._workers.threads = []
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
         try:                                      # workers inherit the mask: signals go to Python threads
             for tid in range(1, self.nthreads):
                 rec = self._state + pc.RECORDS + pc.RECORD_SIZE * tid   # initial generation: 0
                 (ctypes.c_uint64 * 2).from_address(rec)[:] = (self._state, tid)
-                handle = ctypes.c_ulong()
-                err = _libc.pthread_create(ctypes.byref(handle), None, self._code["worker"].address, rec)
+                err = _libc.pthread_create(self._workers.slot(tid), None, self._code["worker"].address, rec)
                 if err:
                     raise OSError(err, f"pthread_create failed for worker {tid}: {os.strerror(err)}")
-                threads.append(handle.value)
+            self._worker_ids = frozenset(self._workers.threads)
+            self._stale = False                   # before the mask is restored (see above)
         except BaseException:
             self._stop()
             raise
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-        self._worker_ids = frozenset(threads)
-        self._stale = False
 
     def _stop(self):
         """Make the workers return and join them (the lock is held or no region can run)."""
+        self._stale = True                        # first: a stop cut short still restarts them
+        self._worker_ids = frozenset()
         self._workers.stop()
-        self._worker_ids, self._stale = frozenset(), True
 
     def _stop_replaced(self):
-        """Join the workers once a region in flight ends (the pool was replaced by another)."""
+        """Join the workers once a region in flight ends (the pool was replaced by another). On the
+        thread inside the pool (a signal handler that interrupted its region, or the start or stop
+        of its workers) the stop waits for the end of that: joining now would leave the region
+        waiting for workers that are gone."""
+        self._replaced = True
+        if threading.get_ident() == self._owner:
+            return
         with self._lock:
-            self._owner = threading.get_ident()      # a signal handler's run on this thread: RuntimeError
             try:
+                self._owner = threading.get_ident()     # a signal handler's run on this thread: RuntimeError
                 self._stop()
             finally:
                 self._owner = None
@@ -445,7 +484,8 @@ class Pool:
         # that does not exist either.
         self._lock = threading.RLock()
         self._owner = None
-        self._workers.threads, self._worker_ids, self._stale = [], frozenset(), True
+        self._workers.forget()
+        self._worker_ids, self._stale = frozenset(), True
         self._pid = os.getpid()
 
     def _at_exit(self):
@@ -555,5 +595,5 @@ def set_num_threads(n):
     if count is None:
         raise TypeError(f"set_num_threads({n!r}): expected {wanted}, e.g. set_num_threads(4)")
     if not 1 <= count <= MAX_THREADS:
-        raise ValueError(f"set_num_threads({n!r}): expected {wanted}, at most {MAX_THREADS}")
+        raise ValueError(f"set_num_threads({_count_text(n)}): expected {wanted}, at most {MAX_THREADS}")
     _switch_pool(count)

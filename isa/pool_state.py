@@ -1,9 +1,9 @@
 """The thread pool's shared state: one block of plain read+write memory, the same on every ISA.
 
 Byte offsets of its fields (fields written by different parties sit on different cache lines),
-the futex operations the pools' machine code uses on its words, and its size. The machine code that
-reads and writes it is per ISA (:mod:`isa.x86.pool_code`, :mod:`isa.aarch64.pool_code`); the
-protocol is described there.
+the futex operations the pools' machine code uses on its words, its size, and the value of its
+SPIN field. The machine code that reads and writes it is per ISA (:mod:`isa.x86.pool_code`,
+:mod:`isa.aarch64.pool_code`); the protocol is described there.
 
 >>> state_size(2) - state_size(1) == RECORD_SIZE
 True
@@ -53,3 +53,15 @@ WAKE_ALL = 0x7FFFFFFF
 def state_size(nthreads):
     """Bytes of state for a pool of ``nthreads`` (worker records included)."""
     return RECORDS + RECORD_SIZE * max(nthreads, 1)
+
+
+def spin_iterations(n):
+    """The SPIN budget for ``n`` iterations: at least 1, and a multiple of YIELD_EVERY when it
+    holds one, so a wait's first ``sched_yield`` (where the remaining budget is a multiple of it)
+    comes after YIELD_EVERY spins, never after the first few (a barrier's wait is a few spins).
+
+    >>> spin_iterations(0), spin_iterations(20.4), spin_iterations(28125)
+    (1, 20, 27904)
+    """
+    n = max(1, round(n))
+    return n - n % YIELD_EVERY if n >= YIELD_EVERY else n

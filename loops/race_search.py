@@ -289,10 +289,11 @@ def _unlisted(sched, first, second, hook, found, coupled, uses_threads, names, l
 
 
 def _tid_window_zero(s1, n1, d1, s2, n2, d2, T):
-    """True when the two blocks indexed by ``tid`` overlap only for equal thread ids."""
+    """True when the two blocks indexed by ``tid`` overlap only for equal thread ids. Whether the
+    blocks of ``t1`` and ``t2`` meet depends only on ``t1 - t2`` (both start ``c*t2`` further), so
+    the ``2T-2`` nonzero differences stand for the ``T*(T-1)`` pairs."""
     c = dict(s1.terms)["tid"]
-    return not any(ap_meet(s1.const + c * t1, n1, d1, s2.const + c * t2, n2, d2)
-                   for t1 in range(T) for t2 in range(T) if t1 != t2)
+    return not any(ap_meet(s1.const + c * delta, n1, d1, s2.const, n2, d2) for delta in range(1 - T, T) if delta)
 
 
 def difference_window(a, c1, n1, d1, c2, n2, d2):

@@ -98,6 +98,11 @@ class View:
 
     def __getitem__(self, key):
         key = key if isinstance(key, tuple) else (key,)
+        if any(k is None for k in key):
+            name = self._text.split("[")[0]
+            raise TraceError(f"{self._text}: None (np.newaxis) is not supported as an index in a loop body; add the "
+                             f"axis outside the body: call the kernel with {name}[None] as the argument {name} "
+                             "(e.g. the batch axis of a BRGEMM operand)")
         if getattr(getattr(_local, "tracer", None), "counting", False) and self._plain(key):
             n = len(key)        # counting paths: the shape is all a body can read (no offset, text or check)
             return View(self._arg, self.dtype, self.shape[n:], self._strides[n:], self._offset, self._text,
