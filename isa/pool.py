@@ -39,7 +39,6 @@ True
 import array
 import atexit
 import ctypes
-import math
 import mmap
 import operator
 import os
@@ -49,6 +48,7 @@ import time
 import weakref
 
 from isa.cpu import host
+from isa.int_text import int_text
 
 from . import pool_state as pc
 
@@ -101,12 +101,8 @@ MAX_THREADS = 4096
 
 
 def _count_text(n):
-    """``repr(n)`` for a message, or the size of an int too long for it (str() refuses 4301 digits)."""
-    if not isinstance(n, int) or abs(n) < 10 ** 100:
-        return repr(n)
-    digits = int(math.log10(abs(n))) + 1          # (a float: may be off by one near a power of 10)
-    digits += (abs(n) >= 10 ** digits) - (abs(n) < 10 ** (digits - 1))
-    return f"{'-' if n < 0 else ''}<an int of {digits} digits>"
+    """``n`` for a message (an int too long for str(): its digit count)."""
+    return int_text(n) if isinstance(n, int) else repr(n)
 
 
 def _env_int(name):

@@ -13,29 +13,10 @@ Everything here reads a :class:`tppasm.kernel.Kernel` (descriptor, ISA, code); n
 import dataclasses
 import html
 import inspect
-import math
 import reprlib
 
+from isa.int_text import int_text
 from isa.listing import Listing
-
-# ints of more bits than this are described by their digit count, never converted whole: str() of
-# one past sys.get_int_max_str_digits() (at least 640 digits) raises, and would be slow
-_INT_BITS = 2000
-
-
-def int_text(value):
-    """``repr(value)`` for an int, or its digit count for one too long to convert (so that an error
-    message about a huge size can be built at all).
-
-    >>> int_text(12), int_text(-10**5000)
-    ('12', '-<an int of 5001 digits>')
-    """
-    if value.bit_length() <= _INT_BITS:
-        return int.__repr__(value)
-    size = abs(value)
-    digits = int(math.log10(size)) + 1           # a float's log10 may be off by one near a power of 10
-    digits += (size >= 10 ** digits) - (size < 10 ** (digits - 1))
-    return f"{'-' if value < 0 else ''}<an int of {digits} digits>"
 
 
 class _Short(reprlib.Repr):
