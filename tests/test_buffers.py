@@ -146,7 +146,8 @@ def test_the_environment_sets_the_limit_and_a_bad_value_names_the_fix():
     """, env={"TPPASM_BUFFER_CACHE_MIB": "3"})
     assert int(out) == 3 << 20
     with pytest.raises(AssertionError, match=r"TPPASM_BUFFER_CACHE_MIB='lots': expected the MiB"):
-        scripts.run("import tppasm", env={"TPPASM_BUFFER_CACHE_MIB": "lots"})
+        scripts.run("import tppasm; tppasm.empty((1 << 20,), 'f32')", env={"TPPASM_BUFFER_CACHE_MIB": "lots"})
+    scripts.run("import tppasm", env={"TPPASM_BUFFER_CACHE_MIB": "lots"})      # read at first use: cache clear works
 
 
 def test_a_forked_child_allocates_and_reuses():

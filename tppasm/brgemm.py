@@ -16,11 +16,11 @@ import numpy as np
 
 from . import backends, display
 from .eltwise import UNARY_OPS
-from .kernel import Descriptor, get_kernel, in_body, scalar_arg
+from .kernel import Descriptor, get_kernel, in_body, refuse_keywords, scalar_arg
 from .layout import empty_for
 from .lazy import wrapper_class
-from .operand import (OperandError, OperandSpec, as_ndarray, check, data_address, mark_written, origin_of,
-                      refuse_masked, refuse_overlap)
+from .operand import (OperandError, OperandSpec, as_ndarray, check, data_address, like_inputs, mark_written,
+                      origin_of, refuse_masked, refuse_overlap)
 
 A_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "u8"}
 B_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "i8"}
@@ -243,7 +243,7 @@ def _is_int(v):
 
 def _need(ok, name, value, legal):
     if not ok:
-        raise ValueError(f"brgemm: {name}={value!r}; expected {legal}")
+        raise ValueError(f"brgemm: {name}={display.shown(value)}; expected {legal}")
 
 
 def unchecked_in_body(desc):
@@ -290,7 +290,7 @@ class BatchedBrgemm:
         args, _, count, target = self._checked(*arrays[:3], arrays[3:], count, wrong)
         self.kernel._raw(*map(data_address, args), count)
         mark_written([target])
-        return made
+        return made if made is None else like_inputs(made, arrays)
 
     def _with_c(self, arrays, wrong):
         """(the call's arrays with C third, the C allocated for a beta=0 call that left it out or passed
@@ -329,7 +329,7 @@ class BatchedBrgemm:
         else:
             self.desc.reference(*blocks, *args[2:], count=count)
         mark_written([target])
-        return made
+        return made if made is None else like_inputs(made, arrays)
 
     def _checked(self, a, b, c, rest, count, wrong):
         """(the raw kernel's arrays, the A and B blocks of an address batch, count, C as passed), once
@@ -448,9 +448,11 @@ def _check_buffer(spec, buf, offsets, who):
 
 
 def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0, beta=0, c_dtype="",
-           batch="stride", bias=False, act=None, tile_setup=True, signs="us", stream_c=False, pace=0, isa=None):
+           batch="stride", bias=False, act=None, tile_setup=True, signs="us", stream_c=False, pace=0, isa=None,
+           **wrong):
     """A JIT'd BRGEMM kernel, ``C = beta*C + sum_{i<count} A_i @ B_i`` (then an optional bias row and
-    activation): call it as ``gemm(A, B, C, count=c)``, or ``C = gemm(A, B)`` with beta=0.
+    activation): call it as ``gemm(A, B, C, count=c)``, or ``C = gemm(A, B)`` with beta=0 (C a new
+    array, or a torch tensor when A or B is one).
 
     m, n, k: the block sizes; ``beta`` 0 (C is only written) or 1 (added to); ``isa``: the ISA level to
     generate for ("avx2", "avx512", "amx" or "sve"; None: the host's, or ``TPPASM_ISA``); ``tile_setup`` (AMX):
@@ -510,6 +512,7 @@ def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0,
     >>> g(A, B, C, np.zeros((2, 2), np.int64), count=2); C.tolist()
     [[20, 20]]
     """
+    refuse_keywords("brgemm", wrong, "c_dtype")
     desc = Brgemm(m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc, stride_a=stride_a, stride_b=stride_b,
                   beta=beta, dtype=dtype, c_dtype=c_dtype, batch=batch, bias=bias, act=act,
                   tile_setup=tile_setup, signs=signs, stream_c=stream_c, pace=pace)
@@ -557,10 +560,12 @@ def tileconfig(gemm):
     >>> tileconfig(g).desc.kind, tilerelease().desc.kind
     ('amx_tileconfig', 'amx_tilerelease')
     """
-    desc = getattr(gemm, "desc", gemm)
-    if not isinstance(desc, Brgemm):
-        raise TypeError(f"tileconfig(gemm): gemm={gemm!r}; pass the AMX BRGEMM (tppasm.brgemm(..., isa='amx', "
-                        "tile_setup=False)) whose tile configuration the nest needs")
+    desc, isa = getattr(gemm, "desc", gemm), getattr(gemm, "isa", "amx")     # (a descriptor: for any level)
+    if not isinstance(desc, Brgemm) or isa != "amx" or desc.dtype not in ("bf16", "i8"):
+        why = ("" if not isinstance(desc, Brgemm) else f"its {isa} code uses no tiles, so it needs no tileconfig; "
+               if isa != "amx" else f"a {desc.dtype!r} BRGEMM uses no tiles (AMX computes bf16 and int8); ")
+        raise TypeError(f"tileconfig(gemm): gemm={display.shown(gemm)}; {why}pass the AMX BRGEMM (tppasm.brgemm(..., "
+                        "dtype='bf16' or 'i8', isa='amx', tile_setup=False)) whose tile configuration the nest needs")
     return get_kernel(TileConfig(desc), "amx")
 
 

@@ -45,23 +45,46 @@ DEFAULT_MIB = 128
 
 
 class _Pool:
-    """The free buffers by size, and the bytes owned (free and handed out)."""
+    """The free buffers by size, and the bytes owned (free and handed out). The limit, until set, is
+    read from ``TPPASM_BUFFER_CACHE_MIB`` when first needed (the first pooled array): a malformed
+    value fails that call, not ``import tppasm`` (nor ``python -m tppasm cache clear``)."""
 
-    def __init__(self, limit):
-        self.limit, self.owned = limit, 0
+    def __init__(self):
+        self._limit, self.owned = None, 0
         self.free = {}          # size -> [(buffer, address)]
         self.out = {}           # id(weak reference to the owner on it) -> (that reference, size, buffer, address)
 
+    @property
+    def limit(self):
+        if self._limit is None:
+            self._limit = env_limit("TPPASM_BUFFER_CACHE_MIB", "the MiB of memory tppasm's arrays may reuse",
+                                    DEFAULT_MIB, "; 0 turns the reuse off") << 20
+        return self._limit
 
-def _limit_from_env():
-    text = os.environ.get("TPPASM_BUFFER_CACHE_MIB", "").strip()
-    try:
-        if text and not (text.isascii() and text.isdigit()):      # (int() takes '1_000' and other scripts' digits)
-            raise ValueError
-        return check_limit(int(text) << 20) if text else DEFAULT_MIB << 20
-    except ValueError:
-        raise ValueError(f"TPPASM_BUFFER_CACHE_MIB={text!r}: expected the MiB of memory tppasm's arrays may reuse, "
-                         f"an int >= 0 (default {DEFAULT_MIB}; 0 turns the reuse off)") from None
+    @limit.setter
+    def limit(self, value):
+        self._limit = value
+
+
+def env_limit(name, what, default, note=""):
+    """The int >= 0 that the environment variable ``name`` holds (``default`` if unset or blank), or
+    ValueError naming it, ``what`` it counts and ``default`` (``note``: more about the values).
+
+    >>> env_limit("TPPASM_NO_SUCH_VARIABLE", "things", 7)
+    7
+    """
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    if text.isascii() and text.isdigit():           # (int() takes '1_000' and other scripts' digits)
+        return int(text)
+    raise ValueError(f"{name}={text!r}: expected {what}, an int >= 0 (default {default}{note})")
+
+
+def pool_limit():
+    """The bytes of memory the pool may own (:func:`set_buffer_cache_limit`), read from the environment
+    on first use (ValueError naming ``TPPASM_BUFFER_CACHE_MIB`` if malformed)."""
+    return _POOL.limit
 
 
 def check_limit(limit, who="set_buffer_cache_limit:"):
@@ -70,7 +93,7 @@ def check_limit(limit, who="set_buffer_cache_limit:"):
                                        f"default {DEFAULT_MIB} << 20")
 
 
-_POOL = _Pool(_limit_from_env())
+_POOL = _Pool()
 
 
 def array(shape, dtype, nbytes, align):

@@ -25,7 +25,7 @@ import numpy as np
 
 from .dtypes import dtype as to_dtype
 from .display import shown
-from .kernel import Descriptor
+from .kernel import Descriptor, refuse_keywords
 from .operand import OperandSpec
 
 F32 = np.float32
@@ -104,7 +104,7 @@ def _positive(desc, *names):
     for name in names:
         value = getattr(desc, name)
         if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{desc.kind}: {name} must be an int >= 1, got {value!r}")
+            raise ValueError(f"{desc.kind}: {name} must be an int >= 1, got {shown(value)}")
 
 
 def _ld(desc, name, minimum):
@@ -302,7 +302,9 @@ class Binary(Descriptor):
     def validate(self):
         _validate_ab(self, BINARY_OPS, "ldo")
         if self.post is not None and (self.post not in UNARY_OPS or self.post == "zero"):
-            raise ValueError(f"binary: post={self.post!r} is not a unary op")
+            posts = ", ".join(op for op in UNARY_OPS if op != "zero")
+            raise ValueError(f"binary: post={shown(self.post)}; expected a one-input op to apply to the result: "
+                             f"{posts} ('zero' and the *_bwd ops of tppasm.unary take no input or two)")
 
     def operands(self):
         return _ab_operands(self, "out", "ldo")
@@ -473,10 +475,11 @@ def _renamed(who, ldx, ldi):
     return ldi
 
 
-def unary(op, m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", bitmask=False, isa=None, *, ldi=None):
+def unary(op, m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", bitmask=False, isa=None, *, ldi=None, **wrong):
     """The kernel ``out = op(x)`` for (m, n) operands; ``*_bwd`` ops take (dy, x, out).
 
-    Call it as ``k(x, out)``, or ``out = k(x)`` to get a new (64-byte aligned) output.
+    Call it as ``k(x, out)``, or ``out = k(x)`` to get a new (64-byte aligned) output (a torch tensor
+    when x is one).
     ``ldx``/``ldo``: row strides of x (and dy) and out; dtypes in any spelling (``np.float32``,
     ``"bfloat16"``, ...).
 
@@ -486,6 +489,7 @@ def unary(op, m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", bitmask=False, isa=
     [[1.0, 1.0, 1.0]]
     """
     from .kernel import get_kernel
+    refuse_keywords("unary", wrong)
     desc = Unary(op, m, n, _renamed("unary", ldx, ldi), ldo, dtype, out_dtype, bitmask)
     if desc.op == "zero":
         _unused(desc, "ldi", desc.n, "op 'zero' reads no x (it only writes out, whose rows are ldo apart)")
@@ -515,7 +519,7 @@ def relu(m, n, ldx=0, ldo=0, dtype="f32", bitmask=False, isa=None, *, ldi=None):
     return unary("relu", m, n, _renamed("relu", ldx, ldi), ldo, dtype, dtype, bitmask, isa)
 
 
-def copy(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", isa=None, *, ldi=None):
+def copy(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", isa=None, *, ldi=None, **wrong):
     """The kernel ``out = x``, converting fp32 <-> bf16 (round to nearest even) when the dtypes differ.
 
     >>> import numpy as np, tppasm
@@ -523,11 +527,12 @@ def copy(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", isa=None, *, ldi=None):
     >>> tppasm.copy(1, 2, out_dtype="bfloat16")(np.array([[1.0, 3.0]], np.float32), out); out.astype(np.float32).tolist()
     [[1.0, 3.0]]
     """
+    refuse_keywords("copy", wrong)
     return unary("copy", m, n, _renamed("copy", ldx, ldi), ldo, dtype, out_dtype, isa=isa)
 
 
 def binary(op, m, n, lda=0, ldb=0, ldo=0, dtype="f32", out_dtype="", bcast_a=None, bcast_b=None,
-           post=None, isa=None):
+           post=None, isa=None, **wrong):
     """The kernel ``out = op(a, b)`` (then ``post``, a unary op, if given); ``bcast_a``/``bcast_b``
     in None, "row" (n values), "col" (m values), "scalar" (1 value).
 
@@ -538,12 +543,14 @@ def binary(op, m, n, lda=0, ldb=0, ldo=0, dtype="f32", out_dtype="", bcast_a=Non
     [[1.0, 1.0], [2.0, 2.0]]
     """
     from .kernel import get_kernel
+    refuse_keywords("binary", wrong)
     desc = Binary(op, m, n, lda, ldb, ldo, dtype, out_dtype, bcast_a, bcast_b, post)
     _unused_broadcast_lds(desc)
     return get_kernel(desc, isa)
 
 
-def ternary(op, m, n, lda=0, ldb=0, ldc=0, dtype="f32", out_dtype="", bcast_a=None, bcast_b=None, isa=None):
+def ternary(op, m, n, lda=0, ldb=0, ldc=0, dtype="f32", out_dtype="", bcast_a=None, bcast_b=None, isa=None,
+            **wrong):
     """The kernel ``c += a * b`` (op "muladd") with the same broadcasts as :func:`binary`.
 
     >>> import numpy as np, tppasm
@@ -553,12 +560,13 @@ def ternary(op, m, n, lda=0, ldb=0, ldc=0, dtype="f32", out_dtype="", bcast_a=No
     [[4.0, 7.0]]
     """
     from .kernel import get_kernel
+    refuse_keywords("ternary", wrong)
     desc = Ternary(op, m, n, lda, ldb, ldc, dtype, out_dtype, bcast_a, bcast_b)
     _unused_broadcast_lds(desc)
     return get_kernel(desc, isa)
 
 
-def reduce(op, m, n, over="cols", ldx=0, dtype="f32", out_dtype="", isa=None, *, ldi=None):
+def reduce(op, m, n, over="cols", ldx=0, dtype="f32", out_dtype="", isa=None, *, ldi=None, **wrong):
     """The kernel ``out = reduce_op(x)`` over "cols" (m results) or "rows" (n results); op in
     add, max, sumsq.
 
@@ -568,6 +576,7 @@ def reduce(op, m, n, over="cols", ldx=0, dtype="f32", out_dtype="", isa=None, *,
     [1.0, 1.0, 0.0]
     """
     from .kernel import get_kernel
+    refuse_keywords("reduce", wrong)
     return get_kernel(Reduce(op, m, n, over, _renamed("reduce", ldx, ldi), dtype, out_dtype), isa)
 
 

@@ -10,7 +10,6 @@ from the disk cache (:mod:`tppasm.cache`) when an earlier process generated it.
 import ctypes
 import dataclasses
 import functools
-import operator
 import os
 import sys
 import threading
@@ -23,14 +22,14 @@ import numpy as np
 from isa.cpu import host
 from isa.listing import Listing
 
-from . import backends, display, forking, operand
+from . import backends, buffers, display, forking, operand
 from .cache import kernel_code
-from .cache.lru import DEFAULT_LIMIT, KernelLRU, check_limit
-from .dtypes import imported, name_of
+from .cache.lru import DEFAULT_LIMIT, KernelLRU
+from .dtypes import SPELLINGS, imported, name_of
 from .generate_errors import offset_error
 from .layout import empty_for
 from .lazy import OnFirstRead
-from .operand import OperandError, check
+from .operand import OperandError, check, scalar_arg      # (scalar_arg: kernel.scalar_arg for its users)
 from .x86.entry import NATIVE_CHECKS, Addresses, Vectorcall, build_entry, make_builtin
 
 # kernels whose work is below this many bytes+flops hold the interpreter lock during the call
@@ -78,6 +77,33 @@ def _dtype_like(value):
         return False
 
 
+def _public(desc, name):      # the constructors' keyword for a descriptor field: x's row stride ldi is ldx
+    return {**display.PUBLIC_NAMES, **getattr(desc, "public_names", {})}.get(name, name)
+
+
+def _dtype_hint(value):
+    """The fix for a dtype given where an int goes (``tpp.copy(8, 8, "bf16")``: the third argument is ldx)."""
+    short = SPELLINGS.get(value.strip().lower()) if isinstance(value, str) else None   # (np.dtype('a'): bytes)
+    if isinstance(value, (type, np.dtype)) or isinstance(value, imported("torch", "dtype") or ()):
+        try:
+            short = name_of(value)
+        except TypeError:
+            pass
+    return f"; dtype is a keyword: dtype={short!r}" if short else ""
+
+
+OUTPUT_DTYPE = {"out_dtype": "c_dtype", "c_dtype": "out_dtype"}    # the two names of an output dtype keyword
+
+
+def refuse_keywords(who, wrong, takes="out_dtype"):
+    """Raise TypeError for the keywords ``wrong`` (a dict; none: nothing) that the constructor ``who``
+    does not take; for the other name of its output dtype keyword ``takes``, name ``takes``."""
+    for name, value in wrong.items():
+        if OUTPUT_DTYPE.get(name) == takes:
+            raise TypeError(f"{who}() takes no {name}=: its output dtype is {takes}=; write {takes}={value!r}")
+        raise TypeError(f"{who}() got an unexpected keyword argument {name!r}")
+
+
 class Descriptor:
     """Base of TPP descriptors (subclasses are frozen dataclasses)."""
 
@@ -109,8 +135,11 @@ class Descriptor:
                 value = bool(value) if isinstance(value, np.bool_) else value
                 ok, legal = isinstance(value, bool), "True or False"
             elif f.type is int:
-                value = int(value) if isinstance(value, np.integer) else value
-                ok, legal = isinstance(value, int) and not isinstance(value, bool), "an int"
+                if isinstance(value, np.integer) or (f.name == "beta" and isinstance(value, (float, np.floating))
+                                                     and value in (0, 1)):
+                    value = int(value)                         # (beta=1.0: how BLAS users write it)
+                ok = isinstance(value, int) and not isinstance(value, bool)
+                legal = "an int, 0 or 1" if f.name == "beta" else "an int"
             elif f.type is str:
                 ok, legal = isinstance(value, str) or (value is None and f.default is None), "a string"
                 if f.name in DTYPE_FIELDS:
@@ -121,7 +150,8 @@ class Descriptor:
                 except TypeError:
                     ok, legal = False, "a hashable value (not a list or array)"
             if not ok:
-                raise ValueError(f"{self.kind}: {f.name}={display.shown(value)}; expected {legal}")
+                raise ValueError(f"{self.kind}: {_public(self, f.name)}={display.shown(value)}; expected {legal}"
+                                 f"{_dtype_hint(value) if f.type is int else ''}")
             object.__setattr__(self, f.name, value)
 
     def reference(self, *arrays, **scalars):
@@ -151,24 +181,16 @@ class Descriptor:
         """Raise ValueError naming the parameter when the descriptor is inconsistent."""
 
 
-def _nones_at(arrays, places):
-    """Whether ``arrays`` holds None at each of ``places`` (and nowhere else)."""
-    return all((a is None) == (i in places) for i, a in enumerate(arrays))
-
-
-def _without(arrays, places):
-    return tuple(a for i, a in enumerate(arrays) if i not in places)
-
-
 class Kernel:
     """A JIT'd TPP. Call it on arrays; ``reference`` runs NumPy; ``disassemble`` shows the code.
 
     Each kernel is an instance of its own subclass (``ReluKernel``, ``BrgemmKernel``...) whose
     docstring and ``__signature__`` name its operands, shapes and dtypes (``help(kernel)``).
     Call it with every operand (``k(x, out)``), or with the inputs only (``out = k(x)``): the
-    outputs it only writes are then allocated (64-byte aligned) and returned. A batched kernel's
-    ``count`` defaults to the number of blocks its batched operands hold. Kernels pickle as their
-    descriptor and ISA and are rebuilt (from the cache) on load.
+    outputs it only writes are then allocated (64-byte aligned) and returned, as torch tensors when
+    an input is one (bf16 ones too; NumPy arrays otherwise). A batched kernel's ``count`` defaults to
+    the number of blocks its batched operands hold. Kernels pickle as their descriptor and ISA and
+    are rebuilt (from the cache) on load.
 
     ``code_cache`` (a :class:`tppasm.cache.kernels.KernelCode`, what :func:`get_kernel` passes)
     loads the code from the disk cache and stores what it generates; without it the code is
@@ -285,8 +307,8 @@ class Kernel:
         """Explain a refusal, or call through pointers for inputs the native check cannot vouch for;
         with None for every output the kernel can allocate (its signature's ``= None``), allocate
         them as ``k(inputs)`` does and return them."""
-        if self._alloc and _nones_at(arrays, self._alloc) and not in_body():
-            return self._allocating_call(_without(arrays, self._alloc), values[0] if self.scalars == ("count",)
+        if self._alloc and operand.nones_at(arrays, self._alloc) and not in_body():
+            return self._allocating_call(operand.without(arrays, self._alloc), values[0] if self.scalars == ("count",)
                                          and values else None)
         if TRACE_HOOK is not None and TRACE_HOOK(self, arrays, values):
             return
@@ -344,7 +366,7 @@ class Kernel:
         values = tuple(scalar_arg(kind, name, v) for name, v in zip(self.scalars, values))
         count = dict(zip(self.scalars, values)).get(self.desc.count_scalar, 1)
         for spec, arr, origin in zip(self.operands, arrays, origins or [None] * len(arrays)):
-            check(spec if layout else _any_strides(spec, arr), arr, count, kind, origin)   # (None: NumPy's terms)
+            check(spec if layout else operand.any_strides(spec, arr), arr, count, kind, origin)   # (None: NumPy's)
         operand.refuse_overlap(kind, self.operands, arrays, count, origins, repeats=not layout)
         return values
 
@@ -358,16 +380,23 @@ class Kernel:
                 counts.append(shape[0])
         if not counts:
             return 1                  # no batched operand has its batch axis: the operand check explains
-        if all(isinstance(n, (int, np.integer)) for n in counts) and len(set(counts)) == 1:
-            return int(counts[0])     # (a traced length that depends on a loop index is not an int)
+        known = all(isinstance(n, (int, np.integer)) for n in counts)
+        if known and len(set(counts)) == 1:
+            return int(counts[0])
         held = " and ".join(f"{self.operands[i].name} holds {getattr(arrays[i], 'shape', (None,))[0]}"
                             for i, _ in self._batched)
+        if not known:                 # (traced lengths that depend on a loop index)
+            raise TypeError(f"{self.desc.kind}: the batched operands hold a number of blocks that depends on the "
+                            f"loop indices ({held}), and a kernel's count cannot vary with the loop indices (it is "
+                            "fixed when the body is traced): pass count= an int (the first count blocks, no more than "
+                            "any iteration holds), or, for a causal or triangular sum, reduce over all the blocks "
+                            "with the unused ones zero (zeros add nothing)")
         raise TypeError(f"{self.desc.kind}: pass count= (how many blocks to reduce over): it is inferred only "
                         f"when the batched operands hold the same number of blocks, and {held}")
 
     def _allocating_call(self, arrays, count, run=None):
         """``out = k(inputs...)``: new aligned outputs for the operands the kernel only writes (``run``: the
-        kernel, or its reference)."""
+        kernel, or its reference), NumPy arrays, or torch tensors when an input is a tensor."""
         if in_body():
             names = ", ".join(self.operands[i].name for i in self._alloc)
             raise TypeError(f"{self.desc.kind}: inside a loop body pass the output ({names}) as a view of a "
@@ -375,14 +404,15 @@ class Kernel:
         given, run = iter(arrays), run or self
         full = [empty_for(s) if i in self._alloc else next(given) for i, s in enumerate(self.operands)]
         run(*full, **({} if count is None else {"count": count}))
-        return full[self._alloc[0]] if len(self._alloc) == 1 else tuple(full[i] for i in self._alloc)
+        made = full[self._alloc[0]] if len(self._alloc) == 1 else tuple(full[i] for i in self._alloc)
+        return operand.like_inputs(made, arrays)
 
     def _allocating(self, arrays):
         """The inputs of an allocating call (``k(x)``, or ``k(x, None)``: None for the outputs), else None."""
         if self._alloc and len(arrays) == self._n - len(self._alloc):
             return arrays
-        if self._alloc and len(arrays) == self._n and _nones_at(arrays, self._alloc):
-            return _without(arrays, self._alloc)
+        if self._alloc and len(arrays) == self._n and operand.nones_at(arrays, self._alloc):
+            return operand.without(arrays, self._alloc)
         return None
 
     def __reduce__(self):
@@ -431,7 +461,7 @@ class Kernel:
 
     def disassemble(self) -> str:
         """The kernel's machine code as text (Intel syntax on x86); notebooks show it highlighted."""
-        return Listing(self.raw.disassemble())
+        return Listing(display.machine_code(self))        # (SVE without capstone: says what to install)
 
     def instruction_mix(self) -> dict:
         """How many times each instruction occurs in the code (static counts), most frequent first.
@@ -442,14 +472,6 @@ class Kernel:
         1
         """
         return display.instruction_mix(self)
-
-
-def _any_strides(spec, arr):
-    """``spec`` with ``arr``'s strides (in whole elements): what a NumPy computation takes."""
-    es, strides = arr.itemsize, arr.strides
-    if len(strides) != len(spec.strides) or any(s % es for s in strides):
-        return spec
-    return dataclasses.replace(spec, strides=tuple(s // es for s in strides))
 
 
 def _unavailable(kind, isa, *args):
@@ -472,17 +494,6 @@ def _rebuild(desc, isa, runnable):
     return get_kernel(desc, isa)
 
 
-def scalar_arg(kind, name, value):
-    """``value`` as a Python int in [1, 2**30) (NumPy integers welcome, bools not)."""
-    try:
-        v = operator.index(value)
-    except TypeError:
-        v = None
-    if v is None or isinstance(value, (bool, np.bool_)) or not 1 <= v < 1 << 30:
-        raise OperandError(f"{kind}: {name}={value!r}, expected an int from 1 to 2**30 - 1")
-    return v
-
-
 def _entry_stub(code_cache, desc, operands, scalars, raw_address, call=None):
     """The native entry of a kernel (see :func:`tppasm.x86.entry.build_entry`): from a stored
     template with ``code_cache``, else assembled here."""
@@ -493,18 +504,8 @@ def _entry_stub(code_cache, desc, operands, scalars, raw_address, call=None):
                            Addresses(operands, scalars, raw_address, call))
 
 
-def _limit_from_env():
-    text = os.environ.get("TPPASM_KERNEL_CACHE", "").strip()
-    try:
-        if text and not (text.isascii() and text.isdigit()):      # (int() takes '1_000' and other scripts' digits)
-            raise ValueError
-        return check_limit(int(text)) if text else DEFAULT_LIMIT
-    except ValueError:
-        raise ValueError(f"TPPASM_KERNEL_CACHE={text!r}: expected the number of kernels to keep, an int >= 0 "
-                         f"(default {DEFAULT_LIMIT})") from None
-
-
-_CACHE = KernelLRU(_limit_from_env())
+_CACHE = KernelLRU()
+_LIMIT_UNREAD = True      # TPPASM_KERNEL_CACHE is read at the first kernel built: import tppasm never fails on it
 _LOCK = threading.Lock()
 _HERE = threading.local()      # .generating: this thread holds _LOCK (see get_kernel)
 
@@ -523,6 +524,10 @@ def get_kernel(desc, isa=None):
     key = (desc, isa)
     kernel = _CACHE.get(key)
     if kernel is None:
+        if _LIMIT_UNREAD:      # (and TPPASM_BUFFER_CACHE_MIB's, not ignored while no array is pooled)
+            set_kernel_cache_limit(buffers.env_limit("TPPASM_KERNEL_CACHE", "the number of kernels to keep",
+                                                     DEFAULT_LIMIT))
+            buffers.pool_limit()
         desc.validate()
         if getattr(_HERE, "generating", False):
             # a signal handler that interrupted this thread's own generation, which holds _LOCK and maybe
@@ -553,7 +558,9 @@ def set_kernel_cache_limit(n):
     64
     >>> set_kernel_cache_limit(DEFAULT_LIMIT)
     """
+    global _LIMIT_UNREAD
     _CACHE.set_limit(n)
+    _LIMIT_UNREAD = False
 
 
 def cache_clear():

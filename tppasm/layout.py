@@ -18,8 +18,11 @@ import math
 
 import numpy as np
 
+from isa.int_text import int_text
+
 from . import buffers
-from .dtypes import NUMPY_NAMES, DtypeError, name_of, numpy_dtype
+from .display import shown
+from .dtypes import NUMPY_NAMES, DtypeError, imported, name_of, numpy_dtype
 from .operand import as_ndarray, refuse_masked
 
 VNNI_FACTORS = {"bf16": 2, "i8": 4}
@@ -34,9 +37,9 @@ def empty(shape, dtype="f32", align=ALIGN):
     NumPy aligns large arrays to 16 bytes only. A kernel reading 32- or 64-byte rows of such an
     array splits loads across two cache lines, and a BRGEMM whose B is misaligned was measured
     5-15% slower here, so allocate operands with this (or pass them through :func:`aligned`).
-    ``dtype``: a tppasm name ("f32", "bf16", ...) or anything ``np.dtype`` takes. From 64 KiB on,
-    the memory is reused once no array on it is alive (:mod:`tppasm.buffers`: no page faults in
-    calls that allocate the same sizes again and again).
+    ``dtype``: a tppasm name ("f32", "bf16", ...; also "f64"), a torch dtype, or anything ``np.dtype``
+    takes. From 64 KiB on, the memory is reused once no array on it is alive (:mod:`tppasm.buffers`:
+    no page faults in calls that allocate the same sizes again and again).
 
     >>> x = empty((3, 5), "bf16")
     >>> x.ctypes.data % 64, x.shape, x.dtype.name, x.flags.c_contiguous
@@ -68,7 +71,7 @@ _DTYPES = {}          # dtype argument -> its NumPy dtype, for the hashable ones
 
 def _empty_dtype(dtype):
     try:
-        dt = numpy_dtype(dtype)
+        dt = numpy_dtype(_numpy_spelling(dtype))
     except DtypeError as e:
         raise DtypeError(f"empty: {e}") from None
     except TypeError:
@@ -85,6 +88,15 @@ def _empty_dtype(dtype):
     return dt
 
 
+def _numpy_spelling(dtype):
+    """``dtype`` as NumPy spells it where NumPy would not read it: a torch dtype (torch.float64 is
+    "float64"), "f64" (tppasm's names count bits, and NumPy reads none of f64); else itself."""
+    torch_dtype = imported("torch", "dtype")
+    if torch_dtype is not None and isinstance(dtype, torch_dtype):
+        return str(dtype).removeprefix("torch.")
+    return "float64" if isinstance(dtype, str) and dtype.strip().lower() == "f64" else dtype
+
+
 def _dimensions_too_big(shape, dt):
     """Whether NumPy refuses an empty array of ``shape``: it bounds the product of the other
     dimensions, as if the zero ones were 1."""
@@ -93,9 +105,10 @@ def _dimensions_too_big(shape, dt):
 
 def _too_big(shape, dt, count):
     if count:
-        return ValueError(f"empty: shape {shape} of {dt.name} would span {count * dt.itemsize} bytes, more than an "
+        return ValueError(f"empty: shape {shown(shape)} of {dt.name} would span {int_text(count * dt.itemsize)} bytes, "
+                          "more than an "
                           "array can address (2**63 - 1 bytes); check the shape")
-    return ValueError(f"empty: shape {shape} of {dt.name} has no elements, but NumPy refuses it: its nonzero "
+    return ValueError(f"empty: shape {shown(shape)} of {dt.name} has no elements, but NumPy refuses it: its nonzero "
                       f"dimensions times the {dt.itemsize}-byte item exceed 2**63 - 1 bytes; check the shape")
 
 
@@ -191,9 +204,9 @@ def block(x, bm, bk, outer="m", pad=False):
     rows, cols = x.shape
     for name, size, dim in (("bm", bm, rows), ("bk", bk, cols)):
         if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
-            raise ValueError(f"block: {name}={size!r} must be a positive int block size")
+            raise ValueError(f"block: {name}={shown(size)} must be a positive int block size")
         if dim % int(size) and not pad:
-            raise ValueError(f"block: {name}={size} does not divide {dim}; pass a divisor of {dim}, or pad=True "
+            raise ValueError(f"block: {name}={shown(size)} does not divide {dim}; pass a divisor of {dim}, or pad=True "
                              f"to fill the last block with zeros (unblock(..., shape=...) crops it off)")
     if outer not in ("m", "n"):
         raise ValueError(f"block: outer={outer!r}; expected 'm' (row blocks first) or 'n' (column blocks first)")

@@ -10,12 +10,17 @@ reach :func:`call` instead, which views them as NumPy arrays over the same memor
 kernel again with those.
 """
 import ctypes
+import dataclasses
 import functools
+import operator
 import sys
 from dataclasses import dataclass
 
 import numpy as np
 
+from isa.int_text import int_text
+
+from .display import shown
 from .dtypes import dtype as to_dtype, imported, name_of
 
 FLOATS = ("f32", "bf16")
@@ -67,7 +72,7 @@ def check(spec: OperandSpec, arr, count=1, who="kernel", origin="numpy"):
     where = f"{who}: operand {spec.name}"
     if not isinstance(arr, np.ndarray):
         raise OperandError(_not_an_array(where, arr, spec.writable, f"{_shape_text(spec)}, '{spec.dtype}'",
-                                         _spelled(spec)))
+                                         _spelled(spec), spec.name))
     refuse_masked(arr, where, spec.writable)
     want = spec.np_dtype
     if arr.dtype != want:
@@ -75,10 +80,8 @@ def check(spec: OperandSpec, arr, count=1, who="kernel", origin="numpy"):
                            f"was built); {_dtype_fix(spec, arr.dtype, origin)}")
     nd = len(spec.shape) + spec.batch
     if arr.ndim != nd:
-        vnni = (f"; B of a bf16 or int8 BRGEMM is in the VNNI layout: pass tppasm.vnni_pack(B, {spec.shape[-1]})"
-                if spec.name == "b" and len(spec.shape) == 3 else "")
         raise OperandError(f"{where} has {arr.ndim} dimensions {arr.shape}, expected {nd}: "
-                           f"{_shape_text(spec)}{vnni}")
+                           f"{_shape_text(spec)}{_rank_fix(spec, arr.shape)}")
     if spec.batch and arr.shape[0] < count:
         raise OperandError(f"{where} holds {arr.shape[0]} blocks but count={count}; "
                            + (f"pass count<={arr.shape[0]}" if arr.shape[0] else "pass at least one block"))
@@ -107,6 +110,19 @@ def check(spec: OperandSpec, arr, count=1, who="kernel", origin="numpy"):
         raise OperandError(f"{where} is read-only{_READ_ONLY[origin]} but the kernel writes it; pass a writable array")
 
 
+def _rank_fix(spec, shape):
+    """How to pass an operand with the wrong number of axes: one block lacking the batch axis gets it
+    (``b[None]``); a bf16 or int8 BRGEMM's B not yet in the VNNI layout is packed (and given the axis)."""
+    name = spec.name
+    if spec.batch and tuple(shape) == tuple(spec.shape):
+        return f"; add the batch axis: {name}[None] (one block)"
+    if name == "b" and len(spec.shape) == 3 and len(shape) in (len(spec.shape) - 1, len(spec.shape)):
+        batch = "[None]" if spec.batch and len(shape) == len(spec.shape) - 1 else ""
+        return (f"; B of a bf16 or int8 BRGEMM is in the VNNI layout: pass tppasm.vnni_pack(B, {spec.shape[-1]})"
+                f"{batch}")
+    return ""
+
+
 def refuse_masked(arr, where, writes=False):
     """Raise :class:`OperandError` if ``arr`` is a NumPy masked array: a kernel would read (or write)
     every element, whatever its mask says. ``where`` names the operand ("brgemm: operand a")."""
@@ -129,11 +145,11 @@ def _spelled(spec):
     return f"{'ml_dtypes' if spec.dtype == 'bf16' else 'np'}.{spec.np_dtype.name}"
 
 
-def _not_an_array(where, obj, writes, shape_dtype="shape, dtype", np_dtype="dtype"):
+def _not_an_array(where, obj, writes, shape_dtype="shape, dtype", np_dtype="dtype", name="x"):
     if writes:
         fix = f"allocate it with tppasm.empty({shape_dtype}) (a converted copy would not receive the result)"
     else:
-        fix = f"pass tppasm.aligned(np.asarray(x, {np_dtype}))"
+        fix = f"pass tppasm.aligned(np.asarray({name}, {np_dtype}))"
     return (f"{where} must be a NumPy array, a torch tensor or an object with __dlpack__, not "
             f"{type(obj).__name__}; {fix}")
 
@@ -213,7 +229,7 @@ def as_ndarray(obj, name="x", who="kernel", writes=False):
     kind = origin_of(obj)
     if kind == "dlpack":
         return _from_dlpack(obj, f"{who}: operand {name}")
-    raise OperandError(_not_an_array(f"{who}: operand {name}", obj, writes))
+    raise OperandError(_not_an_array(f"{who}: operand {name}", obj, writes, name=name))
 
 
 def refuse_write(obj, name="x", who="kernel"):
@@ -296,6 +312,58 @@ def call(kernel, objs, values):
         refuse_overlap(who, specs, arrays, count, [origin_of(obj) for obj in objs])   # in the caller's terms
         raise
     mark_written([obj for spec, obj in zip(specs, objs) if spec.writable])
+
+
+def nones_at(arrays, places):
+    """Whether ``arrays`` holds None at each of ``places`` (and nowhere else): outputs left out."""
+    return all((a is None) == (i in places) for i, a in enumerate(arrays))
+
+
+def without(arrays, places):
+    return tuple(a for i, a in enumerate(arrays) if i not in places)
+
+
+def like_inputs(outputs, inputs):
+    """What an allocating call (``out = k(x)``) returns: its new NumPy ``outputs`` (an array or a
+    tuple) as torch tensors over the same memory when an input is a torch tensor (a bf16 one through
+    an int16 view, ``.view(torch.bfloat16)``: no copy), else as they are. Never imports torch.
+
+    >>> import torch, tppasm
+    >>> tppasm.relu(1, 2, dtype="bf16")(torch.tensor([[-1.0, 2.0]], dtype=torch.bfloat16))
+    tensor([[0., 2.]], dtype=torch.bfloat16)
+    """
+    tensor = imported("torch", "Tensor")
+    if tensor is None or not any(isinstance(x, tensor) for a in inputs
+                                 for x in (a if isinstance(a, (list, tuple)) else (a,))):   # (address batches)
+        return outputs
+    return tuple(map(_as_tensor, outputs)) if isinstance(outputs, tuple) else _as_tensor(outputs)
+
+
+def _as_tensor(a):
+    torch = sys.modules["torch"]
+    if a.dtype.name == "bfloat16":            # (torch.from_numpy refuses ml_dtypes' bfloat16)
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def scalar_arg(kind, name, value):
+    """``value`` as a Python int in [1, 2**30) (NumPy integers welcome, bools not)."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        v = None
+    if v is None or isinstance(value, (bool, np.bool_)) or not 1 <= v < 1 << 30:
+        raise OperandError(f"{kind}: {name}={int_text(v) if v is not None else shown(value)}, "
+                           "expected an int from 1 to 2**30 - 1")
+    return v
+
+
+def any_strides(spec, arr):
+    """``spec`` with ``arr``'s strides (in whole elements): what a NumPy computation takes."""
+    es, strides = arr.itemsize, arr.strides
+    if len(strides) != len(spec.strides) or any(s % es for s in strides):
+        return spec
+    return dataclasses.replace(spec, strides=tuple(s // es for s in strides))
 
 
 def tensor_numpy(t):

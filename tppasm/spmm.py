@@ -36,7 +36,8 @@ from .dtypes import DtypeError, dtype as to_dtype, name_of, numpy_dtype
 from .kernel import Descriptor, get_kernel, in_body, scalar_arg
 from .layout import as_array, empty_for
 from .lazy import wrapper_class
-from .operand import OperandError, OperandSpec, as_ndarray, check, mark_written, origin_of, refuse_overlap
+from .operand import (OperandError, OperandSpec, as_ndarray, check, like_inputs, mark_written, origin_of,
+                      refuse_overlap)
 
 DTYPES = {"f32": 1, "bf16": 2}      # dtype -> VNNI factor of B
 INDEX = "i32"
@@ -164,10 +165,6 @@ class BlockSpmmKernel:
     def __repr__(self):
         return repr(self.kernel)
 
-    @property
-    def __signature__(self):
-        return self.kernel.__signature__
-
     def __call__(self, rowptr, colidx, values, b, c=None, *, count=None, **wrong):
         """``count`` defaults to the number of blocks ``colidx`` and ``values`` hold (when they agree);
         without ``c`` (beta=0 only) C is allocated and returned."""
@@ -198,7 +195,7 @@ class BlockSpmmKernel:
                                 f"({self.desc.bm}, {self.desc.n}) float32")
             c = empty_for(self.kernel.operands[4])
             self._run(run, objs[:4] + (c,), count, wrong)
-            return c
+            return like_inputs(c, objs[:4])         # (a tensor when an input is one)
         d = self.desc
         count = scalar_arg(d.kind, "count", self.kernel._count_of(objs) if count is None else count)
         ops = self.kernel.operands
