@@ -128,6 +128,8 @@ def test_sve_instruction_mix_without_capstone_says_what_to_install(no_capstone, 
         sve_kernel.instruction_mix()
     with pytest.raises(ModuleNotFoundError, match="pip install capstone"):
         display.machine_code(sve_kernel)
+    with pytest.raises(ModuleNotFoundError, match="pip install capstone"):
+        sve_kernel.disassemble()
 
 
 def test_sve_kernel_repr_names_the_instruction_with_capstone(sve_kernel):

@@ -25,7 +25,7 @@ import numpy as np
 
 from .dtypes import dtype as to_dtype
 from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
-from .kernel import Descriptor, get_kernel
+from .kernel import Descriptor, get_kernel, refuse_keywords
 
 C_DTYPES = {"f32": ("f32",), "bf16": ("f32", "bf16")}
 MAX_ROW_BYTES = 1 << 26     # row strides the generated code reaches by displacements (< 2 GiB)
@@ -76,7 +76,7 @@ class GemmNT(Descriptor):
             _store(c, _to_f64(a) @ _to_f64(b).T)
 
 
-def gemm_nt(m, n, k, lda=0, ldb=0, ldc=0, dtype="f32", c_dtype="", isa=None):
+def gemm_nt(m, n, k, lda=0, ldb=0, ldc=0, dtype="f32", c_dtype="", isa=None, **wrong):
     """The kernel (a, b, c): ``c = a @ b.T`` for a (m, k), b (n, k), c (m, n); ``kernel(a, b)``
     allocates and returns c.
 
@@ -92,4 +92,5 @@ def gemm_nt(m, n, k, lda=0, ldb=0, ldc=0, dtype="f32", c_dtype="", isa=None):
     >>> gemm_nt(2, 5, 4)(x, w)[:, 0].tolist()
     [6.0, 22.0]
     """
+    refuse_keywords("gemm_nt", wrong, "c_dtype")
     return get_kernel(GemmNT(m, n, k, lda, ldb, ldc, dtype, c_dtype), isa)

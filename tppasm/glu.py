@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
-from .kernel import Descriptor, get_kernel
+from .kernel import Descriptor, get_kernel, refuse_keywords
 
 FP32_EXP_OVERFLOW = 2.0 ** 128 - 2.0 ** 103      # from here on, exp's value rounds to inf in fp32
 
@@ -60,6 +60,7 @@ class SwiGLU(Descriptor):
             _store(out, g / (1 + e) * _to_f64(up))
 
 
-def swiglu(m, n, ldg=0, ldu=0, ldo=0, dtype="f32", out_dtype="", isa=None):
+def swiglu(m, n, ldg=0, ldu=0, ldo=0, dtype="f32", out_dtype="", isa=None, **wrong):
     """The kernel (gate, up, out): ``out = silu(gate) * up``."""
+    refuse_keywords("swiglu", wrong)
     return get_kernel(SwiGLU(m, n, ldg, ldu, ldo, dtype, out_dtype), isa)

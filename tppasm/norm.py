@@ -18,7 +18,7 @@ import numpy as np
 
 from .display import shown
 from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
-from .kernel import Descriptor, get_kernel
+from .kernel import Descriptor, get_kernel, refuse_keywords
 from .operand import OperandSpec
 
 
@@ -173,7 +173,7 @@ class RMSNorm(_Norm):
             _store(out, x / np.sqrt((x * x).mean(axis=1, keepdims=True) + self.eps) * _to_f64(gamma))
 
 
-def softmax(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", scale=1.0, mask=None, ldm=0, isa=None):
+def softmax(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", scale=1.0, mask=None, ldm=0, isa=None, **wrong):
     """The kernel ``out = softmax(scale * x (+ mask))`` over each of m rows; with a mask it takes
     (x, mask, out): additive fp32 values (0 or -inf), one row of n (``mask="row"``) or (m, n)
     (``mask="full"``, row stride ``ldm``). With a bf16 ``out_dtype`` the x86 kernels take exp to
@@ -185,10 +185,11 @@ def softmax(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", scale=1.0, mask=None,
     >>> tppasm.softmax(1, 3, mask="row")(x, mask, out); out.tolist()
     [[0.5, 0.5, 0.0]]
     """
+    refuse_keywords("softmax", wrong)
     return get_kernel(Softmax(m, n, ldx, ldo, dtype, out_dtype, scale, mask, ldm), isa)
 
 
-def layernorm(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", eps=1e-5, isa=None):
+def layernorm(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", eps=1e-5, isa=None, **wrong):
     """The kernel ``out = (x - mean) / sqrt(var + eps) * gamma + beta`` per row; it takes
     (x, gamma, beta, out).
 
@@ -198,10 +199,11 @@ def layernorm(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", eps=1e-5, isa=None)
     >>> tppasm.layernorm(1, 2, eps=1e-6)(x, g, b, out); np.round(out, 4).tolist()
     [[-1.0, 1.0]]
     """
+    refuse_keywords("layernorm", wrong)
     return get_kernel(LayerNorm(m, n, ldx, ldo, dtype, out_dtype, eps), isa)
 
 
-def rmsnorm(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", eps=1e-6, isa=None):
+def rmsnorm(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", eps=1e-6, isa=None, **wrong):
     """The kernel ``out = x / sqrt(mean(x**2) + eps) * gamma`` per row; it takes (x, gamma, out).
 
     >>> import numpy as np, tppasm
@@ -209,4 +211,5 @@ def rmsnorm(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", eps=1e-6, isa=None):
     >>> tppasm.rmsnorm(1, 2, eps=1e-9)(x, np.ones(2, np.float32), out); np.round(out * np.sqrt(12.5), 4).tolist()
     [[3.0, 4.0]]
     """
+    refuse_keywords("rmsnorm", wrong)
     return get_kernel(RMSNorm(m, n, ldx, ldo, dtype, out_dtype, eps), isa)

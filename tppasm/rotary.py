@@ -19,7 +19,7 @@ import numpy as np
 
 from .display import shown
 from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
-from .kernel import Descriptor, get_kernel
+from .kernel import Descriptor, get_kernel, refuse_keywords
 from .layout import as_array
 from .operand import OperandSpec
 
@@ -70,7 +70,7 @@ class Rotary(Descriptor):
         _store(out, y.reshape(self.m, self.n))
 
 
-def rotary(m, n, head_dim, ldx=0, ldo=0, ldt=0, dtype="f32", out_dtype="", isa=None):
+def rotary(m, n, head_dim, ldx=0, ldo=0, ldt=0, dtype="f32", out_dtype="", isa=None, **wrong):
     """The RoPE kernel for m rows of n / head_dim heads; it takes (x, cos, sin, out).
 
     Each head's halves x1, x2 (head_dim / 2 values each; head_dim even, n a multiple of it) become
@@ -89,6 +89,7 @@ def rotary(m, n, head_dim, ldx=0, ldo=0, ldt=0, dtype="f32", out_dtype="", isa=N
     >>> tppasm.rotary(2, 4, 4)(x, cos, sin, out); np.round(out[0], 4).tolist()
     [1.0, 1.0, 1.0, 1.0]
     """
+    refuse_keywords("rotary", wrong)
     return get_kernel(Rotary(m, n, head_dim, ldx, ldo, ldt, dtype, out_dtype), isa)
 
 
