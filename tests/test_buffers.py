@@ -164,3 +164,21 @@ def test_a_forked_child_allocates_and_reuses():
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def test_buffers_a_cut_short_callback_lost_are_counted_again(monkeypatch):
+    """A KeyboardInterrupt in the weakref callback (Ctrl-C; Python ignores it there) leaves a dead
+    entry counted against the limit: the next array asked for past the limit counts again."""
+    buffers.set_buffer_cache_limit(3 * buffers.FROM)
+
+    def interrupted(ref):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(buffers, "_give_back", interrupted)               # what the next arrays' refs call
+    monkeypatch.setattr("sys.unraisablehook", lambda unraisable: None)   # (Python would print it)
+    lost = [tppasm.empty(SIZE, "f32") for _ in range(2)]
+    del lost
+    gc.collect()
+    monkeypatch.undo()
+    buffers._POOL.full_calls = 0
+    a = tppasm.empty(SIZE, "f32")
+    assert any(0 <= a.ctypes.data - entry[3] < entry[1] for entry in buffers._POOL.out.values())   # pooled

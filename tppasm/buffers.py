@@ -42,6 +42,7 @@ from .cache import lru
 FROM = 64 << 10         # bytes: smaller blocks come from malloc's free lists, which do not fault
 PAGE = 4096
 DEFAULT_MIB = 128
+RECOUNT_EVERY = 64      # arrays asked for past the limit between two recounts of the bytes owned
 
 
 class _Pool:
@@ -51,6 +52,7 @@ class _Pool:
 
     def __init__(self):
         self._limit, self.owned = None, 0
+        self.full_calls = 0     # arrays asked for while the pool was full (see _room)
         self.free = {}          # size -> [(buffer, address)]
         self.out = {}           # id(weak reference to the owner on it) -> (that reference, size, buffer, address)
 
@@ -118,11 +120,26 @@ def array(shape, dtype, nbytes, align):
 
 
 def _room(pool, size):
-    """Whether ``size`` more bytes fit the pool's limit, dropping its free buffers if they must go."""
+    """Whether ``size`` more bytes fit the pool's limit, dropping its free buffers if they must go
+    (and, every RECOUNT_EVERY time, bytes counted for buffers a cut-short callback lost)."""
     if pool.owned + size <= pool.limit:
         return True
     _drop_free(pool)
+    pool.full_calls += 1
+    if pool.full_calls % RECOUNT_EVERY == 1:
+        _recount(pool)
     return pool.owned + size <= pool.limit
+
+
+def _recount(pool):
+    """Count ``pool.owned`` again from its buffers, out and free. A KeyboardInterrupt that lands in
+    :func:`_give_back` (Python then ignores it there, Ctrl-C in a notebook) may cut it short: the
+    buffer stays listed as out with its owner gone, or is dropped but still counted."""
+    for key, entry in list(pool.out.items()):
+        if entry[0]() is None:
+            pool.out.pop(key, None)
+    pool.owned = (sum(entry[1] for entry in list(pool.out.values()))
+                  + sum(size * len(held) for size, held in list(pool.free.items())))
 
 
 def _drop_free(pool):
