@@ -248,3 +248,15 @@ def test_a_huge_int_is_refused_with_its_size_not_the_int_to_str_limit(make):
     with pytest.raises(ValueError) as e:
         make()
     assert "sys.set_int_max_str_digits" not in str(e.value) and "digits" in str(e.value)
+
+
+@pytest.mark.parametrize("make", [lambda: tpp.relu(3, 5), lambda: tpp.relu(3, 5, ldo=8), lambda: tpp.reduce("add", 3, 5),
+                                  lambda: tpp.brgemm(4, 4, 4, dtype="bf16", c_dtype="bf16"), lambda: tpp.relu(1, 1)])
+def test_an_allocated_output_has_the_operands_layout(make):
+    from tppasm.layout import empty_for
+    k = make()
+    spec = k.operands[-1]
+    out = empty_for(spec)
+    es = out.itemsize
+    assert out.shape == tuple(spec.shape) and out.strides == tuple(s * es for s in spec.strides)
+    assert out.dtype == spec.np_dtype and out.ctypes.data % 64 == 0 and out.flags.writeable

@@ -14,6 +14,7 @@ such arrays.
 [[0, 3], [1, 4], [2, 5]]
 """
 import ctypes
+import functools
 import math
 
 import numpy as np
@@ -131,9 +132,21 @@ def empty_for(spec):
     >>> out.shape, out.strides, out.ctypes.data % 64
     ((2, 3), (32, 4), 0)
     """
+    dt, shape, elements, strides = _allocation(spec)
+    if strides is None:
+        return empty(shape, dt)
+    return np.ndarray(shape, dt, buffer=empty((elements,), dt), strides=strides)
+
+
+@functools.lru_cache(maxsize=4096)
+def _allocation(spec):
+    """(dtype, shape, elements spanned, byte strides or None when C-contiguous) of an array for ``spec``:
+    worked out once per operand (an allocating call ``out = k(x)`` costs microseconds)."""
     dt = spec.np_dtype
-    buf = empty((spec.nbytes() // dt.itemsize,), dt)
-    return np.ndarray(tuple(spec.shape), dt, buffer=buf, strides=[s * dt.itemsize for s in spec.strides])
+    shape = tuple(spec.shape)
+    strides = tuple(s * dt.itemsize for s in spec.strides)
+    dense = tuple(dt.itemsize * math.prod(shape[i + 1:]) for i in range(len(shape)))
+    return dt, shape, spec.nbytes() // dt.itemsize, None if strides == dense else strides
 
 
 def aligned(x, align=ALIGN):
