@@ -260,3 +260,10 @@ def test_an_allocated_output_has_the_operands_layout(make):
     es = out.itemsize
     assert out.shape == tuple(spec.shape) and out.strides == tuple(s * es for s in spec.strides)
     assert out.dtype == spec.np_dtype and out.ctypes.data % 64 == 0 and out.flags.writeable
+
+
+def test_rotarys_ldt_advice_says_both_tables_share_it():
+    x = np.ones((2, 8), np.float32)
+    cos, sin = np.ones((2, 12), np.float32)[:, :4], np.ones((2, 4), np.float32)
+    with pytest.raises(OperandError, match="cos and sin share ldt"):
+        tpp.rotary(2, 8, 8)(x, cos, sin, np.empty_like(x))

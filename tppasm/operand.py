@@ -24,6 +24,9 @@ from .display import shown
 from .dtypes import dtype as to_dtype, imported, name_of
 
 FLOATS = ("f32", "bf16")
+# leading dimensions that two operands share: advice for one must hold for the other
+SHARED_LDS = {"ldt": " (cos and sin share ldt: both tables need rows that far apart; np.ascontiguousarray of each, "
+                     "with ldt=0, makes them so)"}
 
 
 class OperandError(ValueError):
@@ -96,7 +99,7 @@ def check(spec: OperandSpec, arr, count=1, who="kernel", origin="numpy"):
         if d > 1 and g != w:
             if spec.ld_name and axis == nd - 2 and isinstance(g, int) and g >= spec.shape[-1] and \
                     (got[-1] == 1 or dims[-1] == 1):
-                hint = f"; build the kernel with {spec.ld_name}={g}"
+                hint = f"; build the kernel with {spec.ld_name}={g}" + SHARED_LDS.get(spec.ld_name, "")
             elif spec.batch and axis == 0 and spec.name in ("a", "b") and isinstance(g, int) and g > 0:
                 hint = f"; build the kernel with stride_{spec.name}={g}, or pass {_CONTIGUOUS[origin]}"
             elif spec.writable:
