@@ -7,8 +7,6 @@ import ctypes
 import itertools
 import os
 import random
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -19,8 +17,8 @@ import tppasm as tpp
 from isa.x86 import Function, qword
 from loops import Loop, TraceError, kernel, race_search, set_num_threads
 from loops.affine import Affine
+from tests import scripts
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SETUP = """
 import ctypes, os, signal, isa.pool as ip
@@ -45,14 +43,8 @@ pool = ip.Pool(4)
 
 
 def run_script(body, timeout=30):
-    script = textwrap.dedent(SETUP) + textwrap.dedent(body)
-    try:
-        done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"hang: the script did not end within {timeout} s")
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.strip()
+    """The script's output (a hang: AssertionError after ``timeout`` s)."""
+    return scripts.run(textwrap.dedent(SETUP) + textwrap.dedent(body), timeout=timeout).strip()
 
 
 def test_a_handler_raising_as_the_start_restores_the_signal_mask_leaves_a_started_pool():
