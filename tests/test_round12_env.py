@@ -95,6 +95,8 @@ def test_testing_lookups_of_other_names_work_without_hypothesis():
 def test_testing_strategies_without_hypothesis_say_what_to_install():
     with without_hypothesis(), pytest.raises(ModuleNotFoundError, match=r"pip install hypothesis \(or the test extra"):
         tt.operands
+    with without_hypothesis(), pytest.raises(ModuleNotFoundError, match=r"pip install hypothesis \(or the test extra"):
+        from tppasm.testing.strategies import operands  # noqa: F401
 
 
 def test_testing_serves_every_strategy():

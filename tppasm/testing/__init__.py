@@ -74,13 +74,7 @@ def __getattr__(name):
     if name != "strategies" and name not in _STRATEGIES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
-    try:
-        strategies = importlib.import_module(__name__ + ".strategies")
-    except ModuleNotFoundError as e:
-        if e.name != "hypothesis" and not (e.name or "").startswith("hypothesis."):
-            raise
-        raise ModuleNotFoundError(f"tppasm.testing.{name} needs hypothesis: pip install hypothesis (or the test "
-                                  "extra: pip install tppasm[test])", name="hypothesis") from e
+    strategies = importlib.import_module(__name__ + ".strategies")    # (without hypothesis: says what to install)
     return strategies if name == "strategies" else getattr(strategies, name)
 
 

@@ -24,8 +24,15 @@ declarations.
 import math
 
 import numpy as np
-from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
+
+try:
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+except ModuleNotFoundError as e:           # an optional package: say which, and how to get it
+    if not (e.name or "").startswith("hypothesis"):
+        raise
+    raise ModuleNotFoundError("tppasm.testing.strategies needs hypothesis: pip install hypothesis (or the test "
+                              "extra: pip install tppasm[test])", name="hypothesis") from e
 
 from ..dtypes import dtype as np_dtype, name_of
 from ..layout import vnni_pack
