@@ -121,7 +121,9 @@ def test_linear_and_fc_take_the_same_biases(tt):
      r"x is float64 and w float64; .*: pass x\.astype\(np\.float32\), w\.astype\(np\.float32\)"),
     (lambda bf: fc.forward(np.ones((3, 4), bf), np.ones((5, 4), bf), np.ones(5)),
      r"bias must be float32 of shape \(5,\) or bfloat16 as x, got float64"),
-], ids=["forward", "backward", "both float64", "bias"])
+    (lambda bf: fc.forward(np.ones((3, 4), bf), fc.pack(np.ones((5, 4), np.float32))),
+     re.escape("pass tppasm.fc.pack(w.astype(x.dtype)) (from the weight before packing)")),
+], ids=["forward", "backward", "both float64", "bias", "packed"])
 def test_fc_dtype_messages_name_each_argument_in_order_and_the_fix(call, message):
     with pytest.raises(ValueError, match=message):
         call(tppasm_dtype("bf16"))

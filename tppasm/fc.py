@@ -74,7 +74,7 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     """
     packed = w if isinstance(w, PackedWeight) else None
     x, w = dense_rows("forward", "x", x), w.w if packed else dense_rows("forward", "w", w)
-    dtype_of("forward", x=x, w=w)
+    dtype_of("forward", ("w",) if packed else (), x=x, w=w)
     (n, k), m = x.shape, w.shape[0]
     if w.shape != (m, k):
         fail("forward", f"w has shape {w.shape}; expected (out_features, {k}) for x of shape {x.shape}")

@@ -20,8 +20,9 @@ DTYPES = ("f32", "bf16")
 DTYPE_NAMES = {numpy_dtype(name): name for name in DTYPES}     # NumPy dtype -> its name
 
 
-def dtype_of(who, **arrays):
-    """The tppasm dtype name ("f32" or "bf16") all of ``arrays`` (name=array, in argument order) have."""
+def dtype_of(who, packed=(), **arrays):
+    """The tppasm dtype name ("f32" or "bf16") all of ``arrays`` (name=array, in argument order) have;
+    ``packed``: the names of those given packed (:func:`tppasm.fc.pack`: converting means packing again)."""
     values = list(arrays.values())
     first = values[0].dtype
     if first in DTYPE_NAMES and all(a.dtype == first for a in values):
@@ -32,11 +33,11 @@ def dtype_of(who, **arrays):
     except TypeError:
         name = None
     if name not in DTYPES:
-        fail(who, _dtype_advice(arrays))
+        fail(who, _dtype_advice(arrays, packed))
     return name
 
 
-def _dtype_advice(arrays):
+def _dtype_advice(arrays, packed=()):
     """What ``dtype_of`` says of ``arrays`` (name=array) that are not all float32 or all bfloat16:
     each one's dtype, in argument order, and the conversions that make them one dtype."""
     names = list(arrays)
@@ -44,10 +45,10 @@ def _dtype_advice(arrays):
     said = ", ".join(f"{n} {dt}" for n, dt in zip(names[1:], dts[1:]))
     said = f"{names[0]} is {dts[0]}" + (f" and {said}" if len(names) == 2 else f", {said}" if said else "")
     good = next((n for n, dt in sorted(zip(names, dts), key=lambda p: p[0] != "x") if dt in DTYPE_NAMES), None)
-    if good is None:
-        fix = ", ".join(f"{n}.astype(np.float32)" for n in names)
-    else:
-        fix = ", ".join(f"{n}.astype({good}.dtype)" for n, dt in zip(names, dts) if dt != arrays[good].dtype)
+    to = {n: "np.float32" if good is None else f"{good}.dtype" for n, dt in zip(names, dts)
+          if good is None or dt != arrays[good].dtype}
+    fix = ", ".join(f"tppasm.fc.pack({n}.astype({t})) (from the weight before packing)" if n in packed
+                    else f"{n}.astype({t})" for n, t in to.items())
     bias = " (a bias: float32 or x's dtype)" if "x" in arrays else ""
     return f"{said}; expected all float32 or all bfloat16{bias}: pass {fix}"
 
