@@ -103,7 +103,6 @@ def is_summing(kernel, kind):
     return k in SUMMING_KINDS or k not in ELEMENTWISE_KINDS
 
 
-
 def scratch_positions(kernel, kind, names):
     """Positions (among ``names``) of the arrays a loop kernel declares scratch
     (``loops.kernel(..., scratch=...)``, :mod:`loops.scratch`): what they hold after a call is no
