@@ -11,9 +11,9 @@ BITS = 2000          # ints of more bits than this are described, never converte
 
 
 def int_text(value):
-    """``repr(value)`` for an int, or its digit count for one too long to convert."""
+    """``repr(value)`` for an int (a bool: True, False), or its digit count for one too long to convert."""
     if value.bit_length() <= BITS:
-        return int.__repr__(value)
+        return repr(value) if type(value) in (bool, int) else int.__repr__(value)
     size = abs(value)
     digits = int(math.log10(size)) + 1           # a float's log10 may be off by one near a power of 10
     digits += (size >= 10 ** digits) - (size < 10 ** (digits - 1))

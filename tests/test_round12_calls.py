@@ -267,3 +267,44 @@ def test_rotarys_ldt_advice_says_both_tables_share_it():
     cos, sin = np.ones((2, 12), np.float32)[:, :4], np.ones((2, 4), np.float32)
     with pytest.raises(OperandError, match="cos and sin share ldt"):
         tpp.rotary(2, 8, 8)(x, cos, sin, np.empty_like(x))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: tpp.unary("relu", 4, 4, c_dtype=BIG), lambda: tpp.dequant(4, 4, ldc=BIG),
+    lambda: tpp.unary("relu", 4, 4, ldx=-BIG),
+    lambda: tpp.gemm_nt(4, BIG, 4), lambda: tpp.softmax(4, 4, ldm=BIG), lambda: tpp.rotary(4, 4, BIG),
+    lambda: tpp.dequant(4, 4, beta=BIG), lambda: tpp.block_spmm(BIG, 4, 4, 4), lambda: tpp.set_kernel_cache_limit(-BIG),
+    lambda: tpp.empty((-BIG,)), lambda: tpp.empty((4,), align=BIG), lambda: tpp.nblocks(3, -BIG),
+    lambda: tpp.vnni_pack(np.ones((4, 4), np.float32), BIG)])
+def test_huge_ints_in_every_constructors_message_are_written_by_their_size(make):
+    with pytest.raises((TypeError, ValueError)) as e:
+        make()
+    assert "sys.set_int_max_str_digits" not in str(e.value) and "digits" in str(e.value)
+
+
+def test_a_dtype_in_dequants_ld_position_names_its_out_dtype_keyword():
+    with pytest.raises(ValueError, match="out_dtype is a keyword: out_dtype='bf16'"):
+        tpp.dequant(8, 8, "bf16")
+
+
+def test_count_true_is_named_as_given():
+    a = np.ones((1, 4, 4), np.float32)
+    with pytest.raises(OperandError, match="count=True"):
+        tpp.brgemm(4, 4, 4)(a, a, count=True)
+
+
+def test_a_cache_size_of_thousands_of_digits_names_the_variable(monkeypatch):
+    monkeypatch.setenv("TPPASM_KERNEL_CACHE", "9" * 5000)
+    with pytest.raises(ValueError, match="TPPASM_KERNEL_CACHE="):
+        tb.env_limit("TPPASM_KERNEL_CACHE", "the number of kernels to keep", 512)
+
+
+def test_a_buffer_given_back_after_a_recount_dropped_it_is_ignored():
+    class Ref:                                   # a weak reference no pool entry holds
+        pass
+    tb._give_back(Ref())                         # no KeyError (another thread's recount dropped it)
+
+
+def test_an_offset_too_large_for_x86_names_the_keyword():
+    with pytest.raises(ValueError, match=r"unary: ldx=1099511627776 needs an address offset"):
+        tpp.unary("relu", 4, 4, ldx=1 << 40)

@@ -16,7 +16,8 @@ import numpy as np
 
 from . import backends, display
 from .eltwise import UNARY_OPS
-from .kernel import Descriptor, get_kernel, in_body, refuse_keywords, scalar_arg
+from .kernel import Descriptor, get_kernel, in_body, scalar_arg
+from .keywords import refuse_keywords
 from .layout import empty_for
 from .lazy import wrapper_class
 from .operand import (OperandError, OperandSpec, as_ndarray, check, data_address, like_inputs, mark_written,

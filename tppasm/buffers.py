@@ -78,7 +78,7 @@ def env_limit(name, what, default, note=""):
     text = os.environ.get(name, "").strip()
     if not text:
         return default
-    if text.isascii() and text.isdigit():           # (int() takes '1_000' and other scripts' digits)
+    if text.isascii() and text.isdigit() and len(text) <= 30:    # (int() takes '1_000', other scripts' digits)
         return int(text)
     raise ValueError(f"{name}={text!r}: expected {what}, an int >= 0 (default {default}{note})")
 
@@ -150,7 +150,10 @@ def _drop_free(pool):
 
 def _give_back(ref, pool=_POOL):
     """The weak reference's callback: the owner, and so every array on the buffer, is gone."""
-    _, size, raw, address = pool.out.pop(id(ref))
+    entry = pool.out.pop(id(ref), None)
+    if entry is None:                               # (dropped already by _recount in another thread)
+        return
+    _, size, raw, address = entry
     if pool.owned > pool.limit:                     # the limit was lowered meanwhile
         pool.owned -= size
     else:

@@ -25,7 +25,8 @@ import numpy as np
 
 from .dtypes import dtype as to_dtype
 from .display import shown
-from .kernel import Descriptor, refuse_keywords
+from .kernel import Descriptor
+from .keywords import refuse_keywords
 from .operand import OperandSpec
 
 F32 = np.float32
@@ -471,7 +472,7 @@ def _renamed(who, ldx, ldi):
     warnings.warn(f"{who}(ldi=...) is now ldx=...: every leading dimension is named after its operand "
                   "(ldx for x, lda/ldb/ldc for a/b/c, ldo for out)", DeprecationWarning, stacklevel=3)
     if ldx and ldx != ldi:
-        raise ValueError(f"{who}: ldx={ldx!r} and its old name ldi={ldi!r} disagree; pass ldx only")
+        raise ValueError(f"{who}: ldx={shown(ldx)} and its old name ldi={shown(ldi)} disagree; pass ldx only")
     return ldi
 
 

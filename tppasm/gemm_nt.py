@@ -25,7 +25,8 @@ import numpy as np
 
 from .dtypes import dtype as to_dtype
 from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
-from .kernel import Descriptor, get_kernel, refuse_keywords
+from .kernel import Descriptor, get_kernel
+from .keywords import refuse_keywords
 
 C_DTYPES = {"f32": ("f32",), "bf16": ("f32", "bf16")}
 MAX_ROW_BYTES = 1 << 26     # row strides the generated code reaches by displacements (< 2 GiB)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from isa.int_text import int_text
 
+from .keywords import public_name
+
 X86_ISAS = ("avx2", "avx512", "amx")
 HUGE_FIELD = 1 << 25
 
@@ -39,7 +41,8 @@ def offset_error(desc, isa: str, error: BaseException) -> ValueError | None:
         return None
     if not any(abs(v) >= HUGE_FIELD for v in vars(desc).values() if isinstance(v, int)):
         return None
-    fields = ", ".join(f"{k}={int_text(v) if type(v) is int else repr(v)}" for k, v in vars(desc).items())
-    return ValueError(f"{desc.kind}: {type(desc).__name__}({fields}) needs an address offset the {isa} code cannot encode (x86 "
+    huge = ", ".join(f"{public_name(desc, k)}={int_text(v)}" for k, v in vars(desc).items()
+                     if type(v) is int and abs(v) >= HUGE_FIELD)
+    return ValueError(f"{desc.kind}: {huge} needs an address offset the {isa} code cannot encode (x86 "
                       "displacements and immediates are 32-bit): keep leading dimensions, rows and "
                       "strides under 2 GiB, or split the operand into smaller calls")

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
-from .kernel import Descriptor, get_kernel, refuse_keywords
+from .kernel import Descriptor, get_kernel
+from .keywords import refuse_keywords
 
 FP32_EXP_OVERFLOW = 2.0 ** 128 - 2.0 ** 103      # from here on, exp's value rounds to inf in fp32
 

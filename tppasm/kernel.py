@@ -25,8 +25,9 @@ from isa.listing import Listing
 from . import backends, buffers, display, forking, operand
 from .cache import kernel_code
 from .cache.lru import DEFAULT_LIMIT, KernelLRU
-from .dtypes import SPELLINGS, imported, name_of
+from .dtypes import imported, name_of
 from .generate_errors import offset_error
+from .keywords import dtype_hint, public_name
 from .layout import empty_for
 from .lazy import OnFirstRead
 from .operand import OperandError, check, scalar_arg      # (scalar_arg: kernel.scalar_arg for its users)
@@ -77,33 +78,6 @@ def _dtype_like(value):
         return False
 
 
-def _public(desc, name):      # the constructors' keyword for a descriptor field: x's row stride ldi is ldx
-    return {**display.PUBLIC_NAMES, **getattr(desc, "public_names", {})}.get(name, name)
-
-
-def _dtype_hint(value):
-    """The fix for a dtype given where an int goes (``tpp.copy(8, 8, "bf16")``: the third argument is ldx)."""
-    short = SPELLINGS.get(value.strip().lower()) if isinstance(value, str) else None   # (np.dtype('a'): bytes)
-    if isinstance(value, (type, np.dtype)) or isinstance(value, imported("torch", "dtype") or ()):
-        try:
-            short = name_of(value)
-        except TypeError:
-            pass
-    return f"; dtype is a keyword: dtype={short!r}" if short else ""
-
-
-OUTPUT_DTYPE = {"out_dtype": "c_dtype", "c_dtype": "out_dtype"}    # the two names of an output dtype keyword
-
-
-def refuse_keywords(who, wrong, takes="out_dtype"):
-    """Raise TypeError for the keywords ``wrong`` (a dict; none: nothing) that the constructor ``who``
-    does not take; for the other name of its output dtype keyword ``takes``, name ``takes``."""
-    for name, value in wrong.items():
-        if OUTPUT_DTYPE.get(name) == takes:
-            raise TypeError(f"{who}() takes no {name}=: its output dtype is {takes}=; write {takes}={value!r}")
-        raise TypeError(f"{who}() got an unexpected keyword argument {name!r}")
-
-
 class Descriptor:
     """Base of TPP descriptors (subclasses are frozen dataclasses)."""
 
@@ -140,6 +114,8 @@ class Descriptor:
                     value = int(value)                         # (beta=1.0: how BLAS users write it)
                 ok = isinstance(value, int) and not isinstance(value, bool)
                 legal = "an int, 0 or 1" if f.name == "beta" else "an int"
+                if ok and abs(value) >= 1 << 63:            # (and the validation's own messages: str(10**5000) raises)
+                    ok, legal = False, legal + " below 2**63"
             elif f.type is str:
                 ok, legal = isinstance(value, str) or (value is None and f.default is None), "a string"
                 if f.name in DTYPE_FIELDS:
@@ -150,8 +126,8 @@ class Descriptor:
                 except TypeError:
                     ok, legal = False, "a hashable value (not a list or array)"
             if not ok:
-                raise ValueError(f"{self.kind}: {_public(self, f.name)}={display.shown(value)}; expected {legal}"
-                                 f"{_dtype_hint(value) if f.type is int else ''}")
+                raise ValueError(f"{self.kind}: {public_name(self, f.name)}={display.shown(value)}; expected {legal}"
+                                 f"{dtype_hint(self, value) if f.type is int else ''}")
             object.__setattr__(self, f.name, value)
 
     def reference(self, *arrays, **scalars):

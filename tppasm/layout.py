@@ -118,7 +118,7 @@ def _empty_shape(shape):
     shape = (shape,) if isinstance(shape, (int, np.integer)) else shape
     if not isinstance(shape, (tuple, list)) or any(
             not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 0 for d in shape):
-        raise ValueError(f"empty: shape {shape!r} must be non-negative integers, e.g. (64, 64)")
+        raise ValueError(f"empty: shape {shown(shape)} must be non-negative integers, e.g. (64, 64)")
     return tuple(int(d) for d in shape)
 
 
@@ -188,7 +188,7 @@ def _check_align(who, align):
     """``align`` as a Python int, or the ValueError naming the fix."""
     if isinstance(align, bool) or not isinstance(align, (int, np.integer)) or not 1 <= align <= MAX_ALIGN \
             or align & (align - 1):
-        raise ValueError(f"{who}: align={align!r} must be a power of two number of bytes from 1 to {MAX_ALIGN} "
+        raise ValueError(f"{who}: align={shown(align)} must be a power of two number of bytes from 1 to {MAX_ALIGN} "
                          "(2 MiB, a huge page), e.g. 64")
     return int(align)
 
@@ -264,9 +264,9 @@ def unblock(xb, outer="m", shape=None):
 def _crop_shape(shape, full, sizes):
     if (not isinstance(shape, (tuple, list)) or len(shape) != 2
             or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in shape)):
-        raise ValueError(f"unblock: shape={shape!r} must be (rows, cols), e.g. x.shape of the matrix blocked")
+        raise ValueError(f"unblock: shape={shown(shape)} must be (rows, cols), e.g. x.shape of the matrix blocked")
     if not all(f - b < d <= f for d, f, b in zip(shape, full, sizes)):
-        raise ValueError(f"unblock: shape={tuple(shape)} is not what {full[0]} x {full[1]} in blocks of "
+        raise ValueError(f"unblock: shape={shown(tuple(shape))} is not what {full[0]} x {full[1]} in blocks of "
                          f"{sizes[0]} x {sizes[1]} pads (each dimension in {full[0] - sizes[0] + 1}..{full[0]} x "
                          f"{full[1] - sizes[1] + 1}..{full[1]}); pass the shape of the matrix given to block()")
     return int(shape[0]), int(shape[1])
@@ -280,7 +280,7 @@ def nblocks(n, b):
     """
     for name, value, least, what in (("n", n, 0, "the size to cover"), ("b", b, 1, "the block size")):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-            raise ValueError(f"nblocks: {name}={value!r}; expected an int >= {least} ({what})")
+            raise ValueError(f"nblocks: {name}={shown(value)}; expected an int >= {least} ({what})")
     return -(-int(n) // int(b))
 
 
@@ -333,6 +333,6 @@ def _factor(factor):
         except TypeError:
             f = None
     if f not in (1, 2, 4):
-        raise ValueError(f"vnni_pack: factor={factor!r}; expected the int 2 (bf16), 4 (int8) or 1, or one of the "
+        raise ValueError(f"vnni_pack: factor={shown(factor)}; expected the int 2 (bf16), 4 (int8) or 1, or one of the "
                          f"dtypes {list(VNNI_FACTORS)}")
     return f

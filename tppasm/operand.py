@@ -18,8 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from isa.int_text import int_text
-
 from .display import shown
 from .dtypes import dtype as to_dtype, imported, name_of
 
@@ -356,8 +354,7 @@ def scalar_arg(kind, name, value):
     except TypeError:
         v = None
     if v is None or isinstance(value, (bool, np.bool_)) or not 1 <= v < 1 << 30:
-        raise OperandError(f"{kind}: {name}={int_text(v) if v is not None else shown(value)}, "
-                           "expected an int from 1 to 2**30 - 1")
+        raise OperandError(f"{kind}: {name}={shown(value)}, expected an int from 1 to 2**30 - 1")
     return v
 
 

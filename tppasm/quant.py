@@ -27,8 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .display import shown
 from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
-from .kernel import Descriptor, get_kernel, refuse_keywords
+from .kernel import Descriptor, get_kernel
+from .keywords import refuse_keywords
 from .operand import OperandSpec
 
 ZERO_POINT = 128
@@ -136,7 +138,7 @@ def _refuse(who, keywords):
         if instead:
             operand = "q (the output)" if who == "quantize" else "c (the input)"
             raise TypeError(f"{who}() takes no {name}=: the row stride of {operand} is {instead}= (its strides "
-                            f"are ldx= for the input, ldo= for the output); write {instead}={keywords[name]!r}")
+                            f"are ldx= for the input, ldo= for the output); write {instead}={shown(keywords[name])}")
         if who == "dequant":
             refuse_keywords(who, {name: keywords[name]})     # c_dtype= for out_dtype=: named
         raise TypeError(f"{who}() got an unexpected keyword argument {name!r}")

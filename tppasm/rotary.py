@@ -19,7 +19,8 @@ import numpy as np
 
 from .display import shown
 from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
-from .kernel import Descriptor, get_kernel, refuse_keywords
+from .kernel import Descriptor, get_kernel
+from .keywords import refuse_keywords
 from .layout import as_array
 from .operand import OperandSpec
 

@@ -143,7 +143,7 @@ def _stored_blocks(colidx, values):
 
 def _need(ok, name, value, legal):
     if not ok:
-        raise ValueError(f"block_spmm: {name}={value!r}; expected {legal}")
+        raise ValueError(f"block_spmm: {name}={display.shown(value)}; expected {legal}")
 
 
 class BlockSpmmKernel:

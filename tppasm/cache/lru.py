@@ -21,6 +21,8 @@ import threading
 import weakref
 from collections import OrderedDict
 
+from ..display import shown
+
 DEFAULT_LIMIT = 512
 
 
@@ -90,5 +92,5 @@ def check_limit(limit, what="kernel cache limit", meaning="the number of kernels
     except TypeError:
         value = None
     if value is None or value < 0:
-        raise ValueError(f"{what} {limit!r}: expected an int >= 0 ({meaning})")
+        raise ValueError(f"{what} {shown(limit)}: expected an int >= 0 ({meaning})")
     return value
