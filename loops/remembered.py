@@ -23,6 +23,7 @@ stale record costs a search, never a wrong result.
 >>> disk_key(*args) == disk_key(*args) != disk_key(*args[:-1], 2)
 True
 """
+import dataclasses
 import hashlib
 import json
 import marshal
@@ -30,24 +31,65 @@ import math
 import types
 
 from isa.cpu import host, identity
+from isa.int_text import int_text
 from tppasm import backends, cache
+from tppasm.cache.kernels import describe
 
 NAMESPACE = "tune"
 NEST_SOURCES = ("loops/**/*.py",)
 
 
-def code_digest(fn):
-    """SHA-256 (hex, 16 digits) of a function's compiled code (its nested functions included), or
-    "" when it has none (a callable object). Where the code lies (file name, first line) is left
-    out: a notebook cell's file is named after the kernel's process, new every session.
+def code_digest(fn, depth=0):
+    """SHA-256 (hex, 16 digits) of a function's compiled code (its nested functions included) and of
+    the values it closes over or defaults to (:func:`captured`), or "" when it has no code (a
+    callable object). Where the code lies (file name, first line) is left out: a notebook cell's
+    file is named after the kernel's process, new every session.
 
+    >>> import tppasm as tpp
+    >>> def make(k):
+    ...     return lambda x, y: k(x, y)
     >>> code_digest(lambda: 1) != code_digest(lambda: 2)
+    True
+    >>> code_digest(make(tpp.relu(2, 2))) != code_digest(make(tpp.unary("exp", 2, 2)))
     True
     """
     code = getattr(fn, "__code__", None)
     if code is None:
         return ""
-    return hashlib.sha256(marshal.dumps(_unplaced(code))).hexdigest()[:16]
+    text = marshal.dumps(_unplaced(code)) + repr(captured(fn, depth)).encode()
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
+def captured(fn, depth=0):
+    """Texts of the values ``fn`` closes over and its defaults, the same in every process: a TPP
+    kernel's descriptor, a function's (or a loop kernel's body's) digest, a plain value's repr;
+    for anything else, its type (an array: its data is no code)."""
+    cells = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:                # an empty cell (a name not bound yet)
+            cells.append(None)
+    values = cells + list(getattr(fn, "__defaults__", None) or ()) + list((getattr(fn, "__kwdefaults__", None)
+                                                                              or {}).values())
+    return [_value_text(v, depth + 1) for v in values]
+
+
+def _value_text(v, depth):
+    if isinstance(v, (bool, float, str, bytes, type(None))):
+        return repr(v)
+    if isinstance(v, int):
+        return int_text(v)
+    if isinstance(v, tuple) and depth < 4:
+        return "(" + ", ".join(_value_text(x, depth + 1) for x in v) + ")"
+    desc = getattr(v, "desc", None)
+    if desc is not None and dataclasses.is_dataclass(desc):
+        return describe(desc) or type(desc).__qualname__
+    body = getattr(v, "body", None)       # a loop kernel
+    fn = body if callable(body) and hasattr(v, "spec") else v
+    if isinstance(fn, types.FunctionType):
+        return code_digest(fn, depth) if depth < 4 else fn.__qualname__
+    return type(v).__qualname__
 
 
 def _unplaced(code):

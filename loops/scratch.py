@@ -34,11 +34,11 @@ element the nest leaves keeps what the arrays given held) or on arrays without t
 
 
 def check_scratch(scratch, array_names, name):
-    """``scratch`` (names of array parameters; one name may be given as a string) as a tuple, or
-    the TypeError / ValueError that says what to write.
+    """``scratch`` (names of array parameters; one name may be given as a string) as a tuple in the
+    body's order, or the TypeError / ValueError that says what to write.
 
-    >>> check_scratch("S", ["X", "S"], "k"), check_scratch(["S", "X"], ["X", "S"], "k")
-    (('S',), ('S', 'X'))
+    >>> check_scratch("S", ["X", "S"], "k"), check_scratch({"S", "X"}, ["X", "S"], "k")
+    (('S',), ('X', 'S'))
     >>> check_scratch(("T",), ["X", "S"], "k")
     Traceback (most recent call last):
     ...
@@ -55,4 +55,4 @@ def check_scratch(scratch, array_names, name):
             raise ValueError(f"{name}: scratch names {s!r}, which is no array parameter of the body "
                              f"({', '.join(array_names)}); write scratch=({example!r},) with names of its "
                              "array parameters")
-    return tuple(dict.fromkeys(scratch))
+    return tuple(n for n in array_names if n in scratch)      # the body's order: a set's follows the hash seed

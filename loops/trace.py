@@ -101,8 +101,9 @@ class View:
         if any(k is None for k in key):
             name = self._text.split("[")[0]
             raise TraceError(f"{self._text}: None (np.newaxis) is not supported as an index in a loop body; add the "
-                             f"axis outside the body: call the kernel with {name}[None] as the argument {name} "
-                             "(e.g. the batch axis of a BRGEMM operand)")
+                             f"axis outside the body: pass the argument {name} with it ({name}[None] for a leading "
+                             f"axis, e.g. a BRGEMM operand's batch axis; np.expand_dims({name}, axis) elsewhere) and "
+                             "index it without None")
         if getattr(getattr(_local, "tracer", None), "counting", False) and self._plain(key):
             n = len(key)        # counting paths: the shape is all a body can read (no offset, text or check)
             return View(self._arg, self.dtype, self.shape[n:], self._strides[n:], self._offset, self._text,

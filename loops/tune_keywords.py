@@ -38,6 +38,9 @@ def check_keywords(who, unknown, known=()):
         if right is not None:
             raise TypeError(f"{who}: {name}={shown(value)} is {OTHER[who]}'s name; {who} calls it {right}= (how many "
                             f"candidates are timed at most, skipped ones not counted): write {right}={shown(value)}")
+        if who == "tune" and name == "knobs":
+            raise TypeError("tune: knobs= is an option of loops.tune.search, not of lk.tune; write "
+                            "loops.tune.search(make, knobs, top=...) with make(**knob_values) returning (lk, arrays)")
         if who == "tune" and name in SEARCH_ONLY:
             raise TypeError(f"tune: {name}= is an option of loops.tune.search, not of lk.tune; write "
                             f"loops.tune.search(lambda: (lk, arrays), {{}}, {name}=..., top=...): it tunes lk as "

@@ -201,3 +201,17 @@ def test_a_resumed_search_times_new_candidates(tmp_path):
             assert set(first.record["explored"]) < set(again.record["explored"])
         finally:
             REMEMBERED.pop(key, None)
+
+
+def test_the_code_digest_holds_the_kernels_a_body_closes_over():
+    """Two bodies of one factory, one calling relu and one exp: the same code, other nests."""
+    def make(op):
+        k = tpp.unary(op, 4, 8)
+
+        def body(i, X, Y):
+            k(X[i], Y[i])
+        return body
+    relu, exp, relu_again = make("relu"), make("exp"), make("relu")
+    assert remembered.code_digest(relu) != remembered.code_digest(exp)
+    assert remembered.code_digest(relu) == remembered.code_digest(relu_again)
+    assert remembered.code_digest(lambda x, n=1: x) != remembered.code_digest(lambda x, n=2: x)    # defaults

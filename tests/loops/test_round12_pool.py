@@ -167,6 +167,10 @@ def test_a_huge_thread_count_in_the_environment_gets_the_usual_message(monkeypat
         ip.default_threads()
 
 
+ADVICE = (r"None \(np.newaxis\) is not supported .* B2 with it \(B2\[None\] for a leading axis"
+          r".*np.expand_dims\(B2, axis\)")
+
+
 def test_none_in_a_loop_body_index_says_how_to_get_the_axis():
     g = tpp.brgemm(4, 4, 4)
     A, B2, C = np.ones((1, 4, 4), np.float32), np.ones((4, 8), np.float32), np.zeros((4, 8), np.float32)
@@ -175,7 +179,7 @@ def test_none_in_a_loop_body_index_says_how_to_get_the_axis():
               lambda j, A, B2, C: g(A, B2[:, None][:, 0, j * 4:j * 4 + 4][None], C[:, j * 4:j * 4 + 4])]
     messages = set()
     for body in bodies:
-        with pytest.raises(TraceError, match=r"None \(np.newaxis\) is not supported .* with B2\[None\]") as info:
+        with pytest.raises(TraceError, match=ADVICE) as info:
             kernel("A", Loop(0, 2))(body)(A, B2, C)
         messages.add(str(info.value).split("B2", 1)[1])
     assert len(messages) == 1

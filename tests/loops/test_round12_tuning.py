@@ -224,3 +224,16 @@ def test_racing_candidates_leave_their_slots_without_the_model_too():
     k, X, Y = _accumulating()
     k.tune(X, Y, budget=3, model=False, reps=1, progress=False)
     assert len([s for s, seconds, _ in k.last_tuning if seconds is not None]) == 3
+
+
+def test_scratch_names_keep_the_bodys_order_whatever_the_container():
+    """A set's order follows the hash seed, and the names are part of a remembered record's key."""
+    body = lambda i, X, S, T: None                  # noqa: E731
+    kernels = [kernel("A", Loop(0, 4), scratch=given)(body) for given in ({"T", "S"}, ("T", "S"), ["S", "T"])]
+    assert {k.scratch for k in kernels} == {("S", "T")}
+
+
+def test_tunes_knobs_advice_is_a_call_that_runs():
+    lk = kernel("A", Loop(0, 4))(lambda i, X: None)
+    with pytest.raises(TypeError, match=r"loops.tune.search\(make, knobs, top=...\)"):
+        lk.tune(np.zeros(4, np.float32), knobs={"bm": [1]})
