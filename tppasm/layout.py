@@ -14,7 +14,6 @@ such arrays.
 [[0, 3], [1, 4], [2, 5]]
 """
 import ctypes
-import functools
 import math
 
 import numpy as np
@@ -132,13 +131,20 @@ def empty_for(spec):
     >>> out.shape, out.strides, out.ctypes.data % 64
     ((2, 3), (32, 4), 0)
     """
-    dt, shape, elements, strides = _allocation(spec)
+    plan = _ALLOCATIONS.get(spec)
+    if plan is None:
+        if len(_ALLOCATIONS) >= 4096:
+            _ALLOCATIONS.clear()
+        plan = _ALLOCATIONS[spec] = _allocation(spec)
+    dt, shape, elements, strides = plan
     if strides is None:
         return empty(shape, dt)
     return np.ndarray(shape, dt, buffer=empty((elements,), dt), strides=strides)
 
 
-@functools.lru_cache(maxsize=4096)
+_ALLOCATIONS = {}      # OperandSpec -> _allocation(spec) (a dict: torch.compile warns of an lru_cache)
+
+
 def _allocation(spec):
     """(dtype, shape, elements spanned, byte strides or None when C-contiguous) of an array for ``spec``:
     worked out once per operand (an allocating call ``out = k(x)`` costs microseconds)."""
