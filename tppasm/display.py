@@ -40,6 +40,11 @@ CONSTRUCTORS = ("unary", "binary", "ternary", "reduce", "transform", "brgemm", "
 PUBLIC_NAMES = {"ldi": "ldx"}
 
 
+def public_name(desc, name):
+    """The constructors' keyword for field ``name`` of descriptor ``desc`` (x's row stride ldi is ldx)."""
+    return {**PUBLIC_NAMES, **getattr(desc, "public_names", {})}.get(name, name)
+
+
 def _allocated(kernel):
     """The operands the kernel's allocating form returns (kept by the kernel; asked of its descriptor
     for one assembled by hand)."""
@@ -62,8 +67,7 @@ def call_text(desc):
                 given = rest
         except (TypeError, ValueError):
             pass
-    public = {**PUBLIC_NAMES, **getattr(desc, "public_names", {})}
-    args = [repr(v) for v in required.values()] + [f"{public.get(k, k)}={v!r}" for k, v in given.items()]
+    args = [repr(v) for v in required.values()] + [f"{public_name(desc, k)}={v!r}" for k, v in given.items()]
     return f"tppasm.{desc.kind}({', '.join(args)})"
 
 

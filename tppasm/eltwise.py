@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dtypes import dtype as to_dtype
-from .display import shown
+from .display import PUBLIC_NAMES, shown
 from .kernel import Descriptor
 from .keywords import refuse_keywords
 from .operand import OperandSpec
@@ -97,8 +97,6 @@ REDUCE_OPS = {"add": lambda x, axis: x.sum(axis), "max": lambda x, axis: x.max(a
 TRANSFORMS = ("transpose", "vnni2", "vnni4", "unvnni2", "unvnni4")
 BCASTS = (None, "row", "col", "scalar")
 FLOAT_DTYPES = ("f32", "bf16")
-# descriptor field -> the constructors' parameter (a leading dimension is ``ld`` + its operand's name)
-PUBLIC_NAMES = {"ldi": "ldx"}
 
 
 def _positive(desc, *names):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from isa.int_text import int_text
 
-from .keywords import public_name
+from .display import public_name
 
 X86_ISAS = ("avx2", "avx512", "amx")
 HUGE_FIELD = 1 << 25

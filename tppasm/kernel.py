@@ -27,7 +27,7 @@ from .cache import kernel_code
 from .cache.lru import DEFAULT_LIMIT, KernelLRU
 from .dtypes import imported, name_of
 from .generate_errors import offset_error
-from .keywords import dtype_hint, public_name
+from .keywords import dtype_hint
 from .layout import empty_for
 from .lazy import OnFirstRead
 from .operand import OperandError, check, scalar_arg      # (scalar_arg: kernel.scalar_arg for its users)
@@ -126,8 +126,8 @@ class Descriptor:
                 except TypeError:
                     ok, legal = False, "a hashable value (not a list or array)"
             if not ok:
-                raise ValueError(f"{self.kind}: {public_name(self, f.name)}={display.shown(value)}; expected {legal}"
-                                 f"{dtype_hint(self, value) if f.type is int else ''}")
+                raise ValueError(f"{self.kind}: {display.public_name(self, f.name)}={display.shown(value)}; expected "
+                                 f"{legal}{dtype_hint(self, value) if f.type is int else ''}")
             object.__setattr__(self, f.name, value)
 
     def reference(self, *arrays, **scalars):

@@ -1,9 +1,10 @@
-"""The constructors' keywords in messages: the public name of a descriptor field, the fix for a
-dtype given where an int goes, and the refusal of keywords a constructor does not take.
+"""The constructors' keywords in messages: the fix for a dtype given where an int goes, and the
+refusal of keywords a constructor does not take (a field's public name:
+:func:`tppasm.display.public_name`).
 
 >>> from tppasm.eltwise import Unary
->>> public_name(Unary("relu", 2, 3), "ldi"), dtype_hint(Unary("relu", 2, 3), "bfloat16")
-('ldx', "; dtype is a keyword: dtype='bf16'")
+>>> dtype_hint(Unary("relu", 2, 3), "bfloat16")
+"; dtype is a keyword: dtype='bf16'"
 """
 import dataclasses
 
@@ -13,11 +14,6 @@ from . import display
 from .dtypes import SPELLINGS, imported, name_of
 
 OUTPUT_DTYPE = {"out_dtype": "c_dtype", "c_dtype": "out_dtype"}    # the two names of an output dtype keyword
-
-
-def public_name(desc, name):
-    """The constructors' keyword for field ``name`` of descriptor ``desc`` (x's row stride ldi is ldx)."""
-    return {**display.PUBLIC_NAMES, **getattr(desc, "public_names", {})}.get(name, name)
 
 
 def dtype_hint(desc, value):

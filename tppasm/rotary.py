@@ -98,11 +98,6 @@ def _is_int(value):
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def _largest(ints):
-    """The int of largest magnitude in ``ints`` (the one to name in a message)."""
-    return max(ints, key=abs)
-
-
 def _finite(number):
     """math.isfinite, False (not OverflowError) for an int past a float's range such as 10**400."""
     try:
@@ -123,7 +118,7 @@ def rope_tables(positions, head_dim, base=10000.0):
     if pos.dtype.name == "bfloat16":
         pos = pos.astype(np.float32)
     if pos.ndim == 1 and pos.dtype == object and all(_is_int(p) for p in pos):
-        raise ValueError(f"rope_tables: positions hold ints beyond int64 (e.g. {shown(_largest(pos))}); pass them as "
+        raise ValueError(f"rope_tables: positions hold ints beyond int64 (e.g. {shown(max(pos, key=abs))}); pass them as "
                          "floats: np.asarray(positions, np.float64)")
     if pos.ndim != 1 or pos.dtype.kind not in "iuf":
         hint = (f"; for positions 0..{int(positions) - 1} pass np.arange({int(positions)})"
