@@ -74,14 +74,10 @@ def linear(x, weight, bias=None, act=None):
     >>> torch.func.grad(lambda w: linear(x, w).sum())(w)[0].tolist()
     [2.0, 2.0, 2.0]
     """
-    if any(isinstance(t, torch.fx.Proxy) for t in (x, weight, bias)):     # torch.fx.symbolic_trace: a node
-        return torch.ops.tppasm.linear(x, weight, bias, act)[0]
-    # the operator's schema would refuse these with a RuntimeError that does not say what to pass
-    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
-        if not isinstance(t, Tensor) and (t is not None or name != "bias"):
-            fix = f"torch.from_numpy({name})" if isinstance(t, np.ndarray) else f"torch.as_tensor({name})"
-            raise TypeError(f"tppasm.torch.linear: {name} is a {type(t).__name__}; expected a torch.Tensor"
-                            f"{' or None' if name == 'bias' else ''}: pass {fix}")
+    if type(x) not in _PLAIN or type(weight) not in _PLAIN or bias is not None and type(bias) not in _PLAIN:
+        if any(isinstance(t, torch.fx.Proxy) for t in (x, weight, bias)):     # torch.fx.symbolic_trace: a node
+            return torch.ops.tppasm.linear(x, weight, bias, act)[0]
+        _refuse_non_tensors(x, weight, bias)
     if act is not None and not isinstance(act, str):
         raise TypeError(f"tppasm.torch.linear: act={act!r} ({type(act).__name__}); expected one of {ACTS}")
     bias = _broadcast_bias(bias, weight)
@@ -95,6 +91,16 @@ def linear(x, weight, bias=None, act=None):
     # torch.func takes an autograd.Function (see _Transformable), which autocast does not reach into: cast here
     call = functools.partial(_autocast, _Linear.apply) if torch.is_autocast_enabled("cpu") else _Linear.apply
     return call(x, weight, bias, act)[0]
+
+
+def _refuse_non_tensors(x, weight, bias):
+    """The TypeError naming the fix for an operand that is not a tensor (the operator's schema would
+    refuse it with a RuntimeError that does not say what to pass)."""
+    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
+        if not isinstance(t, Tensor) and (t is not None or name != "bias"):
+            fix = f"torch.from_numpy({name})" if isinstance(t, np.ndarray) else f"torch.as_tensor({name})"
+            raise TypeError(f"tppasm.torch.linear: {name} is a {type(t).__name__}; expected a torch.Tensor"
+                            f"{' or None' if name == 'bias' else ''}: pass {fix}")
 
 
 def _broadcast_bias(bias, weight):
@@ -145,8 +151,9 @@ def _unwatched(*tensors):
     of a 1 x 16 -> 16 fp32 forward's, and ~40% of a forward + backward's."""
     if torch.compiler.is_compiling():          # first: what dynamo traces of this function folds away
         return False
-    if any(t is not None and (type(t) not in _PLAIN or not t.is_cpu or _legacy_batched(t)) for t in tensors):
-        return False
+    for t in tensors:
+        if t is not None and (type(t) not in _PLAIN or not t.is_cpu or _legacy_batched(t)):
+            return False
     C = torch._C
     return not (torch.is_autocast_enabled("cpu") or C._are_functorch_transforms_active() or C._get_tracing_state()
                 or C._len_torch_dispatch_stack() or C._len_torch_function_stack() or torch.autograd._profiler_enabled())
@@ -180,6 +187,10 @@ def _bias_fix(bias, m):
 def _check_tensor(who, name, t, x, real):
     """``t`` (named ``name``) a dense float32 or bfloat16 tensor in x's dtype (a bias: or float32),
     on the CPU if ``real``."""
+    dt = t.dtype
+    if dt is x.dtype and (dt is torch.float32 or dt is torch.bfloat16) and t.layout is torch.strided and (
+            t.is_cpu or not real):
+        return                                  # (the common case, first: a layer's call checks three)
     if t.layout != torch.strided:
         raise ValueError(f"{who}: {name} is a {t.layout} tensor; tppasm kernels take dense tensors: pass "
                          f"{name}.to_dense()")
@@ -254,7 +265,7 @@ def _view(t, name="x"):
     if t.requires_grad:
         t = t.detach()
     try:
-        return tensor_numpy(t)
+        return t.numpy() if t.dtype is torch.float32 else tensor_numpy(t)
     except (TypeError, RuntimeError):
         if t.is_neg():                      # a lazy negation, as torch's linear takes it: applied in a copy
             return tensor_numpy(t.resolve_neg())
