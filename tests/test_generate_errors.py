@@ -38,3 +38,20 @@ def test_descriptor_checks_are_not_rewritten_as_offset_errors(isa):
 def test_x86_encoder_offset_errors_are_explained(isa):
     with pytest.raises(ValueError, match="x86 displacements and immediates are 32-bit.*under 2 GiB"):
         Kernel(Brgemm(m=4, n=5, k=4, lda=2 ** 30), isa)
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_offset_errors_name_the_leading_dimension_not_the_default_batch_stride(isa):
+    with pytest.raises(ValueError, match=r"brgemm: lda=268435453 needs an address offset") as e:
+        tpp.brgemm(3, 20, 9, lda=268435453, isa=isa)
+    assert "stride_a" not in str(e.value)
+
+
+def test_gemm_nt_long_dense_rows_are_cut_by_splitting_k_or_n():
+    with pytest.raises(ValueError, match=r"k=16777217 makes each row of A and B span more than 64 MiB; split k") as e:
+        tpp.gemm_nt(1, 1, 2 ** 24 + 1)
+    assert "copy" not in str(e.value)
+    with pytest.raises(ValueError, match=r"n=16777217 makes each row of C .* split n into column blocks"):
+        tpp.gemm_nt(1, 2 ** 24 + 1, 4)
+    with pytest.raises(ValueError, match=r"lda=16777217 spans more than 64 MiB per row; call it on a copy"):
+        tpp.gemm_nt(2, 2, 4, lda=2 ** 24 + 1)

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from isa.int_text import int_text
+
 from .dtypes import dtype as to_dtype
 from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
 from .kernel import Descriptor, get_kernel
@@ -30,6 +32,19 @@ from .keywords import refuse_keywords
 
 C_DTYPES = {"f32": ("f32",), "bf16": ("f32", "bf16")}
 MAX_ROW_BYTES = 1 << 26     # row strides the generated code reaches by displacements (< 2 GiB)
+
+
+def _long_row_error(name, ld, width, size, itemsize):
+    """The message for a row stride ``name``=``ld`` past :data:`MAX_ROW_BYTES`: a dense row (``ld`` is
+    the ``width`` dimension of ``size`` items) is cut by splitting that dimension, a padded one by a copy."""
+    limit = MAX_ROW_BYTES // itemsize
+    if ld > size:
+        return (f"gemm_nt: {name}={int_text(ld)} spans more than {MAX_ROW_BYTES >> 20} MiB per row; call it on a copy "
+                "with dense rows")
+    fix = ("split k into chunks of at most {limit} and add the products (or use tpp.brgemm, whose k has no such "
+           "limit)" if width == "k" else "split n into column blocks of at most {limit}, a call each")
+    return (f"gemm_nt: {width}={int_text(size)} makes each row of {'A and B' if width == 'k' else 'C'} span more than "
+            f"{MAX_ROW_BYTES >> 20} MiB; {fix.format(limit=limit)}")
 
 
 @dataclass(frozen=True)
@@ -59,10 +74,10 @@ class GemmNT(Descriptor):
         if self.c_dtype not in C_DTYPES[self.dtype]:
             raise ValueError(f"gemm_nt: c_dtype={self.c_dtype!r}; expected "
                              f"{' or '.join(map(repr, C_DTYPES[self.dtype]))} for dtype={self.dtype!r}")
-        for name, dt in (("lda", self.dtype), ("ldb", self.dtype), ("ldc", self.c_dtype)):
-            if getattr(self, name) * to_dtype(dt).itemsize > MAX_ROW_BYTES:
-                raise ValueError(f"gemm_nt: {name}={getattr(self, name)} spans more than "
-                                 f"{MAX_ROW_BYTES >> 20} MiB per row; call it on a copy with dense rows")
+        for name, dt, width in (("lda", self.dtype, "k"), ("ldb", self.dtype, "k"), ("ldc", self.c_dtype, "n")):
+            size = to_dtype(dt).itemsize
+            if getattr(self, name) * size > MAX_ROW_BYTES:
+                raise ValueError(_long_row_error(name, getattr(self, name), width, getattr(self, width), size))
 
     def operands(self):
         return (_full("a", self.dtype, self.m, self.k, self.lda, "lda", dtype_param="dtype"),
