@@ -25,7 +25,7 @@ from isa.listing import Listing
 from . import backends, buffers, display, forking, operand
 from .cache import kernel_code
 from .cache.lru import DEFAULT_LIMIT, KernelLRU
-from .dtypes import imported, name_of
+from .dtypes import NUMPY_NAMES, imported, name_of
 from .generate_errors import offset_error
 from .keywords import dtype_hint
 from .layout import empty_for
@@ -78,6 +78,17 @@ def _dtype_like(value):
         return False
 
 
+_INT_LIMIT = 1 << 63
+
+
+@functools.cache
+def _fields(cls):
+    """[(field, its plain type)] of descriptor class ``cls``: a value of exactly that type (an int
+    below 2**63, a dtype field's tppasm name) needs no conversion or check in ``_normalize``; None
+    for the other field types, whose values always take the full check."""
+    return [(f, f.type if f.type in (bool, int, str) else None) for f in dataclasses.fields(cls)]
+
+
 class Descriptor:
     """Base of TPP descriptors (subclasses are frozen dataclasses)."""
 
@@ -98,8 +109,11 @@ class Descriptor:
         >>> type(Unary("relu", np.int64(2), 3).m)
         <class 'int'>
         """
-        for f in dataclasses.fields(self):
+        for f, plain in _fields(type(self)):
             value = getattr(self, f.name)
+            if type(value) is plain and (plain is not int or -_INT_LIMIT < value < _INT_LIMIT) and (
+                    plain is not str or f.name not in DTYPE_FIELDS or value in NUMPY_NAMES or value == ""):
+                continue                        # (the common case, first: a constructor's call checks every field)
             if f.name in DTYPE_FIELDS and value is None and f.default == "":
                 value = ""                                     # None: the default, as ""
             # (an array's == is elementwise: compare only strings with "")
@@ -114,7 +128,7 @@ class Descriptor:
                     value = int(value)                         # (beta=1.0: how BLAS users write it)
                 ok = isinstance(value, int) and not isinstance(value, bool)
                 legal = "an int, 0 or 1" if f.name == "beta" else "an int"
-                if ok and abs(value) >= 1 << 63:            # (and the validation's own messages: str(10**5000) raises)
+                if ok and abs(value) >= _INT_LIMIT:            # (and the validation's own messages: str(10**5000) raises)
                     ok, legal = False, legal + " below 2**63"
             elif f.type is str:
                 ok, legal = isinstance(value, str) or (value is None and f.default is None), "a string"
