@@ -18,6 +18,12 @@ FMA_LATENCY = 5                 # cycles, with slack: 4 on Zen 3 and Skylake-X, 
 # half the line cost (not measured: no such host here).
 LOADS_PER_CYCLE = 1.8
 LINE_CYCLES = {256: 1.5, 512: 0.75}
+# A tile broadcasts from all of its rows at every k, so each row's current line of A stays live. Lines
+# SET_PERIOD bytes apart share an L1 set (64 sets of 64 bytes: Zen 3/4, Intel since Skylake; 8 or 12
+# ways), so rows a multiple of 4 KiB apart (lda = 1024 fp32, 2048 bf16) evict one another when a tile
+# has more of them than the ways. Tiles keep at most ALIASED_ROWS rows in one set: on Zen 4, 1 thread,
+# fp32 1024 x 16 x 1024 took 729 us with 16 rows, 409-428 with at most 4, 6 or 8 (1040: 407).
+SET_PERIOD, ALIASED_ROWS = 4096, 6
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,20 @@ def lines_per_row(offset, width, stride, line=64):
     rows = line // math.gcd(stride, line) * 2         # a whole period of alignments, twice
     starts = [r * stride + offset for r in range(rows)]
     return len({i for s in starts for i in range(s // line, (s + width - 1) // line + 1)}) / rows
+
+
+@functools.lru_cache(maxsize=4096)
+def rows_per_set(stride, rows, line=64):
+    """The most distinct lines in one L1 set (one ``line`` of every ``SET_PERIOD`` bytes) among
+    the first bytes of ``rows`` rows ``stride`` bytes apart (rows that share a line count once).
+
+    >>> rows_per_set(4096, 16), rows_per_set(2048, 16), rows_per_set(4100, 16), rows_per_set(4160, 16)
+    (16, 8, 16, 1)
+    >>> rows_per_set(4, 16), rows_per_set(0, 16)          # overlapping rows (a convolution's A)
+    (1, 1)
+    """
+    sets = [n % (SET_PERIOD // line) for n in {i * stride // line for i in range(rows)}]
+    return max(sets.count(s) for s in set(sets))
 
 
 def column_blocks(nvec, vecs, vbytes, line=64):
@@ -84,8 +104,9 @@ def row_runs(m, rows):
     return [(r, t) for r, t in ((base + 1, tall), (base, tiles - tall)) if t]
 
 
-def plan(desc, v, dot, epilogue_regs):
-    """Choose R x V minimizing the modelled cycles over all tiles of C."""
+def plan(desc, v, dot, epilogue_regs, row_a=0):
+    """Choose R x V minimizing the modelled cycles over all tiles of C; with A's rows ``row_a``
+    bytes apart (0: unknown), tiles of at most ``ALIASED_ROWS`` rows in one L1 set."""
     lanes = v.lanes(4)
     nvec = -(-desc.n // lanes)
     tail = desc.n % lanes
@@ -98,6 +119,8 @@ def plan(desc, v, dot, epilogue_regs):
         rmax = min((loop_regs - vecs * dot.nb) // vecs, (v.nregs - reserved - epilogue_regs) // vecs,
                    desc.m, 16)
         for rows in range(1, rmax + 1):
+            if row_a and rows_per_set(row_a, rows) > ALIASED_ROWS:
+                break
             cost = 0.0
             for offset, vt, blocks in column_blocks(nvec, vecs, v.bytes):
                 b_lines = lines_per_row(offset, vt * v.bytes, row_b)

@@ -28,7 +28,7 @@ from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
 from ..backends import register
 from .batch import add_imm, next_batch
-from .blocking import plan, row_runs
+from .blocking import ALIASED_ROWS, plan, row_runs, rows_per_set
 from .ctile import CTile, _math, activation_tmps, desc_act_heavy, if_else
 from .dot import choose_dot
 from .vector import Mask, VectorISA
@@ -73,7 +73,7 @@ class Gen(CTile):
         epi = 0
         if self.bf16_out or desc.bias or desc.act:
             epi = 2 + max(2, activation_tmps(desc.act))
-        self.plan = plan(desc, self.v, self.dot, epi)
+        self.plan = plan(desc, self.v, self.dot, epi, row_a=desc.lda * self.es_a)
         self.lanes = self.v.lanes(4)
 
     def and_(self, dst, x, y):
@@ -209,8 +209,16 @@ class Gen(CTile):
         prefetches only cost issue slots and miss buffers. Measured on Zen 4, 1 thread, B panels
         of 2048 x 64 swept cold from DRAM: m = 1, 2, 4 read B at 0.73-0.87 of a plain read sweep
         with the near and far prefetches and at 0.94-1.09 without; m = 8, whose two row tiles (6 + 2)
-        read B twice, loses without them (0.58-0.75 against 0.79-0.92)."""
-        return PREFETCH_B * self.d.ldb * 4 if self.d.m > STREAM_ROWS else 0
+        read B twice, loses without them (0.58-0.75 against 0.79-0.92).
+
+        None either when the B rows up to the prefetched one crowd one L1 set (``ldb`` a multiple
+        of 4 KiB, see :data:`~tppasm.x86.blocking.ALIASED_ROWS`): each prefetch would evict a line
+        still in use. Zen 4, 1 thread, fp32 64 x 64 x 64 x 8 blocks with A, B and C 4096 floats
+        apart at one offset in a page: 57 us with them, 46 without (1040 floats: 37 either way)."""
+        d = self.d
+        if d.m <= STREAM_ROWS or rows_per_set(d.ldb * 4, PREFETCH_B + 1) > ALIASED_ROWS:
+            return 0
+        return PREFETCH_B * d.ldb * 4
 
     def over_chunks(self, body):
         """``body()`` once per chunk of ``chunk`` batch blocks (the last one shorter), with the
