@@ -16,7 +16,9 @@ else 1.25x in fp32 and 1.5x in bf16) as the % of peak it would take; near or abo
 is out of reach by arithmetic on that host. Before timing, both outputs are
 compared (max abs difference). ``--profile`` prints instead where one layer's time goes: each step
 (QKV, the attention's steps, output projection, norms, MLP) as its own nest over the same loops,
-ms per layer, its share of the forward, and the GEMM steps' GFLOP/s against the measured peak.
+ms per layer, its share of the forward, and the GEMM steps' GFLOP/s against the measured peak (the
+dtype's peak loop on as many threads, timed in the same interleaving and on the same clock:
+medians of the per-round fractions).
 ``--corpus N`` times instead a pass over N sentences of 3 to 29 words (:func:`corpus`), as
 ``encode`` forms them: sorted by length, batches of 8, each batch at its longest sentence's
 length (ours) and padded to the same length (torch's, as its tokenizer's ``padding="longest"``).
@@ -118,14 +120,15 @@ def step_flops(B, L):
 def profile_bert(shapes, threads, dtypes, runs, clock="wall"):
     """Per-step breakdown of one layer (each step its own nest, same loops), beside the forward."""
     from bench.models.minilm import LAYERS
-    from bench.peaks import peak
+    from bench.peaks import peak_loop_on
     rep = Report("all-MiniLM-L6-v2 per-step profile: one layer cut into one nest per step, ms per layer "
-                 "(median of interleaved runs); GEMM steps as % of the dtype's 1-core peak x threads",
+                 "(median of interleaved runs); GEMM steps as % of the dtype's peak loop on as many threads, "
+                 "timed in the same interleaving on the same clock",
                  ["dtype", "batch x tokens", "threads", "step", "ms", "% of forward", "GFLOP/s", "% peak"])
     rng = np.random.default_rng(0)
     for dtype in dtypes:
-        top = peak(dtype)
         for nt in threads:
+            loop, work = peak_loop_on(nt, dtype)
             model = MiniLM.load(dtype, pool=pool_of(nt))
             for B, L in shapes:
                 ids = rng.integers(1000, 30000, (B, L))
@@ -133,19 +136,21 @@ def profile_bert(shapes, threads, dtypes, runs, clock="wall"):
                 model.forward(ids, mask)
                 plan = model._plan(B, L)
                 steps = plan.steps(*model.layers[0])
-                fwd, *times = interleaved([lambda: model.forward(ids, mask)] + [call for _, call in steps], runs,
-                                          clock=clock)
-                flops = step_flops(B, L)
+                fns = [lambda: model.forward(ids, mask)] + [call for _, call in steps] + [loop]
+                fwd, *times, top = interleaved(fns, runs, clock=clock)
+                flops, rate = step_flops(B, L), work / top          # the peak's FLOP/s in each round
                 total = float(np.median(fwd))
-                for (name, _), t in zip(steps, times):
-                    t = float(np.median(t))
+                for (name, _), samples in zip(steps, times):
+                    t = float(np.median(samples))
                     gf = flops[name] / t / 1e9 if name in flops else float("nan")
-                    rep.add(dtype, f"{B}x{L}", nt, name, 1e3 * t, 100 * LAYERS * t / total, gf, 100 * gf / top / nt)
+                    pct = 100 * float(np.median(flops[name] / samples / rate)) if name in flops else float("nan")
+                    rep.add(dtype, f"{B}x{L}", nt, name, 1e3 * t, 100 * LAYERS * t / total, gf, pct)
                 rest = total - LAYERS * sum(float(np.median(t)) for t in times)
                 rep.add(dtype, f"{B}x{L}", nt, "(outside the layers' steps)", 1e3 * rest, 100 * rest / total,
                         float("nan"), float("nan"))
-                rep.add(dtype, f"{B}x{L}", nt, "forward", 1e3 * total, 100.0, sum(flops.values()) * LAYERS / total / 1e9,
-                        100 * sum(flops.values()) * LAYERS / total / 1e9 / top / nt)
+                gemm_flops = sum(flops.values()) * LAYERS
+                rep.add(dtype, f"{B}x{L}", nt, "forward", 1e3 * total, 100.0, gemm_flops / total / 1e9,
+                        100 * float(np.median(gemm_flops / fwd / rate)))
     return rep
 
 

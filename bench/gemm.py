@@ -18,11 +18,20 @@ nothing remembered); the table shows the winner
 beside the fixed configuration (spec ``aBC``, bm = bk = 64, bn = two vectors (:func:`n_block`),
 kstep 8). On n threads the search also times the winner of the first thread count (its spec and
 knobs: a hint of :func:`loops.tune.search`). Every row times the tuned and fixed GEMM, numpy and
-torch (and, on 2 threads, the 1-thread winner) back to back in interleaved rounds: GFLOP/s are
+torch (and, on n threads, the 1-thread row's tuned GEMM) back to back in interleaved rounds: GFLOP/s are
 medians, ratios the medians of the per-round ratios. Our pool is sized to the thread count,
-OpenBLAS limited with threadpoolctl, torch with ``torch.set_num_threads``. On n threads the
-rounds also time the peak loop on n threads and on one: "peak 2T/1T" is the ratio of their rates,
-what the host's second core adds at that moment, the ceiling of our own "2T/1T".
+OpenBLAS limited with threadpoolctl, torch with ``torch.set_num_threads``. The 1-thread row runs
+first whatever the order of ``--threads``: "nT/1T" is the row's speed over that row's (its n in
+the threads column; NaN without a 1-thread row). On n threads the rounds also time the peak loop
+on n threads and on one: "peak nT/1T" is the ratio of their rates, what the host's other cores add
+at that moment, the ceiling of our own "nT/1T".
+
+"%pk" on 1 thread is the median and "q90" the 90th percentile of kernel/peak ratios timed back to
+back on the thread's CPU time (:func:`bench.peaks.interleaved_ratios`; a q90 over 100 is marked
+"!": a disturbed round, see :func:`bench.peaks.ratio_stats`). A record's ``peak_gflops`` is the
+peak that row's "%pk" is of (its ``gflops`` / "%pk"), so the plot's peak line agrees with the
+table; on n threads it is what the peak loop ran at on n threads in the row's rounds, not one
+core's peak times n (n threads on fewer CPUs share them).
 """
 import argparse
 import contextlib
@@ -318,18 +327,43 @@ def winner_text(record):
     return record["spec"] + "".join(f" {k}={v}" for k, v in record["knobs"].items() if v is not False)
 
 
+def one_thread_first(threads):
+    """``threads`` with 1 (if there) moved to the front: the reference of every row's "nT/1T".
+
+    >>> one_thread_first([2, 1, 4]), one_thread_first([2, 4])
+    ([1, 2, 4], [2, 4])
+    """
+    return sorted(threads, key=lambda n: n != 1)
+
+
+def implied_peak(gflops, percent):
+    """The peak GFLOP/s of which ``gflops`` is ``percent`` % (None when the % is not a positive number).
+
+    >>> implied_peak(30.0, 75.0), implied_peak(30.0, float("nan"))
+    (40.0, None)
+    """
+    return gflops / (percent / 100) if percent > 0 else None
+
+
+def q90_cell(percent):
+    """The table's q90 cell: the number, or its text with ``"!"`` when over 100 (a disturbed round)."""
+    from bench.peaks import over_peak_mark
+    return f"{percent:,.1f}!" if over_peak_mark(percent) else percent
+
+
 def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
     torch = _torch()
     rounds = 5 if quick else 9
     rep = Report(f"GEMM GFLOP/s: tuned DSL (loops.tune.search: spec, block sizes, knobs) and the fixed aBC, numpy, "
                  f"torch, timed back to back (medians of {rounds} interleaved rounds; ratios: medians of per-round ratios); % of the dtype's "
                  f"peak: on 1 thread the median / 90th percentile of 15 ratios timed back to back with the "
-                 f"peak loop, on n threads the median ratio to the peak loop run on n threads in the same rounds",
+                 f"peak loop on the thread's CPU time (q90 '!': over 100, a disturbed round), on n threads "
+                 f"the median ratio to the peak loop run on n threads in the same rounds",
                  ["dtype", "M x N x K", "threads", "tuned", "aBC", "numpy", "torch", "tuned/numpy", "tuned/torch",
-                  "2T/1T", "peak 2T/1T", "%pk", "q90", "numpy %pk", "winner"])
+                  "nT/1T", "peak nT/1T", "%pk", "q90", "numpy %pk", "winner"])
     rng = np.random.default_rng(0)
     for dtype in dtypes:
-        peak, peak_loop, share = dtype_peak(dtype)
+        _, peak_loop, share = dtype_peak(dtype)
         fp32_loop = dtype_peak("f32")[1]
         for M, N, K in progress(sizes, f"gemm {dtype}", bar):
             a = rng.standard_normal((M, K), np.float32)
@@ -338,8 +372,8 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
             ref = (a.astype(tpp.dtypes.dtype(dtype)).astype(np.float32)
                    @ b.astype(tpp.dtypes.dtype(dtype)).astype(np.float32))
             flops = 2 * M * N * K
-            first, first_win = None, None
-            for nt in threads:
+            one, first_win = None, None
+            for nt in one_thread_first(threads):
                 make = gemm_maker(a, b, dtype, pool_of(nt))
                 fixed, fixed_arrays, fixed_out = make(**configs[0])
                 run_fixed = functools.partial(fixed, *fixed_arrays)
@@ -362,8 +396,8 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
                     td = torch.float32 if dtype == "f32" else torch.bfloat16
                     named["torch"] = functools.partial(torch.matmul, torch.from_numpy(a).to(td),
                                                        torch.from_numpy(b).to(td))
-                if first is not None:
-                    named["first"] = first
+                if one is not None:
+                    named["1T"] = one
                 if nt > 1:                      # what nt cores delivered in the same rounds
                     named["peak"], peak_calls = versus_peak_loop(dtype, flops, nt)
                 use_threads(nt, torch)          # and a pause between the peers on 2 threads
@@ -384,13 +418,15 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
                 res = {n: (flops / t / 1e9, r) for n, t, r in zip(named, times, ratios)}
                 nan = (float("nan"), float("nan"))
                 (np_g, np_r), (th_g, th_r) = res.get("numpy", nan), res.get("torch", nan)
-                first = run if first is None else first
+                one = run if nt == 1 else one
                 first_win = first_win or win
-                scaling = res.get("first", nan)[1]
+                scaling = res.get("1T", nan)[1]         # median over rounds of t(1T) / t(this row)
                 rep.add(dtype, f"{M}x{N}x{K}", nt, res["tuned"][0], res["fixed"][0], np_g, th_g, np_r, th_r, scaling,
-                        host_scaling, *pct, winner_text(win) if win else "-", x=f"{dtype} {M}x{N}x{K} {nt}T",
+                        host_scaling, pct[0], q90_cell(pct[1]), pct[2], winner_text(win) if win else "-",
+                        x=f"{dtype} {M}x{N}x{K} {nt}T", q90=pct[1],
                         gflops=res["tuned"][0], fixed_gflops=res["fixed"][0], numpy_gflops=np_g,
-                        torch_gflops=th_g, peak_gflops=peak * nt, host_scaling=host_scaling, tuning=win)
+                        torch_gflops=th_g, peak_gflops=implied_peak(res["tuned"][0], pct[0]),
+                        host_scaling=host_scaling, tuning=win)
     return rep
 
 

@@ -6,18 +6,21 @@ forward row also times :class:`tppasm.torch.Linear` with its weight packed once
 (``freeze()``) against torch (``torch/frozen``).
 
 Besides the ratio (torch's time / ours: > 1 means ours is faster) and GFLOP/s against the measured
-peak, each row gives the path :func:`tppasm.fc.forward` takes (``dots``: :func:`tppasm.gemm_nt`
-for a few rows or few out features; ``transposed``; ``panels``) and how fast the weight was read (GB/s), which for a
+peak (% peak: the median per-round fraction, the dtype's peak loop run on as many threads in the
+same rounds and on the same clock as ours, :func:`bench.versus.versus`; the record's
+``peak_gflops`` is that peak, GFLOP/s / fraction), each row gives the path :func:`tppasm.fc.forward`
+takes (``dots``: :func:`tppasm.gemm_nt` for a few rows or few out features; ``transposed``; ``panels``) and how fast the weight was read (GB/s), which for a
 few rows (a decoder's next token) is the figure that matters: the last table measures the host's
 read bandwidth with the same threads (:func:`bench.llm.read_sweep`) to compare it with.
-Every output is checked against torch's first (relative to the largest |y|: 1e-4 fp32, 2e-2 bf16).
+Every output is checked against torch's first: y and, with ``--backward``, the gradients x.grad,
+w.grad and b.grad (each relative to its own largest magnitude: 1e-4 fp32, 2e-2 bf16).
 """
 import argparse
 
 from bench import options
 from bench.common import Report, write_json
 from bench.llm import read_sweep
-from bench.versus import add_arguments, parse as parse_options, peak, quick_seconds, setup, versus
+from bench.versus import add_arguments, parse as parse_options, peak_loop, quick_seconds, setup, versus
 
 FEW_ROWS = "1x4096x4096,8x4096x4096,16x4096x4096,1x4096x11008,4x768x3072,1x1024x1024,8x1024x1024"
 GEMMS = "64x4096x4096,1024x1024x1024,4096x768x3072,1000x300x700,127x65x1000,2048x768x10"
@@ -65,11 +68,14 @@ def bench_shape(rep, torch, threads, n, k, m, dtype, backward, rounds):
         y = fn(x, w, b)
         y.backward(dy)
         return y
-    ours, theirs = step(linear).detach().float(), step(F.linear).detach().float()
-    err = float((ours - theirs).abs().max() / max(float(theirs.abs().max()), 1e-30))
-    if not err <= TOLERANCE[dtype]:
-        raise AssertionError(f"linear {n}x{k}->{m} {dtype}: max relative difference {err:.3g} from torch")
-    t_ours, t_torch, ratio = versus(lambda: step(linear), lambda: step(F.linear), rounds=rounds)
+
+    def outputs(fn):
+        y = step(fn)
+        return {"y": y} if not backward else {"y": y, "x.grad": x.grad, "w.grad": w.grad, "b.grad": b.grad}
+    err = max_difference(outputs(linear), outputs(F.linear), TOLERANCE[dtype], f"linear {n}x{k}->{m} {dtype}")
+    flops = 2 * n * k * m * (3 if backward else 1)
+    t_ours, t_torch, ratio, frac = versus(lambda: step(linear), lambda: step(F.linear), rounds=rounds,
+                                          peak_loop=peak_loop(dtype, flops, threads))
     frozen = float("nan")
     if not backward:
         from tppasm.torch import Linear
@@ -78,14 +84,35 @@ def bench_shape(rep, torch, threads, n, k, m, dtype, backward, rounds):
             layer.weight.copy_(w), layer.bias.copy_(b)
         layer.freeze()
         frozen = versus(lambda: step(lambda x, w, b: layer(x)), lambda: step(F.linear), rounds=rounds)[2]
-    flops = 2 * n * k * m * (3 if backward else 1)
     gflops = flops / t_ours / 1e9
     wbytes = m * k * w.element_size()
     rep.add(dtype, f"{n}x{k}->{m}", path_of(n, k, m, dtype), t_ours * 1e3, t_torch * 1e3, ratio, frozen, gflops,
-            100 * gflops / (peak(dtype) * threads), wbytes / t_ours / 1e9, err,
+            100 * frac, wbytes / t_ours / 1e9, err,
             x=f"{dtype} {n}x{k}x{m}", gflops=gflops, torch_gflops=flops / t_torch / 1e9,
-            peak_gflops=peak(dtype) * threads)
+            peak_gflops=gflops / frac if frac else None)
     return ratio
+
+
+def max_difference(ours, theirs, tolerance, what):
+    """The largest relative difference between the tensors of ``ours`` and ``theirs`` (dicts by
+    name, e.g. y and the gradients), each relative to the largest magnitude of torch's; an
+    AssertionError naming the output when one is missing or past ``tolerance``.
+
+    >>> import torch
+    >>> max_difference({"y": torch.ones(2)}, {"y": torch.full((2,), 2.0)}, 0.6, "demo")
+    0.5
+    """
+    worst = 0.0
+    for name, want in theirs.items():
+        got = ours.get(name)
+        if got is None or want is None:
+            raise AssertionError(f"{what}: {name} is missing ({'ours' if got is None else 'torch'})")
+        got, want = got.detach().float(), want.detach().float()
+        err = float((got - want).abs().max() / max(float(want.abs().max()), 1e-30))
+        if not err <= tolerance:
+            raise AssertionError(f"{what}: {name} differs from torch's by {err:.3g} (relative), over {tolerance:g}")
+        worst = max(worst, err)
+    return worst
 
 
 def parse(argv=None):

@@ -262,16 +262,22 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
                    ["dtype", "threads", "pace taken"] + [f"pace {p} GB/s" for p in stream_pace.PACES])
     for dtype, nt, pace, rates in paces:
         taken.add(dtype, nt, pace, *(rates.get(p, float("nan")) for p in stream_pace.PACES))
-    top = Report("First token against the peak: the layer's flops (projections + the T x T attention) per second "
-                 "as % of the measured peak of the dtype's best unit on as many threads, the peak loop run on "
-                 "them interleaved with the layers; 'torch matmuls': its 7 projections alone (their flops "
-                 "only); the last column is what 1.5x torch's layer would need",
-                 ["dtype", "threads", "GFLOP", "peak GFLOP/s", "tppasm % peak", "torch % peak",
-                  "torch matmuls % peak", "1.5x torch needs % peak"])
+    top = ceiling_report()
     for nt, dtype, layer, peer in ceiling:
         use_threads(nt, torch)
         first_token_ceiling(cfg, prompt, nt, dtype, layer, peer, runs, clock, top)
     return [rep, taken, top]
+
+
+def ceiling_report():
+    """The first-token ceiling table (:func:`first_token_ceiling` fills its rows); int8 rows in GOP, GOP/s."""
+    return Report("First token against the peak: the layer's flops (projections + the T x T attention) per second "
+                 "as % of the measured peak of the dtype's best unit on as many threads, the peak loop run on "
+                 "them interleaved with the layers; 'torch matmuls': its 7 projections alone (their flops "
+                 "only); the last column is what 1.5x torch's layer would need; i8 rows count integer "
+                 "operations: GOP and GOP/s",
+                 ["dtype", "threads", "GFLOP (i8: GOP)", "peak GFLOP/s (i8: GOP/s)", "tppasm % peak", "torch % peak",
+                  "torch matmuls % peak", "1.5x torch needs % peak"])
 
 
 def profile_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
@@ -280,7 +286,8 @@ def profile_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
     (next token)."""
     from bench.models.llama import KEY_BLOCK
     rep = Report(f"LLaMA-style layer per-step profile (prompt {prompt}; next token at {prompt}): ms per step "
-                 f"(median of interleaved runs); projections in GFLOP/s (first token) or weight GB/s (next token)",
+                 f"(median of interleaved runs); projections in GFLOP/s (i8: GOP/s; first token) or weight GB/s "
+                 f"(next token)",
                  ["dtype", "threads", "phase", "step", "ms", "% of phase", "GFLOP/s or GB/s"])
     w, x, x1 = inputs(cfg, prompt)
     for nt in threads:

@@ -11,18 +11,26 @@ padded channel stays zero through every layer (zero weights, zero bias, relu(0) 
 have one shape, so one tuning (:func:`loops.tune.search` over bm, bc, the spec and its block
 sizes) serves every layer; like ``bench gemm``, it resumes the search an earlier run remembered
 (``--fresh``: not). Compared with ``torch.nn.Sequential(Linear, ReLU, ...)`` in the same run.
+
+Every row times the tuned and the fixed MLP, torch, the dtype's peak loop on as many threads (its
+rate is the record's ``peak_gflops``, the plot's peak line: what those threads delivered in the
+same rounds, not one core's peak times n) and, on n threads, the 1-thread row's tuned MLP, back to
+back in interleaved rounds. GFLOP/s are medians; every ratio (tuned/torch, aBC/torch, nT/1T) is
+the median of its per-round ratios (:func:`round_ratio`). The 1-thread row runs first whatever
+the order of ``--threads``: "nT/1T" is the row's speed over its (NaN without a 1-thread row).
 """
 import argparse
 
 import numpy as np
 
 import tppasm as tpp
-from bench.common import Report, interleaved, pool_of, write_json
-from bench.interleave import use_threads
+from bench.common import Report, pool_of, write_json
+from bench.interleave import interleaved, use_threads
 from bench.options import (MAX_LAYERS, MAX_ROWS, MAX_SIDE, check_memory, check_tuning, count, dtypes_option,
                            json_option, summary, threads_option, tuning_options)
 import bench.gemm as bench_gemm_module
-from bench.gemm import _torch, dtype_peak, fitted, n_block, tuned, winner_text
+from bench.gemm import _torch, fitted, n_block, one_thread_first, tuned, winner_text
+from bench.versus import peak_loop
 from loops import Loop, kernel
 from isa.pool import get_pool
 
@@ -119,14 +127,13 @@ def bench_mlp(T, C, L, threads, dtypes, quick, tune_seconds, bar=True):
     rep = Report(f"MLP: {L} x (FC {C}->{C} + bias + relu) on {T} rows, GFLOP/s: tuned DSL and the fixed aBC "
                  f"(bm 64, bc {n_block()}) against torch nn.Linear+ReLU, timed back to back (medians of {rounds} "
                  f"interleaved rounds; ratios: medians of per-round ratios)",
-                 ["dtype", "threads", "tuned", "aBC", "torch", "tuned/torch", "aBC/torch", "2T/1T", "winner"])
+                 ["dtype", "threads", "tuned", "aBC", "torch", "tuned/torch", "aBC/torch", "nT/1T", "winner"])
     flops = 2 * T * C * C * L
     x = np.random.default_rng(0).standard_normal((T, C), np.float32)
     params = mlp_weights(C, L)
     for dtype in dtypes:
-        peak = dtype_peak(dtype)[0]
-        first, first_win = None, None
-        for nt in threads:
+        one, first_win = None, None
+        for nt in one_thread_first(threads):
             pool = pool_of(nt)
             configs = mlp_configs(T, C, quick)
             fixed = _chain(mlp_maker(x, params, dtype, pool)(**configs[0]))
@@ -145,16 +152,30 @@ def bench_mlp(T, C, L, threads, dtypes, quick, tune_seconds, bar=True):
             td = torch.float32 if dtype == "f32" else torch.bfloat16
             net = torch.nn.Sequential(*[m for _ in range(L) for m in (torch.nn.Linear(C, C), torch.nn.ReLU())]).to(td)
             xt = torch.from_numpy(x).to(td)
-            fns = [run, fixed, torch.no_grad()(lambda: net(xt))] + ([first] if first is not None else [])
-            times, ratios = interleaved(fns, rounds)
-            rate = [flops / t / 1e9 for t in times]
-            rep.add(dtype, nt, rate[0], rate[1], rate[2], ratios[2], ratios[2] / ratios[1],
-                    ratios[3] if first is not None else float("nan"), winner_text(win) if win else "-",
+            loop, calls = peak_loop(dtype, flops, nt)
+            fns = [run, fixed, torch.no_grad()(lambda: net(xt)), loop] + ([one] if one is not None else [])
+            samples = interleaved(fns, rounds, 0.03)
+            rate = [flops / float(np.median(t)) / 1e9 for t in samples]
+            rep.add(dtype, nt, rate[0], rate[1], rate[2], round_ratio(samples[2], samples[0]),
+                    round_ratio(samples[2], samples[1]),
+                    round_ratio(samples[4], samples[0]) if one is not None else float("nan"),
+                    winner_text(win) if win else "-",
                     x=f"{dtype} {T}x{C}x{L} {nt}T", gflops=rate[0], fixed_gflops=rate[1], torch_gflops=rate[2],
-                    peak_gflops=peak * nt, tuning=win)
-            first = run if first is None else first
+                    peak_gflops=rate[3] / calls, tuning=win)
+            one = run if nt == 1 else one
             first_win = first_win or win
     return rep
+
+
+def round_ratio(slow, fast):
+    """Median over rounds of ``slow[i] / fast[i]`` (per-round seconds): how many times faster the
+    second is, each round's drift cancelled. A ratio of the two medians is not that: seconds
+    (1, 4, 4) over (1, 1, 4) give 1.0 here, and 4.0 as the medians' ratio.
+
+    >>> round_ratio(np.array([1.0, 4.0, 4.0]), np.array([1.0, 1.0, 4.0]))
+    1.0
+    """
+    return float(np.median(np.asarray(slow) / np.asarray(fast)))
 
 
 class _chain:

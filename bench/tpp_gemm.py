@@ -186,9 +186,10 @@ def _run(args, torch):
             print(f"  {dtype:<5}{unit:<9}{med:8.1f} / {best:6.1f} G{'OP' if dtype == 'i8' else 'FLOP'}/s"
                   f"{'   <- the BRGEMM uses it' if used else ''}")
     print("%peak: of the kernel's unit, median vs median and best vs best; %pk il / q90: median / 90th "
-          "percentile of 31 kernel/peak ratios timed back to back (other tenants share this machine: the "
-          "q90 is the figure when they leave the core alone); np q90: numpy's fp32 matmul the same way, vs "
-          "the FMA peak. int8 figures are GOP/s.")
+          "percentile of 31 kernel/peak ratios timed back to back on the thread's CPU time (time other "
+          "processes took is left out; q90: the better rounds, the core's SMT sibling idle; '!' after a "
+          "figure over 100%: a disturbed round, not a kernel faster than the peak); np q90: numpy's fp32 "
+          "matmul the same way, vs the FMA peak. int8 figures are GOP/s.")
     shapes = [(64, 16, "f32")] if args.quick else (args.shapes or SHAPES)
     print(f"{'kernel':<12}{'unit':>9}{'m=n=k':>6}{'count':>6}{'GFLOP/s':>9}{'%peak':>7}{'best':>7}{'%best':>7}"
           f"{'%pk il':>7}{'q90':>6}{'numpy':>8}{'np q90':>7}{'ratio':>7}{'torch':>8}{'JIT ms':>8}")  # JIT: CPU ms
@@ -207,8 +208,9 @@ def _run(args, torch):
         tt = rec.get("torch_bf16_bmm_gflops", rec.get("torch_gflops"))
         print(f"{rec['what']:<12}{unit:>9}{size:>6}{count:>6}{rec['gflops']:>9.1f}{rec['pct_peak']:>6.0f}%"
               f"{rec['best_gflops']:>7.1f}{rec['best_pct_peak']:>6.0f}%{rec['pct_peak_interleaved']:>6.0f}%"
-              f"{rec['pct_peak_interleaved_q90']:>5.0f}%{rec['numpy_gflops']:>8.1f}"
-              f"{rec['numpy_pct_fp32_peak_interleaved_q90']:>6.0f}%{rec['gflops'] / rec['numpy_gflops']:>6.2f}x"
+              f"{percent_cell(rec['pct_peak_interleaved_q90'], 6)}{rec['numpy_gflops']:>8.1f}"
+              f"{percent_cell(rec['numpy_pct_fp32_peak_interleaved_q90'], 7)}"
+              f"{rec['gflops'] / rec['numpy_gflops']:>6.2f}x"
               f"{(f'{tt:.1f}' if tt else '-'):>8}{rec['jit_ms']:>8.2f}")
     call = bench_call_overhead(rng)
     records.append(call)
@@ -222,6 +224,17 @@ def _run(args, torch):
         with open(args.json, "w") as f:
             json.dump(records, f, indent=1)
     return 0
+
+
+def percent_cell(percent, width):
+    """``percent`` as a right-aligned cell of ``width`` characters, ``"!"`` after a figure over 100
+    (:func:`bench.peaks.over_peak_mark`: a disturbed round, not a kernel beyond the peak).
+
+    >>> percent_cell(95.2, 6), percent_cell(163.0, 6)
+    ('   95%', ' 163%!')
+    """
+    mark = peaks.over_peak_mark(percent)
+    return f"{percent:>{width - 1 - len(mark)}.0f}%{mark}"
 
 
 def jit_times():
