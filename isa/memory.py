@@ -101,6 +101,17 @@ class ExecutableMemory:
         """Unmap now (the object must not be called afterwards)."""
         self._finalizer()
 
+    def __copy__(self):
+        return self         # the pages have one owner: a copy would unmap them a second time
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        raise TypeError("executable memory cannot be pickled: the code is bound to this process (its address "
+                        "means nothing in another); rebuild the function there (a TPP kernel pickles by its "
+                        "descriptor: pickle the kernel, not its .raw)")
+
     @property
     def alive(self):
         return self._finalizer.alive

@@ -492,6 +492,13 @@ class Pool:
         if os.getpid() == self._pid and self._lock.acquire(timeout=_EXIT_GRACE_S):
             self._stop()
 
+    def __deepcopy__(self, memo=None):
+        return self         # (and copy.copy) a copy sharing the threads and state would free them twice
+    __copy__ = __deepcopy__
+
+    def __reduce__(self):
+        raise TypeError(f"a pool is this process's threads: make another Pool({self.nthreads}) in the other process")
+
     def __repr__(self):
         state = "closed" if self.closed else f"spin {self.spin_iterations} pauses"
         return f"<Pool {self.nthreads} threads, {state}>"
@@ -499,8 +506,6 @@ class Pool:
 
 _pool = None
 _pool_lock = threading.RLock()      # (a signal handler may replace a closed pool while its thread does)
-
-
 _POOLS = weakref.WeakSet()          # every pool: a forked child restarts their workers
 
 

@@ -71,11 +71,12 @@ _KERNEL_SECONDS = {}     # (descriptor, isa, scalars) -> seconds of one hot call
 MODEL_SECONDS = 2.0
 
 
-@dataclass
+@dataclass(eq=False)
 class Tuned:
     """What :func:`search` found: the ``record`` (JSON-able), every ``candidates``' figures, and the
     winner built: ``kernel`` (its loop kernel with the best spec), ``arrays``, ``output``. Its repr
-    is one line: the winner, its time and how many candidates were timed and skipped."""
+    is one line: the winner, its time and how many candidates were timed and skipped. ``==`` is
+    identity (as for kernels; comparing ``record`` says whether two searches agree)."""
 
     record: dict
     candidates: list = field(default_factory=list)

@@ -177,6 +177,17 @@ def packed_panel_width(m, k, dtype):
 PACKED_PANEL_BYTES = 256 << 10
 
 
+def _packed_panel(p, c0, c1):
+    """Columns c0..c1 of PackedWeight ``p``; a ValueError with the fix where its panels are not
+    those of today's plan (a packing pickled by another version, or under other panel settings)."""
+    panel = p.panels.get((c0, c1))
+    if panel is None:
+        raise ValueError(f"{p!r}: its panels are not the ones this tppasm cuts (none for columns {c0}..{c1}: "
+                         "packed by another version, or under other panel settings); pack the weight again: "
+                         "fc.pack(p.w)")
+    return panel
+
+
 def transposed(n, m, k, dtype="f32"):
     """Whether :func:`forward` computes ``(w @ x.T).T`` rather than ``x @ w.T``: when x and y (n rows)
     hold fewer elements than w, so that moving them costs less than transposing (and for bf16
@@ -397,7 +408,7 @@ class PanelGemm:
         room a panel of each width takes."""
         width = c1 - c0
         if isinstance(b, PackedWeight):
-            return [], b.panels[c0, c1]
+            return [], _packed_panel(b, c0, c1)
         if self.in_place:
             return [], b[:, c0:c1]
         if self.b_layout == "w":

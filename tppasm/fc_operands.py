@@ -37,6 +37,10 @@ class PackedWeight:
     def __init__(self, w, dtype, panels):
         self.w, self.dtype, self.panels = w, dtype, panels
 
+    def __reduce__(self):
+        # (the default reduce of a __slots__ class needs protocol 2; this one works at every protocol)
+        return PackedWeight, (self.w, self.dtype, self.panels)
+
     def __repr__(self):
         return f"PackedWeight({self.w.shape[0]} x {self.w.shape[1]} {self.dtype}, {len(self.panels)} panel(s))"
 

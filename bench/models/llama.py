@@ -97,6 +97,13 @@ class LlamaLayer:
         self._written = 0                                # positions from here on are zero (see _forget)
         self._serial = Serial()
 
+    def _refuse_copy(self, *memo):
+        raise TypeError("a LlamaLayer cannot be copied or pickled: its KV cache, buffers and native nests belong to "
+                        "this layer in this process; build another: LlamaLayer(cfg, weights, dtype) (with the same "
+                        "weights arrays), and prefill it")
+
+    __copy__ = __deepcopy__ = __reduce__ = _refuse_copy
+
     @property
     def pool(self):
         """The pool the layer runs on now: its own, else the process's (:func:`isa.pool.get_pool`)."""

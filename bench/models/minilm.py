@@ -159,6 +159,13 @@ class MiniLM:
         """The model from the packaged checkpoint (or ``path``), for ``dtype`` "f32" or "bf16"."""
         return cls(load_weights(path), dtype, path, pool)
 
+    def _refuse_copy(self, *memo):
+        raise TypeError("a MiniLM cannot be copied or pickled: its plans hold native nests bound to this process; "
+                        "build another: MiniLM.load(dtype, path) (or MiniLM(weights, dtype, path)), or share this "
+                        "one (its calls take turns)")
+
+    __copy__ = __deepcopy__ = __reduce__ = _refuse_copy
+
     # -- weights -----------------------------------------------------------------------------------
     def _layer(self, w, p):
         att, bn = p + "attention.", self.bn

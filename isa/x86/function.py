@@ -61,6 +61,12 @@ class JitFunction:
         return self.cfunc(*[_argument(self.name, i, value, kind)
                             for i, (value, kind) in enumerate(zip(args, argtypes))])
 
+    def __copy__(self):
+        return self         # one function over one mapping (its memory refuses pickling: bound to this process)
+
+    def __deepcopy__(self, memo):
+        return self
+
     def disassemble(self) -> str:
         """The function's machine code as Intel-syntax text."""
         return disassemble(self.code)

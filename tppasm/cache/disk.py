@@ -38,6 +38,7 @@ uses are written with new entries, or when one is older than TOUCH_S: a process 
 rewrites the small stats file at exit, not the index.
 """
 import atexit
+import copy
 import errno
 import hashlib
 import json
@@ -134,17 +135,17 @@ class DiskStore:
             return None
 
     def get_record(self, key):
-        """The JSON record stored under ``key`` (see :meth:`put_record`), or None."""
+        """A copy of the JSON record stored under ``key`` (see :meth:`put_record`), or None."""
         with self._lock:
             if key in self._records:
-                return self._records[key]
+                return copy.deepcopy(self._records[key])
             rec = self._index["records"].get(key)
             if rec is None and self._refresh():
                 rec = self._index["records"].get(key)
             if rec is None:
                 return None
             self._touched[key] = time.time()
-            return rec["record"]
+            return copy.deepcopy(rec["record"])
 
     def _refresh(self):
         """Reread the index if another process replaced it; True if it changed."""
@@ -503,13 +504,13 @@ class DiskStore:
                 "stats": {k: counts.get(k, 0) for k in _STATS}, "problems": problems}
 
     def records(self, namespace=None):
-        """[(key, record)] of ``namespace`` (every namespace when None), least recently used first."""
+        """[(key, a copy of its record)] of ``namespace`` (every one when None), least recently used first."""
         self.flush()                        # this process's pending records are listed too
         with self._lock:
             self._refresh()
             found = [(k, r) for k, r in self._index["records"].items()
                      if namespace is None or k.startswith(namespace + "/")]
-        return [(k, r["record"]) for k, r in sorted(found, key=lambda kr: kr[1].get("used", 0))]
+        return [(k, copy.deepcopy(r["record"])) for k, r in sorted(found, key=lambda kr: kr[1].get("used", 0))]
 
     def forget(self, namespace):
         """Delete the records of ``namespace`` (kernels and other namespaces stay); how many there were."""

@@ -59,6 +59,24 @@ class _Said(OSError):
     def __str__(self):
         return str(self.strerror)
 
+    def __reduce__(self):
+        # pickle (a worker's error, re-raised in the parent) would call cls(errno, message), which the
+        # subclasses with their own arguments refuse: rebuild without __init__, then restore the fields
+        return _rebuilt, (type(self), self.errno, self.strerror), self.__dict__
+
+
+def _rebuilt(cls, number, message):
+    """A :class:`_Said` error of class ``cls``, its fields still to be restored (pickle).
+
+    >>> import pickle
+    >>> e = pickle.loads(pickle.dumps(NotTheStores("/d", "index.json")))
+    >>> type(e).__name__, e.errno == errno.EEXIST, str(e).startswith("/d/index.json is not")
+    ('NotTheStores', True, True)
+    """
+    error = cls.__new__(cls, number, message)        # (OSError parses the pair in __new__ or in __init__,
+    OSError.__init__(error, number, message)        # by whether the class has its own __init__)
+    return error
+
 
 class UnsafeDirectory(_Said):
     """The cache directory is missing, not a directory, another user's, or writable by others."""
