@@ -495,17 +495,18 @@ def unary(op, m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", bitmask=False, isa=
     return get_kernel(desc, isa)
 
 
-def zero(m, n, dtype="f32", ldo=0, isa=None):
+def zero(m, n, dtype="f32", ldo=0, isa=None, **wrong):
     """The kernel ``out[...] = 0`` (it takes only ``out``).
 
     >>> import numpy as np, tppasm
     >>> out = np.ones((2, 2), np.float32); tppasm.zero(2, 2)(out); out.tolist()
     [[0.0, 0.0], [0.0, 0.0]]
     """
+    refuse_keywords("zero", wrong, None)
     return unary("zero", m, n, ldo=ldo, dtype=dtype, out_dtype=dtype, isa=isa)
 
 
-def relu(m, n, ldx=0, ldo=0, dtype="f32", bitmask=False, isa=None, *, ldi=None):
+def relu(m, n, ldx=0, ldo=0, dtype="f32", bitmask=False, isa=None, *, ldi=None, **wrong):
     """The kernel ``out = max(x, 0)``; ``bitmask=True`` also writes the x > 0 bits to ``mask``.
 
     >>> import numpy as np, tppasm
@@ -515,6 +516,7 @@ def relu(m, n, ldx=0, ldo=0, dtype="f32", bitmask=False, isa=None, *, ldi=None):
     >>> tppasm.relu(1, 3)(x).tolist()          # the allocating form returns a new array
     [[0.0, 2.0, 0.0]]
     """
+    refuse_keywords("relu", wrong, None)
     return unary("relu", m, n, _renamed("relu", ldx, ldi), ldo, dtype, dtype, bitmask, isa)
 
 
@@ -579,7 +581,7 @@ def reduce(op, m, n, over="cols", ldx=0, dtype="f32", out_dtype="", isa=None, *,
     return get_kernel(Reduce(op, m, n, over, _renamed("reduce", ldx, ldi), dtype, out_dtype), isa)
 
 
-def transform(op, m, n, ldx=0, ldo=0, dtype="f32", isa=None, *, ldi=None):
+def transform(op, m, n, ldx=0, ldo=0, dtype="f32", isa=None, *, ldi=None, **wrong):
     """The kernel for a layout transform: transpose, vnni2/vnni4 (pack), unvnni2/unvnni4.
 
     >>> import numpy as np, tppasm
@@ -590,4 +592,5 @@ def transform(op, m, n, ldx=0, ldo=0, dtype="f32", isa=None, *, ldi=None):
     [[0.0, 2.0], [1.0, 3.0]]
     """
     from .kernel import get_kernel
+    refuse_keywords("transform", wrong, None)
     return get_kernel(Transform(op, m, n, _renamed("transform", ldx, ldi), ldo, dtype), isa)

@@ -15,6 +15,19 @@ from .dtypes import SPELLINGS, imported, name_of
 
 OUTPUT_DTYPE = {"out_dtype": "c_dtype", "c_dtype": "out_dtype"}    # the two names of an output dtype keyword
 
+# the fix for a keyword a constructor does not take, where another constructor takes it: (constructor,
+# keyword) -> the message's tail, {value} being the value given, shown
+_CONVERT = "to convert, call tppasm.copy(..., out_dtype={value}) on its output"
+_SAME = {
+    "relu": "relu's output has x's dtype=; for another, write tppasm.unary('relu', m, n, ..., out_dtype={value})",
+    "zero": "zero writes only out, whose dtype is dtype=; write dtype={value}",
+    "transform": "a transform moves elements without converting them (out has x's dtype=); " + _CONVERT,
+    "block_spmm": "c is always f32 (dtype= is that of values and b); " + _CONVERT,
+    "quantize": "q is always uint8 and scale f32 (dtype= is that of x)",
+}
+HINTS = {(who, name): tail for who, tail in _SAME.items() for name in ("out_dtype", "c_dtype")}
+HINTS["dequant", "dtype"] = "its input c is always int32 and its output dtype is out_dtype=; write out_dtype={value}"
+
 
 def dtype_hint(desc, value):
     """The fix for a dtype ``value`` given where an int goes (``tpp.copy(8, 8, "bf16")``: the third
@@ -33,15 +46,23 @@ def dtype_hint(desc, value):
 
 def refuse_keywords(who, wrong, takes="out_dtype"):
     """Raise TypeError for the keywords ``wrong`` (a dict; none: nothing) that the constructor ``who``
-    does not take; for the other name of its output dtype keyword ``takes``, name ``takes``.
+    does not take; for the other name of its output dtype keyword ``takes`` (None: it takes none),
+    name ``takes``; for a keyword in :data:`HINTS` (a dtype keyword another constructor takes), name its fix.
 
     >>> refuse_keywords("softmax", {"c_dtype": "bf16"})
     Traceback (most recent call last):
     ...
     TypeError: softmax() takes no c_dtype=: its output dtype is out_dtype=; write out_dtype='bf16'
+    >>> refuse_keywords("dequant", {"dtype": "bf16"})
+    Traceback (most recent call last):
+    ...
+    TypeError: dequant() takes no dtype=: its input c is always int32 and its output dtype is out_dtype=; write out_dtype='bf16'
     """
     for name, value in wrong.items():
-        if OUTPUT_DTYPE.get(name) == takes:
+        hint = HINTS.get((who, name))
+        if hint:
+            raise TypeError(f"{who}() takes no {name}=: " + hint.format(value=display.shown(value)))
+        if name in OUTPUT_DTYPE and OUTPUT_DTYPE[name] == takes:
             raise TypeError(f"{who}() takes no {name}=: its output dtype is {takes}=; write "
                             f"{takes}={display.shown(value)}")
         raise TypeError(f"{who}() got an unexpected keyword argument {name!r}")

@@ -139,9 +139,8 @@ def _refuse(who, keywords):
             operand = "q (the output)" if who == "quantize" else "c (the input)"
             raise TypeError(f"{who}() takes no {name}=: the row stride of {operand} is {instead}= (its strides "
                             f"are ldx= for the input, ldo= for the output); write {instead}={shown(keywords[name])}")
-        if who == "dequant":
-            refuse_keywords(who, {name: keywords[name]})     # c_dtype= for out_dtype=: named
-        raise TypeError(f"{who}() got an unexpected keyword argument {name!r}")
+        # dequant: c_dtype= for out_dtype=, dtype= (its input is int32); quantize: an output dtype (fixed)
+        refuse_keywords(who, {name: keywords[name]}, "out_dtype" if who == "dequant" else None)
 
 
 def quantize(m, n, ldx=0, ldo=0, dtype="f32", isa=None, **wrong):

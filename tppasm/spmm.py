@@ -27,6 +27,7 @@ a block row with an index out of range gets NaN in every element of its C block 
 >>> C = np.empty((2, 3), np.float32); spmm(rowptr, colidx, values, B, C, count=1); C.tolist()
 [[15.0, 17.0, 19.0], [15.0, 17.0, 19.0]]
 """
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,7 @@ import numpy as np
 from . import display
 from .dtypes import DtypeError, dtype as to_dtype, name_of, numpy_dtype
 from .kernel import Descriptor, get_kernel, in_body, scalar_arg
+from .keywords import refuse_keywords
 from .layout import as_array, empty_for
 from .lazy import wrapper_class
 from .operand import (OperandError, OperandSpec, as_ndarray, check, like_inputs, mark_written, origin_of,
@@ -160,7 +162,7 @@ class BlockSpmmKernel:
         return getattr(self.kernel, name)
 
     def __reduce__(self):
-        return BlockSpmmKernel, (self.kernel,)
+        return checked, (self.kernel,)          # copies and unpicklings: the same object, as for a kernel
 
     def __repr__(self):
         return repr(self.kernel)
@@ -220,7 +222,7 @@ class BlockSpmmKernel:
         mark_written([c])
 
 
-def block_spmm(bm, bk, n, kb, dtype="f32", *, ldb=0, ldc=0, beta=0, isa=None):
+def block_spmm(bm, bk, n, kb, dtype="f32", *, ldb=0, ldc=0, beta=0, isa=None, **wrong):
     """A JIT'd block-sparse x dense kernel (see the module docstring): call it as
     ``spmm(rowptr, colidx, values, B, C, count=stored_blocks)``.
 
@@ -228,8 +230,27 @@ def block_spmm(bm, bk, n, kb, dtype="f32", *, ldb=0, ldc=0, beta=0, isa=None):
     >>> tppasm.block_spmm(bm=4, bk=4, n=64, kb=8).desc.kind
     'block_spmm'
     """
+    refuse_keywords("block_spmm", wrong, None)
     desc = BlockSpmm(bm=bm, bk=bk, n=n, kb=kb, ldb=ldb, ldc=ldc, dtype=dtype, beta=beta)
-    return BlockSpmmKernel(get_kernel(desc, isa))
+    return checked(get_kernel(desc, isa))
+
+
+def checked(kernel):
+    """The :class:`BlockSpmmKernel` over ``kernel``: one per kernel while it is referenced, so equal
+    arguments, copies and unpicklings give the same object (as the other constructors' kernels).
+    The kernel holds it weakly (a strong reference would be a cycle, freed only by the collector).
+
+    >>> import copy, tppasm
+    >>> k = tppasm.block_spmm(bm=2, bk=2, n=8, kb=2)
+    >>> k is tppasm.block_spmm(bm=2, bk=2, n=8, kb=2) is copy.copy(k)
+    True
+    """
+    held = getattr(kernel, "_checked_wrapper", None)
+    wrapper = held() if held is not None else None
+    if wrapper is None:
+        wrapper = BlockSpmmKernel(kernel)
+        kernel._checked_wrapper = weakref.ref(wrapper)
+    return wrapper
 
 
 # -- BCSR helpers -------------------------------------------------------------------------------

@@ -1,0 +1,66 @@
+"""A dtype keyword given to a constructor that does not take it (another one does) names the fix,
+not Python's bare "unexpected keyword argument" (tppasm.keywords.HINTS)."""
+import pytest
+
+import tppasm
+from tppasm.keywords import refuse_keywords
+
+
+def test_dequant_dtype_names_out_dtype():
+    with pytest.raises(TypeError, match=r"dequant\(\) takes no dtype=: its input c is always int32 .*"
+                                        r"write out_dtype='bf16'"):
+        tppasm.dequant(4, 4, dtype="bf16")
+
+
+def test_dequant_keeps_its_other_refusals():
+    with pytest.raises(TypeError, match=r"takes no c_dtype=.*write out_dtype='bf16'"):
+        tppasm.dequant(4, 4, c_dtype="bf16")
+    with pytest.raises(TypeError, match=r"takes no ldc=.*write ldx=3"):
+        tppasm.dequant(4, 4, ldc=3)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'colour'"):
+        tppasm.dequant(4, 4, colour=1)
+
+
+@pytest.mark.parametrize("name", ["out_dtype", "c_dtype"])
+def test_quantize_output_dtype_says_it_is_fixed(name):
+    with pytest.raises(TypeError, match=rf"quantize\(\) takes no {name}=: q is always uint8"):
+        tppasm.quantize(4, 4, **{name: "bf16"})
+
+
+@pytest.mark.parametrize("who, name, fix", [
+    ("relu", "out_dtype", r"write tppasm.unary\('relu', m, n, \.\.\., out_dtype='f32'\)"),
+    ("zero", "out_dtype", r"write dtype='f32'"),
+    ("zero", "c_dtype", r"write dtype='f32'"),
+    ("transform", "out_dtype", r"tppasm.copy\(\.\.\., out_dtype='f32'\)"),
+    ("block_spmm", "out_dtype", r"c is always f32.*tppasm.copy\(\.\.\., out_dtype='f32'\)"),
+    ("block_spmm", "c_dtype", r"c is always f32"),
+], ids=lambda v: v if v.isidentifier() else "fix")
+def test_hint_names_the_fix(who, name, fix):
+    with pytest.raises(TypeError, match=rf"{who}\(\) takes no {name}=: .*{fix}"):
+        refuse_keywords(who, {name: "f32"})
+
+
+@pytest.mark.parametrize("takes", [None, "out_dtype"])
+def test_hint_wins_over_the_output_dtype_alias(takes):
+    """relu takes no out_dtype at all: c_dtype= must not be told to write out_dtype=."""
+    with pytest.raises(TypeError, match=r"relu\(\) takes no c_dtype=: .*tppasm.unary\('relu'"):
+        refuse_keywords("relu", {"c_dtype": "bf16"}, takes)
+
+
+def test_no_output_dtype_keyword_refuses_plainly():
+    with pytest.raises(TypeError, match=r"softmax\(\) got an unexpected keyword argument 'colour'"):
+        refuse_keywords("softmax", {"colour": 1}, None)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'c_dtype'"):
+        refuse_keywords("other", {"c_dtype": 1}, None)
+
+
+@pytest.mark.parametrize("make, fix", [
+    (lambda **kw: tppasm.relu(2, 2, **kw), r"tppasm.unary\('relu', m, n, \.\.\., out_dtype='bf16'\)"),
+    (lambda **kw: tppasm.zero(2, 2, **kw), r"write dtype='bf16'"),
+    (lambda **kw: tppasm.transform("transpose", 2, 2, **kw), r"tppasm.copy\(\.\.\., out_dtype='bf16'\)"),
+    (lambda **kw: tppasm.block_spmm(4, 4, 16, 2, **kw), r"c is always f32.*tppasm.copy\(\.\.\., out_dtype='bf16'\)")])
+def test_constructors_without_an_output_dtype_name_the_fix(make, fix):
+    with pytest.raises(TypeError, match=fix):
+        make(out_dtype="bf16")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'fo'"):
+        make(fo=1)
