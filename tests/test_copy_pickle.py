@@ -6,6 +6,7 @@ import pickle
 import numpy as np
 import pytest
 
+import tppasm as tpp
 from tests.scripts import run
 
 
@@ -155,3 +156,9 @@ def test_a_called_jit_function_copies_as_itself():
     assert copy.copy(f) is f and copy.deepcopy(f) is f
     with pytest.raises(TypeError, match="bound to this process"):
         pickle.dumps(f)
+
+
+def test_an_offset_batched_brgemm_is_one_object_for_equal_arguments():
+    k = tpp.brgemm(2, 3, 4, batch="offset")
+    assert k is tpp.brgemm(2, 3, 4, batch="offset") is copy.copy(k) is copy.deepcopy(k)
+    assert pickle.loads(pickle.dumps(k)) is k

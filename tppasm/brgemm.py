@@ -19,7 +19,7 @@ from .eltwise import UNARY_OPS
 from .kernel import Descriptor, get_kernel, in_body, scalar_arg
 from .keywords import refuse_keywords
 from .layout import empty_for
-from .lazy import wrapper_class
+from .lazy import one_wrapper, wrapper_class
 from .operand import (OperandError, OperandSpec, as_ndarray, check, data_address, like_inputs, mark_written,
                       origin_of, refuse_masked, refuse_overlap)
 
@@ -274,7 +274,7 @@ class BatchedBrgemm:
         return getattr(self.kernel, name)
 
     def __reduce__(self):
-        return BatchedBrgemm, (self.kernel,)
+        return batched, (self.kernel,)          # copies and unpicklings: the same object, as for a kernel
 
     def __repr__(self):
         return f"<BatchedBrgemm of {self.kernel!r}>"
@@ -529,7 +529,17 @@ def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0,
         desc.validate()
         desc = replace(desc, pace=0)
     kernel = get_kernel(desc, isa)
-    return kernel if desc.batch == "stride" else BatchedBrgemm(kernel)
+    return kernel if desc.batch == "stride" else batched(kernel)
+
+
+def batched(kernel):
+    """The :class:`BatchedBrgemm` over ``kernel`` (:func:`tppasm.lazy.one_wrapper`: one per kernel).
+
+    >>> import tppasm
+    >>> tppasm.brgemm(2, 2, 2, batch="offset") is tppasm.brgemm(2, 2, 2, batch="offset")
+    True
+    """
+    return one_wrapper(kernel, BatchedBrgemm)
 
 
 @dataclass(frozen=True)

@@ -41,3 +41,25 @@ def wrapper_class(kernel, base):
             "__doc__": OnFirstRead(lambda: me() and type(me()).__doc__),
             "__signature__": OnFirstRead(lambda: me() and me().__signature__), "__module__": base.__module__})
     return made[base]
+
+
+def one_wrapper(kernel, base):
+    """The ``base(kernel)`` wrapper of ``kernel``: one per kernel while it is referenced, so equal
+    constructor arguments, copies and unpicklings give the same object, as they give the same
+    kernel. The kernel holds it weakly (a strong reference would be a cycle, freed only by the
+    collector).
+
+    >>> class K:
+    ...     pass
+    >>> class W:
+    ...     def __init__(self, kernel):
+    ...         self.kernel = kernel
+    >>> k = K(); one_wrapper(k, W) is one_wrapper(k, W)
+    True
+    """
+    held = getattr(kernel, "_wrapper", None)
+    wrapper = held() if held is not None else None
+    if not isinstance(wrapper, base):
+        wrapper = base(kernel)
+        kernel._wrapper = weakref.ref(wrapper)
+    return wrapper

@@ -27,7 +27,6 @@ a block row with an index out of range gets NaN in every element of its C block 
 >>> C = np.empty((2, 3), np.float32); spmm(rowptr, colidx, values, B, C, count=1); C.tolist()
 [[15.0, 17.0, 19.0], [15.0, 17.0, 19.0]]
 """
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,7 +36,7 @@ from .dtypes import DtypeError, dtype as to_dtype, name_of, numpy_dtype
 from .kernel import Descriptor, get_kernel, in_body, scalar_arg
 from .keywords import refuse_keywords
 from .layout import as_array, empty_for
-from .lazy import wrapper_class
+from .lazy import one_wrapper, wrapper_class
 from .operand import (OperandError, OperandSpec, as_ndarray, check, like_inputs, mark_written, origin_of,
                       refuse_overlap)
 
@@ -236,21 +235,14 @@ def block_spmm(bm, bk, n, kb, dtype="f32", *, ldb=0, ldc=0, beta=0, isa=None, **
 
 
 def checked(kernel):
-    """The :class:`BlockSpmmKernel` over ``kernel``: one per kernel while it is referenced, so equal
-    arguments, copies and unpicklings give the same object (as the other constructors' kernels).
-    The kernel holds it weakly (a strong reference would be a cycle, freed only by the collector).
+    """The :class:`BlockSpmmKernel` over ``kernel`` (:func:`tppasm.lazy.one_wrapper`: one per kernel).
 
     >>> import copy, tppasm
     >>> k = tppasm.block_spmm(bm=2, bk=2, n=8, kb=2)
     >>> k is tppasm.block_spmm(bm=2, bk=2, n=8, kb=2) is copy.copy(k)
     True
     """
-    held = getattr(kernel, "_checked_wrapper", None)
-    wrapper = held() if held is not None else None
-    if wrapper is None:
-        wrapper = BlockSpmmKernel(kernel)
-        kernel._checked_wrapper = weakref.ref(wrapper)
-    return wrapper
+    return one_wrapper(kernel, BlockSpmmKernel)
 
 
 # -- BCSR helpers -------------------------------------------------------------------------------
