@@ -1,18 +1,24 @@
 """x86 generators for layout transforms (transpose, VNNI2/VNNI4 pack and unpack).
 
 4-byte transposes move 8x8 blocks through ymm registers (unpack, shuffle, lane permute), 2-byte
-ones 8x8 blocks through xmm registers (three unpack stages); everything else (edges, 1-byte
-elements, VNNI unpacking) is an element-for-element copy through general
-registers in three nested loops, ``out[a*oa + b*ob + c*oc] = x[a*ia + b*ib + c*ic]``, so any
-element size and shape works and nothing outside the operands is touched; rows the VNNI layout
-pads are written as zeros.
+ones 8x8 blocks through xmm registers (three unpack stages); VNNI packs of bf16 pairs and int8
+quads interleave 32-byte column chunks of f rows in ymm registers. Edges stay vector code: the
+blocks of a transpose's last n % 8 columns and m % 8 rows, and a pack's last n % (32 / itemsize)
+columns, take masked loads and stores (:class:`_Tails`); on AVX2 a pack at least one chunk wide
+instead moves its last chunk back to end at the edge (it overlaps the one before and rewrites
+some outputs with the same values). The rows a VNNI group lacks are zero registers. No byte
+outside the operands is read or written. Everything else (1- and 8-byte transposes, the other
+VNNI dtype pairs, VNNI unpacking) is an element-for-element copy through general registers in
+three nested loops, ``out[a*oa + b*ob + c*oc] = x[a*ia + b*ib + c*ic]``, so any element size
+and shape works; rows the VNNI layout pads are written as zeros.
 
 >>> import numpy as np, tppasm
 >>> x = np.arange(6, dtype=np.float32).reshape(2, 3); out = np.empty((3, 2), np.float32)
 >>> tppasm.transform("transpose", 2, 3)(x, out); out.tolist()
 [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
 """
-from isa.x86 import Function, gpr, r8, r9, r10, r11, r12, r13, r14, r15, rax, rcx, rdx, vec
+from isa.x86 import (K, Function, dword, eax, gpr, ptr, r8, r9, r10, r11, r12, r13, r14, r15, rax, rcx,
+                     rdx, rsp, vec)
 
 from ..dtypes import dtype as to_dtype
 from ..backends import register
@@ -66,19 +72,16 @@ def generate_transform(desc, isa):
     x, out = fn.args
     es = to_dtype(desc.dtype).itemsize
     m, n, f = desc.m, desc.n, desc.factor
-    if desc.op == "transpose" and es in (2, 4) and m >= 8 and n >= 8:
-        (_transpose8 if es == 4 else _transpose8w)(a, x, out, m, n, desc.ldi, desc.ldo)
+    if desc.op == "transpose" and es in (2, 4):
+        _transpose(fn, _Tails(fn, isa), x, out, m, n, desc.ldi, desc.ldo, es)
     elif desc.op == "transpose":
         _copy3(a, es, x, out, (1, m, n), (0, desc.ldi, 1), (0, 1, desc.ldo))
+    elif desc.op.startswith("vnni") and (f, es) in ((2, 2), (4, 1)):
+        _vnni_pack(fn, _Tails(fn, isa), x, out, m, n, desc.ldi, f, es)
     elif desc.op.startswith("vnni"):
         full, rem = divmod(m, f)
         # x (k, n) row r = g*f + b -> out[g, col, b]
-        if (f, es) in ((2, 2), (4, 1)) and full and n >= 32 // es:
-            _vnni_pack(a, x, out, full, n, desc.ldi, f, es)
-            a.add(x, full * f * desc.ldi * es)
-            a.add(out, full * n * f * es)
-        else:
-            _copy3(a, es, x, out, (full, f, n), (f * desc.ldi, desc.ldi, 1), (n * f, 1, f))
+        _copy3(a, es, x, out, (full, f, n), (f * desc.ldi, desc.ldi, 1), (n * f, 1, f))
         if rem:
             a.mov(r11, out)
             _copy3(a, es, x, out, (1, rem, n), (0, desc.ldi, 1), (0, 1, f))
@@ -117,27 +120,161 @@ def _blocks(a, x, out, outer, inner, body, inner_step, outer_step):
     a.jnz(top)
 
 
-def _transpose8(a, x, out, m, n, ldi, ldo):
-    """out (n, m) = x (m, n)^T for 4-byte elements: 8x8 register blocks, scalar edges."""
-    mb, nb = m // 8, n // 8
-    y = [vec(256, i) for i in range(16)]
+def _offset(a, dst, base, nbytes):
+    """A register holding ``base + nbytes``: ``base`` itself when ``nbytes`` is 0, else ``dst``."""
+    if not nbytes:
+        return base
+    if -2 ** 31 <= nbytes < 2 ** 31:
+        a.lea(dst, [base + nbytes])
+    else:
+        a.mov(rax, nbytes)
+        a.lea(dst, [base + rax])
+    return dst
 
-    def block():
-        for r in range(8):
-            a.vmovups(y[r], [r14 + r * ldi * 4])
-        for p in range(4):                              # pairs of rows: interleave dwords
-            a.vunpcklps(y[8 + 2 * p], y[2 * p], y[2 * p + 1])
-            a.vunpckhps(y[9 + 2 * p], y[2 * p], y[2 * p + 1])
-        for q, (lo, hi) in enumerate(((8, 10), (9, 11), (12, 14), (13, 15))):   # quads: interleave qwords
-            a.vshufps(y[2 * q], y[lo], y[hi], 0x44)
-            a.vshufps(y[2 * q + 1], y[lo], y[hi], 0xEE)
-        for c in range(4):                              # 128-bit halves: rows 0-3 with rows 4-7
-            a.vperm2f128(y[8 + c], y[c], y[4 + c], 0x20)
-            a.vperm2f128(y[12 + c], y[c], y[4 + c], 0x31)
-        for c in range(8):
-            a.vmovups([r15 + c * ldo * 4], y[8 + c])
-    _blocks(a, x, out, mb, nb, block, (32, 8 * ldo * 4), (8 * ldi * 4, 32))
-    _transpose_edges(a, x, out, m, n, ldi, ldo, 4)
+
+def _segments(size, block, overlap):
+    """(count, start, length) runs of blocks covering ``size`` elements: the whole blocks, then the
+    rest as a short (masked) block, or with ``overlap`` as one more whole block that ends at
+    ``size`` and overlaps the last (it rewrites some outputs with the same values, and needs none
+    of AVX2's piecewise partial loads and stores). A size under one block is a single short block."""
+    whole, rest = divmod(size, block)
+    runs = [(whole, 0, block)] if whole else []
+    if rest and overlap and whole:
+        return runs + [(1, size - block, block)]
+    return runs + ([(1, size - rest, rest)] if rest else [])
+
+
+class _Tails:
+    """Loads and stores of the first ``count`` elements (``es`` bytes each) of a vector that touch
+    no byte past them. AVX-512: opmasks k1-k7 at byte, word or dword granularity. AVX2 loads:
+    ``vmaskmovps`` dword masks kept on the stack (:meth:`arm` loads one into a free register), a
+    rest under a dword inserted element by element (``vpinsrb``/``vpinsrw``) when it lies in the
+    low 128 bits, else as the dword ending at the last byte shifted into place. AVX2 stores: plain
+    16-, 8-, 4-, 2- and 1-byte pieces (a masked ``vmaskmovps`` store is microcoded and slow on
+    AMD). :meth:`prepare` each mask outside the loops."""
+
+    def __init__(self, fn, isa):
+        self.fn, self.a, self.avx512 = fn, fn.asm, isa in ("avx512", "amx")
+        self.masks = {}
+
+    def _key(self, count, es):
+        return (count, es) if self.avx512 else count * es // 4
+
+    def prepare(self, count, es, loads=True):
+        """Set up the mask of ``count`` elements once, here (the code runs on every call)."""
+        key = self._key(count, es)
+        if key in self.masks or not count or not (self.avx512 or loads and key):
+            return
+        if self.avx512:
+            self.masks[key] = K[1 + len(self.masks)]
+            self.a.mov(eax, (1 << count) - 1)
+            self.a.kmovd(self.masks[key], eax)
+            return
+        slot = 32 * len(self.masks)
+        self.fn.stack(slot + 32)
+        for lane in range(8):
+            self.a.mov(dword[rsp + slot + 4 * lane], -1 if lane < key else 0)
+        self.masks[key] = slot
+
+    def arm(self, count, es, reg):
+        """The load mask of ``count`` elements for the loads below: AVX2 puts it into ``reg``."""
+        key = self._key(count, es)
+        if self.avx512:
+            return self.masks[key]
+        if key:
+            self.a.vmovdqu(reg, [rsp + self.masks[key]])
+        return reg
+
+    def load(self, dst, base, disp, count, es, mask, tmp=None):
+        """dst's first ``count`` elements = those at ``[base + disp]``; the other lanes are undefined.
+        AVX2 with a rest of over 16 bytes in: ``tmp`` is clobbered."""
+        a, nbytes = self.a, count * es
+        if self.avx512:
+            getattr(a, f"vmovdqu{8 * es}")(dst.mask(mask, zero=True), [base + disp])
+            return
+        dwords, rest = divmod(nbytes, 4)
+        if dwords:
+            a.vmaskmovps(dst, mask, [base + disp])
+        if rest and nbytes <= 16:
+            low = vec(128, dst.num)
+            insert = a.vpinsrb if es == 1 else a.vpinsrw
+            for e in range(dwords * 4 // es, count):
+                insert(low, low, [base + disp + e * es], e)
+        elif rest:
+            a.vpbroadcastd(tmp, dword[base + disp + nbytes - 4])
+            a.vpsrld(tmp, tmp, 8 * (4 - rest))
+            a.vpblendd(dst, dst, tmp, 1 << dwords)
+
+    def store(self, base, disp, src, count, es, tmp):
+        """The first ``count`` elements of ``src`` to ``[base + disp]`` (AVX2: ``tmp`` is clobbered)."""
+        a, nbytes = self.a, count * es
+        if self.avx512:
+            getattr(a, f"vmovdqu{8 * es}")(ptr([base + disp]).mask(self.masks[(count, es)]), src)
+            return
+        part, spare, done = vec(128, src.num), vec(128, tmp.num), 0
+        if nbytes >= 16:
+            a.vmovdqu([base + disp], part)
+            done = 16
+            if nbytes > 16:
+                a.vextracti128(spare, src, 1)
+                part = spare
+        for size in (8, 4, 2, 1):
+            if (nbytes - done) & size:
+                if size >= 4:
+                    (a.vmovq if size == 8 else a.vmovd)([base + disp + done], part)
+                else:
+                    (a.vpextrw if size == 2 else a.vpextrb)([base + disp + done], part, 0)
+                done += size
+                if done < nbytes:
+                    a.vpsrldq(spare, part, size)
+                    part = spare
+
+
+def _transpose(fn, t, x, out, m, n, ldi, ldo, es):
+    """out (n, m) = x (m, n)^T for 2- and 4-byte elements, in 8x8 register blocks; the blocks of
+    the last n % 8 columns take masked loads, those of the last m % 8 rows masked stores."""
+    a = fn.asm
+    for rcount, r0, rows in _segments(m, 8, overlap=False):
+        for ccount, c0, cols in _segments(n, 8, overlap=False):
+            if cols < 8:
+                t.prepare(cols, es)
+            if rows < 8:
+                t.prepare(rows, es, loads=False)
+            src = _offset(a, rcx, x, (r0 * ldi + c0) * es)
+            dst = _offset(a, rdx, out, (c0 * ldo + r0) * es)
+            _blocks(a, src, dst, rcount, ccount, lambda rows=rows, cols=cols: _transpose_block(
+                a, t, es, ldi, ldo, rows, cols), (8 * es, 8 * ldo * es), (8 * ldi * es, 8 * es))
+
+
+def _transpose_block(a, t, es, ldi, ldo, rows, cols):
+    """The block of ``rows`` x ``cols`` at r14 (rows ``ldi`` apart) transposed to r15 (``ldo``)."""
+    y = [vec(256 if es == 4 else 128, i) for i in range(16)]
+    move = a.vmovups if es == 4 else a.vmovdqu
+    mask = t.arm(cols, es, y[15]) if cols < 8 else None
+    for r in range(rows):
+        if mask is None:
+            move(y[r], [r14 + r * ldi * es])
+        else:
+            t.load(y[r], r14, r * ldi * es, cols, es, mask)
+    (_transpose8 if es == 4 else _transpose8w)(a, y)
+    for c in range(cols):
+        if rows == 8:
+            move([r15 + c * ldo * es], y[8 + c])
+        else:
+            t.store(r15, c * ldo * es, y[8 + c], rows, es, tmp=y[0])
+
+
+def _transpose8(a, y):
+    """ymm 0-7 (rows of 4-byte elements) -> ymm 8-15 (columns)."""
+    for p in range(4):                              # pairs of rows: interleave dwords
+        a.vunpcklps(y[8 + 2 * p], y[2 * p], y[2 * p + 1])
+        a.vunpckhps(y[9 + 2 * p], y[2 * p], y[2 * p + 1])
+    for q, (lo, hi) in enumerate(((8, 10), (9, 11), (12, 14), (13, 15))):   # quads: interleave qwords
+        a.vshufps(y[2 * q], y[lo], y[hi], 0x44)
+        a.vshufps(y[2 * q + 1], y[lo], y[hi], 0xEE)
+    for c in range(4):                              # 128-bit halves: rows 0-3 with rows 4-7
+        a.vperm2f128(y[8 + c], y[c], y[4 + c], 0x20)
+        a.vperm2f128(y[12 + c], y[c], y[4 + c], 0x31)
 
 
 # the 8x8 word transpose: each stage interleaves the low and the high halves of register pairs
@@ -147,71 +284,68 @@ _WORD_STAGES = (("wd", ((0, 1), (2, 3), (4, 5), (6, 7))), ("dq", ((0, 2), (1, 3)
                 ("qdq", ((0, 4), (1, 5), (2, 6), (3, 7))))
 
 
-def _transpose8w(a, x, out, m, n, ldi, ldo):
-    """out (n, m) = x (m, n)^T for 2-byte elements: 8x8 blocks in xmm registers (interleave words,
-    then dwords, then qwords of row pairs), scalar edges."""
-    mb, nb = m // 8, n // 8
-    y = [vec(128, i) for i in range(16)]
-
-    def block():
-        for r in range(8):
-            a.vmovdqu(y[r], [r14 + r * ldi * 2])
-        for stage, (unpack, pairs) in enumerate(_WORD_STAGES):
-            src, dst = (0, 8) if stage % 2 == 0 else (8, 0)
-            for i, (p, q) in enumerate(pairs):
-                getattr(a, f"vpunpckl{unpack}")(y[dst + 2 * i], y[src + p], y[src + q])
-                getattr(a, f"vpunpckh{unpack}")(y[dst + 2 * i + 1], y[src + p], y[src + q])
-        for c in range(8):
-            a.vmovdqu([r15 + c * ldo * 2], y[8 + c])
-    _blocks(a, x, out, mb, nb, block, (16, 8 * ldo * 2), (8 * ldi * 2, 16))
-    _transpose_edges(a, x, out, m, n, ldi, ldo, 2)
+def _transpose8w(a, y):
+    """xmm 0-7 (rows of 2-byte elements) -> xmm 8-15 (columns)."""
+    for stage, (unpack, pairs) in enumerate(_WORD_STAGES):
+        src, dst = (0, 8) if stage % 2 == 0 else (8, 0)
+        for i, (p, q) in enumerate(pairs):
+            getattr(a, f"vpunpckl{unpack}")(y[dst + 2 * i], y[src + p], y[src + q])
+            getattr(a, f"vpunpckh{unpack}")(y[dst + 2 * i + 1], y[src + p], y[src + q])
 
 
-def _transpose_edges(a, x, out, m, n, ldi, ldo, es):
-    """The elements the 8x8 blocks leave: the last n % 8 columns of every row, then the last
-    m % 8 rows of the block columns."""
-    mb, nb = m // 8, n // 8
-    if n % 8:                                       # right edge: all rows, the last n % 8 columns
-        a.lea(rcx, [x + nb * 8 * es])
-        a.lea(rdx, [out + nb * 8 * ldo * es])
-        _copy3(a, es, rcx, rdx, (1, m, n % 8), (0, ldi, 1), (0, 1, ldo))
-    if m % 8:                                       # bottom edge: the last m % 8 rows
-        a.lea(rcx, [x + mb * 8 * ldi * es])
-        a.lea(rdx, [out + mb * 8 * es])
-        _copy3(a, es, rcx, rdx, (1, m % 8, nb * 8), (0, ldi, 1), (0, 1, ldo))
-
-
-def _vnni_pack(a, x, out, groups, n, ldi, f, es):
-    """The ``groups`` full groups of f rows: 32-byte column chunks interleaved in ymm registers
-    (bf16 pairs: unpack words; int8 quads: unpack bytes then words), scalar right edge."""
+def _vnni_pack(fn, t, x, out, m, n, ldi, f, es):
+    """x (m, n) -> out (ceil(m/f), n, f) for bf16 pairs and int8 quads: 32-byte column chunks of f
+    rows interleaved in ymm registers; the last n % (32 / es) columns are a masked chunk (on AVX2
+    with n past one chunk: a whole chunk overlapping the one before); the last group's missing
+    rows are zero registers."""
+    a = fn.asm
     cols = 32 // es
-    chunks = n // cols
-    y = [vec(256, i) for i in range(12)]
+    full, rem = divmod(m, f)
+    groups = ([(full, 0, f)] if full else []) + ([(1, full, rem)] if rem else [])
+    for gcount, g0, rows in groups:
+        for ccount, c0, ncols in _segments(n, cols, overlap=not t.avx512):
+            if ncols < cols:
+                t.prepare(ncols, es)
+                t.prepare(ncols % 8, 4, loads=False)
+            src = _offset(a, rcx, x, (g0 * f * ldi + c0) * es)
+            dst = _offset(a, rdx, out, (g0 * n * f + c0 * f) * es)
+            _blocks(a, src, dst, gcount, ccount, lambda rows=rows, ncols=ncols: _vnni_chunk(
+                a, t, ldi, f, es, rows, ncols), (32, 32 * f), (f * ldi * es, n * f * es))
 
-    def chunk():
-        for r in range(f):
+
+def _vnni_chunk(a, t, ldi, f, es, rows, ncols):
+    """``ncols`` columns of ``rows`` rows at r14 (``ldi`` apart; rows up to f are zeros) packed
+    to r15: bf16 pairs unpack words, int8 quads unpack bytes then words."""
+    cols = 32 // es
+    y = [vec(256, i) for i in range(15)]
+    mask = t.arm(ncols, es, y[12]) if ncols < cols else None
+    for r in range(f):
+        if r >= rows:
+            a.vpxor(y[r], y[r], y[r])
+        elif mask is None:
             a.vmovdqu(y[r], [r14 + r * ldi * es])
-        if f == 2:
-            a.vpunpcklwd(y[4], y[0], y[1])
-            a.vpunpckhwd(y[5], y[0], y[1])
-            pairs = [(4, 5)]
         else:
-            a.vpunpcklbw(y[4], y[0], y[1])
-            a.vpunpckhbw(y[5], y[0], y[1])
-            a.vpunpcklbw(y[6], y[2], y[3])
-            a.vpunpckhbw(y[7], y[2], y[3])
-            a.vpunpcklwd(y[8], y[4], y[6])
-            a.vpunpckhwd(y[9], y[4], y[6])
-            a.vpunpcklwd(y[10], y[5], y[7])
-            a.vpunpckhwd(y[11], y[5], y[7])
-            pairs = [(8, 9), (10, 11)]
-        # each register holds columns (lane 0, lane 1) = (c, c + cols/2): reorder the 128-bit halves
-        outs = [(lo, hi, 0x20) for lo, hi in pairs] + [(lo, hi, 0x31) for lo, hi in pairs]
-        for i, (lo, hi, imm) in enumerate(outs):
-            a.vperm2i128(y[i], y[lo], y[hi], imm)
+            t.load(y[r], r14, r * ldi * es, ncols, es, mask, tmp=y[14])
+    if f == 2:
+        a.vpunpcklwd(y[4], y[0], y[1])
+        a.vpunpckhwd(y[5], y[0], y[1])
+        pairs = [(4, 5)]
+    else:
+        a.vpunpcklbw(y[4], y[0], y[1])
+        a.vpunpckhbw(y[5], y[0], y[1])
+        a.vpunpcklbw(y[6], y[2], y[3])
+        a.vpunpckhbw(y[7], y[2], y[3])
+        a.vpunpcklwd(y[8], y[4], y[6])
+        a.vpunpckhwd(y[9], y[4], y[6])
+        a.vpunpcklwd(y[10], y[5], y[7])
+        a.vpunpckhwd(y[11], y[5], y[7])
+        pairs = [(8, 9), (10, 11)]
+    # each register holds columns (lane 0, lane 1) = (c, c + cols/2): reorder the 128-bit halves;
+    # output register i then holds the f-element groups of columns 8i to 8i + 7 (8 dwords)
+    outs = [(lo, hi, 0x20) for lo, hi in pairs] + [(lo, hi, 0x31) for lo, hi in pairs]
+    for i, (lo, hi, imm) in enumerate(outs[:-(-ncols // 8)]):
+        a.vperm2i128(y[i], y[lo], y[hi], imm)
+        if ncols >= 8 * i + 8:
             a.vmovdqu([r15 + 32 * i], y[i])
-    _blocks(a, x, out, groups, chunks, chunk, (32, 32 * f), (f * ldi * es, n * f * es))
-    if n % cols:
-        a.lea(rcx, [x + chunks * cols * es])
-        a.lea(rdx, [out + chunks * cols * f * es])
-        _copy3(a, es, rcx, rdx, (groups, f, n % cols), (f * ldi, ldi, 1), (n * f, 1, f))
+        else:
+            t.store(r15, 32 * i, y[i], ncols - 8 * i, 4, tmp=y[13])

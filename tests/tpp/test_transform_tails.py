@@ -1,0 +1,120 @@
+"""The tails of the transpose and VNNI-pack transforms (the last n % 8 columns and m % 8 rows of a
+transpose, the last n % (32 / itemsize) columns and the m % f rows of a pack) are vector code
+(masked or overlapping blocks), not an element-at-a-time copy through general registers, and
+still read and write nothing outside the operands (guard pages on either side)."""
+import ctypes
+import mmap
+
+import iced_x86 as ix
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tppasm.dtypes import dtype as D
+from tppasm.eltwise import Transform
+from tppasm.kernel import get_kernel
+from tppasm.x86.transform import generate_transform
+from tests.support import isa_params, native, run_raw
+
+# (op, dtype, block): the vectorized transforms and the columns one block or chunk holds
+VECTORIZED = [("transpose", "f32", 8), ("transpose", "bf16", 8), ("vnni2", "bf16", 16), ("vnni4", "i8", 32)]
+_GPRS = {ix.Register.RAX + i for i in range(ix.Register.R15 - ix.Register.RAX + 1)}
+
+
+def _tail_shapes(op, block):
+    """(m, n) shapes with every column tail and a row tail, above and below one block."""
+    rows = 8 if op == "transpose" else 4
+    return [(m, n) for m in (rows * 8 + rows - 1, rows - 1) for n in range(1, 2 * block) if n % block]
+
+
+def _scalar_moves(code):
+    """Instructions moving data between memory (other than the stack) and a general register."""
+    found = []
+    for ins in ix.Decoder(64, code):
+        kinds = [ins.op_kind(i) for i in range(ins.op_count)]
+        if ix.OpKind.MEMORY not in kinds or ins.memory_base == ix.Register.RSP:
+            continue
+        if ins.mnemonic == ix.Mnemonic.LEA:
+            continue
+        regs = {ins.op_register(i) for i in range(ins.op_count) if kinds[i] == ix.OpKind.REGISTER}
+        full = {ix.RegisterExt.full_register(r) for r in regs}
+        if not regs or full & _GPRS:
+            found.append(ix.Formatter(ix.FormatterSyntax.INTEL).format(ins))
+    return found
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+@pytest.mark.parametrize("op,dt,block", VECTORIZED)
+def test_tails_are_vector_moves(isa, op, dt, block):
+    """Every memory access of the code is a vector one, and the code does not grow with the tail:
+    the element-at-a-time loops took 2-19x the time of the next whole width. (Up to four block
+    variants: the whole blocks, the column tail, the row tail and the corner; AVX2 stores a
+    partial row in up to five pieces.)"""
+    whole = len(generate_transform(Transform(op, 64, 2 * block, dtype=dt), isa).code)
+    for m, n in _tail_shapes(op, block):
+        code = generate_transform(Transform(op, m, n, dtype=dt), isa).code
+        assert not _scalar_moves(code), f"{op} {dt} {m}x{n} on {isa}: {_scalar_moves(code)[:3]}"
+        size = len(code)
+        assert size <= 8 * whole, f"{op} {dt} {m}x{n} on {isa}: {size} bytes of code, {whole} without tails"
+
+
+@pytest.mark.parametrize("op,dt,block", VECTORIZED)
+def test_amx_level_uses_the_avx512_code(op, dt, block):
+    for m, n in _tail_shapes(op, block)[::5]:
+        d = Transform(op, m, n, dtype=dt)
+        assert generate_transform(d, "amx").code == generate_transform(d, "avx512").code
+
+
+_MAPS = []
+
+
+def _guarded(count, dt, at_end):
+    """``count`` elements directly before (``at_end``) or after an inaccessible page."""
+    nbytes = count * D(dt).itemsize
+    pages = -(-nbytes // mmap.PAGESIZE) + 2
+    buf = mmap.mmap(-1, pages * mmap.PAGESIZE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    libc = ctypes.CDLL(None)
+    for page in (0, pages - 1):
+        assert libc.mprotect(ctypes.c_void_p(base + page * mmap.PAGESIZE), mmap.PAGESIZE, 0) == 0
+    start = (pages - 1) * mmap.PAGESIZE - nbytes if at_end else mmap.PAGESIZE
+    return np.frombuffer(buf, dtype=np.uint8, count=nbytes, offset=start).view(D(dt))
+
+
+def _operand(flat, shape, ld):
+    """The (rows, cols) view of ``flat`` with rows ``ld`` elements apart, or ``flat`` reshaped."""
+    if len(shape) == 3:
+        return flat.reshape(shape)
+    return np.lib.stride_tricks.as_strided(flat, shape, (ld * flat.itemsize, flat.itemsize))
+
+
+@pytest.mark.parametrize("isa", isa_params(("avx2", "avx512")))
+@given(case=st.sampled_from(VECTORIZED), m=st.integers(1, 40), n=st.integers(1, 70),
+       pads=st.tuples(st.integers(0, 5), st.integers(0, 5)), x_at_end=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_tails_match_numpy_inside_guard_pages(isa, case, m, n, pads, x_at_end, seed):
+    """Poisoned outputs equal the reference, nothing between the output's rows changes, and the
+    operands lie against inaccessible pages (before one, after the other): an access outside
+    either faults (in the interpreter: outside the mapped arrays)."""
+    op, dt, _ = case
+    ldi, ldo = n + pads[0], (m + pads[1]) if op == "transpose" else 0
+    desc = Transform(op, m, n, ldi, ldo, dt)
+    k = get_kernel(desc, isa)
+    out_spec = desc.operands()[1]
+    out_count = (n - 1) * ldo + m if op == "transpose" else int(np.prod(out_spec.shape))
+    rng = np.random.default_rng(seed)
+    if native(isa):
+        xf, of = _guarded((m - 1) * ldi + n, dt, x_at_end), _guarded(out_count, dt, not x_at_end)
+    else:
+        xf, of = np.empty((m - 1) * ldi + n, D(dt)), np.empty(out_count, D(dt))
+    xf[...] = rng.integers(-100, 100, xf.size).astype(D(dt))
+    of[...] = np.array(-77).astype(D(dt))
+    x, out = _operand(xf, (m, n), ldi), _operand(of, out_spec.shape, ldo)
+    want = [x.copy(), out.copy()]
+    k.reference(*want)
+    run_raw(k, (x, out), isa=isa)
+    np.testing.assert_array_equal(out, want[1])
+    if op == "transpose":
+        gaps = np.ones(of.shape, bool)
+        _operand(gaps, out.shape, ldo)[...] = False
+        assert (of[gaps] == np.array(-77).astype(D(dt))).all(), "the padding between output rows changed"
