@@ -55,3 +55,20 @@ def test_gemm_nt_long_dense_rows_are_cut_by_splitting_k_or_n():
         tpp.gemm_nt(1, 2 ** 24 + 1, 4)
     with pytest.raises(ValueError, match=r"lda=16777217 spans more than 64 MiB per row; call it on a copy"):
         tpp.gemm_nt(2, 2, 4, lda=2 ** 24 + 1)
+
+
+def test_int_subclass_fields_become_plain_ints():
+    import enum
+
+    class Dim(enum.IntEnum):
+        BIG, ROWS = 2 ** 30, 5
+    with pytest.raises(ValueError, match=r"brgemm: lda=1073741824 needs an address offset") as e:
+        tpp.brgemm(4, 5, 4, lda=Dim.BIG)
+    assert "stride_a" not in str(e.value)
+    k = tpp.unary("relu", Dim.ROWS, 17)
+    assert type(k.desc.m) is int and "Dim" not in repr(k)
+
+
+def test_gemm_nt_advises_a_copy_only_where_dense_rows_fit():
+    with pytest.raises(ValueError, match=r"k=16777217 makes each row of A and B span more than 64 MiB; split k"):
+        tpp.gemm_nt(1, 1, 2 ** 24 + 1, lda=2 ** 24 + 2)

@@ -38,7 +38,7 @@ def _long_row_error(name, ld, width, size, itemsize):
     """The message for a row stride ``name``=``ld`` past :data:`MAX_ROW_BYTES`: a dense row (``ld`` is
     the ``width`` dimension of ``size`` items) is cut by splitting that dimension, a padded one by a copy."""
     limit = MAX_ROW_BYTES // itemsize
-    if ld > size:
+    if ld > size and size <= limit:             # (a dense copy's rows would fit)
         return (f"gemm_nt: {name}={int_text(ld)} spans more than {MAX_ROW_BYTES >> 20} MiB per row; call it on a copy "
                 "with dense rows")
     fix = ("split k into chunks of at most {limit} and add the products (or use tpp.brgemm, whose k has no such "

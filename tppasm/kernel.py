@@ -123,9 +123,11 @@ class Descriptor:
                 value = bool(value) if isinstance(value, np.bool_) else value
                 ok, legal = isinstance(value, bool), "True or False"
             elif f.type is int:
-                if isinstance(value, np.integer) or (f.name == "beta" and isinstance(value, (float, np.floating))
-                                                     and value in (0, 1)):
-                    value = int(value)                         # (beta=1.0: how BLAS users write it)
+                # NumPy ints and int subclasses (an IntEnum) as plain ints (the cached kernel is shared by other
+                # callers), and beta=1.0 as BLAS users write it
+                if isinstance(value, (int, np.integer)) and not isinstance(value, bool) or (
+                        f.name == "beta" and isinstance(value, (float, np.floating)) and value in (0, 1)):
+                    value = int(value)
                 ok = isinstance(value, int) and not isinstance(value, bool)
                 legal = "an int, 0 or 1" if f.name == "beta" else "an int"
                 if ok and abs(value) >= _INT_LIMIT:            # (and the validation's own messages: str(10**5000) raises)

@@ -11,6 +11,7 @@ import tppasm as tpp  # noqa: E402
 from loops import Loop, kernel  # noqa: E402
 from tppasm.dtypes import dtype as D  # noqa: E402
 from tppasm.operand import OperandError, as_ndarray  # noqa: E402
+from tppasm.torch import linear  # noqa: E402
 
 TORCH = {"f32": torch.float32, "bf16": torch.bfloat16}
 
@@ -166,3 +167,11 @@ def test_loop_kernels_refuse_what_they_cannot_write():
     with torch.no_grad():
         w = torch.randn(4, 4, 16, requires_grad=True)
         relu_blocks(w, torch.empty(4, 4, 16))     # reading one is fine without grad mode
+
+
+@pytest.mark.parametrize("dtype, fix", [(torch.float32, r"pass bias\.float\(\)$"),
+                                        (torch.bfloat16, r"pass bias\.bfloat16\(\) or bias\.float\(\)$")])
+def test_a_float64_bias_is_told_the_dtype_that_fits_x(dtype, fix):
+    x, w = torch.ones(2, 3, dtype=dtype), torch.ones(4, 3, dtype=dtype)
+    with pytest.raises(TypeError, match=fix):
+        linear(x, w, torch.ones(4, dtype=torch.float64))

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tppasm.brgemm import Brgemm
-from tppasm.x86.blocking import ALIASED_ROWS, rows_per_set
+from tppasm.x86.blocking import ALIASED_ROWS, plan, rows_per_set
 from tppasm.x86.brgemm import Gen, generate_brgemm, target_features
 from tests.support import native
 from tests.tpp.test_brgemm import _params, _round_trip
@@ -90,3 +90,13 @@ def test_brgemm_aliasing_lds_match_reference(isa, dtype, features, data):
     desc.validate()
     variant = (tuple(target_features(isa)) if feats is None else feats, where)
     _round_trip(desc, isa, variant, data.draw(st.integers(1, 3)), data.draw(st.integers(0, 2 ** 32 - 1)))
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+@pytest.mark.parametrize("m, n, k", [(7, 8, 4096), (8, 8, 1024), (7, 16, 2048), (7, 64, 4096)])
+def test_one_tile_of_every_row_is_not_split(isa, m, n, k):
+    """A tile of all m <= 8 rows has no next tile whose rows would crowd the set: the plan is the one
+    that ignores the aliasing (4 + 3 rows read B twice: avx2 7 x 8 x 4096 took 1.5x as long)."""
+    desc = Brgemm(m=m, n=n, k=k, lda=k)
+    gen = Gen(desc, isa, frozenset())
+    assert gen.plan == plan(desc, gen.v, gen.dot, 0)

@@ -197,8 +197,12 @@ def _check_tensor(who, name, t, x, real):
     if real and not t.is_cpu:
         raise ValueError(f"{who}: {name} is a tensor on {t.device}; tppasm kernels run on the CPU: pass {name}.cpu()")
     if t.dtype not in _DTYPES:
-        raise TypeError(f"{who}: {name} is {t.dtype}; tppasm kernels take torch.float32 or torch.bfloat16: pass "
-                        f"{name}.float() or {name}.bfloat16()")
+        if t is x or x.dtype not in _DTYPES:
+            fix = f"{name}.float() or {name}.bfloat16()"
+        else:                                   # x's dtype (a bias: or float32)
+            fix = f"{name}.float()" if x.dtype is torch.float32 else \
+                f"{name}.bfloat16()" + (" or bias.float()" if name == "bias" else "")
+        raise TypeError(f"{who}: {name} is {t.dtype}; tppasm kernels take torch.float32 or torch.bfloat16: pass {fix}")
     if name == "bias" and t.dtype is torch.bfloat16 and x.dtype is torch.float32:
         raise TypeError(f"{who}: bias is torch.bfloat16 and x {x.dtype}; a bias is in x's dtype or torch.float32: "
                         "pass bias.float()")

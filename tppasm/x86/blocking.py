@@ -24,6 +24,9 @@ LINE_CYCLES = {256: 1.5, 512: 0.75}
 # has more of them than the ways. Tiles keep at most ALIASED_ROWS rows in one set: on Zen 4, 1 thread,
 # fp32 1024 x 16 x 1024 took 729 us with 16 rows, 409-428 with at most 4, 6 or 8 (1040: 407).
 SET_PERIOD, ALIASED_ROWS = 4096, 6
+# ... except a tile of every row of A (m of them: no next tile's rows): the ways hold up to 8. Splitting it
+# read B twice: avx2 fp32 7 x 8 x 4096, lda 4096: 7.3 us in one tile, 11.0 as 4 + 3 rows
+SINGLE_TILE_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,8 @@ def row_runs(m, rows):
 
 def plan(desc, v, dot, epilogue_regs, row_a=0):
     """Choose R x V minimizing the modelled cycles over all tiles of C; with A's rows ``row_a``
-    bytes apart (0: unknown), tiles of at most ``ALIASED_ROWS`` rows in one L1 set."""
+    bytes apart (0: unknown), tiles of at most ``ALIASED_ROWS`` rows in one L1 set
+    (``SINGLE_TILE_ROWS`` for one tile of all m rows)."""
     lanes = v.lanes(4)
     nvec = -(-desc.n // lanes)
     tail = desc.n % lanes
@@ -119,8 +123,8 @@ def plan(desc, v, dot, epilogue_regs, row_a=0):
         rmax = min((loop_regs - vecs * dot.nb) // vecs, (v.nregs - reserved - epilogue_regs) // vecs,
                    desc.m, 16)
         for rows in range(1, rmax + 1):
-            if row_a and rows_per_set(row_a, rows) > ALIASED_ROWS:
-                break
+            if row_a and rows_per_set(row_a, rows) > (ALIASED_ROWS if rows < desc.m else SINGLE_TILE_ROWS):
+                continue                        # (rows = m may still fit)
             cost = 0.0
             for offset, vt, blocks in column_blocks(nvec, vecs, v.bytes):
                 b_lines = lines_per_row(offset, vt * v.bytes, row_b)
