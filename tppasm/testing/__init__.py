@@ -17,7 +17,10 @@ copies, then checks that
   tolerances for floats (``tppasm.testing.compare``): element-wise kinds per element (fp32 within
   ``rtol`` 1e-5 of each reference value, bf16 within two bf16 ulps of it), kinds that sum
   (BRGEMMs, reductions, norms, softmax, muladd, rotary, loop kernels) within ``rtol * |reference|
-  + rtol * max|reference|`` (sums that cancel); both at least 2**-137 (4096 subnormal ulps: results
+  + rtol * max|reference|`` (sums that cancel), and those that sum products (BRGEMMs, gemm_nt,
+  block SpMM, muladd, add and sumsq reductions) also within ``max(rtol, n u / (1 - n u))`` (n terms,
+  u = 2**-24) times the element's reference on the absolute values of the inputs (``|c| + |bias| +
+  sum |a||b|``, the size its rounding scales with); both at least 2**-137 (4096 subnormal ulps: results
   that are all subnormal, where the rounding of each of up to 8192 terms adds up to half an ulp),
   kernels computing in bf16 at least 2**20 smallest normals (bf16 dot products flush denormal
   inputs and products to zero), ``gelu_erf_fast`` within its documented 2**-22 max(1, |x|); NaN
@@ -47,8 +50,8 @@ from ..dtypes import numpy_dtype
 from ..kernel import ISAUnavailableError, scalar_arg
 from ..layout import empty, empty_for
 from ..operand import as_ndarray, check as check_operand, origin_of
-from .compare import (FTZ_ATOL, RTOL, SUBNORMAL_ATOL, compare as _compare, documented_atol,  # noqa: F401
-                      is_summing, scratch_hint, scratch_positions, unwritten_hint)
+from .compare import (FTZ_ATOL, RTOL, SUBNORMAL_ATOL, bounds_terms, compare as _compare,  # noqa: F401
+                      documented_atol, is_summing, scratch_hint, scratch_positions, terms_summed, unwritten_hint)
 
 GUARD = 64                                # bytes of poison before and after each copy, at least
 GUARD_MAX = 64 << 10                      # ... and at most, when one outer step is larger
@@ -282,13 +285,45 @@ def _reference(kernel, kind, arrays, count):
         return kernel.python(*arrays)
     if kernel.desc.count_scalar is None:
         return kernel.reference(*arrays)
+    return kernel.reference(*arrays, count=_count(kernel, kind, arrays, count))
+
+
+def _count(kernel, kind, arrays, count):
+    """The blocks a call of a batched kernel on ``arrays`` sums: ``count``, or as the call infers it."""
+    if kernel.desc.count_scalar is None:
+        return 1
     if count is None:
         if kind == "batched":
             from ..brgemm import _batch_count
-            count = _batch_count(kernel.desc, arrays[0], arrays[1], arrays[3:])
-        else:
-            count = kernel._count_of(arrays)
-    return kernel.reference(*arrays, count=count)
+            return _batch_count(kernel.desc, arrays[0], arrays[1], arrays[3:])
+        return kernel._count_of(arrays)
+    return count
+
+
+def _absolute(a):
+    """A copy of ``a`` (its layout kept) with each float replaced by its absolute value; integers
+    (indices, offsets, addresses) as they are; a list of blocks block by block."""
+    if isinstance(a, (list, tuple)):
+        return [_absolute(x) for x in a]
+    if not isinstance(a, np.ndarray):
+        return a
+    view = Guarded(a, 0).view
+    if view.dtype.kind == "f" or view.dtype.name == "bfloat16":
+        with np.errstate(invalid="ignore"):
+            view[...] = np.abs(view)
+    return view
+
+
+def _magnitudes(kernel, kind, arrays, count):
+    """(each array's per-element sum of the sizes of its terms, or None; the terms each sums):
+    the reference on the absolute values of the float inputs (:func:`compare.bounds_terms`)."""
+    if not bounds_terms(kernel, kind):
+        return [None] * len(arrays), 1
+    sizes = [_absolute(a) for a in arrays]
+    with np.errstate(invalid="ignore"):
+        _reference(kernel, kind, sizes, count)
+    n = terms_summed(kernel.desc, int(_count(kernel, kind, arrays, count)))
+    return [s if isinstance(s, np.ndarray) else None for s in sizes], n
 
 
 def _case(names, arrays, only, count):
@@ -348,6 +383,7 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
     skip = {} if kind == "loop" else kernel.desc.unspecified(*ref)
     problems = []
     summing, documented = is_summing(kernel, kind), documented_atol(kernel, kind, arrays)
+    sizes, terms = _magnitudes(kernel, kind, arrays, count) if atol is None else ([None] * len(arrays), 1)
     for i, copies in enumerate(zip(*runs)):
         first = copies[0]
         if not isinstance(first, Guarded):
@@ -371,7 +407,8 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
             bf16 = getattr(getattr(kernel, "desc", None), "dtype", None) == "bf16"
             floor = None if atol is not None else (FTZ_ATOL if bf16 else SUBNORMAL_ATOL) + documented
             for run, copy in enumerate(copies if i in only else copies[:1]):
-                found = _compare(names[i], copy.view, ref[i], rtol, atol, floor, skip.get(names[i]), summing)
+                found = _compare(names[i], copy.view, ref[i], rtol, atol, floor, skip.get(names[i]), summing,
+                                 sizes[i], terms)
                 if found:
                     if not run:
                         found = [found[0] + scratch_hint(kind, names[i], copy.view, ref[i], arrays[i])]

@@ -9,9 +9,19 @@ reductions, norms, softmax, muladd, rotary, loop kernels) may cancel, so there t
 subnormal; bf16 dot products flush denormals to zero), and an op documented to an absolute error
 (``gelu_erf_fast``: 2^-22 max(1, |x|)) adds that error.
 
+A kind whose reference sums products of its inputs (:func:`bounds_terms`: BRGEMMs, ``gemm_nt``,
+block SpMM, muladd, add and sumsq reductions) is also run on the absolute values of its float
+inputs: that gives each result's sum of the sizes of its terms (``|c| + |bias| + sum |a||b|``),
+which fp32 rounding scales with however much the terms cancel (or a ReLU cuts). Each element may
+then also differ by ``max(rtol, n u / (1 - n u))`` times it (Higham's bound of a sum of ``n``
+terms, :func:`terms_summed`, u = 2^-24; the second only with the default ``rtol``), where that is
+more than the bound above. An element whose terms do not cancel keeps about the bound above.
+
 >>> import numpy as np
 >>> tolerance(np.array([1.0, 1e6]), "f32", summing=False, rtol=None, atol=None, floor=0.0)[0]
 array([1.e-05, 1.e+01])
+>>> tolerance(np.array([1e-3, 1.0]), "f32", True, None, None, 0.0, magnitude=np.array([5.0, 1.0]))[0]
+array([6.e-05, 2.e-05])
 """
 import numpy as np
 
@@ -27,6 +37,10 @@ ELEMENTWISE_KINDS = frozenset({"unary", "binary", "transform", "quantize", "dequ
 FTZ_ATOL = float(np.finfo(np.float32).tiny) * 2.0 ** 20
 SUBNORMAL_ATOL = 2.0 ** -137
 BF16_LEAST_ULP = 2.0 ** -133
+# the kinds whose reference run on |inputs| sums the sizes of the terms each result sums (reduce:
+# but for op="max"); not norms, softmax, rotary (x1 cos - x2 sin keeps its minus) or loop kernels
+MAGNITUDE_KINDS = frozenset({"brgemm", "gemm_nt", "block_spmm", "ternary", "reduce"})
+UNIT_ROUNDOFF = 2.0 ** -24                 # fp32's: every fp32 sum rounds to within it, relatively
 # element-wise ops documented to an absolute error (times max(1, |x|)) rather than a relative one
 ABSOLUTE_ERROR = {"gelu_erf_fast": 2.0 ** -22}
 
@@ -38,30 +52,46 @@ def _bf16_ulps(w):
     return np.maximum(np.ldexp(1.0, exponent - 8), BF16_LEAST_ULP)
 
 
-def tolerance(w, floats, summing, rtol, atol, floor):
-    """Per-element bound on ``|got - w|`` (an array like ``w``) and its description."""
+def tolerance(w, floats, summing, rtol, atol, floor, magnitude=None, terms=1):
+    """Per-element bound on ``|got - w|`` (an array like ``w``) and its description; ``magnitude``:
+    each element's sum of the sizes of its terms (or None), ``terms``: how many each sums at most."""
     r = RTOL[floats] if rtol is None else rtol
     finite = np.abs(w[np.isfinite(w)])
     if atol is not None:
         a = atol
     else:
         a = max(r * float(finite.max()) if summing and finite.size else 0.0, floor or 0.0)
+    text = ""
     with np.errstate(invalid="ignore"):
         if floats == "bf16" and rtol is None and not summing:
             per, text = BF16_ULPS * _bf16_ulps(w), f"{BF16_ULPS} bf16 ulps per element"
         else:
             per, text = r * np.abs(w), f"rtol={r:g} per element"
-        return np.where(np.isfinite(per), per, 0.0) + a, f" ({text}, atol={a:g})"
+        bound = np.where(np.isfinite(per), per, 0.0) + a
+        if magnitude is None or atol is not None or not summing:
+            return bound, f" ({text}, atol={a:g})"
+        g = max(r, _gamma(terms)) if rtol is None else r
+        sized = g * np.abs(np.asarray(magnitude, np.float64))
+        sized = np.where(np.isfinite(sized), sized, 0.0)        # an overflowing (or NaN) size: the bound above
+        return np.maximum(bound, sized + a), f" ({text}, atol={a:g}; or {g:.3g} x the sum of the sizes of " \
+            f"the element's terms, + atol, where larger)"
 
 
-def compare(name, got, want, rtol, atol, floor=None, skip=None, summing=True):
+def _gamma(n):
+    """Higham's gamma_n = n u / (1 - n u): the relative bound of a sum of n terms rounded to fp32."""
+    nu = n * UNIT_ROUNDOFF
+    return nu / (1 - nu) if nu < 0.5 else float("inf")
+
+
+def compare(name, got, want, rtol, atol, floor=None, skip=None, summing=True, magnitude=None, terms=1):
     """Problems (strings) where ``got`` differs from ``want``; ``floor``: the least ``atol``;
-    ``skip``: a mask of elements whose values are unspecified; ``summing``: a kind that sums."""
+    ``skip``: a mask of elements whose values are unspecified; ``summing``: a kind that sums;
+    ``magnitude``, ``terms``: see :func:`tolerance`."""
     floats = "bf16" if got.dtype.name == "bfloat16" else "f32" if got.dtype.kind == "f" else None
     if floats:
         with np.errstate(invalid="ignore"):          # a signalling NaN warns as it is cast
             g, w = got.astype(np.float64), np.asarray(want).astype(np.float64)
-        tol, text = tolerance(w, floats, summing, rtol, atol, floor)
+        tol, text = tolerance(w, floats, summing, rtol, atol, floor, magnitude, terms)
         with np.errstate(invalid="ignore"):
             ok = (np.abs(g - w) <= tol) | (g == w) | (np.isnan(g) & np.isnan(w))
     else:
@@ -101,6 +131,39 @@ def is_summing(kernel, kind):
         return True
     k = getattr(getattr(kernel, "desc", None), "kind", None)
     return k in SUMMING_KINDS or k not in ELEMENTWISE_KINDS
+
+
+def bounds_terms(kernel, kind):
+    """Whether ``kernel``'s reference, run on the absolute values of its float inputs, gives each
+    result's sum of the sizes of its terms (:data:`MAGNITUDE_KINDS`).
+
+    >>> import tppasm
+    >>> bounds_terms(tppasm.brgemm(2, 2, 2), "kernel"), bounds_terms(tppasm.reduce("max", 2, 2), "kernel")
+    (True, False)
+    """
+    desc = getattr(kernel, "desc", None)
+    k = getattr(desc, "kind", None)
+    return kind != "loop" and k in MAGNITUDE_KINDS and getattr(desc, "op", None) != "max"
+
+
+def terms_summed(desc, count):
+    """How many terms each result of a :func:`bounds_terms` kernel sums at most, with ``count``
+    blocks (BRGEMM: k per block, and C with beta=1, and the bias; block SpMM: bk per stored block).
+
+    >>> import tppasm
+    >>> terms_summed(tppasm.brgemm(2, 2, 64, beta=1, bias=True).desc, 3)
+    194
+    """
+    kind = desc.kind
+    if kind == "brgemm":
+        return desc.k * count + int(desc.beta) + int(desc.bias)
+    if kind == "block_spmm":
+        return desc.bk * count + int(desc.beta)
+    if kind == "gemm_nt":
+        return desc.k
+    if kind == "reduce":
+        return desc.n if desc.over == "cols" else desc.m
+    return 2                                    # muladd: c + a b
 
 
 def scratch_positions(kernel, kind, names):

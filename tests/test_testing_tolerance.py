@@ -1,0 +1,124 @@
+"""tppasm.testing's float tolerance of kinds that sum products (review fz15a item 1, fix14b's note):
+it scales with the sizes of the terms an element sums (the reference on |inputs|), so a correct
+kernel whose terms cancel (or a ReLU cuts) or that sums many terms passes, while an error in an
+element whose terms do not cancel is still caught."""
+import numpy as np
+import pytest
+
+import tppasm as tpp
+from tppasm.brgemm import Brgemm
+from tppasm.testing import assert_matches_reference, check
+from tppasm.testing.compare import compare
+
+F = np.float32
+
+
+def _cancelling_case():
+    """The report's element: relu(0 + 2.4335938 - 5 * 0.0603541 - 2.125) = 0.0068, summed from terms
+    of ~2.4 (k=2, 3 blocks, C zero with beta=1, a bias that cancels)."""
+    a = np.zeros((3, 7, 512), F)
+    a[:, 0, :2] = -0.6953125
+    b = np.zeros((3, 2, 1024), F)
+    b[:, :, :32] = 0.0868014
+    b[0, 0, 0] = -3.5
+    c = np.zeros((7, 32), F)
+    bias = np.zeros(32, F)
+    bias[0] = -2.125
+    return a[:, :, :2], b[:, :, :32], c, bias
+
+
+def test_relu_after_cancelling_terms_passes():
+    g = tpp.brgemm(7, 32, 2, lda=512, ldb=1024, beta=1, bias=True, act="relu", stream_c=True)
+    a, b, c, bias = _cancelling_case()
+    assert check(g, [a, b, c, bias]) == []
+    g(a, b, c, bias)
+    assert 0 < c[0, 0] < 0.01                               # the case cancels, as in the report
+
+
+def test_second_case_of_the_report_passes_on_cancelling_data():
+    """brgemm(31, 32, 8, lda=1040, ldb=2048, ldc=1024, beta=1, bias=True, act="relu") on a C that
+    cancels each element's products and bias (terms of ~10) down to about 1e-4."""
+    g = tpp.brgemm(31, 32, 8, lda=1040, ldb=2048, ldc=1024, beta=1, bias=True, act="relu")
+    rng = np.random.default_rng(7)
+    a = rng.uniform(-3, 3, (2, 31, 1040)).astype(F)[..., :8]
+    b = rng.uniform(-3, 3, (2, 8, 2048)).astype(F)[..., :32]
+    bias = rng.uniform(-3, 3, 32).astype(F)
+    exact = bias + sum(a[i].astype(float) @ b[i] for i in range(2))
+    c = np.zeros((31, 1024), F)[:, :32]
+    c[...] = -exact + rng.uniform(1e-4, 2e-4, exact.shape)
+    assert check(g, [a, b, c, bias]) == []
+
+
+def test_long_sum_of_equal_terms_passes():
+    """fix14b's note: 3 blocks of k=1024 equal positive terms; fp32 summation is 4e-5 off, relatively."""
+    g = tpp.brgemm(64, 8, 1024)
+    a, b = np.full((3, 64, 1024), 0.9, F), np.full((3, 1024, 8), 0.9, F)
+    assert check(g, [a, b, np.empty((64, 8), F)]) == []
+
+
+def _positive(m=8, n=16, k=32, count=2):
+    rng = np.random.default_rng(3)
+    return (rng.uniform(0.5, 1.0, (count, m, k)).astype(F), rng.uniform(0.5, 1.0, (count, k, n)).astype(F),
+            np.empty((m, n), F))
+
+
+def _off_by(monkeypatch, scale, where=(0, 0)):
+    """The reference with one element ``scale`` times the result's size off (as a kernel bug would be)."""
+    compute = Brgemm.compute
+
+    def wrong(self, a_blocks, b_blocks, c, bias=None):
+        out = compute(self, a_blocks, b_blocks, c, bias)
+        out[where] += scale * np.abs(out).max()
+        return out
+    monkeypatch.setattr(Brgemm, "compute", wrong)
+
+
+@pytest.mark.parametrize("scale", [4e-5, -4e-5])
+def test_small_error_in_an_uncancelled_element_is_caught(monkeypatch, scale):
+    """Terms all positive (nothing cancels): an error of 4 rtol of the result's size still shows."""
+    g = tpp.brgemm(8, 16, 32)
+    arrays = _positive()
+    assert check(g, arrays) == []
+    _off_by(monkeypatch, scale, (3, 5))
+    problems = check(g, arrays)
+    assert problems and "c: 1 of 128 elements differ" in problems[0] and "[3, 5]" in problems[0]
+
+
+def test_a_missing_term_in_a_cancelled_element_is_caught():
+    """The report's cancelled element with one of its 6 products left out (relu(0.0068 + 0.06))."""
+    g = tpp.brgemm(7, 32, 2, lda=512, ldb=1024, beta=1, bias=True, act="relu", stream_c=True)
+    a, b, c, bias = _cancelling_case()
+    g(a, b, c, bias)
+    got, want = c, c.copy()
+    want[0, 0] += F(0.6953125 * 0.0868014)
+    sizes = np.full(want.shape, 10.0)
+    assert compare("c", got, want, None, None, summing=True, magnitude=sizes, terms=7)
+
+
+def test_compare_scales_with_the_terms_only_where_given():
+    want = np.array([[1e-3, 1.0]])
+    got = want + np.array([[4e-5, 0.0]])
+    assert compare("c", got.astype(F), want, None, None, summing=True)           # without sizes: a mismatch
+    assert not compare("c", got.astype(F), want, None, None, summing=True, magnitude=np.array([[5.0, 1.0]]))
+    # an explicit atol is the bound: the sizes do not widen it
+    assert compare("c", got.astype(F), want, None, 1e-6, summing=True, magnitude=np.array([[5.0, 1.0]]))
+    # element-wise kinds keep their per-element bound
+    assert compare("c", got.astype(F), want, None, None, summing=False, magnitude=np.array([[5.0, 1.0]]))
+
+
+def test_overflowing_sizes_fall_back_to_the_plain_bound():
+    want = np.array([1.0, 2.0])
+    got = (want + np.array([1.0, 0.0])).astype(F)
+    assert compare("c", got, want, None, None, summing=True, magnitude=np.array([np.inf, 2.0]))
+
+
+def test_reduce_max_and_norms_keep_their_bound():
+    from tppasm.testing.compare import bounds_terms
+    assert not bounds_terms(tpp.reduce("max", 2, 8), "kernel")
+    assert not bounds_terms(tpp.rmsnorm(2, 8), "kernel")
+    assert bounds_terms(tpp.reduce("add", 2, 8), "kernel") and bounds_terms(tpp.gemm_nt(2, 2, 2), "kernel")
+
+
+def test_hypothesis_examples_of_a_cancelling_relu_brgemm_pass():
+    assert_matches_reference(tpp.brgemm(7, 32, 2, lda=512, ldb=1024, beta=1, bias=True, act="relu",
+                                        stream_c=True), max_examples=10)
