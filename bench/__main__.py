@@ -111,7 +111,8 @@ def check_own(parser, suite, own, rest, opts):
 def run(names, argv, json_path=None, plot_path=None):
     """Run the suite modules ``names`` with ``argv``; merge their records; write/plot them; return them.
     A module that fails (returns non-zero, or raises: :func:`run_module`) or a plot with nothing to
-    draw: the records are written, then SystemExit naming it (exit status 1)."""
+    draw: the records are written, then SystemExit naming it (exit status 1). A closed stdout (its
+    reader left) raises BrokenPipeError, before any file is written if a module met it."""
     records, failed = [], []
     host = common.host_info()
     common.ANNOUNCE = False
@@ -130,11 +131,18 @@ def run(names, argv, json_path=None, plot_path=None):
         if json_path:
             with open(json_path, "w") as f:
                 json.dump(common.plain(records), f, indent=1)
-            print(f"\nwrote {json_path} ({len(records)} records)")
-        if plot_path and not draw(records, plot_path):
-            failed.append(f"--plot {plot_path} (no GFLOP/s records to draw; not written)")
     except OSError as e:                # checked writable before the run; the disk or the device said no
         sys.exit(f"python -m bench: cannot write {e.filename or json_path}: {e.strerror or e}; the records were "
+                 "printed above")
+    if json_path:
+        print(f"\nwrote {json_path} ({len(records)} records)")     # (a closed stdout: BrokenPipeError, quiet)
+    try:
+        if plot_path and not draw(records, plot_path):
+            failed.append(f"--plot {plot_path} (no GFLOP/s records to draw; not written)")
+    except BrokenPipeError:             # draw's "wrote ..." on a stdout whose reader left: not the plot's fault
+        raise
+    except OSError as e:
+        sys.exit(f"python -m bench: cannot write {e.filename or plot_path}: {e.strerror or e}; the records were "
                  "printed above")
     if failed:
         sys.exit(f"python -m bench: failed: {'; '.join(failed)}" + ("; the records of the rest were written"
@@ -145,8 +153,9 @@ def run(names, argv, json_path=None, plot_path=None):
 def run_module(name, argv):
     """``main(argv)`` of the suite module ``name``: its exit status, or what it raised (printed with
     its traceback, then said in a word), so that the modules after it still run and the records of
-    all are written. A missing package (the bench extra: torch, ...) is named with what to install;
-    argparse's exits (``--help``, a bad option) end the run, as before."""
+    all are written; but BrokenPipeError (stdout's reader left) is raised on, ending the run. A
+    missing package (the bench extra: torch, ...) is named with what to install; argparse's exits
+    (``--help``, a bad option) end the run, as before."""
     try:
         return importlib.import_module(name).main(argv)
     except SystemExit as e:
@@ -157,6 +166,8 @@ def run_module(name, argv):
     except ImportError as e:
         print(f"python -m bench: {name}: {e}: install the bench extra (pip install -e .[bench])", file=sys.stderr)
         return f"needs {e.name or 'a package'}: pip install -e .[bench]"
+    except BrokenPipeError:         # stdout's reader left (| head): the run ends, quietly (exit 141), and
+        raise                       # writes no records: it has not made them
     except Exception as e:          # a module's bug: the others still run, and their records are written
         traceback.print_exc()
         return f"raised {type(e).__name__}: {e}"
