@@ -162,3 +162,31 @@ def test_an_offset_batched_brgemm_is_one_object_for_equal_arguments():
     k = tpp.brgemm(2, 3, 4, batch="offset")
     assert k is tpp.brgemm(2, 3, 4, batch="offset") is copy.copy(k) is copy.deepcopy(k)
     assert pickle.loads(pickle.dumps(k)) is k
+
+
+def test_concurrent_first_calls_share_one_wrapper():
+    import sys
+    import threading
+    from tppasm.lazy import one_wrapper
+
+    class Kernel:
+        pass
+
+    class Slow:
+        def __init__(self, kernel):
+            import time
+            time.sleep(0.001)               # (widens the window between the read and the write)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(20):
+            k, got = Kernel(), []
+            threads = [threading.Thread(target=lambda: got.append(one_wrapper(k, Slow))) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len({id(w) for w in got}) == 1
+    finally:
+        sys.setswitchinterval(old)

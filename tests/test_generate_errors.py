@@ -72,3 +72,23 @@ def test_int_subclass_fields_become_plain_ints():
 def test_gemm_nt_advises_a_copy_only_where_dense_rows_fit():
     with pytest.raises(ValueError, match=r"k=16777217 makes each row of A and B span more than 64 MiB; split k"):
         tpp.gemm_nt(1, 1, 2 ** 24 + 1, lda=2 ** 24 + 2)
+
+
+def test_mmla_brgemm_refuses_another_layout():
+    # any other layout built the dot kernel over an MMLA-packed B: wrong results, no error
+    with pytest.raises(ValueError, match=r"layout='vnni'; expected 'sve_mmla'"):
+        Kernel(MmlaBrgemm(m=4, n=8, k=16, dtype="bf16", layout="vnni"), "sve")
+    with pytest.raises(ValueError, match=r"layout=5; expected a string"):
+        MmlaBrgemm(m=4, n=8, k=16, dtype="bf16", layout=5)
+
+
+def test_str_subclass_fields_become_plain_strings():
+    import enum
+
+    import numpy as np
+
+    class Op(str, enum.Enum):
+        RELU, BF16 = "relu", "bf16"
+    k = tpp.unary(Op.RELU, 5, 9, dtype=Op.BF16)
+    assert type(k.desc.op) is str and type(k.desc.dtype) is str and "Op" not in repr(k)
+    assert type(tpp.brgemm(2, 2, 2, batch=np.str_("offset")).desc.batch) is str

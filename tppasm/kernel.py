@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import types
+import typing
 import weakref
 
 import numpy as np
@@ -83,10 +84,15 @@ _INT_LIMIT = 1 << 63
 
 @functools.cache
 def _fields(cls):
-    """[(field, its plain type)] of descriptor class ``cls``: a value of exactly that type (an int
-    below 2**63, a dtype field's tppasm name) needs no conversion or check in ``_normalize``; None
-    for the other field types, whose values always take the full check."""
-    return [(f, f.type if f.type in (bool, int, str) else None) for f in dataclasses.fields(cls)]
+    """[(field, its type, its plain type)] of descriptor class ``cls``: a value of exactly the plain
+    type (an int below 2**63, a dtype field's tppasm name) needs no conversion or check in
+    ``_normalize``; None for the other field types, whose values always take the full check."""
+    try:
+        hints = typing.get_type_hints(cls)    # (a module with postponed annotations gives f.type as a string)
+    except (NameError, TypeError):
+        hints = {}
+    types_ = [(f, hints.get(f.name, f.type)) for f in dataclasses.fields(cls)]
+    return [(f, t, t if t in (bool, int, str) else None) for f, t in types_]
 
 
 class Descriptor:
@@ -109,20 +115,22 @@ class Descriptor:
         >>> type(Unary("relu", np.int64(2), 3).m)
         <class 'int'>
         """
-        for f, plain in _fields(type(self)):
+        for f, ftype, plain in _fields(type(self)):
             value = getattr(self, f.name)
             if type(value) is plain and (plain is not int or -_INT_LIMIT < value < _INT_LIMIT) and (
                     plain is not str or f.name not in DTYPE_FIELDS or value in NUMPY_NAMES or value == ""):
                 continue                        # (the common case, first: a constructor's call checks every field)
             if f.name in DTYPE_FIELDS and value is None and f.default == "":
                 value = ""                                     # None: the default, as ""
+            if isinstance(value, str) and type(value) is not str:
+                value = str.__str__(value)          # a str Enum, np.str_: as plain text (the kernel is shared)
             # (an array's == is elementwise: compare only strings with "")
             if f.name in DTYPE_FIELDS and not (isinstance(value, str) and value == "") and _dtype_like(value):
                 value = name_of(value, self.kind, f.name)     # every spelling: np.float32, "float32", ...
-            if f.type is bool:
+            if ftype is bool:
                 value = bool(value) if isinstance(value, np.bool_) else value
                 ok, legal = isinstance(value, bool), "True or False"
-            elif f.type is int:
+            elif ftype is int:
                 # NumPy ints and int subclasses (an IntEnum) as plain ints (the cached kernel is shared by other
                 # callers), and beta=1.0 as BLAS users write it
                 if isinstance(value, (int, np.integer)) and not isinstance(value, bool) or (
@@ -132,7 +140,7 @@ class Descriptor:
                 legal = "an int, 0 or 1" if f.name == "beta" else "an int"
                 if ok and abs(value) >= _INT_LIMIT:            # (and the validation's own messages: str(10**5000) raises)
                     ok, legal = False, legal + " below 2**63"
-            elif f.type is str:
+            elif ftype is str:
                 ok, legal = isinstance(value, str) or (value is None and f.default is None), "a string"
                 if f.name in DTYPE_FIELDS:
                     legal += " (a dtype such as 'f32', 'bf16', 'i8' or np.float32)"
@@ -143,7 +151,7 @@ class Descriptor:
                     ok, legal = False, "a hashable value (not a list or array)"
             if not ok:
                 raise ValueError(f"{self.kind}: {display.public_name(self, f.name)}={display.shown(value)}; expected "
-                                 f"{legal}{dtype_hint(self, value) if f.type is int else ''}")
+                                 f"{legal}{dtype_hint(self, value) if ftype is int else ''}")
             object.__setattr__(self, f.name, value)
 
     def reference(self, *arrays, **scalars):

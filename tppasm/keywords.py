@@ -61,8 +61,17 @@ def refuse_keywords(who, wrong, takes="out_dtype"):
     for name, value in wrong.items():
         hint = HINTS.get((who, name))
         if hint:
-            raise TypeError(f"{who}() takes no {name}=: " + hint.format(value=display.shown(value)))
+            raise TypeError(f"{who}() takes no {name}=: " + hint.format(value=_written(value)))
         if name in OUTPUT_DTYPE and OUTPUT_DTYPE[name] == takes:
             raise TypeError(f"{who}() takes no {name}=: its output dtype is {takes}=; write "
-                            f"{takes}={display.shown(value)}")
+                            f"{takes}={_written(value)}")
         raise TypeError(f"{who}() got an unexpected keyword argument {name!r}")
+
+
+def _written(value):
+    """``value`` as the code to write in a message's fix: a dtype by its tppasm name ('f32' for
+    np.float32), anything else as shown."""
+    try:
+        return repr(name_of(value))
+    except (TypeError, ValueError):
+        return display.shown(value)

@@ -7,6 +7,7 @@ loads its kernels from the disk cache a third of its time).
 >>> C.answer, C().answer
 (42, 42)
 """
+import threading
 import weakref
 
 
@@ -57,9 +58,13 @@ def one_wrapper(kernel, base):
     >>> k = K(); one_wrapper(k, W) is one_wrapper(k, W)
     True
     """
-    held = getattr(kernel, "_wrapper", None)
-    wrapper = held() if held is not None else None
-    if not isinstance(wrapper, base):
-        wrapper = base(kernel)
-        kernel._wrapper = weakref.ref(wrapper)
-    return wrapper
+    with _WRAPPING:                             # (two threads' first calls: one wrapper)
+        held = getattr(kernel, "_wrapper", None)
+        wrapper = held() if held is not None else None
+        if not isinstance(wrapper, base):
+            wrapper = base(kernel)
+            kernel._wrapper = weakref.ref(wrapper)
+        return wrapper
+
+
+_WRAPPING = threading.Lock()

@@ -64,3 +64,11 @@ def test_constructors_without_an_output_dtype_name_the_fix(make, fix):
         make(out_dtype="bf16")
     with pytest.raises(TypeError, match="unexpected keyword argument 'fo'"):
         make(fo=1)
+
+
+def test_a_dtype_object_is_written_as_its_name_in_the_fix():
+    import numpy as np
+    with pytest.raises(TypeError, match=r"write dtype='f32'$"):
+        tppasm.zero(4, 8, out_dtype=np.float32)
+    with pytest.raises(TypeError, match=r"write out_dtype='f32'$"):
+        tppasm.softmax(4, 4, c_dtype=np.float32)

@@ -256,6 +256,9 @@ class MmlaBrgemm(Brgemm):
 
     def validate(self):
         super().validate()
+        if self.layout != "sve_mmla":           # (any other would read B as the dot kernels' layout)
+            raise ValueError(f"MmlaBrgemm: layout={self.layout!r}; expected 'sve_mmla' (its B layout: pack B with the "
+                             "descriptor's mmla_pack(b)); for a VNNI-packed B, use tppasm.brgemm")
         if self.dtype not in ("bf16", "i8") or self.bias or self.act or self.c_dtype not in ("f32", "i32"):
             raise ValueError("MmlaBrgemm: dtype 'bf16' or 'i8', f32/i32 C, no bias/act")
         if self.dtype == "i8" and self.signs not in INT8_SVE:
