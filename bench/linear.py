@@ -9,9 +9,10 @@ Besides the ratio (torch's time / ours: > 1 means ours is faster) and GFLOP/s ag
 peak (% peak: the median per-round fraction, the dtype's peak loop run on as many threads in the
 same rounds and on the same clock as ours, :func:`bench.versus.versus`; the record's
 ``peak_gflops`` is that peak, GFLOP/s / fraction), each row gives the path :func:`tppasm.fc.forward`
-takes (``dots``: :func:`tppasm.gemm_nt` for a few rows or few out features; ``transposed``; ``panels``) and how fast the weight was read (GB/s), which for a
-few rows (a decoder's next token) is the figure that matters: the last table measures the host's
-read bandwidth with the same threads (:func:`bench.llm.read_sweep`) to compare it with.
+takes (``dots``: :func:`tppasm.gemm_nt` for a few rows or few out features; ``transposed``;
+``panels``) and how fast the weight was read (GB/s), which for a few rows (a decoder's next token)
+is the figure that matters: the last table measures the host's read bandwidth with the same
+threads (:func:`bench.llm.read_sweep`) to compare it with.
 Every output is checked against torch's first: y and, with ``--backward``, the gradients x.grad,
 w.grad and b.grad (each relative to its own largest magnitude: 1e-4 fp32, 2e-2 bf16).
 """

@@ -45,6 +45,7 @@ def offset_error(desc, isa: str, error: BaseException) -> ValueError | None:
     # batch strides move pointers by register adds, which take any size: name them only when alone
     fields = [(k, v) for k, v in fields if not k.startswith("stride_")] or fields
     huge = ", ".join(f"{public_name(desc, k)}={int_text(v)}" for k, v in fields)
-    return ValueError(f"{desc.kind}: {huge} need{'s' if len(fields) == 1 else ''} an address offset the {isa} code cannot encode (x86 "
+    verb = "needs" if len(fields) == 1 else "need"
+    return ValueError(f"{desc.kind}: {huge} {verb} an address offset the {isa} code cannot encode (x86 "
                       "displacements and immediates are 32-bit): keep leading dimensions, rows and "
                       "strides under 2 GiB, or split the operand into smaller calls")

@@ -138,7 +138,7 @@ class Descriptor:
                     value = int(value)
                 ok = isinstance(value, int) and not isinstance(value, bool)
                 legal = "an int, 0 or 1" if f.name == "beta" else "an int"
-                if ok and abs(value) >= _INT_LIMIT:            # (and the validation's own messages: str(10**5000) raises)
+                if ok and abs(value) >= _INT_LIMIT:     # (and the validation's own messages: str(10**5000) raises)
                     ok, legal = False, legal + " below 2**63"
             elif ftype is str:
                 ok, legal = isinstance(value, str) or (value is None and f.default is None), "a string"
