@@ -118,3 +118,71 @@ def test_tails_match_numpy_inside_guard_pages(isa, case, m, n, pads, x_at_end, s
         gaps = np.ones(of.shape, bool)
         _operand(gaps, out.shape, ldo)[...] = False
         assert (of[gaps] == np.array(-77).astype(D(dt))).all(), "the padding between output rows changed"
+
+
+# rows 2**27 + 1 f32 elements (512 MiB) apart: under 2 GiB, but 8 of them (a block's step, or row
+# 7's displacement) are not; the element-wise copy before the vector tails accepted such strides
+_BIG_LD = 2 ** 27 + 1
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+@pytest.mark.parametrize("op,m,n,ldi,ldo,dt", [
+    ("transpose", 2, 3, _BIG_LD, 0, "f32"), ("transpose", 7, 3, _BIG_LD, 0, "f32"),
+    ("transpose", 3, 9, 0, _BIG_LD, "f32"), ("transpose", 2, 3, 2 * _BIG_LD, 0, "bf16"),
+    ("vnni2", 2, 5, 4 * _BIG_LD, 0, "bf16"), ("vnni4", 5, 33, 4 * _BIG_LD, 0, "i8")])
+def test_few_rows_accept_a_stride_under_2gib(isa, op, m, n, ldi, ldo, dt):
+    """Blocks a loop visits once take no pointer step, and rows past 2 GiB of displacement are
+    reached by stepping a pointer: the kernel builds."""
+    assert generate_transform(Transform(op, m, n, ldi, ldo, dt), isa).code
+
+
+@pytest.mark.parametrize("isa", [i for i in ("avx2", "avx512") if native(i)])
+def test_few_rows_with_a_stride_under_2gib_run(isa):
+    """7 rows 512 MiB apart in a sparse mapping (only the touched pages become resident)."""
+    m, n = 7, 3
+    buf = mmap.mmap(-1, ((m - 1) * _BIG_LD + n) * 4,
+                    flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0x4000))
+    x = np.ndarray((m, n), np.float32, buffer=buf, strides=(_BIG_LD * 4, 4))
+    x[...] = np.arange(m * n).reshape(m, n)
+    out = np.full((n, m), -1, np.float32)
+    k = get_kernel(Transform("transpose", m, n, _BIG_LD, 0, "f32"), isa)
+    run_raw(k, (x, out), isa=isa)
+    np.testing.assert_array_equal(out, x.T)
+    del x
+    buf.close()
+
+
+def _stack_stores(code):
+    """(size in bytes, text) of each store to the stack."""
+    found = []
+    for ins in ix.Decoder(64, code):
+        if ins.op0_kind == ix.OpKind.MEMORY and ins.memory_base == ix.Register.RSP:
+            text = ix.Formatter(ix.FormatterSyntax.INTEL).format(ins)
+            found.append((ix.MemorySizeExt.size(ins.memory_size), text))
+    return found
+
+
+@pytest.mark.parametrize("op,dt,block", VECTORIZED)
+def test_avx2_load_masks_are_stored_whole(op, dt, block):
+    """Each AVX2 load mask goes to the stack in one 32-byte store: eight dword stores read back by
+    one 32-byte load cannot be forwarded (a 1x1 transpose took 11.5 ns, before the tails 2.2)."""
+    for m, n in _tail_shapes(op, block):
+        stores = _stack_stores(generate_transform(Transform(op, m, n, dtype=dt), "avx2").code)
+        assert all(size == 32 for size, _ in stores), f"{op} {dt} {m}x{n}: {stores[:3]}"
+
+
+_SHUFFLES = ("unpck", "shufps", "perm2")
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_narrow_transpose_blocks_shuffle_only_what_they_store(isa, dt):
+    """A block one row high stores its elements without the 8x8 network; a block one column wide
+    computes only the 7 of the 24 shuffles that column needs."""
+    def shuffles(m, n):
+        code = generate_transform(Transform("transpose", m, n, dtype=dt), isa).code
+        return sum(any(s in ix.Formatter(ix.FormatterSyntax.INTEL).format(i) for s in _SHUFFLES)
+                   for i in ix.Decoder(64, code))
+    assert shuffles(1, 5) == 0 and shuffles(1, 8) == 0
+    assert shuffles(8, 1) == 7
+    assert shuffles(8, 8) == 24

@@ -98,25 +98,31 @@ def generate_transform(desc, isa):
 def _blocks(a, x, out, outer, inner, body, inner_step, outer_step):
     """``outer`` x ``inner`` calls of ``body()``, which reads at r14 and writes at r15: r12/r13 start
     at x/out and step by ``outer_step`` (x bytes, out bytes), r14/r15 start at r12/r13 each time
-    and step by ``inner_step``. Both counts must be positive."""
-    a.mov(r8, outer)
+    and step by ``inner_step``. Both counts must be positive; a count of 1 is no loop and no step
+    (a step past the end could need more than 32 bits where the block itself does not)."""
     a.mov(r12, x)
     a.mov(r13, out)
-    top = a.label()
-    a.bind(top)
+    _loop(a, r8, outer, lambda: _inner_blocks(a, inner, body, inner_step), (r12, r13), outer_step)
+
+
+def _inner_blocks(a, inner, body, inner_step):
     a.mov(r14, r12)
     a.mov(r15, r13)
-    a.mov(r9, inner)
-    loop = a.label()
-    a.bind(loop)
+    _loop(a, r9, inner, body, (r14, r15), inner_step)
+
+
+def _loop(a, counter, count, body, pointers, steps):
+    """``count`` runs of ``body()``, the ``pointers`` stepped by ``steps`` bytes after each."""
+    if count == 1:
+        body()
+        return
+    a.mov(counter, count)
+    top = a.label()
+    a.bind(top)
     body()
-    a.add(r14, inner_step[0])
-    a.add(r15, inner_step[1])
-    a.dec(r9)
-    a.jnz(loop)
-    a.add(r12, outer_step[0])
-    a.add(r13, outer_step[1])
-    a.dec(r8)
+    for pointer, step in zip(pointers, steps):
+        a.add(pointer, step)
+    a.dec(counter)
     a.jnz(top)
 
 
@@ -132,6 +138,21 @@ def _offset(a, dst, base, nbytes):
     return dst
 
 
+def _strided(a, base, stride, count, walker):
+    """(register, displacement) of ``base + i * stride`` for i < ``count``, generated in order:
+    displacements from ``base`` while the last fits in 32 bits, else ``walker`` stepped by ``stride``
+    between uses (so a stride under 2 GiB always works, as it did for the element-wise copy)."""
+    if (count - 1) * stride < 2 ** 31:
+        for i in range(count):
+            yield base, i * stride
+        return
+    a.mov(walker, base)
+    for i in range(count):
+        if i:
+            a.add(walker, stride)
+        yield walker, 0
+
+
 def _segments(size, block, overlap):
     """(count, start, length) runs of blocks covering ``size`` elements: the whole blocks, then the
     rest as a short (masked) block, or with ``overlap`` as one more whole block that ends at
@@ -144,13 +165,18 @@ def _segments(size, block, overlap):
     return runs + ([(1, size - rest, rest)] if rest else [])
 
 
+# AVX2 loads of 1, 2 or 4 whole dwords: plain moves into an xmm register, no mask to build and load
+_PLAIN = {1: "vmovd", 2: "vmovq", 4: "vmovdqu"}
+
+
 class _Tails:
     """Loads and stores of the first ``count`` elements (``es`` bytes each) of a vector that touch
     no byte past them. AVX-512: opmasks k1-k7 at byte, word or dword granularity. AVX2 loads:
-    ``vmaskmovps`` dword masks kept on the stack (:meth:`arm` loads one into a free register), a
-    rest under a dword inserted element by element (``vpinsrb``/``vpinsrw``) when it lies in the
-    low 128 bits, else as the dword ending at the last byte shifted into place. AVX2 stores: plain
-    16-, 8-, 4-, 2- and 1-byte pieces (a masked ``vmaskmovps`` store is microcoded and slow on
+    ``vmaskmovps`` dword masks kept on the stack (:meth:`arm` loads one into a free register; 1, 2
+    or 4 dwords are a plain ``vmovd``/``vmovq``/``vmovdqu`` xmm load instead), a rest under a dword
+    inserted element by element (``vpinsrb``/``vpinsrw``) when it lies in the low 128 bits, else
+    as the dword ending at the last byte shifted into place. AVX2 stores: plain 16-, 8-, 4-, 2-
+    and 1-byte pieces (a masked ``vmaskmovps`` store is microcoded and slow on
     AMD). :meth:`prepare` each mask outside the loops."""
 
     def __init__(self, fn, isa):
@@ -163,7 +189,7 @@ class _Tails:
     def prepare(self, count, es, loads=True):
         """Set up the mask of ``count`` elements once, here (the code runs on every call)."""
         key = self._key(count, es)
-        if key in self.masks or not count or not (self.avx512 or loads and key):
+        if key in self.masks or not count or not (self.avx512 or loads and key and key not in _PLAIN):
             return
         if self.avx512:
             self.masks[key] = K[1 + len(self.masks)]
@@ -172,8 +198,13 @@ class _Tails:
             return
         slot = 32 * len(self.masks)
         self.fn.stack(slot + 32)
-        for lane in range(8):
-            self.a.mov(dword[rsp + slot + 4 * lane], -1 if lane < key else 0)
+        # built in a register and stored whole: eight dword stores read back by one 32-byte load
+        # cannot be forwarded and stalled every call (a 1x1 transpose took 11.5 ns instead of 2.2)
+        zeros, ones = vec(256, 14), vec(256, 15)
+        self.a.vpxor(zeros, zeros, zeros)
+        self.a.vpcmpeqd(ones, ones, ones)
+        self.a.vpblendd(ones, zeros, ones, (1 << key) - 1)
+        self.a.vmovdqu([rsp + slot], ones)
         self.masks[key] = slot
 
     def arm(self, count, es, reg):
@@ -181,7 +212,7 @@ class _Tails:
         key = self._key(count, es)
         if self.avx512:
             return self.masks[key]
-        if key:
+        if key and key not in _PLAIN:
             self.a.vmovdqu(reg, [rsp + self.masks[key]])
         return reg
 
@@ -193,7 +224,9 @@ class _Tails:
             getattr(a, f"vmovdqu{8 * es}")(dst.mask(mask, zero=True), [base + disp])
             return
         dwords, rest = divmod(nbytes, 4)
-        if dwords:
+        if dwords in _PLAIN:
+            getattr(a, _PLAIN[dwords])(vec(128, dst.num), [base + disp])
+        elif dwords:
             a.vmaskmovps(dst, mask, [base + disp])
         if rest and nbytes <= 16:
             low = vec(128, dst.num)
@@ -238,7 +271,7 @@ def _transpose(fn, t, x, out, m, n, ldi, ldo, es):
         for ccount, c0, cols in _segments(n, 8, overlap=False):
             if cols < 8:
                 t.prepare(cols, es)
-            if rows < 8:
+            if 1 < rows < 8:                    # one row is stored element by element
                 t.prepare(rows, es, loads=False)
             src = _offset(a, rcx, x, (r0 * ldi + c0) * es)
             dst = _offset(a, rdx, out, (c0 * ldo + r0) * es)
@@ -251,30 +284,61 @@ def _transpose_block(a, t, es, ldi, ldo, rows, cols):
     y = [vec(256 if es == 4 else 128, i) for i in range(16)]
     move = a.vmovups if es == 4 else a.vmovdqu
     mask = t.arm(cols, es, y[15]) if cols < 8 else None
-    for r in range(rows):
+    for r, (base, disp) in enumerate(_strided(a, r14, ldi * es, rows, r10)):
         if mask is None:
-            move(y[r], [r14 + r * ldi * es])
+            move(y[r], [base + disp])
         else:
-            t.load(y[r], r14, r * ldi * es, cols, es, mask)
-    (_transpose8 if es == 4 else _transpose8w)(a, y)
-    for c in range(cols):
+            t.load(y[r], base, disp, cols, es, mask)
+    places = _strided(a, r15, ldo * es, cols, r11)
+    if rows == 1:
+        _row_to_column(a, es, places)
+        return
+    _emit_live(a, y, (_transpose8 if es == 4 else _transpose8w)(), {8 + c for c in range(cols)})
+    for c, (base, disp) in enumerate(places):
         if rows == 8:
-            move([r15 + c * ldo * es], y[8 + c])
+            move([base + disp], y[8 + c])
         else:
-            t.store(r15, c * ldo * es, y[8 + c], rows, es, tmp=y[0])
+            t.store(base, disp, y[8 + c], rows, es, tmp=y[0])
 
 
-def _transpose8(a, y):
-    """ymm 0-7 (rows of 4-byte elements) -> ymm 8-15 (columns)."""
+def _row_to_column(a, es, places):
+    """Element c of the row in register 0 to each of ``places`` in turn: a block one row high
+    needs none of the 8x8 shuffles."""
+    per_lane, part = 16 // es, vec(128, 0)
+    for c, (base, disp) in enumerate(places):
+        if c == per_lane:
+            a.vextracti128(vec(128, 1), vec(256, 0), 1)
+            part = vec(128, 1)
+        if es == 2:
+            a.vpextrw([base + disp], part, c % per_lane)
+        elif c % per_lane:
+            a.vpextrd([base + disp], part, c % per_lane)
+        else:
+            a.vmovd([base + disp], part)
+
+
+def _emit_live(a, y, ops, live):
+    """The (mnemonic, dst, src, src, imm...) register ``ops`` that the registers ``live`` at the end
+    depend on (a block of fewer than 8 columns needs only part of the network)."""
+    kept = []
+    for op in reversed(ops):
+        if op[1] in live:
+            kept.append(op)
+            live = (live - {op[1]}) | {op[2], op[3]}
+    for name, dst, p, q, *imm in reversed(kept):
+        getattr(a, name)(y[dst], y[p], y[q], *imm)
+
+
+def _transpose8():
+    """The ops taking ymm 0-7 (rows of 4-byte elements) to ymm 8-15 (columns)."""
+    ops = []
     for p in range(4):                              # pairs of rows: interleave dwords
-        a.vunpcklps(y[8 + 2 * p], y[2 * p], y[2 * p + 1])
-        a.vunpckhps(y[9 + 2 * p], y[2 * p], y[2 * p + 1])
+        ops += [("vunpcklps", 8 + 2 * p, 2 * p, 2 * p + 1), ("vunpckhps", 9 + 2 * p, 2 * p, 2 * p + 1)]
     for q, (lo, hi) in enumerate(((8, 10), (9, 11), (12, 14), (13, 15))):   # quads: interleave qwords
-        a.vshufps(y[2 * q], y[lo], y[hi], 0x44)
-        a.vshufps(y[2 * q + 1], y[lo], y[hi], 0xEE)
+        ops += [("vshufps", 2 * q, lo, hi, 0x44), ("vshufps", 2 * q + 1, lo, hi, 0xEE)]
     for c in range(4):                              # 128-bit halves: rows 0-3 with rows 4-7
-        a.vperm2f128(y[8 + c], y[c], y[4 + c], 0x20)
-        a.vperm2f128(y[12 + c], y[c], y[4 + c], 0x31)
+        ops += [("vperm2f128", 8 + c, c, 4 + c, 0x20), ("vperm2f128", 12 + c, c, 4 + c, 0x31)]
+    return ops
 
 
 # the 8x8 word transpose: each stage interleaves the low and the high halves of register pairs
@@ -284,13 +348,15 @@ _WORD_STAGES = (("wd", ((0, 1), (2, 3), (4, 5), (6, 7))), ("dq", ((0, 2), (1, 3)
                 ("qdq", ((0, 4), (1, 5), (2, 6), (3, 7))))
 
 
-def _transpose8w(a, y):
-    """xmm 0-7 (rows of 2-byte elements) -> xmm 8-15 (columns)."""
+def _transpose8w():
+    """The ops taking xmm 0-7 (rows of 2-byte elements) to xmm 8-15 (columns)."""
+    ops = []
     for stage, (unpack, pairs) in enumerate(_WORD_STAGES):
         src, dst = (0, 8) if stage % 2 == 0 else (8, 0)
         for i, (p, q) in enumerate(pairs):
-            getattr(a, f"vpunpckl{unpack}")(y[dst + 2 * i], y[src + p], y[src + q])
-            getattr(a, f"vpunpckh{unpack}")(y[dst + 2 * i + 1], y[src + p], y[src + q])
+            ops += [(f"vpunpckl{unpack}", dst + 2 * i, src + p, src + q),
+                    (f"vpunpckh{unpack}", dst + 2 * i + 1, src + p, src + q)]
+    return ops
 
 
 def _vnni_pack(fn, t, x, out, m, n, ldi, f, es):
@@ -319,13 +385,13 @@ def _vnni_chunk(a, t, ldi, f, es, rows, ncols):
     cols = 32 // es
     y = [vec(256, i) for i in range(15)]
     mask = t.arm(ncols, es, y[12]) if ncols < cols else None
-    for r in range(f):
-        if r >= rows:
-            a.vpxor(y[r], y[r], y[r])
-        elif mask is None:
-            a.vmovdqu(y[r], [r14 + r * ldi * es])
+    for r, (base, disp) in enumerate(_strided(a, r14, ldi * es, rows, r10)):
+        if mask is None:
+            a.vmovdqu(y[r], [base + disp])
         else:
-            t.load(y[r], r14, r * ldi * es, ncols, es, mask, tmp=y[14])
+            t.load(y[r], base, disp, ncols, es, mask, tmp=y[14])
+    for r in range(rows, f):
+        a.vpxor(y[r], y[r], y[r])
     if f == 2:
         a.vpunpcklwd(y[4], y[0], y[1])
         a.vpunpckhwd(y[5], y[0], y[1])
