@@ -27,6 +27,15 @@ _SAME = {
 }
 HINTS = {(who, name): tail for who, tail in _SAME.items() for name in ("out_dtype", "c_dtype")}
 HINTS["dequant", "dtype"] = "its input c is always int32 and its output dtype is out_dtype=; write out_dtype={value}"
+# row strides named as another constructor names them: ldi= (ldx='s old name), ldx= / ldo= where a kind names
+# its operands a, b and c
+HINTS.update({(who, "ldi"): "ldi= is now ldx= (the input's row stride); write ldx={value}"
+              for who in ("quantize", "dequant", "layernorm", "rmsnorm", "softmax", "rotary")})
+HINTS.update({(who, "ldx"): "its inputs' row strides are lda= and ldb=; write lda={value} (or ldb=)"
+              for who in ("binary", "ternary", "brgemm", "gemm_nt")})
+HINTS.update({(who, "ldo"): "the row stride of its output c is ldc=; write ldc={value}"
+              for who in ("ternary", "brgemm", "gemm_nt")})
+HINTS["zero", "ldx"] = "zero reads nothing: its only operand is out, whose row stride is ldo=; write ldo={value}"
 
 
 def dtype_hint(desc, value):
@@ -53,10 +62,10 @@ def refuse_keywords(who, wrong, takes="out_dtype"):
     Traceback (most recent call last):
     ...
     TypeError: softmax() takes no c_dtype=: its output dtype is out_dtype=; write out_dtype='bf16'
-    >>> refuse_keywords("dequant", {"dtype": "bf16"})
+    >>> refuse_keywords("dequant", {"dtype": "bf16"})          # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    TypeError: dequant() takes no dtype=: its input c is always int32 and its output dtype is out_dtype=; write out_dtype='bf16'
+    TypeError: dequant() takes no dtype=: its input c is always int32 ...; write out_dtype='bf16'
     """
     for name, value in wrong.items():
         hint = HINTS.get((who, name))

@@ -72,3 +72,15 @@ def test_a_dtype_object_is_written_as_its_name_in_the_fix():
         tppasm.zero(4, 8, out_dtype=np.float32)
     with pytest.raises(TypeError, match=r"write out_dtype='f32'$"):
         tppasm.softmax(4, 4, c_dtype=np.float32)
+
+
+@pytest.mark.parametrize("make, fix", [
+    (lambda: tppasm.softmax(4, 4, ldi=8), r"ldi= is now ldx=.*write ldx=8"),
+    (lambda: tppasm.quantize(4, 4, ldi=8), r"write ldx=8"),
+    (lambda: tppasm.binary("add", 4, 4, ldx=8), r"lda= and ldb=; write lda=8"),
+    (lambda: tppasm.ternary("muladd", 4, 4, ldo=8), r"output c is ldc=; write ldc=8"),
+    (lambda: tppasm.brgemm(4, 4, 4, ldo=8), r"write ldc=8"),
+    (lambda: tppasm.zero(4, 4, ldx=8), r"write ldo=8")])
+def test_a_row_stride_named_as_another_constructor_names_it(make, fix):
+    with pytest.raises(TypeError, match=fix):
+        make()
