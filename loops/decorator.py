@@ -28,7 +28,7 @@ from isa.x86.function import INT_ARGS
 from tppasm.dtypes import name_of
 from tppasm.kernel import ISAUnavailableError
 from tppasm.operand import OperandSpec, data_address, mark_written
-from tppasm.x86.entry import NATIVE_CHECKS, build_entry
+from tppasm.x86.entry import NATIVE_CHECKS, build_entry, capi_address
 
 from . import display, races as _races
 from .bind import arity, box_of, check_grid, traced_trees
@@ -507,7 +507,7 @@ class _Instance:
         released), sparing a serial call the second ctypes call (~0.4 µs of ~1.2)."""
         st.mov(rbx, rsp)
         st.and_(rsp, -16)                   # (the entry stub pushes nothing: rsp is 8 off the ABI alignment here)
-        st.mov(rax, _c_api("PyEval_SaveThread"))
+        st.mov(rax, capi_address("PyEval_SaveThread"))
         st.call(rax)
         st.mov(r12, rax)
         st.mov(rdi, self.ctx_address)
@@ -516,7 +516,7 @@ class _Instance:
         st.mov(rax, self.code.address)
         st.call(rax)
         st.mov(rdi, r12)
-        st.mov(rax, _c_api("PyEval_RestoreThread"))
+        st.mov(rax, capi_address("PyEval_RestoreThread"))
         st.call(rax)
         st.mov(rsp, rbx)
 
@@ -565,11 +565,6 @@ class _Instance:
         finally:
             if mine:
                 self.lock.release()
-
-
-def _c_api(name):
-    """The address of the CPython C API function ``name``."""
-    return ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
 
 
 def _check_races_of(lk, arrays, inst):

@@ -16,6 +16,7 @@ import loops.decorator as decorator
 import tppasm as tpp
 from isa.pool import Pool
 from loops import BoundsError, Loop, kernel
+from tppasm.x86.entry import capi_address
 
 NATIVE_ENTRY = decorator.NATIVE_CHECKS and not decorator.ON_AARCH64
 needs_native_entry = pytest.mark.skipif(not NATIVE_ENTRY, reason="no native nest entries on this host")
@@ -72,7 +73,7 @@ def test_the_fused_entry_releases_the_interpreter_lock_as_ctypes_did():
     nest(X, Y)
     code = nest._fast._store.code
     for name in ("PyEval_SaveThread", "PyEval_RestoreThread"):
-        assert decorator._c_api(name).to_bytes(8, "little") in code
+        assert capi_address(name).to_bytes(8, "little") in code
 
 
 def test_the_python_path_launches_without_the_argument_checks():

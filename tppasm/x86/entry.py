@@ -92,7 +92,7 @@ class Addresses:
         return id(None)
 
     def capi(self, name):
-        return _capi(name)
+        return capi_address(name)
 
     def divert(self):
         return self.call.divert_flag
@@ -320,7 +320,8 @@ CAPI = ("PyObject_Vectorcall", "Py_IncRef", "PyEval_SaveThread", "PyEval_Restore
          "PyCFunction_NewEx")
 
 
-def _capi(name):
+def capi_address(name):
+    """The address of the CPython C API function ``name`` (one of :data:`CAPI`), for generated calls."""
     return ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
 
 
