@@ -36,6 +36,12 @@ HINTS.update({(who, "ldx"): "its inputs' row strides are lda= and ldb=; write ld
 HINTS.update({(who, "ldo"): "the row stride of its output c is ldc=; write ldc={value}"
               for who in ("ternary", "brgemm", "gemm_nt")})
 HINTS["zero", "ldx"] = "zero reads nothing: its only operand is out, whose row stride is ldo=; write ldo={value}"
+# strides named after the operand (the README's rule), which the row-wise kinds call ldx= and ldo= whatever
+# their operands' names
+HINTS["quantize", "ldq"] = ("the row stride of q (the output) is ldo= (its strides are ldx= for the input, ldo= for "
+                           "the output); write ldo={value}")
+HINTS["dequant", "ldc"] = ("the row stride of c (the input) is ldx= (its strides are ldx= for the input, ldo= for "
+                          "the output); write ldx={value}")
 
 
 def dtype_hint(desc, value):

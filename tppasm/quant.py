@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .display import shown
 from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
 from .kernel import Descriptor, get_kernel
 from .keywords import refuse_keywords
@@ -126,23 +125,6 @@ class Dequant(_Rows):
         _store(out, v)
 
 
-# stride keywords named after the operand (the README's rule) that these kernels call otherwise:
-# x and out are the row-wise TPPs' input and output, whatever the operand's own name
-MISNAMED = {"quantize": {"ldq": "ldo"}, "dequant": {"ldc": "ldx"}}
-
-
-def _refuse(who, keywords):
-    """TypeError for keywords ``who`` does not take, naming the one to write for a misnamed stride."""
-    for name in keywords:
-        instead = MISNAMED[who].get(name)
-        if instead:
-            operand = "q (the output)" if who == "quantize" else "c (the input)"
-            raise TypeError(f"{who}() takes no {name}=: the row stride of {operand} is {instead}= (its strides "
-                            f"are ldx= for the input, ldo= for the output); write {instead}={shown(keywords[name])}")
-        # dequant: c_dtype= for out_dtype=, dtype= (its input is int32); quantize: an output dtype (fixed)
-        refuse_keywords(who, {name: keywords[name]}, "out_dtype" if who == "dequant" else None)
-
-
 def quantize(m, n, ldx=0, ldo=0, dtype="f32", isa=None, **wrong):
     """The kernel (x, q, scale): per-row dynamic quantization to uint8 (zero point 128); ``ldx``,
     ``ldo``: the row strides of x and q in elements (0: dense; q's is ``ldo``, not ``ldq``).
@@ -154,7 +136,7 @@ def quantize(m, n, ldx=0, ldo=0, dtype="f32", isa=None, **wrong):
     ([[192, 1, 160], [255, 128, 1]], [2.0, 4.0])
     """
     if wrong:
-        _refuse("quantize", wrong)
+        refuse_keywords("quantize", wrong, None)     # (an output dtype: fixed)
     return get_kernel(Quantize(m, n, ldx, ldo, dtype), isa)
 
 
@@ -172,5 +154,5 @@ def dequant(m, n, ldx=0, ldo=0, out_dtype="f32", beta=0, isa=None, **wrong):
     [[1.0, 21.0]]
     """
     if wrong:
-        _refuse("dequant", wrong)
+        refuse_keywords("dequant", wrong)
     return get_kernel(Dequant(m, n, ldx, ldo, out_dtype, beta), isa)

@@ -84,3 +84,9 @@ def test_a_dtype_object_is_written_as_its_name_in_the_fix():
 def test_a_row_stride_named_as_another_constructor_names_it(make, fix):
     with pytest.raises(TypeError, match=fix):
         make()
+
+
+def test_quantize_ldq_names_ldo():
+    with pytest.raises(TypeError, match=r"quantize\(\) takes no ldq=: the row stride of q \(the output\) is ldo=.*"
+                                        r"write ldo=8"):
+        tppasm.quantize(4, 4, ldq=8)
