@@ -173,6 +173,20 @@ def _sources(root, pattern):
                     yield f"{rel}/{e.name}", (st.st_size, st.st_mtime_ns)
 
 
+def _archive(root):
+    """The zip file ``root`` lies inside (a wheel or zipapp on sys.path), or None for a directory.
+
+    >>> _archive(pathlib.Path(__file__).resolve().parent) is None
+    True
+    """
+    path = root
+    while not path.exists():
+        if path.parent == path:
+            return None
+        path = path.parent
+    return path if path.is_file() else None
+
+
 def source_version(isa):
     """SHA-256 (hex, 16 digits) of the path, size and modification time (ns) of every source that
     can change ``isa``'s generated code: the family's package, the descriptors and the ``isa``
@@ -198,7 +212,11 @@ def tree_version(patterns):
     if version is None:
         root = pathlib.Path(__file__).resolve().parent.parent
         h = hashlib.sha256()
-        for name, st in sorted({f for pattern in patterns for f in _sources(root, pattern)}):
+        archive = _archive(root)
+        if archive is not None:              # imported from a zip: the archive's own metadata
+            st = archive.stat()
+            h.update(f"{archive}\0{'|'.join(patterns)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        for name, st in sorted({f for pattern in patterns for f in _sources(root, pattern)} if archive is None else ()):
             h.update(f"{name}\0{st[0]}\0{st[1]}\0".encode())
         version = _VERSIONS[patterns] = h.hexdigest()[:16]
     return version

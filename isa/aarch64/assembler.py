@@ -132,7 +132,8 @@ class Assembler:
         return struct.pack(f"<{len(words)}I", *words)
 
     def disassemble(self, address: int = 0) -> str:
-        """The code as text via capstone (``ImportError`` when capstone is not installed)."""
+        """The code as text via capstone (a ``ModuleNotFoundError`` naming the pip command when capstone
+        is not installed)."""
         return disassemble(self.code(), address)
 
     # -- helpers built from table instructions
@@ -186,7 +187,13 @@ def disassemble(code: bytes, address: int = 0) -> str:
     >>> disassemble(bytes.fromhex("c0035fd6")).split()[:3]
     ['0:', 'd65f03c0', 'ret']
     """
-    import capstone
+    try:
+        import capstone
+    except ModuleNotFoundError as e:
+        if e.name != "capstone":
+            raise
+        raise ModuleNotFoundError("disassembling AArch64 code needs capstone, an optional package: "
+                                  "pip install capstone (or tppasm[test])", name="capstone") from e
     md = capstone.Cs(capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM)
     lines = []
     for off in range(0, len(code) - len(code) % 4, 4):

@@ -82,7 +82,7 @@ def unicorn_skip_reason() -> str | None:
         import unicorn  # noqa: F401
         from unicorn import arm64_const  # noqa: F401
     except ImportError:
-        return "unicorn is not installed (pip install unicorn>=2.1)"
+        return "unicorn is not installed (pip install 'unicorn>=2.1')"
     if not hasattr(arm64_const, "UC_CPU_ARM64_MAX"):
         return "this unicorn has no ARM64 'max' CPU model (needs unicorn>=2.0.1) and so no SVE"
     return None
