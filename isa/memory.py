@@ -5,7 +5,9 @@ Code is copied into pages mapped read+write, then the pages are switched to read
 freed with :meth:`~ExecutableMemory.free`; :func:`mapped` counts what is mapped now.
 """
 import ctypes
+import errno as _errno
 import mmap
+import os
 import platform
 import weakref
 
@@ -39,12 +41,20 @@ def _unmap(addr, size):
     _libc.munmap(addr, size)
 
 
-def _os_error(what):
+_W_XOR_X_REFUSED = ("this system forbids making written memory executable (a W^X policy: systemd's "
+                    "MemoryDenyWriteExecute=yes, prctl PR_SET_MDWE, SELinux's execmem / deny_execmem); tppasm writes "
+                    "machine code at run time, so lift that policy for this process")
+
+
+def _os_error(what, size):
+    """OSError of the failed ``what`` (mmap or mprotect of ``size`` bytes) with errno, naming the cause."""
     errno = ctypes.get_errno()
-    return OSError(errno, f"{what} failed: {ctypes.cast(_libc.strerror(errno), ctypes.c_char_p).value}")
-
-
-_libc.strerror.restype = ctypes.c_void_p
+    message = f"{what} of {size} bytes of code failed: {os.strerror(errno)}"
+    if what == "mprotect" and errno in (_errno.EACCES, _errno.EPERM):
+        message += f": {_W_XOR_X_REFUSED}"
+    elif errno == _errno.ENOMEM:
+        message += " (the address space is full: ulimit -v, or too many mappings: vm.max_map_count)"
+    return OSError(errno, message)
 
 
 def _flush_icache(address, size):
@@ -81,10 +91,10 @@ class ExecutableMemory:
         addr = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE,
                           mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
         if addr in (None, _MAP_FAILED):
-            raise _os_error("mmap")
+            raise _os_error("mmap", size)
         ctypes.memmove(addr, code, len(code))
         if _libc.mprotect(addr, size, mmap.PROT_READ | mmap.PROT_EXEC) != 0:
-            err = _os_error("mprotect")
+            err = _os_error("mprotect", size)
             _libc.munmap(addr, size)
             raise err
         _flush_icache(addr, len(code))

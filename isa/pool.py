@@ -21,7 +21,8 @@ same state layout and protocol, ``yield`` in place of ``pause``):
   code addresses (``barrier_fn``, ``barrier_state``) stay the same there.
 - At interpreter exit (``atexit``) the handler waits, for every live pool, for a region in flight,
   tells the workers to quit, joins them, and keeps the region lock, so daemon threads cannot start
-  regions while finalization frees their buffers (they block; the main thread gets ``RuntimeError``).
+  regions while finalization frees their buffers (they block); the main thread's later regions (an
+  atexit handler registered before the pool) start the workers again and join them at their end.
 - :meth:`Pool.close` (or the collection of a pool nothing references) joins the workers and unmaps
   the pool's state; a closed pool refuses work (``ValueError``). The machine code is built once per
   process and shared by every pool (it is never unmapped: it takes the state as an argument).
@@ -59,19 +60,12 @@ else:
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_long)
+_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
 _libc.pthread_create.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _libc.pthread_join.argtypes = (ctypes.c_ulong, ctypes.c_void_p)
 _pthread_timedjoin = getattr(_libc, "pthread_timedjoin_np", None)
-
-
-class _Timespec(ctypes.Structure):
-    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
-
-
 if _pthread_timedjoin is not None:
-    _pthread_timedjoin.argtypes = (ctypes.c_ulong, ctypes.c_void_p, ctypes.POINTER(_Timespec))
+    _pthread_timedjoin.argtypes = (ctypes.c_ulong, ctypes.c_void_p, ctypes.c_void_p)     # (a struct timespec *)
 
 
 def _join(handle, result, deadline):
@@ -80,7 +74,7 @@ def _join(handle, result, deadline):
     if _pthread_timedjoin is None:
         return _libc.pthread_join(handle, result) == 0
     sec = int(deadline)
-    return _pthread_timedjoin(handle, result, _Timespec(sec, int((deadline - sec) * 1e9))) == 0
+    return _pthread_timedjoin(handle, result, (ctypes.c_long * 2)(sec, int((deadline - sec) * 1e9))) == 0
 
 
 _RUN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
@@ -125,8 +119,7 @@ def default_threads():
     >>> default_threads() >= 1
     True
     """
-    for name in ("TPPASM_NUM_THREADS", "OMP_NUM_THREADS"):
-        value = _env_int(name)
+    for value in map(_env_int, ("TPPASM_NUM_THREADS", "OMP_NUM_THREADS")):
         if value is not None:
             return value
     return len(os.sched_getaffinity(0))
@@ -192,10 +185,7 @@ def _pause_iterations_per_us(spin):
 
 def _this_cpu():
     """The CPU the calling thread runs on (sched_getcpu), or NO_CPU."""
-    try:
-        cpu = _libc.sched_getcpu()
-    except AttributeError:
-        return pc.NO_CPU
+    cpu = getattr(_libc, "sched_getcpu", lambda: -1)()
     return cpu if cpu >= 0 else pc.NO_CPU
 
 
@@ -230,10 +220,11 @@ class _Workers:
     so that the finalizer of a collected pool can stop the workers and free the pages.
 
     ``handles[tid]`` is worker tid's pthread_t (== threading.get_ident() there), 0 where none runs.
-    Native calls fill and clear it: ``pthread_create`` writes the handle, and the join writes the
-    worker's return value (NULL) over it. So a signal handler that raises between two Python
-    statements of a start or a stop never loses a running worker, nor leaves a joined one listed
-    (joining it again would be undefined behaviour): the next stop joins exactly the ones left.
+    Native calls fill and clear it: ``pthread_create`` writes the handle (a failed one writes that of
+    a thread that never ran: cleared at once), and the join writes the worker's return value (NULL)
+    over it. So a signal handler that raises between two Python statements of a start or a stop
+    never loses a running worker, nor leaves a joined one listed (joining it again would be
+    undefined behaviour): the next stop joins exactly the ones left.
     """
 
     def __init__(self, nthreads, code):
@@ -310,6 +301,7 @@ class Pool:
         self._stale = True          # workers must be (re)started before the next region
         self._replaced = False      # set_num_threads replaced it: each region's end joins the workers
         self._exited = False        # set at interpreter exit
+        self._kept_at_exit = False  # the exit handler holds the lock (on the main thread) and joined the workers
         self.closed = False         # set by close()
         self._pid = os.getpid()
         _POOLS.add(self)
@@ -330,8 +322,10 @@ class Pool:
                                "regions are not supported (run the inner work serially, or after the region)")
         if type(fn) is not int or type(arg) is not int or not (0 < fn <= _WORD and 0 <= arg <= _WORD):
             _refuse_run(fn, arg)             # (ctypes would pass a str's characters, and wrap 2**64 to 0)
-        if self._exited and threading.current_thread() is threading.main_thread():
-            raise RuntimeError("the pool was shut down at interpreter exit")
+        late = self._exited and threading.current_thread() is threading.main_thread()
+        if late and not self._kept_at_exit:
+            raise RuntimeError("the pool was shut down at interpreter exit while another thread was in a region; do "
+                               "this work before the program ends, or in an atexit handler registered after it started")
         with self._lock:        # re-entered only by a signal handler before _owner is set: no work begun yet
             try:
                 self._owner = me
@@ -343,8 +337,8 @@ class Pool:
                 self._run(self._state, fn, arg)
             finally:
                 try:
-                    if self._replaced:
-                        self._stop()            # (what _stop_replaced deferred, if it ran on this thread)
+                    if self._replaced or late:
+                        self._stop()            # (what _stop_replaced deferred; at exit: no worker outlives it)
                 finally:
                     self._owner = None
 
@@ -445,7 +439,11 @@ class Pool:
                 (ctypes.c_uint64 * 2).from_address(rec)[:] = (self._state, tid)
                 err = _libc.pthread_create(self._workers.slot(tid), None, self._code["worker"].address, rec)
                 if err:
-                    raise OSError(err, f"pthread_create failed for worker {tid}: {os.strerror(err)}")
+                    self._workers.handles[tid] = 0      # glibc wrote the handle of a thread that never ran
+                    raise OSError(err, f"only {tid} of {self.nthreads} threads could be started (pthread_create for "
+                                  f"worker {tid}: {os.strerror(err)}; ulimit -u, a pids limit, kernel.threads-max, or "
+                                  f"ulimit -v leaving no room for stacks): run on fewer, TPPASM_NUM_THREADS={tid} or "
+                                  f"loops.set_num_threads({tid}), or raise `ulimit -u`")
             self._worker_ids = frozenset(self._workers.threads)
             self._stale = False                   # before the mask is restored (see above)
         except BaseException:
@@ -491,6 +489,7 @@ class Pool:
         self._exited = True
         if os.getpid() == self._pid and self._lock.acquire(timeout=_EXIT_GRACE_S):
             self._stop()
+            self._kept_at_exit = threading.current_thread() is threading.main_thread()
 
     def __deepcopy__(self, memo=None):
         return self         # (and copy.copy) a copy sharing the threads and state would free them twice

@@ -110,7 +110,11 @@ def array(shape, dtype, nbytes, align):
     except (AttributeError, IndexError):           # none of that size free (another thread may take the last)
         if not _room(pool, size):
             return None
-        raw = np.empty(size, np.uint8)
+        try:
+            raw = np.empty(size, np.uint8)
+        except MemoryError:                         # (NumPy's message would name this byte buffer)
+            raise MemoryError(f"Unable to allocate {size} bytes for an array with shape {tuple(shape)} and data "
+                              f"type {np.dtype(dtype).name}") from None
         address = raw.ctypes.data
         pool.owned += size
     owner = (ctypes.c_char * size).from_buffer(raw)
@@ -134,12 +138,16 @@ def _room(pool, size):
 def _recount(pool):
     """Count ``pool.owned`` again from its buffers, out and free. A KeyboardInterrupt that lands in
     :func:`_give_back` (Python then ignores it there, Ctrl-C in a notebook) may cut it short: the
-    buffer stays listed as out with its owner gone, or is dropped but still counted."""
-    for key, entry in list(pool.out.items()):
+    buffer stays listed as out with its owner gone, or is dropped but still counted.
+
+    It walks copies: ``dict.copy`` allocates no object per item, so no garbage collection runs while
+    it copies (a collection that frees pooled arrays runs :func:`_give_back`, which changes the dicts;
+    ``list(d.items())`` makes a tuple per item, and one of them may start a collection)."""
+    for key, entry in pool.out.copy().items():
         if entry[0]() is None:
             pool.out.pop(key, None)
-    pool.owned = (sum(entry[1] for entry in list(pool.out.values()))
-                  + sum(size * len(held) for size, held in list(pool.free.items())))
+    pool.owned = (sum(entry[1] for entry in pool.out.copy().values())
+                  + sum(size * len(held) for size, held in pool.free.copy().items()))
 
 
 def _drop_free(pool):

@@ -53,11 +53,12 @@ import weakref
 import numpy as np
 
 from .files import (FORMAT, MAX_RECORD_DEPTH, OWN_FILES, _clean_index, _empty_index, _is_count, _pack,  # noqa: F401
-                    _unpack, check_free_space, delete, is_leftover, is_segment, new_segment_name, segment_entries,
-                    temporary_name, tree_bytes, within_depth)
-from .trust import (STATS as _STATS, FileLock, ForeignFile, LockTimeout, NotTheStores, UnsafeDirectory,  # noqa: F401
-                    check_directory, is_store_index, is_store_stats, may_replace, open_directory, open_segment,
-                    read_json)
+                    _unpack, check_file_size, check_free_space, close_all as _close_all, delete, is_leftover,
+                    is_segment, new_segment_name, ragged_mmap as _ragged_mmap, segment_entries, temporary_name,
+                    tree_bytes, within_depth)
+from .trust import (STATS as _STATS, FileLock, ForeignFile, LockTimeout, NotTheStores, ProcessLimit,  # noqa: F401
+                    UnsafeDirectory, check_directory, is_store_index, is_store_stats, may_replace, open_directory,
+                    open_segment, read_json, write_fix)
 from .upkeep import delete_own, directory_problems, drop_foreign_lock, own_names, undeleted_message
 
 FLUSH_BLOBS, FLUSH_BYTES, FLUSH_SECONDS = 256, 8 << 20, 2.0
@@ -116,21 +117,24 @@ class DiskStore:
             if key in self._pending:
                 self.stats["hits"] += 1
                 return _unpack(self._pending[key], key)
-            for attempt in (0, 1):
-                entry = self._index["entries"].get(key)
-                if entry is None and self._refresh():
+            try:
+                for attempt in (0, 1):
                     entry = self._index["entries"].get(key)
-                if entry is None:
+                    if entry is None and self._refresh():
+                        entry = self._index["entries"].get(key)
+                    if entry is None:
+                        break
+                    found = _unpack(self._read(entry), key)
+                    if found is not None:
+                        self.stats["hits"] += 1
+                        self._touched[key] = time.time()
+                        return found
+                    if attempt == 0 and self._refresh():      # compacted away by another process
+                        continue
+                    self._drop(key, entry)
                     break
-                found = _unpack(self._read(entry), key)
-                if found is not None:
-                    self.stats["hits"] += 1
-                    self._touched[key] = time.time()
-                    return found
-                if attempt == 0 and self._refresh():      # compacted away by another process
-                    continue
-                self._drop(key, entry)
-                break
+            except ProcessLimit as e:       # out of descriptors now: a miss, and the entry stays
+                self._warn_once(e)
             self.stats["misses"] += 1
             return None
 
@@ -219,7 +223,7 @@ class DiskStore:
         if not blob:
             raise ValueError("the disk store keeps non-empty blobs only")
         record = _pack(key, blob, meta)
-        if self.failure is not None or len(record) > KEEP * self.cap or not self._import_writer():
+        if self.failure is not None or len(record) > KEEP * self.cap or not self._import_writer(len(record)):
             return              # (a blob larger than eviction keeps would evict everything, then itself)
         with self._lock:
             if key not in self._pending:
@@ -232,11 +236,16 @@ class DiskStore:
         if due:
             self.flush()
 
-    def _import_writer(self):
+    def _import_writer(self, size):
         """Import mmap-ninja now (importing it in the at-exit flush fails: it registers atexit);
         False if that fails or is interrupted (a Ctrl-C here leaves its imports of tqdm and asyncio
         half done, so every later try would fail too): this process then writes nothing more, and
-        the KeyboardInterrupt goes on to the caller."""
+        the KeyboardInterrupt goes on to the caller. Nor where a record of ``size`` bytes is past the
+        file-size limit (``ulimit -f``): it could not be written, and the import writes a file (SIGXFSZ)."""
+        try:
+            check_file_size(size, "a segment's largest file")
+        except OSError as e:
+            return self._stop_writing(e)
         try:
             _ragged_mmap()
             return True
@@ -251,10 +260,9 @@ class DiskStore:
 
     def _stop_writing(self, e):
         self.failure = e
-        fix = "Set" if isinstance(e, (ForeignFile, NotTheStores, UnsafeDirectory)) else "Fix the directory, or set"
         warnings.warn(f"tppasm: cannot write the kernel cache in {self.root} ({type(e).__name__}: {e}); this "
-                      f"process writes nothing more there (kernels are generated as usual). {fix} TPPASM_CACHE=0 "
-                      "to turn the cache off", RuntimeWarning, stacklevel=3)
+                      f"process writes nothing more there (kernels are generated as usual). {write_fix(e)} "
+                      "TPPASM_CACHE=0 to turn the cache off", RuntimeWarning, stacklevel=3)
 
     def put_record(self, key, record):
         """Store the JSON-able ``record`` under ``key`` now (flushes); whether it reached the disk.
@@ -413,6 +421,7 @@ class DiskStore:
         """Replace ``name`` in the directory ``root`` (a descriptor) atomically: a temporary file, then
         ``os.replace``. (``json.dumps``, the C encoder: ``json.dump`` recurses deeper.)"""
         text = json.dumps(value, separators=(",", ":")).encode()
+        check_file_size(len(text), name)
         tmp = temporary_name(name)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=root)
         try:
@@ -443,16 +452,17 @@ class DiskStore:
         """(index, identity) from disk, in the directory as checked now: an empty index if there is
         none or it is damaged, another user's or not the store's; None for the index if it cannot
         be read now (the directory is unsafe, or the index nests too deeply for this call depth)."""
+        root = None
         try:
             root = open_directory(self.root)
-        except UnsafeDirectory as e:
-            self._warn_once(e)
-            return None, None
-        try:
             index, ident, state, _ = self._read_index(root)
             return (None if state == "unreadable" else index), ident
+        except (UnsafeDirectory, ProcessLimit) as e:        # (ProcessLimit: out of descriptors now)
+            self._warn_once(e)
+            return None, None
         finally:
-            os.close(root)
+            if root is not None:
+                os.close(root)
 
     def _read_index(self, root):
         """(index, identity, state, value) of index.json in the directory ``root`` (a descriptor):
@@ -563,25 +573,11 @@ class DiskStore:
         return freed
 
 
-def _ragged_mmap():
-    """mmap-ninja's RaggedMmap, imported on first use (about 50 ms: only processes that store pay it)."""
-    from mmap_ninja.ragged import RaggedMmap
-    return RaggedMmap
-
-
 def _in_worker_process():
     """Whether this process is a multiprocessing child: those end with ``os._exit`` (no atexit) or
     are terminated (``with Pool(...)``), so what they store is written at once."""
     mp = sys.modules.get("multiprocessing")
     return mp is not None and mp.parent_process() is not None
-
-
-def _close_all(fds):
-    """Close the segment descriptors of a store that was dropped."""
-    for name in list(fds):
-        fd = fds.pop(name, None)
-        if fd is not None:
-            os.close(fd)
 
 
 _STORES = weakref.WeakSet()       # every store of the process, flushed at exit

@@ -16,9 +16,11 @@ import json
 import math
 import os
 import re
+import resource
 import shutil
 import stat
 import uuid
+import warnings
 
 FORMAT = 2                          # 2: records carry their key
 MAX_BLOB = 1 << 30                  # larger sizes in an index entry are damage
@@ -64,11 +66,45 @@ def check_free_space(root, records):
     (bytes objects): mmap-ninja writes through a mapping of a sparse file, and a full disk then
     kills the process with SIGBUS instead of failing the write. (Another writer may take the space
     between this check and the write: this narrows the window, it cannot close it.)"""
-    need = sum(len(r) for r in records) + 40 * len(records) + SEGMENT_SLACK
+    data = sum(len(r) for r in records)
+    check_file_size(max(data, 16 * len(records)), "a segment's largest file")      # (data, else its offsets)
+    need = data + 40 * len(records) + SEGMENT_SLACK
     st = os.statvfs(root)
     free = st.f_bavail * st.f_frsize
     if free < need:
         raise OSError(errno.ENOSPC, f"No space left on device: {free} bytes free in {root}, a segment needs {need}")
+
+
+def check_file_size(nbytes, what):
+    """OSError (EFBIG) unless a file of ``nbytes`` fits this process's file-size limit (``ulimit -f``):
+    a write past it raises SIGXFSZ, which kills a process that does not ignore it (CPython ignores
+    it at startup; a program that embeds Python, or restores the default, does not).
+
+    >>> check_file_size(1 << 20, "index.json")      # (no exception: fits, or no limit)
+    """
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if soft != resource.RLIM_INFINITY and nbytes > soft:
+        raise OSError(errno.EFBIG, f"File too large: {what} needs {nbytes} bytes, over this process's file-size "
+                                   f"limit (`ulimit -f`: {soft} bytes)")
+
+
+def close_all(fds):
+    """Close the descriptors in the dict ``fds`` (name -> descriptor or None), emptying it: the segments
+    of a store that was dropped."""
+    for name in list(fds):
+        fd = fds.pop(name, None)
+        if fd is not None:
+            os.close(fd)
+
+
+def ragged_mmap():
+    """mmap-ninja's RaggedMmap, imported on first use (about 50 ms: only processes that store pay it).
+    It imports joblib, which warns at import where /dev/shm is missing or read-only (AWS Lambda,
+    sandboxes) that it "will operate in serial mode": tppasm never uses joblib, so that is silenced."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r".*joblib will operate in serial mode", UserWarning)
+        from mmap_ninja.ragged import RaggedMmap
+    return RaggedMmap
 
 
 def segment_entries(name, items, starts, ends, now):

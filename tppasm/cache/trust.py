@@ -82,6 +82,42 @@ class UnsafeDirectory(_Said):
     """The cache directory is missing, not a directory, another user's, or writable by others."""
 
 
+class ProcessLimit(_Said):
+    """A file of the cache cannot be opened or written for want of something the process (not the
+    file) lacks: descriptors (EMFILE, ENFILE), memory (ENOMEM), file size (EFBIG); the message names it."""
+
+
+# what the process lacks, by errno, and the fix (also for the same errors raised by writes)
+LIMIT_FIXES = {errno.EMFILE: "raise this process's open-file limit (`ulimit -n`), or close files it holds",
+               errno.ENFILE: "the system's open-file table is full (fs.file-max): close files",
+               errno.ENOMEM: "free memory (or raise `ulimit -v`)",
+               errno.EFBIG: "raise this process's file-size limit (`ulimit -f`)"}
+
+
+def write_fix(e):
+    """How a warning about the write error ``e`` begins the fix it names (then "TPPASM_CACHE=0 ...").
+
+    >>> write_fix(OSError(errno.EFBIG, "File too large")), write_fix(OSError(errno.EROFS, "Read-only"))
+    ("Raise this process's file-size limit (`ulimit -f`), or set", 'Fix the directory, or set')
+    """
+    if isinstance(e, _Said):
+        return "Set"                        # its message names the fix
+    fix = LIMIT_FIXES.get(getattr(e, "errno", None))
+    return f"{fix[0].upper()}{fix[1:]}, or set" if fix else "Fix the directory, or set"
+
+
+def process_limit(e, path):
+    """``e`` (an OSError opening ``path``) as a :class:`ProcessLimit` naming the fix, if the process
+    lacks descriptors or memory; else None (the error belongs to the file).
+
+    >>> str(process_limit(OSError(errno.EMFILE, "Too many open files"), "/d/index.json"))
+    "Too many open files (/d/index.json): raise this process's open-file limit (`ulimit -n`), or close files it holds"
+    """
+    if e.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+        return None
+    return ProcessLimit(e.errno, f"{e.strerror} ({path}): {LIMIT_FIXES[e.errno]}")
+
+
 class ForeignFile(_Said):
     """A file in the cache directory that belongs to another user: never read."""
 
@@ -186,6 +222,9 @@ def open_directory(path):
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except (OSError, ValueError) as e:
+        lacking = isinstance(e, OSError) and process_limit(e, path)
+        if lacking:
+            raise lacking from None
         raise UnsafeDirectory(getattr(e, "errno", None) or errno.EINVAL,
                               f"{path} cannot be opened ({getattr(e, 'strerror', None) or e})") from None
     try:
@@ -202,14 +241,17 @@ def open_own(name, dir_fd, root, directory=False):
     """A read-only descriptor of ``name`` in the directory ``dir_fd`` (``root``, for messages) if it
     is a regular file (``directory``: a directory) of this user's; None if it is absent or something
     else (a link, FIFO or device could hang a read or lead elsewhere); ForeignFile if another
-    user's."""
+    user's; ProcessLimit if the process is out of descriptors or memory (the file may be fine)."""
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_DIRECTORY if directory else 0)
     try:
         fd = os.open(name, flags, dir_fd=dir_fd)
     except PermissionError:
         _refuse_if_foreign(name, dir_fd, root)
         return None
-    except (OSError, ValueError):           # (ValueError: a NUL byte in the name)
+    except (OSError, ValueError) as e:      # (ValueError: a NUL byte in the name)
+        lacking = isinstance(e, OSError) and process_limit(e, os.path.join(root, name))
+        if lacking:
+            raise lacking from None
         return None
     try:
         st = os.fstat(fd)
@@ -255,7 +297,8 @@ def read_json(name, dir_fd, root, limit, on_foreign):
     be trusted), "directory", "damaged" (a link, FIFO or device, over ``limit`` bytes, not JSON) or "unreadable"
     (it may be fine: too deeply nested for this call depth, or no permission); value None unless
     parsed, and for "unreadable" True if its first bytes are those the store writes.
-    ``on_foreign(ForeignFile)`` is called for a file of another user's."""
+    ``on_foreign(ForeignFile)`` is called for a file of another user's; ProcessLimit (the process is
+    out of descriptors or memory) goes to the caller."""
     try:
         fd = open_own(name, dir_fd, root)
     except ForeignFile as e:
@@ -271,7 +314,7 @@ def read_json(name, dir_fd, root, limit, on_foreign):
         st = os.fstat(fd)
         if st.st_size > limit:
             return None, None, "damaged" if state == "ok" else state
-        data = os.read(fd, limit + 1)
+        data = os.read(fd, st.st_size + 1)     # (not limit + 1: os.read reserves what it is asked for)
         ident = (st.st_ino, st.st_mtime_ns, st.st_size)
         try:
             return json.loads(data), ident, state
