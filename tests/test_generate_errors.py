@@ -69,6 +69,19 @@ def test_int_subclass_fields_become_plain_ints():
     assert type(k.desc.m) is int and "Dim" not in repr(k)
 
 
+@pytest.mark.parametrize("fields", [dict(ldi=2 ** 63), dict(m=2 ** 63), dict(ldi=-2 ** 63), dict(n=2 ** 64)],
+                         ids=["ldi", "m", "negative", "n"])
+def test_descriptor_fields_past_int64_are_refused_as_such(fields):
+    """The descriptor's own check (its fast path for plain ints included), not a generator's later
+    refusal of an offset it cannot encode."""
+    from tppasm.eltwise import Unary
+    with pytest.raises(ValueError, match=r"unary: (ldx|m|n)=-?\d+; expected an int below 2\*\*63"):
+        Unary(**{"op": "relu", "m": 2, "n": 3, **fields})
+    with pytest.raises(ValueError, match=r"expected an int below 2\*\*63"):
+        Brgemm(**{"m": 2, "n": 3, "k": 4, **{"lda" if k == "ldi" else k: v for k, v in fields.items()}})
+    assert Unary("relu", 2, 3, 2 ** 63 - 1).ldi == 2 ** 63 - 1          # (int64's largest: the descriptor takes it)
+
+
 def test_gemm_nt_advises_a_copy_only_where_dense_rows_fit():
     with pytest.raises(ValueError, match=r"k=16777217 makes each row of A and B span more than 64 MiB; split k"):
         tpp.gemm_nt(1, 1, 2 ** 24 + 1, lda=2 ** 24 + 2)

@@ -122,3 +122,34 @@ def test_reduce_max_and_norms_keep_their_bound():
 def test_hypothesis_examples_of_a_cancelling_relu_brgemm_pass():
     assert_matches_reference(tpp.brgemm(7, 32, 2, lda=512, ldb=1024, beta=1, bias=True, act="relu",
                                         stream_c=True), max_examples=10)
+
+
+@pytest.mark.parametrize("factor, reported", [(2.0, True), (0.5, False)])
+def test_a_long_sum_is_held_to_gamma_n_of_its_terms_sizes(factor, reported):
+    """4096 terms whose sizes sum to 100, cancelling to ~0: past ~170 terms Higham's gamma_n
+    (n u / (1 - n u), u = 2^-24: 0.0244 here) outgrows rtol and is the bound; twice it is an error,
+    half of it is rounding. (A bound 4x looser went unnoticed: only correct long sums were tried.)"""
+    n, size = 4096, 100.0
+    nu = n * 2.0 ** -24
+    bound = nu / (1 - nu) * size
+    want = np.zeros((2, 4))
+    want[0, 0] = 1e-3
+    got = want.astype(F)
+    got[0, 1] = factor * bound
+    problems = compare("c", got, want, None, None, summing=True, magnitude=np.full(want.shape, size), terms=n)
+    assert bool(problems) == reported, problems
+    if reported:
+        assert "1 of 8 elements differ" in problems[0] and "[0, 1]" in problems[0]
+
+
+def test_terms_summed_counts_every_term_of_each_kind():
+    """block_spmm: bk per stored block (``count`` of them at most in a row) and C with beta=1."""
+    from tppasm.eltwise import Reduce
+    from tppasm.gemm_nt import GemmNT
+    from tppasm.spmm import BlockSpmm
+    from tppasm.testing.compare import terms_summed
+    assert terms_summed(BlockSpmm(bm=4, bk=8, n=16, kb=6, beta=1), 5) == 8 * 5 + 1
+    assert terms_summed(BlockSpmm(bm=4, bk=8, n=16, kb=6), 3) == 8 * 3
+    assert terms_summed(GemmNT(2, 3, 40), 1) == 40
+    assert terms_summed(Reduce("add", 3, 7), 1) == 7
+    assert terms_summed(Reduce("add", 3, 7, "rows"), 1) == 3

@@ -1,5 +1,7 @@
 """A dtype keyword given to a constructor that does not take it (another one does) names the fix,
 not Python's bare "unexpected keyword argument" (tppasm.keywords.HINTS)."""
+import re
+
 import pytest
 
 import tppasm
@@ -90,3 +92,39 @@ def test_quantize_ldq_names_ldo():
     with pytest.raises(TypeError, match=r"quantize\(\) takes no ldq=: the row stride of q \(the output\) is ldo=.*"
                                         r"write ldo=8"):
         tppasm.quantize(4, 4, ldq=8)
+
+
+# every (constructor, keyword) of tppasm.keywords.HINTS, written out: a hint dropped from the table
+# (gemm_nt's ldo=, rotary's ldi= went unnoticed) must fail here, not fall back to Python's bare refusal
+HINTED = [("binary", "ldx"), ("block_spmm", "c_dtype"), ("block_spmm", "out_dtype"), ("brgemm", "ldo"),
+          ("brgemm", "ldx"), ("dequant", "dtype"), ("dequant", "ldc"), ("dequant", "ldi"), ("gemm_nt", "ldo"),
+          ("gemm_nt", "ldx"), ("layernorm", "ldi"), ("quantize", "c_dtype"), ("quantize", "ldi"),
+          ("quantize", "ldq"), ("quantize", "out_dtype"), ("relu", "c_dtype"), ("relu", "out_dtype"),
+          ("rmsnorm", "ldi"), ("rotary", "ldi"), ("softmax", "ldi"), ("ternary", "ldo"), ("ternary", "ldx"),
+          ("transform", "c_dtype"), ("transform", "out_dtype"), ("zero", "c_dtype"), ("zero", "ldx"),
+          ("zero", "out_dtype")]
+MAKE = {"binary": lambda **kw: tppasm.binary("add", 4, 4, **kw),
+        "block_spmm": lambda **kw: tppasm.block_spmm(4, 4, 16, 2, **kw),
+        "brgemm": lambda **kw: tppasm.brgemm(4, 4, 4, **kw), "dequant": lambda **kw: tppasm.dequant(4, 4, **kw),
+        "gemm_nt": lambda **kw: tppasm.gemm_nt(4, 4, 4, **kw),
+        "layernorm": lambda **kw: tppasm.layernorm(4, 16, **kw), "quantize": lambda **kw: tppasm.quantize(4, 4, **kw),
+        "relu": lambda **kw: tppasm.relu(2, 2, **kw), "rmsnorm": lambda **kw: tppasm.rmsnorm(4, 16, **kw),
+        "rotary": lambda **kw: tppasm.rotary(4, 8, 8, **kw), "softmax": lambda **kw: tppasm.softmax(4, 4, **kw),
+        "ternary": lambda **kw: tppasm.ternary("muladd", 4, 4, **kw),
+        "transform": lambda **kw: tppasm.transform("transpose", 2, 2, **kw),
+        "zero": lambda **kw: tppasm.zero(4, 4, **kw)}
+
+
+def test_the_table_of_hints_is_the_one_tested():
+    from tppasm.keywords import HINTS
+    assert sorted(HINTS) == HINTED
+
+
+@pytest.mark.parametrize("who, name", HINTED, ids=[f"{w}-{n}" for w, n in HINTED])
+def test_every_constructor_gives_its_hint(who, name):
+    value = 8 if name.startswith("ld") else "bf16"
+    with pytest.raises(TypeError) as e:
+        MAKE[who](**{name: value})
+    assert f"{who}() takes no {name}=: " in str(e.value)
+    if name.startswith("ld"):                               # a row stride: the keyword to write instead
+        assert re.search(r"write ld[a-z]=8\b", str(e.value)), e.value
