@@ -78,6 +78,18 @@ class Consts:
         self.load(a, reg, op)
         return reg
 
+    def after(self, nbytes):
+        """Put the stack table past the first ``nbytes`` of the stack (rsp up), the caller's own
+        scratch there (a row of partial results, say); before any constant takes a stack slot.
+
+        >>> from tppasm.x86.vector import VectorISA
+        >>> c = Consts(VectorISA("avx2")); c.after(4096); c.f(1.0).expr.disp
+        4096
+        """
+        if self.slots:
+            raise RuntimeError("Consts.after: constants already sit on the stack; call it before the first one")
+        self.BASE = max(self.BASE, nbytes)
+
     def _slot(self):
         self.slots += 1
         if self.v.avx512:

@@ -2,10 +2,12 @@
 
 Each row is read in passes while it sits in L1: softmax takes the row maximum of ``scale*x + mask``,
 then sums ``exp(. - max)`` (writing the exponentials when the output is fp32), then scales by
-1/sum (a bf16 output recomputes the exponentials instead of rounding twice, and takes the cheaper
-exp of bf16 results, :func:`tppasm.x86.math.emit_exp_bf16`); a row of up to 16
-vectors (8 on AVX2) is instead loaded once into registers and each exp computed once (twice as
-fast for attention rows of 128-256 with a bf16 output); layer norm takes the
+1/sum (a bf16 output keeps the fp32 exponentials in a stack row instead of rounding twice, up to
+KEPT_MAX floats, computing them again past that, and takes the cheaper exp of bf16 results,
+:func:`tppasm.x86.math.emit_exp_bf16`); a row of up to 24 vectors (384 floats; 8 on AVX2) is
+instead loaded once into registers and each exp computed once (twice as fast for attention rows of
+128-256 with a bf16 output; sums there are trees, not a walk, so the last bits of a row of
+257-384 floats changed when the limit rose from 16); layer norm takes the
 mean (as x0 + sum(x - x0) / n: exact for a row of equal values), then the variance around it
 (two passes: no cancellation), then writes
 ``(x - mean) * rstd * gamma + beta``; RMSNorm the mean square, then ``x * rstd * gamma``. Masked
@@ -17,7 +19,7 @@ an estimate.
 >>> tppasm.rmsnorm(1, 3)(x, np.ones(3, np.float32), out); bool(np.allclose(out, x / np.sqrt(14 / 3)))
 True
 """
-from isa.x86 import Function
+from isa.x86 import Function, ptr, r9, rsp
 
 from ..backends import register
 from . import math as xm
@@ -37,7 +39,9 @@ def _sum_pass(a, v, n, acc, tail, load_term):
     combine(a, acc, "add")
 
 
-CACHED = {True: 16, False: 8}      # vectors of a row kept in registers (AVX-512, AVX2)
+# vectors of a row kept in registers (AVX-512, AVX2): a row takes CACHED + 5 registers; on AVX-512
+# up to 27 fit, but 25-27 left too few for the constants and ran no faster than the multi-pass route
+CACHED = {True: 24, False: 8}
 
 
 @register("x86", "softmax")
@@ -58,6 +62,7 @@ def generate_softmax(desc, isa):
     work = [R.take(5) for _ in range(W)]          # src, dst and exp's 3 temporaries per vector
     flat = [r for w in work for r in w]
     c = R.consts()
+    kept = out.dtype == "bf16" and _keep_exps(fn, a, v, c, desc.n)
 
     def logits(dst, spare, col, idx, t):
         """dst = scale * x (+ mask) for this vector (``spare`` holds the mask)."""
@@ -93,6 +98,8 @@ def generate_softmax(desc, isa):
             e = exp_of(u, col, idx, t)
             if out.dtype == "f32":
                 store(a, v, out, e, at(out, col, idx), t, work[u % W][2:], c)
+            elif kept:
+                a.vmovups(_kept_at(col, idx), e)
             return e
         _sum_pass(a, v, desc.n, acc[:W], tail, exp_sum)
         hreduce(a, v, acc[0], acc[1], "add")
@@ -102,6 +109,9 @@ def generate_softmax(desc, isa):
         def scale(u, col, idx, t):
             if out.dtype == "f32":
                 y = load(a, v, work[u % W][1], out, at(out, col, idx), t)
+            elif kept:
+                y = work[u % W][1]
+                a.vmovups(y, _kept_at(col, idx))
             else:
                 y = exp_of(u, col, idx, t)
             a.vmulps(y, y, inv)
@@ -111,6 +121,30 @@ def generate_softmax(desc, isa):
     row_loop(a, desc.m, row, [x, out] + ([mask] if desc.mask == "full" else []))
     c.finish(fn, scratch=acc[0])
     return fn.finalize()
+
+
+KEPT_MAX = 16384                    # longest row (floats) whose exponentials a bf16 softmax keeps on the stack
+KEPT = r9                           # the stack row of the exponentials, 64-byte aligned
+
+
+def _keep_exps(fn, a, v, c, n):
+    """Reserve a stack row of ``n`` fp32 exponentials (at KEPT) for the multi-pass softmax with a
+    bf16 output: its exp pass stores them there and its scale pass reads them back, bit for bit what
+    computing them again gave, at a load instead of an exp per vector. False (computed twice)
+    past KEPT_MAX floats."""
+    if n > KEPT_MAX:
+        return False
+    size = 128 + 4 * (n + v.lanes(4))               # a tail vector is stored whole
+    fn.stack(size)
+    c.after(size)                                   # the constants' stack table goes past the row
+    a.lea(KEPT, [rsp + 64 + 63])
+    a.and_(KEPT, -64)
+    return True
+
+
+def _kept_at(col, idx):
+    """The stack row's vector at element ``col`` (past ``idx`` elements, a register or None)."""
+    return ptr(KEPT + col * 4 if idx is None else KEPT + idx * 4 + col * 4)
 
 
 def _softmax_in_registers(fn, v, desc, x, mask, out, cvt, exp):

@@ -2,7 +2,8 @@
 
 ``over="cols"`` (one value per row): U vector accumulators walk the row, are combined, then
 reduced across lanes. ``over="rows"`` (one value per column): per block of U column vectors the
-accumulators walk down the rows. Tails load masked lanes; for max they are refilled with -inf.
+accumulators walk down the rows; in a tall array down a block of ROW_BLOCK rows at a time, their
+partial sums kept in a stack row meanwhile (each column still adds its rows in order). Tails load masked lanes; for max they are refilled with -inf.
 Max is np.max's: a NaN anywhere makes the result NaN (:func:`tppasm.x86.math.max_nan`).
 
 >>> import numpy as np, tppasm
@@ -10,7 +11,7 @@ Max is np.max's: a NaN anywhere makes the result NaN (:func:`tppasm.x86.math.max
 >>> tppasm.reduce("add", 2, 3, over="cols")(x, out); out.tolist()
 [3.0, 12.0]
 """
-from isa.x86 import Function, ax, dword, eax, r10, r11, vec, word
+from isa.x86 import Function, ax, dword, eax, r8, r9, r10, r11, rax, rcx, rdx, rsp, vec, word
 
 from . import math as xm
 from ..backends import register
@@ -57,7 +58,7 @@ def generate_reduce(desc, isa):
     if desc.over == "cols":
         _over_cols(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes)
     else:
-        _over_rows(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes)
+        _over_rows(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes, fn)
     c.finish(fn, scratch=tmp[0])
     return fn.finalize()
 
@@ -149,10 +150,22 @@ def _to_bf16_1(a, v, x1, tmp, c):
     return vec(128, to_bf16(a, v, full, tmp, c).num)
 
 
-def _over_rows(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes):
+ROW_BLOCK = 16        # rows one strip walks before the next strip, in a tall array (see _row_blocks)
+CHUNK = 2048          # columns per chunk of a tall array: its fp32 partial results sit in a stack row
+
+
+def _over_rows(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes, fn):
     """Per block of U column vectors (a loop over full blocks, then the rest): the accumulators
-    walk down the m rows; x and out advance by one block each time."""
-    from isa.x86 import r8
+    walk down the rows; x and out advance by one block each time. Below 2 ROW_BLOCK rows they walk
+    all of them (:func:`_strips_down`); taller arrays go by blocks of rows (:func:`_row_blocks`)."""
+    if desc.m < 2 * ROW_BLOCK or ROW_BLOCK * x.ld * x.es >= 1 << 31:
+        _strips_down(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes)
+    else:
+        _row_blocks(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes, fn)
+
+
+def _strips_down(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes):
+    """Each strip of U vectors walks all m rows, then the next strip."""
     m, n, op, unroll = desc.m, desc.n, desc.op, len(acc)
     nfull = n // lanes
     blocks, rest = divmod(nfull, unroll)
@@ -160,18 +173,7 @@ def _over_rows(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes):
     def block(vecs):
         _init(a, v, acc[:len(vecs)], op, c)
         a.mov(r11, x.reg)
-        a.mov(r10, m)
-        top = a.label()
-        a.bind(top)
-        src = Stream(r11, "full", x.dtype, x.ld)
-        for j, (col, t) in enumerate(vecs):
-            r = load(a, v, ld[j], src, _at(src, col), t)
-            if op == "max":
-                _max_tail(a, v, r, t, c, tmp[0])
-            _accumulate(a, v, op, acc[j], r, tmp[1])
-        a.add(r11, x.ld * x.es)
-        a.dec(r10)
-        a.jnz(top)
+        _down(a, v, desc, x, acc, ld, tmp, c, vecs, m)
         for j, (col, t) in enumerate(vecs):
             store(a, v, out, acc[j], _at(out, col), t, tmp, c)
 
@@ -187,3 +189,102 @@ def _over_rows(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes):
     vecs = [(j * lanes, None) for j in range(rest)] + ([(rest * lanes, tail)] if tail else [])
     if vecs:
         block(vecs)
+
+
+def _down(a, v, desc, x, acc, ld, tmp, c, vecs, rows):
+    """acc[j] = op(acc[j], the vector at column ``vecs[j]`` of each of ``rows`` rows from r11)."""
+    a.mov(r10, rows)
+    top = a.label()
+    a.bind(top)
+    src = Stream(r11, "full", x.dtype, x.ld)
+    for j, (col, t) in enumerate(vecs):
+        r = load(a, v, ld[j], src, _at(src, col), t)
+        if desc.op == "max":
+            _max_tail(a, v, r, t, c, tmp[0])
+        _accumulate(a, v, desc.op, acc[j], r, tmp[1])
+    a.add(r11, x.ld * x.es)
+    a.dec(r10)
+    a.jnz(top)
+
+
+def _row_blocks(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes, fn):
+    """Tall arrays: per chunk of CHUNK columns, each strip walks one block of ROW_BLOCK rows, its
+    fp32 partial results kept in a stack row from one block of rows to the next. A strip down
+    all the rows met a new page at every row and, past the caches, lost the lines prefetched
+    beside it before the next strip came; a block of rows stays in cache (and the TLB) from one
+    strip to the next. Each column still adds its rows in order: the results are the same bits."""
+    m, rows = desc.m, ROW_BLOCK
+    fn.stack(128 + 4 * CHUNK)
+    c.after(128 + 4 * CHUNK)                 # the constants' stack table goes past the partial results
+    a.lea(rax, [rsp + 64 + 63])              # rax: the partial results, 64-byte aligned
+    a.and_(rax, -64)
+    blocks = m // rows                       # the last block takes the rest too: rows to 2 rows - 1
+    step = rows * x.ld * x.es
+
+    def chunk(width, t):
+        a.mov(rdx, x.reg)                    # rdx: the first row of the block of rows
+        _row_block(a, v, desc, x, out, acc, ld, tmp, c, width, t, rows, "first", lanes)
+        a.add(rdx, step)
+        if blocks > 2:
+            a.mov(r9, blocks - 2)
+            top = a.label()
+            a.bind(top)
+            _row_block(a, v, desc, x, out, acc, ld, tmp, c, width, t, rows, "middle", lanes)
+            a.add(rdx, step)
+            a.dec(r9)
+            a.jnz(top)
+        _row_block(a, v, desc, x, out, acc, ld, tmp, c, width, t, rows + m % rows, "last", lanes)
+
+    full, rest = divmod(desc.n, CHUNK)
+    if full:
+        a.mov(rcx, full)
+        top = a.label()
+        a.bind(top)
+        chunk(CHUNK, None)
+        a.add(x.reg, CHUNK * x.es)
+        a.add(out.reg, CHUNK * out.es)
+        a.dec(rcx)
+        a.jnz(top)
+    if rest:
+        chunk(rest, tail)
+
+
+def _row_block(a, v, desc, x, out, acc, ld, tmp, c, width, tail, rows, phase, lanes):
+    """The strips of ``width`` columns (the last vector ``tail``) walk ``rows`` rows from rdx; the
+    accumulators start at INIT ("first") or the stack row, and go to the stack row or ("last") out."""
+    op, unroll = desc.op, len(acc)
+    nfull = width // lanes
+    blocks, rest = divmod(nfull, unroll)
+
+    def at(reg, es, col):
+        def mem_at(i, _es, size=None):
+            expr = reg + r8 * es + (col + i) * es
+            return word[expr] if size == 2 else _ptr(expr)
+        return mem_at
+
+    def strip(vecs):
+        for j, (col, _) in enumerate(vecs):
+            if phase == "first":
+                c.load(a, acc[j], c.f(INIT[op]))
+            else:
+                a.vmovups(acc[j], _ptr(rax + r8 * 4 + col * 4))
+        a.lea(r11, [rdx + r8 * x.es])
+        _down(a, v, desc, x, acc, ld, tmp, c, vecs, rows)
+        for j, (col, t) in enumerate(vecs):
+            if phase == "last":
+                store(a, v, out, acc[j], at(out.reg, out.es, col), t, tmp, c)
+            else:
+                a.vmovups(_ptr(rax + r8 * 4 + col * 4), acc[j])
+
+    if blocks:
+        a.xor(r8, r8)                        # r8: the strip's first column
+        loop = a.label()
+        a.bind(loop)
+        strip([(j * lanes, None) for j in range(unroll)])
+        a.add(r8, unroll * lanes)
+        a.cmp(r8, blocks * unroll * lanes)
+        a.jb(loop)
+    vecs = [(j * lanes, None) for j in range(rest)] + ([(rest * lanes, tail)] if tail else [])
+    if vecs:
+        a.mov(r8, blocks * unroll * lanes)
+        strip(vecs)
