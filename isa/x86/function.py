@@ -19,7 +19,7 @@ import sys
 
 from .assembler import Assembler
 from .disasm import disassemble
-from .registers import REGISTERS, gpr, r10, r11, rsp
+from .registers import REGISTERS, gpr, qword, r10, r11, rax, rsp
 from ..memory import ExecutableMemory
 
 CTYPES = {
@@ -142,6 +142,30 @@ def _described(value):
     return f"a {type(value).__module__}.{type(value).__qualname__}".replace("a builtins.", "a ")
 
 
+PAGE = 4096
+PROBE_UNROLL = 16      # pages probed by straight code; a larger frame probes in a loop (counting in rax)
+
+
+def _reserve(pro, frame):
+    """``sub rsp, frame``; a frame past a page is reserved a page at a time, each page touched (a
+    stack probe, as gcc's -fstack-clash-protection), so that a thread short of stack faults on its
+    guard page (4 KiB under glibc's thread stacks) instead of writing into whatever lies below it.
+    rax is free at entry (it carries no argument in the System V ABI but a varargs count)."""
+    pages, rest = divmod(frame, PAGE) if frame > PAGE else (0, frame)
+    if pages > PROBE_UNROLL:
+        pro.mov(rax, pages)
+        top = pro.label()
+        pro.bind(top)
+    for _ in range(1 if pages > PROBE_UNROLL else pages):
+        pro.sub(rsp, PAGE)
+        pro.or_(qword[rsp], 0)
+    if pages > PROBE_UNROLL:
+        pro.dec(rax)
+        pro.jnz(top)
+    if rest:
+        pro.sub(rsp, rest)
+
+
 class Function:
     """Build one System V function: emit the body with ``fn.asm``, then :meth:`finalize`.
 
@@ -202,8 +226,7 @@ class Function:
         for r in saved:
             pro.push(r)
         frame = self._stack + (8 if len(saved) % 2 == 0 else 0) if self._stack else 0  # rsp = 16k+8 at entry
-        if frame:
-            pro.sub(rsp, frame)
+        _reserve(pro, frame)
         body.prepend(pro)
         body.bind(self._epilogue)
         if frame:

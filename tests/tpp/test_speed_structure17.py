@@ -56,7 +56,7 @@ def test_wide_tall_reduce_keeps_one_chunk_of_partial_results(isa):
     n = 2 * x86_reduce.CHUNK + 70
     text = x86_reduce.generate_reduce(Reduce("add", 100, n, "rows"), isa).disassemble()
     assert re.search(r"mov (rcx|ecx),2\b", text), "no loop over the 2 whole chunks"
-    frame = int(re.search(r"sub rsp,(\w+)h", text).group(1), 16)
+    frame = sum(int(imm, 16) for imm in re.findall(r"sub rsp,(\w+)h", text))      # (by pages: a stack probe)
     assert 4 * x86_reduce.CHUNK <= frame < 4 * x86_reduce.CHUNK + 4096
 
 
@@ -169,3 +169,30 @@ def test_long_bf16_softmax_in_place(isa):
     tppasm.softmax(m, n, dtype="bf16", out_dtype="f32", isa=isa)(x, want)
     tppasm.softmax(m, n, dtype="bf16", out_dtype="bf16", isa=isa)(x, x)
     np.testing.assert_allclose(np.asarray(x, np.float32), want, rtol=2 ** -7, atol=1e-7)
+
+
+SMALL_THREAD_STACK = """
+import threading, numpy as np, tppasm
+def work():
+    x = np.random.default_rng(0).standard_normal((2, 16384)).astype(np.float32)
+    import ml_dtypes; y = np.empty((2, 16384), ml_dtypes.bfloat16)
+    tppasm.softmax(2, 16384, out_dtype="bf16")(x, y)
+    tall = np.ones((64, 16), np.float32); s = np.empty(16, np.float32)
+    tppasm.reduce("add", 64, 16, over="rows")(tall, s)
+    assert (s == 64).all() and np.isfinite(y.astype(np.float32)).all()
+    print("ok")
+threading.stack_size(64 << 10)
+t = threading.Thread(target=work); t.start(); t.join()
+"""
+
+
+def test_stack_rows_fit_a_small_python_thread_stack():
+    """The stack rows stay small (the exponentials of rows up to KEPT_MAX floats, the partial results
+    of n columns): a Python thread may have 32-64 KiB of stack."""
+    import subprocess
+    import sys
+    assert x86_norm.KEPT_MAX * 4 <= 8 << 10
+    frame = x86_reduce.generate_reduce(Reduce("add", 64, 16, over="rows"), "avx512").disassemble()
+    assert not re.search(r"sub rsp,[0-9A-F]{4,}h", frame), frame         # a few hundred bytes, not 8 KiB
+    run = subprocess.run([sys.executable, "-c", SMALL_THREAD_STACK], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", (run.returncode, run.stderr[-2000:])

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from isa.cpu import host
-from isa.x86 import Function, cl, eax, k1, ptr, rax, rcx, rdx, vec
+from isa.x86 import Function, cl, eax, k1, ptr, rax, rcx, rdx, rsp, vec
 from tests.support import interp_available
 
 
@@ -240,3 +240,25 @@ def test_finalize_twice_says_so():
     assert fn.finalize()() == 1
     with pytest.raises(ValueError, match="finalize\\(\\) was called already"):
         fn.finalize()
+
+
+
+@pytest.mark.parametrize("nbytes", [4000, 4096 - 8, 8192, 16 * 4096, 40 * 4096 + 24])
+def test_a_frame_past_a_page_touches_every_page_on_the_way_down(nbytes):
+    """A stack probe: a thread short of stack faults on its guard page (4 KiB) instead of the body
+    writing below it into whatever is mapped there (another thread's stack)."""
+    fn = Function("frame", ["i64"], returns="i64")
+    fn.stack(nbytes)
+    fn.asm.mov(ptr(rsp), fn.args[0])                 # the frame's lowest bytes
+    fn.asm.mov(rax, ptr(rsp))
+    jit = fn.finalize()
+    text = jit.disassemble()
+    frame = (nbytes + 15) // 16 * 16 + 8
+    probes = text.count("or qword ptr [rsp],0")
+    if frame <= 4096:
+        assert probes == 0, text
+    elif frame // 4096 <= 16:
+        assert probes == frame // 4096, text
+    else:
+        assert probes == 1 and "jne" in text, text      # one probe in a loop over the pages
+    assert jit(1234) == 1234

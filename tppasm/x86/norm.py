@@ -123,7 +123,8 @@ def generate_softmax(desc, isa):
     return fn.finalize()
 
 
-KEPT_MAX = 16384                    # longest row (floats) whose exponentials a bf16 softmax keeps on the stack
+KEPT_MAX = 2048     # longest row (floats) whose exponentials a bf16 softmax keeps on the stack (8 KiB:
+                    # a Python thread's stack may be as small as 32 KiB)
 KEPT = r9                           # the stack row of the exponentials, 64-byte aligned
 
 

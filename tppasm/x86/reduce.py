@@ -214,8 +214,9 @@ def _row_blocks(a, v, desc, x, out, acc, ld, tmp, c, tail, lanes, fn):
     beside it before the next strip came; a block of rows stays in cache (and the TLB) from one
     strip to the next. Each column still adds its rows in order: the results are the same bits."""
     m, rows = desc.m, ROW_BLOCK
-    fn.stack(128 + 4 * CHUNK)
-    c.after(128 + 4 * CHUNK)                 # the constants' stack table goes past the partial results
+    size = 128 + 4 * -(-min(desc.n, CHUNK) // lanes) * lanes     # (a tail vector is stored whole)
+    fn.stack(size)
+    c.after(size)                            # the constants' stack table goes past the partial results
     a.lea(rax, [rsp + 64 + 63])              # rax: the partial results, 64-byte aligned
     a.and_(rax, -64)
     blocks = m // rows                       # the last block takes the rest too: rows to 2 rows - 1
