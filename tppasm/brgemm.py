@@ -19,7 +19,7 @@ from .eltwise import UNARY_OPS
 from .kernel import Descriptor, get_kernel, in_body, scalar_arg
 from .keywords import refuse_keywords
 from .layout import empty_for
-from .lazy import one_wrapper, wrapper_class
+from .lazy import RawCall, one_wrapper, wrapper_class
 from .operand import (OperandError, OperandSpec, as_ndarray, check, data_address, like_inputs, mark_written,
                       origin_of, refuse_masked, refuse_overlap)
 
@@ -130,6 +130,11 @@ class Brgemm(Descriptor):
     def checked_call(self):
         """Only stride batches are checked natively; :class:`BatchedBrgemm` checks the others."""
         return self.batch == "stride"
+
+    def unchecked_error(self, how):
+        """The TypeError for ``kernel{how}(...)`` of a raw kernel that is not :attr:`checked_call`."""
+        return TypeError(f"brgemm: this raw kernel (batch={self.batch!r}) does not check its offsets or addresses; "
+                         f"use the object tppasm.brgemm(...) returns, which does: gemm{how}(...)")
 
     @property
     def vnni(self):
@@ -263,8 +268,7 @@ class BatchedBrgemm:
     """
 
     def __init__(self, kernel):
-        self.kernel = kernel
-        self.desc = kernel.desc
+        self.kernel, self.desc = kernel, kernel.desc
         # help() and inspect.signature() show the operands, as the kernel's own class does for them
         self.__class__ = wrapper_class(kernel, BatchedBrgemm)
 
@@ -288,21 +292,30 @@ class BatchedBrgemm:
         kernel only writes C: leave it out (or pass None) and it is allocated and returned,
         ``C = gemm(A, B, offsets)``, as an unbatched kernel's ``C = gemm(A, B)``."""
         arrays, made = self._with_c(arrays, wrong)
-        args, _, count, target = self._checked(*arrays[:3], arrays[3:], count, wrong)
+        args, _, count, target = self._checked(*arrays[:3], arrays[3:], count)
         self.kernel._raw(*map(data_address, args), count)
         mark_written([target])
         return made if made is None else like_inputs(made, arrays)
 
-    def _with_c(self, arrays, wrong):
+    def raw_call(self, *arrays, count=None, check=True):
+        """:meth:`tppasm.kernel.Kernel.raw_call` of ``gemm(A, B, C, ...)`` (C passed), checked as the call is
+        whatever ``check`` says: a RawCall holding the kernel and what it checked (offsets copied, blocks)."""
+        arrays, _ = self._with_c(arrays, {}, allocate=False)
+        args, held, count, _ = self._checked(*arrays[:3], arrays[3:], count)
+        if not self.kernel.runnable:
+            self.kernel._raw()                  # (ISAUnavailableError: code this host cannot run)
+        return RawCall.holding(self.kernel.raw.address, (*map(data_address, args), count), (self.kernel, args, held))
+
+    def _with_c(self, arrays, wrong, allocate=True):
         """(the call's arrays with C third, the C allocated for a beta=0 call that left it out or passed
-        None, else None); TypeError naming the call forms for too few arrays."""
+        None, if ``allocate``, else None); TypeError naming the call forms for too few arrays."""
         d = self.desc
         if wrong:
             raise TypeError(display.wrong_call(self.kernel, len(arrays), wrong))
         full = 3 + (d.batch == "offset") + d.bias
         # one short and what is third is no C (2-D, not int64 offsets): C left out, not offsets or bias
         left_out = len(arrays) == full - 1 and (len(arrays) == 2 or not _looks_like_c(arrays[2]))
-        if not d.beta and (left_out or (len(arrays) == full and arrays[2] is None)):
+        if allocate and not d.beta and (left_out or (len(arrays) == full and arrays[2] is None)):
             if in_body():
                 raise TypeError(unchecked_in_body(d))
             c = empty_for(next(s for s in self.kernel.operands if s.name == "c"))
@@ -324,7 +337,7 @@ class BatchedBrgemm:
         [[6.0]]
         """
         arrays, made = self._with_c(arrays, wrong)
-        args, blocks, count, target = self._checked(*arrays[:3], arrays[3:], count, wrong)
+        args, blocks, count, target = self._checked(*arrays[:3], arrays[3:], count)
         if self.desc.batch == "offset":
             self.desc.reference(*args, count=count)
         else:
@@ -332,23 +345,17 @@ class BatchedBrgemm:
         mark_written([target])
         return made if made is None else like_inputs(made, arrays)
 
-    def _checked(self, a, b, c, rest, count, wrong):
+    def _checked(self, a, b, c, rest, count):
         """(the raw kernel's arrays, the A and B blocks of an address batch, count, C as passed), once
         every argument passed the checks of a call (TypeError or OperandError naming the fix)."""
-        d = self.desc
-        if wrong:
-            raise TypeError(display.wrong_call(self.kernel, 3 + len(rest), wrong))
-        who = "brgemm"
+        d, who = self.desc, "brgemm"
         if in_body() and not all(isinstance(x, (np.ndarray, list, tuple)) for x in (a, b, c)):
             raise TypeError(unchecked_in_body(d))
-        target = c
-        c_origin, rest_origins = origin_of(c), [origin_of(x) for x in rest]
+        target, c_origin, rest_origins = c, origin_of(c), [origin_of(x) for x in rest]
         a, b = (_as_blocks(x, name, who) for x, name in ((a, "a"), (b, "b")))
         c = _foreign(c, "c", who, writes=True)
         rest = [_foreign(x, "offsets" if i == 0 and d.batch == "offset" else "bias", who) for i, x in enumerate(rest)]
-        if count is None:
-            count = _batch_count(d, a, b, rest)
-        count = scalar_arg(who, "count", count)
+        count = scalar_arg(who, "count", _batch_count(d, a, b, rest) if count is None else count)
         spec_a, spec_b = d.block_specs()
         ops = {s.name: s for s in self.kernel.operands}
         check(ops["c"], c, who=who, origin=c_origin)

@@ -32,7 +32,7 @@ import os
 import numpy as np
 
 from .dtypes import DtypeError, dtype as to_dtype
-from .layout import aligned, as_array, empty, vnni_pack
+from .layout import aligned, as_array, empty, new_aligned, vnni_pack
 
 
 def out_size(size, kernel, stride=1, pad=0):
@@ -77,8 +77,8 @@ def block_activations(x, bc, pad=0, dtype=None):
 
 
 def unblock_activations(xb, channels=None, pad=0):
-    """The inverse of :func:`block_activations` (and the NCHW view of a blocked output): the first
-    ``channels`` channels (default all), the ``pad`` rim cut off.
+    """The inverse of :func:`block_activations` (and the NCHW form of a blocked output), a new
+    array: the first ``channels`` channels (default all), the ``pad`` rim cut off.
 
     >>> unblock_activations(np.zeros((1, 2, 3, 3, 4), np.float32)).shape
     (1, 8, 3, 3)
@@ -94,8 +94,7 @@ def unblock_activations(xb, channels=None, pad=0):
         raise ValueError(f"unblock_activations: channels={channels} must be in 1..{cb * bc} and pad={pad} "
                          f"less than half of {hp}x{wp}")
     inner = xb[:, :, pad:hp - pad, pad:wp - pad, :]
-    return np.ascontiguousarray(inner.transpose(0, 1, 4, 2, 3).reshape(n, cb * bc, hp - 2 * pad, wp - 2 * pad)
-                                [:, :channels])
+    return new_aligned(inner.transpose(0, 1, 4, 2, 3).reshape(n, cb * bc, hp - 2 * pad, wp - 2 * pad)[:, :channels])
 
 
 def block_weights(w, bc, bk, dtype=None, fold=False):

@@ -15,7 +15,8 @@ and few rows (:func:`transposed`), it computes ``(w @ x.T).T`` and moves x and y
 with w's as stored (:mod:`tppasm.fc_dots`, :func:`tppasm.gemm_nt`), streaming w once at the speed of
 memory (on Zen 4, 1 thread, 8 rows against a 4096 x 4096 weight: 4.5 ms in fp32 against 7.7 for
 panels and 12.1 transposed; 1 row: 3.0 against 5.8 and 14.6), and so it does for few out features
-(:func:`few_columns`: 512 x 1024 -> 3 fp32 0.039 ms against 0.38 for panels). The gelus run as a unary TPP on z,
+(:func:`few_columns`: 512 x 1024 -> 3 fp32 0.039 ms against 0.38 for panels), and for mid-size fp32 weights
+that are not packed (:func:`mid_dots`: 64 x 256 -> 64 23 us against 28). The gelus run as a unary TPP on z,
 which the backward needs (or, with ``pre=False``, fused as relu is). The backward is
 ``dz = dy * act'(z)`` (the relu_bwd / gelu_bwd TPPs), ``dx = dz @ w`` and ``dw = dz.T @ x``
 (panel GEMMs again, over columns of w and x, copied or VNNI2-packed a panel at a time; for a few
@@ -40,7 +41,8 @@ from .eltwise import GRAD_OPS, UNARY_OPS, binary, reduce, transform, unary
 from .fc_args import DTYPES  # noqa: F401  (fc.DTYPES: the dtypes a layer takes)
 from .fc_args import (DTYPE_NAMES, GRADIENT_CHOICES, bias_of, dense_rows, describe, dtype_of, fail, output,
                       refuse_overlap, thread_count)
-from .fc_dots import DOT_ROWS, DotGemm, dot_kernels, dots, few_columns, forward_dots  # noqa: F401  (fc.dots)
+from .fc_dots import (DOT_ROWS, DotGemm, dot_kernels, dots, few_columns, forward_dots,  # noqa: F401  (fc.dots)
+                      mid_dots)
 from .fc_operands import PackedWeight, TransposedB, k_blocks
 from .fc_parallel import parallel_kernels as _parallel_kernels
 from .fc_parallel import part_flops, row_blocks, split
@@ -179,12 +181,19 @@ PACKED_PANEL_BYTES = 256 << 10
 
 def _packed_panel(p, c0, c1):
     """Columns c0..c1 of PackedWeight ``p``; a ValueError with the fix where its panels are not
-    those of today's plan (a packing pickled by another version, or under other panel settings)."""
+    those of today's plan (a packing pickled by another version, or under other panel settings),
+    or the panel is not what :func:`pack` makes of ``p.w`` (threads > 1 run it unchecked)."""
     panel = p.panels.get((c0, c1))
     if panel is None:
         raise ValueError(f"{p!r}: its panels are not the ones this tppasm cuts (none for columns {c0}..{c1}: "
                          "packed by another version, or under other panel settings); pack the weight again: "
                          "fc.pack(p.w)")
+    k, dt = p.w.shape[1], p.w.dtype                  # (what pack makes: (k, width), bf16 VNNI2-packed)
+    shape = (-(-k // 2), c1 - c0, 2) if dt == numpy_dtype("bf16") else (k, c1 - c0)
+    if type(panel) is not np.ndarray or panel.shape != shape or panel.dtype != dt or not panel.flags.c_contiguous:
+        got = f"{panel.shape} {panel.dtype}" if isinstance(panel, np.ndarray) else f"a {type(panel).__name__}"
+        raise ValueError(f"{p!r}: its panel for columns {c0}..{c1} is {got}, not the C-contiguous {shape} {dt} that "
+                         "fc.pack(p.w) makes (panels of another weight?); pack the weight again: fc.pack(p.w)")
     return panel
 
 
@@ -540,7 +549,8 @@ def _forward_plan(n, m, k, dt, bias, act, threads, keep=False, packed=False):
     fused = None if keep else act
     stream = (not packed or n <= PACKED_DOT_ROWS or m * k * (2 if dt == "bf16" else 4) > PACKED_DOTS_BYTES
               or few_columns(n, m, k))
-    path = "dots" if dots(n, m, k) and stream else "transposed" if transposed(n, m, k, dt) and not packed else "panels"
+    path = ("dots" if dots(n, m, k) and stream or not packed and mid_dots(n, m, k, dt) else
+            "transposed" if transposed(n, m, k, dt) and not packed else "panels")
     kernels = {"path": path}
     if path == "dots":
         kernels.update(dot_kernels(n, m, k, dt, bias, fused, threads))

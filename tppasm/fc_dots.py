@@ -1,10 +1,12 @@
 """The dot-product path of :func:`tppasm.fc.forward`: ``x @ w.T`` as the row-by-row dot products of
-:func:`tppasm.gemm_nt`, which reads x and w along k as they are stored. Two cases take it:
+:func:`tppasm.gemm_nt`, which reads x and w along k as they are stored. Three cases take it:
 
 - a few rows of x against a large weight (a decoder's next token): w is streamed once, at the speed
   of memory, its rows split among the threads;
 - few out features (a classifier's or a regression's head): a BRGEMM would run its vectors along
-  y's short rows, mostly empty; x's rows are split among the threads.
+  y's short rows, mostly empty; x's rows are split among the threads;
+- a mid-size fp32 weight that is not packed (:func:`mid_dots`), which packing on every call would
+  cost more than it saves; x's rows are split among the threads.
 
 >>> dots(1, 4096, 4096), dots(100000, 2, 64), dots(1024, 1024, 1024)
 (True, True, False)
@@ -43,6 +45,33 @@ def few_columns(n, m, k):
     (True, True, False, True)
     """
     return m <= DOT_COLUMNS or (m <= 16 and k >= 256) or (m <= 32 and n <= 256)
+
+
+def mid_dots(n, m, k, dtype="f32"):
+    """Whether a forward whose weight is not packed (:func:`tppasm.fc.pack`) takes the dot products
+    past :data:`DOT_ROWS` rows too: a weight of at most :data:`MID_DOTS_BYTES` (in a core's L2, so
+    gemm_nt's passes over it for each few rows of x stay in the cache) with rows at least twice as
+    long as x has rows (bf16: of up to :data:`MID_DOTS_BF16_ROWS` rows), or in fp32 one that
+    :func:`tppasm.fc.transposed` would move x for, up to 64 rows. Those products are too small for
+    packing w (or transposing x and y) on every call to pay off.
+
+    >>> mid_dots(64, 64, 256), mid_dots(64, 256, 64), mid_dots(33, 256, 64), mid_dots(64, 256, 256, "bf16")
+    (True, False, True, False)
+    """
+    if m * k * (2 if dtype == "bf16" else 4) > MID_DOTS_BYTES:
+        return False
+    if dtype == "bf16":
+        return k >= 2 * n and n <= MID_DOTS_BF16_ROWS
+    return k >= 2 * n or (n <= 64 and n * (k + m) < m * k)
+
+
+# Zen 4, 1 thread, us of a forward without packing: panels or transposed (as chosen before) / dots,
+# fp32: 64 x 256 -> 64 28.3 / 22.7, 64 x 128 -> 256 87 / 62, 33 x 64 -> 512 89 / 40, 127 x 256 -> 256
+# 226 / 181, 127 x 512 -> 512 753 / 656, 256 x 512 -> 256 782 / 729; but 64 x 64 -> 256 30.1 / 34.1,
+# 127 x 128 -> 256 97 / 107, 256 x 256 -> 256 365 / 375; bf16 (k >= 2n) 33 x 128 -> 64 0.41x, 48 x 128 -> 256
+# 0.76x, 48 x 512 -> 512 0.93x, but from 64 rows 0.7-1.2x, and 1.0-3.0x the time of the panels for shorter rows.
+MID_DOTS_BYTES = 1 << 20
+MID_DOTS_BF16_ROWS = 48
 
 
 # Zen 4, 1 thread, time of the panels / the dots over k from 32 to 4096, 2048 rows, fp32 (bf16): m = 1

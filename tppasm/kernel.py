@@ -30,7 +30,7 @@ from .dtypes import NUMPY_NAMES, imported, name_of
 from .generate_errors import offset_error
 from .keywords import dtype_hint
 from .layout import empty_for
-from .lazy import OnFirstRead
+from .lazy import CodeAddress, OnFirstRead
 from .operand import OperandError, check, scalar_arg      # (scalar_arg: kernel.scalar_arg for its users)
 from .x86.entry import NATIVE_CHECKS, Addresses, Vectorcall, build_entry, make_builtin
 
@@ -101,7 +101,7 @@ class Descriptor:
     kind = ""
     scalars = ()
     count_scalar = None
-    checked_call = True     # False: the native entry cannot vouch for a call (offset or address batches)
+    checked_call = True     # False: the native entry cannot vouch for a call (then desc.unchecked_error(how))
 
     def operands(self):
         raise NotImplementedError
@@ -169,8 +169,7 @@ class Descriptor:
         return {}
 
     def allocated(self):
-        """Names of the operands that ``kernel(inputs...)`` allocates and returns: the outputs the
-        kernel only writes (not those it also reads, like ternary's ``c``)."""
+        """Names of the operands ``kernel(inputs...)`` allocates: the outputs it only writes (not ternary's c)."""
         return tuple(s.name for s in self.operands() if s.writable)
 
     def work(self):
@@ -199,7 +198,7 @@ class Kernel:
 
     # defaults for kernels assembled by hand (tests build some with Kernel.__new__)
     _infer, _alloc, _stub, _builtin, jit_seconds, runnable = False, (), None, None, 0.0, True
-    _releases_gil, allocated_names = False, None
+    _releases_gil, allocated_names, _address = False, None, None
 
     def __init__(self, desc, isa, *, code_cache=None):
         _check_descriptor(desc, "Kernel")
@@ -215,8 +214,7 @@ class Kernel:
             self.raw, self.from_disk = _generate(desc, isa), False
         else:
             self.raw, self.from_disk = code_cache.raw(desc, isa, _generate)
-        # code for an ISA this host lacks (AVX-512 or AMX generated for the interpreter, say) is
-        # never called: an illegal instruction would kill the process
+        # code for an ISA this host lacks (AMX for the interpreter, say) never runs: it would die (SIGILL)
         self.runnable = isa in host().levels
         # the x86 entry stub exists for x86 kernels only; others (sve) take the Python-checked path
         x86 = isa in ("avx2", "avx512", "amx")
@@ -244,8 +242,10 @@ class Kernel:
 
     @property
     def raw_address(self):
-        """Address of the raw kernel: System V args are the operand data pointers, then the scalars."""
-        return self.raw.address
+        """Address of the raw kernel (args: operand pointers, then scalars), a CodeAddress holding this kernel."""
+        if self._address is None and self.raw.address is not None:
+            self._address = CodeAddress(self.raw.address, self)    # (a cycle, as the builtin entry's)
+        return self._address
 
     def _become_builtin(self, code_cache):
         """Make calls enter the native stub directly: this object's class becomes a subclass whose
@@ -313,8 +313,7 @@ class Kernel:
         if TRACE_HOOK is not None and TRACE_HOOK(self, arrays, values):
             return
         if not self.checked_call:
-            raise TypeError(f"{self.desc.kind}: this raw kernel (batch={self.desc.batch!r}) does not check its "
-                            "offsets or addresses; call the object tppasm.brgemm(...) returns, which does")
+            raise self.desc.unchecked_error("")
         if not all(type(a) is np.ndarray for a in arrays):
             return operand.call(self, arrays, values)      # torch tensors, DLPack objects, ndarray subclasses
         self._raw(*self._checked_args(arrays, values))
@@ -328,12 +327,11 @@ class Kernel:
         return tuple(map(operand.data_address, arrays)) + values
 
     def raw_call(self, *arrays, count=None, check=True):
-        """``(address, args)``: this call checked (NumPy arrays only, as a call checks them) and
-        spelled as the raw kernel's address and its integer arguments (operand data pointers, then
-        the scalars), for native code to make later without the interpreter
-        (:meth:`isa.pool.Pool.run_native`). The arrays must outlive that call. ``check=False``
-        skips the operand checks (~15 µs for a BRGEMM): only for callers whose arrays are views
-        they built from checked ones, such as :mod:`tppasm.fc` (whose tests check every call).
+        """``(address, args)``: this call checked (NumPy arrays only, as a call checks them) and spelled as the
+        raw kernel's address and its integer arguments (operand data pointers, then the scalars), for native
+        code to make later without the interpreter (:meth:`isa.pool.Pool.run_native`); the address
+        (:attr:`raw_address`) holds this kernel, and the arrays must outlive the call. ``check=False`` skips the
+        operand checks (~15 µs for a BRGEMM): only for callers whose arrays are views of checked ones (fc's).
 
         >>> import numpy as np, tppasm
         >>> k = tppasm.unary("relu", 2, 3); x = np.ones((2, 3), np.float32); out = np.empty_like(x)
@@ -341,13 +339,15 @@ class Kernel:
         >>> args == (x.ctypes.data, out.ctypes.data)
         True
         """
+        if not self.checked_call:
+            raise self.desc.unchecked_error(".raw_call")
         if not all(type(a) is np.ndarray for a in arrays):
             raise TypeError(f"{self.desc.kind}.raw_call: pass NumPy arrays (np.asarray(t) for a tensor): the "
                             "native call that it prepares holds data pointers only")
         values = self._values(arrays, count)
-        if not check and self.runnable and self._raw is not None:
-            return self.raw.address, tuple(map(operand.data_address, arrays)) + values
-        return self.raw.address, self._checked_args(arrays, values)
+        trusted = not check and self.runnable and self._raw is not None
+        args = tuple(map(operand.data_address, arrays)) + values if trusted else self._checked_args(arrays, values)
+        return self.raw_address, args
 
     def _values(self, arrays, count):
         """The scalars' values of a call with every operand (``count`` inferred), else TypeError."""

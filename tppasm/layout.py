@@ -4,7 +4,7 @@
 for A, ``(Nb, Kb, bk, bn)`` for B); ``vnni_pack`` interleaves ``factor`` consecutive rows of B, the
 layout x86 dot instructions read (VNNI2 for bf16 ``vdpbf16ps``, VNNI4 for int8 ``vpdpbusd``).
 ``empty`` and ``aligned`` give arrays whose data starts on a cache line; every helper here returns
-such arrays.
+such arrays, and (but ``aligned``) always a new one, never a view of its input, whatever the shapes.
 
 >>> import numpy as np
 >>> x = np.arange(16).reshape(4, 4)
@@ -57,11 +57,14 @@ def empty(shape, dtype="f32", align=ALIGN):
     if count * dt.itemsize > _MAX_BYTES - align or not count and _dimensions_too_big(shape, dt):
         raise _too_big(shape, dt, count)
     nbytes = max(count, 1) * dt.itemsize + align
-    if nbytes >= buffers.FROM:
-        out = buffers.array(shape, dt, nbytes, align)
-        if out is not None:
-            return out
-    raw = np.empty(nbytes, np.uint8)
+    try:
+        if nbytes >= buffers.FROM:
+            out = buffers.array(shape, dt, nbytes, align)
+            if out is not None:
+                return out
+        raw = np.empty(nbytes, np.uint8)
+    except MemoryError:                      # (NumPy's names the byte buffer: (nbytes,) uint8)
+        raise _no_memory(shape, dt, count * dt.itemsize) from None
     start = -ctypes.addressof(ctypes.c_char.from_buffer(raw)) % align      # (raw.ctypes.data: 3x the time)
     return np.ndarray(shape, dt, raw, start)            # (a slice, view and reshape: 3x the time)
 
@@ -112,6 +115,18 @@ def _too_big(shape, dt, count):
                       f"dimensions times the {dt.itemsize}-byte item exceed 2**63 - 1 bytes; check the shape")
 
 
+def _no_memory(shape, dt, nbytes):
+    """The MemoryError for an array of ``shape`` and ``dt`` (``nbytes`` bytes), worded as NumPy's.
+
+    >>> print(_no_memory((1 << 40,), np.dtype(np.float32), 1 << 42))
+    Unable to allocate 4.00 TiB for an array with shape (1099511627776,) and data type float32: free memory, or allocate less (check the shape)
+    """
+    scale = next(i for i in range(6, -1, -1) if nbytes >= 1024 ** i or not i)
+    size = f"{nbytes} bytes" if not scale else f"{nbytes / 1024 ** scale:.2f} {'KMGTPE'[scale - 1]}iB"
+    return MemoryError(f"Unable to allocate {size} for an array with shape {shown(tuple(shape))} and data type "
+                       f"{dt.name}: free memory, or allocate less (check the shape)")
+
+
 def _empty_shape(shape):
     """``shape`` as a tuple of Python ints, or the ValueError naming the fix."""
     shape = (shape,) if isinstance(shape, (int, np.integer)) else shape
@@ -139,7 +154,10 @@ def empty_for(spec):
     dt, shape, elements, strides = plan
     if strides is None:
         return empty(shape, dt)
-    return np.ndarray(shape, dt, buffer=empty((elements,), dt), strides=strides)
+    try:
+        return np.ndarray(shape, dt, buffer=empty((elements,), dt), strides=strides)
+    except MemoryError:                      # (named (elements,) above: the rows' span)
+        raise _no_memory(shape, dt, elements * dt.itemsize) from None
 
 
 _ALLOCATIONS = {}      # OperandSpec -> _allocation(spec) (a dict: torch.compile warns of an lru_cache)
@@ -177,6 +195,21 @@ def aligned(x, align=ALIGN):
     return out
 
 
+def new_aligned(x):
+    """A new aligned C-contiguous copy of the NumPy array ``x`` (see :func:`empty`): what the layout
+    helpers return, so that a result never shares memory with its input, whatever the shapes (a
+    view of a (64, 64) x as its one 64 x 64 block would change when x does).
+
+    >>> import numpy as np
+    >>> x = np.ones((2, 3)); y = new_aligned(x)
+    >>> y.ctypes.data % 64, np.shares_memory(x, y), bool((y == x).all())
+    (0, False, True)
+    """
+    out = empty(x.shape, x.dtype)
+    out[...] = x
+    return out
+
+
 def as_array(x, who, name="x"):
     """``x`` as a NumPy array for the helper ``who``: a torch tensor (bfloat16 too) or DLPack object
     viewed as a kernel views it (:func:`tppasm.operand.as_ndarray`), anything else ``np.asarray(x)``.
@@ -200,7 +233,7 @@ def _check_align(who, align):
 
 
 def block(x, bm, bk, outer="m", pad=False):
-    """Blocks of ``x`` (rows, cols) as a contiguous ``(rows/bm, cols/bk, bm, bk)`` array.
+    """Blocks of ``x`` (rows, cols) as a new contiguous ``(rows/bm, cols/bk, bm, bk)`` array.
 
     ``outer="n"`` puts the column-block index first: ``(cols/bk, rows/bm, bm, bk)``, the layout of B
     in DESIGN.md's GEMM (``block(B, bk, bn, outer="n")[jn, ik]`` is block (ik, jn) of B).
@@ -238,12 +271,12 @@ def block(x, bm, bk, outer="m", pad=False):
     grid = x.reshape(mb, bm, kb, bk).transpose(0, 2, 1, 3)
     if outer == "n":
         grid = grid.transpose(1, 0, 2, 3)
-    return aligned(grid)
+    return new_aligned(grid)
 
 
 def unblock(xb, outer="m", shape=None):
-    """The inverse of :func:`block`: a blocked array back to (rows, cols); ``shape=(rows, cols)``
-    crops the zero padding of ``block(..., pad=True)``.
+    """The inverse of :func:`block`: a blocked array back to (rows, cols), a new array;
+    ``shape=(rows, cols)`` crops the zero padding of ``block(..., pad=True)``.
 
     >>> import numpy as np
     >>> x = np.arange(12.0).reshape(3, 4)
@@ -264,7 +297,7 @@ def unblock(xb, outer="m", shape=None):
     if shape is not None:
         rows, cols = _crop_shape(shape, full.shape, (bm, bk))
         full = full[:rows, :cols]
-    return aligned(full)
+    return new_aligned(full)
 
 
 def _crop_shape(shape, full, sizes):
@@ -312,7 +345,7 @@ def vnni_pack(b, factor):
 
 
 def vnni_unpack(bv, k=None):
-    """The inverse of :func:`vnni_pack`: (..., g, n, f) -> (..., k, n), ``k`` defaulting to g*f.
+    """The inverse of :func:`vnni_pack`: (..., g, n, f) -> a new (..., k, n), ``k`` defaulting to g*f.
 
     >>> import numpy as np
     >>> b = np.arange(6).reshape(3, 2)
@@ -327,7 +360,7 @@ def vnni_unpack(bv, k=None):
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not (0 < k <= g * f or k == g * f == 0):
         raise ValueError(f"vnni_unpack: k={k!r} must be an int in 1..{g * f} (the rows of B before packing)")
     out = np.swapaxes(bv, -1, -2).reshape(bv.shape[:-3] + (g * f, n))
-    return aligned(out[..., :k, :])
+    return new_aligned(out[..., :k, :])
 
 
 def _factor(factor):

@@ -90,8 +90,10 @@ class LlamaLayer:
         bf = tpp.dtypes.dtype("bf16")
         self.KT = tpp.aligned(np.zeros((cfg.kv_heads, 1, half, cfg.max_len, 2), bf))     # K^T, VNNI2
         self.V = tpp.aligned(np.zeros((cfg.kv_heads, 1, cfg.max_len // 2, cfg.head_dim, 2), bf))
-        # max_len zeros, then max_len -inf: key_mask's windows (a view per position, no per-token work)
-        self._ramp = tpp.aligned(np.repeat(np.float32([0, -np.inf]), cfg.max_len))
+        # max_len zeros, then max_len -inf: key_mask's windows (a view per position, no per-token work; they
+        # start anywhere, so not aligned), read-only memory of its own: no view handed out can be made writable
+        self._ramp = np.repeat(np.float32([0, -np.inf]), cfg.max_len)
+        self._ramp.flags.writeable = False
         self._steps = PerShape(lambda key, pool: Step(self, *key, pool), pool)
         self.length = 0                                  # positions the cache holds: 0..length-1
         self._written = 0                                # positions from here on are zero (see _forget)
@@ -170,7 +172,7 @@ class LlamaLayer:
 
     def key_mask(self, pos, keys):
         """The decode softmax's additive mask of ``keys`` keys (1..max_len) at ``pos`` (0..max_len-1):
-        0 up to ``pos``, -inf after (a view of a fixed ramp, so a token costs no NumPy call).
+        0 up to ``pos``, -inf after (a read-only view of a fixed ramp, so a token costs no NumPy call).
 
         >>> from bench.models.llama_weights import Config, random_weights
         >>> LlamaLayer(Config.small(), random_weights(Config.small()), "bf16").key_mask(2, 4).tolist()
