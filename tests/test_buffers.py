@@ -36,6 +36,7 @@ TORCH_HOLDERS = ("from_numpy", "frombuffer", "as_tensor", "from_dlpack")
 @pytest.fixture(autouse=True)
 def _pool_on():
     buffers.set_buffer_cache_limit(buffers.DEFAULT_MIB << 20)
+    gc.collect()        # (earlier tests' pooled garbage, given back during a test, would come back first)
     yield
     buffers.set_buffer_cache_limit(buffers.DEFAULT_MIB << 20)
 

@@ -17,7 +17,7 @@ import pytest
 
 from isa import memory
 from tests.scripts import ROOT
-from tppasm import buffers
+from tppasm import buffers, layout
 from tppasm.cache import disk, trust
 
 
@@ -259,4 +259,4 @@ def test_a_pooled_allocation_that_fails_names_the_shape_asked_for(monkeypatch):
     monkeypatch.setattr(buffers._POOL, "_limit", 1 << 40)
     monkeypatch.setattr(buffers.np, "empty", no_memory)
     with pytest.raises(MemoryError, match=r"shape \(1310000,\) and data type float32"):
-        buffers.array((1310000,), np.dtype(np.float32), 5240000 + 4096 + 64, 64)
+        layout.empty((1310000,), "f32")              # (a pooled size: buffers.array's np.empty fails)

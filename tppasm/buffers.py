@@ -110,11 +110,7 @@ def array(shape, dtype, nbytes, align):
     except (AttributeError, IndexError):           # none of that size free (another thread may take the last)
         if not _room(pool, size):
             return None
-        try:
-            raw = np.empty(size, np.uint8)
-        except MemoryError:                         # (NumPy's message would name this byte buffer)
-            raise MemoryError(f"Unable to allocate {size} bytes for an array with shape {tuple(shape)} and data "
-                              f"type {np.dtype(dtype).name}") from None
+        raw = np.empty(size, np.uint8)              # (a MemoryError: tppasm.layout.empty names the shape asked for)
         address = raw.ctypes.data
         pool.owned += size
     owner = (ctypes.c_char * size).from_buffer(raw)
