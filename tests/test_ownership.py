@@ -15,7 +15,7 @@ from tppasm import fc
 from tppasm.conv_layout import unblock_activations
 from tppasm.fc_operands import PackedWeight
 from tppasm.kernel import set_kernel_cache_limit
-from tppasm.lazy import CodeAddress, RawCall
+from tppasm.lazy import CodeAddress
 from tppasm.operand import OperandError
 
 
@@ -92,10 +92,11 @@ def test_raw_call_of_an_offset_batch_checks_the_offsets_as_a_call_does():
 def test_raw_call_of_an_offset_batch_runs_what_it_checked():
     g, a, b, c = _offset_gemm()
     offsets = np.array([[0, 0], [16, 16]], np.int64)
-    call = g.raw_call(a, b, c, offsets)
-    assert isinstance(call, RawCall) and call.keep[0] is g.kernel
+    address, args = g.raw_call(a, b, c, offsets)   # (unpacked: the address holds what args point into)
+    assert isinstance(address, CodeAddress) and address.owner[0] is g.kernel
     offsets[:] = 1 << 40                            # edited after the check: the call holds its copy
-    get_pool().run_native([[call]])
+    gc.collect()
+    get_pool().run_native([[(address, args)]])
     assert (c == 8).all()
 
 
@@ -104,9 +105,9 @@ def test_raw_call_of_an_address_batch_checks_the_blocks():
     c = np.zeros((4, 4), np.float32)
     with pytest.raises(OperandError):
         g.raw_call([np.ones((4, 3), np.float32)], [np.ones((4, 4), np.float32)], c)
-    call = g.raw_call([np.full((4, 4), 2, np.float32)] * 2, [np.ones((4, 4), np.float32)] * 2, c)
-    gc.collect()                                    # the blocks and their address arrays: held by the call
-    get_pool().run_native([[call]])
+    address, args = g.raw_call([np.full((4, 4), 2, np.float32)] * 2, [np.ones((4, 4), np.float32)] * 2, c)
+    gc.collect()                                    # the blocks and their address arrays: held by the address
+    get_pool().run_native([[(address, args)]])
     assert (c == 16).all()
 
 

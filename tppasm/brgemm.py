@@ -19,7 +19,7 @@ from .eltwise import UNARY_OPS
 from .kernel import Descriptor, get_kernel, in_body, scalar_arg
 from .keywords import refuse_keywords
 from .layout import empty_for
-from .lazy import RawCall, one_wrapper, wrapper_class
+from .lazy import CodeAddress, one_wrapper, wrapper_class
 from .operand import (OperandError, OperandSpec, as_ndarray, check, data_address, like_inputs, mark_written,
                       origin_of, refuse_masked, refuse_overlap)
 
@@ -298,13 +298,13 @@ class BatchedBrgemm:
         return made if made is None else like_inputs(made, arrays)
 
     def raw_call(self, *arrays, count=None, check=True):
-        """:meth:`tppasm.kernel.Kernel.raw_call` of ``gemm(A, B, C, ...)`` (C passed), checked as the call is
-        whatever ``check`` says: a RawCall holding the kernel and what it checked (offsets copied, blocks)."""
+        """:meth:`tppasm.kernel.Kernel.raw_call` of ``gemm(A, B, C, ...)`` (C passed), checked as a call whatever
+        ``check`` says; the address holds the kernel and what args point into (offsets copied, blocks)."""
         arrays, _ = self._with_c(arrays, {}, allocate=False)
         args, held, count, _ = self._checked(*arrays[:3], arrays[3:], count)
         if not self.kernel.runnable:
             self.kernel._raw()                  # (ISAUnavailableError: code this host cannot run)
-        return RawCall.holding(self.kernel.raw.address, (*map(data_address, args), count), (self.kernel, args, held))
+        return CodeAddress(self.kernel.raw.address, (self.kernel, args, held)), (*map(data_address, args), count)
 
     def _with_c(self, arrays, wrong, allocate=True):
         """(the call's arrays with C third, the C allocated for a beta=0 call that left it out or passed

@@ -50,16 +50,16 @@ def few_columns(n, m, k):
 def mid_dots(n, m, k, dtype="f32"):
     """Whether a forward whose weight is not packed (:func:`tppasm.fc.pack`) takes the dot products
     past :data:`DOT_ROWS` rows too: a weight of at most :data:`MID_DOTS_BYTES` (in a core's L2, so
-    gemm_nt's passes over it for each few rows of x stay in the cache) with rows at least twice as
-    long as x has rows (bf16: of up to :data:`MID_DOTS_BF16_ROWS` rows), or in fp32 one that
+    gemm_nt's passes over it for each few rows of x stay in the cache), sizes within :data:`MID_DOTS_MAX`,
+    with rows at least twice as long as x has rows (bf16: of up to :data:`MID_DOTS_BF16_ROWS` rows), or in fp32 one that
     :func:`tppasm.fc.transposed` would move x for, up to 64 rows. Those products are too small for
     packing w (or transposing x and y) on every call to pay off.
 
     >>> mid_dots(64, 64, 256), mid_dots(64, 256, 64), mid_dots(33, 256, 64), mid_dots(64, 256, 256, "bf16")
     (True, False, True, False)
     """
-    if m * k * (2 if dtype == "bf16" else 4) > MID_DOTS_BYTES:
-        return False
+    if m * k * (2 if dtype == "bf16" else 4) > MID_DOTS_BYTES or n > MID_DOTS_MAX[0] or max(m, k) > MID_DOTS_MAX[1]:
+        return False                # (past what was measured: 4096 x 8192 -> 32 ran 2.4x slower so)
     if dtype == "bf16":
         return k >= 2 * n and n <= MID_DOTS_BF16_ROWS
     return k >= 2 * n or (n <= 64 and n * (k + m) < m * k)
@@ -71,6 +71,7 @@ def mid_dots(n, m, k, dtype="f32"):
 # 127 x 128 -> 256 97 / 107, 256 x 256 -> 256 365 / 375; bf16 (k >= 2n) 33 x 128 -> 64 0.41x, 48 x 128 -> 256
 # 0.76x, 48 x 512 -> 512 0.93x, but from 64 rows 0.7-1.2x, and 1.0-3.0x the time of the panels for shorter rows.
 MID_DOTS_BYTES = 1 << 20
+MID_DOTS_MAX = (256, 512)          # rows of x, and in or out features: the range measured
 MID_DOTS_BF16_ROWS = 48
 
 

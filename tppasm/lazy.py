@@ -1,7 +1,7 @@
 """Small objects kernels are made of or hand out: a class attribute computed when first read (what
 kernel classes use for the docstrings and signatures that ``help()`` shows: writing them for every
 kernel made would cost a process that loads its kernels from the disk cache a third of its time),
-wrapper classes, and the native calls and code addresses that hold the code they point to.
+wrapper classes, and code addresses that hold the code (and the arrays) a native call points to.
 
 >>> class C:
 ...     answer = OnFirstRead(lambda: 6 * 7)
@@ -71,40 +71,13 @@ def one_wrapper(kernel, base):
 _WRAPPING = threading.Lock()
 
 
-class RawCall(tuple):
-    """``(address, args)``: a native call for :meth:`isa.pool.Pool.run_native` that also holds ``keep``
-    while it is referenced: what ``raw_call`` of a BRGEMM batched by offsets or addresses returns,
-    holding the kernel and the arrays it made (the offsets it checked, copied; the blocks' address
-    arrays), which its caller never sees. (A kernel's own ``raw_call`` returns a plain tuple whose
-    address, a :class:`CodeAddress`, holds the kernel.)
-
-    >>> call = RawCall.holding(4096, (1, 2), keep=["the kernel"])
-    >>> address, args = call; (address, args, call.keep)
-    (4096, (1, 2), ['the kernel'])
-    """
-
-    keep = None
-
-    @staticmethod
-    def holding(address, args, keep):
-        """``(address, args)`` as a RawCall that holds ``keep`` (~0.2 µs: no ``__new__`` in Python)."""
-        call = RawCall((address, args))
-        call.keep = keep
-        return call
-
-    def __reduce__(self):
-        return tuple, (tuple(self),)     # (what it holds is this process's: a pickle is the plain pair)
-
-    def __copy__(self, *memo):
-        return self                      # (immutable: a copy is itself, still holding the code)
-
-    __deepcopy__ = __copy__
-
-
 class CodeAddress(int):
     """A native function's address, an int that holds ``owner`` (the object whose executable memory
-    it points into) while the address itself is referenced: what ``Kernel.raw_address`` returns, so
-    that a hand-built ``(kernel.raw_address, args)`` call keeps the code mapped. Arithmetic on it,
+    it points into, and what else a call's arguments point into) while the address itself is
+    referenced: what ``Kernel.raw_address`` returns, so that a hand-built ``(kernel.raw_address,
+    args)`` call keeps the code mapped, and what a batched BRGEMM's ``raw_call`` puts first in the
+    pair it returns (holding the kernel and the arrays it made: the offsets it checked, copied; the
+    blocks' address arrays), so that the pair, unpacked or not, keeps all of it. Arithmetic on it,
     and ``int(address)``, give plain ints, which hold nothing.
 
     >>> a = CodeAddress(4096, owner="code"); (a == 4096, a.owner, type(a + 0).__name__)
@@ -119,7 +92,10 @@ class CodeAddress(int):
     def __reduce__(self):
         return int, (int(self),)
 
-    __copy__ = __deepcopy__ = RawCall.__copy__
+    def __copy__(self, *memo):
+        return self                      # (immutable: a copy is itself, still holding the code)
+
+    __deepcopy__ = __copy__
 
     def __repr__(self):
         return int.__repr__(self)
