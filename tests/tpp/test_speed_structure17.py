@@ -196,3 +196,15 @@ def test_stack_rows_fit_a_small_python_thread_stack():
     assert not re.search(r"sub rsp,[0-9A-F]{4,}h", frame), frame         # a few hundred bytes, not 8 KiB
     run = subprocess.run([sys.executable, "-c", SMALL_THREAD_STACK], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.strip() == "ok", (run.returncode, run.stderr[-2000:])
+
+
+@pytest.mark.parametrize("n", range(1, 8))
+def test_avx2_tail_masks_are_built_in_registers(n):
+    """VectorISA.make_mask on AVX2: no dword stores read back by a 32-byte load (a load that cannot
+    be store-forwarded); the kernel has no stack frame for it."""
+    text = tppasm.unary("relu", 1, n, isa="avx2").disassemble()
+    assert "vpmovsxbd" in text and "[rsp" not in text, text
+    x = np.linspace(-1, 1, n, dtype=np.float32).reshape(1, n)
+    y = np.full_like(x, np.nan)
+    tppasm.unary("relu", 1, n, isa="avx2")(x, y)
+    assert (y == np.maximum(x, 0)).all()

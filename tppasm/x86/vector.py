@@ -8,7 +8,7 @@ Masked-off lanes are neither read nor written, so tails never touch memory past 
 >>> v.bits, v.lanes(4), v.nregs
 (256, 8, 16)
 """
-from isa.x86 import K, dword, eax, rsp, vec
+from isa.x86 import K, eax, rax, vec
 
 
 class Mask:
@@ -43,8 +43,16 @@ class VectorISA:
     def make_mask(self, fn, count, es=4, k=1, reg=None):
         """Set up a mask for the first ``count`` lanes of ``es``-byte elements.
 
-        AVX-512: opmask ``k{k}``. AVX2 (dword granularity, ``es`` = 4): a ymm register ``reg``
-        loaded from a stack scratch area of ``fn`` (reserved here).
+        AVX-512: opmask ``k{k}``. AVX2 (dword granularity, ``es`` = 4): the ymm register ``reg``, built
+        in registers (a byte of ones per lane in rax, sign-extended to dwords): eight dword stores
+        read back by one 32-byte load cannot be store-forwarded, a stall on every call. Both clobber rax.
+
+        >>> from isa.x86 import Function, disassemble, ymm0
+        >>> fn = Function("mask", []); m = VectorISA("avx2").make_mask(fn, 3, reg=ymm0)
+        >>> print(disassemble(fn.asm.encode()))
+        0000  48c7c0ffffff00        mov rax,0FFFFFFh
+        0007  c4e1f96ec0            vmovq xmm0,rax
+        000c  c4e27d21c0            vpmovsxbd ymm0,xmm0
         """
         a = fn.asm
         if self.avx512:
@@ -57,10 +65,10 @@ class VectorISA:
             return Mask(kreg, count, es)
         if es != 4:
             raise ValueError("AVX2 masks are per dword")
-        fn.stack(32)
-        for lane in range(8):
-            a.mov(dword[rsp + 4 * lane], -1 if lane < count else 0)
-        a.vmovdqu(reg, [rsp])
+        ones = (1 << 8 * count) - 1
+        a.mov(rax, ones - (1 << 64) if ones >> 63 else ones)
+        a.vmovq(vec(128, reg.num), rax)
+        a.vpmovsxbd(reg, vec(128, reg.num))
         return Mask(reg, count, es)
 
     def load(self, a, dst, mem, mask=None):
