@@ -19,10 +19,8 @@ same state layout and protocol, ``yield`` in place of ``pause``):
   of deadlocking.
 - A forked child restarts its workers on its first region (``os.register_at_fork``); the state and
   code addresses (``barrier_fn``, ``barrier_state``) stay the same there.
-- At interpreter exit (``atexit``) the handler waits, for every live pool, for a region in flight,
-  tells the workers to quit, joins them, and keeps the region lock, so daemon threads cannot start
-  regions while finalization frees their buffers (they block); the main thread's later regions (an
-  atexit handler registered before the pool) start the workers again and join them at their end.
+- At interpreter exit the workers are joined; later regions (an atexit handler registered before
+  the pool, on any thread) start them again and join them at their end (:mod:`isa.pool_exit`).
 - :meth:`Pool.close` (or the collection of a pool nothing references) joins the workers and unmaps
   the pool's state; a closed pool refuses work (``ValueError``). The machine code is built once per
   process and shared by every pool (it is never unmapped: it takes the state as an argument).
@@ -51,6 +49,7 @@ import weakref
 from isa.cpu import host
 from isa.int_text import int_text
 
+from . import pool_exit
 from . import pool_state as pc
 
 if host().arch == "aarch64":      # the machine code of the host; the state layout (``pc``) is shared
@@ -79,7 +78,6 @@ def _join(handle, result, deadline):
 
 _RUN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _MAP_FAILED = ctypes.c_void_p(-1).value
-_EXIT_GRACE_S = 2.0
 # Blocked in workers, so they reach Python threads; faults stay deliverable (faulthandler, gdb).
 _ASYNC_SIGNALS = signal.valid_signals() - {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
                                            signal.SIGTRAP, signal.SIGABRT}
@@ -149,8 +147,7 @@ def _page_bytes(size):
 def _pages(size):
     """Private anonymous read+write pages (unmapped by :meth:`_Workers.release`)."""
     size = _page_bytes(size)
-    addr = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE,
-                      mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    addr = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
     if addr in (None, _MAP_FAILED):
         errno = ctypes.get_errno()
         raise OSError(errno, f"mmap of the pool state failed: {os.strerror(errno)}")
@@ -250,7 +247,7 @@ class _Workers:
         if not any(self.handles):
             return True
         self.code["quit"](self.state)
-        deadline, joined = time.time() + _EXIT_GRACE_S, True
+        deadline, joined = time.time() + pool_exit.GRACE_S, True
         for tid, handle in enumerate(self.handles):
             if handle and not _join(handle, self.slot(tid), deadline):
                 self.handles[tid] = 0             # (as before: given up on; release keeps the state)
@@ -290,7 +287,7 @@ class Pool:
         self._run = _RUN(self._code["run"].address)
         self._workers = _Workers(nthreads, self._code)
         self._release = weakref.finalize(self, self._workers.release)     # when collected, or close()
-        self._release.atexit = False        # (at exit, _stop_pools_at_exit stops them, keeping the lock)
+        self._release.atexit = False        # (at exit, _stop_pools_at_exit stops them)
         self._state = self._workers.state
         self.barrier_fn = self._code["barrier"].address
         self.barrier_state = self._state
@@ -300,8 +297,7 @@ class Pool:
         self._worker_ids = frozenset()
         self._stale = True          # workers must be (re)started before the next region
         self._replaced = False      # set_num_threads replaced it: each region's end joins the workers
-        self._exited = False        # set at interpreter exit
-        self._kept_at_exit = False  # the exit handler holds the lock (on the main thread) and joined the workers
+        self._exited = pool_exit.hook_ran      # at interpreter exit: each region starts and joins the workers
         self.closed = False         # set by close()
         self._pid = os.getpid()
         _POOLS.add(self)
@@ -317,30 +313,42 @@ class Pool:
         """
         me = threading.get_ident()
         if me == self._owner or me in self._worker_ids:
-            raise RuntimeError("Pool.run called on a thread already inside this pool: inside a parallel region, "
-                               "or while it starts or stops the workers (e.g. from a signal handler); nested "
-                               "regions are not supported (run the inner work serially, or after the region)")
+            raise self._inside("Pool.run", "nested regions are not supported (run the inner work serially, or after "
+                               "the region)")
         if type(fn) is not int or type(arg) is not int or not (0 < fn <= _WORD and 0 <= arg <= _WORD):
             _refuse_run(fn, arg)             # (ctypes would pass a str's characters, and wrap 2**64 to 0)
-        late = self._exited and threading.current_thread() is threading.main_thread()
-        if late and not self._kept_at_exit:
-            raise RuntimeError("the pool was shut down at interpreter exit while another thread was in a region; do "
-                               "this work before the program ends, or in an atexit handler registered after it started")
-        with self._lock:        # re-entered only by a signal handler before _owner is set: no work begun yet
-            try:
-                self._owner = me
-                if self.closed:
-                    raise ValueError(f"this pool was closed (Pool.close()); make a new Pool({self.nthreads}), or "
-                                     "use the process's pool, isa.pool.get_pool()")
-                if self._stale:
-                    self._start()
+        if not self._lock.acquire(True, pool_exit.lock_wait()):     # (a signal handler may re-enter it before
+            raise RuntimeError(pool_exit.HELD_AT_EXIT)               # _owner is set: no work begun yet)
+        try:
+            self._owner, late = me, self._exited
+            if self.closed:
+                raise ValueError(f"this pool was closed (Pool.close()); make a new Pool({self.nthreads}), or "
+                                 "use the process's pool, isa.pool.get_pool()")
+            if self._stale:
+                self._start()
+            if late:
+                pool_exit.run_late(self, fn, arg)
+            else:
                 self._run(self._state, fn, arg)
+        finally:
+            try:
+                if self._replaced or self._exited:
+                    self._stop()            # (what _stop_replaced deferred; at exit: no worker outlives it)
             finally:
-                try:
-                    if self._replaced or late:
-                        self._stop()            # (what _stop_replaced deferred; at exit: no worker outlives it)
-                finally:
-                    self._owner = None
+                self._owner = None
+                self._lock.release()
+
+    @staticmethod
+    def _inside(what, fix):
+        """The error of ``what`` on a thread inside the pool, where taking the lock would deadlock."""
+        return RuntimeError(f"{what} called on a thread already inside this pool: inside a parallel region (a "
+                            "callback into Python), or while it starts or stops the workers (e.g. from a signal "
+                            f"handler); {fix}")
+
+    def _take_lock(self):
+        """Take the region lock; during finalization, RuntimeError if it is not free within the grace."""
+        if not self._lock.acquire(True, pool_exit.lock_wait()):
+            raise RuntimeError(pool_exit.HELD_AT_EXIT)
 
     def run_native(self, shares):
         """Make native calls on the pool's threads with no Python in between: ``shares`` holds
@@ -401,19 +409,18 @@ class Pool:
         Traceback (most recent call last):
         ValueError: this pool was closed (Pool.close()); make a new Pool(2), or use the process's pool, ...
         """
-        if threading.get_ident() == self._owner:
-            raise RuntimeError("Pool.close called on a thread already inside this pool (a parallel region, or the "
-                               "start or stop of its workers); close it after the region")
-        if self._exited:
-            return                  # stopped at exit, and the lock is kept
-        with self._lock:
-            try:
-                self._owner = threading.get_ident()
-                self.closed = True
-                self._stop()            # (interrupted: the finalizer, or close() again, joins the rest)
-                self._release()
-            finally:
-                self._owner = None
+        me = threading.get_ident()
+        if me == self._owner or me in self._worker_ids:
+            raise self._inside("Pool.close", "close it after the region")
+        self._take_lock()
+        try:
+            self._owner = me
+            self.closed = True
+            self._stop()            # (interrupted: the finalizer, or close() again, joins the rest)
+            self._release()
+        finally:
+            self._owner = None
+            self._lock.release()
 
     # -- lifecycle --------------------------------------------------------------------------
     @property
@@ -459,19 +466,21 @@ class Pool:
         self._workers.stop()
 
     def _stop_replaced(self):
-        """Join the workers once a region in flight ends (the pool was replaced by another). On the
-        thread inside the pool (a signal handler that interrupted its region, or the start or stop
-        of its workers) the stop waits for the end of that: joining now would leave the region
-        waiting for workers that are gone."""
+        """Join the workers once a region in flight ends (the pool was replaced by another). On a
+        thread inside the pool (a signal handler that interrupted its region or the start or stop of
+        its workers, a worker's callback into Python) the stop waits for the end of that: joining now
+        would leave the region waiting for workers that are gone, or deadlock."""
         self._replaced = True
-        if threading.get_ident() == self._owner:
+        me = threading.get_ident()
+        if me == self._owner or me in self._worker_ids:
             return
-        with self._lock:
-            try:
-                self._owner = threading.get_ident()     # a signal handler's run on this thread: RuntimeError
-                self._stop()
-            finally:
-                self._owner = None
+        self._take_lock()
+        try:
+            self._owner = me     # a signal handler's run on this thread: RuntimeError
+            self._stop()
+        finally:
+            self._owner = None
+            self._lock.release()
 
     def _after_fork_in_child(self):
         # The parent's workers do not exist here, and the lock may have been held by a thread
@@ -482,14 +491,7 @@ class Pool:
         self._worker_ids, self._stale = frozenset(), True
         self._pid = os.getpid()
 
-    def _at_exit(self):
-        # Waits for a region in flight, joins the workers and keeps the lock: a daemon thread that
-        # tries another region blocks until the process ends instead of running code or reading
-        # buffers that finalization is freeing.
-        self._exited = True
-        if os.getpid() == self._pid and self._lock.acquire(timeout=_EXIT_GRACE_S):
-            self._stop()
-            self._kept_at_exit = threading.current_thread() is threading.main_thread()
+    _at_exit = pool_exit.stop_at_exit     # waits for a region in flight and joins the workers
 
     def __deepcopy__(self, memo=None):
         return self         # (and copy.copy) a copy sharing the threads and state would free them twice
@@ -520,8 +522,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _stop_pools_at_exit():
-    for pool in list(_POOLS):
-        pool._at_exit()
+    pool_exit.stop_all(list(_POOLS))
 
 
 def get_pool():

@@ -19,6 +19,7 @@ import pathlib
 import pkgutil
 import sys
 import threading
+import warnings
 
 from . import forking
 
@@ -159,8 +160,10 @@ def code_options(isa):
 
 
 def _sources(root, pattern):
-    """(relative path, (size, mtime ns)) of the ``.py`` files ``pattern`` ("dir/*.py" or
-    "dir/**/*.py") names under ``root`` (os.scandir: pathlib's glob cost a warm process 1 ms)."""
+    """(relative path, (size, mtime ns)) of the modules ``pattern`` ("dir/*.py" or "dir/**/*.py")
+    names under ``root``: ``.py`` files, and ``.pyc`` files beside them (an install without sources,
+    ``compileall -b``); os.scandir (pathlib's glob cost a warm process 1 ms). OSError where a folder
+    cannot be listed (a frozen app's package folders do not exist)."""
     stack, recursive = [pattern.split("/*")[0]], "/**/" in pattern
     while stack:
         rel = stack.pop()
@@ -168,7 +171,7 @@ def _sources(root, pattern):
             for e in entries:
                 if e.is_dir() and recursive and e.name != "__pycache__":
                     stack.append(f"{rel}/{e.name}")
-                elif e.name.endswith(".py") and e.is_file():
+                elif e.name.endswith((".py", ".pyc")) and e.is_file():
                     st = e.stat()
                     yield f"{rel}/{e.name}", (st.st_size, st.st_mtime_ns)
 
@@ -200,9 +203,12 @@ def source_version(isa):
 
 
 def tree_version(patterns):
-    """SHA-256 (hex, 16 digits) of the path, size and modification time (ns) of every ``.py`` file
-    that ``patterns`` ("dir/*.py" or "dir/**/*.py", relative to the repository root) name; once per
-    process for each tuple of patterns.
+    """SHA-256 (hex, 16 digits) of the path, size and modification time (ns) of every module file
+    (``.py``, or ``.pyc`` without sources) that ``patterns`` ("dir/*.py" or "dir/**/*.py", relative
+    to the repository root) name; of the archive or frozen executable the code is imported from
+    instead; once per process for each tuple of patterns. Where none of these can be found (a
+    pattern with no file), a number drawn for this process, which no other process's key matches:
+    the disk cache then writes nothing more, with one warning (:func:`_unversioned`).
 
     >>> tree_version(("loops/**/*.py",)) == tree_version(("loops/**/*.py",)) != tree_version(("isa/*.py",))
     True
@@ -210,13 +216,58 @@ def tree_version(patterns):
     patterns = tuple(patterns)
     version = _VERSIONS.get(patterns)
     if version is None:
-        root = pathlib.Path(__file__).resolve().parent.parent
-        h = hashlib.sha256()
-        archive = _archive(root)
-        if archive is not None:              # imported from a zip: the archive's own metadata
-            st = archive.stat()
-            h.update(f"{archive}\0{'|'.join(patterns)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-        for name, st in sorted({f for pattern in patterns for f in _sources(root, pattern)} if archive is None else ()):
-            h.update(f"{name}\0{st[0]}\0{st[1]}\0".encode())
-        version = _VERSIONS[patterns] = h.hexdigest()[:16]
+        version = _VERSIONS[patterns] = _version(patterns)
+    if version in _UNVERSIONED:
+        _unversioned(_UNVERSIONED[version])          # (again: a store made since, e.g. after cache.reset())
     return version
+
+
+def _version(patterns):
+    root = pathlib.Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    archive = _archive(root)
+    if archive is None:
+        files, why = _module_files(root, patterns)
+        if files:
+            for name, st in files:
+                h.update(f"{name}\0{st[0]}\0{st[1]}\0".encode())
+            return h.hexdigest()[:16]
+        if not getattr(sys, "frozen", False):
+            version = os.urandom(8).hex()
+            _UNVERSIONED[version] = why
+            return version
+        archive = pathlib.Path(sys.executable)      # a frozen app (PyInstaller): the modules are inside it
+    st = archive.stat()                  # imported from a zip, or frozen: the archive's own metadata
+    h.update(f"{archive}\0{'|'.join(patterns)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()[:16]
+
+
+def _module_files(root, patterns):
+    """(the sorted files of :func:`_sources` for ``patterns``, None), or ([], why not) where a
+    pattern names no file or a folder cannot be listed."""
+    files = set()
+    for pattern in patterns:
+        try:
+            found = set(_sources(root, pattern))
+        except OSError as e:
+            return [], f"{e.filename} cannot be listed ({e.strerror})"
+        if not found:
+            return [], f"no .py or .pyc file of {pattern} under {root}"
+        files |= found
+    return sorted(files), None
+
+
+_UNVERSIONED = {}        # version -> why the code's files could not be found
+_WARNED = []
+
+
+def _unversioned(why):
+    """Make the disk cache write nothing more in this process: this copy of the code cannot be told
+    from another version's, so a kernel stored now could be loaded by a process running other code
+    (its reads miss: the key is this process's own). One warning, when the cache is on."""
+    from .cache import disk
+    if disk.stop_writing(RuntimeError(f"the code's version cannot be known: {why}")) and not _WARNED:
+        _WARNED.append(why)
+        warnings.warn(f"tppasm: not using the kernel cache: {why}, so this copy of tppasm's code cannot be told from "
+                      "another version's (kernels are generated as usual; install tppasm with its .py or .pyc files, "
+                      "or set TPPASM_CACHE=0 to turn the cache off)", RuntimeWarning, stacklevel=4)

@@ -371,8 +371,7 @@ class DiskStore:
         index["segments"][name] = {"blobs": len(items), "bytes": ends[-1]}
 
     def _evict(self, index):
-        """Drop least-recently-used entries and records until they fit in 80% of the cap (bytes, and
-        MAX_ENTRIES)."""
+        """Drop least-recently-used entries and records until they fit in 80% of the cap (bytes, and MAX_ENTRIES)."""
         tables = (index["entries"], index["records"])
         total = sum(e.get("size", 0) for t in tables for e in t.values())
         count = sum(len(t) for t in tables)
@@ -581,6 +580,13 @@ def _in_worker_process():
 
 
 _STORES = weakref.WeakSet()       # every store of the process, flushed at exit
+
+
+def stop_writing(why):
+    """Make every store of this process write nothing more (``why``: an exception saying why); how many."""
+    for store in list(_STORES):
+        store.failure = why
+    return len(_STORES)
 
 
 def _flush_at_exit():
