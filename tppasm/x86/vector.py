@@ -50,9 +50,10 @@ class VectorISA:
         >>> from isa.x86 import Function, disassemble, ymm0
         >>> fn = Function("mask", []); m = VectorISA("avx2").make_mask(fn, 3, reg=ymm0)
         >>> print(disassemble(fn.asm.encode()))
-        0000  48c7c0ffffff00        mov rax,0FFFFFFh
-        0007  c4e1f96ec0            vmovq xmm0,rax
-        000c  c4e27d21c0            vpmovsxbd ymm0,xmm0
+        0000  48c7c0ffffffff        mov rax,0FFFFFFFFFFFFFFFFh
+        0007  48c1e828              shr rax,28h
+        000b  c4e1f96ec0            vmovq xmm0,rax
+        0010  c4e27d21c0            vpmovsxbd ymm0,xmm0
         """
         a = fn.asm
         if self.avx512:
@@ -65,8 +66,9 @@ class VectorISA:
             return Mask(kreg, count, es)
         if es != 4:
             raise ValueError("AVX2 masks are per dword")
-        ones = (1 << 8 * count) - 1
-        a.mov(rax, ones - (1 << 64) if ones >> 63 else ones)
+        a.mov(rax, -1)                       # (no 64-bit immediate: the disk cache takes it for an address)
+        if count < 8:
+            a.shr(rax, 8 * (8 - count))
         a.vmovq(vec(128, reg.num), rax)
         a.vpmovsxbd(reg, vec(128, reg.num))
         return Mask(reg, count, es)
