@@ -317,8 +317,7 @@ class Pool:
                                "the region)")
         if type(fn) is not int or type(arg) is not int or not (0 < fn <= _WORD and 0 <= arg <= _WORD):
             _refuse_run(fn, arg)             # (ctypes would pass a str's characters, and wrap 2**64 to 0)
-        if not self._lock.acquire(True, pool_exit.lock_wait()):     # (a signal handler may re-enter it before
-            raise RuntimeError(pool_exit.HELD_AT_EXIT)               # _owner is set: no work begun yet)
+        self._take_lock()        # (a signal handler may re-enter it before _owner is set: no work begun yet)
         try:
             self._owner, late = me, self._exited
             if self.closed:
