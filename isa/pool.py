@@ -341,8 +341,7 @@ class Pool:
     def _inside(what, fix):
         """The error of ``what`` on a thread inside the pool, where taking the lock would deadlock."""
         return RuntimeError(f"{what} called on a thread already inside this pool: inside a parallel region (a "
-                            "callback into Python), or while it starts or stops the workers (e.g. from a signal "
-                            f"handler); {fix}")
+                            f"callback), or while it starts or stops the workers (e.g. from a signal handler); {fix}")
 
     def _take_lock(self):
         """Take the region lock; during finalization, RuntimeError if it is not free within the grace."""
@@ -387,13 +386,15 @@ class Pool:
         self.run(self._code["rawcall"].address, at)
 
     def cpu_seconds(self):
-        """CPU seconds each thread of a region has run so far: the calling thread (tid 0), then
-        the workers (none before the first region). The largest difference across a region is its
-        time without the time other processes held the cores (waits spin briefly, then sleep).
+        """CPU seconds each thread of a region has run so far: the calling thread (tid 0), then the workers
+        (none before the first region); the largest difference across a region is its time without
+        the time other processes held the cores (waits spin briefly, then sleep).
 
         >>> get_pool().cpu_seconds()[0] > 0
         True
         """
+        if threading.get_ident() in self._worker_ids | {self._owner}:
+            raise self._inside("Pool.cpu_seconds", "call it after the region")
         with self._lock:
             return [time.thread_time()] + [time.clock_gettime(time.pthread_getcpuclockid(t))
                                            for t in self._workers.threads]

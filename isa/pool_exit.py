@@ -9,13 +9,14 @@ exception goes on once they are). From then on a region
 it, on any thread: an atexit handler registered before the pool may do parallel work, on the
 main thread or on a thread it waits for.
 
-Finalization (after the last atexit handler) frees what daemon threads' regions read and run.
-A thread enters it only holding the interpreter lock, and the threads other than the main one
-never get that lock back once it has begun, so a late region on another thread is run holding
-the lock throughout (:func:`run_late`): none can overlap finalization. (A region whose function
-calls back into Python on its workers would wait for that lock forever: start such regions on
-the main thread at exit.) During finalization the region lock is waited for at most
-:data:`GRACE_S` (a daemon thread may have ended holding it), then ``RuntimeError``.
+While atexit handlers run, a late region releases the interpreter lock as any region does, so its
+workers may call back into Python and a handler may wait for another thread's region (one that
+held the lock throughout hung both: a daemon thread's region with Python callbacks at exit). A
+daemon thread's region still running when finalization begins goes on over it, on the arrays its
+thread holds. A region started once finalization has begun (after the last atexit handler) holds
+the lock throughout (:func:`run_late`), so none can overlap what finalization frees; the region
+lock is then waited for at most :data:`GRACE_S` (a daemon thread may have ended holding it), then
+``RuntimeError``.
 
 >>> lock_wait()          # not at exit yet: no deadline
 -1
@@ -44,9 +45,9 @@ def lock_wait():
 
 
 def run_late(pool, fn, arg):
-    """Run ``pool``'s region after the exit hook: on the main thread as usual, on another thread
-    holding the interpreter lock throughout (see the module docstring)."""
-    if threading.current_thread() is threading.main_thread():
+    """Run ``pool``'s region after the exit hook: as usual, but on another thread than the main one
+    once finalization has begun, holding the interpreter lock throughout (see the module docstring)."""
+    if threading.current_thread() is threading.main_thread() or not sys.is_finalizing():
         pool._run(pool._state, fn, arg)
     else:
         _HOLDING_GIL(pool._code["run"].address)(pool._state, fn, arg)

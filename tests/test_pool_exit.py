@@ -57,9 +57,10 @@ q.put(0); q.join()
         f"{out}\n{err}"
 
 
-def test_a_late_region_on_another_thread_holds_the_interpreter_lock(monkeypatch):
-    """Finalization starts only on a thread holding the interpreter lock: a late region that keeps
-    it cannot overlap it (daemon threads' buffers freed under a running region)."""
+def test_a_late_region_on_another_thread_holds_the_interpreter_lock_once_finalizing(monkeypatch):
+    """Finalization starts only on a thread holding the interpreter lock: a region started after it
+    began keeps the lock, so it cannot overlap it; before, while atexit handlers run, a region
+    releases it as usual (its workers may call back into Python)."""
     assert pool_exit._HOLDING_GIL._flags_ & ctypes._FUNCFLAG_PYTHONAPI      # ctypes keeps the lock for those
     calls = []
     monkeypatch.setattr(pool_exit, "_HOLDING_GIL", lambda address: lambda *args: calls.append(address))
@@ -70,11 +71,29 @@ def test_a_late_region_on_another_thread_holds_the_interpreter_lock(monkeypatch)
                       ctypes.c_void_p)
     pool.run(nop.value, 0)                          # the main thread: as usual
     assert calls == [] and not pool._threads        # joined at the region's end
-    thread = threading.Thread(target=pool.run, args=(nop.value, 0), daemon=True)
-    thread.start()
-    thread.join(5)
-    assert calls == [pool._code["run"].address] and not pool._threads
+    for finalizing, want in ((False, []), (True, [pool._code["run"].address])):
+        monkeypatch.setattr(pool_exit.sys, "is_finalizing", lambda: finalizing)
+        thread = threading.Thread(target=pool.run, args=(nop.value, 0), daemon=True)
+        thread.start()
+        thread.join(5)
+        assert calls == want and not pool._threads
     pool.close()
+
+
+def test_a_daemon_threads_regions_calling_back_into_python_at_exit_end_cleanly():
+    code, out, err = _child("""
+import time
+atexit.register(lambda: (time.sleep(0.2), print("late handler done", flush=True)))
+body = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(lambda arg, tid, n: None)
+pool = ip.get_pool()
+def spin():
+    while True:
+        pool.run(ctypes.cast(body, ctypes.c_void_p).value, 0)
+threading.Thread(target=spin, daemon=True).start()
+time.sleep(0.2)
+print("main done", flush=True)
+""")
+    assert code == 0 and out.split() == ["main", "done", "late", "handler", "done"], f"{out}\n{err}"
 
 
 def test_daemon_threads_running_regions_at_exit_end_cleanly():
@@ -118,7 +137,7 @@ def test_during_finalization_a_held_lock_is_a_runtime_error_not_a_hang(monkeypat
     pool.close()
 
 
-@pytest.mark.parametrize("call", ["close", "setn"])
+@pytest.mark.parametrize("call", ["close", "setn", "cpu"])
 def test_a_callback_on_a_worker_that_stops_the_pool_does_not_deadlock(call):
     code, out, err = _child(f"""
 pool = ip.get_pool(); seen = []
@@ -126,7 +145,7 @@ pool = ip.get_pool(); seen = []
 def body(arg, tid, n):
     if tid == 1:
         try:
-            pool.close() if {call!r} == "close" else ip.set_num_threads(3)
+            {{"close": pool.close, "setn": lambda: ip.set_num_threads(3), "cpu": pool.cpu_seconds}}[{call!r}]()
             seen.append("ok")
         except RuntimeError as e:
             seen.append(str(e))
@@ -136,6 +155,8 @@ print(seen, pool.closed, len(pool._threads), region(), ip.get_num_threads())
     assert code == 0, f"{out}\n{err}"
     if call == "close":           # refused on the worker, as on the region's own thread
         assert "Pool.close called on a thread already inside this pool" in out and "False 1 True 2" in out, out
+    elif call == "cpu":
+        assert "Pool.cpu_seconds called on a thread already inside this pool" in out, out
     else:                          # the old pool's workers are joined at its region's end
         assert out.strip() == "['ok'] False 0 True 3", out
 

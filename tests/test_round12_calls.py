@@ -212,7 +212,7 @@ def test_a_malformed_kernel_cache_size_is_refused_at_the_first_kernel_built(monk
 
 def test_a_malformed_buffer_cache_size_is_refused_at_the_first_pooled_array(monkeypatch):
     monkeypatch.setattr(tb._POOL, "_limit", None)
-    monkeypatch.setattr(tb._POOL, "free", {})       # (a free buffer of that size, left by an earlier test, needs no limit)
+    monkeypatch.setattr(tb._POOL, "free", {})       # (an earlier test's free buffer of that size needs no limit)
     monkeypatch.setenv("TPPASM_BUFFER_CACHE_MIB", "lots")
     with pytest.raises(ValueError, match=r"TPPASM_BUFFER_CACHE_MIB='lots': expected the MiB"):
         tpp.empty((tb.FROM,), "u8")

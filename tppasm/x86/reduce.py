@@ -3,7 +3,8 @@
 ``over="cols"`` (one value per row): U vector accumulators walk the row, are combined, then
 reduced across lanes. ``over="rows"`` (one value per column): per block of U column vectors the
 accumulators walk down the rows; in a tall array down a block of ROW_BLOCK rows at a time, their
-partial sums kept in a stack row meanwhile (each column still adds its rows in order). Tails load masked lanes; for max they are refilled with -inf.
+partial sums kept in a stack row meanwhile (each column still adds its rows in order). Tails load
+masked lanes; for max they are refilled with -inf.
 Max is np.max's: a NaN anywhere makes the result NaN (:func:`tppasm.x86.math.max_nan`).
 
 >>> import numpy as np, tppasm
