@@ -189,7 +189,7 @@ def _packed_panel(p, c0, c1):
                          "packed by another version, or under other panel settings); pack the weight again: "
                          "fc.pack(p.w)")
     k, dt = p.w.shape[1], p.w.dtype                  # (what pack makes: (k, width), bf16 VNNI2-packed)
-    shape = (-(-k // 2), c1 - c0, 2) if dt == numpy_dtype("bf16") else (k, c1 - c0)
+    shape = (k, c1 - c0) if dt.itemsize == 4 else (-(-k // 2), c1 - c0, 2)      # (fp32, or bf16: no other)
     if type(panel) is not np.ndarray or panel.shape != shape or panel.dtype != dt or not panel.flags.c_contiguous:
         got = f"{panel.shape} {panel.dtype}" if isinstance(panel, np.ndarray) else f"a {type(panel).__name__}"
         raise ValueError(f"{p!r}: its panel for columns {c0}..{c1} is {got}, not the C-contiguous {shape} {dt} that "
