@@ -212,14 +212,16 @@ def gemm_configs(M, N, K, dtype, quick=False):
         grid = {"bm": [64, 32], "bn": [nb, 2 * nb], "bk": [64, 128], "kstep": [8, 16]}
     for name, size, granule in (("bm", M, 1), ("bn", N, nb // 2), ("bk", K, k_granule(dtype))):
         grid[name] += [b for b in fitted(size, grid[name], granule) if b not in grid[name]]
+    if k_granule(dtype) >= 16 and k_granule(dtype) not in grid["bk"]:     # AMX rows: K blocks of one tile
+        grid["bk"].append(k_granule(dtype))                               # row pad K by less than one
     fixed = {"bm": 64, "bn": nb, "bk": 64, "kstep": 8, "edges": True}
 
-    def fits(size, b, first):
-        return b == first or tpp.nblocks(size, b) * b <= size * 9 / 8 and b <= max(size, first)
+    def fits(size, b, first, granule=1):      # a K block is whole granules: up to one of padding is fine
+        return b == first or tpp.nblocks(size, b) * b <= max(size * 9 / 8, size + granule - 1) and b <= max(size, first)
     out, seen = [fixed], set()
     for bm in (b for b in grid["bm"] if fits(M, b, 64)):
         for bn in (b for b in grid["bn"] if fits(N, b, nb)):
-            for bk in (b for b in grid["bk"] if fits(K, b, 64)):
+            for bk in (b for b in grid["bk"] if fits(K, b, 64, k_granule(dtype))):
                 for kstep in grid["kstep"]:
                     ks = largest_divisor(tpp.nblocks(K, bk), kstep)
                     for edges in ([True, False] if M % bm or N % bn else [True]):

@@ -12,8 +12,8 @@ pace 0, 24.7-28.7 at 12; on 2 threads 33.4-50.5 at 0, 34.6-57.1 at 8; bf16 faste
 
 >>> from bench.common import pool_of
 >>> pace, rates = best("i8", pool_of(1), paces=(0, 8), mib=2, rounds=1)
->>> pace in (0, 8), sorted(rates)
-(True, [0, 8])
+>>> pace in (0, 8), sorted(rates) == ([0, 8] if follows_pace("i8") else [0])    # AMX: pace 0 only
+(True, True)
 """
 import time
 

@@ -53,6 +53,7 @@ _TUPLE = {v: k for k, v in TupleType.__dict__.items() if not k.startswith("_")}
 _FEATURE = {v: k.lower() for k, v in CpuidFeature.__dict__.items() if not k.startswith("_")}
 _BASE_FEATURES = {"intel386", "intel8086", "x64"}
 _MXCSR = {"VLDMXCSR", "VSTMXCSR"}      # would change this process's rounding mode
+_TILE_STATE = {"LDTILECFG", "STTILECFG", "TILERELEASE"}   # random bytes are no tile config: #GP (an AMX host)
 
 
 def _host_has(code) -> bool:
@@ -62,7 +63,7 @@ def _host_has(code) -> bool:
 
 def forms(encoding) -> dict:
     """{mnemonic name: [Code names]} of every 64-bit form in ``encoding`` of a modelled mnemonic
-    that this host can run (tiles and MXCSR loads excepted).
+    that this host can run (tiles, the tile configuration and MXCSR loads excepted).
 
     >>> "EVEX_VSCALEFPS_ZMM_K1Z_ZMM_ZMMM512B32_ER" in forms(EncodingKind.EVEX).get("vscalefps", [])
     True
@@ -75,7 +76,8 @@ def forms(encoding) -> dict:
         if info.mnemonic not in SEMANTICS or info.encoding != encoding or not info.mode64:
             continue
         kinds = [_KIND[info.op_kind(i)] for i in range(info.op_count)]
-        if any(k.startswith(("TMM", "SIBMEM")) or "VSIB" in k for k in kinds) or name.split("_")[1] in _MXCSR:
+        if (any(k.startswith(("TMM", "SIBMEM")) or "VSIB" in k for k in kinds)
+                or name.split("_")[1] in _MXCSR | _TILE_STATE):
             continue
         if not AVX512 or _host_has(code):
             out.setdefault(MNEMONIC_NAME[info.mnemonic], []).append(name)
