@@ -49,16 +49,18 @@ import numpy as np
 from .common import Report, write_json
 from .options import count, json_option, summary
 
-VARIANTS = {                 # name: (batch blocks per chunk, prefetch: True / False / "all", tile_setup)
-    "unchunked": (0, True, True),
-    "no prefetch": (0, False, True),
-    "configured once": (0, True, False),
-    "prefetch all": (0, "all", True),
-    "chunks of 1": (1, True, True),
-    "chunks of 2": (2, True, True),
-    "chunks of 4": (4, True, True),
+VARIANTS = {    # name: (batch blocks per chunk, prefetch: True / False / "all", tile_setup, stream hint)
+    "unchunked": (0, True, True, True),
+    "no prefetch": (0, False, True, True),
+    "no stream hint": (0, True, True, False),
+    "neither": (0, False, True, False),
+    "configured once": (0, True, False, True),
+    "prefetch all": (0, "all", True, True),
+    "chunks of 1": (1, True, True, True),
+    "chunks of 2": (2, True, True, True),
+    "chunks of 4": (4, True, True, True),
 }
-WALKS = ("unchunked", "no prefetch", "configured once")
+WALKS = ("unchunked", "no prefetch", "no stream hint", "neither", "configured once")
 TRIPS = 50                   # kernel calls per timed run of the native driver
 
 
@@ -90,6 +92,8 @@ CASES = [
     Case("its batch in L2 (1 MiB)", 64, 64, 64, 64, "bf16"),
     Case("the int8 goal shape", 64, 64, 128, 16, "i8"),
     Case("the GEMM bench's blocks", 128, 32, 128, 8, "bf16", variants=WALKS + ("chunks of 2",)),
+    Case("B's panel in L1 (32 KiB) for 4 macro rows", 128, 32, 64, 8, "bf16", variants=WALKS),
+    Case("A's panel in L1 for 4 macro columns", 32, 128, 64, 8, "bf16", variants=WALKS),
     Case("one macro block", 32, 32, 64, 16, "bf16", variants=WALKS),
     Case("the goal's work, A tiles contiguous (k 32)", 64, 64, 32, 32, "bf16", variants=WALKS),
     Case("LLaMA prefill projection, rows 4 KiB apart", 64, 64, 2048, 1, "bf16", lda=2048,
@@ -104,9 +108,9 @@ def generated(case, variant):
     as in a nest that calls ``tppasm.tileconfig`` once), else None."""
     from tppasm.x86.amx import generate
     from tppasm.x86.amx_config import tileconfig_function
-    chunk, prefetch, tile_setup = VARIANTS[variant]
+    chunk, prefetch, tile_setup, stream = VARIANTS[variant]
     desc = replace(case.desc(), tile_setup=tile_setup)
-    return generate(desc, chunk, prefetch), None if tile_setup else tileconfig_function(desc)
+    return generate(desc, chunk, prefetch, stream), None if tile_setup else tileconfig_function(desc)
 
 
 def driver(kernel, setup=None):

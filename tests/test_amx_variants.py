@@ -44,6 +44,14 @@ def test_without_prefetch_the_kernel_has_none_and_the_same_result():
     assert np.array_equal(c1, c2)
 
 
+def test_without_the_stream_hint_every_tile_load_is_plain_and_the_result_the_same():
+    case = next(c for c in SMALL if c.what.startswith("B's panel"))
+    hinted, c1, _ = _run(case, "unchunked")
+    plain, c2, _ = _run(case, "no stream hint")
+    assert "tileloaddt1" in hinted.disassemble() and "tileloaddt1" not in plain.disassemble()
+    assert np.array_equal(c1, c2)
+
+
 def test_the_kernel_configured_once_leaves_the_tiles_to_its_caller():
     case = SMALL[0]
     every_call, _, _ = _run(case, "unchunked")

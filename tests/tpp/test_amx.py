@@ -370,3 +370,22 @@ def test_crowding_rows_model_the_prefill_projection_both_ways():
     for r in rows:
         for cell in (r["fully associative L1"], r["12-way L1"]):
             assert all(0 < float(x) <= 100 for x in cell.split(" / "))
+
+
+@pytest.mark.parametrize("m, n, streamed", [(128, 32, "a"), (32, 128, "b"), (64, 64, "a"), (64, 96, "b"), (32, 32, None)])
+def test_the_operand_no_later_macro_block_reads_is_loaded_with_the_t1_hint(m, n, streamed):
+    """Macro blocks run row by row: with at least as many macro rows as columns B's panels are
+    read again and A's tiles are loaded with ``tileloaddt1`` (not kept in L1), else the other way
+    round; one macro block hints nothing, nor do chunks or ``stream=False``. The hint changes no
+    result (the interpreter runs it as ``tileloadd``; the hypothesis tests compare with NumPy)."""
+    stats, blocks, _ = run_case(m, n, 64, 2, "bf16", 0, "f32", chunk=0)
+    kinds = {}
+    for name, _, _, addr, *_ in stats.tile_ops:
+        for operand, (start, size, count) in blocks.items():
+            if name.startswith("tileload") and start <= addr < start + size * count:
+                kinds.setdefault(operand, set()).add(name)
+    want = {op: {"tileloaddt1" if op == streamed else "tileloadd"} for op in "ab"}
+    assert kinds == want
+    d = Brgemm(m=m, n=n, k=64, dtype="bf16")
+    assert "tileloaddt1" not in generate(d, stream=False).disassemble()
+    assert "tileloaddt1" not in generate(d, chunk=1).disassemble()

@@ -8,7 +8,10 @@ tile is loaded once and feeds gm x gn dot products (4 ``tdp*`` per 4 ``tileloadd
 are software-pipelined, prefetched and the batch walked back and forth as
 :mod:`tppasm.x86.amx_pipe` describes. C tiles stay in their accumulators over the whole batch
 and are stored once; or, when the batch outgrows L1, over each chunk of it that fits
-(:mod:`tppasm.x86.amx_chunk`: every macro block runs a chunk before the next one starts).
+(:mod:`tppasm.x86.amx_chunk`: every macro block runs a chunk before the next one starts). The
+operand whose panels no later macro block reads again is loaded with ``tileloaddt1``, so that it
+does not evict from L1 the panels of the other one that they do
+(:func:`tppasm.x86.amx_pipe.streamed_operand`).
 
 Tails are smaller tiles: the last macro row / column configures its tiles with the remaining
 rows / columns (``rows``, ``colsb``), and k is cut into equal steps of <= 16 groups when it can
@@ -57,7 +60,7 @@ from isa.x86.function import CALLEE_SAVED, INT_ARGS
 from ..backends import register, register_option
 from . import amx_probe
 from .amx_chunk import CHUNK_SLOTS, Chunks, acc_ld, acc_offset, chunk_blocks, uses_scratch, visits
-from .amx_pipe import Pipeline
+from .amx_pipe import Pipeline, streamed_operand
 from .batch import add_imm, mem_imm
 from .ctile import emit_activation
 
@@ -190,7 +193,7 @@ class _Gen:
 
     VARS = ("arow", "crow", "bcol", "rowctr", "colctr", "dir", "da", "db")
 
-    def __init__(self, desc, chunk=None, prefetch=True):
+    def __init__(self, desc, chunk=None, prefetch=True, stream=True):
         if desc.dtype not in DOT:
             raise ValueError(f"AMX BRGEMM takes dtype 'bf16' or 'i8', not {desc.dtype!r}")
         self.d, self.p = desc, plan(desc)
@@ -204,6 +207,7 @@ class _Gen:
         self.epilogue = uses_scratch(desc)         # C through the scratch tile (and partial sums in the stack)
         self.chunk = (chunk_blocks(desc, self.p) if chunks_on() else 0) if chunk is None else chunk
         self.prefetch = prefetch
+        self.stream = streamed_operand(self.p) if stream and not self.chunk else None
         variables = self.VARS + (CHUNK_SLOTS if self.chunk else ())
         self.arg_slot = {name: 8 * i for i, name in enumerate(names)}
         self.slots = {name: 64 + 8 * i for i, name in enumerate(variables)}
@@ -545,19 +549,21 @@ class _Gen:
         return ZMM[2]
 
 
-def generate(desc, chunk=None, prefetch=True):
+def generate(desc, chunk=None, prefetch=True, stream=True):
     """The raw AMX BRGEMM kernel (a :class:`isa.x86.JitFunction`) for a bf16 / i8 descriptor;
     ``chunk``: batch blocks per chunk (:mod:`tppasm.x86.amx_chunk`; None: :func:`chunk_blocks`'
     choice where :func:`chunks_on`, else 0; 0: every macro block walks the whole batch);
     ``prefetch=False`` leaves out the ``prefetcht0`` of the next blocks, ``"all"`` keeps those of
     lines that crowd an L1 set too (:mod:`tppasm.x86.amx_pipe`; both for ``python -m bench
-    amx-variants``, which times the kernel each way).
+    amx-variants``, which times the kernel each way); ``stream=False`` loads every tile with
+    ``tileloadd``, no ``tileloaddt1`` of the streamed operand
+    (:func:`tppasm.x86.amx_pipe.streamed_operand`).
 
     >>> from tppasm.brgemm import Brgemm
     >>> "tdpbusd" in generate(Brgemm(m=20, n=8, k=12, dtype="i8", beta=1)).disassemble()
     True
     """
-    return _Gen(desc, chunk, prefetch).build()
+    return _Gen(desc, chunk, prefetch, stream).build()
 
 
 def chunks_on():
