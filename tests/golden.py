@@ -74,7 +74,9 @@ def _tpp_hashes():
     from tppasm import backends
     from tppasm.x86 import brgemm as x86_brgemm
     saved, chunks = x86_brgemm.target_features, os.environ.get("TPPASM_AMX_CHUNKS")
+    far = os.environ.get("TPPASM_FAR_PREFETCH")
     os.environ["TPPASM_AMX_CHUNKS"] = "0"             # not the host's verdict (tppasm.x86.amx_probe)
+    os.environ["TPPASM_FAR_PREFETCH"] = "1"           # not the vendor's default (tppasm.x86.far_prefetch)
     out = {}
     try:
         for isa in ISAS:
@@ -91,9 +93,10 @@ def _tpp_hashes():
                     out[f"amx chunks {desc!r}"] = hashlib.sha256(code).hexdigest()[:20]
     finally:
         x86_brgemm.target_features = saved
-        os.environ.pop("TPPASM_AMX_CHUNKS")
-        if chunks is not None:
-            os.environ["TPPASM_AMX_CHUNKS"] = chunks
+        for name, value in (("TPPASM_AMX_CHUNKS", chunks), ("TPPASM_FAR_PREFETCH", far)):
+            os.environ.pop(name)
+            if value is not None:
+                os.environ[name] = value
     return out
 
 

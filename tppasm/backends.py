@@ -31,7 +31,8 @@ _SHARED_SOURCES = ("tppasm/*.py", "isa/**/*.py")
 
 # environment variables that change an ISA's generated code, read when a kernel is generated
 # (their values are part of every key of its code: :func:`code_options`)
-CODE_OPTIONS = {"amx": ("TPPASM_AMX_CHUNKS",)}
+CODE_OPTIONS = {"amx": ("TPPASM_AMX_CHUNKS", "TPPASM_FAR_PREFETCH"), "avx512": ("TPPASM_FAR_PREFETCH",),
+                "avx2": ("TPPASM_FAR_PREFETCH",)}
 _OPTION_VALUES = {}      # (isa, name) -> the setting in effect, where the family decides it (register_option)
 
 _GENERATORS = {}
@@ -138,7 +139,7 @@ _VERSIONS = {}
 def register_option(isa, name, value):
     """Make ``value()`` (text) the setting of option ``name`` of :data:`CODE_OPTIONS` that
     ``isa``'s code is generated with, where it is more than the environment variable's text
-    (``TPPASM_AMX_CHUNKS`` unset: what the host decided).
+    (``TPPASM_AMX_CHUNKS`` unset: what the host decided; ``TPPASM_FAR_PREFETCH`` unset: its vendor's default).
 
     >>> register_option("doc_isa", "DOC_OPTION", lambda: "1"); _OPTION_VALUES.pop(("doc_isa", "DOC_OPTION"))()
     '1'
@@ -149,8 +150,8 @@ def register_option(isa, name, value):
 def code_options(isa):
     """The settings of :data:`CODE_OPTIONS` in effect for ``isa``, as text for a cache key.
 
-    >>> code_options("avx2")
-    ''
+    >>> code_options("sve"), code_options("avx2") in ("TPPASM_FAR_PREFETCH=1", "TPPASM_FAR_PREFETCH=0")
+    ('', True)
     """
     names = CODE_OPTIONS.get(isa, ())
     if names:

@@ -468,9 +468,11 @@ def test_public_api_and_cache():
     assert (c2 == c).all()
 
 
-def test_next_chunk_prefetch_only_for_large_strided_blocks():
-    """Blocks of 16 KiB and more in a strided batch prefetch the next chunk into L2; small blocks
-    (L1-resident) and pointer batches (no known distance) do not."""
+def test_next_chunk_prefetch_only_for_large_strided_blocks(monkeypatch):
+    """Blocks of 16 KiB and more in a strided batch prefetch the next chunk into L2 (where the far
+    prefetch is on: tests/test_far_prefetch.py); small blocks (L1-resident) and pointer batches (no
+    known distance) do not."""
+    monkeypatch.setenv("TPPASM_FAR_PREFETCH", "1")
     def far(**kw):
         return "prefetcht1" in generate_brgemm(Brgemm(**kw), "avx512").disassemble()
     assert far(m=64, n=64, k=64, stride_a=4096, stride_b=4096)
@@ -479,10 +481,12 @@ def test_next_chunk_prefetch_only_for_large_strided_blocks():
     assert not far(m=64, n=64, k=64, batch="address")
 
 
-def test_few_row_kernels_stream_b_without_software_prefetch():
+def test_few_row_kernels_stream_b_without_software_prefetch(monkeypatch):
     """Up to STREAM_ROWS rows (a GEMV: each B line read once) the kernel leaves B to the hardware
-    prefetcher; from the next row count on, it prefetches B lines into L1 and the next chunk into L2."""
+    prefetcher; from the next row count on, it prefetches B lines into L1 and (with the far prefetch
+    on) the next chunk into L2."""
     from tppasm.x86.brgemm import STREAM_ROWS
+    monkeypatch.setenv("TPPASM_FAR_PREFETCH", "1")
 
     def prefetches(m, dtype):
         text = generate_brgemm(Brgemm(m=m, n=64, k=2048, dtype=dtype), "avx512").disassemble()

@@ -26,10 +26,11 @@ from isa.x86 import Function, byte, dword, gpr, qword, rsp, vec, word
 from isa.x86.registers import Register
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
-from ..backends import register
+from ..backends import register, register_option
 from .batch import add_imm, next_batch
 from .blocking import ALIASED_ROWS, plan, row_runs, rows_per_set
 from .ctile import CTile, _math, activation_tmps, desc_act_heavy, if_else
+from . import far_prefetch
 from .dot import choose_dot
 from .vector import Mask, VectorISA
 
@@ -194,11 +195,12 @@ class Gen(CTile):
         last chunk the blocks after the call's, where a nest's next call usually reads; found worth
         3-6% of the FMA peak in a 2048^3 fp32 GEMM of 64x64 and 128x64 blocks, whose B otherwise
         arrives from L3 on demand. Smaller blocks mostly stay in L1, where the prefetches would only
-        take issue slots; pointer batches have no known distance."""
+        take issue slots; pointer batches have no known distance. Only where
+        :func:`tppasm.x86.far_prefetch.enabled` (AMD: on Intel they cost 15-28%)."""
         d = self.d
         far = self.chunk * d.stride_a * self.es_a, self.chunk * d.stride_b * self.es_b
         if (not self.chunk or d.batch != "stride" or self.block_bytes() < FAR_BLOCK_BYTES or max(far) >= 1 << 31
-                or d.m <= STREAM_ROWS):                  # (a displacement is 32 bits)
+                or d.m <= STREAM_ROWS or not far_prefetch.enabled()):     # (a displacement is 32 bits)
             return 0, 0
         return far
 
@@ -577,3 +579,7 @@ def generate_brgemm(desc, isa, features=None):
     if isa == "amx":
         isa = "avx512"
     return Gen(desc, isa, target_features(isa) if features is None else frozenset(features)).build()
+
+
+for _isa in ("avx2", "avx512", "amx"):
+    register_option(_isa, far_prefetch.ENV, far_prefetch.option_text)

@@ -1,0 +1,56 @@
+"""Whether the x86 BRGEMM prefetches the next batch chunk into L2 (``prefetcht1``, see
+:meth:`tppasm.x86.brgemm.Gen.far_distances`): on AMD, off on every other vendor.
+
+The far prefetch was measured on a Zen 4 core, where it is worth 3-6% of the FMA peak in a
+2048^3 fp32 GEMM whose B blocks otherwise arrive from L3 on demand. On an Intel Xeon with AMX
+(2-core KVM guest, 1 thread; ``python -m bench tpp`` and the DSL GEMM of ``python -m bench
+gemm``) the same prefetches cost 15-28%: fp32 BRGEMMs 64x64x64x16 140 -> 168 GFLOP/s without
+them, 64x32x64x8 132 -> 169, 80x80x80x16 140 -> 169 (of a 188 GFLOP/s FMA peak); the GEMM
+1024^3 in 64x32 blocks 107-111 -> 137-139, 2048^3 109-111 -> 134-135. An Intel core's software
+prefetch into L2 still takes one of the L1's miss buffers until the line arrives, which the
+kernel's own loads of A and B need.
+
+``TPPASM_FAR_PREFETCH=1`` or ``=0`` overrides the vendor's default (``auto`` or unset: the
+default). The setting is part of every x86 kernel's cache key (:func:`tppasm.backends.code_options`).
+"""
+import os
+
+from isa.cpu import host
+
+ENV = "TPPASM_FAR_PREFETCH"
+SETTINGS = ("1", "0", "auto")
+VENDORS = ("AuthenticAMD",)            # where it was measured to pay
+
+
+def setting():
+    """``TPPASM_FAR_PREFETCH``: "1" (on), "0" (off) or "auto" (unset: by the CPU's vendor).
+
+    >>> os.environ.get(ENV) is not None or setting() == "auto"
+    True
+    """
+    value = os.environ.get(ENV, "").strip().lower() or "auto"
+    if value not in SETTINGS:
+        raise ValueError(f"{ENV}={os.environ[ENV]!r}: expected 1 (prefetch the next batch chunk into L2), "
+                         f"0 (do not) or auto (unset: on for {', '.join(VENDORS)} CPUs, off on others)")
+    return value
+
+
+def enabled():
+    """Whether kernels generated now prefetch the next batch chunk into L2.
+
+    >>> enabled() == (setting() == "1" or (setting() == "auto" and host().vendor in VENDORS))
+    True
+    """
+    value = setting()
+    if value != "auto":
+        return value == "1"
+    return host().vendor in VENDORS
+
+
+def option_text():
+    """The setting in effect as a cache key's text: "1" or "0".
+
+    >>> option_text() in ("1", "0")
+    True
+    """
+    return "1" if enabled() else "0"
