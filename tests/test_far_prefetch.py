@@ -55,3 +55,27 @@ def test_the_setting_is_part_of_the_kernel_cache_key(monkeypatch, tmp_path, isa)
         assert f"{far_prefetch.ENV}={value}" in backends.code_options(isa)
         keys.add(code.raw_key(DESC, isa))
     assert len(keys) == 2
+
+
+def test_only_brgemm_keys_carry_the_brgemm_options(monkeypatch, tmp_path):
+    """An element-wise kernel's key neither changes with these options nor asks for the AMX chunk
+    verdict (timed per process where AMX runs: two processes that disagreed missed each other's
+    relu kernels in one cache); a BRGEMM's does."""
+    from tppasm.eltwise import Unary
+    from tppasm.x86 import amx_probe
+    code = kernels.KernelCode(disk.DiskStore(str(tmp_path), 1 << 20))
+    relu, keys = Unary("relu", 2, 8), {}
+    for chunks in ("0", "1"):
+        for far in ("0", "1"):
+            monkeypatch.setenv("TPPASM_AMX_CHUNKS", chunks)
+            monkeypatch.setenv(far_prefetch.ENV, far)
+            keys[chunks, far] = (code.raw_key(relu, "amx"), code.raw_key(DESC, "amx"), code.raw_key(DESC, "avx512"))
+    assert len({k[0] for k in keys.values()}) == 1 and len({k[1] for k in keys.values()}) == 4
+    assert len({k[2] for k in keys.values()}) == 2
+    monkeypatch.delenv("TPPASM_AMX_CHUNKS")
+    monkeypatch.setattr(amx_probe, "_stored_or_timed", lambda build: pytest.fail("no BRGEMM here: nothing to time"))
+    amx_probe.reset()
+    try:
+        assert code.raw_key(relu, "amx") == keys["0", "0"][0]
+    finally:
+        amx_probe.reset()

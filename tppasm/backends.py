@@ -30,9 +30,12 @@ PACKAGES = {"x86": "tppasm.x86", "sve": "tppasm.sve"}
 _SHARED_SOURCES = ("tppasm/*.py", "isa/**/*.py")
 
 # environment variables that change an ISA's generated code, read when a kernel is generated
-# (their values are part of every key of its code: :func:`code_options`)
+# (their values are part of the key of every kernel of the kinds they change: :func:`code_options`)
 CODE_OPTIONS = {"amx": ("TPPASM_AMX_CHUNKS", "TPPASM_FAR_PREFETCH"), "avx512": ("TPPASM_FAR_PREFETCH",),
                 "avx2": ("TPPASM_FAR_PREFETCH",)}
+# the descriptor kinds whose code each option changes: an element-wise kernel's key does not wait
+# for the AMX chunk verdict (timed once per process and cache), nor differ when two processes disagree
+OPTION_KINDS = {"TPPASM_AMX_CHUNKS": ("brgemm",), "TPPASM_FAR_PREFETCH": ("brgemm",)}
 _OPTION_VALUES = {}      # (isa, name) -> the setting in effect, where the family decides it (register_option)
 
 _GENERATORS = {}
@@ -147,13 +150,17 @@ def register_option(isa, name, value):
     _OPTION_VALUES[(isa, name)] = value
 
 
-def code_options(isa):
-    """The settings of :data:`CODE_OPTIONS` in effect for ``isa``, as text for a cache key.
+def code_options(isa, kind=None):
+    """The settings of :data:`CODE_OPTIONS` in effect for ``isa``, as text for a cache key: those
+    that change kernels of descriptor ``kind`` (:data:`OPTION_KINDS`), or with None all of them (a
+    nest's key: its kernels are of any kind).
 
     >>> code_options("sve"), code_options("avx2") in ("TPPASM_FAR_PREFETCH=1", "TPPASM_FAR_PREFETCH=0")
     ('', True)
+    >>> code_options("amx", "unary")
+    ''
     """
-    names = CODE_OPTIONS.get(isa, ())
+    names = [n for n in CODE_OPTIONS.get(isa, ()) if kind is None or kind in OPTION_KINDS.get(n, (kind,))]
     if names:
         _load(family(isa))                   # its generators register what decides the settings
     return ";".join(f"{name}={_OPTION_VALUES.get((isa, name), lambda n=name: os.environ.get(n, ''))()}"

@@ -94,7 +94,9 @@ class KernelCode:
     def raw_key(self, desc, isa):
         """The store key of ``desc``'s raw kernel on ``isa``; None if ``desc`` cannot be described."""
         text = describe(desc)
-        return None if text is None else "kernel/" + _digest(*self._env(isa), backends.code_options(isa), text)
+        if text is None:
+            return None
+        return "kernel/" + _digest(*self._env(isa), backends.code_options(isa, getattr(desc, "kind", None)), text)
 
     def raw(self, desc, isa, generate):
         """(raw kernel, loaded from disk?): the stored code if its key is there, else ``generate(desc, isa)``
