@@ -372,7 +372,8 @@ def test_crowding_rows_model_the_prefill_projection_both_ways():
             assert all(0 < float(x) <= 100 for x in cell.split(" / "))
 
 
-@pytest.mark.parametrize("m, n, streamed", [(128, 32, "a"), (32, 128, "b"), (64, 64, "a"), (64, 96, "b"), (32, 32, None)])
+@pytest.mark.parametrize("m, n, streamed",
+                         [(128, 32, "a"), (32, 128, "b"), (64, 64, "a"), (64, 96, "b"), (32, 32, None)])
 def test_the_operand_no_later_macro_block_reads_is_loaded_with_the_t1_hint(m, n, streamed):
     """Macro blocks run row by row: with at least as many macro rows as columns B's panels are
     read again and A's tiles are loaded with ``tileloaddt1`` (not kept in L1), else the other way

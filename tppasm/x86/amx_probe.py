@@ -22,9 +22,9 @@ import time
 from isa.cpu import host, identity
 
 from .. import cache, forking
+from .switch import switch
 
 ENV = "TPPASM_AMX_CHUNKS"
-SETTINGS = ("1", "0", "auto")
 PROBE = dict(m=64, n=64, k=64, dtype="bf16", count=16)    # issue #12's AMX goal shape
 MARGIN = 1.03          # chunks win only by this much: within it, the unchunked default stays
 ROUNDS, CALLS = 7, 64
@@ -40,11 +40,7 @@ def setting():
     >>> os.environ.get(ENV) is not None or setting() == "auto"
     True
     """
-    value = os.environ.get(ENV, "").strip().lower() or "auto"
-    if value not in SETTINGS:
-        raise ValueError(f"{ENV}={os.environ[ENV]!r}: expected 1 (batch chunks on), 0 (off) or auto "
-                         f"(unset: timed once on an AMX host, off where AMX is interpreted)")
-    return value
+    return switch(ENV, "batch chunks on", "off", "timed once on an AMX host, off where AMX is interpreted")
 
 
 def decide(time_kernel, rounds=ROUNDS):

@@ -11,14 +11,15 @@ prefetch into L2 still takes one of the L1's miss buffers until the line arrives
 kernel's own loads of A and B need.
 
 ``TPPASM_FAR_PREFETCH=1`` or ``=0`` overrides the vendor's default (``auto`` or unset: the
-default). The setting is part of every x86 kernel's cache key (:func:`tppasm.backends.code_options`).
+default). The setting is part of every x86 BRGEMM kernel's cache key (:func:`tppasm.backends.code_options`).
 """
 import os
 
 from isa.cpu import host
 
+from .switch import switch
+
 ENV = "TPPASM_FAR_PREFETCH"
-SETTINGS = ("1", "0", "auto")
 VENDORS = ("AuthenticAMD",)            # where it was measured to pay
 
 
@@ -28,11 +29,8 @@ def setting():
     >>> os.environ.get(ENV) is not None or setting() == "auto"
     True
     """
-    value = os.environ.get(ENV, "").strip().lower() or "auto"
-    if value not in SETTINGS:
-        raise ValueError(f"{ENV}={os.environ[ENV]!r}: expected 1 (prefetch the next batch chunk into L2), "
-                         f"0 (do not) or auto (unset: on for {', '.join(VENDORS)} CPUs, off on others)")
-    return value
+    return switch(ENV, "prefetch the next batch chunk into L2", "do not",
+                  f"on for {', '.join(VENDORS)} CPUs, off on others")
 
 
 def enabled():
