@@ -119,6 +119,26 @@ def test_short_batches_on_many_threads_give_what_one_thread_gives(reference, dty
     assert cos.min() >= GOAL[dtype], dict(zip(sentences, cos.round(6)))
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_split_steps_and_panel_order_change_no_bit(dtype, monkeypatch):
+    """The steps after attention fused per row block, split into a nest each, and split with the
+    MLP's weight panels outermost (chosen by the host's L2: bench.models.minilm.split_steps) run
+    the same kernels on the same blocks, so the hidden states agree bit for bit."""
+    import bench.models.minilm as minilm
+    from isa.pool import Pool
+    ids = np.random.default_rng(1).integers(1000, 20000, (3, 64))
+    mask = np.ones((3, 64), np.int64)
+    mask[2, 40:] = 0
+    got = {}
+    for choice in [(False, False), (True, False), (True, True)]:
+        monkeypatch.setattr(minilm, "split_steps", lambda *args, choice=choice: choice)
+        m = MiniLM.load(dtype, pool=Pool(1))
+        got[choice] = m.forward(ids, mask)
+        assert m._plan(3, 64).split == choice[0] and m._plan(3, 64).orders[0] == ("BCA" if choice[1] else "ABC")
+    first = got[(False, False)]
+    assert np.isfinite(first).all() and all(np.array_equal(first, g) for g in got.values())
+
+
 def test_threads_sharing_a_model_take_turns(model):
     """A model's plans hold its buffers: two threads calling one model (the same shape) wait for each
     other, and each gets what it gets alone."""
