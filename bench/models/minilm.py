@@ -26,8 +26,8 @@ iteration):
    again from L3; split, each projection's weights alone stay in L2 over the row blocks, unless
    they too outgrow it, in which case the MLP's projections take the weight panels outermost
    (each panel read once, the activations again). On an Emerald Rapids Xeon (2 MiB L2), 8 x 128:
-   bf16 42.7 -> 36.7 ms on 1 thread and 19.9 -> 18.9 on 2 (split, rows outermost); fp32 159.7
-   -> 152.3 ms on 1 thread and 79.1 -> 79.6 on 2 (split, panels outermost).
+   bf16 41.8 -> 36.4 ms on 1 thread and 20.6 -> 19.1 on 2 (split, rows outermost); fp32 164.3
+   -> 156.9 ms on 1 thread and 82.6 -> 83.6 on 2 (split, panels outermost).
 
 Activations stay row-major (tokens, channels), so blocks are strided views; weights are cut once
 into (k, bn) column blocks (VNNI-packed for bf16) and all of a layer's sit in one array, its biases
@@ -357,9 +357,8 @@ class _Plan:
         nt = pool.nthreads
         T, bn = B * L, model.bn
         bm = row_block(T, nt)
-        # row blocks that do not divide among the threads (a short batch): the third nest is cut
-        # into a nest per step, each parallel over row and column blocks, with the MLP's
-        # activations for all rows (with blocks that divide, both take the same time)
+        # split (see split_steps): the third nest cut into a nest per step, each parallel over row
+        # and column blocks, with the MLP's activations for all rows
         self.split, panels_outer = split_steps(T // bm, nt, 2 if bf16 else 4)
         self.orders = ("BCA", "BA") if panels_outer else ("ABC", "AB")       # up, down
         H = tpp.empty((T, HIDDEN))
