@@ -27,7 +27,9 @@ iteration):
    they too outgrow it, in which case the MLP's projections take the weight panels outermost
    (each panel read once, the activations again). On an Emerald Rapids Xeon (2 MiB L2), 8 x 128:
    bf16 41.8 -> 36.4 ms on 1 thread and 20.6 -> 19.1 on 2 (split, rows outermost); fp32 164.3
-   -> 156.9 ms on 1 thread and 82.6 -> 83.6 on 2 (split, panels outermost).
+   -> 156.9 ms on 1 thread and 82.6 -> 83.6 on 2 (split, panels outermost). Not on AMD: a Zen 4
+   core reads its L3 fast enough that the fused nest stays ahead (1 MiB L2, 8 x 128, split +
+   panels against fused: bf16 +3.5% / +4.9% on 1 / 2 threads, fp32 -0.2% / +1.9%).
 
 Activations stay row-major (tokens, channels), so blocks are strided views; weights are cut once
 into (k, bn) column blocks (VNNI-packed for bf16) and all of a layer's sit in one array, its biases
@@ -133,21 +135,28 @@ def tokenizer(path=None):
     return tok
 
 
-def split_steps(row_blocks, threads, itemsize, l2_bytes=None):
+def split_steps(row_blocks, threads, itemsize, l2_bytes=None, fast_l3=None):
     """(split, panels outermost) for the steps after attention (see the module docstring):
     whether they run as a nest each, and whether the MLP's two projections then walk their weight
-    panels outermost. ``l2_bytes``: a core's L2 (None: the host's).
+    panels outermost. ``l2_bytes``: a core's L2 (None: the host's); ``fast_l3``: whether a core
+    streams weights from L3 about as fast as the fused nest uses them (None: on AMD hosts, measured
+    on Zen 4; an Emerald Rapids Xeon's does not).
 
-    >>> split_steps(16, 1, 2, 2 << 20), split_steps(16, 1, 4, 2 << 20), split_steps(16, 1, 2, 4 << 20)
-    ((True, False), (True, True), (False, False))
-    >>> split_steps(3, 2, 4, 2 << 20), split_steps(2, 2, 4, 2 << 20)      # blocks that do not divide; one each
-    ((True, True), (False, False))
+    >>> split_steps(16, 1, 2, 2 << 20, False), split_steps(16, 1, 4, 2 << 20, False)
+    ((True, False), (True, True))
+    >>> split_steps(16, 1, 2, 4 << 20, False), split_steps(16, 1, 4, 2 << 20, True)   # fits L2; fast L3
+    ((False, False), (False, False))
+    >>> split_steps(3, 2, 4, 2 << 20, False), split_steps(3, 2, 4, 2 << 20, True)  # not dividing
+    ((True, True), (True, False))
+    >>> split_steps(2, 2, 4, 2 << 20, False)                                  # one row block each
+    (False, False)
     """
     l2 = caches()[1].size if l2_bytes is None else l2_bytes
+    fast = host().vendor == "AuthenticAMD" if fast_l3 is None else fast_l3
     mlp = HIDDEN * FFN * itemsize                          # the up (or down) projection's weights
-    several = row_blocks > threads and (mlp * 2 + HIDDEN * HIDDEN * itemsize) > l2
+    several = row_blocks > threads and (mlp * 2 + HIDDEN * HIDDEN * itemsize) > l2 and not fast
     split = row_blocks % threads != 0 or several
-    return split, split and mlp > l2
+    return split, split and mlp > l2 and not fast
 
 
 def column_block():
