@@ -11,13 +11,13 @@ crops), so any M, N, K runs; the last row and column blocks get BRGEMMs of their
 The K loop steps by ``kstep`` blocks (one BRGEMM of that count per step; the first step's BRGEMM
 writes C with beta=0, the others add to it: 1-2% faster than zeroing C first). By default every
 (shape, dtype, thread count) is tuned with :func:`loops.tune.search` over the spec, the block
-sizes of the M and N loops and the knobs of :func:`gemm_configs` (bm, bn, bk, kstep, edges), the
-cost model choosing what is timed, for :func:`tune_budget` seconds, resuming the search an earlier
-run remembered in tppasm's cache (so repeated runs add up their budgets; ``--fresh``: not, and
-nothing remembered); the table shows the winner
-beside the fixed configuration (spec ``aBC``, bm = bk = 64, bn = two vectors (:func:`n_block`),
-kstep 8). On n threads the search also times the winner of the first thread count (its spec and
-knobs: a hint of :func:`loops.tune.search`). Every row times the tuned and fixed GEMM, numpy and
+sizes of the M and N loops and the knobs of :func:`gemm_configs` (bm, bn, bk, kstep, edges; on
+AMX hosts prefetch), the cost model choosing what is timed, for :func:`tune_budget` seconds,
+resuming the search an earlier run remembered in tppasm's cache (so repeated runs add up their
+budgets; ``--fresh``: not, and nothing remembered); the table shows the winner beside the fixed
+configuration (spec ``aBC``, bm = bk = 64, bn = two vectors (:func:`n_block`), kstep 8). On n
+threads the search also times the winner of the first thread count (its spec and knobs: a hint of
+:func:`loops.tune.search`). Every row times the tuned and fixed GEMM, numpy and
 torch (and, on n threads, the 1-thread row's tuned GEMM) back to back in interleaved rounds: GFLOP/s are
 medians, ratios the medians of the per-round ratios. Our pool is sized to the thread count,
 OpenBLAS limited with threadpoolctl, torch with ``torch.set_num_threads``. The 1-thread row runs
@@ -127,7 +127,7 @@ def gemm_maker(a, b, dtype, pool, spec="aBC"):
                 blocked[name, rows, cols] = tpp.vnni_pack(Bb, 2) if dtype == "bf16" else Bb
         return blocked[name, rows, cols]
 
-    def make(bm=BLOCK, bn=None, bk=BLOCK, kstep=KSTEP, edges=True):
+    def make(bm=BLOCK, bn=None, bk=BLOCK, kstep=KSTEP, edges=True, prefetch=True):
         bn = bn or n_block()
         Mb, Nb, Kb = tpp.nblocks(M, bm), tpp.nblocks(N, bn), tpp.nblocks(K, bk)
         ks = largest_divisor(Kb, kstep)
@@ -141,7 +141,8 @@ def gemm_maker(a, b, dtype, pool, spec="aBC"):
             kinds = {(r, c): (mt if r else bm, nt if c else bn) for r in (False, True) for c in (False, True)}
         stride_b = int(np.prod(B.shape[2:]))        # bf16: an odd bk is packed in bk + 1 rows
         kernels = {key: tuple(tpp.brgemm(m=m, n=n, k=bk, dtype=dtype, beta=beta, lda=bk, ldb=bn, ldc=bn,
-                                         stride_a=bm * bk, stride_b=stride_b) for beta in (0, 1)) + (m, n)
+                                         stride_a=bm * bk, stride_b=stride_b, prefetch=prefetch)
+                              for beta in (0, 1)) + (m, n)
                    for key, (m, n) in kinds.items()}
         loops = (Loop(0, Kb, ks, parallel=False), Loop(0, Mb, blocks=[8, 4]), Loop(0, Nb, blocks=[8, 4]))
 
@@ -199,7 +200,9 @@ def gemm_configs(M, N, K, dtype, quick=False):
     """The knob values :func:`gemm_maker` is tuned over, the fixed configuration first: block sizes
     that pad each dimension by at most 1/8 (or the fixed ones), among them the sizes
     :func:`fitted` to M, N and K, K steps that differ once made divisors of the K blocks, and edge
-    kernels when a dimension does not divide.
+    kernels when a dimension does not divide. Where the dtype runs on AMX tiles, each also without
+    the kernels' software prefetches (``prefetch=False``: faster where the nest keeps the blocks in
+    L2, slower where they come from L3; see :func:`tppasm.brgemm`).
 
     >>> gemm_configs(1024, 1024, 1024, "f32", quick=True)[0] == {"bm": 64, "bn": n_block(), "bk": 64, "kstep": 8, "edges": True}
     True
@@ -231,6 +234,8 @@ def gemm_configs(M, N, K, dtype, quick=False):
                             config = {"bm": bm, "bn": bn, "bk": bk, "kstep": kstep, "edges": edges}
                             if config != fixed:
                                 out.append(config)
+    if k_granule(dtype) >= 16:                                            # AMX tiles
+        out += [dict(config, prefetch=False) for config in out]
     return out
 
 
@@ -323,10 +328,10 @@ def tune_budget(M, N, K, base=20.0):
 def winner_text(record):
     """'spec bm=.. bn=..' of a tuning record.
 
-    >>> winner_text({"spec": "aBC", "knobs": {"bm": 64, "edges": False}})
-    'aBC bm=64'
+    >>> winner_text({"spec": "aBC", "knobs": {"bm": 64, "edges": False, "prefetch": False}})
+    'aBC bm=64 prefetch=False'
     """
-    return record["spec"] + "".join(f" {k}={v}" for k, v in record["knobs"].items() if v is not False)
+    return record["spec"] + "".join(f" {k}={v}" for k, v in record["knobs"].items() if (k, v) != ("edges", False))
 
 
 def one_thread_first(threads):

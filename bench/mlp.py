@@ -29,7 +29,7 @@ from bench.interleave import interleaved, use_threads
 from bench.options import (MAX_LAYERS, MAX_ROWS, MAX_SIDE, check_memory, check_tuning, count, dtypes_option,
                            json_option, summary, threads_option, tuning_options)
 import bench.gemm as bench_gemm_module
-from bench.gemm import _torch, fitted, n_block, one_thread_first, tuned, winner_text
+from bench.gemm import _torch, fitted, k_granule, n_block, one_thread_first, tuned, winner_text
 from bench.versus import peak_loop
 from loops import Loop, kernel
 from isa.pool import get_pool
@@ -57,8 +57,8 @@ def layer_maker(x, params, dtype, pool, spec="aBC"):
     """
     make_layers = mlp_maker(x, params[:1], dtype, pool, spec)
 
-    def make(bm=BLOCK, bc=None):
-        layer, acts, weights, biases, output = make_layers(bm, bc)
+    def make(bm=BLOCK, bc=None, prefetch=True):
+        layer, acts, weights, biases, output = make_layers(bm, bc, prefetch)
         return layer, (acts[0], weights[0], biases[0], acts[1]), output
     return make
 
@@ -70,7 +70,7 @@ def mlp_maker(x, params, dtype, pool, spec="aBC"):
     T, C = x.shape
     dt = tpp.dtypes.dtype(dtype)
 
-    def build(bm=BLOCK, bc=None):
+    def build(bm=BLOCK, bc=None, prefetch=True):
         bc = bc or n_block()
         Tb, Cb = tpp.nblocks(T, bm), tpp.nblocks(C, bc)
         acts = [tpp.block(x.astype(dt), bm, bc, pad=True)]
@@ -84,7 +84,7 @@ def mlp_maker(x, params, dtype, pool, spec="aBC"):
             bias = np.zeros((Cb, bc), np.float32)
             bias.reshape(-1)[:C] = b
             biases.append(bias)
-        fc = tpp.brgemm(m=bm, n=bc, k=bc, dtype=dtype, c_dtype=dtype, bias=True, act="relu")
+        fc = tpp.brgemm(m=bm, n=bc, k=bc, dtype=dtype, c_dtype=dtype, bias=True, act="relu", prefetch=prefetch)
 
         @kernel(spec, Loop(0, Cb, Cb, parallel=False), Loop(0, Tb, blocks=[8]), Loop(0, Cb, blocks=[4]), pool=pool)
         def layer(ik, it, jc, X, W, Bias, Y):
@@ -96,9 +96,10 @@ def mlp_maker(x, params, dtype, pool, spec="aBC"):
     return build
 
 
-def mlp_configs(T, C, quick=False):
+def mlp_configs(T, C, quick=False, dtype="f32"):
     """Knob values for the MLP layer: the fixed (bm 64, bc two vectors) first, then the others
-    that pad by at most 1/8, among them the sizes :func:`bench.gemm.fitted` to T and C.
+    that pad by at most 1/8, among them the sizes :func:`bench.gemm.fitted` to T and C; where
+    ``dtype`` runs on AMX tiles, each also with ``prefetch=False`` (as :func:`bench.gemm.gemm_configs`).
 
     >>> mlp_configs(1024, 1024)[0] == {"bm": 64, "bc": n_block()}
     True
@@ -115,6 +116,8 @@ def mlp_configs(T, C, quick=False):
         for bc in bcs:
             if (bm, bc) == (64, nb) or (tpp.nblocks(T, bm) * bm <= T * 9 / 8 and tpp.nblocks(C, bc) * bc <= C * 9 / 8):
                 out.append({"bm": bm, "bc": bc})
+    if k_granule(dtype) >= 16:                                            # AMX tiles
+        out += [dict(config, prefetch=False) for config in out]
     return out
 
 
@@ -135,7 +138,7 @@ def bench_mlp(T, C, L, threads, dtypes, quick, tune_seconds, bar=True):
         one, first_win = None, None
         for nt in one_thread_first(threads):
             pool = pool_of(nt)
-            configs = mlp_configs(T, C, quick)
+            configs = mlp_configs(T, C, quick, dtype)
             fixed = _chain(mlp_maker(x, params, dtype, pool)(**configs[0]))
             fixed()
             _check(fixed.output(), x, params, dtype)

@@ -45,7 +45,8 @@ def descriptors():
            Brgemm(28, 64, 64, lda=128, bias=True, act="relu", stream_c=True),  # x86: C streams
            Brgemm(28, 64, 64, dtype="bf16", c_dtype="bf16", stream_c=True),
            Brgemm(1, 64, 256, dtype="i8", pace=8),                                   # x86: the pace chain
-           Brgemm(32, 32, 64, dtype="bf16", lda=2048)]                     # AMX: A's rows crowd L1, no A prefetch
+           Brgemm(32, 32, 64, dtype="bf16", lda=2048),                     # AMX: A's rows crowd L1, no A prefetch
+           Brgemm(64, 64, 128, dtype="bf16", prefetch=False)]              # no software prefetch
     out += [Unary(op, 5, 37) for op in UNARY_OPS] + [Unary(op, 3, 20) for op in GRAD_OPS]
     out += [Unary("relu", 4, 33, bitmask=True), Unary("copy", 6, 19, out_dtype="bf16"),
             Unary("gelu_erf", 3, 50, dtype="bf16", out_dtype="bf16")]

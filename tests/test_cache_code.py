@@ -37,7 +37,8 @@ def cache_dir(tmp_path):
 def test_every_generator_emits_position_independent_code():
     """The audit passes every golden descriptor on every ISA (x86 and SVE), the AMX tile
     configuration and SVE's MMLA BRGEMM: every registered generator, so every kernel is cached."""
-    from tppasm.brgemm import Brgemm, TileConfig, TileRelease
+    from tppasm.brgemm import Brgemm
+    from tppasm.tiles import TileConfig, TileRelease
     from tppasm.sve.brgemm import MmlaBrgemm
     extra = {"amx": [TileConfig(Brgemm(32, 32, 32, dtype="bf16", tile_setup=False)), TileRelease()],
              "sve": [MmlaBrgemm(m=5, n=7, k=9, dtype="bf16"), MmlaBrgemm(m=8, n=8, k=16, dtype="i8")]}

@@ -6,7 +6,8 @@ True
 """
 from .version import __version__  # noqa: F401
 from .kernel import ISAUnavailableError, cache_clear, get_kernel, set_kernel_cache_limit  # noqa: F401
-from .brgemm import brgemm, tileconfig, tilerelease  # noqa: F401
+from .brgemm import brgemm  # noqa: F401
+from .tiles import tileconfig, tilerelease  # noqa: F401
 from .buffers import set_buffer_cache_limit  # noqa: F401
 from .layout import aligned, block, empty, nblocks, unblock, vnni_pack, vnni_unpack  # noqa: F401
 from .eltwise import binary, copy, reduce, relu, ternary, transform, unary, zero  # noqa: F401,E402

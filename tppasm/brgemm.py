@@ -65,6 +65,7 @@ class Brgemm(Descriptor):
     signs: str = "us"           # i8: A and B (u)nsigned or (s)igned: us (u8 x s8), ss, su, uu
     stream_c: bool = False      # non-temporal stores of C where the kernel can (see brgemm())
     pace: int = 0               # x86: cycles per k group at least (see brgemm())
+    prefetch: bool = True       # x86 / AMX: software prefetches of the lines ahead (see brgemm())
 
     kind = "brgemm"
     scalars = ("count",)
@@ -114,6 +115,7 @@ class Brgemm(Descriptor):
         _need(self.act in ACTS, "act", self.act, ", ".join(map(repr, ACTS)))
         _need(self.tile_setup in (False, True), "tile_setup", self.tile_setup, "True or False")
         _need(self.stream_c in (False, True), "stream_c", self.stream_c, "True or False")
+        _need(self.prefetch in (False, True), "prefetch", self.prefetch, "True or False")
         _need(_is_int(self.pace) and 0 <= self.pace <= MAX_PACE, "pace", self.pace,
               f"an int in [0, {MAX_PACE}] (cycles per k group; 0: no pacing)")
         _need(self.signs in SIGNS if self.dtype == "i8" else self.signs == "us", "signs", self.signs,
@@ -456,15 +458,15 @@ def _check_buffer(spec, buf, offsets, who):
 
 
 def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0, beta=0, c_dtype="",
-           batch="stride", bias=False, act=None, tile_setup=True, signs="us", stream_c=False, pace=0, isa=None,
-           **wrong):
+           batch="stride", bias=False, act=None, tile_setup=True, signs="us", stream_c=False, pace=0, prefetch=True,
+           isa=None, **wrong):
     """A JIT'd BRGEMM kernel, ``C = beta*C + sum_{i<count} A_i @ B_i`` (then an optional bias row and
     activation): call it as ``gemm(A, B, C, count=c)``, or ``C = gemm(A, B)`` with beta=0 (C a new
     array, or a torch tensor when A or B is one).
 
     m, n, k: the block sizes; ``beta`` 0 (C is only written) or 1 (added to); ``isa``: the ISA level to
     generate for ("avx2", "avx512", "amx" or "sve"; None: the host's, or ``TPPASM_ISA``); ``tile_setup`` (AMX):
-    False for a kernel that a loop nest's :func:`tileconfig` configures once per thread, True for one
+    False for a kernel that a loop nest's :func:`tppasm.tileconfig` configures once per thread, True for one
     that loads its own tile configuration when another is loaded. ``c_dtype``: C's dtype (below);
     ``signs``: for dtype="i8", whether A and B are (u)nsigned or (s)igned ("us", "ss", "su", "uu").
 
@@ -513,6 +515,13 @@ def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0,
     hosts) and the SVE kernels ignore it. Which P (if any) is fastest depends on the host's memory
     system, so measure it (``bench.models.stream_pace`` does, for the LLM's decoding).
 
+    ``prefetch=False`` leaves out the kernel's software prefetches (the x86 kernels' ``prefetcht0``
+    of B lines ahead and ``prefetcht1`` of the next batch chunk; the AMX kernels' ``prefetcht0`` of
+    the next batch block), leaving the hardware prefetcher alone; another hint that changes no result
+    (the SVE kernels issue none either way). Which is faster depends on the nest around the kernel:
+    on an Emerald Rapids Xeon, AMX blocks whose operands sit in L2 ran 1.2-1.4x faster without,
+    nests that bring A or C from L3 10-28% slower; ``python -m bench gemm`` tunes it on AMX hosts.
+
     Few columns or one row: the x86 kernels vectorize over n and walk a row-major B one strip of
     columns at a time, so n < 16 costs what n = 16 does and m = 1 reads B at about half the
     memory's speed. For a matrix-vector product, a few columns, or a row against a large weight,
@@ -531,10 +540,10 @@ def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0,
     refuse_keywords("brgemm", wrong, "c_dtype")
     desc = Brgemm(m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc, stride_a=stride_a, stride_b=stride_b,
                   beta=beta, dtype=dtype, c_dtype=c_dtype, batch=batch, bias=bias, act=act,
-                  tile_setup=tile_setup, signs=signs, stream_c=stream_c, pace=pace)
-    if desc.pace and backends.level(isa) == "sve":      # the SVE kernels ignore pace: one kernel for all
+                  tile_setup=tile_setup, signs=signs, stream_c=stream_c, pace=pace, prefetch=prefetch)
+    if (desc.pace or not desc.prefetch) and backends.level(isa) == "sve":   # SVE: no pace, no prefetches
         desc.validate()
-        desc = replace(desc, pace=0)
+        desc = replace(desc, pace=0, prefetch=True)
     kernel = get_kernel(desc, isa)
     return kernel if desc.batch == "stride" else batched(kernel)
 
@@ -547,54 +556,3 @@ def batched(kernel):
     True
     """
     return one_wrapper(kernel, BatchedBrgemm)
-
-
-@dataclass(frozen=True)
-class TileConfig(Descriptor):
-    """Load the AMX tile configuration that ``tile_setup=False`` kernels of ``gemm`` expect."""
-
-    gemm: Brgemm
-    kind = "amx_tileconfig"
-
-    def operands(self):
-        return ()
-
-    def reference(self):
-        """Tile state has no NumPy counterpart: nothing to do."""
-
-
-@dataclass(frozen=True)
-class TileRelease(Descriptor):
-    """Release the AMX tiles (``tilerelease``)."""
-
-    kind = "amx_tilerelease"
-
-    def operands(self):
-        return ()
-
-    def reference(self):
-        """Tile state has no NumPy counterpart: nothing to do."""
-
-
-def tileconfig(gemm):
-    """The kernel that configures the AMX tiles for ``tile_setup=False`` kernels of ``gemm`` (a
-    :class:`Brgemm` or a kernel built from one); a loop nest calls it once per thread in ``init``
-    and :func:`tilerelease` in ``fini``, as PARLOOPER does:
-
-    >>> import tppasm
-    >>> g = tppasm.brgemm(m=32, n=32, k=32, dtype="bf16", tile_setup=False, isa="amx")
-    >>> tileconfig(g).desc.kind, tilerelease().desc.kind
-    ('amx_tileconfig', 'amx_tilerelease')
-    """
-    desc, isa = getattr(gemm, "desc", gemm), getattr(gemm, "isa", "amx")     # (a descriptor: for any level)
-    if not isinstance(desc, Brgemm) or isa != "amx" or desc.dtype not in ("bf16", "i8"):
-        why = ("" if not isinstance(desc, Brgemm) else f"its {isa} code uses no tiles, so it needs no tileconfig; "
-               if isa != "amx" else f"a {desc.dtype!r} BRGEMM uses no tiles (AMX computes bf16 and int8); ")
-        raise TypeError(f"tileconfig(gemm): gemm={display.shown(gemm)}; {why}pass the AMX BRGEMM (tppasm.brgemm(..., "
-                        "dtype='bf16' or 'i8', isa='amx', tile_setup=False)) whose tile configuration the nest needs")
-    return get_kernel(TileConfig(desc), "amx")
-
-
-def tilerelease():
-    """The kernel that releases the AMX tiles (for a loop nest's ``fini``)."""
-    return get_kernel(TileRelease(), "amx")

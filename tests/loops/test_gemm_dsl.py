@@ -95,6 +95,8 @@ def test_tune_remembers_the_best_spec():
 
 from hypothesis import given, strategies as st  # noqa: E402
 
+import bench.gemm as gemm_module  # noqa: E402
+import bench.mlp as mlp_module  # noqa: E402
 from bench.gemm import gemm_configs, gemm_maker, k_granule  # noqa: E402
 from isa.pool import get_pool  # noqa: E402
 
@@ -109,15 +111,16 @@ def _bf16_ok():
 
 @given(M=st.integers(1, 70), N=st.integers(1, 70), K=st.integers(1, 90), bm=st.sampled_from([8, 16, 25, 32]),
        bn=st.sampled_from([16, 32]), bk=st.sampled_from([8, 16, 32, 33, 50]), kstep=st.integers(1, 4),
-       edges=st.booleans(), dtype=st.sampled_from(["f32", "bf16"]), spec=st.sampled_from(["aBC", "BCa", "cBab"]))
-def test_any_shape_gemm_matches_numpy(M, N, K, bm, bn, bk, kstep, edges, dtype, spec):
+       edges=st.booleans(), dtype=st.sampled_from(["f32", "bf16"]), spec=st.sampled_from(["aBC", "BCa", "cBab"]),
+       prefetch=st.booleans())
+def test_any_shape_gemm_matches_numpy(M, N, K, bm, bn, bk, kstep, edges, dtype, spec, prefetch):
     if dtype == "bf16" and not _bf16_ok():
         dtype = "f32"
     rng = np.random.default_rng(M * 10007 + N * 101 + K)
     a = rng.standard_normal((M, K)).astype(np.float32)
     b = rng.standard_normal((K, N)).astype(np.float32)
     gemm, (A, B, C), output = gemm_maker(a, b, dtype, get_pool(), spec=spec)(bm=bm, bn=bn, bk=bk, kstep=kstep,
-                                                                             edges=edges)
+                                                                             edges=edges, prefetch=prefetch)
     C[...] = np.nan                      # every element the result needs must be written
     gemm(A, B, C)
     got = output()
@@ -145,3 +148,21 @@ def test_gemm_configs_fit_the_shape(M, N, K, dtype):
     assert min(tpp.nblocks(K, c["bk"]) * c["bk"] for c in configs) <= max(K * 9 / 8, K + granule - 1)
     assert min(tpp.nblocks(M, c["bm"]) * c["bm"] for c in configs) <= M * 9 / 8
     assert all(c["bk"] % granule == 0 for c in configs[1:])
+
+
+@pytest.mark.parametrize("granule", [2, 32])
+def test_gemm_configs_tune_prefetches_only_on_amx(granule, monkeypatch):
+    """On AMX hosts (K blocks of whole tile rows) every bf16 GEMM and MLP configuration comes also
+    with prefetch=False; elsewhere, and in f32, the knob is not searched."""
+    monkeypatch.setattr(gemm_module, "k_granule", lambda dtype: 1 if dtype == "f32" else granule)
+    monkeypatch.setattr(mlp_module, "k_granule", gemm_module.k_granule)
+    mlp = mlp_module.mlp_configs(1024, 1024, dtype="bf16")
+    assert sum(c.get("prefetch") is False for c in mlp) * 2 == (len(mlp) if granule == 32 else 0)
+    bf16, f32 = gemm_configs(1024, 1024, 1024, "bf16"), gemm_configs(1024, 1024, 1024, "f32")
+    assert not any("prefetch" in c for c in f32)
+    quiet = [c for c in bf16 if c.get("prefetch") is False]
+    if granule == 2:
+        assert not quiet
+    else:
+        assert bf16[0].get("prefetch", True) and len(quiet) * 2 == len(bf16)
+        assert [dict(c, prefetch=False) for c in bf16 if "prefetch" not in c] == quiet

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from bench.amx_static import repeated_loads, run_case
 from isa.cpu import host
 from isa.x86.interp import SEMANTICS, InvalidOpcode, Machine
-from tppasm.brgemm import Brgemm, tileconfig, tilerelease
+from tppasm.brgemm import Brgemm
+from tppasm.tiles import tileconfig, tilerelease
 from tppasm.kernel import Kernel, _generate
 from tppasm.layout import vnni_pack
 from tppasm.x86.amx import generate, plan

@@ -9,7 +9,8 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tppasm.brgemm import Brgemm, tileconfig, tilerelease
+from tppasm.brgemm import Brgemm
+from tppasm.tiles import tileconfig, tilerelease
 from tppasm.x86.amx import chunks_on, generate, plan
 from tppasm.x86.amx_chunk import chunk_blocks, visits
 

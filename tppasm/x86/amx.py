@@ -206,7 +206,7 @@ class _Gen:
         # stack: spilled arguments, loop variables, tile configs, sttilecfg's output, scratch tiles
         self.epilogue = uses_scratch(desc)         # C through the scratch tile (and partial sums in the stack)
         self.chunk = (chunk_blocks(desc, self.p) if chunks_on() else 0) if chunk is None else chunk
-        self.prefetch = prefetch
+        self.prefetch = prefetch if desc.prefetch else False
         self.stream = streamed_operand(self.p) if stream and not self.chunk else None
         variables = self.VARS + (CHUNK_SLOTS if self.chunk else ())
         self.arg_slot = {name: 8 * i for i, name in enumerate(names)}

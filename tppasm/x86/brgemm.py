@@ -123,7 +123,7 @@ class Gen(CTile):
         self.chunk = self.chunk_size()
         self.far_a, self.far_b = self.far_distances()
         self.near_b = self.near_distance()
-        self.next_rows = self.streams_a()
+        self.next_rows = self.streams_a() and self.d.prefetch
         self.stream_c = self.streams_c()
         if self.chunk:
             self.over_chunks(self.all_tiles)
@@ -200,7 +200,7 @@ class Gen(CTile):
         d = self.d
         far = self.chunk * d.stride_a * self.es_a, self.chunk * d.stride_b * self.es_b
         if (not self.chunk or d.batch != "stride" or self.block_bytes() < FAR_BLOCK_BYTES or max(far) >= 1 << 31
-                or d.m <= STREAM_ROWS or not far_prefetch.enabled()):     # (a displacement is 32 bits)
+                or d.m <= STREAM_ROWS or not d.prefetch or not far_prefetch.enabled()):   # (32-bit displacements)
             return 0, 0
         return far
 
@@ -218,7 +218,7 @@ class Gen(CTile):
         still in use. Zen 4, 1 thread, fp32 64 x 64 x 64 x 8 blocks with A, B and C 4096 floats
         apart at one offset in a page: 57 us with them, 46 without (1040 floats: 37 either way)."""
         d = self.d
-        if d.m <= STREAM_ROWS or rows_per_set(d.ldb * 4, PREFETCH_B + 1) > ALIASED_ROWS:
+        if d.m <= STREAM_ROWS or not d.prefetch or rows_per_set(d.ldb * 4, PREFETCH_B + 1) > ALIASED_ROWS:
             return 0
         return PREFETCH_B * d.ldb * 4
 
