@@ -520,7 +520,8 @@ def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0,
     the next batch block), leaving the hardware prefetcher alone; another hint that changes no result
     (the SVE kernels issue none either way). Which is faster depends on the nest around the kernel:
     on an Emerald Rapids Xeon, AMX blocks whose operands sit in L2 ran 1.2-1.4x faster without,
-    nests that bring A or C from L3 10-28% slower; ``python -m bench gemm`` tunes it on AMX hosts.
+    nests that bring A or C from L3 10-28% slower (on Zen 4, AVX-512 GEMMs of 1024^3 and 2048^3 ran
+    0-3% slower without); ``python -m bench gemm`` and ``mlp`` tune it on AMX hosts.
 
     Few columns or one row: the x86 kernels vectorize over n and walk a row-major B one strip of
     columns at a time, so n < 16 costs what n = 16 does and m = 1 reads B at about half the

@@ -139,8 +139,8 @@ def split_steps(row_blocks, threads, itemsize, l2_bytes=None, fast_l3=None):
     """(split, panels outermost) for the steps after attention (see the module docstring):
     whether they run as a nest each, and whether the MLP's two projections then walk their weight
     panels outermost. ``l2_bytes``: a core's L2 (None: the host's); ``fast_l3``: whether a core
-    streams weights from L3 about as fast as the fused nest uses them (None: on AMD hosts, measured
-    on Zen 4; an Emerald Rapids Xeon's does not).
+    streams weights from L3 about as fast as the fused nest uses them (None: True on AMD hosts, as
+    measured on Zen 4; False elsewhere, as on an Emerald Rapids Xeon).
 
     >>> split_steps(16, 1, 2, 2 << 20, False), split_steps(16, 1, 4, 2 << 20, False)
     ((True, False), (True, True))
