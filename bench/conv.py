@@ -218,6 +218,20 @@ def default_spec(shape, threads):
     return "Acdebfg" if shape.n >= 2 * threads or threads == 1 else spread_spec(shape)
 
 
+def unprefetched(knobs, dtype, amx=None):
+    """``knobs`` again without their BRGEMMs' software prefetches (``Blocking.prefetch=False``)
+    where ``dtype`` runs on AMX tiles (``amx``: the host's ISA is amx by default), else []. On an
+    Emerald Rapids Xeon, AMX BRGEMMs whose blocks sit in L2 (as a layer's weights and input rows
+    do) ran 1.2-1.4x faster without them, and nests that read A or C from L3 10-28% slower, so
+    :func:`tune_layer` times its finalists both ways.
+
+    >>> [str(b) for b in unprefetched([Blocking()], "bf16", amx=True)], unprefetched([Blocking()], "f32", amx=True)
+    (['bc=64 bk=64 bw=0 batch=c cstep=0 no-prefetch'], [])
+    """
+    amx = host().isa == "amx" if amx is None else amx
+    return [replace(b, prefetch=False) for b in knobs] if amx and dtype == "bf16" else []
+
+
 def tune_layer(shape, dtype, x, w, pool, threads, quick=False, prior=None):
     """The fastest (ConvNest, spec, views) for ``shape`` on NCHW operands ``x``, ``w``: every
     :func:`blockings` knob set timed with :func:`default_spec` in interleaved rounds
@@ -229,7 +243,8 @@ def tune_layer(shape, dtype, x, w, pool, threads, quick=False, prior=None):
     specs of each timed again in interleaved rounds with the bench's clock
     (:func:`bench.versus.fastest`: the tuner's single calls on the wall clock rank close candidates
     by chance on a busy machine), each in a fresh nest (a tuned loop kernel runs its remembered
-    best whatever spec it is given). ``prior``, an earlier run's choice
+    best whatever spec it is given), on AMX hosts each also without prefetches (:func:`unprefetched`).
+    ``prior``, an earlier run's choice
     (:class:`bench.conv_remembered.Choice`), joins that final round when its result matches the
     first finalist's."""
     def build(bl, spec):
@@ -247,6 +262,7 @@ def tune_layer(shape, dtype, x, w, pool, threads, quick=False, prior=None):
         nest.lk.tune(*views, specs=spec_candidates(shape, threads), reps=3, progress=False)
         by_time = sorted((t, sp) for sp, t, _ in nest.lk.last_tuning if t is not None)
         finalists += [(bl, sp) for _, sp in by_time[:1 if quick else 2]]
+    finalists += [(bl, sp) for (_, sp), bl in zip(finalists, unprefetched([bl for bl, _ in finalists], dtype))]
     built = [(*build(bl, sp), sp) for bl, sp in finalists]          # (nest, views, spec)
     if prior is not None and (prior.blocking, prior.spec) not in finalists:
         candidate = (*build(prior.blocking, prior.spec), prior.spec)
@@ -314,6 +330,7 @@ def bench_layer(rep, name, shape, dtype, pool, threads, torch, quick, rounds):
     x = rng.standard_normal((shape.n, shape.c, shape.h, shape.w), np.float32).astype(dt)
     w = (rng.standard_normal((shape.k, shape.c, shape.r, shape.s), np.float32) / np.sqrt(shape.c * shape.r)).astype(dt)
     knobs, specs = blockings(shape, dtype, quick), spec_candidates(shape, threads)
+    knobs += unprefetched(knobs, dtype)                 # what a remembered choice may be
     key = conv_remembered.layer_key(shape, dtype, threads, knobs, specs)
     prior = None if FRESH else conv_remembered.load(key, knobs, specs)
     t0 = time.perf_counter()

@@ -201,8 +201,9 @@ class Blocking:
     ``kblock``/``hblock``: block sizes of the output-channel and output-row loops, for specs
     that write c or d twice; ``fold``: the filter columns in k; ``rows``: output rows per BRGEMM
     through the padded width; ``gather``: a strided 1x1 layer's pixels copied together first (see
-    the module docstring). ``cstep`` counts only with ``batch="c"``, and ``kblock``/``hblock`` only
-    in specs that write c or d twice (``lk.tune`` may pick one); every knob is checked here
+    the module docstring); ``prefetch``: the BRGEMMs' software prefetches (``tppasm.brgemm``'s
+    ``prefetch``; False: none). ``cstep`` counts only with ``batch="c"``, and ``kblock``/``hblock``
+    only in specs that write c or d twice (``lk.tune`` may pick one); every knob is checked here
     (ValueError naming it), what depends on the layer by :class:`ConvNest`.
 
     >>> Blocking(bc=0)
@@ -221,6 +222,7 @@ class Blocking:
     fold: bool = False
     rows: int = 1
     gather: bool = False
+    prefetch: bool = True
 
     def __post_init__(self):
         _need(self.batch in BATCH_AXES, f"Blocking: batch={self.batch!r}; expected one of {BATCH_AXES}, e.g. "
@@ -231,7 +233,7 @@ class Blocking:
                      "kblock": (1, "output-channel blocks per block of the c loop; 1: none", 2),
                      "hblock": (1, "output rows per block of the d loop; 1: none", 2),
                      "rows": (1, "output rows per BRGEMM", 1)})
-        _bools(self, "fold", "gather")
+        _bools(self, "fold", "gather", "prefetch")
 
     def __str__(self):
         parts = [f"bc={self.bc}", f"bk={self.bk}", f"bw={self.bw}", f"batch={self.batch}"]
@@ -243,6 +245,8 @@ class Blocking:
             parts.append(f"rows={self.rows}")
         if self.gather:
             parts.append("gather")
+        if not self.prefetch:
+            parts.append("no-prefetch")
         return " ".join(parts)
 
 
@@ -456,7 +460,8 @@ class ConvNest:
         bw, st, count, cs = self.bw, sh.stride, self.count, self.cstep
         span = (bw - 1) * st + 1                          # input columns under bw output pixels
         fold, rows, m, wp = bl.fold, bl.rows, self.m, self.wp
-        args = dict(m=m, n=bl.bk, k=bl.bc * (sh.s if fold else 1), dtype=dt, lda=st * bl.bc, ldb=bl.bk, ldc=bl.bk)
+        args = dict(m=m, n=bl.bk, k=bl.bc * (sh.s if fold else 1), dtype=dt, lda=st * bl.bc, ldb=bl.bk, ldc=bl.bk,
+                    prefetch=bl.prefetch)
         w_row = int(np.prod(self.weight_shape(folded=True)[3:]))       # a filter row's weights (VNNI-padded)
         strides = {"c": (self.hp * self.wp * bl.bc, sh.r * w_row),
                    "r": (self.gwp * bl.bc, w_row),

@@ -377,3 +377,18 @@ def test_python_mode_matches_and_explain_shows_the_nest():
     np.testing.assert_allclose(y1, y2, rtol=1e-5, atol=1e-5)
     text = nest.lk.explain(*nest.views(x, w, y1))
     assert "for (n) in share(tid" in text and "brgemm(X[n, cb, oh:oh + 3, ow + s:ow + s + 5], W[kb, cb, 0:3]" in text
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("name", ["1x1", "3x3 pad 1", "7x7 stride 2 pad 3 (stem)"])
+def test_blocking_without_prefetches(name, dtype, monkeypatch):
+    """Blocking(prefetch=False): every BRGEMM of the nest is built with prefetch=False (what
+    bench.conv's final round tries on AMX hosts), and the result is right; 'no' is refused."""
+    shape, bc = CLASSES[name]
+    built, brgemm = [], tpp.brgemm
+    monkeypatch.setattr(tpp, "brgemm", lambda *args, **kw: built.append(kw.get("prefetch")) or brgemm(*args, **kw))
+    got, ref = run_conv(shape, dtype, Blocking(bc=bc, bk=8, batch="r", prefetch=False))
+    assert_close(got, ref, dtype)
+    assert built and not any(built)
+    with pytest.raises(ValueError, match="prefetch='no'; expected True or False"):
+        Blocking(prefetch="no")
