@@ -16,11 +16,12 @@ processes held the core). torch's layer: ``F.linear`` on bf16 weights, ``F.rms_n
 ``scaled_dot_product_attention`` (GQA, causal), bf16 activations; its int8 peer is
 ``torch.ao.quantization.quantize_dynamic`` (fbgemm, per-channel int8 weights, dynamic per-tensor
 activations). Our next-token projections take the ``pace`` (``tppasm.brgemm``'s hint) that
-streams weights fastest on the host, measured at each run (:mod:`bench.models.stream_pace`; a
-table lists the rate at every pace). Before timing, outputs are compared (max |diff| / max |torch|). A third table
-puts first-token latency against the dtype's measured peak (timed in the same interleaving):
-ours, torch's layer, torch's projections alone, and the fraction of the peak that 1.5x torch
-would take; where that is near or above 100%, the 1.5x goal is out of reach by arithmetic.
+streams weights fastest on the host, and on AMX hosts the faster of the tile and AVX-512 kernels,
+measured at each run (:mod:`bench.models.stream_pace`; a table lists the rate of every choice).
+Before timing, outputs are compared (max |diff| / max |torch|). A third table puts first-token
+latency against the dtype's measured peak (timed in the same interleaving): ours, torch's layer,
+torch's projections alone, and the fraction of the peak that 1.5x torch would take; where that
+is near or above 100%, the 1.5x goal is out of reach by arithmetic.
 ``--profile`` prints instead each step's time (norms, projections, rope, cache, attention, ...).
 
 >>> from bench.models.llama_weights import Config
@@ -258,10 +259,11 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
                     100 * float(np.median(needs)), diff)
     taken = Report("Decoding pace: tppasm.brgemm's pace (cycles per k group) of the next-token projections, the "
                    "fastest of stream_pace.measure's interleaved sweeps of m = 1 BRGEMMs over "
-                   f"{stream_pace.default_mib()} MiB of weights, GB/s at each pace",
-                   ["dtype", "threads", "pace taken"] + [f"pace {p} GB/s" for p in stream_pace.PACES])
+                   f"{stream_pace.default_mib()} MiB of weights, GB/s at each pace (AMX hosts: also the tile "
+                   "kernels, which take no pace, against the AVX-512 ones at each pace)",
+                   ["dtype", "threads", "pace taken", "AMX tiles GB/s"] + [f"pace {p} GB/s" for p in stream_pace.PACES])
     for dtype, nt, pace, rates in paces:
-        taken.add(dtype, nt, pace, *(rates.get(p, float("nan")) for p in stream_pace.PACES))
+        taken.add(dtype, nt, pace, *(rates.get(p, float("nan")) for p in (stream_pace.TILES, *stream_pace.PACES)))
     top = ceiling_report()
     for nt, dtype, layer, peer in ceiling:
         use_threads(nt, torch)

@@ -36,7 +36,6 @@ import numpy as np
 
 import tppasm as tpp
 from isa.pool import get_pool
-from tppasm.brgemm import Brgemm
 from tppasm.layout import as_array
 
 from .checks import aligned_copy, check_pool, choice, float_weights, is_bf16
@@ -44,6 +43,7 @@ from .llama_step import BN, Step
 from .llama_weights import Linear, check_config, weight_shapes
 from .per_shape import PerShape
 from .serial import Serial
+from .stream_pace import stream_kernel
 
 KC = 512             # K chunk of the down projection's batch-reduce
 KEY_BLOCK = 64       # decode pads the key range to a multiple of this
@@ -57,15 +57,17 @@ class LlamaLayer:
     head_dim dividing 64, hidden and kv_heads * head_dim multiples of 64, ffn one of 64 up to 512 and
     of 512 above, and an even max_len.
     ``pool``: an isa.pool.Pool (None: the process's, as set_num_threads sets it, call by call).
-    ``pace``: the ``pace`` of the BRGEMMs that stream weights (decoding), 0 for none;
+    ``pace``: the kernels of the BRGEMMs that stream weights (decoding): an int, the vector
+    kernels' ``pace`` (0 for none; on AMX hosts their AVX-512 kernels), ``"tiles"`` the AMX tile
+    kernels, None (default) the host's own (tiles where it has AMX) at pace 0;
     ``stream_pace.best(dtype, pool)[0]`` measures the host's best. ``length``: the positions the
     cache holds (0..length-1)."""
 
-    def __init__(self, cfg, weights, dtype="bf16", pool=None, pace=0):
+    def __init__(self, cfg, weights, dtype="bf16", pool=None, pace=None):
         check_config(cfg, "LlamaLayer")
         choice(dtype, ("bf16", "i8"), "LlamaLayer: dtype")
         check_pool(pool, "LlamaLayer")
-        Brgemm(1, 1, 1, pace=pace).validate()          # the decoding kernels are built later
+        self.stream = stream_kernel(pace)              # the decoding kernels' keywords (built later)
         self.pace = pace
         if BN % cfg.head_dim or any(n % BN for n in (cfg.hidden, cfg.kv_dim, cfg.ffn)) or cfg.ffn % min(cfg.ffn, KC):
             raise ValueError(f"LlamaLayer: the kernels need head_dim dividing {BN}, hidden and kv_heads * head_dim "

@@ -26,25 +26,27 @@ def _strided_k(a, kc):
     return np.lib.stride_tricks.as_strided(a, (K // kc, T, kc), (kc * a.itemsize, a.strides[0], a.itemsize))
 
 
-def linear_nest(T, lin, dtype, out_dtype, pool, beta=0, pace=0):
+def linear_nest(T, lin, dtype, out_dtype, pool, beta=0, stream=None):
     """A nest computing ``Out (+)= A @ W`` over (column panel, row block), panels outermost.
 
     bf16 arrays: (A3, W, Out) with A3 the (K/kc, T, kc) view of A. int8: (Aq3, W, Sc, Off, Ci, Out)
     with ``Sc`` = [row scales of A (T), column scales (N)] fp32, ``Off`` the column offsets (N)
-    int32 and Ci the (threads, bm, BN) int32 scratch. ``pace``: the BRGEMM's (see stream_pace)."""
+    int32 and Ci the (threads, bm, BN) int32 scratch. ``stream``: the BRGEMM's pace and ISA keywords
+    (:func:`bench.models.stream_pace.stream_kernel`)."""
+    stream = stream or {}
     bm = row_block(T, pool.nthreads)
     nb, count = lin.n // BN, lin.k // lin.kc
     lda = lin.k
     if dtype == "bf16":
         gemm = tpp.brgemm(bm, BN, lin.kc, "bf16", lda=lda, ldc=lin.n, stride_a=lin.kc, beta=beta,
-                          c_dtype=out_dtype if not beta else "f32", pace=pace)
+                          c_dtype=out_dtype if not beta else "f32", **stream)
 
         @kernel("BA", Loop(0, T // bm), Loop(0, nb), pool=pool)
         def nest(im, jn, A, W, Out):
             r, c = im * bm, jn * BN
             gemm(A[:, r:r + bm], W[jn * count:jn * count + count], Out[r:r + bm, c:c + BN], count=count)
         return nest
-    gemm = tpp.brgemm(bm, BN, lin.kc, "i8", lda=lda, stride_a=lin.kc, pace=pace)
+    gemm = tpp.brgemm(bm, BN, lin.kc, "i8", lda=lda, stride_a=lin.kc, **stream)
     deq = tpp.dequant(bm, BN, ldo=lin.n, out_dtype=out_dtype, beta=beta)
 
     @kernel("BA", Loop(0, T // bm), Loop(0, nb), pool=pool)
@@ -110,12 +112,12 @@ class Step:
             return nest
         self.norm1, self.norm2 = norm1, norm2
         self.quant_o, self.quant_down = (quantizer("o"), quantizer("down")) if self.i8 else (None, None)
-        # -- projections (paced where they stream their weights: a row or a few) ---------------------
-        pace = layer.pace if bm <= STREAM_ROWS else 0
-        self.proj_qkv = linear_nest(T, layer.qkv, dt, "bf16", pool, pace=pace)
-        self.proj_o = linear_nest(T, layer.o, dt, "f32", pool, beta=1, pace=pace)
-        self.proj_down = linear_nest(T, layer.down, dt, "f32", pool, beta=1, pace=pace)
-        self.gate_up = self._gate_up(T, bm, layer.gu, dt, pool, pace)
+        # -- projections (the stream kernels where they stream their weights: a row or a few) ---------
+        stream = layer.stream if bm <= STREAM_ROWS else {}
+        self.proj_qkv = linear_nest(T, layer.qkv, dt, "bf16", pool, stream=stream)
+        self.proj_o = linear_nest(T, layer.o, dt, "f32", pool, beta=1, stream=stream)
+        self.proj_down = linear_nest(T, layer.down, dt, "f32", pool, beta=1, stream=stream)
+        self.gate_up = self._gate_up(T, bm, layer.gu, dt, pool, stream)
         # -- rope, cache, attention ----------------------------------------------------------------
         ld = cfg.qkv_dim
         rot_q = tpp.rotary(bm, D, d, ldx=ld, ldo=ld, dtype="bf16")
@@ -157,12 +159,12 @@ class Step:
             own += [*self.q.values(), *self.sc.values(), self.Ci, self.CiOff]
         self.nbytes = sum(a.nbytes for a in own)
 
-    def _gate_up(self, T, bm, lin, dt, pool, pace):
+    def _gate_up(self, T, bm, lin, dt, pool, stream):
         """Gate and up panels j of the interleaved weight, then SwiGLU into A's columns of panel j."""
         swiglu = tpp.swiglu(bm, BN, ldo=lin.n // 2, dtype="f32", out_dtype="bf16")
         nb = lin.n // (2 * BN)
         if dt == "bf16":
-            gemm = tpp.brgemm(bm, BN, lin.k, "bf16", lda=lin.k, pace=pace)
+            gemm = tpp.brgemm(bm, BN, lin.k, "bf16", lda=lin.k, **stream)
 
             @kernel("BA", Loop(0, T // bm), Loop(0, nb), pool=pool)
             def gate_up(im, j, X, W, GU, A):
@@ -171,7 +173,7 @@ class Step:
                 gemm(X[:, r:r + bm], W[2 * j + 1:2 * j + 2], GU[t, 1])
                 swiglu(GU[t, 0], GU[t, 1], A[r:r + bm, j * BN:j * BN + BN])
             return gate_up
-        gemm = tpp.brgemm(bm, BN, lin.k, "i8", lda=lin.k, pace=pace)
+        gemm = tpp.brgemm(bm, BN, lin.k, "i8", lda=lin.k, **stream)
         deq = tpp.dequant(bm, BN)
         off = pool.nthreads * 2 * bm
 

@@ -78,7 +78,7 @@ def test_prefill_attention_in_causal_blocks(prompt):
 @pytest.mark.parametrize("dtype", ["bf16", "i8"])
 def test_paced_decoding_changes_no_result(dtype, monkeypatch):
     """``pace`` reaches the BRGEMMs of decoding (one row) and of no prefill (64 rows), and the
-    outputs are the same bit for bit."""
+    outputs are the same bit for bit as at pace 0 (the same kernels; on AMX hosts the AVX-512 ones)."""
     import bench.models.llama_step as step
     built, original = [], tpp.brgemm
 
@@ -89,12 +89,49 @@ def test_paced_decoding_changes_no_result(dtype, monkeypatch):
     w = random_weights(CFG)
     rng = np.random.default_rng(3)
     x, x1 = rng.standard_normal((64, CFG.hidden)).astype(np.float32), rng.standard_normal((1, CFG.hidden))
-    plain, paced = LlamaLayer(CFG, w, dtype), LlamaLayer(CFG, w, dtype, pace=8)
+    plain, paced = LlamaLayer(CFG, w, dtype, pace=0), LlamaLayer(CFG, w, dtype, pace=8)
     assert np.array_equal(plain.prefill(x), paced.prefill(x))
     assert all(pace == 0 for _, pace in built)
     for pos in (64, 65):
         assert np.array_equal(plain.decode(x1, pos), paced.decode(x1, pos))
     assert {pace for m, pace in built if m == 1} == {0, 8}
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "i8"])
+def test_decoding_kernels_on_an_amx_host(dtype, monkeypatch):
+    """Where the host has AMX (here pretended: its AVX-512 kernels run on this host too), an int
+    pace takes the AVX-512 kernels for the decoding projections and nothing else, "tiles" (or None)
+    the host's own; decoding matches the same layer at pace 0 on the host's vector kernels bit for
+    bit. Where it has no AMX, "tiles" is refused."""
+    import bench.models.llama_step as step
+    import bench.models.stream_pace as stream_pace
+    from isa.cpu import host
+    w = random_weights(CFG)
+    if host().isa != "amx":
+        with pytest.raises(ValueError, match="pace='tiles' takes AMX tile kernels"):
+            LlamaLayer(CFG, w, dtype, pace="tiles")
+    if "avx512" not in host().levels:
+        pytest.skip("the AVX-512 kernels need an AVX-512 host")
+    reference = LlamaLayer(CFG, w, dtype, pace=0) if host().isa != "amx" else None
+    built, original = [], tpp.brgemm
+
+    def brgemm(m, n, k, dtype, **kw):
+        built.append((m, kw.get("isa")))
+        return original(m, n, k, dtype, **kw)
+    monkeypatch.setattr(step.tpp, "brgemm", brgemm)
+    monkeypatch.setattr(stream_pace, "host", lambda: type("Host", (), {"isa": "amx"}))
+    assert LlamaLayer(CFG, w, dtype, pace="tiles").stream == LlamaLayer(CFG, w, dtype).stream == {}
+    layer = LlamaLayer(CFG, w, dtype, pace=8)
+    assert layer.stream == {"pace": 8, "isa": "avx512"}
+    rng = np.random.default_rng(5)
+    x, x1 = rng.standard_normal((64, CFG.hidden)).astype(np.float32), rng.standard_normal((1, CFG.hidden))
+    layer.prefill(x)
+    assert {isa for m, isa in built} == {None}
+    got = layer.decode(x1, 64)
+    assert {isa for m, isa in built if m == 1} == {"avx512"}
+    if reference is not None:
+        reference.prefill(x)
+        assert np.array_equal(got, reference.decode(x1, 64))
 
 
 def test_refused():
