@@ -10,9 +10,9 @@ timed interleaved (medians); next-token weight streaming in GB/s (layer weight b
 as a % of the host's read bandwidth, measured with the same threads in the same interleaving (the
 faster of a reduce TPP over a 512 MiB array, row blocks split across the threads, and m = 1
 BRGEMMs at the layer's pace over 512 MiB of weights), and the % of that bandwidth
-which streaming our weights at 1.5x torch's speed would take (near or above 100%: out of reach). ``--clock cpu`` times with
-the calling thread's CPU clock (1 thread only: on a shared machine it leaves out time other
-processes held the core). torch's layer: ``F.linear`` on bf16 weights, ``F.rms_norm``,
+which streaming our weights at 1.5x torch's speed would take (near or above 100%: out of reach).
+``--clock cpu`` times with the calling thread's CPU clock (1 thread only: on a shared machine it
+leaves out time other processes held the core). torch's layer: ``F.linear`` on bf16 weights, ``F.rms_norm``,
 ``scaled_dot_product_attention`` (GQA, causal), bf16 activations; its int8 peer is
 ``torch.ao.quantization.quantize_dynamic`` (fbgemm, per-channel int8 weights, dynamic per-tensor
 activations). Our next-token projections take the ``pace`` (``tppasm.brgemm``'s hint) that
