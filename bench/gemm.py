@@ -190,19 +190,39 @@ def k_granule(dtype):
     >>> k_granule("f32")
     1
     """
-    from isa.cpu import host
     if dtype == "f32":
         return 1
-    return 32 if host().isa == "amx" else 2
+    return 32 if on_tiles(dtype) else 2
+
+
+def on_tiles(dtype):
+    """Whether this host's BRGEMMs of ``dtype`` are AMX tile kernels (bf16 and int8 on AMX hosts).
+
+    >>> on_tiles("f32")
+    False
+    """
+    from isa.cpu import host
+    from tppasm.x86.brgemm import tile_kernel
+    return tile_kernel(dtype, host().isa)
+
+
+def with_unprefetched(configs, dtype):
+    """``configs``, and where ``dtype`` runs on AMX tiles (:func:`on_tiles`) each again with
+    ``prefetch=False`` (no software prefetches in the kernels: faster where the nest keeps the
+    blocks in L2, slower where they come from L3; see :func:`tppasm.brgemm`).
+
+    >>> with_unprefetched([{"bm": 64}], "f32")
+    [{'bm': 64}]
+    """
+    return configs + [dict(c, prefetch=False) for c in configs] if on_tiles(dtype) else configs
 
 
 def gemm_configs(M, N, K, dtype, quick=False):
     """The knob values :func:`gemm_maker` is tuned over, the fixed configuration first: block sizes
     that pad each dimension by at most 1/8 (or the fixed ones), among them the sizes
     :func:`fitted` to M, N and K, K steps that differ once made divisors of the K blocks, and edge
-    kernels when a dimension does not divide. Where the dtype runs on AMX tiles, each also without
-    the kernels' software prefetches (``prefetch=False``: faster where the nest keeps the blocks in
-    L2, slower where they come from L3; see :func:`tppasm.brgemm`).
+    kernels when a dimension does not divide; on AMX tiles each also without software prefetches
+    (:func:`with_unprefetched`).
 
     >>> gemm_configs(1024, 1024, 1024, "f32", quick=True)[0] == {"bm": 64, "bn": n_block(), "bk": 64, "kstep": 8, "edges": True}
     True
@@ -234,9 +254,7 @@ def gemm_configs(M, N, K, dtype, quick=False):
                             config = {"bm": bm, "bn": bn, "bk": bk, "kstep": kstep, "edges": edges}
                             if config != fixed:
                                 out.append(config)
-    if k_granule(dtype) >= 16:                                            # AMX tiles
-        out += [dict(config, prefetch=False) for config in out]
-    return out
+    return with_unprefetched(out, dtype)
 
 
 @contextlib.contextmanager

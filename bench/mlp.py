@@ -29,7 +29,7 @@ from bench.interleave import interleaved, use_threads
 from bench.options import (MAX_LAYERS, MAX_ROWS, MAX_SIDE, check_memory, check_tuning, count, dtypes_option,
                            json_option, summary, threads_option, tuning_options)
 import bench.gemm as bench_gemm_module
-from bench.gemm import _torch, fitted, k_granule, n_block, one_thread_first, tuned, winner_text
+from bench.gemm import _torch, fitted, n_block, one_thread_first, tuned, winner_text, with_unprefetched
 from bench.versus import peak_loop
 from loops import Loop, kernel
 from isa.pool import get_pool
@@ -99,7 +99,7 @@ def mlp_maker(x, params, dtype, pool, spec="aBC"):
 def mlp_configs(T, C, quick=False, dtype="f32"):
     """Knob values for the MLP layer: the fixed (bm 64, bc two vectors) first, then the others
     that pad by at most 1/8, among them the sizes :func:`bench.gemm.fitted` to T and C; where
-    ``dtype`` runs on AMX tiles, each also with ``prefetch=False`` (as :func:`bench.gemm.gemm_configs`).
+    ``dtype`` runs on AMX tiles, each also with ``prefetch=False`` (:func:`bench.gemm.with_unprefetched`).
 
     >>> mlp_configs(1024, 1024)[0] == {"bm": 64, "bc": n_block()}
     True
@@ -116,9 +116,7 @@ def mlp_configs(T, C, quick=False, dtype="f32"):
         for bc in bcs:
             if (bm, bc) == (64, nb) or (tpp.nblocks(T, bm) * bm <= T * 9 / 8 and tpp.nblocks(C, bc) * bc <= C * 9 / 8):
                 out.append({"bm": bm, "bc": bc})
-    if k_granule(dtype) >= 16:                                            # AMX tiles
-        out += [dict(config, prefetch=False) for config in out]
-    return out
+    return with_unprefetched(out, dtype)
 
 
 def bench_mlp(T, C, L, threads, dtypes, quick, tune_seconds, bar=True):

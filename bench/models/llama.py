@@ -68,7 +68,6 @@ class LlamaLayer:
         choice(dtype, ("bf16", "i8"), "LlamaLayer: dtype")
         check_pool(pool, "LlamaLayer")
         self.stream = stream_kernel(pace)              # the decoding kernels' keywords (built later)
-        self.pace = pace
         if BN % cfg.head_dim or any(n % BN for n in (cfg.hidden, cfg.kv_dim, cfg.ffn)) or cfg.ffn % min(cfg.ffn, KC):
             raise ValueError(f"LlamaLayer: the kernels need head_dim dividing {BN}, hidden and kv_heads * head_dim "
                              f"multiples of {BN}, ffn one of {BN} up to {KC} and of {KC} above; got "

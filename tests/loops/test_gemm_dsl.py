@@ -154,8 +154,7 @@ def test_gemm_configs_fit_the_shape(M, N, K, dtype):
 def test_gemm_configs_tune_prefetches_only_on_amx(granule, monkeypatch):
     """On AMX hosts (K blocks of whole tile rows) every bf16 GEMM and MLP configuration comes also
     with prefetch=False; elsewhere, and in f32, the knob is not searched."""
-    monkeypatch.setattr(gemm_module, "k_granule", lambda dtype: 1 if dtype == "f32" else granule)
-    monkeypatch.setattr(mlp_module, "k_granule", gemm_module.k_granule)
+    monkeypatch.setattr(gemm_module, "on_tiles", lambda dtype: dtype != "f32" and granule == 32)
     mlp = mlp_module.mlp_configs(1024, 1024, dtype="bf16")
     assert sum(c.get("prefetch") is False for c in mlp) * 2 == (len(mlp) if granule == 32 else 0)
     bf16, f32 = gemm_configs(1024, 1024, 1024, "bf16"), gemm_configs(1024, 1024, 1024, "f32")
