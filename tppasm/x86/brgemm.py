@@ -29,12 +29,13 @@ from isa.x86.function import CALLEE_SAVED, INT_ARGS
 from ..backends import CODE_OPTIONS, register, register_option
 from .batch import add_imm, next_batch
 from .blocking import ALIASED_ROWS, plan, row_runs, rows_per_set
-from .ctile import CTile, _math, activation_tmps, desc_act_heavy, if_else
+from .ctile import CTile, _math, desc_act_heavy, if_else
 from . import far_prefetch
 from .dot import choose_dot
 from .vector import Mask, VectorISA
 
 ES = {"f32": 4, "bf16": 2, "u8": 1, "i8": 1, "i32": 4}
+EPILOGUE_REGS = 4                # vector registers an epilogue keeps beside the accumulators (see Gen)
 FULL_AVX512 = frozenset({"avx512_bf16", "avx512_vnni"})
 UNROLL_ALL, UNROLL, UNROLL_INSTRUCTIONS = 16, 8, 120
 PREFETCH_B = 8                  # k groups ahead (prefetches never fault)
@@ -71,9 +72,10 @@ class Gen(CTile):
                            ["ptr"] * len(desc.operands()) + ["i64"])
         self.a = self.fn.asm
         self.bf16_out = desc.c_dtype == "bf16"
-        epi = 0
-        if self.bf16_out or desc.bias or desc.act:
-            epi = 2 + max(2, activation_tmps(desc.act))
+        # registers the epilogue needs beside the accumulators: the bias row, relu's zero and two
+        # bf16 scratch (CTile.finish); a transcendental activation stages the tile on the stack and
+        # reuses them all (CTile.finish_tile), so it takes no more (8 more cut AVX2 tiles to 4 rows)
+        epi = EPILOGUE_REGS if self.bf16_out or desc.bias or desc.act else 0
         self.plan = plan(desc, self.v, self.dot, epi, row_a=desc.lda * self.es_a)
         self.lanes = self.v.lanes(4)
 
