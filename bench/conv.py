@@ -91,19 +91,24 @@ def layer(name, n):
     raise ValueError(f"no layer {name!r}; the layers are {', '.join(x[0] for x in LAYERS)}")
 
 
-def blockings(shape, dtype, quick=False, amx=None):
+def blockings(shape, dtype, quick=False, isa=None):
     """The hand-enumerated knobs tried for ``shape``: channel blocks of 64 (the stem: its C, made
     even for bf16's VNNI pairs, and with the filter columns folded also its odd C, the pairs then
     running over a filter row: no zero channel; bf16 3x3 layers also 128: half the partial-sum
     passes through the fp32 scratch, k twice as long: +4-9% on res3b/4b/5b_branch2b at batch 8
-    on Zen 4, where fp32 gained under 1%), output-channel blocks of 32 and 64, every BRGEMM batch
-    axis the filter has, with and without the filter columns folded into k, and a whole or half output row
+    on Zen 4, where fp32 gained under 1%), output-channel blocks of 32 and 64 (and 16 on AVX2: see
+    below), every BRGEMM batch axis the filter has, with and without the filter columns folded
+    into k, and a whole or half output row
     per BRGEMM (a flat 1x1 convolution: one row, up to eight rows or the whole image; long GEMMs
     stream the input better when it comes from L3). A strided 1x1 layer also tries its pixels
     gathered into a flat GEMM (``Blocking.gather``; ``quick`` takes only that where an output row
     is shorter than an AMX tile's 16 rows, and only the row elsewhere). On AMX hosts
-    (``amx``: the host's ISA is amx by default) bf16 layers also try BRGEMMs through several
-    output rows (:func:`row_spans`).
+    (``isa``: the host's by default) bf16 layers also try BRGEMMs through several output rows
+    (:func:`row_spans`). On AVX2 hosts output-channel blocks of 16 too: a 6 x 2 register tile's
+    B row is then one cache line (as :func:`bench.gemm.n_block`); on Zen 4 running AVX2 (an AVX2-only
+    host's kernels, torch capped at AVX2 likewise), fp32, 2 threads, the geomean over the layers
+    went from 1.08x to 1.14x torch at batch 8 (the least layer 0.84x -> 1.03x) and from 1.19x to
+    1.24x at batch 1, 16 the winner's block in 30 of the 46 layers.
 
     >>> [str(b) for b in blockings(layer("res2a_branch2a", 1), "f32", quick=True)]
     ['bc=64 bk=64 bw=448 batch=c cstep=0']
@@ -111,15 +116,17 @@ def blockings(shape, dtype, quick=False, amx=None):
     ['bc=64 bk=64 bw=49 batch=c cstep=0 gather']
     >>> [str(b) for b in blockings(layer("res3a_branch1", 8), "bf16", quick=True)]
     ['bc=64 bk=64 bw=28 batch=c cstep=0']
-    >>> len(blockings(layer("conv1", 1), "bf16")), len(blockings(layer("conv1", 1), "f32"))
+    >>> len(blockings(layer("conv1", 1), "bf16", isa="avx512")), len(blockings(layer("conv1", 1), "f32", isa="avx512"))
     (28, 20)
+    >>> sorted({b.bk for b in blockings(layer("res5b_branch2a", 8), "f32", isa="avx2")})
+    [16, 32, 64]
     >>> sorted({b.bc for b in blockings(layer("res3b_branch2b", 8), "bf16")})
     [64, 128]
     """
-    amx = host().isa == "amx" if amx is None else amx
+    isa = host().isa if isa is None else isa
     bc = 64 if shape.c >= 64 else shape.c + (shape.c % 2 if dtype == "bf16" else 0)
     bcs = [bc] + ([128] if dtype == "bf16" and shape.r > 1 and shape.c % 128 == 0 and not quick else [])
-    bks = [64] if quick else [32, 64]
+    bks = [64] if quick else ([16] if isa == "avx2" else []) + [32, 64]
     if shape.r == 1:
         axes = [("c", False)]
     else:
@@ -138,7 +145,7 @@ def blockings(shape, dtype, quick=False, amx=None):
         out += [Blocking(bc=c, bk=bk, bw=bw, gather=True) for c, bk, bw in itertools.product(bcs, bks, spans)]
     if bc != shape.c and shape.c < 64 and not quick:   # bf16, odd C: folded pairs need no zero channel
         out += [replace(b, bc=shape.c) for b in out if b.fold and b.bc == bc]
-    if amx and dtype == "bf16" and not quick:
+    if isa == "amx" and dtype == "bf16" and not quick:
         out += [replace(b, rows=rows) for b in out if b.batch != "s" and b.bw == q for rows in row_spans(shape)]
     return out
 
