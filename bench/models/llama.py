@@ -9,7 +9,9 @@ Both return the layer's output rows (fp32; the residual stream stays fp32).
 
 Every projection is a nest over (column block, row block) with the column blocks outermost
 (``"BA"``): each thread takes a contiguous range of weight panels and streams each panel once,
-which is the whole game at batch 1 (a GEMV reads 2 bytes, or 1 in int8, per 2 flops). int8: the
+which is the whole game at batch 1 (a GEMV reads 2 bytes, or 1 in int8, per 2 flops); a panel
+is as wide as the host's kernels read whole rows of it (:func:`~bench.models.llama_weights.panel_columns`:
+64 columns, 32 on AVX2). int8: the
 activations are quantized per row at run time (u8, zero point 128), the u8 x s8 BRGEMM accumulates
 int32 and the dequant TPP applies the column offsets and scales (and adds the residual) on the tile
 in cache. Measured (``python -m bench llm`` prints it): one Zen 4 core consumes int8 weights from L1
@@ -39,8 +41,8 @@ from isa.pool import get_pool
 from tppasm.layout import as_array
 
 from .checks import aligned_copy, check_pool, choice, float_weights, is_bf16
-from .llama_step import BN, Step
-from .llama_weights import Linear, check_config, weight_shapes
+from .llama_step import Step
+from .llama_weights import Linear, check_config, panel_columns, weight_shapes
 from .per_shape import PerShape
 from .serial import Serial
 from .stream_pace import stream_kernel
@@ -68,9 +70,10 @@ class LlamaLayer:
         choice(dtype, ("bf16", "i8"), "LlamaLayer: dtype")
         check_pool(pool, "LlamaLayer")
         self.stream = stream_kernel(pace)              # the decoding kernels' keywords (built later)
-        if BN % cfg.head_dim or any(n % BN for n in (cfg.hidden, cfg.kv_dim, cfg.ffn)) or cfg.ffn % min(cfg.ffn, KC):
-            raise ValueError(f"LlamaLayer: the kernels need head_dim dividing {BN}, hidden and kv_heads * head_dim "
-                             f"multiples of {BN}, ffn one of {BN} up to {KC} and of {KC} above; got "
+        bn = panel_columns()
+        if 64 % cfg.head_dim or any(n % 64 for n in (cfg.hidden, cfg.kv_dim, cfg.ffn)) or cfg.ffn % min(cfg.ffn, KC):
+            raise ValueError(f"LlamaLayer: the kernels need head_dim dividing 64, hidden and kv_heads * head_dim "
+                             f"multiples of 64, ffn one of 64 up to {KC} and of {KC} above; got "
                              f"head_dim={cfg.head_dim}, hidden={cfg.hidden}, kv_heads * head_dim={cfg.kv_dim}, "
                              f"ffn={cfg.ffn} (Config.small() is a shape that fits)")
         if cfg.max_len % 2:
@@ -79,11 +82,11 @@ class LlamaLayer:
         w = float_weights(weights, weight_shapes(cfg), "LlamaLayer")
         self.cfg, self.dtype, self._own_pool = cfg, dtype, pool
         D, F = cfg.hidden, cfg.ffn
-        w13 = np.stack([w["w1"].reshape(D, F // BN, BN), w["w3"].reshape(D, F // BN, BN)], 2).reshape(D, 2 * F)
-        self.qkv = Linear(np.concatenate([w["wq"], w["wk"], w["wv"]], 1), BN, dtype)
-        self.o = Linear(w["wo"], BN, dtype)
-        self.gu = Linear(w13, BN, dtype)
-        self.down = Linear(w["w2"], BN, dtype, kc=min(F, KC))
+        w13 = np.stack([w["w1"].reshape(D, F // bn, bn), w["w3"].reshape(D, F // bn, bn)], 2).reshape(D, 2 * F)
+        self.qkv = Linear(np.concatenate([w["wq"], w["wk"], w["wv"]], 1), bn, dtype)
+        self.o = Linear(w["wo"], bn, dtype)
+        self.gu = Linear(w13, bn, dtype)
+        self.down = Linear(w["w2"], bn, dtype, kc=min(F, KC))
         self.rms1, self.rms2 = aligned_copy(w["rms1"]), aligned_copy(w["rms2"])     # (not the caller's arrays)
         half = cfg.head_dim // 2
         self.cos, self.sin = (tpp.aligned(t) for t in tpp.rope_tables(np.arange(cfg.max_len), cfg.head_dim,

@@ -15,7 +15,6 @@ from loops import Loop, kernel, thread
 
 from .rows import row_block
 
-BN = 64              # output columns per weight panel (one head of 64, or two of 32)
 QUERY_BLOCK = 64     # prefill attention: query rows per causal block
 STREAM_ROWS = 4      # projections of at most this many rows stream their weights (paced)
 
@@ -31,29 +30,29 @@ def linear_nest(T, lin, dtype, out_dtype, pool, beta=0, stream=None):
 
     bf16 arrays: (A3, W, Out) with A3 the (K/kc, T, kc) view of A. int8: (Aq3, W, Sc, Off, Ci, Out)
     with ``Sc`` = [row scales of A (T), column scales (N)] fp32, ``Off`` the column offsets (N)
-    int32 and Ci the (threads, bm, BN) int32 scratch. ``stream``: the BRGEMM's pace and ISA keywords
-    (:func:`bench.models.stream_pace.stream_kernel`)."""
+    int32 and Ci the (threads, bm, bn) int32 scratch (bn: the weight's panel columns, ``lin.bn``).
+    ``stream``: the BRGEMM's pace and ISA keywords (:func:`bench.models.stream_pace.stream_kernel`)."""
     stream = stream or {}
-    bm = row_block(T, pool.nthreads)
-    nb, count = lin.n // BN, lin.k // lin.kc
+    bm, bn = row_block(T, pool.nthreads), lin.bn
+    nb, count = lin.n // bn, lin.k // lin.kc
     lda = lin.k
     if dtype == "bf16":
-        gemm = tpp.brgemm(bm, BN, lin.kc, "bf16", lda=lda, ldc=lin.n, stride_a=lin.kc, beta=beta,
+        gemm = tpp.brgemm(bm, bn, lin.kc, "bf16", lda=lda, ldc=lin.n, stride_a=lin.kc, beta=beta,
                           c_dtype=out_dtype if not beta else "f32", **stream)
 
         @kernel("BA", Loop(0, T // bm), Loop(0, nb), pool=pool)
         def nest(im, jn, A, W, Out):
-            r, c = im * bm, jn * BN
-            gemm(A[:, r:r + bm], W[jn * count:jn * count + count], Out[r:r + bm, c:c + BN], count=count)
+            r, c = im * bm, jn * bn
+            gemm(A[:, r:r + bm], W[jn * count:jn * count + count], Out[r:r + bm, c:c + bn], count=count)
         return nest
-    gemm = tpp.brgemm(bm, BN, lin.kc, "i8", lda=lda, stride_a=lin.kc, **stream)
-    deq = tpp.dequant(bm, BN, ldo=lin.n, out_dtype=out_dtype, beta=beta)
+    gemm = tpp.brgemm(bm, bn, lin.kc, "i8", lda=lda, stride_a=lin.kc, **stream)
+    deq = tpp.dequant(bm, bn, ldo=lin.n, out_dtype=out_dtype, beta=beta)
 
     @kernel("BA", Loop(0, T // bm), Loop(0, nb), pool=pool)
     def nest_i8(im, jn, A, W, Sc, Off, Ci, Out):
-        t, r, c = thread().tid, im * bm, jn * BN
+        t, r, c = thread().tid, im * bm, jn * bn
         gemm(A[:, r:r + bm], W[jn * count:jn * count + count], Ci[t], count=count)
-        deq(Ci[t], Off[c:c + BN], Sc[r:r + bm], Sc[T + c:T + c + BN], Out[r:r + bm, c:c + BN])
+        deq(Ci[t], Off[c:c + bn], Sc[r:r + bm], Sc[T + c:T + c + bn], Out[r:r + bm, c:c + bn])
     return nest_i8
 
 
@@ -67,21 +66,21 @@ class Step:
         nt = pool.nthreads
         D, F, d, KV = cfg.hidden, cfg.ffn, cfg.head_dim, cfg.kv_heads
         half = d // 2
-        bm = row_block(T, nt)
+        bm, bn = row_block(T, nt), layer.gu.bn
         self.H = tpp.empty((T, D))
         self.xn, self.hn = tpp.empty((T, D), "bf16"), tpp.empty((T, D), "bf16")
         self.QKV, self.Ctx = tpp.empty((T, cfg.qkv_dim), "bf16"), tpp.empty((T, D), "bf16")
         self.A = tpp.empty((T, F), "bf16")
-        self.GU = tpp.empty((nt, 2, bm, BN))
+        self.GU = tpp.empty((nt, 2, bm, bn))
         self.none_u8, self.none_f32 = tpp.empty((1, 1), "u8"), tpp.empty(1)        # unused arguments in bf16
         lins = {"qkv": layer.qkv, "o": layer.o, "gu": layer.gu, "down": layer.down}
         if self.i8:
             self.q = {n: tpp.empty((T, lin.k), "u8") for n, lin in lins.items()}
             self.sc = {n: tpp.aligned(np.concatenate([np.ones(T, np.float32), lin.scale])) for n, lin in lins.items()}
-            self.Ci = tpp.empty((nt, 2, bm, BN), "i32")
-            # gate/up: the int32 tiles, then the column offsets as rows of BN (one array argument fewer)
-            self.CiOff = tpp.empty((nt * 2 * bm + layer.gu.n // BN, BN), "i32")
-            self.CiOff[nt * 2 * bm:] = layer.gu.offset.reshape(-1, BN)
+            self.Ci = tpp.empty((nt, 2, bm, bn), "i32")
+            # gate/up: the int32 tiles, then the column offsets as rows of bn (one array argument fewer)
+            self.CiOff = tpp.empty((nt * 2 * bm + layer.gu.n // bn, bn), "i32")
+            self.CiOff[nt * 2 * bm:] = layer.gu.offset.reshape(-1, bn)
         srcs = {"qkv": self.xn, "o": self.Ctx, "gu": self.hn, "down": self.A}
         self.a3 = {n: _strided_k(self.q[n] if self.i8 else srcs[n], lin.kc) for n, lin in lins.items()}
         # -- norms (and the residual copy, and int8 quantization of the normed rows) ----------------
@@ -161,20 +160,21 @@ class Step:
 
     def _gate_up(self, T, bm, lin, dt, pool, stream):
         """Gate and up panels j of the interleaved weight, then SwiGLU into A's columns of panel j."""
-        swiglu = tpp.swiglu(bm, BN, ldo=lin.n // 2, dtype="f32", out_dtype="bf16")
-        nb = lin.n // (2 * BN)
+        bn = lin.bn
+        swiglu = tpp.swiglu(bm, bn, ldo=lin.n // 2, dtype="f32", out_dtype="bf16")
+        nb = lin.n // (2 * bn)
         if dt == "bf16":
-            gemm = tpp.brgemm(bm, BN, lin.k, "bf16", lda=lin.k, **stream)
+            gemm = tpp.brgemm(bm, bn, lin.k, "bf16", lda=lin.k, **stream)
 
             @kernel("BA", Loop(0, T // bm), Loop(0, nb), pool=pool)
             def gate_up(im, j, X, W, GU, A):
                 t, r = thread().tid, im * bm
                 gemm(X[:, r:r + bm], W[2 * j:2 * j + 1], GU[t, 0])
                 gemm(X[:, r:r + bm], W[2 * j + 1:2 * j + 2], GU[t, 1])
-                swiglu(GU[t, 0], GU[t, 1], A[r:r + bm, j * BN:j * BN + BN])
+                swiglu(GU[t, 0], GU[t, 1], A[r:r + bm, j * bn:j * bn + bn])
             return gate_up
-        gemm = tpp.brgemm(bm, BN, lin.k, "i8", lda=lin.k, **stream)
-        deq = tpp.dequant(bm, BN)
+        gemm = tpp.brgemm(bm, bn, lin.k, "i8", lda=lin.k, **stream)
+        deq = tpp.dequant(bm, bn)
         off = pool.nthreads * 2 * bm
 
         @kernel("BA", Loop(0, T // bm), Loop(0, nb), pool=pool)
@@ -183,8 +183,8 @@ class Step:
             for half in range(2):
                 p, ci = 2 * j + half, (2 * t + half) * bm
                 gemm(X[:, r:r + bm], W[p:p + 1], CiOff[ci:ci + bm])
-                deq(CiOff[ci:ci + bm], CiOff[off + p], Sc[r:r + bm], Sc[T + p * BN:T + p * BN + BN], GU[t, half])
-            swiglu(GU[t, 0], GU[t, 1], A[r:r + bm, j * BN:j * BN + BN])
+                deq(CiOff[ci:ci + bm], CiOff[off + p], Sc[r:r + bm], Sc[T + p * bn:T + p * bn + bn], GU[t, half])
+            swiglu(GU[t, 0], GU[t, 1], A[r:r + bm, j * bn:j * bn + bn])
         return gate_up_i8
 
     def _prefill_attention(self, cfg, T, pool, nt):

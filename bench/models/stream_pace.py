@@ -4,9 +4,10 @@ A GEMV (one token through a projection) reads each weight once: its speed is the
 weight stream from memory. ``tppasm.brgemm(..., pace=P)`` makes a kernel's k loop issue its
 weight loads at most one k group per P cycles (see :mod:`tppasm.brgemm`); whether that helps,
 and which P, depends on the memory system, so :func:`measure` times it: m = 1 BRGEMMs over
-panels of K x 64 weights, larger together than the last-level cache, one sweep per pace in turn
-(interleaved), split across the pool's threads like the layer's projections. Measured on Zen 4,
-three runs of 31 rounds over 64 MiB (then the default size): int8 on 1 thread 23.7-25.1 GB/s at
+the layer's panels of K x 64 weights (32 on AVX2: :func:`~bench.models.llama_weights.panel_columns`),
+larger together than the last-level cache, one sweep per pace in turn (interleaved), split
+across the pool's threads like the layer's projections. Measured on Zen 4, three runs of 31
+rounds over 64 MiB (then the default size): int8 on 1 thread 23.7-25.1 GB/s at
 pace 0, 24.7-28.7 at 12; on 2 threads 33.4-50.5 at 0, 34.6-57.1 at 8; bf16 fastest at 0
 (25.5-28.1 and 56.5-61.0).
 
@@ -30,9 +31,11 @@ from loops import Loop, kernel
 from tppasm.brgemm import A_DTYPE, C_DTYPES, VNNI, Brgemm
 from tppasm.x86.brgemm import tile_kernel
 
+from .llama_weights import panel_columns
+
 PACES = (0, 4, 8, 12, 16)
 TILES = "tiles"           # the choice of the AMX tile kernels (they take no pace)
-BN, K = 64, 2048          # one panel: the layer's (2048 x 64 columns)
+K = 2048                  # a panel's rows: the layer's hidden size (its columns: panel_columns())
 
 
 def stream_kernel(choice, isa=None):
@@ -73,22 +76,24 @@ def choices(dtype, paces=PACES, isa=None):
 
 
 def _operands(dtype, mib):
-    """(X, W, Out) of a sweep over ``mib`` MiB of weights (panels of K x BN, VNNI-packed)."""
+    """(X, W, Out) of a sweep over ``mib`` MiB of weights (panels of K x the layer's
+    :func:`panel_columns`, VNNI-packed)."""
     if dtype not in ("bf16", "i8"):
         raise ValueError(f"stream_pace: dtype={dtype!r}; expected 'bf16' or 'i8'")
+    bn = panel_columns()
     size = np.dtype(tpp.dtypes.numpy_dtype(dtype)).itemsize
-    panels = max(1, ((mib or default_mib()) << 20) // (K * BN * size))
+    panels = max(1, ((mib or default_mib()) << 20) // (K * bn * size))
     f = VNNI[dtype]
-    W = tpp.empty((panels, K // f, BN, f), dtype)
+    W = tpp.empty((panels, K // f, bn, f), dtype)
     W.view(np.uint8)[...] = 1
     X = tpp.empty((1, 1, K), A_DTYPE[dtype])
     X.view(np.uint8)[...] = 1
-    return X, W, tpp.empty((panels, 1, BN), C_DTYPES[dtype][0])
+    return X, W, tpp.empty((panels, 1, bn), C_DTYPES[dtype][0])
 
 
 def _run(operands, choice, pool):
     X, W, out = operands
-    gemm = tpp.brgemm(1, BN, K, tpp.dtypes.name_of(W.dtype), **stream_kernel(choice))
+    gemm = tpp.brgemm(1, W.shape[2], K, tpp.dtypes.name_of(W.dtype), **stream_kernel(choice))
 
     @kernel("A", Loop(0, W.shape[0]), pool=pool)
     def stream(j, X, W, Out):

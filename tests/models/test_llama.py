@@ -20,7 +20,8 @@ TOLERANCE = {"bf16": 1.5e-2, "i8": 4e-2}
 def effective_weights(layer, w):
     """The weights the kernels really use (bf16-rounded or int8 * scale), for the reference."""
     D, F = CFG.hidden, CFG.ffn
-    qkv, w13 = layer.qkv.dequantized, layer.gu.dequantized.reshape(D, F // 64, 2, 64)
+    bn = layer.gu.bn
+    qkv, w13 = layer.qkv.dequantized, layer.gu.dequantized.reshape(D, F // bn, 2, bn)
     return {**w, "wq": qkv[:, :D], "wk": qkv[:, D:D + CFG.kv_dim], "wv": qkv[:, D + CFG.kv_dim:],
             "wo": layer.o.dequantized, "w1": w13[:, :, 0].reshape(D, F), "w3": w13[:, :, 1].reshape(D, F),
             "w2": layer.down.dequantized}
@@ -30,8 +31,25 @@ def effective_weights(layer, w):
 @pytest.mark.parametrize("prompt", [5, 62, 100, 101])
 def test_prefill_then_decode(dtype, prompt):
     w = random_weights(CFG)
+    check_prefill_then_decode(LlamaLayer(CFG, w, dtype), w, prompt)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "i8"])
+@pytest.mark.parametrize("bn", [32, 64])
+def test_panels_of_either_width(dtype, bn, monkeypatch):
+    """Weight panels of 32 columns (AVX2 hosts) and 64 (the others), whichever this host takes."""
+    import bench.models.llama as llama
+    monkeypatch.setattr(llama, "panel_columns", lambda: bn)
+    w = random_weights(CFG)
     layer = LlamaLayer(CFG, w, dtype)
-    ref_w = effective_weights(layer, w)
+    assert {lin.bn for lin in (layer.qkv, layer.o, layer.gu, layer.down)} == {bn}
+    check_prefill_then_decode(layer, w, 62)
+
+
+def check_prefill_then_decode(layer, w, prompt):
+    """``layer`` (of weights ``w``) on a prompt of ``prompt`` rows, then on four tokens, against the
+    float64 reference layer."""
+    dtype, ref_w = layer.dtype, effective_weights(layer, w)
     rng = np.random.default_rng(prompt)
     k_cache, v_cache = np.zeros((CFG.max_len, CFG.kv_dim)), np.zeros((CFG.max_len, CFG.kv_dim))
     x = rng.standard_normal((prompt, CFG.hidden)).astype(np.float32)
