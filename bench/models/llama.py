@@ -42,7 +42,7 @@ from tppasm.layout import as_array
 
 from .checks import aligned_copy, check_pool, choice, float_weights, is_bf16
 from .llama_step import Step
-from .llama_weights import Linear, check_config, panel_columns, weight_shapes
+from .llama_weights import WIDEST_PANEL, Linear, check_config, panel_columns, weight_shapes
 from .per_shape import PerShape
 from .serial import Serial
 from .stream_pace import stream_kernel
@@ -70,10 +70,11 @@ class LlamaLayer:
         choice(dtype, ("bf16", "i8"), "LlamaLayer: dtype")
         check_pool(pool, "LlamaLayer")
         self.stream = stream_kernel(pace)              # the decoding kernels' keywords (built later)
-        bn = panel_columns()
-        if 64 % cfg.head_dim or any(n % 64 for n in (cfg.hidden, cfg.kv_dim, cfg.ffn)) or cfg.ffn % min(cfg.ffn, KC):
-            raise ValueError(f"LlamaLayer: the kernels need head_dim dividing 64, hidden and kv_heads * head_dim "
-                             f"multiples of 64, ffn one of 64 up to {KC} and of {KC} above; got "
+        wide = WIDEST_PANEL                            # the same shapes on every host
+        if wide % cfg.head_dim or any(n % wide for n in (cfg.hidden, cfg.kv_dim, cfg.ffn)) \
+                or cfg.ffn % min(cfg.ffn, KC):
+            raise ValueError(f"LlamaLayer: the kernels need head_dim dividing {wide}, hidden and kv_heads * head_dim "
+                             f"multiples of {wide}, ffn one of {wide} up to {KC} and of {KC} above; got "
                              f"head_dim={cfg.head_dim}, hidden={cfg.hidden}, kv_heads * head_dim={cfg.kv_dim}, "
                              f"ffn={cfg.ffn} (Config.small() is a shape that fits)")
         if cfg.max_len % 2:
@@ -81,7 +82,7 @@ class LlamaLayer:
                              f"write max_len={cfg.max_len + 1}")
         w = float_weights(weights, weight_shapes(cfg), "LlamaLayer")
         self.cfg, self.dtype, self._own_pool = cfg, dtype, pool
-        D, F = cfg.hidden, cfg.ffn
+        D, F, bn = cfg.hidden, cfg.ffn, panel_columns()
         w13 = np.stack([w["w1"].reshape(D, F // bn, bn), w["w3"].reshape(D, F // bn, bn)], 2).reshape(D, 2 * F)
         self.qkv = Linear(np.concatenate([w["wq"], w["wk"], w["wv"]], 1), bn, dtype)
         self.o = Linear(w["wo"], bn, dtype)

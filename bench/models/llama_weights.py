@@ -105,6 +105,9 @@ def quantize_columns(w):
     return np.rint(w / scale).astype(np.int8), scale.astype(np.float32)
 
 
+WIDEST_PANEL = 64          # the widest panel_columns(): a layer whose widths are multiples of it fits every host
+
+
 def panel_columns(isa=None):
     """Output columns per weight panel (``bn``) for the kernels of ``isa`` (default: the host's): 64,
     four AVX-512 vectors; 32 on AVX2, where a 6 x 2 or 1 x 4 register tile then reads whole
@@ -114,13 +117,13 @@ def panel_columns(isa=None):
     24.2 and 31.0; the 1B-class layer (interleaved in one process, 1 and 2 threads) decoded in
     0.54x the time in int8 and 0.76x in bf16, and prefilled bf16 in 0.94x (int8 within 2%). With
     AVX-512 kernels 32 decoded int8 in 0.87-0.90x the time but prefilled 0.6-1.7% slower, and bf16
-    decoding gained 1-4%: 64 stays there (and on AMX, whose 2 x 2 tile blocks span 32 columns).
+    decoding gained 1-4%: 64 stays there, and on AMX hosts (their tile kernels not measured with 32).
 
     >>> panel_columns("avx512"), panel_columns("avx2")
     (64, 32)
     """
     from isa.cpu import host
-    return 32 if (isa or host().isa) == "avx2" else 64
+    return 32 if (isa or host().isa) == "avx2" else WIDEST_PANEL
 
 
 def column_blocks(w, bn, kc=None):
