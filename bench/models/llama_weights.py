@@ -110,8 +110,8 @@ WIDEST_PANEL = 64          # the widest panel_columns(): a layer whose widths ar
 
 def panel_columns(isa=None):
     """Output columns per weight panel (``bn``) for the kernels of ``isa`` (default: the host's): 64,
-    four AVX-512 vectors; 32 on AVX2, where a 6 x 2 or 1 x 4 register tile then reads whole
-    panel rows (of 64 columns it read half of each row in one pass, the other half in the next).
+    four AVX-512 vectors; 32 on AVX2, where a decoding kernel's 1 x 4 register tile then reads
+    whole panel rows (of 64 columns it read half of each row in one pass, the other half in the next).
     Decoding streams each weight once: on Zen 4 running AVX2, m = 1 BRGEMMs over 128 MiB of
     weights, 1 thread, read int8 at 16.3 GB/s in panels of 64 and 29.7 in panels of 32, bf16 at
     24.2 and 31.0; the 1B-class layer (interleaved in one process, 1 and 2 threads) decoded in
