@@ -43,6 +43,7 @@ from bench import conv_remembered
 from bench.common import Report, write_json
 from bench.options import MAX_BATCH, counts, dtypes_option, names, summary
 from bench.conv_nest import Blocking, Conv, ConvNest
+from bench.gemm import n_block
 from bench.versus import add_arguments, fastest, geomean, peak_loop, quick_seconds, ranked, setup, versus
 from bench.versus import parse as parse_options
 from tppasm.conv_layout import block_activations, block_weights, unblock_activations
@@ -104,8 +105,8 @@ def blockings(shape, dtype, quick=False, isa=None):
     gathered into a flat GEMM (``Blocking.gather``; ``quick`` takes only that where an output row
     is shorter than an AMX tile's 16 rows, and only the row elsewhere). On AMX hosts
     (``isa``: the host's by default) bf16 layers also try BRGEMMs through several output rows
-    (:func:`row_spans`). On AVX2 hosts output-channel blocks of 16 too: a 6 x 2 register tile's
-    B row is then one cache line (as :func:`bench.gemm.n_block`); on Zen 4 running AVX2 (an AVX2-only
+    (:func:`row_spans`). On AVX2 hosts output-channel blocks of 16 too (:func:`bench.gemm.n_block`):
+    a 6 x 2 register tile's B row is then one cache line; on Zen 4 running AVX2 (an AVX2-only
     host's kernels, torch capped at AVX2 likewise), fp32, 2 threads, the geomean over the layers
     went from 1.08x to 1.14x torch at batch 8 (the least layer 0.84x -> 1.03x) and from 1.19x to
     1.24x at batch 1, 16 the winner's block in 30 of the 46 layers.
@@ -126,7 +127,7 @@ def blockings(shape, dtype, quick=False, isa=None):
     isa = host().isa if isa is None else isa
     bc = 64 if shape.c >= 64 else shape.c + (shape.c % 2 if dtype == "bf16" else 0)
     bcs = [bc] + ([128] if dtype == "bf16" and shape.r > 1 and shape.c % 128 == 0 and not quick else [])
-    bks = [64] if quick else ([16] if isa == "avx2" else []) + [32, 64]
+    bks = [64] if quick else sorted({n_block(isa), 32, 64})
     if shape.r == 1:
         axes = [("c", False)]
     else:

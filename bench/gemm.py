@@ -54,17 +54,17 @@ BLOCK = 64
 KSTEP = 8          # K blocks per BRGEMM call: A and B panels of 128 KiB stay in L2
 
 
-def n_block():
-    """Columns per block of B and C: two vectors of the host's fp32 width (16 on AVX2, 32 on
-    AVX-512). Then a B block row is exactly the microkernel's B panel row, so each kernel reads
-    its B panel sequentially (what OpenBLAS gets by packing); 64-column blocks measured 0.75-0.85x
-    of that on an AVX2 host, whose tiles read 64 of every 256 bytes.
+def n_block(isa=None):
+    """Columns per block of B and C: two vectors of the fp32 width of ``isa`` (default: the
+    host's; 16 on AVX2, 32 on AVX-512). Then a B block row is exactly the microkernel's B panel
+    row, so each kernel reads its B panel sequentially (what OpenBLAS gets by packing); 64-column
+    blocks measured 0.75-0.85x of that on an AVX2 host, whose tiles read 64 of every 256 bytes.
 
-    >>> n_block() in (16, 32)
-    True
+    >>> n_block() in (16, 32), n_block("avx2")
+    (True, 16)
     """
     from isa.cpu import host
-    return 32 if host().isa in ("avx512", "amx") else 16
+    return 32 if (isa or host().isa) in ("avx512", "amx") else 16
 
 
 def parse_sizes(text):
