@@ -8,6 +8,7 @@ Units (the instruction whose loop defines the peak; work in GFLOP/s, GOP/s for i
 | ``FMA`` | ``vfmadd231ps`` (zmm on AVX-512, ymm on AVX2) | f32; bf16 without BF16 dots (converted to fp32) | 2 x lanes |
 | ``BF16-dot`` | ``vdpbf16ps`` zmm (AVX512-BF16) | bf16 | 4 x lanes |
 | ``VNNI`` | ``vpdpbusd`` (zmm with AVX512-VNNI, ymm with AVX-VNNI) | i8 | 8 x lanes |
+| ``u7`` | ``vpmaddubsw`` + ``vpmaddwd`` (ones) + ``vpaddd`` | i8 with A <= 127 (``a_bits=7``) | 8 x lanes |
 | ``madd`` | ``vpmaddwd`` + ``vpaddd`` (int16 pairs) | i8 without VNNI | 4 x lanes per pair |
 | ``AMX`` | ``tdpbf16ps`` / ``tdpbusd`` on 16 x 64-byte tiles | bf16 / i8 | 16 x 16 x 32 x 2 / 16 x 16 x 64 x 2 |
 
@@ -46,7 +47,7 @@ ACCUMULATORS = 24
 AMX_ACCUMULATORS = 6            # tiles 0..5 accumulate, 6 and 7 are the operands
 ITERS = 1 << 13                 # loop trips per call (4 copies of the accumulators each)
 AMX_ITERS = 1 << 9
-UNITS = ("FMA", "BF16-dot", "VNNI", "madd", "AMX")
+UNITS = ("FMA", "BF16-dot", "VNNI", "u7", "madd", "AMX")
 
 
 def _features(isa):
@@ -72,7 +73,7 @@ def units(dtype, isa=None):
         out.append("BF16-dot")
     if dtype == "i8" and ("avx512_vnni" if wide else "avx_vnni") in f:
         out.append("VNNI")
-    out.append("madd" if dtype == "i8" else "FMA")
+    out.extend(("u7", "madd") if dtype == "i8" else ("FMA",))
     return tuple(out)
 
 
@@ -81,18 +82,20 @@ def best_unit(dtype, isa=None):
     return units(dtype, isa)[0]
 
 
-def kernel_unit(dtype, isa=None, signs="us"):
-    """The unit tppasm's BRGEMM uses for ``dtype`` on ``isa`` (what its % of peak is taken against)."""
-    from tppasm.x86.dot import Bf16Dp, I8Vnni, choose_dot
+def kernel_unit(dtype, isa=None, signs="us", a_bits=8):
+    """The unit tppasm's BRGEMM uses for ``dtype`` on ``isa`` (what its % of peak is taken against),
+    for int8 with ``signs`` and A's ``a_bits``.
+
+    >>> kernel_unit("i8", "avx2", a_bits=7) in ("u7", "VNNI"), kernel_unit("i8", "avx2", "ss")
+    (True, 'madd')
+    """
+    from tppasm.x86.dot import Bf16Dp, I8Maddubs, I8Vnni, choose_dot
     isa = isa or host().isa
     if isa == "amx" and dtype in ("bf16", "i8"):
         return "AMX"
-    dot = choose_dot(dtype, "avx512" if isa == "amx" else isa, _features(isa), signs)
-    if isinstance(dot, Bf16Dp):
-        return "BF16-dot"
-    if isinstance(dot, I8Vnni):
-        return "VNNI"
-    return "madd" if dtype == "i8" else "FMA"
+    dot = choose_dot(dtype, "avx512" if isa == "amx" else isa, _features(isa), signs, a_bits)
+    names = {Bf16Dp: "BF16-dot", I8Vnni: "VNNI", I8Maddubs: "u7"}
+    return names.get(type(dot), "madd" if dtype == "i8" else "FMA")
 
 
 # -- the loops ------------------------------------------------------------------------------------
@@ -103,15 +106,16 @@ def _vector_loop(unit, isa, iters, params=("i64",)):
     from isa.x86 import Function, rax, vec
     bits = 512 if isa in ("avx512", "amx") else 256
     nregs = 32 if bits == 512 else 16
-    pairs = unit == "madd"
-    acc = min(ACCUMULATORS, (nregs - 2) // (2 if pairs else 1))
+    pairs = unit in ("madd", "u7")
+    consts = [vec(bits, nregs - 3)] if unit == "u7" else []       # u7: vpmaddwd's ones
+    acc = min(ACCUMULATORS, (nregs - 2 - len(consts)) // (2 if pairs else 1))
     regs = [vec(bits, i) for i in range(nregs)]
     accs, tmps, x, y = regs[:acc], regs[acc:2 * acc], regs[-2], regs[-1]
     lanes = bits // 32
     fn = Function(f"peak_{unit}_{bits}", list(params))
     a = fn.asm
     zero = a.vpxord if bits == 512 else a.vpxor
-    for r in regs[:2 * acc if pairs else acc] + [x, y]:
+    for r in regs[:2 * acc if pairs else acc] + [x, y] + consts:
         zero(r, r, r)
     loop = a.label()
     a.mov(rax, fn.args[0])
@@ -124,12 +128,16 @@ def _vector_loop(unit, isa, iters, params=("i64",)):
                 a.vdpbf16ps(r, x, y)
             elif unit == "VNNI":
                 a.vpdpbusd(r, x, y)         # ymm: the VEX (AVX-VNNI) form
+            elif unit == "u7":
+                a.vpmaddubsw(tmps[i], x, y)
+                a.vpmaddwd(tmps[i], tmps[i], consts[0])
+                a.vpaddd(r, r, tmps[i])
             else:
                 a.vpmaddwd(tmps[i], x, y)
                 a.vpaddd(r, r, tmps[i])
     a.dec(rax)
     a.jnz(loop)
-    per = {"FMA": 2, "BF16-dot": 4, "VNNI": 8, "madd": 4}[unit] * lanes
+    per = {"FMA": 2, "BF16-dot": 4, "VNNI": 8, "u7": 8, "madd": 4}[unit] * lanes
     return fn.finalize(), 4 * acc * per
 
 

@@ -46,7 +46,8 @@ def descriptors():
            Brgemm(28, 64, 64, dtype="bf16", c_dtype="bf16", stream_c=True),
            Brgemm(1, 64, 256, dtype="i8", pace=8),                                   # x86: the pace chain
            Brgemm(32, 32, 64, dtype="bf16", lda=2048),                     # AMX: A's rows crowd L1, no A prefetch
-           Brgemm(64, 64, 128, dtype="bf16", prefetch=False)]              # no software prefetch
+           Brgemm(64, 64, 128, dtype="bf16", prefetch=False),              # no software prefetch
+           Brgemm(30, 40, 66, dtype="i8", a_bits=7, beta=1)]               # AVX2: vpmaddubsw, a k tail
     out += [Unary(op, 5, 37) for op in UNARY_OPS] + [Unary(op, 3, 20) for op in GRAD_OPS]
     out += [Unary("relu", 4, 33, bitmask=True), Unary("copy", 6, 19, out_dtype="bf16"),
             Unary("gelu_erf", 3, 50, dtype="bf16", out_dtype="bf16")]
@@ -58,7 +59,8 @@ def descriptors():
             for op in TRANSFORMS] + [Transform("transpose", 12, 10, dtype="bf16")]          # 8x8 word blocks
     out += [Softmax(5, 37), Softmax(3, 200, dtype="bf16", out_dtype="bf16", scale=0.125, mask="row"),
             Softmax(4, 20, mask="full", ldm=24), LayerNorm(6, 45), RMSNorm(3, 70, dtype="bf16"),
-            Rotary(4, 24, 8), SwiGLU(5, 33), Quantize(4, 50), Dequant(3, 40, beta=1),
+            Rotary(4, 24, 8), SwiGLU(5, 33), Quantize(4, 50), Quantize(3, 37, ldo=40, dtype="bf16", bits=7),
+            Dequant(3, 40, beta=1),
             BlockSpmm(8, 8, 40, 5), BlockSpmm(16, 32, 64, 4, dtype="bf16", beta=1), BlockSpmm(5, 3, 17, 2),
             GemmNT(5, 13, 37), GemmNT(3, 9, 70, lda=72, dtype="bf16", c_dtype="bf16")]
     return out

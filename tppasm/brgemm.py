@@ -26,6 +26,7 @@ from .operand import (OperandError, OperandSpec, as_ndarray, check, data_address
 A_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "u8"}
 B_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "i8"}
 SIGNS = ("us", "ss", "su", "uu")     # int8 signedness of (A, B); "us" is what vpdpbusd/tdpbusd take
+A_BITS = (7, 8)                      # i8 "us": the bits of A's values (7: 0..127, see brgemm())
 INT8_DTYPE = {"u": "u8", "s": "i8"}
 C_DTYPES = {"f32": ("f32",), "bf16": ("f32", "bf16"), "i8": ("i32",)}
 VNNI = {"f32": 1, "bf16": 2, "i8": 4}
@@ -66,6 +67,7 @@ class Brgemm(Descriptor):
     stream_c: bool = False      # non-temporal stores of C where the kernel can (see brgemm())
     pace: int = 0               # x86: cycles per k group at least (see brgemm())
     prefetch: bool = True       # x86 / AMX: software prefetches of the lines ahead (see brgemm())
+    a_bits: int = 8             # i8 "us": 7 promises A <= 127 (see brgemm())
 
     kind = "brgemm"
     scalars = ("count",)
@@ -120,6 +122,11 @@ class Brgemm(Descriptor):
               f"an int in [0, {MAX_PACE}] (cycles per k group; 0: no pacing)")
         _need(self.signs in SIGNS if self.dtype == "i8" else self.signs == "us", "signs", self.signs,
               f"one of {', '.join(map(repr, SIGNS))} (signedness of A and B) for dtype='i8', else 'us'")
+        _need(_is_int(self.a_bits) and self.a_bits in A_BITS, "a_bits", self.a_bits,
+              "8 (A's values 0..255) or 7 (A promised 0..127: a u7 BRGEMM, see help(tppasm.brgemm))")
+        _need(self.a_bits == 8 or (self.dtype, self.signs) == ("i8", "us"), "a_bits", self.a_bits,
+              f"8 with dtype={self.dtype!r}, signs={self.signs!r}: a_bits=7 is for dtype='i8', signs='us' "
+              "(unsigned A, signed B)")
         if self.dtype == "i8":
             _need(not self.bias, "bias", self.bias, "False for dtype='i8' (int32 C has no fp32 bias)")
             _need(self.act in (None, "relu"), "act", self.act, "None or 'relu' for dtype='i8'")
@@ -208,6 +215,17 @@ class Brgemm(Descriptor):
             a_blocks, b_blocks = list(a[:count]), list(b[:count])
         bias = rest.pop(0) if self.bias else None
         c[...] = self.compute(a_blocks, b_blocks, c, bias)
+
+    def unspecified(self, a, b, c, *rest):
+        """With ``a_bits=7``: C's rows whose A rows hold a value above 127 (a broken promise; the
+        whole C where A is a buffer of offset blocks or a list of address blocks)."""
+        if self.a_bits == 8:
+            return {}
+        if self.batch == "stride":
+            big = (np.asarray(a).reshape(-1, self.m, np.asarray(a).shape[-1]) > 127).any(axis=(0, 2))
+            return {"c": np.broadcast_to(big[:, None], c.shape)}
+        big = any((np.asarray(x) > 127).any() for x in (a if self.batch == "address" else [a]))
+        return {"c": np.full(c.shape, big)}
 
     def compute(self, a_blocks, b_blocks, c, bias=None):
         """beta*C + sum A_i @ B_i (+ bias, act) in float64 / int64, cast to C's dtype (NaN and
@@ -459,7 +477,7 @@ def _check_buffer(spec, buf, offsets, who):
 
 def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0, beta=0, c_dtype="",
            batch="stride", bias=False, act=None, tile_setup=True, signs="us", stream_c=False, pace=0, prefetch=True,
-           isa=None, **wrong):
+           a_bits=8, isa=None, **wrong):
     """A JIT'd BRGEMM kernel, ``C = beta*C + sum_{i<count} A_i @ B_i`` (then an optional bias row and
     activation): call it as ``gemm(A, B, C, count=c)``, or ``C = gemm(A, B)`` with beta=0 (C a new
     array, or a torch tensor when A or B is one).
@@ -531,6 +549,15 @@ def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0,
     thread, fp32, ms: (1024, 1024) x (1024, 1) brgemm 0.43, gemm_nt 0.050, numpy 0.052; (1, 4096) x
     (4096, 4096) brgemm 4.3, gemm_nt 1.96, numpy 2.25.
 
+    ``a_bits=7`` (dtype="i8", signs="us") promises that every value of A is at most 127, as a
+    quantizer with 7-bit codes writes them (:func:`tppasm.quantize` with ``bits=7``; torch's fbgemm
+    quantizes activations so, its "reduce_range"). The x86 kernels without a VNNI dot (AVX2 without
+    AVX-VNNI, AVX-512 without AVX512-VNNI) then multiply with ``vpmaddubsw``, whose int16 sums of two
+    u8 x s8 products are exact only below 128 * 128 * 2: 3 instructions per 4 k values of a column
+    where the exact u8 path takes 4 and splits every operand (on Zen 4 at AVX2, 64 x 32 x 2048: 150
+    GOP/s with 8 bits, 227 with 7). Other kernels compute the same sums as with 8. A value above 127
+    breaks the promise: its row of C is then unspecified on the kernels that take it.
+
     >>> import numpy as np, tppasm
     >>> g = tppasm.brgemm(m=1, n=2, k=4, dtype="i8", batch="offset")
     >>> A = np.array([[1, 2, 3, 4]], np.uint8); B = tppasm.vnni_pack(np.ones((4, 2), np.int8), 4)
@@ -541,7 +568,8 @@ def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0,
     refuse_keywords("brgemm", wrong, "c_dtype")
     desc = Brgemm(m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc, stride_a=stride_a, stride_b=stride_b,
                   beta=beta, dtype=dtype, c_dtype=c_dtype, batch=batch, bias=bias, act=act,
-                  tile_setup=tile_setup, signs=signs, stream_c=stream_c, pace=pace, prefetch=prefetch)
+                  tile_setup=tile_setup, signs=signs, stream_c=stream_c, pace=pace, prefetch=prefetch,
+                  a_bits=a_bits)
     if (desc.pace or not desc.prefetch) and backends.level(isa) == "sve":   # SVE: no pace, no prefetches
         desc.validate()
         desc = replace(desc, pace=0, prefetch=True)

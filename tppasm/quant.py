@@ -6,11 +6,15 @@
   NaN, else one holding an infinity gets scale inf, on every backend; that row's codes are then
   unspecified, and dequantizing it gives NaN or inf, never a finite number. The 1e-30 floor keeps
   an all-zero row's scale finite: rows whose values all lie below it in magnitude come back as
-  zeros (as from a zero row) rather than to within scale / 2;
+  zeros (as from a zero row) rather than to within scale / 2. ``bits=7`` (``tppasm.quantize(...,
+  bits=7)``) takes ``scale = max|x| / 63`` and the zero point 64 instead: codes 1..127, the u7
+  activations that ``tppasm.brgemm(..., a_bits=7)`` multiplies exactly with AVX2's ``vpmaddubsw``
+  (two products of 127 * 128 fit int16; fbgemm's "reduce_range"). In general ``levels(bits) =
+  2**(bits-1) - 1`` steps either side of ``zero_point(bits) = 2**(bits-1)``;
 - :class:`Dequant`: ``out = beta*out + (c + offset) * row_scale * col_scale``: an int32 BRGEMM
-  result back to f32/bf16, ``offset`` per column (int32; ``-128 * column sums of the s8 weights``
-  removes the zero point; ``c + offset`` wraps in int32, as the BRGEMM's own sums do),
-  ``row_scale`` per row (the activations'), ``col_scale`` per column (the weights' per-channel
+  result back to f32/bf16, ``offset`` per column (int32; ``-zero_point(bits) * column sums of the s8
+  weights``, -128 or -64, removes the zero point; ``c + offset`` wraps in int32, as the BRGEMM's own
+  sums do), ``row_scale`` per row (the activations'), ``col_scale`` per column (the weights' per-channel
   scales); ``beta=1`` accumulates (a residual). The kernels multiply the two scales first and round
   that product to fp32, so a result that fits in fp32 never overflows on the way (a row scale of
   1e-30 beside a column scale of 3e38 is fine); but a product below fp32's normal range (2^-126,
@@ -22,17 +26,46 @@
 >>> q, s = np.empty((1, 3), np.uint8), np.empty(1, np.float32)
 >>> tppasm.quantize(1, 3)(x, q, s); q.tolist(), round(float(s[0]) * 127, 6)
 ([[192, 1, 160]], 1.0)
+>>> tppasm.quantize(1, 3, bits=7)(x, q, s); q.tolist(), round(float(s[0]) * 63, 6), zero_point(7)
+([[96, 1, 80]], 1.0, 64)
 """
 from dataclasses import dataclass
 
 import numpy as np
 
+from .display import shown
 from .eltwise import _default, _dtypes, _full, _ld, _positive, _store, _to_f64
 from .kernel import Descriptor, get_kernel
 from .keywords import refuse_keywords
 from .operand import OperandSpec
 
-ZERO_POINT = 128
+ZERO_POINT = 128                   # of the default 8-bit codes: zero_point(8)
+BITS = (8, 7)                      # quantize's bits=: 8 (codes 1..255) or 7 (codes 1..127, for u7 BRGEMMs)
+
+
+def levels(bits=8):
+    """The code steps from the zero point to max|x|: ``2**(bits-1) - 1`` (127 for 8 bits, 63 for 7).
+
+    >>> levels(8), levels(7)
+    (127, 63)
+    """
+    return (1 << (bits - 1)) - 1
+
+
+def zero_point(bits=8):
+    """The code of 0: ``2**(bits-1)`` (128 for 8 bits, 64 for 7); codes lie in 1..2*zero_point-1.
+
+    >>> zero_point(8), zero_point(7)
+    (128, 64)
+    """
+    return 1 << (bits - 1)
+
+
+def _check_bits(desc):
+    bits = desc.bits
+    if not (isinstance(bits, (int, np.integer)) and not isinstance(bits, bool) and bits in BITS):
+        raise ValueError(f"{desc.kind}: bits={shown(bits)}; expected 8 (codes 1..255, zero point 128) or 7 (codes "
+                         "1..127, zero point 64, for u7 BRGEMMs: tppasm.brgemm(..., a_bits=7))")
 
 
 @dataclass(frozen=True)
@@ -56,15 +89,22 @@ class _Rows(Descriptor):
 
 @dataclass(frozen=True)
 class Quantize(_Rows):
-    """x (m, n) f32/bf16 -> q (m, n) uint8 and scale (m,) f32, per row (see the module)."""
+    """x (m, n) f32/bf16 -> q (m, n) uint8 and scale (m,) f32, per row (see the module); ``bits``: 8
+    (codes 1..255, zero point 128) or 7 (codes 1..127, zero point 64)."""
 
     dtype: str = "f32"
+    bits: int = 8
 
     kind = "quantize"
+
+    def __post_init__(self):
+        _check_bits(self)        # (before _normalize, whose "expected an int" for True or "7" names no 7 or 8)
+        super().__post_init__()
 
     def validate(self):
         super().validate()
         _dtypes(self, "dtype")
+        _check_bits(self)
 
     def operands(self):
         return (_full("x", self.dtype, self.m, self.n, self.ldi, "ldx"),
@@ -74,11 +114,12 @@ class Quantize(_Rows):
     def reference(self, x, q, scale):
         x32 = _to_f64(x).astype(np.float32)
         amax = np.maximum(np.abs(x32).max(axis=1), np.float32(1e-30))  # NaN and inf propagate
+        lv, zp = np.float32(levels(self.bits)), zero_point(self.bits)
         with np.errstate(divide="ignore", invalid="ignore"):
-            inv = np.float32(127) / amax                               # as the kernel: one fp32 division
-            scale[...] = amax / np.float32(127)
-            codes = np.rint(x32 * inv[:, None]) + ZERO_POINT
-        q[...] = np.clip(np.where(np.isfinite(codes), codes, ZERO_POINT), 0, 255).astype(np.uint8)  # (unspecified)
+            inv = lv / amax                                            # as the kernel: one fp32 division
+            scale[...] = amax / lv
+            codes = np.rint(x32 * inv[:, None]) + zp
+        q[...] = np.clip(np.where(np.isfinite(codes), codes, zp), 0, 2 * zp - 1).astype(np.uint8)  # (unspecified)
 
     def unspecified(self, x, q, scale):
         """The codes of the rows whose scale is NaN or inf (see the module)."""
@@ -125,19 +166,24 @@ class Dequant(_Rows):
         _store(out, v)
 
 
-def quantize(m, n, ldx=0, ldo=0, dtype="f32", isa=None, **wrong):
+def quantize(m, n, ldx=0, ldo=0, dtype="f32", bits=8, isa=None, **wrong):
     """The kernel (x, q, scale): per-row dynamic quantization to uint8 (zero point 128); ``ldx``,
     ``ldo``: the row strides of x and q in elements (0: dense; q's is ``ldo``, not ``ldq``).
+    ``bits=7``: ``scale = max|x| / 63``, zero point 64, codes 1..127 (for ``tppasm.brgemm(...,
+    a_bits=7)``, exact with AVX2's ``vpmaddubsw``); 8 (the default) or 7 only.
 
     >>> import numpy as np, tppasm
     >>> x = np.zeros((2, 8), np.float32); x[:, :3] = [[1, -2, 0.5], [4, 0, -4]]
     >>> q, scale = tppasm.quantize(2, 3, ldx=8)(x[:, :3])
     >>> q.tolist(), (scale * 127).tolist()
     ([[192, 1, 160], [255, 128, 1]], [2.0, 4.0])
+    >>> q, scale = tppasm.quantize(2, 3, ldx=8, bits=7)(x[:, :3])
+    >>> q.tolist(), (scale * 63).tolist()
+    ([[96, 1, 80], [127, 64, 1]], [2.0, 4.0])
     """
     if wrong:
         refuse_keywords("quantize", wrong, None)     # (an output dtype: fixed)
-    return get_kernel(Quantize(m, n, ldx, ldo, dtype), isa)
+    return get_kernel(Quantize(m, n, ldx, ldo, dtype, bits), isa)
 
 
 def dequant(m, n, ldx=0, ldo=0, out_dtype="f32", beta=0, isa=None, **wrong):

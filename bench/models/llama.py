@@ -11,11 +11,11 @@ Every projection is a nest over (column block, row block) with the column blocks
 (``"BA"``): each thread takes a contiguous range of weight panels and streams each panel once,
 which is the whole game at batch 1 (a GEMV reads 2 bytes, or 1 in int8, per 2 flops); a panel
 is as wide as the host's kernels read whole rows of it (:func:`~bench.models.llama_weights.panel_columns`:
-64 columns, 32 on AVX2). int8: the
-activations are quantized per row at run time (u8, zero point 128), the u8 x s8 BRGEMM accumulates
-int32 and the dequant TPP applies the column offsets and scales (and adds the residual) on the tile
-in cache. Measured (``python -m bench llm`` prints it): one Zen 4 core consumes int8 weights from L1
-at 125-190 GB/s with ``vpdpbusd`` but only ~30 GB/s when dequantizing them in registers (sign-extend,
+64 columns, 32 on AVX2). int8: the activations are quantized per row at run time (u8, zero point
+128; 7-bit codes, zero point 64, where the int8 BRGEMM has no VNNI dot:
+:func:`~bench.models.llama_weights.activation_bits`), the u8 x s8 BRGEMM accumulates int32 and the
+dequant TPP applies the column offsets and scales (and adds the residual) on the tile in cache.
+Measured (``python -m bench llm`` prints it): one Zen 4 core consumes int8 weights from L1 at 125-190 GB/s with ``vpdpbusd`` but only ~30 GB/s when dequantizing them in registers (sign-extend,
 convert, fp32 FMA), which is no faster than its DRAM read bandwidth, and prefill would run at the
 fp32 FMA rate, a quarter of ``vpdpbusd``'s; so weights stay int8 all the way into the dot product.
 Attention works on bf16: K is stored transposed in the VNNI2 layout the scores BRGEMM
@@ -42,7 +42,7 @@ from tppasm.layout import as_array
 
 from .checks import aligned_copy, check_pool, choice, float_weights, is_bf16
 from .llama_step import Step
-from .llama_weights import WIDEST_PANEL, Linear, check_config, panel_columns, weight_shapes
+from .llama_weights import WIDEST_PANEL, Linear, activation_bits, check_config, panel_columns, weight_shapes
 from .per_shape import PerShape
 from .serial import Serial
 from .stream_pace import stream_kernel
@@ -83,11 +83,12 @@ class LlamaLayer:
         w = float_weights(weights, weight_shapes(cfg), "LlamaLayer")
         self.cfg, self.dtype, self._own_pool = cfg, dtype, pool
         D, F, bn = cfg.hidden, cfg.ffn, panel_columns()
+        bits = activation_bits() if dtype == "i8" else 8
         w13 = np.stack([w["w1"].reshape(D, F // bn, bn), w["w3"].reshape(D, F // bn, bn)], 2).reshape(D, 2 * F)
-        self.qkv = Linear(np.concatenate([w["wq"], w["wk"], w["wv"]], 1), bn, dtype)
-        self.o = Linear(w["wo"], bn, dtype)
-        self.gu = Linear(w13, bn, dtype)
-        self.down = Linear(w["w2"], bn, dtype, kc=min(F, KC))
+        self.qkv = Linear(np.concatenate([w["wq"], w["wk"], w["wv"]], 1), bn, dtype, a_bits=bits)
+        self.o = Linear(w["wo"], bn, dtype, a_bits=bits)
+        self.gu = Linear(w13, bn, dtype, a_bits=bits)
+        self.down = Linear(w["w2"], bn, dtype, kc=min(F, KC), a_bits=bits)
         self.rms1, self.rms2 = aligned_copy(w["rms1"]), aligned_copy(w["rms2"])     # (not the caller's arrays)
         half = cfg.head_dim // 2
         self.cos, self.sin = (tpp.aligned(t) for t in tpp.rope_tables(np.arange(cfg.max_len), cfg.head_dim,

@@ -45,7 +45,7 @@ def linear_nest(T, lin, dtype, out_dtype, pool, beta=0, stream=None):
             r, c = im * bm, jn * bn
             gemm(A[:, r:r + bm], W[jn * count:jn * count + count], Out[r:r + bm, c:c + bn], count=count)
         return nest
-    gemm = tpp.brgemm(bm, bn, lin.kc, "i8", lda=lda, stride_a=lin.kc, **stream)
+    gemm = tpp.brgemm(bm, bn, lin.kc, "i8", lda=lda, stride_a=lin.kc, a_bits=lin.a_bits, **stream)
     deq = tpp.dequant(bm, bn, ldo=lin.n, out_dtype=out_dtype, beta=beta)
 
     @kernel("BA", Loop(0, T // bm), Loop(0, nb), pool=pool)
@@ -86,7 +86,7 @@ class Step:
         # -- norms (and the residual copy, and int8 quantization of the normed rows) ----------------
         norm = tpp.rmsnorm(bm, D, out_dtype="bf16", eps=cfg.eps)
         keep = tpp.copy(bm, D)
-        quant = {n: tpp.quantize(bm, lin.k, dtype="bf16") for n, lin in lins.items()}
+        quant = {n: tpp.quantize(bm, lin.k, dtype="bf16", bits=lin.a_bits) for n, lin in lins.items()}
 
         @kernel("A", Loop(0, T // bm), pool=pool)
         def norm1(im, X, Gm, XN, H, XQ, Sc):
@@ -173,7 +173,7 @@ class Step:
                 gemm(X[:, r:r + bm], W[2 * j + 1:2 * j + 2], GU[t, 1])
                 swiglu(GU[t, 0], GU[t, 1], A[r:r + bm, j * bn:j * bn + bn])
             return gate_up
-        gemm = tpp.brgemm(bm, bn, lin.k, "i8", lda=lin.k, **stream)
+        gemm = tpp.brgemm(bm, bn, lin.k, "i8", lda=lin.k, a_bits=lin.a_bits, **stream)
         deq = tpp.dequant(bm, bn)
         off = pool.nthreads * 2 * bm
 

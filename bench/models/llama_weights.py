@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import tppasm as tpp
+from tppasm.quant import zero_point
 
 from .checks import positive_float, positive_int
 
@@ -126,6 +127,20 @@ def panel_columns(isa=None):
     return 32 if (isa or host().isa) == "avx2" else WIDEST_PANEL
 
 
+def activation_bits(isa=None):
+    """The bits of an int8 layer's activation codes for the kernels of ``isa`` (default: the host's):
+    7 where the int8 BRGEMM has no VNNI dot (AVX2 without AVX-VNNI), so that it multiplies with
+    ``vpmaddubsw`` (``tppasm.brgemm(..., a_bits=7)``, codes 1..127 from ``tppasm.quantize(...,
+    bits=7)``), else 8. On Zen 4 at AVX2 a 64 x 32 x 2048 BRGEMM ran at 150 GOP/s with 8-bit codes
+    and 227 with 7-bit ones (1.5x); torch's fbgemm quantizes activations to 7 bits there too.
+
+    >>> activation_bits("avx512") in (7, 8), activation_bits("amx")
+    (True, 8)
+    """
+    from bench.peaks import kernel_unit
+    return 8 if kernel_unit("i8", isa) in ("VNNI", "AMX") else 7
+
+
 def column_blocks(w, bn, kc=None):
     """(K, N) -> (N/bn * K/kc, kc, bn): column block j, K chunk c at [j * K/kc + c]."""
     k, n = w.shape
@@ -135,16 +150,17 @@ def column_blocks(w, bn, kc=None):
 
 class Linear:
     """One weight laid out for the BRGEMM of ``dtype``: ``blocks`` (nb, kc, bn) (VNNI-packed), ``bn``, and
-    for int8 the column ``scale`` and ``offset`` (-128 * column sums: removes the activations'
-    zero point)."""
+    for int8 the column ``scale``, the activations' code bits ``a_bits`` (:func:`activation_bits`)
+    and ``offset`` (-zero point * column sums: removes the activations' zero point)."""
 
-    def __init__(self, w, bn, dtype, kc=None):
+    def __init__(self, w, bn, dtype, kc=None, a_bits=8):
         self.k, self.n = w.shape
         self.bn = bn
         self.kc = kc or self.k
+        self.a_bits = a_bits
         if dtype == "i8":
             q, self.scale = quantize_columns(w)
-            self.offset = tpp.aligned((-128 * q.astype(np.int32).sum(axis=0)).astype(np.int32))
+            self.offset = tpp.aligned((-zero_point(a_bits) * q.astype(np.int32).sum(axis=0)).astype(np.int32))
             self.dequantized = q.astype(np.float32) * self.scale
             blocks = tpp.vnni_pack(column_blocks(q, bn, self.kc), 4)
         else:

@@ -46,6 +46,19 @@ def test_panels_of_either_width(dtype, bn, monkeypatch):
     check_prefill_then_decode(layer, w, 62)
 
 
+@pytest.mark.parametrize("bits", [7, 8])
+def test_activation_codes_of_either_width(bits, monkeypatch):
+    """int8 activations of 7 bits (hosts without a VNNI dot: vpmaddubsw) and of 8 (the others):
+    kernels, quantizers and column offsets agree, whichever this host takes."""
+    import bench.models.llama as llama
+    monkeypatch.setattr(llama, "activation_bits", lambda: bits)
+    w = random_weights(CFG)
+    layer = LlamaLayer(CFG, w, "i8")
+    assert {lin.a_bits for lin in (layer.qkv, layer.o, layer.gu, layer.down)} == {bits}
+    assert (layer.o.offset == -(1 << (bits - 1)) * (layer.o.dequantized / layer.o.scale).round().sum(0)).all()
+    check_prefill_then_decode(layer, w, 62)
+
+
 def check_prefill_then_decode(layer, w, prompt):
     """``layer`` (of weights ``w``) on a prompt of ``prompt`` rows, then on four tokens, against the
     float64 reference layer."""

@@ -1,6 +1,7 @@
 """Per-row int8 quantization, int32 dequantization and SwiGLU TPPs x dtype x ISA against their NumPy
 references: random shapes with tails, leading dimensions past n, poisoned outputs, pads untouched;
-quantize -> i8 BRGEMM -> dequant against the float product."""
+quantize -> i8 BRGEMM -> dequant against the float product. The quantize tests draw bits (8: codes
+1..255 around 128; 7: codes 1..127 around 64) and also run the SVE kernel (natively or under qemu)."""
 import numpy as np
 import pytest
 from hypothesis import given
@@ -8,44 +9,66 @@ from hypothesis import strategies as st
 
 import tppasm
 import tppasm.testing
+from isa.aarch64.native import Call, run_calls
 from tppasm.dtypes import dtype as D
 from tppasm.glu import SwiGLU
 from tppasm.kernel import get_kernel
-from tppasm.quant import Dequant, Quantize
+from tppasm.quant import Dequant, Quantize, levels, zero_point
+from tests.aarch64.marks import needs_sve_runner
+from tests.aarch64.sve_cases import sve_kernel
 from tests.support import isa_params, native, poisoned, run_raw
 from tests.tpp.test_norm import assert_close, operand, pads_untouched, run, shape
 
 ISAS = isa_params()
+# quantize's kernels: x86's, and SVE's at the shortest and longest vector length (the same code)
+QUANT_ISAS = ISAS + [pytest.param(f"sve{vl}", marks=needs_sve_runner(vl), id=f"sve-vl{vl}") for vl in (128, 512)]
+BITS = st.sampled_from([7, 8])
 
 
-@pytest.mark.parametrize("isa", ISAS)
-@given(dt=st.sampled_from(["f32", "bf16"]), shp=st.data(), seed=st.integers(0, 2 ** 16), zero_row=st.booleans())
-def test_quantize(isa, dt, shp, seed, zero_row):
+def quantize_kernel(isa, desc):
+    return sve_kernel(desc) if isa.startswith("sve") else get_kernel(desc, isa)
+
+
+def run_quantize(isa, k, x, q, scale):
+    """Run quantize kernel ``k`` on x (a view of a poisoned buffer's rows), q (likewise) and scale."""
+    if isa.startswith("sve"):                          # the whole buffers: rows ld apart, pads poisoned
+        run_calls([Call(k.raw.code, [x.base], [q.base, scale])], vl_bits=int(isa[3:]))
+    else:
+        run_raw(k, (x, q, scale), isa=isa)
+
+
+@pytest.mark.parametrize("isa", QUANT_ISAS)
+@given(dt=st.sampled_from(["f32", "bf16"]), bits=BITS, shp=st.data(), seed=st.integers(0, 2 ** 16),
+       zero_row=st.booleans())
+def test_quantize(isa, dt, bits, shp, seed, zero_row):
     m, n, pi, po = shp.draw(shape(isa))
     rng = np.random.default_rng(seed)
-    k = get_kernel(Quantize(m, n, n + pi, n + po, dt), isa)
+    k = quantize_kernel(isa, Quantize(m, n, n + pi, n + po, dt, bits))
     x = operand(rng, m, n, dt, n + pi)
     if zero_row:
-        x[0] = 0                                      # max |x| = 0: scale stays finite, q = 128
+        x[0] = 0                                      # max |x| = 0: scale stays finite, q = the zero point
     q = poisoned((m, n), np.uint8, n + po, fill=7)
     scale = np.full(m, np.nan, np.float32)
     want_q, want_s = q.copy(), scale.copy()
     k.reference(x, want_q, want_s)
-    run_raw(k, (x, q, scale), isa=isa)
+    if zero_row:
+        assert (want_q[0] == zero_point(bits)).all()
+    assert 1 <= want_q.min() and want_q.max() <= 2 * zero_point(bits) - 1
+    run_quantize(isa, k, x, q, scale)
     np.testing.assert_array_equal(q, want_q)
     np.testing.assert_array_equal(scale, want_s)
     assert (q.base[:, n:] == 7).all(), "kernel wrote past a row's end"
 
 
-@pytest.mark.parametrize("isa", ISAS)
-@given(dt=st.sampled_from(["f32", "bf16"]), shp=st.data(), seed=st.integers(0, 2 ** 16))
-def test_quantize_non_finite_rows_get_a_non_finite_scale(isa, dt, shp, seed):
+@pytest.mark.parametrize("isa", QUANT_ISAS)
+@given(dt=st.sampled_from(["f32", "bf16"]), bits=BITS, shp=st.data(), seed=st.integers(0, 2 ** 16))
+def test_quantize_non_finite_rows_get_a_non_finite_scale(isa, dt, bits, shp, seed):
     """A row with a NaN gets scale NaN (even beside an inf), one with an inf and no NaN scale inf,
     wherever they sit (the first, last or a tail lane); other rows are untouched by them."""
     m, n, pi, po = shp.draw(shape(isa))
     m = max(m, 3)
     rng = np.random.default_rng(seed)
-    k = get_kernel(Quantize(m, n, n + pi, n + po, dt), isa)
+    k = quantize_kernel(isa, Quantize(m, n, n + pi, n + po, dt, bits))
     x = operand(rng, m, n, dt, n + pi)
     cols = [shp.draw(st.integers(0, n - 1)) for _ in range(3)]
     x[0, cols[1]] = rng.choice([np.inf, -np.inf])
@@ -55,11 +78,78 @@ def test_quantize_non_finite_rows_get_a_non_finite_scale(isa, dt, shp, seed):
     scale = np.full(m, 1.0, np.float32)
     want_q, want_s = q.copy(), scale.copy()
     k.reference(x, want_q, want_s)
-    run_raw(k, (x, q, scale), isa=isa)
+    run_quantize(isa, k, x, q, scale)
     assert np.isnan(scale[0]) and scale[1] == np.inf
     np.testing.assert_array_equal(scale, want_s)
     np.testing.assert_array_equal(q[2:], want_q[2:])
     assert (q.base[:, n:] == 7).all(), "kernel wrote past a row's end"
+
+
+def extreme_rows(rng, m, n):
+    """Finite rows at the edges: fp32's largest values, denormals, all zero, ties of the rounding
+    at 8 and 7 bits (max|x| = 127 or 63 makes inv 1), one huge value beside tiny ones; normal rows."""
+    big, tiny = np.finfo(np.float32).max, np.float32(1e-45)
+    x = (rng.standard_normal((m, n)) * 3).astype(np.float32)
+    for i in range(m):
+        kind = i % 7
+        if kind == 1:
+            x[i] = rng.choice([big, -big, big / 3, 0], n)
+        elif kind == 2:
+            x[i] = rng.integers(-8, 9, n) * tiny
+        elif kind == 3:
+            x[i] = 0
+        elif kind in (4, 5):
+            x[i] = rng.integers(-40, 40, n) + 0.5
+            x[i, rng.integers(n)] = rng.choice([-1, 1]) * (127.0 if kind == 4 else 63.0)
+        elif kind == 6:
+            x[i] = rng.standard_normal(n).astype(np.float32) * 1e-30
+            x[i, rng.integers(n)] = rng.choice([-big, big])
+    return x
+
+
+@pytest.mark.parametrize("isa", QUANT_ISAS)
+@pytest.mark.parametrize("seed", range(3))
+def test_quantize_7_bit_codes_lie_in_1_to_127(isa, seed):
+    """bits=7 (for u7 BRGEMMs, whose vpmaddubsw is exact only for u8 <= 127): every code of a finite
+    row lies in 1..127, whatever the magnitudes, zero maps to 64 and the codes dequantize to x within
+    half a step ((q - 64) * scale, scale = max|x| / 63); and they are the reference's, bit for bit."""
+    m, n = 14, 37
+    rng = np.random.default_rng(seed)
+    k = quantize_kernel(isa, Quantize(m, n, bits=7))
+    x = poisoned((m, n), np.float32, n)
+    x[...] = extreme_rows(rng, m, n)
+    q, scale = poisoned((m, n), np.uint8, n, fill=255), np.full(m, np.nan, np.float32)
+    run_quantize(isa, k, x, q, scale)
+    assert 1 <= q.min() and q.max() <= 127, (q.min(), q.max())
+    assert (q[x == 0] == 64).all()
+    amax = np.maximum(np.abs(x.astype(np.float64)).max(axis=1), 1e-30)
+    np.testing.assert_allclose(scale, amax / 63, rtol=2 ** -23)
+    err = np.abs((q.astype(np.float64) - 64) * scale[:, None] - x) / scale[:, None]
+    assert err.max() <= 0.5 + 1e-5, err.max()
+    want_q, want_s = q.copy(), scale.copy()
+    k.reference(x, want_q, want_s)
+    np.testing.assert_array_equal(q, want_q)
+    np.testing.assert_array_equal(scale, want_s)
+    assert (levels(7), zero_point(7), levels(8), zero_point(8)) == (63, 64, 127, 128)
+
+
+@pytest.mark.parametrize("bad", [6, 9, 0, -8, True, False, "7", 7.0, None, np.float32(8)])
+def test_quantize_refuses_bits_other_than_7_or_8(bad):
+    """bits is 8 or 7, an int: the message names both and what each means (a bool, a string or a float
+    is refused too, by the constructor and by the descriptor)."""
+    fix = (r"quantize: bits=.*; expected 8 \(codes 1\.\.255, zero point 128\) or 7 \(codes 1\.\.127, zero point "
+           r"64, for u7 BRGEMMs: tppasm\.brgemm\(\.\.\., a_bits=7\)\)")
+    with pytest.raises(ValueError, match=fix):
+        tppasm.quantize(4, 16, bits=bad)
+    with pytest.raises(ValueError, match=fix):
+        Quantize(4, 16, bits=bad)
+
+
+def test_quantize_bits_defaults_to_8_and_takes_numpy_ints():
+    assert Quantize(4, 16) == Quantize(4, 16, bits=8) and Quantize(4, 16).bits == 8
+    d = Quantize(4, 16, bits=np.int64(7))
+    assert type(d.bits) is int and d == Quantize(4, 16, 0, 0, "f32", 7)
+    assert tppasm.quantize(4, 16, bits=7).desc.bits == 7
 
 
 @pytest.mark.parametrize("isa", ISAS)

@@ -4,8 +4,8 @@ Quantize (x0 = x, x1 = q, x2 = scale): per row, pass 1 takes max|x| (two ``fmax`
 then ``fmaxv`` and a broadcast), clamped below at 1e-30 so an all-zero row gives ``scale =
 1e-30/127`` and codes 128 as the reference does; ``inv = 127/amax`` and ``scale = amax/127`` are
 fp32 divisions like the reference's. Pass 2 stores ``clamp(frintn(x*inv) + 128, 0, 255)``
-(round to nearest even), converted with ``fcvtzu`` and narrowed by ``st1b`` of ``.s`` lanes: the
-codes are exactly the reference's.
+(round to nearest even; bits=7: 63 for 127, ``+ 64`` and a clamp at 127), converted with
+``fcvtzu`` and narrowed by ``st1b`` of ``.s`` lanes: the codes are exactly the reference's.
 
 Dequant (x0 = c, x1 = offset, x2 = row_scale, x3 = col_scale, x4 = out): per vector
 ``scvtf(c + offset) * (col_scale * row_scale)`` (int32 add; the scales' product first, as on
@@ -19,6 +19,8 @@ x86, so a result that fits never overflows on the way), plus out for beta=1.
 >>> if sve_runner_skip_reason(128) is None:                  # qemu, or an SVE host
 ...     run_calls([Call(generate_quantize(Quantize(2, 3)), [xs], [q, s])], vl_bits=128)
 ...     assert q.tolist() == [[192, 1, 160], [128, 128, 128]] and s[0] == np.float32(1) / 127
+...     run_calls([Call(generate_quantize(Quantize(2, 3, bits=7)), [xs], [q, s])], vl_bits=128)
+...     assert q.tolist() == [[96, 1, 80], [64, 64, 64]] and s[0] == np.float32(1) / 63
 >>> "fcvtzu" in disassemble(generate_quantize(Quantize(2, 3)))
 True
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 from isa.aarch64 import Function, disassemble, mem, v, vl, x, z
 
+from ..quant import levels, zero_point
 from .math import Consts
 from .raw import register_sve
 from .rowwise import IDX, P_ALL, P_LANE, P_ONE, R_N, U, esize, load, row_loop, store, walk_columns
@@ -34,7 +37,6 @@ __all__ = ["generate_quantize", "generate_dequant", "disassemble"]
 
 R_POOL = x[14]
 AMAX_FLOOR = 1e-30                 # the reference's floor of max|x| (all-zero rows)
-ZERO_POINT = 128.0
 
 
 def _consts(a, free):
@@ -55,6 +57,7 @@ def generate_quantize(d) -> bytes:
     a.ptrue(P_ONE.s, "vl1")
     c.setup()
     a.mov_imm(R_N, d.n)
+    lv, zp = float(levels(d.bits)), float(zero_point(d.bits))
 
     def max_abs(u):
         val = load(a, d.dtype, VAL[u], u, xs)           # inactive lanes load 0
@@ -65,9 +68,9 @@ def generate_quantize(d) -> bytes:
         val = load(a, d.dtype, VAL[u], u, xs)
         a.fmul(val, val, inv)
         a.frintn(val, P_ALL.m, val)
-        a.fadd(val, val, c.f(ZERO_POINT))
+        a.fadd(val, val, c.f(zp))
         a.fmax(val, P_ALL.m, val, 0.0)
-        a.fmin(val, P_ALL.m, val, c.f(255.0))
+        a.fmin(val, P_ALL.m, val, c.f(2 * zp - 1))      # (255.0; bits=7: 127.0)
         a.fcvtzu(val, P_ALL.m, val)
         a.st1b(val, P_LANE[u], mem(q, IDX[u]))
 
@@ -79,9 +82,9 @@ def generate_quantize(d) -> bytes:
         a.fmaxv(v[ACC[0].num].s, P_ALL, ACC[0])
         a.dup(amax, ACC[0][0])
         a.fmax(amax, P_ALL.m, amax, c.f(AMAX_FLOOR))
-        c.load(inv, 127.0)
+        c.load(inv, lv)
         a.fdiv(inv, P_ALL.m, inv, amax)
-        a.fdiv(amax, P_ALL.m, amax, c.f(127.0))
+        a.fdiv(amax, P_ALL.m, amax, c.f(lv))
         a.st1w(amax, P_ONE, vl(scale))
         walk_columns(a, codes)
 

@@ -41,7 +41,7 @@ def _tile_cycles(dot, r, v, lines=0.0):
     """Cycles per k group of an r x v tile: FMA ports (2), all vector ops (~3 per cycle: shifts and
     logic share ports with the FMAs), loads, the latency chain (FMA_LATENCY per dependent
     op) of each accumulator, and ``lines``: the cache-line cost of the operand bytes it reads."""
-    fma = r * v * dot.ops / 2 if dot.ops <= 2 else r * v * 2 / 2 + r * v * 2 / 4
+    fma = r * v * dot.mults / 2 + r * v * (dot.ops - dot.mults) / 4
     alu = (r * v * dot.ops + r * dot.a_ops + v * dot.b_ops) / 3
     return max(fma, alu, (r + v) / LOADS_PER_CYCLE + lines, FMA_LATENCY * dot.chain) + 0.01 * (r + v)
 

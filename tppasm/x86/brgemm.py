@@ -65,7 +65,7 @@ class Gen(CTile):
     def __init__(self, desc, isa, features):
         self.d, self.v = desc, VectorISA(isa)
         self.features = features
-        self.dot = choose_dot(desc.dtype, isa, features, desc.signs)
+        self.dot = choose_dot(desc.dtype, isa, features, desc.signs, desc.a_bits)
         self.es_a, self.es_c = ES[{"f32": "f32", "bf16": "bf16", "i8": "u8"}[desc.dtype]], ES[desc.c_dtype]
         self.es_b = ES[desc.dtype]
         self.fn = Function(f"brgemm_{desc.dtype}_{desc.m}x{desc.n}x{desc.k}",

@@ -21,6 +21,11 @@ class Dot:
     ops = chain = 1
     a_ops = b_ops = 0
 
+    @property
+    def mults(self):
+        """Of ``ops``, those on the multiply (FMA) ports; the rest go to any vector ALU."""
+        return self.ops
+
     def load_b(self, g, regs, mem, mask, keep=None):
         g.v.load(g.a, regs[0], mem, mask)
         g.keep(regs[0], keep)
@@ -93,7 +98,7 @@ class I8Madd(Dot):
     nb = na = 2
     consts = (0x00FF00FF,)
     tmps = 1
-    ops, chain = 4, 2
+    ops, mults, chain = 4, 2, 2
     a_ops, b_ops = 2, 3
 
     def __init__(self, signs="us"):
@@ -124,8 +129,27 @@ class I8Madd(Dot):
             g.a.vpaddd(c, c, t[0])
 
 
-def choose_dot(dtype, isa, features, signs="us"):
-    """The inner-product strategy for ``dtype`` (int8: with ``signs``) on ``isa`` with ``features``."""
+class I8Maddubs(Dot):
+    """int8 quads of a u7 A (every value <= 127: ``a_bits=7``) x s8 B without VNNI: ``vpmaddubsw``
+    sums each pair of u8 x s8 products into int16 (exact: |2 * 127 * 128| < 2**15), ``vpmaddwd``
+    with ones sums the two pairs of a quad into int32, ``vpaddd`` into the accumulator. Two
+    multiplies and an add per accumulator and group, no operand split: I8Madd's multiplies with
+    half its other ops."""
+
+    consts = (0x00010001,)
+    tmps = 1
+    ops, mults = 3, 2
+    chain = 1
+
+    def acc(self, g, c, b, a, t, k):
+        g.a.vpmaddubsw(t[0], a[0], b[0])
+        g.a.vpmaddwd(t[0], t[0], k[0])
+        g.a.vpaddd(c, c, t[0])
+
+
+def choose_dot(dtype, isa, features, signs="us", a_bits=8):
+    """The inner-product strategy for ``dtype`` (int8: with ``signs`` and, for "us", A's ``a_bits``)
+    on ``isa`` with ``features``."""
     wide = isa != "avx2"
     if dtype == "f32":
         return F32Fma()
@@ -133,4 +157,6 @@ def choose_dot(dtype, isa, features, signs="us"):
         return Bf16Dp() if wide and "avx512_bf16" in features else Bf16Halves()
     if signs == "us" and ((wide and "avx512_vnni" in features) or (not wide and "avx_vnni" in features)):
         return I8Vnni()
+    if signs == "us" and a_bits == 7:
+        return I8Maddubs()
     return I8Madd(signs)

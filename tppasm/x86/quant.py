@@ -2,7 +2,7 @@
 (:mod:`tppasm.quant`).
 
 Quantize: per row, the maximum |x| (pass 1, as int32 bit patterns, so a NaN in the row makes it
-NaN: ``rows.LANE_OPS``), then ``vcvtps2dq(x * 127/max) + 128`` packed to bytes
+NaN: ``rows.LANE_OPS``), then ``vcvtps2dq(x * 127/max) + 128`` (bits=7: 63 and 64) packed to bytes
 with unsigned saturation (AVX-512 ``vpmovusdb`` and a masked byte store; AVX2 ``vpackusdw`` /
 ``vpackuswb`` and one ``vpextrb`` per tail byte). Dequant: per vector ``vpaddd`` the column
 offsets, ``vcvtdq2ps``, a multiply by ``row_scale * col_scale`` (that product first, so a result
@@ -12,10 +12,13 @@ that fits never overflows on the way), and an add of the output for beta=1.
 >>> x = np.linspace(-1, 1, 20, dtype=np.float32)[None]; q = np.empty((1, 20), np.uint8); s = np.empty(1, np.float32)
 >>> tppasm.quantize(1, 20)(x, q, s); int(q.min()), int(q.max())
 (1, 255)
+>>> tppasm.quantize(1, 20, bits=7)(x, q, s); int(q.min()), int(q.max())
+(1, 127)
 """
 from isa.x86 import Function, byte, dword, qword, vec
 
 from ..backends import register
+from ..quant import levels, zero_point
 from . import math as xm
 from .stream import Stream, load, store
 from .rows import Regs, at, combine, hreduce, row_loop, walk
@@ -33,6 +36,7 @@ def generate_quantize(desc, isa):
     tail, U = R.tail, (4 if v.avx512 else 2)
     acc, work, (inv, t0) = R.take(U), R.take(U), R.take(2)
     c = R.consts()
+    lv, zp = float(levels(desc.bits)), zero_point(desc.bits)
 
     def amax(u, col, idx, t):
         r = load(a, v, work[u], x, at(x, col, idx), t)
@@ -43,7 +47,7 @@ def generate_quantize(desc, isa):
         r = load(a, v, work[u], x, at(x, col, idx), t)
         a.vmulps(r, r, inv)
         a.vcvtps2dq(r, r)
-        a.vpaddd(r, r, c.i(128))
+        a.vpaddd(r, r, c.i(zp))
         count = t.count if t else v.lanes(4)
         mem = at(q, col, idx)
         if v.avx512:
@@ -71,9 +75,9 @@ def generate_quantize(desc, isa):
         combine(a, acc, "max_bits")
         hreduce(a, v, acc[0], acc[1], "max_bits")
         a.vpmaxsd(acc[0], acc[0], c.f(1e-30))
-        c.load(a, inv, c.f(127.0))
+        c.load(a, inv, c.f(lv))
         a.vdivps(inv, inv, acc[0])
-        a.vdivps(acc[0], acc[0], c.f(127.0))
+        a.vdivps(acc[0], acc[0], c.f(lv))
         a.vmovss(dword[rs], vec(128, acc[0].num))
         walk(a, v, desc.n, U, store, tail)
     row_loop(a, desc.m, row, [x, q], [rs])
