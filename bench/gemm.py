@@ -1,7 +1,7 @@
 """GEMM of any shape written in the loop DSL, tuned per shape, against numpy (OpenBLAS) and torch.
 
 ``python -m bench gemm [--sizes 512,1024,2048,4096x1024x1024,1000x700x300] [--threads 1,2]
-[--dtypes f32,bf16] [--no-tune] [--tune-seconds S] [--fresh] [--quick] [--json FILE]``
+[--dtypes f32,bf16[,i8]] [--no-tune] [--tune-seconds S] [--fresh] [--quick] [--json FILE]``
 
 The DSL GEMM is DESIGN.md's: A blocked (Mb, Kb, bm, bk), B (Nb, Kb, bk, bn), C (Mb, Nb, bm, bn),
 padded with zeros to whole blocks (``tpp.block(..., pad=True)``; ``tpp.unblock(C, shape=(M, N))``
@@ -26,6 +26,11 @@ the threads column; NaN without a 1-thread row). On n threads the rounds also ti
 on n threads and on one: "peak nT/1T" is the ratio of their rates, what the host's other cores add
 at that moment, the ceiling of our own "nT/1T".
 
+int8 (``--dtypes i8``, not in the default list): u8 A x s8 B -> int32, exact, against
+``torch._int_mm`` (s8 x s8 -> int32, oneDNN) on the same bytes; a line counts the peer's sums that
+differ from the exact ones (:func:`inexact`: oneDNN without VNNI saturates int16 pairs). No numpy
+peer for bf16 and int8.
+
 "%pk" on 1 thread is the median and "q90" the 90th percentile of kernel/peak ratios timed back to
 back on the thread's CPU time (:func:`bench.peaks.interleaved_ratios`; a q90 over 100 is marked
 "!": a disturbed round, see :func:`bench.peaks.ratio_stats`). A record's ``peak_gflops`` is the
@@ -49,6 +54,7 @@ from bench.versus import peak_loop as versus_peak_loop
 from loops import Loop, kernel
 from isa.pool import get_pool  # noqa: F401  (gemm_maker's example)
 from loops.tune import search
+from tppasm.brgemm import A_DTYPE, B_DTYPE, C_DTYPES, VNNI
 
 BLOCK = 64
 KSTEP = 8          # K blocks per BRGEMM call: A and B panels of 128 KiB stay in L2
@@ -114,8 +120,7 @@ def gemm_maker(a, b, dtype, pool, spec="aBC"):
     True
     """
     (M, K), N = a.shape, b.shape[1]
-    dt = tpp.dtypes.dtype(dtype)
-    a, b = a.astype(dt), b.astype(dt)
+    a, b = (x.astype(tpp.dtypes.dtype(d[dtype])) for x, d in ((a, A_DTYPE), (b, B_DTYPE)))
     blocked = {}
 
     def layout(name, rows, cols):
@@ -124,7 +129,7 @@ def gemm_maker(a, b, dtype, pool, spec="aBC"):
                 blocked[name, rows, cols] = tpp.block(a, rows, cols, pad=True)
             else:
                 Bb = tpp.block(b, rows, cols, outer="n", pad=True)
-                blocked[name, rows, cols] = tpp.vnni_pack(Bb, 2) if dtype == "bf16" else Bb
+                blocked[name, rows, cols] = tpp.vnni_pack(Bb, VNNI[dtype]) if VNNI[dtype] > 1 else Bb
         return blocked[name, rows, cols]
 
     def make(bm=BLOCK, bn=None, bk=BLOCK, kstep=KSTEP, edges=True, prefetch=True):
@@ -132,14 +137,14 @@ def gemm_maker(a, b, dtype, pool, spec="aBC"):
         Mb, Nb, Kb = tpp.nblocks(M, bm), tpp.nblocks(N, bn), tpp.nblocks(K, bk)
         ks = largest_divisor(Kb, kstep)
         A, B = layout("A", bm, bk), layout("B", bk, bn)
-        C = tpp.empty((Mb, Nb, bm, bn))
+        C = tpp.empty((Mb, Nb, bm, bn), C_DTYPES[dtype][0])
         C[...] = 0
         mt, nt = M - (Mb - 1) * bm, N - (Nb - 1) * bn
         if not edges or (mt, nt) == (bm, bn):
             kinds = {(False, False): (bm, bn)}
         else:
             kinds = {(r, c): (mt if r else bm, nt if c else bn) for r in (False, True) for c in (False, True)}
-        stride_b = int(np.prod(B.shape[2:]))        # bf16: an odd bk is packed in bk + 1 rows
+        stride_b = int(np.prod(B.shape[2:]))        # bf16 / int8: bk packed in whole pairs / quads of rows
         kernels = {key: tuple(tpp.brgemm(m=m, n=n, k=bk, dtype=dtype, beta=beta, lda=bk, ldb=bn, ldc=bn,
                                          stride_a=bm * bk, stride_b=stride_b, prefetch=prefetch)
                               for beta in (0, 1)) + (m, n)
@@ -184,15 +189,15 @@ def fitted(size, targets, granule=1):
 
 
 def k_granule(dtype):
-    """The multiple a K block of ``dtype`` is rounded up to: bf16 pairs (VNNI), a whole AMX tile row
-    of 32 on AMX hosts (else the kernel pads k itself), any f32.
+    """The multiple a K block of ``dtype`` is rounded up to: bf16 pairs and int8 quads (VNNI), a whole
+    AMX tile row (32 bf16, 64 int8) on AMX hosts (else the kernel pads k itself), any f32.
 
-    >>> k_granule("f32")
-    1
+    >>> k_granule("f32"), k_granule("i8") in (4, 64)
+    (1, True)
     """
     if dtype == "f32":
         return 1
-    return 32 if on_tiles(dtype) else 2
+    return {"bf16": 32, "i8": 64}[dtype] if on_tiles(dtype) else VNNI[dtype]
 
 
 def on_tiles(dtype):
@@ -379,7 +384,7 @@ def q90_cell(percent):
 def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
     torch = _torch()
     rounds = 5 if quick else 9
-    rep = Report(f"GEMM GFLOP/s: tuned DSL (loops.tune.search: spec, block sizes, knobs) and the fixed aBC, numpy, "
+    rep = Report(f"GEMM GFLOP/s (int8: GOP/s of u8 x s8 -> int32; torch: torch._int_mm, s8 x s8): tuned DSL (loops.tune.search: spec, block sizes, knobs) and the fixed aBC, numpy, "
                  f"torch, timed back to back (medians of {rounds} interleaved rounds; ratios: medians of per-round ratios); % of the dtype's "
                  f"peak: on 1 thread the median / 90th percentile of 15 ratios timed back to back with the "
                  f"peak loop on the thread's CPU time (q90 '!': over 100, a disturbed round), on n threads "
@@ -391,14 +396,13 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
         _, peak_loop, share = dtype_peak(dtype)
         fp32_loop = dtype_peak("f32")[1]
         for M, N, K in progress(sizes, f"gemm {dtype}", bar):
-            a = rng.standard_normal((M, K), np.float32)
-            b = rng.standard_normal((K, N), np.float32)
+            a, b = operands(rng, M, N, K, dtype)
             configs = gemm_configs(M, N, K, dtype, quick)
-            ref = (a.astype(tpp.dtypes.dtype(dtype)).astype(np.float32)
-                   @ b.astype(tpp.dtypes.dtype(dtype)).astype(np.float32))
+            ref = reference(a, b, dtype)
             flops = 2 * M * N * K
             one, first_win = None, None
             for nt in one_thread_first(threads):
+                torch_wrong = None
                 make = gemm_maker(a, b, dtype, pool_of(nt))
                 fixed, fixed_arrays, fixed_out = make(**configs[0])
                 run_fixed = functools.partial(fixed, *fixed_arrays)
@@ -416,11 +420,10 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
                 if dtype == "f32":
                     c = np.empty((M, N), np.float32)
                     named["numpy"] = functools.partial(np.matmul, a, b, out=c)
-                if torch is not None and (dtype == "f32" or M * N * K <= 1024 ** 3 or _has_bf16()):
+                if torch is not None and (dtype != "bf16" or M * N * K <= 1024 ** 3 or _has_bf16()):
                     torch.set_num_threads(nt)
-                    td = torch.float32 if dtype == "f32" else torch.bfloat16
-                    named["torch"] = functools.partial(torch.matmul, torch.from_numpy(a).to(td),
-                                                       torch.from_numpy(b).to(td))
+                    named["torch"] = torch_peer(torch, a, b, dtype)
+                    torch_wrong = inexact(named["torch"], a, b, dtype, f"{M}x{N}x{K} on {nt} threads")
                 if one is not None:
                     named["1T"] = one
                 if nt > 1:                      # what nt cores delivered in the same rounds
@@ -450,7 +453,7 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
                         host_scaling, pct[0], q90_cell(pct[1]), pct[2], winner_text(win) if win else "-",
                         x=f"{dtype} {M}x{N}x{K} {nt}T", q90=pct[1],
                         gflops=res["tuned"][0], fixed_gflops=res["fixed"][0], numpy_gflops=np_g,
-                        torch_gflops=th_g, peak_gflops=implied_peak(res["tuned"][0], pct[0]),
+                        torch_gflops=th_g, torch_wrong_sums=torch_wrong, peak_gflops=implied_peak(res["tuned"][0], pct[0]),
                         host_scaling=host_scaling, tuning=win)
     return rep
 
@@ -471,7 +474,53 @@ def peak_scaling(dtype, threads, rounds):
     return float(np.median((many_work / tn) / (one_work / t1)))
 
 
+def operands(rng, M, N, K, dtype):
+    """(A, B) of ``dtype``'s GEMM: standard normal fp32 (bf16 rounds them as it blocks them), or for
+    int8 uniform u8 A and s8 B."""
+    if dtype == "i8":
+        return rng.integers(0, 256, (M, K), dtype=np.uint8), rng.integers(-128, 128, (K, N), dtype=np.int8)
+    return rng.standard_normal((M, K), np.float32), rng.standard_normal((K, N), np.float32)
+
+
+def reference(a, b, dtype):
+    """A @ B as the GEMM of ``dtype`` computes it: fp32 of bf16-rounded operands, or int8's exact sums
+    (float64 holds them exactly: |sum| <= 255 * 128 * K < 2**53)."""
+    if dtype == "i8":
+        return a.astype(np.float64) @ b.astype(np.float64)
+    cast = tpp.dtypes.dtype(dtype)
+    return a.astype(cast).astype(np.float32) @ b.astype(cast).astype(np.float32)
+
+
+def torch_peer(torch, a, b, dtype):
+    """torch's matmul of the same work: fp32 or bf16 ``torch.matmul``; int8 ``torch._int_mm`` (s8 x
+    s8 -> int32; A's bytes read as s8: the same work on other values)."""
+    if dtype == "i8":
+        ta, tb = torch.from_numpy(a.view(np.int8)), torch.from_numpy(b)
+        return functools.partial(torch._int_mm, ta, tb)
+    td = torch.float32 if dtype == "f32" else torch.bfloat16
+    return functools.partial(torch.matmul, torch.from_numpy(a).to(td), torch.from_numpy(b).to(td))
+
+
+def inexact(run, a, b, dtype, what):
+    """int8: how many of the peer's sums differ from the exact ones (None for other dtypes); a
+    line says so when some do. oneDNN on AVX2 hosts (no VNNI) adds pairs of products in int16,
+    saturating: at 1024^3 on Zen 4 capped at AVX2, 1,048,559 of its 1,048,576 sums were wrong; ours,
+    and VNNI's, are exact."""
+    if dtype != "i8":
+        return None
+    got = run().numpy()
+    wrong = int((got != (a.view(np.int8).astype(np.float64) @ b.astype(np.float64))).sum())
+    if wrong:
+        print(f"# torch._int_mm {what}: {wrong} of {got.size} int32 sums differ from the exact ones")
+    return wrong
+
+
 def _check(got, ref, dtype, what):
+    if dtype == "i8":
+        wrong = int((got != ref).sum())
+        if wrong:
+            raise AssertionError(f"DSL GEMM {what}: {wrong} int32 sums differ from the exact ones")
+        return
     err = float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
     if err > (1e-4 if dtype == "f32" else 1e-2):
         raise AssertionError(f"DSL GEMM {what}: relative error {err}")
@@ -483,7 +532,7 @@ def parse(argv=None):
     p.add_argument("--sizes", type=parse_sizes, default=None,
                    help="comma list of N or MxNxK (default 512,1024,2048,4096x1024x1024,1000x700x300)")
     threads_option(p)
-    dtypes_option(p, ("f32", "bf16"))
+    dtypes_option(p, ("f32", "bf16", "i8"), "f32,bf16")
     tuning_options(p, "tuning budget per shape, dtype and thread count (0: no tuning; default: 20, growing with "
                       "the square root of the work past 1024^3 up to 60 (tune_budget); --quick 6)")
     p.add_argument("--quick", action="store_true", help="sizes 512,1024, fewer runs and knobs")
@@ -493,18 +542,20 @@ def parse(argv=None):
     check_tuning(p, args)
     if args.sizes:
         M, N, K = max(args.sizes, key=lambda size: gemm_bytes(*size))
-        check_memory(p, "--sizes", f"{M}x{N}x{K}", gemm_bytes(M, N, K), "--sizes 4096")
+        check_memory(p, "--sizes", f"{M}x{N}x{K}", gemm_bytes(M, N, K, args.dtypes), "--sizes 4096")
     return args
 
 
-def gemm_bytes(M, N, K):
+def gemm_bytes(M, N, K, dtypes=("f32",)):
     """Bytes a row of size M x N x K allocates at least: fp32 A, B, the reference, C, its
-    unblocked copy and NumPy's C, and the blocked A and B (2 bytes an element or more).
+    unblocked copy and NumPy's C, and the blocked A and B (2 bytes an element or more); with int8
+    among ``dtypes`` its float64 reference and operand copies (8 bytes an element) instead.
 
-    >>> gemm_bytes(1024, 1024, 1024) / 2 ** 20
-    24.0
+    >>> gemm_bytes(1024, 1024, 1024) / 2 ** 20, gemm_bytes(1024, 1024, 1024, ["i8"]) / 2 ** 20
+    (24.0, 36.0)
     """
-    return 6 * (M * K + K * N) + 12 * M * N
+    a_b, c = (10, 16) if "i8" in dtypes else (6, 12)
+    return a_b * (M * K + K * N) + c * M * N
 
 
 def main(argv=None):

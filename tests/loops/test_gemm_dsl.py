@@ -131,6 +131,25 @@ def test_any_shape_gemm_matches_numpy(M, N, K, bm, bn, bk, kstep, edges, dtype, 
     np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * max(1.0, float(np.abs(ref).max())))
 
 
+@given(M=st.integers(1, 70), N=st.integers(1, 70), K=st.integers(1, 90), bm=st.sampled_from([8, 16, 25, 32]),
+       bn=st.sampled_from([16, 32]), bk=st.sampled_from([4, 8, 32, 33, 50]), kstep=st.integers(1, 4),
+       edges=st.booleans(), spec=st.sampled_from(["aBC", "BCa", "cBab"]), seed=st.integers(0, 2 ** 32 - 1))
+def test_any_shape_int8_gemm_is_exact(M, N, K, bm, bn, bk, kstep, edges, spec, seed):
+    """u8 x s8 -> int32 (bench gemm --dtypes i8): any shape, K blocks that split VNNI quads included,
+    every sum exact (the bench's own operands() and reference() against an int64 product)."""
+    a, b = gemm_module.operands(np.random.default_rng(seed), M, N, K, "i8")
+    a[0, :] = 255
+    b[:, 0] = -128
+    gemm, (A, B, C), output = gemm_maker(a, b, "i8", get_pool(), spec=spec)(bm=bm, bn=bn, bk=bk, kstep=kstep,
+                                                                            edges=edges)
+    C[...] = np.iinfo(np.int32).min       # no sum of these shapes reaches it: an unwritten element shows
+    gemm(A, B, C)
+    got, want = output(), a.astype(np.int64) @ b.astype(np.int64)
+    assert got.dtype == np.int32 and got.shape == (M, N)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(gemm_module.reference(a, b, "i8"), want)
+
+
 def test_gemm_configs_start_with_the_fixed_one_and_are_distinct():
     configs = gemm_configs(1000, 700, 300, "f32")
     assert configs[0]["bm"] == 64 and configs[0]["kstep"] == 8 and configs[0]["edges"] is True
@@ -165,3 +184,14 @@ def test_gemm_configs_tune_prefetches_only_on_amx(granule, monkeypatch):
     else:
         assert bf16[0].get("prefetch", True) and len(quiet) * 2 == len(bf16)
         assert [dict(c, prefetch=False) for c in bf16 if "prefetch" not in c] == quiet
+
+
+def test_inexact_counts_the_peers_wrong_int8_sums(capsys):
+    """The int8 peer's result against the exact sums of the same bytes (A's read as s8, as it reads them)."""
+    import types
+    a, b = np.array([[255, 3]], np.uint8), np.array([[2], [1]], np.int8)       # as s8: -1 * 2 + 3 * 1 = 1
+    peer = lambda value: lambda: types.SimpleNamespace(numpy=lambda: np.array([[value]], np.int32))  # noqa: E731
+    assert gemm_module.inexact(peer(1), a, b, "i8", "1x1x2") == 0 and capsys.readouterr().out == ""
+    assert gemm_module.inexact(peer(513), a, b, "i8", "1x1x2") == 1
+    assert "1x1x2: 1 of 1 int32 sums differ" in capsys.readouterr().out
+    assert gemm_module.inexact(peer(0), a, b, "f32", "1x1x2") is None
