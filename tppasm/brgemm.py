@@ -216,6 +216,10 @@ class Brgemm(Descriptor):
         bias = rest.pop(0) if self.bias else None
         c[...] = self.compute(a_blocks, b_blocks, c, bias)
 
+    def value_bounds(self):
+        """``a_bits=7``: A's values are at most 127 (what the kernels were promised)."""
+        return {"a": 127} if self.a_bits == 7 else {}
+
     def unspecified(self, a, b, c, *rest):
         """With ``a_bits=7``: C's rows whose A rows hold a value above 127 (a broken promise; the
         whole C where A is a buffer of offset blocks or a list of address blocks)."""
