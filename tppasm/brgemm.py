@@ -161,7 +161,8 @@ class Brgemm(Descriptor):
         a_dtype, b_dtype = (INT8_DTYPE[c] for c in self.signs) if self.dtype == "i8" else \
             (A_DTYPE[self.dtype], B_DTYPE[self.dtype])
         which = "signs" if self.dtype == "i8" else ""          # the parameter that sets their dtypes, for messages
-        a = OperandSpec("a", a_dtype, (self.m, self.k), (self.lda, 1), ld_name="lda", dtype_param=which)
+        a = OperandSpec("a", a_dtype, (self.m, self.k), (self.lda, 1), ld_name="lda", dtype_param=which,
+                        max_value=127 if self.a_bits == 7 else None)
         if f == 1:
             b = OperandSpec("b", "f32", (self.k, self.n), (self.ldb, 1), ld_name="ldb")
         else:
@@ -215,10 +216,6 @@ class Brgemm(Descriptor):
             a_blocks, b_blocks = list(a[:count]), list(b[:count])
         bias = rest.pop(0) if self.bias else None
         c[...] = self.compute(a_blocks, b_blocks, c, bias)
-
-    def value_bounds(self):
-        """``a_bits=7``: A's values are at most 127 (what the kernels were promised)."""
-        return {"a": 127} if self.a_bits == 7 else {}
 
     def unspecified(self, a, b, c, *rest):
         """With ``a_bits=7``: C's rows whose A rows hold a value above 127 (a broken promise; the

@@ -157,16 +157,6 @@ class Descriptor:
     def reference(self, *arrays, **scalars):
         raise NotImplementedError
 
-    def value_bounds(self):
-        """{operand name: the largest magnitude this TPP promises its elements hold}: the values
-        :func:`tppasm.testing.strategies.operands` draws for it stay within; none by default.
-
-        >>> from tppasm.eltwise import Unary
-        >>> Unary("relu", 1, 2).value_bounds()
-        {}
-        """
-        return {}
-
     def unspecified(self, *arrays):
         """Elements of the outputs whose values this TPP leaves unspecified, given the operands after
         ``reference`` ran on them: {output name: boolean mask}; none by default. Checks

@@ -38,6 +38,8 @@ class OperandSpec:
     ``batch=True`` adds a leading dimension of at least ``count`` entries whose stride is
     ``strides[0]``. ``ld_name`` names the constructor parameter that sets the row stride, and
     ``dtype_param`` the one that sets the dtype where f32 and bf16 are both legal, for messages.
+    ``max_value``: the largest value the kernel is promised its elements hold (None: the dtype's;
+    :func:`tppasm.testing.strategies.operands` draws within it), e.g. a BRGEMM's A with ``a_bits=7``.
     """
 
     name: str
@@ -48,6 +50,7 @@ class OperandSpec:
     batch: bool = False
     ld_name: str = ""
     dtype_param: str = ""
+    max_value: int = None
 
     @property
     def np_dtype(self):

@@ -121,7 +121,7 @@ def test_tile_and_sve_kernels_are_the_same_either_way(isa):
 @settings(max_examples=15)
 @given(data=st.data(), shape=st.sampled_from([(6, 16, 64), (5, 9, 7), (17, 33, 130)]))
 def test_the_testing_strategies_keep_the_promise(isa, data, shape):
-    """tppasm.testing draws A within the descriptor's value_bounds (<= 127), so its check of a u7
+    """tppasm.testing draws A within its operand's max_value (127), so its check of a u7
     kernel compares every element (none unspecified) instead of skipping the rows it spoiled."""
     from tppasm.testing import assert_matches_reference
     from tppasm.testing.strategies import operands

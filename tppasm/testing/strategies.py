@@ -3,8 +3,8 @@
 Sizes favour the tails of vector loops (1, 7, 8, 9, 15, 16, 17, ... 65) over a plain range;
 leading dimensions are the row width or wider; arrays start 64-byte aligned or not; values are
 moderate by default and, with ``specials=True``, include NaN, +-inf, -0, denormals and the
-extreme finite values (integers: their minimum and maximum), within the bounds a kernel's
-descriptor promises (``value_bounds``: a BRGEMM's A with ``a_bits=7``). :func:`operands` of a kernel that
+extreme finite values (integers: their minimum and maximum), within an operand's ``max_value`` (a
+BRGEMM's A with ``a_bits=7``: 127). :func:`operands` of a kernel that
 sums or multiplies inputs (a BRGEMM, a norm, a reduction, dequant, SwiGLU...) draws no extreme
 finite values, and in each example either the non-finite values (NaN, +-inf, +-0) or the tiny
 ones (+-0, denormals, the smallest normal; dequant: none), never both: fp32 sums of extremes leave fp32 range,
@@ -163,7 +163,7 @@ def _buffer(draw, dt, extent, align):
 
 def _fill(draw, dt, shape, specials, bound=None):
     """An array of ``shape`` with values drawn for ``dt`` (bf16 drawn as fp32, then rounded), within
-    ``bound`` if given (a descriptor's ``value_bounds``)."""
+    ``bound`` if given (an operand's ``max_value``)."""
     if dt.name == "bfloat16":
         return draw(hnp.arrays(np.float32, shape, elements=values("f32", specials, bound))).astype(dt)
     return draw(hnp.arrays(dt, shape, elements=values(dt, specials, bound)))
@@ -287,7 +287,7 @@ def _operands(draw, kernel, max_count, specials, align):
         elif spec.name in indices:
             view[...] = indices[spec.name]
         else:
-            view[...] = _fill(draw, dt, shape, specials, kernel.desc.value_bounds().get(spec.name))
+            view[...] = _fill(draw, dt, shape, specials, spec.max_value)
         out.append(view)
     return tuple(out)
 
