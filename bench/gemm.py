@@ -384,9 +384,10 @@ def q90_cell(percent):
 def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
     torch = _torch()
     rounds = 5 if quick else 9
-    rep = Report(f"GEMM GFLOP/s (int8: GOP/s of u8 x s8 -> int32; torch: torch._int_mm, s8 x s8): tuned DSL (loops.tune.search: spec, block sizes, knobs) and the fixed aBC, numpy, "
-                 f"torch, timed back to back (medians of {rounds} interleaved rounds; ratios: medians of per-round ratios); % of the dtype's "
-                 f"peak: on 1 thread the median / 90th percentile of 15 ratios timed back to back with the "
+    rep = Report(f"GEMM GFLOP/s (int8: GOP/s of u8 x s8 -> int32; torch: torch._int_mm, s8 x s8): tuned DSL "
+                 f"(loops.tune.search: spec, block sizes, knobs) and the fixed aBC, numpy, torch, timed back to "
+                 f"back (medians of {rounds} interleaved rounds; ratios: medians of per-round ratios); % of the "
+                 f"dtype's peak: on 1 thread the median / 90th percentile of 15 ratios timed back to back with the "
                  f"peak loop on the thread's CPU time (q90 '!': over 100, a disturbed round), on n threads "
                  f"the median ratio to the peak loop run on n threads in the same rounds",
                  ["dtype", "M x N x K", "threads", "tuned", "aBC", "numpy", "torch", "tuned/numpy", "tuned/torch",
@@ -453,8 +454,8 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
                         host_scaling, pct[0], q90_cell(pct[1]), pct[2], winner_text(win) if win else "-",
                         x=f"{dtype} {M}x{N}x{K} {nt}T", q90=pct[1],
                         gflops=res["tuned"][0], fixed_gflops=res["fixed"][0], numpy_gflops=np_g,
-                        torch_gflops=th_g, torch_wrong_sums=torch_wrong, peak_gflops=implied_peak(res["tuned"][0], pct[0]),
-                        host_scaling=host_scaling, tuning=win)
+                        torch_gflops=th_g, torch_wrong_sums=torch_wrong,
+                        peak_gflops=implied_peak(res["tuned"][0], pct[0]), host_scaling=host_scaling, tuning=win)
     return rep
 
 

@@ -9,7 +9,8 @@ from isa.cpu import host
 @pytest.mark.parametrize("isa,dtype,want", [
     ("avx2", "f32", ("FMA",)), ("avx2", "bf16", ("FMA",)),
     ("avx512", "bf16", ("BF16-dot", "FMA")), ("avx512", "i8", ("VNNI", "u7", "madd")),
-    ("amx", "bf16", ("AMX", "BF16-dot", "FMA")), ("amx", "i8", ("AMX", "VNNI", "u7", "madd")), ("amx", "f32", ("FMA",))])
+    ("amx", "bf16", ("AMX", "BF16-dot", "FMA")), ("amx", "i8", ("AMX", "VNNI", "u7", "madd")),
+    ("amx", "f32", ("FMA",))])
 def test_units_of_a_full_featured_target(isa, dtype, want):
     if isa == "avx512" and isa in host().levels and not (host().has("avx512_bf16") and host().has("avx512_vnni")):
         pytest.skip("this AVX-512 host lacks BF16/VNNI: its own features decide")

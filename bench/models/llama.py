@@ -15,7 +15,8 @@ is as wide as the host's kernels read whole rows of it (:func:`~bench.models.lla
 128; 7-bit codes, zero point 64, where the int8 BRGEMM has no VNNI dot:
 :func:`~bench.models.llama_weights.activation_bits`), the u8 x s8 BRGEMM accumulates int32 and the
 dequant TPP applies the column offsets and scales (and adds the residual) on the tile in cache.
-Measured (``python -m bench llm`` prints it): one Zen 4 core consumes int8 weights from L1 at 125-190 GB/s with ``vpdpbusd`` but only ~30 GB/s when dequantizing them in registers (sign-extend,
+Measured (``python -m bench llm`` prints it): one Zen 4 core consumes int8 weights from L1 at
+125-190 GB/s with ``vpdpbusd`` but only ~30 GB/s when dequantizing them in registers (sign-extend,
 convert, fp32 FMA), which is no faster than its DRAM read bandwidth, and prefill would run at the
 fp32 FMA rate, a quarter of ``vpdpbusd``'s; so weights stay int8 all the way into the dot product.
 Attention works on bf16: K is stored transposed in the VNNI2 layout the scores BRGEMM
