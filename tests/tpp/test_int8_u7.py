@@ -16,15 +16,17 @@ from tests.tpp.test_brgemm import _run
 TARGETS = [("avx2", ()), ("avx512", ()), ("avx2", ("avx_vnni",))]
 
 
-def _targets():
-    marks = {p.values[0]: p for p in isa_params(("avx2", "avx512"))}
-    return [pytest.param(isa, feats, id=f"{marks[isa].id}-{'+'.join(feats) or 'novnni'}", marks=marks[isa].marks)
-            for isa, feats in TARGETS]
-
-
 def _where(isa, feats):
     """Natively where the host runs the target with these features, else in the interpreter."""
     return "native" if native(isa) and set(feats) <= target_features(isa) else "interp"
+
+
+def _targets():
+    """The TARGETS as params, "interp" in the id of those the interpreter runs (the ISA summary counts them so)."""
+    marks = {p.values[0]: p for p in isa_params(("avx2", "avx512"))}
+    return [pytest.param(isa, feats, id=f"{isa}{'-interp' if _where(isa, feats) == 'interp' else ''}-"
+                         f"{'+'.join(feats) or 'novnni'}", marks=marks[isa].marks)
+            for isa, feats in TARGETS]
 
 
 def _blocks(rng, d, count):
@@ -109,7 +111,7 @@ def test_a_broken_promise_spoils_exactly_the_unspecified_rows(isa, feats):
     assert Brgemm(m=3, n=16, k=8, dtype="i8").unspecified(a, b, got) == {}
 
 
-@pytest.mark.parametrize("isa", ["amx", "sve"])
+@pytest.mark.parametrize("isa", [pytest.param("amx", id="amx_code"), pytest.param("sve", id="sve_code")])
 def test_tile_and_sve_kernels_are_the_same_either_way(isa):
     """tdpbusd and SVE's dot products take any u8: the promise changes no instruction there."""
     from tppasm.kernel import Kernel
