@@ -218,14 +218,16 @@ class Brgemm(Descriptor):
         c[...] = self.compute(a_blocks, b_blocks, c, bias)
 
     def unspecified(self, a, b, c, *rest):
-        """With ``a_bits=7``: C's rows whose A rows hold a value above 127 (a broken promise; the
+        """C's rows whose A rows hold a value above A's promised ``max_value`` (``a_bits=7``: 127; the
         whole C where A is a buffer of offset blocks or a list of address blocks)."""
-        if self.a_bits == 8:
+        bound = self.block_specs()[0].max_value
+        if bound is None:
             return {}
         if self.batch == "stride":
-            big = (np.asarray(a).reshape(-1, self.m, np.asarray(a).shape[-1]) > 127).any(axis=(0, 2))
+            a = np.asarray(a)
+            big = (a.reshape(-1, self.m, a.shape[-1]) > bound).any(axis=(0, 2))
             return {"c": np.broadcast_to(big[:, None], c.shape)}
-        big = any((np.asarray(x) > 127).any() for x in (a if self.batch == "address" else [a]))
+        big = any((np.asarray(x) > bound).any() for x in (a if self.batch == "address" else [a]))
         return {"c": np.full(c.shape, big)}
 
     def compute(self, a_blocks, b_blocks, c, bias=None):
