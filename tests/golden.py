@@ -57,6 +57,7 @@ def descriptors():
     out += [Reduce(op, 6, 27, over) for op in REDUCE_OPS for over in ("rows", "cols")]
     out += [Transform(op, 12, 10, dtype="bf16" if "vnni2" in op else "i8" if "vnni4" in op else "f32")
             for op in TRANSFORMS] + [Transform("transpose", 12, 10, dtype="bf16")]          # 8x8 word blocks
+    out += [Transform("transpose", 12, 10, dtype="i8"), Transform("transpose", 12, 10, dtype="i64")]  # byte, qword
     out += [Softmax(5, 37), Softmax(3, 200, dtype="bf16", out_dtype="bf16", scale=0.125, mask="row"),
             Softmax(4, 20, mask="full", ldm=24), LayerNorm(6, 45), RMSNorm(3, 70, dtype="bf16"),
             Rotary(4, 24, 8), SwiGLU(5, 33), Quantize(4, 50), Quantize(3, 37, ldo=40, dtype="bf16", bits=7),

@@ -1,68 +1,32 @@
 """x86 generators for layout transforms (transpose, VNNI2/VNNI4 pack and unpack).
 
 4-byte transposes move 8x8 blocks through ymm registers (unpack, shuffle, lane permute), 2-byte
-ones 8x8 blocks through xmm registers (three unpack stages); VNNI packs of bf16 pairs and int8
-quads interleave 32-byte column chunks of f rows in ymm registers. Edges stay vector code: the
-blocks of a transpose's last n % 8 columns and m % 8 rows, and a pack's last n % (32 / itemsize)
-columns, take masked loads and stores (:class:`_Tails`); on AVX2 a pack at least one chunk wide
-instead moves its last chunk back to end at the edge (it overlaps the one before and rewrites
-some outputs with the same values). The rows a VNNI group lacks are zero registers. No byte
-outside the operands is read or written. Everything else (1- and 8-byte transposes, the other
-VNNI dtype pairs, VNNI unpacking) is an element-for-element copy through general registers in
-three nested loops, ``out[a*oa + b*ob + c*oc] = x[a*ia + b*ib + c*ic]``, so any element size
-and shape works; rows the VNNI layout pads are written as zeros.
+ones 8x8 blocks through xmm registers (three unpack stages), 1- and 8-byte ones the blocks of
+:mod:`tppasm.x86.transpose_bytes` (16x16 bytes, 8x4 or 8x8 qwords) in the same loops. VNNI packs
+and unpacks of every dtype pair shuffle 32-byte column chunks of f rows in ymm registers
+(:mod:`tppasm.x86.vnni`). Edges stay vector code: the blocks of a transpose's last columns and
+rows, and a VNNI chunk's last n % (32 / itemsize) columns, take masked loads and stores
+(:class:`_Tails`); on AVX2 a VNNI layout at least one chunk wide (and a 1- or 8-byte transpose at
+least one block wide) instead moves its last chunk back to end at the edge (it overlaps the one
+before and rewrites some outputs with the same values). The rows a packed VNNI group lacks are
+zero registers; an unpack writes only the rows it holds. No byte outside the operands is read or
+written. Output rows one L1 set apart (ldo * itemsize a multiple of 4 KiB) would put all 8 rows a
+4-byte block stores in one set: whole blocks there take columns 4-7 from 256 / itemsize rows back
+(:func:`_lag`).
 
 >>> import numpy as np, tppasm
 >>> x = np.arange(6, dtype=np.float32).reshape(2, 3); out = np.empty((3, 2), np.float32)
 >>> tppasm.transform("transpose", 2, 3)(x, out); out.tolist()
 [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
 """
-from isa.x86 import (K, Function, dword, eax, gpr, ptr, r8, r9, r10, r11, r12, r13, r14, r15, rax, rcx,
+from isa.x86 import (K, Function, dword, eax, ptr, r8, r9, r10, r11, r12, r13, r14, r15, rax, rcx,
                      rdx, rsp, vec)
 
 from ..dtypes import dtype as to_dtype
 from ..backends import register
-
-SIZE_BITS = {1: 8, 2: 16, 4: 32, 8: 64}
-
-
-def _copy3(a, es, src, dst, counts, istr, ostr, zero=False):
-    """Three nested loops over ``counts`` (A, B, C) with element strides ``istr``/``ostr``; the
-    outer pointers ``src``/``dst`` end advanced by A blocks."""
-    data = gpr(rax.num, SIZE_BITS[es])
-    A, B, C = counts
-    if not (A and B and C):
-        return
-    a.mov(r8, A)
-    la = a.label()
-    a.bind(la)
-    a.mov(r12, src)
-    a.mov(r13, dst)
-    a.mov(r9, B)
-    lb = a.label()
-    a.bind(lb)
-    a.mov(r14, r12)
-    a.mov(r15, r13)
-    a.mov(r10, C)
-    lc = a.label()
-    a.bind(lc)
-    if zero:
-        a.xor(gpr(rax.num, 32), gpr(rax.num, 32))
-    else:
-        a.mov(data, [r14])
-    a.mov([r15], data)
-    a.add(r14, istr[2] * es)
-    a.add(r15, ostr[2] * es)
-    a.dec(r10)
-    a.jnz(lc)
-    a.add(r12, istr[1] * es)
-    a.add(r13, ostr[1] * es)
-    a.dec(r9)
-    a.jnz(lb)
-    a.add(src, istr[0] * es)
-    a.add(dst, ostr[0] * es)
-    a.dec(r8)
-    a.jnz(la)
+from . import transpose_bytes
+from . import vnni
+from .blocking import ALIASED_ROWS, rows_per_set
 
 
 @register("x86", "transform")
@@ -72,26 +36,20 @@ def generate_transform(desc, isa):
     x, out = fn.args
     es = to_dtype(desc.dtype).itemsize
     m, n, f = desc.m, desc.n, desc.factor
-    if desc.op == "transpose" and es in (2, 4):
+    if desc.op == "transpose":
         _transpose(fn, _Tails(fn, isa), x, out, m, n, desc.ldi, desc.ldo, es)
-    elif desc.op == "transpose":
-        _copy3(a, es, x, out, (1, m, n), (0, desc.ldi, 1), (0, 1, desc.ldo))
-    elif desc.op.startswith("vnni") and (f, es) in ((2, 2), (4, 1)):
-        _vnni_pack(fn, _Tails(fn, isa), x, out, m, n, desc.ldi, f, es)
-    elif desc.op.startswith("vnni"):
-        full, rem = divmod(m, f)
-        # x (k, n) row r = g*f + b -> out[g, col, b]
-        _copy3(a, es, x, out, (full, f, n), (f * desc.ldi, desc.ldi, 1), (n * f, 1, f))
-        if rem:
-            a.mov(r11, out)
-            _copy3(a, es, x, out, (1, rem, n), (0, desc.ldi, 1), (0, 1, f))
-            a.lea(out, [r11 + rem * es])
-            _copy3(a, es, x, out, (1, f - rem, n), (0, 0, 0), (0, 1, f), zero=True)
     else:
-        full, rem = divmod(m, f)
-        _copy3(a, es, x, out, (full, f, n), (n * f, 1, f), (f * desc.ldo, desc.ldo, 1))
-        if rem:
-            _copy3(a, es, x, out, (1, rem, n), (0, 1, f), (0, desc.ldo, 1))
+        # every VNNI pack and unpack: tppasm.x86.vnni's shuffle network in these loops and tails
+        t, unpack = _Tails(fn, isa), desc.op.startswith("un")
+        net, ld = vnni.Network(a, f, es, unpack), desc.ldo if unpack else desc.ldi
+        net.setup()
+        for gcount, g0, rows in net.groups(m):
+            for ccount, c0, ncols in _segments(n, net.cols, overlap=not t.avx512):
+                net.prepare(t, ncols)
+                src, dst = net.offsets(g0, c0, n, ld)
+                _blocks(a, _offset(a, rcx, x, src), _offset(a, rdx, out, dst), gcount, ccount,
+                        lambda rows=rows, ncols=ncols: net.chunk(
+                            t, rows, ncols, _strided(a, net.rows_at, ld * es, rows, net.walker)), *net.steps(n, ld))
     return fn.finalize()
 
 
@@ -112,7 +70,8 @@ def _inner_blocks(a, inner, body, inner_step):
 
 
 def _loop(a, counter, count, body, pointers, steps):
-    """``count`` runs of ``body()``, the ``pointers`` stepped by ``steps`` bytes after each."""
+    """``count`` runs of ``body()``, the ``pointers`` stepped by ``steps`` bytes after each (a step
+    past 32 bits through rax, which no body keeps live across its runs)."""
     if count == 1:
         body()
         return
@@ -121,7 +80,11 @@ def _loop(a, counter, count, body, pointers, steps):
     a.bind(top)
     body()
     for pointer, step in zip(pointers, steps):
-        a.add(pointer, step)
+        if -2 ** 31 <= step < 2 ** 31:
+            a.add(pointer, step)
+        else:
+            a.mov(rax, step)
+            a.add(pointer, rax)
     a.dec(counter)
     a.jnz(top)
 
@@ -264,23 +227,70 @@ class _Tails:
 
 
 def _transpose(fn, t, x, out, m, n, ldi, ldo, es):
-    """out (n, m) = x (m, n)^T for 2- and 4-byte elements, in 8x8 register blocks; the blocks of
-    the last n % 8 columns take masked loads, those of the last m % 8 rows masked stores."""
+    """out (n, m) = x (m, n)^T in register blocks: 8x8 for 2- and 4-byte elements, those of
+    :class:`tppasm.x86.transpose_bytes.Blocks` for 1- and 8-byte ones; the blocks of the last
+    columns take masked loads, those of the last rows masked stores (AVX2 1- and 8-byte blocks:
+    whole blocks moved back where the dimension holds one, ``Blocks.overlap``)."""
     a = fn.asm
-    for rcount, r0, rows in _segments(m, 8, overlap=False):
-        for ccount, c0, cols in _segments(n, 8, overlap=False):
-            if cols < 8:
+    wide = transpose_bytes.Blocks(a, es, t.avx512, _emit_live) if es in (1, 8) else None
+    R, C, overlap = (wide.rows, wide.cols, wide.overlap) if wide else (8, 8, False)
+    lagging = _lag(m, n, ldi, ldo, es) if not wide or wide.lags else 0
+    for rcount, r0, rows, segments in _runs(m, n, R, C, overlap, lagging):
+        for ccount, c0, cols, lag in segments:
+            if cols < C:
                 t.prepare(cols, es)
-            if 1 < rows < 8:                    # one row is stored element by element
+            if 1 < rows < R:                    # one row is stored element by element
                 t.prepare(rows, es, loads=False)
             src = _offset(a, rcx, x, (r0 * ldi + c0) * es)
             dst = _offset(a, rdx, out, (c0 * ldo + r0) * es)
-            _blocks(a, src, dst, rcount, ccount, lambda rows=rows, cols=cols: _transpose_block(
-                a, t, es, ldi, ldo, rows, cols), (8 * es, 8 * ldo * es), (8 * ldi * es, 8 * es))
+            _blocks(a, src, dst, rcount, ccount, lambda rows=rows, cols=cols, lag=lag: wide.block(
+                t, rows, cols, _strided(a, r14, ldi * es, rows, r10), _strided(a, r15, ldo * es, cols, r11),
+                (lag * ldi * es, lag * es)) if wide else _transpose_block(a, t, es, ldi, ldo, rows, cols, lag),
+                (C * es, C * ldo * es), (R * ldi * es, R * es))
 
 
-def _transpose_block(a, t, es, ldi, ldo, rows, cols):
-    """The block of ``rows`` x ``cols`` at r14 (rows ``ldi`` apart) transposed to r15 (``ldo``)."""
+# A block of 4-byte elements (or 8-byte ones in zmm) stores 8 output rows; ldo * itemsize a multiple of 4 KiB
+# puts all 8 in one L1 set (8 ways), and f32 1024 x 8 took 1.8 us against 0.85 for 1024 x 7 or ldo 1040 (Zen 4).
+# There the whole blocks take columns 4-7 (the upper half of each row's register) from rows LAG_BYTES /
+# itemsize back: they store 4 output rows here and 4 at 256 bytes (4 lines, other sets) before (f32 1024 x 8:
+# 0.87 us, 128 bytes back 1.0; f32 1024 x 1024: 511 against 816 us). Their loads then touch twice the rows:
+# where those share a set too, a qword block, whose stores are whole lines, loses more than it gains
+# (i64 1024 x 1024: 495 against 430 us; i64 1024 x 8: 1.47 against 2.15).
+LAG_BYTES = 256
+
+
+def _lag(m, n, ldi, ldo, es):
+    """How many rows back the whole 8 x 8 blocks take their columns 4-7 from (0: none)."""
+    lag = LAG_BYTES // es
+    aliased = rows_per_set(ldo * es, 8) > ALIASED_ROWS and (es == 4 or rows_per_set(ldi * es, 16) <= ALIASED_ROWS)
+    return lag if es in (4, 8) and aliased and n >= 8 and m >= lag + 8 and (lag + 8) * ldi * es < 2 ** 31 else 0
+
+
+def _runs(m, n, rows, cols, overlap, lag):
+    """(count, first row, rows, column segments) runs of blocks covering ``m`` x ``n``, each segment
+    (count, first column, columns, lag): :func:`_segments` both ways, or with a ``lag``, whole blocks
+    taking columns 4-7 from ``lag`` rows back, after blocks of the first ``lag`` rows' columns 0-3
+    and before blocks of the last lagging rows' columns 4-7 (4-column blocks: 4 rows in one set).
+
+    >>> for run in _runs(100, 12, 8, 8, False, 64): print(run)
+    (8, 0, 8, [(1, 0, 4, 0), (1, 8, 4, 0)])
+    (4, 64, 8, [(1, 0, 8, 64), (1, 8, 4, 0)])
+    (8, 32, 8, [(1, 4, 4, 0)])
+    (1, 96, 4, [(1, 0, 8, 0), (1, 8, 4, 0)])
+    """
+    plain = [(count, c0, size, 0) for count, c0, size in _segments(n, cols, overlap)]
+    if not lag:
+        return [(count, r0, size, plain) for count, r0, size in _segments(m, rows, overlap)]
+    lagging, whole, tail = (m - lag) // rows, n // cols, plain[1:] if n % cols else []
+    return ([(lag // rows, 0, rows, [(whole, 0, 4, 0)] + tail), (lagging, lag, rows, [(whole, 0, cols, lag)] + tail),
+             (lag // rows, rows * lagging, rows, [(whole, 4, 4, 0)])]
+            + [(count, r0 + rows * lagging + lag, size, plain)
+               for count, r0, size in _segments(m - rows * lagging - lag, rows, overlap)])
+
+
+def _transpose_block(a, t, es, ldi, ldo, rows, cols, lag=0):
+    """The block of ``rows`` x ``cols`` at r14 (rows ``ldi`` apart) transposed to r15 (``ldo``); with a
+    ``lag`` (8 whole 4-byte rows and columns), columns 4-7 are those of the rows ``lag`` rows back."""
     y = [vec(256 if es == 4 else 128, i) for i in range(16)]
     move = a.vmovups if es == 4 else a.vmovdqu
     mask = t.arm(cols, es, y[15]) if cols < 8 else None
@@ -289,14 +299,17 @@ def _transpose_block(a, t, es, ldi, ldo, rows, cols):
             move(y[r], [base + disp])
         else:
             t.load(y[r], base, disp, cols, es, mask)
+        if lag:
+            a.vblendps(y[r], y[r], [base + disp - lag * ldi * es], 0xF0)
     places = _strided(a, r15, ldo * es, cols, r11)
     if rows == 1:
         _row_to_column(a, es, places)
         return
-    _emit_live(a, y, (_transpose8 if es == 4 else _transpose8w)(), {8 + c for c in range(cols)})
+    network = _transpose8() if es == 4 else transpose_bytes.unpack_network(transpose_bytes.WORD_STAGES)
+    _emit_live(a, y, network, {8 + c for c in range(cols)})
     for c, (base, disp) in enumerate(places):
         if rows == 8:
-            move([base + disp], y[8 + c])
+            move([base + disp - (lag * es if c >= 4 else 0)], y[8 + c])
         else:
             t.store(base, disp, y[8 + c], rows, es, tmp=y[0])
 
@@ -339,79 +352,3 @@ def _transpose8():
     for c in range(4):                              # 128-bit halves: rows 0-3 with rows 4-7
         ops += [("vperm2f128", 8 + c, c, 4 + c, 0x20), ("vperm2f128", 12 + c, c, 4 + c, 0x31)]
     return ops
-
-
-# the 8x8 word transpose: each stage interleaves the low and the high halves of register pairs
-# (the previous stage's outputs, numbered as they were written): words of row pairs, then dwords,
-# then qwords, after which register c holds column c
-_WORD_STAGES = (("wd", ((0, 1), (2, 3), (4, 5), (6, 7))), ("dq", ((0, 2), (1, 3), (4, 6), (5, 7))),
-                ("qdq", ((0, 4), (1, 5), (2, 6), (3, 7))))
-
-
-def _transpose8w():
-    """The ops taking xmm 0-7 (rows of 2-byte elements) to xmm 8-15 (columns)."""
-    ops = []
-    for stage, (unpack, pairs) in enumerate(_WORD_STAGES):
-        src, dst = (0, 8) if stage % 2 == 0 else (8, 0)
-        for i, (p, q) in enumerate(pairs):
-            ops += [(f"vpunpckl{unpack}", dst + 2 * i, src + p, src + q),
-                    (f"vpunpckh{unpack}", dst + 2 * i + 1, src + p, src + q)]
-    return ops
-
-
-def _vnni_pack(fn, t, x, out, m, n, ldi, f, es):
-    """x (m, n) -> out (ceil(m/f), n, f) for bf16 pairs and int8 quads: 32-byte column chunks of f
-    rows interleaved in ymm registers; the last n % (32 / es) columns are a masked chunk (on AVX2
-    with n past one chunk: a whole chunk overlapping the one before); the last group's missing
-    rows are zero registers."""
-    a = fn.asm
-    cols = 32 // es
-    full, rem = divmod(m, f)
-    groups = ([(full, 0, f)] if full else []) + ([(1, full, rem)] if rem else [])
-    for gcount, g0, rows in groups:
-        for ccount, c0, ncols in _segments(n, cols, overlap=not t.avx512):
-            if ncols < cols:
-                t.prepare(ncols, es)
-                t.prepare(ncols % 8, 4, loads=False)
-            src = _offset(a, rcx, x, (g0 * f * ldi + c0) * es)
-            dst = _offset(a, rdx, out, (g0 * n * f + c0 * f) * es)
-            _blocks(a, src, dst, gcount, ccount, lambda rows=rows, ncols=ncols: _vnni_chunk(
-                a, t, ldi, f, es, rows, ncols), (32, 32 * f), (f * ldi * es, n * f * es))
-
-
-def _vnni_chunk(a, t, ldi, f, es, rows, ncols):
-    """``ncols`` columns of ``rows`` rows at r14 (``ldi`` apart; rows up to f are zeros) packed
-    to r15: bf16 pairs unpack words, int8 quads unpack bytes then words."""
-    cols = 32 // es
-    y = [vec(256, i) for i in range(15)]
-    mask = t.arm(ncols, es, y[12]) if ncols < cols else None
-    for r, (base, disp) in enumerate(_strided(a, r14, ldi * es, rows, r10)):
-        if mask is None:
-            a.vmovdqu(y[r], [base + disp])
-        else:
-            t.load(y[r], base, disp, ncols, es, mask, tmp=y[14])
-    for r in range(rows, f):
-        a.vpxor(y[r], y[r], y[r])
-    if f == 2:
-        a.vpunpcklwd(y[4], y[0], y[1])
-        a.vpunpckhwd(y[5], y[0], y[1])
-        pairs = [(4, 5)]
-    else:
-        a.vpunpcklbw(y[4], y[0], y[1])
-        a.vpunpckhbw(y[5], y[0], y[1])
-        a.vpunpcklbw(y[6], y[2], y[3])
-        a.vpunpckhbw(y[7], y[2], y[3])
-        a.vpunpcklwd(y[8], y[4], y[6])
-        a.vpunpckhwd(y[9], y[4], y[6])
-        a.vpunpcklwd(y[10], y[5], y[7])
-        a.vpunpckhwd(y[11], y[5], y[7])
-        pairs = [(8, 9), (10, 11)]
-    # each register holds columns (lane 0, lane 1) = (c, c + cols/2): reorder the 128-bit halves;
-    # output register i then holds the f-element groups of columns 8i to 8i + 7 (8 dwords)
-    outs = [(lo, hi, 0x20) for lo, hi in pairs] + [(lo, hi, 0x31) for lo, hi in pairs]
-    for i, (lo, hi, imm) in enumerate(outs[:-(-ncols // 8)]):
-        a.vperm2i128(y[i], y[lo], y[hi], imm)
-        if ncols >= 8 * i + 8:
-            a.vmovdqu([r15 + 32 * i], y[i])
-        else:
-            t.store(r15, 32 * i, y[i], ncols - 8 * i, 4, tmp=y[13])
