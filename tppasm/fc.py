@@ -365,7 +365,8 @@ class PanelGemm:
     words; from B, the vnni2 transform), each used at once by one BRGEMM over all of
     A's rows, over k in batch blocks of :data:`PANEL_K` where they divide k. Threads (up to
     ``threads``, each at least ``min_flops`` of work as in :func:`row_blocks`) take runs of panels,
-    each packing its own; a weight in one panel is packed first and its rows shared instead. On Zen
+    each packing its own; a weight of one panel is cut into a panel per thread for up to
+    :data:`COLUMN_SPLIT_ROWS` rows of A, else packed first and its rows shared instead. On Zen
     4, 1 thread, packing included: 1024^3 fp32 110 GFLOP/s against 101 for one BRGEMM over the
     whole transposed W, 4096 x 768 -> 3072 111 against 82; bf16 220 / 224 against 163 / 177.
 
@@ -388,6 +389,10 @@ class PanelGemm:
         self.in_place = b_layout == "km" and not self.pairs and rows <= DOT_ROWS
         if self.in_place:
             panel = -(-m // len(split(m, 2 * rows * m * k, threads, min_flops)))
+        if not panel and b_layout == "w" and panel_width(m, k, dtype) == m and rows <= COLUMN_SPLIT_ROWS:
+            # one panel for several threads: each packs and multiplies its own columns
+            parts = len(row_blocks(rows, m, k, threads, min_flops))
+            panel = -(-m // parts // 16) * 16 if parts > 1 else None
         panel = panel or panel_width(m, k, dtype)
         self.panels = [(lo, min(lo + panel, m)) for lo in range(0, m, panel)]
         self.bk = PANEL_K if k % PANEL_K == 0 and k > PANEL_K else k
@@ -535,6 +540,12 @@ def panel_width(m, k, dtype):
 
 
 PANEL_BYTES = 1 << 20
+# Up to this many rows, a weight of one panel (panel_width) that several threads multiply is cut
+# into a panel per thread, each packed by the thread that uses it, instead of one panel packed
+# first and shared by row blocks. Zen 4, 2 threads, time of row blocks / column panels: fp32 64 x
+# 64 -> 4096 1.37, 128 x 128 -> 2048 1.15, 256 x 256 -> 1024 1.04; bf16 1.24, 1.19, 1.10; at 384 to
+# 2048 rows 0.82-1.33 (fp32 256 -> 1024 0.82-0.94) (.devx/fcpan2.py).
+COLUMN_SPLIT_ROWS = 256
 class _Plan:
     """The kernels of one shape, dtype and activation (JIT'd once, then looked up per call)."""
 

@@ -269,6 +269,18 @@ def test_row_blocks():
     assert len(fc.RowGemm(64, 64, 64, threads=4).blocks) == 1          # too little work to share
 
 
+def test_one_panel_is_cut_per_thread_for_few_rows():
+    """A weight of one panel shared by two threads: for up to COLUMN_SPLIT_ROWS rows each thread packs
+    and multiplies its own columns (whole vectors of 16 but the last), above them row blocks share it."""
+    few = fc.PanelGemm(fc.COLUMN_SPLIT_ROWS, 1000, 64, threads=2)
+    assert few.panels == [(0, 512), (512, 1000)] and few.groups == [[(0, 512)], [(512, 1000)]]
+    assert few.blocks == [(0, fc.COLUMN_SPLIT_ROWS)]
+    many = fc.PanelGemm(fc.COLUMN_SPLIT_ROWS + 1, 1000, 64, threads=2)
+    assert many.panels == [(0, 1000)] and many.groups is None and len(many.blocks) == 2
+    assert fc.PanelGemm(64, 1000, 64, threads=1).panels == [(0, 1000)]
+    assert fc.PanelGemm(64, 1000, 64, threads=2, b_layout="km").panels == [(0, 1000)]     # (the backward's)
+
+
 def test_row_blocks_run_in_a_forked_child():
     x, w = np.ones((64, 64), np.float32), np.ones((64, 64), np.float32)
     with split_rows():
