@@ -204,3 +204,35 @@ def test_unpack_rows_with_a_stride_under_2gib_run(isa):
     np.testing.assert_array_equal(out, packed.transpose(0, 2, 1).reshape(-1, n)[:m])
     del out
     buf.close()
+
+
+# The AVX2 pieces of a partial row (vmovd/vmovq/vpextr* at +4..+24 of it) reach past its displacement:
+# strides of about 1 GiB whose last row starts just under 2^31 bytes away were refused until
+# transform._strided counted that reach (ROW_REACH)
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("op,m,n,ld,dt", [("unvnni4", 3, 31, 1073741809, "i8"), ("vnni4", 3, 15, 536870906, "bf16"),
+                                          ("unvnni4", 3, 3, 134217727, "i64"), ("unvnni4", 3, 7, 268435453, "f32")])
+def test_a_partial_row_ending_past_2gib_builds_and_runs(isa, op, m, n, ld, dt):
+    """The last row of a group starts under 2^31 bytes from the first but its partial piece ends
+    past it; natively, the kernel also runs on the rows in a sparse mapping."""
+    unpack = op.startswith("un")
+    desc = Transform(op, m, n, 0 if unpack else ld, ld if unpack else 0, dt)
+    assert generate_transform(desc, isa).code
+    if not native(isa):
+        return
+    buf = mmap.mmap(-1, ((m - 1) * ld + n) * D(dt).itemsize,
+                    flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0x4000))
+    rows = np.ndarray((m, n), D(dt), buffer=buf, strides=(ld * D(dt).itemsize, D(dt).itemsize))
+    f, rng = _factor(op), np.random.default_rng(m * n)
+    if unpack:
+        x = rng.integers(-99, 100, (-(-m // f), n, f)).astype(D(dt))
+        rows[...], out = np.array(POISON).astype(D(dt)), rows
+        want = x.transpose(0, 2, 1).reshape(-1, n)[:m]
+    else:
+        rows[...] = rng.integers(-99, 100, (m, n)).astype(D(dt))
+        x, out = rows, np.full((-(-m // f), n, f), POISON, np.int64).astype(D(dt))
+        want = np.concatenate([rows, np.zeros((-m % f, n), rows.dtype)]).reshape(-1, f, n).transpose(0, 2, 1)
+    run_raw(get_kernel(desc, isa), (x, out), isa=isa)
+    np.testing.assert_array_equal(np.asarray(out), want)
+    del x, out, rows
+    buf.close()

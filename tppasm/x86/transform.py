@@ -101,11 +101,15 @@ def _offset(a, dst, base, nbytes):
     return dst
 
 
+ROW_REACH = 64        # bytes past a row's displacement that its loads and stores reach (a zmm; tail pieces)
+
+
 def _strided(a, base, stride, count, walker):
     """(register, displacement) of ``base + i * stride`` for i < ``count``, generated in order:
-    displacements from ``base`` while the last fits in 32 bits, else ``walker`` stepped by ``stride``
-    between uses (so a stride under 2 GiB always works, as it did for the element-wise copy)."""
-    if (count - 1) * stride < 2 ** 31:
+    displacements from ``base`` while the last, plus the up to ``ROW_REACH`` bytes a row's accesses
+    add to it, fits in 32 bits, else ``walker`` stepped by ``stride`` between uses (so a stride under
+    2 GiB always works, as it did for the element-wise copy)."""
+    if (count - 1) * stride + ROW_REACH < 2 ** 31:
         for i in range(count):
             yield base, i * stride
         return
