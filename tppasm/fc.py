@@ -45,7 +45,7 @@ from .fc_dots import (DOT_ROWS, DotGemm, dot_kernels, dots, few_columns, forward
                       mid_dots)
 from .fc_operands import PackedWeight, TransposedB, k_blocks
 from .fc_parallel import parallel_kernels as _parallel_kernels
-from .fc_parallel import part_flops, row_blocks, split
+from .fc_parallel import COLUMN_SPLIT_ROWS, part_flops, row_blocks, split
 from .layout import empty
 
 ACTS = (None, "relu", "gelu", "gelu_erf", "gelu_erf_fast")
@@ -540,12 +540,8 @@ def panel_width(m, k, dtype):
 
 
 PANEL_BYTES = 1 << 20
-# Up to this many rows, a weight of one panel (panel_width) that several threads multiply is cut
-# into a panel per thread, each packed by the thread that uses it, instead of one panel packed
-# first and shared by row blocks. Zen 4, 2 threads, time of row blocks / column panels: fp32 64 x
-# 64 -> 4096 1.37, 128 x 128 -> 2048 1.15, 256 x 256 -> 1024 1.04; bf16 1.24, 1.19, 1.10; at 384 to
-# 2048 rows 0.82-1.33 (fp32 256 -> 1024 0.82-0.94) (.devx/fcpan2.py).
-COLUMN_SPLIT_ROWS = 256
+
+
 class _Plan:
     """The kernels of one shape, dtype and activation (JIT'd once, then looked up per call)."""
 

@@ -40,6 +40,13 @@ def split(count, flops, threads, min_flops=None):
 MIN_FLOPS = 5 << 20
 BF16_MIN_FLOPS = 1 << 24
 
+# Up to this many rows, a weight of one panel (fc.panel_width) that several threads multiply is cut
+# into a panel per thread, each packed by the thread that uses it, instead of one panel packed
+# first and shared by row blocks. Zen 4, 2 threads, time of row blocks / column panels: fp32 64 x
+# 64 -> 4096 1.37, 128 x 128 -> 2048 1.15, 256 x 256 -> 1024 1.04; bf16 1.24, 1.19, 1.10; at 384 to
+# 2048 rows 0.82-1.33 (fp32 256 -> 1024 0.82-0.94) (.devx/fcpan2.py).
+COLUMN_SPLIT_ROWS = 256
+
 
 def part_flops(dtype):
     """The least work (flops) of a thread's part of a ``dtype`` product: :data:`MIN_FLOPS` for fp32,
