@@ -239,6 +239,12 @@ def _transpose(fn, t, x, out, m, n, ldi, ldo, es):
     wide = transpose_bytes.Blocks(a, es, t.avx512, _emit_live) if es in (1, 8) else None
     R, C, overlap = (wide.rows, wide.cols, wide.overlap) if wide else (8, 8, False)
     lagging = _lag(m, n, ldi, ldo, es) if not wide or wide.lags else 0
+
+    def block(rows, cols, lag):
+        if not wide:
+            return _transpose_block(a, t, es, ldi, ldo, rows, cols, lag)
+        loads, stores = _strided(a, r14, ldi * es, rows, r10), _strided(a, r15, ldo * es, cols, r11)
+        return wide.block(t, rows, cols, loads, stores, (lag * ldi * es, lag * es))
     for rcount, r0, rows, segments in _runs(m, n, R, C, overlap, lagging):
         for ccount, c0, cols, lag in segments:
             if cols < C:
@@ -247,10 +253,8 @@ def _transpose(fn, t, x, out, m, n, ldi, ldo, es):
                 t.prepare(rows, es, loads=False)
             src = _offset(a, rcx, x, (r0 * ldi + c0) * es)
             dst = _offset(a, rdx, out, (c0 * ldo + r0) * es)
-            _blocks(a, src, dst, rcount, ccount, lambda rows=rows, cols=cols, lag=lag: wide.block(
-                t, rows, cols, _strided(a, r14, ldi * es, rows, r10), _strided(a, r15, ldo * es, cols, r11),
-                (lag * ldi * es, lag * es)) if wide else _transpose_block(a, t, es, ldi, ldo, rows, cols, lag),
-                (C * es, C * ldo * es), (R * ldi * es, R * es))
+            _blocks(a, src, dst, rcount, ccount, lambda rows=rows, cols=cols, lag=lag: block(rows, cols, lag),
+                    (C * es, C * ldo * es), (R * ldi * es, R * es))
 
 
 # A block of 4-byte elements (or 8-byte ones in zmm) stores 8 output rows; ldo * itemsize a multiple of 4 KiB
@@ -307,7 +311,7 @@ def _transpose_block(a, t, es, ldi, ldo, rows, cols, lag=0):
             a.vblendps(y[r], y[r], [base + disp - lag * ldi * es], 0xF0)
     places = _strided(a, r15, ldo * es, cols, r11)
     if rows == 1:
-        _row_to_column(a, es, places)
+        transpose_bytes.row_to_column(a, es, places, vec(256, 0))
         return
     network = _transpose8() if es == 4 else transpose_bytes.unpack_network(transpose_bytes.WORD_STAGES)
     _emit_live(a, y, network, {8 + c for c in range(cols)})
@@ -316,22 +320,6 @@ def _transpose_block(a, t, es, ldi, ldo, rows, cols, lag=0):
             move([base + disp - (lag * es if c >= 4 else 0)], y[8 + c])
         else:
             t.store(base, disp, y[8 + c], rows, es, tmp=y[0])
-
-
-def _row_to_column(a, es, places):
-    """Element c of the row in register 0 to each of ``places`` in turn: a block one row high
-    needs none of the 8x8 shuffles."""
-    per_lane, part = 16 // es, vec(128, 0)
-    for c, (base, disp) in enumerate(places):
-        if c == per_lane:
-            a.vextracti128(vec(128, 1), vec(256, 0), 1)
-            part = vec(128, 1)
-        if es == 2:
-            a.vpextrw([base + disp], part, c % per_lane)
-        elif c % per_lane:
-            a.vpextrd([base + disp], part, c % per_lane)
-        else:
-            a.vmovd([base + disp], part)
 
 
 def _emit_live(a, y, ops, live):

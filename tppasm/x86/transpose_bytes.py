@@ -100,8 +100,7 @@ def _bytes(a, t, emit_live, loads, stores, rows, cols, mask):
             if r >= 8:
                 a.vinserti128(y[r - 8], y[r - 8], xm[8], 1)
     if rows == 1:
-        for c, (base, disp) in enumerate(stores):
-            a.vpextrb([base + disp], xm[0], c)
+        row_to_column(a, 1, stores, y[0])
         return
     pairs = -(-cols // 2)
     emit_live(a, y, unpack_network(BYTE_STAGES), {8 + j for j in range(pairs)})
@@ -133,7 +132,7 @@ def _qwords_256(a, t, emit_live, loads, stores, rows, cols, mask):
     y = [vec(256, i) for i in range(16)]
     _load_rows(a, t, loads, y, rows, cols, mask)
     if rows == 1:
-        _row_to_column(a, stores, y[0])
+        row_to_column(a, 8, stores, y[0])
         return
     halves = 1 if rows <= 4 else 2
     emit_live(a, y, _qword_network_256(), {2 * c + h for c in range(cols) for h in range(halves)})
@@ -161,7 +160,7 @@ def _qwords_512(a, t, emit_live, loads, stores, rows, cols, mask, lag=(0, 0)):
     z = [vec(512, i) for i in range(16)]
     _load_rows(a, t, loads, z, rows, cols, mask, lag[0])
     if rows == 1:
-        _row_to_column(a, stores, z[0])
+        row_to_column(a, 8, stores, z[0])
         return
     emit_live(a, z, _qword_network_512(), {8 + c for c in range(cols)})
     for c, (base, disp) in enumerate(stores):
@@ -181,14 +180,24 @@ def _load_rows(a, t, loads, regs, rows, cols, mask, back=0):
             a.vinserti64x4(regs[r], regs[r], [base + disp - back + 32], 1)
 
 
-def _row_to_column(a, places, row):
-    """Qword c of ``row`` to each of ``places`` in turn (a block one row high)."""
-    part = vec(128, row.num)
+def row_to_column(a, es, places, row):
+    """Element c of ``row`` (a ymm or zmm register holding a block one row high) to each of
+    ``places`` in turn, ``es``-byte elements: such a block needs none of the shuffle networks.
+
+    >>> from isa.x86 import Function, r15
+    >>> fn = Function("doc", []); row_to_column(fn.asm, 8, [(r15, 0), (r15, 8), (r15, 16)], vec(256, 0))
+    >>> names = [line.split(None, 2)[2].split()[0] for line in fn.finalize().disassemble().splitlines()]
+    >>> [name for name in names if name.startswith(("vmov", "vpextr", "vextract"))]
+    ['vmovq', 'vpextrq', 'vextracti128', 'vmovq']
+    """
+    per_lane, part = 16 // es, vec(128, row.num)
+    extract = {1: a.vpextrb, 2: a.vpextrw, 4: a.vpextrd, 8: a.vpextrq}[es]
     for c, (base, disp) in enumerate(places):
-        if c and c % 2 == 0:
+        lane, i = divmod(c, per_lane)
+        if lane and not i:
             part = vec(128, 1)
-            (a.vextracti32x4 if row.kind == "zmm" else a.vextracti128)(part, row, c // 2)
-        if c % 2:
-            a.vpextrq([base + disp], part, 1)
+            (a.vextracti32x4 if row.kind == "zmm" else a.vextracti128)(part, row, lane)
+        if i or es < 4:
+            extract([base + disp], part, i)
         else:
-            a.vmovq([base + disp], part)
+            (a.vmovd if es == 4 else a.vmovq)([base + disp], part)
