@@ -80,15 +80,16 @@ def _root(arr):
     return root
 
 
-def run_raw(kernel, arrays, scalars=(), isa=None):
+def run_raw(kernel, arrays, scalars=(), isa=None, interpret=False):
     """Call ``kernel``'s raw code with the data pointers of ``arrays`` and the ``scalars``.
 
-    Natively when possible; otherwise in the interpreter, mapping each array's whole underlying
-    buffer (so reads past an operand inside its buffer are possible but reads outside fault) and
-    writing the results back. Returns the interpreter's Machine (or None when native).
+    Natively when possible (and not ``interpret``); otherwise in the interpreter, mapping each
+    array's whole underlying buffer (so reads past an operand inside its buffer are possible but
+    reads outside fault) and writing the results back. Returns the interpreter's Machine (or None
+    when native).
     """
     isa = isa or kernel.isa
-    if native(isa):
+    if native(isa) and not interpret:
         kernel._raw(*(a.ctypes.data for a in arrays), *scalars)
         return None
     from isa.x86.interp import Machine

@@ -16,7 +16,7 @@ from tppasm.dtypes import dtype as D
 from tppasm.eltwise import Transform
 from tppasm.kernel import get_kernel
 from tppasm.x86.transform import generate_transform
-from tests.support import _root, isa_params, native, run_raw
+from tests.support import isa_params, native, run_raw
 
 # (op, dtype, block): the vectorized transforms and the columns one block or chunk holds (8-byte
 # transposes: 4 on AVX2, 8 on AVX-512; 8 covers the tails of both)
@@ -96,18 +96,6 @@ def _operand(flat, shape, ld):
     return np.ndarray(shape, flat.dtype, buffer=flat, strides=(ld * flat.itemsize, flat.itemsize))
 
 
-def _interpret(kernel, arrays):
-    """Run ``kernel``'s raw code in isa.x86.interp, also where the host runs it (an AVX2-only host
-    runs the AVX-512 code there); each array's root buffer is mapped, an access outside faults."""
-    from isa.x86.interp import Machine
-    machine, roots = Machine(), [_root(arr) for arr in arrays]
-    addrs = [machine.map(root) for root in roots]
-    machine.call(kernel.raw.code, args=[addr + arr.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-                                        for arr, root, addr in zip(arrays, roots, addrs)])
-    for root, addr in zip(roots, addrs):
-        root[...] = machine.read(addr, like=root)
-
-
 def _check_inside_guard_pages(isa, case, m, n, pads, x_at_end, seed, interp=False):
     """Poisoned outputs equal the reference, nothing between the output's rows changes, and the
     operands lie against inaccessible pages (before one, after the other): an access outside
@@ -128,10 +116,7 @@ def _check_inside_guard_pages(isa, case, m, n, pads, x_at_end, seed, interp=Fals
     x, out = _operand(xf, (m, n), ldi), _operand(of, out_spec.shape, ldo)
     want = [x.copy(), out.copy()]
     k.reference(*want)
-    if interp:
-        _interpret(k, (x, out))
-    else:
-        run_raw(k, (x, out), isa=isa)
+    run_raw(k, (x, out), isa=isa, interpret=interp)
     np.testing.assert_array_equal(out, want[1], err_msg=f"{op} {dt} {m}x{n} ldi={ldi} ldo={ldo} on {isa}")
     if op == "transpose":
         gaps = np.ones(of.shape, bool)
