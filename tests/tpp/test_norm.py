@@ -77,6 +77,28 @@ def test_softmax(isa, dts, masked, scale, shp, seed, pm):
     pads_untouched(out)
 
 
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("n", [37, 128, 300])      # rows in registers and in passes, on either ISA
+def test_softmax_tiny_probabilities_to_a_few_ulps(isa, n):
+    """Logits spread down to 95 below the row's maximum: every probability down to 2^-125 within
+    4 fp32 ulps of the float64 softmax (where an absolute tolerance sees nothing), those under it
+    within 2^-125, none negative: the exponent of exp's 2^n must be right over all of exp's range."""
+    rng = np.random.default_rng(n)
+    x = -rng.uniform(0.0, 95.0, (3, n)).astype(np.float32)
+    x[:, rng.integers(n, size=3)] = 0.0
+    x[2, :] = np.linspace(-95.0, 0.0, n, dtype=np.float32)
+    out = np.full_like(x, np.nan)
+    k = get_kernel(Softmax(3, n, n, n, "f32", "f32", 1.0, None, 0), isa)
+    run_raw(k, (x, out), isa=isa)
+    e = np.exp(x.astype(np.float64))
+    want = e / e.sum(axis=1, keepdims=True)
+    normal = want >= 2.0 ** -125
+    assert (out >= 0).all()
+    rel = np.abs(out - want)[normal] / want[normal]
+    assert rel.max() <= 4 * 2.0 ** -23, f"{rel.max() / 2.0 ** -23:.1f} ulp"
+    assert np.abs(out - want)[~normal].max(initial=0) <= 2.0 ** -125
+
 @pytest.mark.parametrize("isa", ISAS)
 @given(dts=DTYPES, shp=st.data(), seed=st.integers(0, 2 ** 16), offset=st.sampled_from([0.0, 100.0]))
 def test_layernorm(isa, dts, shp, seed, offset):

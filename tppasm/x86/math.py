@@ -187,34 +187,54 @@ def horner(a, dst, x, coeffs, c):
 # -- exp --------------------------------------------------------------------------------------
 
 
-def emit_exp(a, v, dst, src, tmp, c):
-    """dst = exp(src). tmp: 3 registers. Relative error <= 2 ulp for x in [-87.3, 88.7]."""
+def emit_exp(a, v, dst, src, tmp, c, nonpositive=False):
+    """dst = exp(src). tmp: 3 registers. Relative error <= 2 ulp for x in [-87.3, 88.7].
+    ``nonpositive``: src is <= 0 or NaN (softmax's x - max), so one clamp and, on AVX2, 2^n in one
+    factor (2 instructions for 9; results under 2^-126, x < -87.3, may be flushed to 0)."""
     t0, t1, t2 = tmp[:3]
-    clamp(a, v, t0, src, -104.0, 88.8, t1, c)
-    _exp_reduced(a, v, dst, t0, t0, (), (t1, t2), c)
+    _exp_clamp(a, v, t0, src, t1, c, nonpositive)
+    _exp_reduced(a, v, dst, t0, t0, (), (t1, t2), c, nonpositive)
 
 
-def emit_exp_bf16(a, v, dst, src, tmp, c):
+def emit_exp_bf16(a, v, dst, src, tmp, c, nonpositive=False):
     """dst = exp(src) to 2^-16 relative (:data:`ACCURACY_BF16`), for a result rounded to bf16
     next (softmax probabilities): one ln 2 in the reduction and a degree-4 polynomial (AVX-512:
-    10 instructions where emit_exp takes 14); the same clamps and specials. tmp: 3."""
+    10 instructions where emit_exp takes 14); the same clamps, specials and ``nonpositive``. tmp: 3."""
     t0, t1, t2 = tmp[:3]
-    clamp(a, v, t0, src, -104.0, 88.8, t1, c)
-    c.load(a, t1, c.f(MAGIC))
+    _exp_clamp(a, v, t0, src, t1, c, nonpositive)
+    c.load(a, t1, c.f(_magic(v, nonpositive)))
     a.vfmadd231ps(t1, t0, c.f(LOG2E))              # s = n + MAGIC in its low mantissa bits
-    a.vsubps(t2, t1, c.f(MAGIC))
+    a.vsubps(t2, t1, c.f(_magic(v, nonpositive)))
     a.vfnmadd231ps(t0, t2, c.f(LN2))               # r
     horner(a, dst, t0, EXP_POLY_BF16, c)
-    _scale_pow2(a, v, dst, t1, t2, c)
+    _scale_pow2(a, v, dst, t1, t2, c, nonpositive)
 
 
-def _exp_reduced(a, v, dst, approx, base, adds, tmp, c):
+# a nonpositive exp's clamp (AVX-512, AVX2): exp(-104) rounds to 0; on AVX2 n >= -127, whose 2^n bits are 0
+EXP_FLOOR = {True: -104.0, False: -88.0}
+
+
+def _exp_clamp(a, v, dst, src, tmp, c, nonpositive):
+    """dst = src clamped to exp's domain (NaN kept); from below only for a ``nonpositive`` src."""
+    if nonpositive:
+        a.vmaxps(dst, c.into(a, tmp, EXP_FLOOR[v.avx512]), src)
+    else:
+        clamp(a, v, dst, src, -104.0, 88.8, tmp, c)
+
+
+def _magic(v, nonpositive):
+    """The rounding constant whose sum with x log2 e holds n in its low bits: with 127 added where
+    AVX2 builds 2^n in one factor (:func:`_scale_pow2`), so that those bits are 2^n's exponent."""
+    return MAGIC + 127 if nonpositive and not v.avx512 else MAGIC
+
+
+def _exp_reduced(a, v, dst, approx, base, adds, tmp, c, nonpositive=False):
     """dst = exp(base + sum(adds)) given ``approx`` ~ that sum (to pick n); ``approx`` is
     clobbered (it becomes the reduced argument r), ``base`` too unless it is ``approx``."""
     s, nf = tmp
-    c.load(a, s, c.f(MAGIC))
+    c.load(a, s, c.f(_magic(v, nonpositive)))
     a.vfmadd231ps(s, approx, c.f(LOG2E))            # s = n + MAGIC in its low mantissa bits
-    a.vsubps(nf, s, c.f(MAGIC))
+    a.vsubps(nf, s, c.f(_magic(v, nonpositive)))
     r = approx
     if base is approx:
         a.vfnmadd231ps(r, nf, c.f(LN2_HI))          # exact: nf*LN2_HI has <= 24 bits
@@ -226,15 +246,20 @@ def _exp_reduced(a, v, dst, approx, base, adds, tmp, c):
             a.vaddps(r, r, add)
     a.vfnmadd231ps(r, nf, c.f(LN2_LO))
     horner(a, dst, r, EXP_POLY, c)
-    _scale_pow2(a, v, dst, s, nf, c)
+    _scale_pow2(a, v, dst, s, nf, c, nonpositive)
 
 
-def _scale_pow2(a, v, dst, s, t, c):
+def _scale_pow2(a, v, dst, s, t, c, nonpositive=False):
     """dst *= 2^n, n the integer-valued float ``t`` (and in s's low bits): AVX-512 ``vscalefps``
     (one instruction, denormal results rounded once); AVX2 two factors built in the exponent
-    bits, so that n in [-150, 128] stays exact."""
+    bits, so that n in [-150, 128] stays exact, or for n in [-127, 0] (``nonpositive``: s's low
+    bits n + 127) one, n = -127 giving 0."""
     if v.avx512:
         a.vscalefps(dst, dst, t)
+        return
+    if nonpositive:
+        a.vpslld(s, s, 23)
+        a.vmulps(dst, dst, s)
         return
     a.vpsubd(s, s, c.i(f32_bits(MAGIC)))
     a.vpsrad(t, s, 1)

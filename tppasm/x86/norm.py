@@ -19,6 +19,8 @@ an estimate.
 >>> tppasm.rmsnorm(1, 3)(x, np.ones(3, np.float32), out); bool(np.allclose(out, x / np.sqrt(14 / 3)))
 True
 """
+import functools
+
 from isa.x86 import Function, ptr, r9, rsp
 
 from ..backends import register
@@ -53,7 +55,7 @@ def generate_softmax(desc, isa):
     mask = Stream(args[1], desc.mask, "f32", desc.ldm) if desc.mask else None
     out = Stream(args[-1], "full", desc.out_dtype, desc.ldo)
     cvt = v.avx512 and "avx512_bf16" in x86_brgemm.target_features(isa)     # vcvtneps2bf16 for a bf16 output
-    exp = xm.emit_exp_bf16 if desc.out_dtype == "bf16" else xm.emit_exp
+    exp = functools.partial(xm.emit_exp_bf16 if desc.out_dtype == "bf16" else xm.emit_exp, nonpositive=True)
     if -(-desc.n // v.lanes(4)) <= CACHED[v.avx512]:
         return _softmax_in_registers(fn, v, desc, x, mask, out, cvt, exp)
     R = Regs(fn, v, desc.n)
