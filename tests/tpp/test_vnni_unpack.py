@@ -3,9 +3,7 @@ vector code (tppasm.x86.vnni) at the avx2 and avx512 levels, tails included, nat
 interpreter: equal to NumPy, every output element written, nothing read or written outside the
 operands (guard pages on either side), an unpack writing only the rows the last group holds, and
 a pack followed by an unpack giving the input back."""
-import contextlib
 import mmap
-from unittest import mock
 
 import iced_x86 as ix
 import numpy as np
@@ -17,7 +15,6 @@ from tppasm.dtypes import dtype as D
 from tppasm.eltwise import Transform
 from tppasm.kernel import get_kernel
 from tppasm.x86.transform import generate_transform
-from tests import support
 from tests.support import native, run_raw
 from tests.tpp.test_transform_tails import _guarded, _operand, _scalar_moves
 
@@ -52,7 +49,7 @@ def _flat_counts(desc):
     return (desc.m - 1) * desc.ldi + desc.n, packed
 
 
-def _check(isa, op, dt, m, n, pad, x_at_end, seed, guarded=True):
+def _check(isa, op, dt, m, n, pad, x_at_end, seed, interpret=False):
     """Run ``op`` on poisoned operands against inaccessible pages (before one, after the other;
     in the interpreter: outside the mapped buffers) and compare with the NumPy reference; the
     padding between an unpack's output rows stays poisoned. For an unpack the rows past k of
@@ -62,7 +59,7 @@ def _check(isa, op, dt, m, n, pad, x_at_end, seed, guarded=True):
     k = get_kernel(desc, isa)
     xspec, ospec = desc.operands()
     xcount, ocount = _flat_counts(desc)
-    if guarded:
+    if not interpret:
         xf, of = _guarded(xcount, dt, x_at_end), _guarded(ocount, dt, not x_at_end)
     else:
         xf, of = np.empty(xcount, D(dt)), np.empty(ocount, D(dt))
@@ -71,7 +68,7 @@ def _check(isa, op, dt, m, n, pad, x_at_end, seed, guarded=True):
     x, out = _operand(xf, xspec.shape, ld), _operand(of, ospec.shape, ld)
     want = [x.copy(), out.copy()]
     k.reference(*want)
-    run_raw(k, (x, out), isa=isa)
+    run_raw(k, (x, out), isa=isa, interpret=interpret)
     np.testing.assert_array_equal(out, want[1], err_msg=f"{op} {dt} {m}x{n} ld={ld} on {isa}")
     if unpack:
         gaps = np.ones(of.shape, bool)
@@ -85,20 +82,17 @@ def _runs():
     return [pytest.param(i, False, id=i) for i in ISAS if native(i)] + out
 
 
-def _interpreted(interp):
-    """Calls of run_raw go to the interpreter (even where the host runs the level) if ``interp``."""
-    if not interp:
-        return contextlib.nullcontext()
-    pytest.importorskip("isa.x86.interp")
-    return mock.patch.object(support, "native", lambda isa: False)
+def _need_interpreter(interp):
+    if interp:
+        pytest.importorskip("isa.x86.interp")
 
 
 @pytest.mark.parametrize("isa,interp", _runs())
 @given(op=st.sampled_from(OPS), dt=st.sampled_from(DTYPES), m=st.integers(1, 21), n=st.integers(1, 75),
        pad=st.integers(0, 5), x_at_end=st.booleans(), seed=st.integers(0, 2 ** 16))
 def test_matches_numpy_inside_guard_pages(isa, interp, op, dt, m, n, pad, x_at_end, seed):
-    with _interpreted(interp):
-        _check(isa, op, dt, m, n, pad, x_at_end, seed, guarded=not interp)
+    _need_interpreter(interp)
+    _check(isa, op, dt, m, n, pad, x_at_end, seed, interpret=interp)
 
 
 @pytest.mark.parametrize("isa", _native_isas())
@@ -116,11 +110,11 @@ def test_every_tail_width_matches_numpy(isa, op, dt):
 def test_every_tail_width_in_the_interpreter(isa, f):
     """The interpreter at both levels (an AVX2-only host tests the AVX-512 code so): every width
     below one chunk of each element size, with a partial last group."""
-    with _interpreted(True):
-        for es, dt in zip((1, 2, 4, 8), ONE_PER_SIZE):
-            for op in (f"vnni{f}", f"unvnni{f}"):
-                for n in range(1, 32 // es + 1):
-                    _check(isa, op, dt, f + 1, n, n % 2, n % 2 == 0, n, guarded=False)
+    _need_interpreter(True)
+    for es, dt in zip((1, 2, 4, 8), ONE_PER_SIZE):
+        for op in (f"vnni{f}", f"unvnni{f}"):
+            for n in range(1, 32 // es + 1):
+                _check(isa, op, dt, f + 1, n, n % 2, n % 2 == 0, n, interpret=True)
 
 
 @pytest.mark.parametrize("isa,interp", _runs())
@@ -128,18 +122,18 @@ def test_every_tail_width_in_the_interpreter(isa, f):
        pads=st.tuples(st.integers(0, 4), st.integers(0, 4)), seed=st.integers(0, 2 ** 16))
 def test_pack_then_unpack_is_identity(isa, interp, f, dt, m, n, pads, seed):
     """unvnni(vnni(x)) == x, and the pack's rows past k are zeros."""
-    with _interpreted(interp):
-        _round_trip(isa, f, dt, m, n, pads, seed)
+    _need_interpreter(interp)
+    _round_trip(isa, f, dt, m, n, pads, seed, interp)
 
 
-def _round_trip(isa, f, dt, m, n, pads, seed):
+def _round_trip(isa, f, dt, m, n, pads, seed, interpret):
     pack = get_kernel(Transform(f"vnni{f}", m, n, n + pads[0], 0, dt), isa)
     unpack = get_kernel(Transform(f"unvnni{f}", m, n, 0, n + pads[1], dt), isa)
     xbuf = np.random.default_rng(seed).integers(-99, 100, (m, n + pads[0])).astype(D(dt))
     packed = np.full((-(-m // f), n, f), POISON, np.int64).astype(D(dt))
     back = np.full((m, n + pads[1]), POISON, np.int64).astype(D(dt))
-    run_raw(pack, (xbuf[:, :n], packed), isa=isa)
-    run_raw(unpack, (packed, back[:, :n]), isa=isa)
+    run_raw(pack, (xbuf[:, :n], packed), isa=isa, interpret=interpret)
+    run_raw(unpack, (packed, back[:, :n]), isa=isa, interpret=interpret)
     np.testing.assert_array_equal(back[:, :n], xbuf[:, :n])
     assert (back[:, n:] == np.array(POISON).astype(D(dt))).all()
     assert (packed[-1, :, m - (len(packed) - 1) * f:] == 0).all()
