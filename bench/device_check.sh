@@ -7,7 +7,8 @@
 #   host:      lscpu, `python -m tppasm info` (which ISA levels run natively).
 #   tpp-amx:   the AMX BRGEMMs of issue #12's goal shapes against the AMX peak (bf16, int8), with the
 #              batch chunks as the host's probe decides, then off.
-#   gemm, mlp: the tuned DSL GEMM (bf16, 1024^3 and 2048^3) and MLP (bf16) against torch.
+#   gemm, mlp: the tuned DSL GEMM (bf16, 1024^3 and 2048^3; int8 1024^3 against torch._int_mm) and
+#              MLP (bf16) against torch.
 #   bert:      MiniLM 8 x 128 and 1 x 32, bf16, against torch (weights from .devcarry, below).
 #   conv:      the ResNet-50 convolutions, batch 1, bf16, one blocking per layer, against torch.
 #   amx-micro: the tile loops that decide the cycle model's reading, the timings they imply and the
@@ -94,7 +95,8 @@ if [[ $PHASE == 1 ]]; then
     if ((AMX)); then
         step tpp-amx 80 bash -c "for chunks in auto 0; do echo \"## TPPASM_AMX_CHUNKS=\$chunks\";
             TPPASM_AMX_CHUNKS=\$chunks '$PY' -m bench.tpp_gemm --shapes bf16:64:16,i8:64:16,bf16:32:16; done"
-        step gemm 150 "$PY" -m bench gemm --sizes 1024,2048 --dtypes bf16 --threads 1,2 --tune-seconds 8 --no-progress
+        step gemm 150 bash -c "'$PY' -m bench gemm --sizes 1024,2048 --dtypes bf16 --threads 1,2 --tune-seconds 8 \
+            --no-progress && '$PY' -m bench gemm --sizes 1024 --dtypes i8 --threads 1,2 --tune-seconds 6 --no-progress"
         step mlp 80 "$PY" -m bench mlp --dtypes bf16 --threads 1,2 --tune-seconds 8 --no-progress
         step bert 100 bash -c "bert --shapes 8x128,1x32 --threads 1,2 --dtypes bf16 --runs 5"
         step conv 150 "$PY" -m bench conv --quick --batch 1 --threads 2 --dtypes bf16
