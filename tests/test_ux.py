@@ -284,6 +284,8 @@ def test_one_leading_dimension_scheme():
         warnings.simplefilter("ignore", DeprecationWarning)
         with pytest.raises(ValueError, match="disagree"):
             tpp.relu(2, 3, ldx=6, ldi=5)
+        assert tpp.relu(2, 3, ldx=5, ldi=0, ldo=4) is k                # 0: the default, as everywhere
+        assert tpp.relu(2, 3, ldx=0, ldi=5, ldo=4) is k
     assert tpp.reduce("add", 2, 3, ldx=4) is tpp.reduce("add", 2, 3, 'cols', 4)
     names = {p for f in (tpp.unary, tpp.relu, tpp.copy, tpp.reduce, tpp.transform, tpp.binary, tpp.ternary)
              for p in inspect.signature(f).parameters if p.startswith("ld")}

@@ -469,9 +469,9 @@ def _renamed(who, ldx, ldi):
     import warnings
     warnings.warn(f"{who}(ldi=...) is now ldx=...: every leading dimension is named after its operand "
                   "(ldx for x, lda/ldb/ldc for a/b/c, ldo for out)", DeprecationWarning, stacklevel=3)
-    if ldx and ldx != ldi:
+    if ldx and ldi and ldx != ldi:                 # (0 for either: the default)
         raise ValueError(f"{who}: ldx={shown(ldx)} and its old name ldi={shown(ldi)} disagree; pass ldx only")
-    return ldi
+    return ldi or ldx
 
 
 def unary(op, m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", bitmask=False, isa=None, *, ldi=None, **wrong):

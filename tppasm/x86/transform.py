@@ -10,9 +10,9 @@ rows, and a VNNI chunk's last n % (32 / itemsize) columns, take masked loads and
 least one block wide) instead moves its last chunk back to end at the edge (it overlaps the one
 before and rewrites some outputs with the same values). The rows a packed VNNI group lacks are
 zero registers; an unpack writes only the rows it holds. No byte outside the operands is read or
-written. Output rows one L1 set apart (ldo * itemsize a multiple of 4 KiB) would put all 8 rows a
-4-byte block stores in one set: whole blocks there take columns 4-7 from 256 / itemsize rows back
-(:func:`_lag`).
+written. Output rows one L1 set apart (ldo * itemsize a multiple of 4 KiB, or within a few bytes of
+one: :func:`tppasm.x86.blocking.rows_per_set`) would put all 8 rows a 4-byte block stores in one
+set: whole blocks there take columns 4-7 from 256 / itemsize rows back (:func:`_lag`).
 
 >>> import numpy as np, tppasm
 >>> x = np.arange(6, dtype=np.float32).reshape(2, 3); out = np.empty((3, 2), np.float32)
@@ -258,7 +258,8 @@ def _transpose(fn, t, x, out, m, n, ldi, ldo, es):
 
 
 # A block of 4-byte elements (or 8-byte ones in zmm) stores 8 output rows; ldo * itemsize a multiple of 4 KiB
-# puts all 8 in one L1 set (8 ways), and f32 1024 x 8 took 1.8 us against 0.85 for 1024 x 7 or ldo 1040 (Zen 4).
+# (or within a few bytes of one: rows_per_set) puts all 8 in one L1 set (8 ways), and f32 1024 x 8 took 1.8 us
+# against 0.85 for 1024 x 7 or ldo 1040 (Zen 4).
 # There the whole blocks take columns 4-7 (the upper half of each row's register) from rows LAG_BYTES /
 # itemsize back: they store 4 output rows here and 4 at 256 bytes (4 lines, other sets) before (f32 1024 x 8:
 # 0.87 us, 128 bytes back 1.0; f32 1024 x 1024: 511 against 816 us). Their loads then touch twice the rows:
