@@ -4,9 +4,10 @@ out, computed in fp32. One pass instead of three (sigmoid, mul, mul) over the ML
 
 silu is computed as in fp32 (and as torch computes it): ``sigmoid(g) = 1 / (1 + exp(-g))`` is 0
 once exp(-g) overflows fp32, for g < -88.7228, so silu(g) is -0.0 there (math: a magnitude
-below 3e-37), and silu(g) * up is a signed 0.0 for a finite up and NaN for up = +-inf (math: -+inf). The
-reference (:meth:`SwiGLU.reference`, in float64) overflows at the same point, so kernel and
-reference agree there too.
+below 3e-37), and silu(g) * up is a signed 0.0 for a finite up and NaN for up = +-inf (math: -+inf);
+so is the silu of a gate of fp32's smallest denormals, which rounds to 0. The reference
+(:meth:`SwiGLU.reference`, in float64, silu rounded to fp32 before the product) overflows at the
+same point, so kernel and reference agree there too.
 
 >>> import numpy as np, tppasm
 >>> g, u = np.array([[0.0, 1.0]], np.float32), np.array([[5.0, 2.0]], np.float32); out = np.empty_like(g)
@@ -58,7 +59,7 @@ class SwiGLU(Descriptor):
         with np.errstate(all="ignore"):
             e = np.exp(-g)
             e[e >= FP32_EXP_OVERFLOW] = np.inf      # as the kernel's fp32 exp (see the module docstring)
-            _store(out, g / (1 + e) * _to_f64(up))
+            _store(out, _to_f64(g / (1 + e)) * _to_f64(up))          # silu rounded to fp32 first, as computed
 
 
 def swiglu(m, n, ldg=0, ldu=0, ldo=0, dtype="f32", out_dtype="", isa=None, **wrong):

@@ -121,10 +121,10 @@ class Softmax(_RowOp):
 
     def reference(self, x, *rest):
         out = rest[-1]
-        y = _to_f64(x) * np.float64(np.float32(self.scale))
-        if self.mask:
-            y = y + _to_f64(rest[0])[None, :] if self.mask == "row" else y + _to_f64(rest[0])
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"):                  # the logits rounded to fp32 as the kernels round them
+            y = _to_f64(_to_f64(x) * np.float64(np.float32(self.scale)))
+            if self.mask:
+                y = _to_f64(y + _to_f64(rest[0])[None, :] if self.mask == "row" else y + _to_f64(rest[0]))
             e = np.exp(y - y.max(axis=1, keepdims=True))
             _store(out, e / e.sum(axis=1, keepdims=True))
 
@@ -192,7 +192,8 @@ def softmax(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", scale=1.0, mask=None,
 
 def layernorm(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", eps=1e-5, isa=None, **wrong):
     """The kernel ``out = (x - mean) / sqrt(var + eps) * gamma + beta`` per row; it takes
-    (x, gamma, beta, out).
+    (x, gamma, beta, out). The sums are fp32, as in torch's fp32 layer norm: a row whose squares
+    around the mean overflow fp32 (deviations from about 1.8e19, 2^64) gives beta or NaN.
 
     >>> import numpy as np, tppasm
     >>> x = np.array([[1, 3]], np.float32); out = np.empty_like(x)
@@ -206,6 +207,8 @@ def layernorm(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", eps=1e-5, isa=None,
 
 def rmsnorm(m, n, ldx=0, ldo=0, dtype="f32", out_dtype="", eps=1e-6, isa=None, **wrong):
     """The kernel ``out = x / sqrt(mean(x**2) + eps) * gamma`` per row; it takes (x, gamma, out).
+    The sum of squares is fp32, as in torch's fp32 RMSNorm: a row holding values from about 1.8e19
+    (2^64) on overflows it and gives 0 (or NaN where x is infinite).
 
     >>> import numpy as np, tppasm
     >>> x = np.array([[3, 4]], np.float32); out = np.empty_like(x)
