@@ -17,7 +17,8 @@ is broadcast against whole rows of B, which keeps the vectors full for any block
 ``count`` is the number of stored blocks (``colidx`` and ``values`` hold at least that many, and
 by default exactly that many; an all-zero matrix still stores one unused block). The index arrays
 are checked before the native call (:class:`BlockSpmmKernel`, ValueError naming the bad entry).
-The raw kernel, which loop nests call, checks them too: it never reads outside its operands, and
+The raw kernel, which loop nests call, checks them too, against the ``count`` it is given (which
+it cannot check: colidx and values must hold that many): it never reads outside its operands, and
 a block row with an index out of range gets NaN in every element of its C block instead of a result.
 
 >>> import numpy as np, tppasm
@@ -81,6 +82,9 @@ class BlockSpmm(Descriptor):
         for name, nbytes in (("ldb", self.kb * self.bk * self.ldb * 4), ("ldc", self.bm * self.ldc * 4)):
             _need(nbytes < 1 << 31, name, getattr(self, name),
                   "a value that keeps B and C under 2 GiB (the kernel's offsets are 32-bit)")
+        block = self.bm * self.bk * (4 if self.dtype == "f32" else 2)
+        _need(block < 1 << 31, "bm * bk", self.bm * self.bk,
+              f"blocks under 2 GiB (this one is {block >> 30} GiB; the kernel's offsets are 32-bit): smaller bm or bk")
 
     @property
     def vnni(self):
