@@ -102,9 +102,17 @@ def model_file(name, path=None):
 
 
 def load_weights(path=None):
-    """The checkpoint as a dict of float32 NumPy arrays (torch's names)."""
+    """The checkpoint as a dict of NumPy arrays (torch's names) in their stored dtypes, bfloat16 as
+    ml_dtypes' type (imported first: safetensors' NumPy reader refuses bfloat16 without it)."""
+    from safetensors import SafetensorError
     from safetensors.numpy import load_file
-    return load_file(model_file("model.safetensors", path))
+    file = model_file("model.safetensors", path)
+    tpp.dtypes.dtype("bf16")
+    try:
+        return load_file(file)
+    except SafetensorError as e:
+        raise ValueError(f"MiniLM: {file} is no safetensors file ({e}); expected the checkpoint's "
+                         "model.safetensors") from None
 
 
 def weight_shapes(vocab):
@@ -129,7 +137,12 @@ def weight_shapes(vocab):
 def tokenizer(path=None):
     """The model's WordPiece tokenizer, truncating at MAX_LEN tokens, no padding."""
     from tokenizers import Tokenizer
-    tok = Tokenizer.from_file(model_file("tokenizer.json", path))
+    file = model_file("tokenizer.json", path)
+    try:
+        tok = Tokenizer.from_file(file)
+    except Exception as e:             # (tokenizers raises a bare Exception, without the file's name)
+        raise ValueError(f"MiniLM: {file} is no tokenizers JSON file ({e}); expected the checkpoint's "
+                         "tokenizer.json, as Hugging Face's fast tokenizers save it") from None
     tok.no_padding()
     tok.enable_truncation(MAX_LEN)
     return tok

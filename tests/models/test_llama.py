@@ -17,12 +17,12 @@ CFG = Config.small()
 TOLERANCE = {"bf16": 1.5e-2, "i8": 4e-2}
 
 
-def effective_weights(layer, w):
+def effective_weights(layer, w, cfg=CFG):
     """The weights the kernels really use (bf16-rounded or int8 * scale), for the reference."""
-    D, F = CFG.hidden, CFG.ffn
+    D, F = cfg.hidden, cfg.ffn
     bn = layer.gu.bn
     qkv, w13 = layer.qkv.dequantized, layer.gu.dequantized.reshape(D, F // bn, 2, bn)
-    return {**w, "wq": qkv[:, :D], "wk": qkv[:, D:D + CFG.kv_dim], "wv": qkv[:, D + CFG.kv_dim:],
+    return {**w, "wq": qkv[:, :D], "wk": qkv[:, D:D + cfg.kv_dim], "wv": qkv[:, D + cfg.kv_dim:],
             "wo": layer.o.dequantized, "w1": w13[:, :, 0].reshape(D, F), "w3": w13[:, :, 1].reshape(D, F),
             "w2": layer.down.dequantized}
 
