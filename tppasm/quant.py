@@ -6,8 +6,8 @@
   NaN, else one holding an infinity gets scale inf, on every backend; that row's codes are then
   unspecified, and dequantizing it gives NaN or inf, never a finite number. The 1e-30 floor keeps
   an all-zero row's scale finite: a row whose values all lie below it in magnitude is quantized in
-  steps of 1e-30 / 127 (7.9e-33), so only its values under half a step get the zero point (as all of
-  a zero row's do) and dequantize to 0. ``bits=7`` (``tppasm.quantize(...,
+  steps of 1e-30 / levels(bits) (7.9e-33 for 8 bits), so only its values under half a step get the
+  zero point (as all of a zero row's do) and dequantize to 0. ``bits=7`` (``tppasm.quantize(...,
   bits=7)``) takes ``scale = max|x| / 63`` and the zero point 64 instead: codes 1..127, the u7
   activations that ``tppasm.brgemm(..., a_bits=7)`` multiplies exactly with AVX2's ``vpmaddubsw``
   (two products of 127 * 128 fit int16; fbgemm's "reduce_range"). In general ``levels(bits) =

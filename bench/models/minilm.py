@@ -312,6 +312,9 @@ def _sentences(texts, who):
     if isinstance(texts, (bytes, bytearray)):
         raise TypeError(f"{who}: texts are {type(texts).__name__}; expected str or a list of str "
                         "(write texts.decode())")
+    if isinstance(texts, (set, frozenset, dict)):
+        raise TypeError(f"{who}: texts is a {type(texts).__name__}, whose order the rows could not follow; expected "
+                        f"a list of str ({who}(sorted(texts)), or {who}(list(texts)) and keep that list)")
     if isinstance(texts, np.ndarray) and texts.ndim != 1:
         raise TypeError(f"{who}: texts is a {texts.ndim}-D array {texts.shape}; expected a list of str (flatten it: "
                         f"{who}(texts.ravel().tolist()))")

@@ -122,6 +122,8 @@ def test_results_follow_the_input_order(model):
     (["ok", 3.5], TypeError, r"texts\[1\] is float 3.5; expected str \(write str\(x\)"),
     ([np.nan], TypeError, r"texts\[0\] is float nan"),
     (iter([None]), TypeError, r"texts\[0\] is NoneType"),
+    ({"b", "a"}, TypeError, r"texts is a set, whose order.*sorted\(texts\)"),
+    ({"a": 1}, TypeError, r"texts is a dict"),
     (["fine", "\ud800"], ValueError, r"texts\[1\] holds '\\ud800' at 0"),
 ])
 def test_encode_refuses_with_the_fix(models, texts, error, message):
