@@ -46,9 +46,10 @@ class Rotary(Descriptor):
                  ldt=self.head_dim // 2 if isinstance(self.head_dim, int) else 0)
 
     def validate(self):
-        _positive(self, "m", "n", "head_dim")
-        if self.head_dim % 2 or self.n % self.head_dim:
-            raise ValueError(f"rotary: head_dim={self.head_dim} must be even and divide n={self.n} "
+        _positive(self, "m", "n")
+        hd = self.head_dim
+        if not isinstance(hd, int) or hd < 2 or hd % 2 or self.n % hd:
+            raise ValueError(f"rotary: head_dim={shown(hd)} must be an even int >= 2 that divides n={self.n} "
                              "(n = heads * head_dim)")
         _ld(self, "ldi", self.n)
         _ld(self, "ldo", self.n)

@@ -530,6 +530,8 @@ REFUSED = [
     (lambda: tppasm.swiglu(4, 8, ldu=7), ValueError, r"ldu=7 is too small"),
     (lambda: tppasm.swiglu(4, 8, dtype="i8"), ValueError, r"dtype='i8'"),
     (lambda: tppasm.rotary(4, 8, 4.0), ValueError, r"head_dim=4\.0; expected an int"),
+    (lambda: tppasm.rotary(4, 8, 1), ValueError, r"head_dim=1 must be an even int >= 2 that divides n=8"),
+    (lambda: tppasm.rotary(4, 8, 0), ValueError, r"head_dim=0 must be an even int >= 2"),
     (lambda: tppasm.rotary(2, 8, 4, ldt=2 ** 29), ValueError, r"ldt=536870912 needs an address offset"),
     (lambda: tppasm.rope_tables(np.arange(3), 3), ValueError, r"head_dim=3; expected an even int >= 2"),
     (lambda: tppasm.rope_tables(5, 4), ValueError, r"pass np\.arange\(5\)"),
