@@ -26,6 +26,7 @@ from tests.support import native, run_raw
 
 OPS = ("transpose", "vnni2", "vnni4", "unvnni2", "unvnni4")
 DTYPES = ("f32", "bf16", "i8", "u8", "i32", "i64")
+TAIL_DTYPES = ("f32", "bf16", "i8", "i32", "i64")      # u8 moves bytes as i8 does (drawn tests take it)
 UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 # output poison, bytes of the unsigned view: f32 0x7FA5A5A5 and bf16 0x7FA5 are NaNs with a payload,
 # f64 would read 0x7FA5... as one too; each input element equal to it is changed in one bit
@@ -193,7 +194,7 @@ def _edge_counts(block):
 
 
 @pytest.mark.parametrize("isa", _native_params())
-@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("dt", TAIL_DTYPES)
 def test_every_transpose_tail_of_every_dtype(isa, dt):
     """Every column count up to two blocks and over against row counts around a block (i32 takes
     the f32 code, untested elsewhere), with the output at a guard page and then the input."""
@@ -206,7 +207,7 @@ def test_every_transpose_tail_of_every_dtype(isa, dt):
 
 @pytest.mark.parametrize("isa", _native_params())
 @pytest.mark.parametrize("op", OPS[1:])
-@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("dt", TAIL_DTYPES)
 def test_every_vnni_tail_of_every_dtype(isa, op, dt):
     """Every column count up to two 32-byte chunks and over, against a lone partial group and whole
     groups followed by a last group of each size (each takes its own unpack path: rows 2-3 of vnni4)."""
