@@ -191,16 +191,19 @@ class Step:
         """Causal attention over the prompt, per (KV head, query head of its group), in blocks of
         QUERY_BLOCK query rows: block i attends to keys 0..end of block i only (scores, softmax
         under the causal mask, context), so the upper triangle is never computed (10/16 of the
-        square at T = 256)."""
-        d, D = cfg.head_dim, cfg.hidden
-        self.S, self.P = tpp.empty((nt + 1, T, T)), tpp.empty((nt, 1, T, T), "bf16")
-        self.S[nt] = np.triu(np.full((T, T), -np.inf, np.float32), 1)          # the causal mask
+        square at T = 256). A thread's scores and probabilities are one block's rows (memory
+        linear in T: at T = 8192 on 16 threads 50 MiB, where whole squares took 6 GB); the mask of
+        block r is the window from column T - r of one (QUERY_BLOCK, T + QUERY_BLOCK) triangle."""
+        d, D, qb = cfg.head_dim, cfg.hidden, QUERY_BLOCK
+        W = T + qb
+        self.S, self.P = tpp.empty((nt + 1, qb, W)), tpp.empty((nt, 1, qb, T), "bf16")
+        self.S[nt] = np.triu(np.full((qb, W), -np.inf, np.float32), T + 1)    # -inf past column row + T
         blocks = []
-        for r in range(0, T, QUERY_BLOCK):
-            rows, keys = min(QUERY_BLOCK, T - r), min(T, r + QUERY_BLOCK)
+        for r in range(0, T, qb):
+            rows, keys = min(qb, T - r), min(T, r + qb)
             blocks.append((r, rows, keys,
-                           tpp.brgemm(rows, keys, d, "bf16", lda=cfg.qkv_dim, ldb=cfg.max_len, ldc=T),
-                           tpp.softmax(rows, keys, ldx=T, ldo=T, scale=d ** -0.5, mask="full", ldm=T,
+                           tpp.brgemm(rows, keys, d, "bf16", lda=cfg.qkv_dim, ldb=cfg.max_len, ldc=W),
+                           tpp.softmax(rows, keys, ldx=W, ldo=T, scale=d ** -0.5, mask="full", ldm=W,
                                        out_dtype="bf16"),
                            tpp.brgemm(rows, d, keys, "bf16", lda=T, ldc=D, c_dtype="bf16")))
 
@@ -208,9 +211,9 @@ class Step:
         def attention(g, j, QKV, KT, V, S, P, Ctx):
             t, c = thread().tid, (g * cfg.group + j) * d
             for r, rows, keys, scores, softmax, context in blocks:
-                scores(QKV[:, r:r + rows, c:c + d], KT[g, :, :, 0:keys], S[t, r:r + rows, 0:keys])
-                softmax(S[t, r:r + rows, 0:keys], S[nt, r:r + rows, 0:keys], P[t, 0, r:r + rows, 0:keys])
-                context(P[t, :, r:r + rows, 0:keys], V[g, :, 0:-(-keys // 2)], Ctx[r:r + rows, c:c + d])
+                scores(QKV[:, r:r + rows, c:c + d], KT[g, :, :, 0:keys], S[t, 0:rows, 0:keys])
+                softmax(S[t, 0:rows, 0:keys], S[nt, 0:rows, T - r:T - r + keys], P[t, 0, 0:rows, 0:keys])
+                context(P[t, :, 0:rows, 0:keys], V[g, :, 0:-(-keys // 2)], Ctx[r:r + rows, c:c + d])
         return attention
 
     def _decode_attention(self, cfg, keys, pool):
