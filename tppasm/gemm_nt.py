@@ -9,10 +9,11 @@ across lanes at the end. That is the product of few rows against a large weight 
 token): memory-bound, not bound by broadcasts or a transpose.
 
 dtypes: ``f32``, or ``bf16`` A and B (pairs along k: ``vdpbf16ps`` / ``bfdot`` where the target
-has them, else widened exactly to fp32) with an ``f32`` or ``bf16`` C (rounded to nearest even
-once, from the fp32 sum). Sums accumulate in fp32 in an order of the kernel's choosing. C must
-not overlap A or B: the kernel writes C while it still reads them (NumPy's matmul copies an
-overlapping operand first; this kernel does not: a call whose C overlaps A or B raises OperandError).
+has them, else widened exactly to fp32; the dot instructions count denormal inputs and products as
+zero) with an ``f32`` or ``bf16`` C (rounded to nearest even once, from the fp32 sum). Sums
+accumulate in fp32 in an order of the kernel's choosing. C must not overlap A or B: the kernel
+writes C while it still reads them (NumPy's matmul copies an overlapping operand first; this
+kernel does not: a call whose C overlaps A or B raises OperandError).
 
 >>> import numpy as np, tppasm
 >>> a = np.array([[1, 2, 3]], np.float32); b = np.array([[1, 0, 0], [1, 1, 1]], np.float32)

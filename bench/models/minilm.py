@@ -338,6 +338,10 @@ def _sentences(texts, who):
 
 
 def _array(x, name):
+    if x is None or isinstance(x, (str, bytes, list)) and (not x or isinstance(x[0], (str, bytes))):
+        raise TypeError(f"forward: {name} is {x!r:.40}; expected a (batch, length) array of integers: "
+                        "model.tokenize(texts) gives input_ids and attention_mask (model.encode(texts) embeds "
+                        "texts)")
     try:
         return as_array(x, "forward", name)
     except OperandError:            # a NumPy masked array: its mask would be dropped

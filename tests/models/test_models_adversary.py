@@ -183,7 +183,10 @@ def test_any_integer_dtype_layout_or_tensor_gives_the_same_hidden_states(model, 
     (np.zeros((1, 3), np.int64), np.full((1, 3), 255, np.uint8), ValueError, "holds 255..255"),
     (np.zeros((1, 3), np.int64), np.array([[True, False, True]], object), TypeError, "0/1 integers or bools"),
     (np.zeros((2, 3), np.int64), np.array([[0, 1, 0], [False, False, False]], bool), ValueError, "row 1 is all 0"),
-    (None, None, ValueError, "same"),
+    (None, None, TypeError, r"input_ids is None; expected a \(batch, length\) array.*model.tokenize\(texts\)"),
+    ("a text", np.ones((1, 3), int), TypeError, r"input_ids is 'a text'.*model.encode\(texts\)"),
+    (["a", "b"], np.ones((1, 2), int), TypeError, "model.tokenize"),
+    (np.zeros((1, 3), np.int64), None, TypeError, "attention_mask is None"),
 ])
 def test_forward_refuses_with_the_fix(models, ids, mask, error, message):
     with pytest.raises(error, match=message):
