@@ -429,14 +429,15 @@ def _check_barriers(spec):
         if not lv.barrier:
             continue
         outer = levels[:i]
+        at = spec.text.index("|", lv.pos)      # after the letter's bounds and grid placement, if any
         if spec.mode == "collapse" and spec.run[0] <= i <= spec.run[1]:
             if i != spec.run[1]:
-                _fail(spec.text, lv.pos + 1, "a barrier inside a collapsed parallel run would be reached a different "
+                _fail(spec.text, at, "a barrier inside a collapsed parallel run would be reached a different "
                       "number of times by each thread", "put '|' after the last letter of the run")
             outer = levels[:spec.run[0]]
         bad = [v for v in outer if v.parallel]
         if bad:
-            _fail(spec.text, lv.pos + 1, f"this barrier is inside the parallel loop '{spec.text[bad[0].pos]}' at "
+            _fail(spec.text, at, f"this barrier is inside the parallel loop '{spec.text[bad[0].pos]}' at "
                   f"position {bad[0].pos}, so threads would reach it a different number of times",
                   "put '|' only after loops that every thread runs alike (outside all parallel loops)")
     return spec
