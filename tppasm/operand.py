@@ -124,6 +124,8 @@ def _rank_fix(spec, shape):
         batch = "[None]" if spec.batch and len(shape) == len(spec.shape) - 1 else ""
         return (f"; B of a bf16 or int8 BRGEMM is in the VNNI layout: pass tppasm.vnni_pack(B, {spec.shape[-1]})"
                 f"{batch}")
+    if name == "mask" and spec.dtype == "f32":
+        return "; a masked softmax takes (x, mask, out), or (x, mask) to allocate the output"
     return ""
 
 

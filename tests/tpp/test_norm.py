@@ -260,3 +260,6 @@ def test_wrong_operands_explained():
     x = np.zeros((2, 4), np.float32)
     with pytest.raises(ValueError, match="gamma has shape"):
         k(x, np.zeros(3, np.float32), np.zeros(4, np.float32), x)
+    row = tppasm.softmax(2, 4, mask="row")
+    with pytest.raises(ValueError, match=r"mask has 2 dimensions .* takes \(x, mask, out\), or \(x, mask\)"):
+        row(x, x)                         # (x, out): out taken for the mask
