@@ -98,8 +98,8 @@ def blockings(shape, dtype, quick=False, isa=None):
     running over a filter row: no zero channel; bf16 3x3 layers also 128: half the partial-sum
     passes through the fp32 scratch, k twice as long: +4-9% on res3b/4b/5b_branch2b at batch 8
     on Zen 4, where fp32 gained under 1%), output-channel blocks of 32 and 64 (and 16 on AVX2: see
-    below), every BRGEMM batch axis the filter has, with and without the filter columns folded
-    into k, and a whole or half output row
+    below; those that divide K, else K's largest divisor up to 64), every BRGEMM batch axis the
+    filter has, with and without the filter columns folded into k, and a whole or half output row
     per BRGEMM (a flat 1x1 convolution: one row, up to eight rows or the whole image; long GEMMs
     stream the input better when it comes from L3). A strided 1x1 layer also tries its pixels
     gathered into a flat GEMM (``Blocking.gather``; ``quick`` takes only that where an output row
@@ -128,6 +128,8 @@ def blockings(shape, dtype, quick=False, isa=None):
     bc = 64 if shape.c >= 64 else shape.c + (shape.c % 2 if dtype == "bf16" else 0)
     bcs = [bc] + ([128] if dtype == "bf16" and shape.r > 1 and shape.c % 128 == 0 and not quick else [])
     bks = [64] if quick else sorted({n_block(isa), 32, 64})
+    # a layer whose K they do not divide (not ResNet-50's): those that do, else K's largest divisor up to 64
+    bks = [b for b in bks if shape.k % b == 0] or [max(d for d in range(1, 65) if shape.k % d == 0)]
     if shape.r == 1:
         axes = [("c", False)]
     else:

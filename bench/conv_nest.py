@@ -255,6 +255,15 @@ def _need(ok, message):
         raise ValueError(message)
 
 
+def _dtype_name(dtype):
+    """tppasm's short name of any spelling of a dtype (np.float32, "float32", "bfloat16"), else ``dtype``
+    as given, for the refusal to show."""
+    try:
+        return tpp.dtypes.name_of(dtype)
+    except TypeError:
+        return dtype
+
+
 class ConvNest:
     """The loop-DSL convolution for ``shape``, ``dtype`` ("f32" or "bf16") and ``blocking``.
 
@@ -267,7 +276,9 @@ class ConvNest:
         sh, bl = shape, blocking
         _need(isinstance(sh, Conv), f"ConvNest: shape={sh!r}; expected a Conv, e.g. Conv(n=1, c=64, k=64, h=56, w=56)")
         _need(isinstance(bl, Blocking), f"ConvNest: blocking={bl!r}; expected a Blocking, e.g. Blocking(bc=64, bk=64)")
-        _need(dtype in ("f32", "bf16"), f"dtype={dtype!r}; expected 'f32' or 'bf16'")
+        dtype = _dtype_name(dtype)
+        _need(dtype in ("f32", "bf16"), f"ConvNest: dtype={dtype!r}; expected 'f32' or 'bf16' (or np.float32, "
+              "'float32', 'bfloat16')")
         _need(stream_out is None or isinstance(stream_out, (bool, np.bool_)),
               f"ConvNest: stream_out={stream_out!r}; expected None (stream large outputs), True or False, e.g. "
               "ConvNest(..., stream_out=True)")

@@ -53,7 +53,8 @@ def out_size(size, kernel, stride=1, pad=0):
 def block_activations(x, bc, pad=0, dtype=None):
     """NCHW ``x`` as ``(N, ceil(C/bc), H + 2*pad, W + 2*pad, bc)``: zero rim, zero channels past C.
 
-    ``dtype`` converts (e.g. "bf16"); the default keeps ``x``'s.
+    ``dtype`` converts (e.g. "bf16"); the default keeps ``x``'s. N may be 0 (an empty batch); C, H
+    and W of 0 are refused (nothing :func:`unblock_activations` or a convolution takes back).
 
     >>> block_activations(np.ones((1, 3, 2, 2), np.float32), bc=4, pad=1).shape
     (1, 1, 4, 4, 4)
@@ -61,6 +62,10 @@ def block_activations(x, bc, pad=0, dtype=None):
     x = _real(as_array(x, "block_activations"), "block_activations", "x")
     if x.ndim != 4:
         raise ValueError(f"block_activations: x must be NCHW (4-D), got shape {x.shape}")
+    if 0 in x.shape[1:]:          # (unblock_activations and Conv could not take the result back)
+        empty_axes = ", ".join(f"{a}=0" for a, d in zip("CHW", x.shape[1:]) if d == 0)
+        raise ValueError(f"block_activations: x of shape {x.shape} has {empty_axes}; a convolution's input needs C, H "
+                         "and W >= 1 (N may be 0, an empty batch): leave out the call or pass the non-empty image")
     _positive("block_activations", bc=bc)
     _positive("block_activations", pad=pad, least=0)
     bc, pad = int(bc), int(pad)
