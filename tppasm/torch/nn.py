@@ -18,7 +18,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .. import fc
 from ..dtypes import name_of
-from .ops import ACTS, _bias_view, _check, _records_gradient, _refuse_dual, _run, _unwatched, _view, linear
+from .ops import (ACTS, _bias_view, _broadcast_bias, _check, _records_gradient, _refuse_dual, _run, _unwatched,
+                  _view, linear)
 
 
 class Linear(torch.nn.Linear):
@@ -156,6 +157,7 @@ class Linear(torch.nn.Linear):
             return None
         state = self._state(b)
         if frozen.bias_state != state:
+            b = _broadcast_bias(b, self.weight)         # one value (a 0-d bias), as linear takes it unfrozen
             _check(x, self.weight, b, self.act)
             frozen.bias, frozen.bias_state = _bias_view(b), state
         return frozen.bias

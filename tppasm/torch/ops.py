@@ -74,12 +74,16 @@ def linear(x, weight, bias=None, act=None):
     >>> torch.func.grad(lambda w: linear(x, w).sum())(w)[0].tolist()
     [2.0, 2.0, 2.0]
     """
-    if type(x) not in _PLAIN or type(weight) not in _PLAIN or bias is not None and type(bias) not in _PLAIN:
-        if any(isinstance(t, torch.fx.Proxy) for t in (x, weight, bias)):     # torch.fx.symbolic_trace: a node
-            return torch.ops.tppasm.linear(x, weight, bias, act)[0]
-        _refuse_non_tensors(x, weight, bias)
     if act is not None and not isinstance(act, str):
         raise TypeError(f"tppasm.torch.linear: act={act!r} ({type(act).__name__}); expected one of {ACTS}")
+    if type(x) not in _PLAIN or type(weight) not in _PLAIN or bias is not None and type(bias) not in _PLAIN:
+        _refuse_non_tensors(x, weight, bias)
+        if any(isinstance(t, torch.fx.Proxy) for t in (x, weight, bias)):     # torch.fx.symbolic_trace: a node
+            if act not in ACTS:
+                raise ValueError(f"tppasm.torch.linear: act={act!r}; expected one of {ACTS}")
+            if isinstance(weight, Tensor) and isinstance(bias, Tensor):    # a constant bias, broadcast as in eager
+                bias = _broadcast_bias(bias, weight)
+            return torch.ops.tppasm.linear(x, weight, bias, act)[0]
     bias = _broadcast_bias(bias, weight)
     _refuse_dual(x, weight, bias)
     if _unwatched(x, weight, bias):
@@ -95,9 +99,15 @@ def linear(x, weight, bias=None, act=None):
 
 def _refuse_non_tensors(x, weight, bias):
     """The TypeError naming the fix for an operand that is not a tensor (the operator's schema would
-    refuse it with a RuntimeError that does not say what to pass)."""
+    refuse it with a RuntimeError that does not say what to pass), the ValueError for a nested one
+    (a jagged tensor would refuse the operator with a NotImplementedError naming only the operator)."""
     for name, t in (("x", x), ("weight", weight), ("bias", bias)):
-        if not isinstance(t, Tensor) and (t is not None or name != "bias"):
+        if isinstance(t, Tensor) and t.is_nested:
+            raise ValueError(f"tppasm.torch.linear: {name} is a nested tensor; tppasm kernels take dense tensors"
+                             + (": pass x.values() (the rows of a jagged x) and rewrap the result, e.g. torch.nested."
+                                "nested_tensor_from_jagged(linear(x.values(), weight, bias), x.offsets())"
+                                if name == "x" else f": pass a dense {name}"))
+        if not isinstance(t, (Tensor, torch.fx.Proxy)) and (t is not None or name != "bias"):
             fix = f"torch.from_numpy({name})" if isinstance(t, np.ndarray) else f"torch.as_tensor({name})"
             raise TypeError(f"tppasm.torch.linear: {name} is a {type(t).__name__}; expected a torch.Tensor"
                             f"{' or None' if name == 'bias' else ''}: pass {fix}")
@@ -180,7 +190,7 @@ def _bias_fix(bias, m):
     if bias.numel() == m:
         return f": pass bias.reshape({m})"
     if bias.numel() == 1:
-        return f": pass bias.expand({m})"
+        return f": pass bias.expand({m})" if bias.dim() <= 1 else f": pass bias.reshape(1).expand({m})"
     return " (a bias that is not one per output feature: add it to the result, linear(x, weight) + bias)"
 
 
