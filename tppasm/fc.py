@@ -252,7 +252,7 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=
     (compute it), False (skip it: None is returned) or a writable C-contiguous array to write it
     into (dx and dw in x's dtype, db float32), sharing no memory with the inputs or each other
     (else :class:`tppasm.operand.OperandError`).
-    ``threads`` as for :func:`forward`.
+    ``threads`` as for :func:`forward`; ``w`` may be its :func:`pack` (its weight as stored is read).
 
     >>> import numpy as np
     >>> x = np.ones((3, 2), np.float32); w = np.ones((4, 2), np.float32)
@@ -260,6 +260,7 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=
     >>> dx, dw.tolist()[0], db.tolist()
     (None, [3.0, 3.0], [3.0, 3.0, 3.0, 3.0])
     """
+    w = w.w if isinstance(w, PackedWeight) else w
     dy, x, w = dense_rows("backward", "dy", dy), dense_rows("backward", "x", x), dense_rows("backward", "w", w)
     dt = dtype_of("backward", dy=dy, x=x, w=w)
     (n, k), m = x.shape, w.shape[0]
