@@ -400,13 +400,20 @@ def routes(monkeypatch):
         seen.append("direct")
         return direct(ctx, *args)
 
-    def spy_op(*args):
-        seen.append("operator")
-        return op(*args)
+    class Spy:
+        """Counts the calls of an operator; torch's dispatch may still look up its overloads
+        (``.default``) through ``torch.ops.tppasm``, so every other attribute is the operator's."""
 
-    def spy_op_backward(*args):
-        seen.append("operator backward")
-        return op_backward(*args)
+        def __init__(self, op, name):
+            self.op, self.name = op, name
+
+        def __call__(self, *args):
+            seen.append(self.name)
+            return self.op(*args)
+
+        def __getattr__(self, attr):
+            return getattr(self.op, attr)
+    spy_op, spy_op_backward = Spy(op, "operator"), Spy(op_backward, "operator backward")
     monkeypatch.setattr(ops, "_forward", spy_forward)
     monkeypatch.setattr(ops._Direct, "forward", staticmethod(spy_direct))
     monkeypatch.setattr(torch.ops.tppasm, "linear", spy_op)
