@@ -44,7 +44,7 @@ pin() {
     "$PYTHON" -m venv "$tmp/venv"
     "$tmp/venv/bin/python" -m pip install -q --upgrade pip
     "$tmp/venv/bin/python" -m pip install -q -e ".[$EXTRAS_ALL]"
-    "$tmp/venv/bin/python" -m pytest tests -q -x "$@"
+    "$tmp/venv/bin/python" -m pytest tests -q -x -n auto "$@"
     {
         echo "# Every package the extras $EXTRAS_ALL install, at versions the test suite passed with."
         echo "# Made by ./dev.sh pin (edit setup.cfg's ranges, not this file); dev.sh and .ci/run install with -c."
@@ -60,7 +60,7 @@ cmd=${1:-demo}
 shift || true
 case "$cmd" in
     demo)  setup test; exec "$PY" -m tppasm demo "$@" ;;
-    test)  setup test; exec "$PY" -m pytest tests "$@" ;;
+    test)  setup test; exec "$PY" -m pytest tests -n auto "$@" ;;     # one worker a core (-n 0: one process)
     bench) setup test,bench; exec "$PY" -m bench "${@:-all}" ;;
     shell) setup test; exec "$PY" "$@" ;;
     pin)   pin "$@" ;;
