@@ -21,8 +21,8 @@ which the backward needs (or, with ``pre=False``, fused as relu is). The backwar
 ``dz = dy * act'(z)`` (the relu_bwd / gelu_bwd TPPs), ``dx = dz @ w`` and ``dw = dz.T @ x``
 (panel GEMMs again, over columns of w and x, copied or VNNI2-packed a panel at a time; for a few
 bf16 rows dx packs w a strip of whole rows at a time instead, :class:`StripGemm`; dz transposed by
-the transpose TPP), ``db = sum of dz over rows`` (a reduce TPP, fp32). Arrays are float32 or
-ml_dtypes.bfloat16 (the bias float32 or x's dtype); bf16 products accumulate in fp32.
+the transpose TPP), ``db = sum of dz over rows`` (a reduce TPP, fp32). Arrays are float32 or ml_dtypes.bfloat16
+(the bias float32 or x's dtype); bf16 products accumulate in fp32 (denormals may count as zero, as in BRGEMM).
 
 >>> import numpy as np
 >>> x = np.array([[1, 2]], np.float32); w = np.array([[1, 1], [1, -1]], np.float32)

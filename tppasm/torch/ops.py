@@ -46,7 +46,8 @@ def linear(x, weight, bias=None, act=None):
     error of 2^-22 max(1, |z|), the class of torch's own, in 21 instructions a vector against ~55).
     Large GEMMs are shared by rows among ``torch.get_num_threads()`` threads
     (:class:`tppasm.fc.RowGemm`). Where nothing records a gradient (plain inference), a gelu runs
-    fused into the GEMM's epilogue.
+    fused into the GEMM's epilogue. bfloat16 products accumulate in float32; denormal bfloat16
+    inputs and products may count as zero (the bf16 dot instructions flush them; torch keeps them).
 
     >>> import torch
     >>> x = torch.ones(2, 3, requires_grad=True)
