@@ -33,6 +33,7 @@ from tppasm.x86.entry import NATIVE_CHECKS, build_entry, capi_address
 from . import display, races as _races
 from .bind import arity, box_of, check_grid, traced_trees
 from .bounds import BoundsError, check_calls as _check_calls, check_int64 as _check_int64
+from .tile_state import check_tile_state
 from .body import check_body as _check_body, parameters as _parameters
 from .explain import explain
 from .nest_plan import Layout
@@ -448,6 +449,7 @@ class _Instance:
         box = box_of(lk.resolved, spec, self.nthreads)
         self.body, self.init, self.fini = (t.simplify(box) for t in traced)
         _check_calls(lk, arrays, self.body, self.init, self.fini, box)
+        check_tile_state(self.body, self.init)
         _check_int64(lk, arrays, (self.body, self.init, self.fini), box)
         if lk.races != "allow":
             _check_races_of(lk, arrays, self)

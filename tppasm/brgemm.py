@@ -20,6 +20,7 @@ from .kernel import Descriptor, get_kernel, in_body, scalar_arg
 from .keywords import refuse_keywords
 from .layout import empty_for
 from .lazy import CodeAddress, one_wrapper, wrapper_class
+from .tile_calls import configuring, on_tiles, self_configuring
 from .operand import (OperandError, OperandSpec, as_ndarray, check, data_address, like_inputs, mark_written,
                       origin_of, refuse_masked, refuse_overlap)
 
@@ -487,8 +488,9 @@ def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0,
 
     m, n, k: the block sizes; ``beta`` 0 (C is only written) or 1 (added to); ``isa``: the ISA level to
     generate for ("avx2", "avx512", "amx" or "sve"; None: the host's, or ``TPPASM_ISA``); ``tile_setup`` (AMX):
-    False for a kernel that a loop nest's :func:`tppasm.tileconfig` configures once per thread, True for one
-    that loads its own tile configuration when another is loaded. ``c_dtype``: C's dtype (below);
+    False for a kernel that a loop nest's :func:`tppasm.tileconfig` configures once per thread (called from
+    Python it configures itself, :mod:`tppasm.tile_calls`), True for one that loads its own tile configuration
+    when another is loaded. ``c_dtype``: C's dtype (below);
     ``signs``: for dtype="i8", whether A and B are (u)nsigned or (s)igned ("us", "ss", "su", "uu").
 
     Row-major blocks: A_i is (m, k) with row stride ``lda`` (its rows may overlap: lda < k is fine);
@@ -577,7 +579,9 @@ def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0,
         desc.validate()
         desc = replace(desc, pace=0, prefetch=True)
     kernel = get_kernel(desc, isa)
-    return kernel if desc.batch == "stride" else batched(kernel)
+    if desc.batch == "stride":
+        return self_configuring(kernel)         # (tile_setup=False on AMX: Python calls configure the tiles)
+    return batched(kernel if desc.tile_setup or not on_tiles(kernel) else configuring(kernel))     # Python only
 
 
 def batched(kernel):

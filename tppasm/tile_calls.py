@@ -1,0 +1,86 @@
+"""Python calls of ``tile_setup=False`` AMX BRGEMMs: they configure the tiles themselves.
+
+A ``tile_setup=False`` kernel trusts the tile configuration that its loop nest's ``init`` loaded
+(:func:`tppasm.tileconfig`). Called from Python, nothing loaded one (an AMX core raises #UD: the
+process dies of SIGILL) or another kernel's is loaded (its tile shapes: sums silently wrong). So
+:func:`tppasm.brgemm` returns such a kernel as a :class:`SelfConfiguring` wrapper: a call from Python
+runs the same BRGEMM built with ``tile_setup=True``, which loads its configuration where another is
+loaded, and a loop body's call (traced, then run by the nest's native code) is the kernel's own.
+"""
+from dataclasses import replace
+
+from . import kernel as kernel_module
+from .lazy import one_wrapper, wrapper_class
+
+
+def on_tiles(kernel):
+    """Whether ``kernel`` is an AMX tile BRGEMM (bf16 or int8 at the "amx" level).
+
+    >>> import tppasm
+    >>> on_tiles(tppasm.brgemm(16, 16, 32, dtype="bf16", isa="amx")), on_tiles(tppasm.brgemm(16, 16, 32, isa="amx"))
+    (True, False)
+    """
+    return kernel.isa == "amx" and kernel.desc.kind == "brgemm" and kernel.desc.dtype in ("bf16", "i8")
+
+
+def configuring(kernel):
+    """The kernel of ``kernel``'s BRGEMM that loads its own tile configuration (``tile_setup=True``).
+
+    >>> import tppasm
+    >>> g = tppasm.brgemm(16, 16, 32, dtype="bf16", tile_setup=False, isa="amx")
+    >>> configuring(g).desc.tile_setup, g.desc.tile_setup
+    (True, False)
+    """
+    return kernel_module.get_kernel(replace(kernel.desc, tile_setup=True), kernel.isa)
+
+
+class SelfConfiguring:
+    """A ``tile_setup=False`` AMX BRGEMM ``kernel`` whose calls from Python configure the tiles
+    first (through :func:`configuring`); in a loop body it is the kernel itself. Its other
+    attributes are the kernel's (``desc``, ``raw``, ...: what loop nests and pools run).
+
+    >>> import tppasm
+    >>> g = tppasm.brgemm(16, 16, 32, dtype="bf16", tile_setup=False, isa="amx")
+    >>> type(g).__mro__[1].__name__, g.kernel.desc.tile_setup, tppasm.tileconfig(g).desc.gemm == g.desc
+    ('SelfConfiguring', False, True)
+    """
+
+    def __init__(self, kernel):
+        self.kernel, self.desc = kernel, kernel.desc
+        self.__class__ = wrapper_class(kernel, SelfConfiguring)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)        # copy/pickle probes, before __init__ ran
+        return getattr(self.kernel, name)
+
+    def __reduce__(self):
+        return self_configuring, (self.kernel,)
+
+    def __repr__(self):
+        return repr(self.kernel)
+
+    def _repr_html_(self):
+        return self.kernel._repr_html_()
+
+    def __call__(self, *arrays, **named):
+        if kernel_module.TRACING:               # a loop body: recorded for the nest, which configures
+            return self.kernel(*arrays, **named)
+        python = self.__dict__.get("_python")
+        if python is None:
+            python = self._python = configuring(self.kernel)
+        return python(*arrays, **named)
+
+
+def self_configuring(kernel):
+    """``kernel`` as :class:`SelfConfiguring` where it is a ``tile_setup=False`` AMX tile BRGEMM (one
+    wrapper per kernel), else ``kernel`` itself.
+
+    >>> import tppasm
+    >>> g = tppasm.brgemm(16, 16, 32, dtype="bf16", isa="amx")
+    >>> self_configuring(g) is g
+    True
+    """
+    if not on_tiles(kernel) or kernel.desc.tile_setup:
+        return kernel
+    return one_wrapper(kernel, SelfConfiguring)
