@@ -46,6 +46,7 @@ def offset_error(desc, isa: str, error: BaseException) -> ValueError | None:
     fields = [(k, v) for k, v in fields if not k.startswith("stride_")] or fields
     huge = ", ".join(f"{public_name(desc, k)}={int_text(v)}" for k, v in fields)
     verb = "needs" if len(fields) == 1 else "need"
+    tiles = " (AMX tiles reach 16 rows: keep 16 rows of each leading dimension, in bytes, under 2 GiB)"
     return ValueError(f"{desc.kind}: {huge} {verb} an address offset the {isa} code cannot encode (x86 "
                       "displacements and immediates are 32-bit): keep leading dimensions, rows and "
-                      "strides under 2 GiB, or split the operand into smaller calls")
+                      f"strides under 2 GiB{tiles if isa == 'amx' else ''}, or split the operand into smaller calls")
