@@ -7,6 +7,8 @@ refusal of keywords a constructor does not take (a field's public name:
 "; dtype is a keyword: dtype='bf16'"
 """
 import dataclasses
+import difflib
+import sys
 
 import numpy as np
 
@@ -80,7 +82,17 @@ def refuse_keywords(who, wrong, takes="out_dtype"):
         if name in OUTPUT_DTYPE and OUTPUT_DTYPE[name] == takes:
             raise TypeError(f"{who}() takes no {name}=: its output dtype is {takes}=; write "
                             f"{takes}={_written(value)}")
-        raise TypeError(f"{who}() got an unexpected keyword argument {name!r}")
+        raise TypeError(f"{who}() got an unexpected keyword argument {name!r}{_takes(sys._getframe(1).f_code, name)}")
+
+
+def _takes(code, name):
+    """What the constructor whose ``code`` called :func:`refuse_keywords` takes instead of keyword
+    ``name``: its parameters (those before ``**wrong``), the nearest one first where one is near."""
+    params = [p for p in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount] if not p.startswith("_")]
+    if not params:
+        return ""
+    near = difflib.get_close_matches(name, params, n=1)
+    return (f" (did you mean {near[0]}=?)" if near else "") + f"; it takes {', '.join(params)}"
 
 
 def _written(value):

@@ -128,3 +128,13 @@ def test_every_constructor_gives_its_hint(who, name):
     assert f"{who}() takes no {name}=: " in str(e.value)
     if name.startswith("ld"):                               # a row stride: the keyword to write instead
         assert re.search(r"write ld[a-z]=8\b", str(e.value)), e.value
+
+
+@pytest.mark.parametrize("make, tail", [
+    (lambda: tppasm.reduce("add", 4, 8, ldo=9), r"'ldo' \(did you mean ldx=\?\); it takes op, m, n, over, ldx, "),
+    (lambda: tppasm.brgemm(4, 4, 4, ldd=3), r"'ldd' \(did you mean ldc=\?\); it takes m, n, k, dtype, lda, "),
+    (lambda: tppasm.softmax(2, 3, colour=1), r"'colour'; it takes m, n, ldx, ldo, dtype, out_dtype, scale, mask"),
+])
+def test_an_unknown_keyword_is_told_what_the_constructor_takes(make, tail):
+    with pytest.raises(TypeError, match=r"got an unexpected keyword argument " + tail):
+        make()
