@@ -284,8 +284,9 @@ class ConvNest:
               "ConvNest(..., stream_out=True)")
         _need(sh.k % bl.bk == 0, f"bk={bl.bk} must divide K={sh.k}")
         _need(dtype == "f32" or bl.bc % 2 == 0 or bl.fold,
-              f"bf16 pairs channels (VNNI2): bc={bl.bc} must be even, or fold=True (pairs over the S*bc "
-              "values of a filter row)")
+              f"bf16 pairs channels (VNNI2): bc={bl.bc} must be even" + (" (gather=True takes no fold)" if bl.gather
+                                                                         else ", or fold=True (pairs over the S*bc "
+                                                                         "values of a filter row)"))
         _need(not (bl.fold and bl.batch == "s"), "fold=True puts the filter columns in k: use batch='c' or 'r'")
         self.source_shape = sh
         if bl.gather:

@@ -322,6 +322,8 @@ def test_reference_convolution_by_hand():
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4, 3, 3), "f32", Blocking(bc=4, bk=8, bw=3)), "bw=3 must divide"),
     (lambda: ConvNest(Conv(1, 12, 8, 4, 4), "f32", Blocking(bc=4, bk=8, cstep=2)), "cstep=2 must divide"),
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "bf16", Blocking(bc=3, bk=8)), "bc=3 must be even, or fold=True"),
+    (lambda: ConvNest(Conv(1, 3, 8, 8, 8, stride=2), "bf16", Blocking(bc=3, bk=8, gather=True)),
+     "bc=3 must be even (gather=True takes no fold)"),
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "f16", Blocking(bc=4, bk=8)), "dtype='f16'"),
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "f32", Blocking(bc=4, bk=8, batch="k")), "batch='k'"),
     (lambda: ConvNest(Conv(1, 4, 8, 4, 4), "f32", Blocking(bc=4, bk=8, batch="s", fold=True)), "use batch='c' or 'r'"),
