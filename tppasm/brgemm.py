@@ -19,7 +19,7 @@ from .eltwise import UNARY_OPS
 from .kernel import Descriptor, get_kernel, in_body, scalar_arg
 from .keywords import refuse_keywords
 from .layout import empty_for
-from .lazy import CodeAddress, one_wrapper, wrapper_class
+from .lazy import CodeAddress, KernelWrapper, one_wrapper
 from .tile_calls import configuring, on_tiles, self_configuring
 from .operand import (OperandError, OperandSpec, as_ndarray, check, data_address, like_inputs, mark_written,
                       origin_of, refuse_masked, refuse_overlap)
@@ -284,31 +284,15 @@ def unchecked_in_body(desc):
             "(A[i, k0:k1] and count=...)")
 
 
-class BatchedBrgemm:
+class BatchedBrgemm(KernelWrapper):
     """A BRGEMM batched by offsets or addresses: checks the batch in Python, then calls the kernel.
 
     ``kernel`` is the underlying :class:`tppasm.kernel.Kernel` (its raw entry is what loop nests
     call); its attributes are available here too.
     """
 
-    def __init__(self, kernel):
-        self.kernel, self.desc = kernel, kernel.desc
-        # help() and inspect.signature() show the operands, as the kernel's own class does for them
-        self.__class__ = wrapper_class(kernel, BatchedBrgemm)
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)        # copy/pickle probes, before __init__ ran
-        return getattr(self.kernel, name)
-
-    def __reduce__(self):
-        return batched, (self.kernel,)          # copies and unpicklings: the same object, as for a kernel
-
     def __repr__(self):
         return f"<BatchedBrgemm of {self.kernel!r}>"
-
-    def _repr_html_(self):
-        return self.kernel._repr_html_()
 
     def __call__(self, *arrays, count=None, **wrong):
         """``gemm(A, B, C, offsets[, bias])`` (batch="offset") or ``gemm(A_blocks, B_blocks, C[, bias])``

@@ -71,6 +71,41 @@ def one_wrapper(kernel, base):
 _WRAPPING = threading.Lock()
 
 
+class KernelWrapper:
+    """Base of a wrapper whose calls check or prepare something before ``kernel``'s: one per kernel
+    (:func:`one_wrapper`, also for copies and unpicklings), of a class named as the kernel's
+    (:func:`wrapper_class`: ``help()`` shows the operands), shown as the kernel, its other
+    attributes the kernel's (``desc``, ``raw``, ...). A subclass defines ``__call__``.
+
+    >>> class Loud(KernelWrapper):
+    ...     def __call__(self, *arrays):
+    ...         print("calling"); return self.kernel(*arrays)
+    >>> import copy, tppasm
+    >>> k = tppasm.zero(1, 2); w = one_wrapper(k, Loud)
+    >>> _ = w(); w.desc is k.desc, copy.copy(w) is w, repr(w) == repr(k)
+    calling
+    (True, True, True)
+    """
+
+    def __init__(self, kernel):
+        self.kernel, self.desc = kernel, kernel.desc
+        self.__class__ = wrapper_class(kernel, type(self))
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)        # copy/pickle probes, before __init__ ran
+        return getattr(self.kernel, name)
+
+    def __reduce__(self):
+        return one_wrapper, (self.kernel, type(self).__bases__[0])
+
+    def __repr__(self):
+        return repr(self.kernel)
+
+    def _repr_html_(self):
+        return self.kernel._repr_html_()
+
+
 class CodeAddress(int):
     """A native function's address, an int that holds ``owner`` (the object whose executable memory
     it points into, and what else a call's arguments point into) while the address itself is

@@ -38,7 +38,7 @@ from .dtypes import DtypeError, dtype as to_dtype, name_of, numpy_dtype
 from .kernel import Descriptor, get_kernel, in_body, scalar_arg
 from .keywords import refuse_keywords
 from .layout import as_array, empty_for
-from .lazy import one_wrapper, wrapper_class
+from .lazy import KernelWrapper, one_wrapper
 from .operand import (OperandError, OperandSpec, as_ndarray, check, like_inputs, mark_written, origin_of,
                       refuse_overlap)
 
@@ -152,24 +152,9 @@ def _need(ok, name, value, legal):
         raise ValueError(f"block_spmm: {name}={display.shown(value)}; expected {legal}")
 
 
-class BlockSpmmKernel:
+class BlockSpmmKernel(KernelWrapper):
     """A :class:`BlockSpmm` kernel whose calls check the index arrays' contents first (the raw
     kernel's own check can only poison C); in a loop body the call is traced as the kernel's."""
-
-    def __init__(self, kernel):
-        self.kernel, self.desc = kernel, kernel.desc
-        self.__class__ = wrapper_class(kernel, BlockSpmmKernel)     # help() shows the kernel's operands
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)        # copy/pickle probes, before __init__ ran
-        return getattr(self.kernel, name)
-
-    def __reduce__(self):
-        return checked, (self.kernel,)          # copies and unpicklings: the same object, as for a kernel
-
-    def __repr__(self):
-        return repr(self.kernel)
 
     def __call__(self, rowptr, colidx, values, b, c=None, *, count=None, **wrong):
         """``count`` defaults to the number of blocks ``colidx`` and ``values`` hold (when they agree);

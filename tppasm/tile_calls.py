@@ -10,7 +10,7 @@ loaded, and a loop body's call (traced, then run by the nest's native code) is t
 from dataclasses import replace
 
 from . import kernel as kernel_module
-from .lazy import one_wrapper, wrapper_class
+from .lazy import KernelWrapper, one_wrapper
 
 
 def on_tiles(kernel):
@@ -34,7 +34,7 @@ def configuring(kernel):
     return kernel_module.get_kernel(replace(kernel.desc, tile_setup=True), kernel.isa)
 
 
-class SelfConfiguring:
+class SelfConfiguring(KernelWrapper):
     """A ``tile_setup=False`` AMX BRGEMM ``kernel`` whose calls from Python configure the tiles
     first (through :func:`configuring`); in a loop body it is the kernel itself. Its other
     attributes are the kernel's (``desc``, ``raw``, ...: what loop nests and pools run).
@@ -44,24 +44,6 @@ class SelfConfiguring:
     >>> type(g).__mro__[1].__name__, g.kernel.desc.tile_setup, tppasm.tileconfig(g).desc.gemm == g.desc
     ('SelfConfiguring', False, True)
     """
-
-    def __init__(self, kernel):
-        self.kernel, self.desc = kernel, kernel.desc
-        self.__class__ = wrapper_class(kernel, SelfConfiguring)
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)        # copy/pickle probes, before __init__ ran
-        return getattr(self.kernel, name)
-
-    def __reduce__(self):
-        return self_configuring, (self.kernel,)
-
-    def __repr__(self):
-        return repr(self.kernel)
-
-    def _repr_html_(self):
-        return self.kernel._repr_html_()
 
     def __call__(self, *arrays, **named):
         if kernel_module.TRACING:               # a loop body: recorded for the nest, which configures
