@@ -4,11 +4,13 @@ A ``tile_setup=False`` BRGEMM (:func:`tppasm.brgemm`) runs on the tile configura
 ``init`` loads with :func:`tppasm.tileconfig`, as PARLOOPER's kernels do. Without one an AMX core
 raises #UD (the process dies of SIGILL); on another kernel's configuration (other tile shapes) the
 sums are silently wrong. So a nest is refused, with the fix named, when its body calls such a kernel
-and its ``init`` loads no configuration, or one that kernel does not expect, or when a
-``tile_setup=True`` tile kernel of the same body would leave a different configuration loaded.
+and its ``init`` loads no configuration, or one that kernel does not expect, or when another
+tile kernel of the same body would leave a different configuration loaded (a ``tile_setup=True``
+BRGEMM of other tile shapes) or none (a ``block_spmm`` on tiles releases them).
 """
 from tppasm.tile_calls import on_tiles
 from tppasm.x86.amx import plan
+from tppasm.x86.spmm import AmxSpmmGen
 
 
 def check_tile_state(body, init):
@@ -52,6 +54,10 @@ def check_tile_state(body, init):
                             "body's tile_setup=False kernels would then run on; build it with tile_setup=False and "
                             "the tile shapes of the others (and one configuration), or build them all with "
                             "tile_setup=True")
+        if call.kernel.isa == "amx" and call.kernel.desc.kind == "block_spmm" and AmxSpmmGen.fits(call.kernel.desc):
+            raise TypeError(f"{call.text}: this block_spmm runs on AMX tiles and releases them when it returns, so "
+                            "the body's tile_setup=False BRGEMMs would find none configured; build those with "
+                            "tile_setup=True (they configure themselves), or run the block_spmm in a nest of its own")
 
 
 def _configs(desc):

@@ -113,3 +113,23 @@ def test_a_nest_that_would_run_on_the_wrong_tiles_is_refused(case, message):
           }[case]()
     with pytest.raises(TypeError, match=message):
         mm(*_nest_operands())
+
+
+def test_a_block_spmm_on_tiles_beside_a_no_setup_brgemm_is_refused():
+    """The AMX block_spmm releases the tiles on return: the nest's next BRGEMM would find none."""
+    g = tpp.brgemm(16, 16, 32, dtype="bf16", tile_setup=False, isa="amx")
+    spmm = tpp.block_spmm(bm=16, bk=16, n=16, kb=2, dtype="bf16", isa="amx")
+    rowptr, colidx, values = tpp.spmm.bcsr(np.ones((16, 32), np.float32), 16, 16, dtype="bf16")
+
+    @kernel("a", Loop(0, 2))
+    def both(i, A, B, C, R, I, V, D, E):
+        g(A[i, 0:], B[0:], C[i], count=1)
+        spmm(R, I, V, D, E, count=2)
+
+    @both.init
+    def setup(*arrays):
+        tpp.tileconfig(g)()
+    A, B, C = _nest_operands()
+    E = np.zeros((16, 16), np.float32)
+    with pytest.raises(TypeError, match="runs on AMX tiles and releases them"):
+        both(A, B, C, rowptr, colidx, values, tpp.vnni_pack(np.zeros((32, 16), BF16), 2), E)
