@@ -33,7 +33,6 @@ from tppasm.x86.entry import NATIVE_CHECKS, build_entry, capi_address
 from . import display, races as _races
 from .bind import arity, box_of, check_grid, traced_trees
 from .bounds import BoundsError, check_calls as _check_calls, check_int64 as _check_int64
-from .tile_state import check_tile_state
 from .body import check_body as _check_body, parameters as _parameters
 from .explain import explain
 from .nest_plan import Layout
@@ -41,6 +40,7 @@ from .recent import NESTS, VARIANTS, Recent
 from .scratch import check_scratch
 from .signature import as_arrays, signature, written_objects
 from .spec import Loop, SpecError, parse, serial_order
+from .tile_state import check_tile_state
 from .trace import PyArray, TraceError, run_python
 
 

@@ -20,9 +20,9 @@ from .kernel import Descriptor, get_kernel, in_body, scalar_arg
 from .keywords import refuse_keywords
 from .layout import empty_for
 from .lazy import CodeAddress, KernelWrapper, one_wrapper
-from .tile_calls import configuring, on_tiles, self_configuring
 from .operand import (OperandError, OperandSpec, as_ndarray, check, data_address, like_inputs, mark_written,
                       origin_of, refuse_masked, refuse_overlap)
+from .tile_calls import configuring, on_tiles, self_configuring
 
 A_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "u8"}
 B_DTYPE = {"f32": "f32", "bf16": "bf16", "i8": "i8"}
