@@ -42,6 +42,7 @@ Importing this package does not import hypothesis; the strategies do (the ``test
 >>> assert_matches_reference(tppasm.relu(1, 3), x, np.empty_like(x))       # passes silently
 >>> assert_matches_reference(tppasm.relu(1, 3))          # a hypothesis strategy of its operands
 """
+import re
 from datetime import timedelta
 
 import numpy as np
@@ -338,7 +339,8 @@ def _case(names, arrays, only, count):
         dt = "ml_dtypes.bfloat16" if a.dtype.name == "bfloat16" else "np." + a.dtype.name
         with np.errstate(invalid="ignore"):
             values = a.astype(np.float32).tolist() if a.dtype.name == "bfloat16" else a.tolist()
-        lines.append(f"{n} = np.empty({a.shape}, {dt})" if i in only else f"{n} = np.array({values!r}, {dt})")
+        values = re.sub(r"\b(nan|inf)\b", r"np.\1", repr(values))     # (a bare nan or inf does not paste)
+        lines.append(f"{n} = np.empty({a.shape}, {dt})" if i in only else f"{n} = np.array({values}, {dt})")
     return "case:\n  " + "\n  ".join(lines) + (f"\n  count = {count}" if count is not None else "")
 
 
@@ -350,8 +352,9 @@ def _poison_text(dtype, run):
             else repr(int(value))
 
 
-def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
-    """The checks of :func:`assert_matches_reference` on one set of arrays; a list of problems."""
+def _refuse_misuse(kernel, rtol, atol):
+    """``kernel``'s kind; TypeError or ValueError for what no check can run with (a tolerance that is no
+    number, a kernel for an ISA this host lacks), raised before any example is drawn."""
     kind = _kind(kernel)
     for name, tol in (("rtol", rtol), ("atol", atol)):
         if tol is not None and (isinstance(tol, bool) or not isinstance(tol, (int, float, np.integer, np.floating))
@@ -363,6 +366,12 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
             else "in the interpreter, isa.x86.interp"
         raise ISAUnavailableError(f"assert_matches_reference: {kernel!r} cannot run on this host; check it where "
                                   f"it runs (or {where})")
+    return kind
+
+
+def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
+    """The checks of :func:`assert_matches_reference` on one set of arrays; a list of problems."""
+    kind = _refuse_misuse(kernel, rtol, atol)
     arrays = _operands_of(kernel, kind, arrays, count)
     names, written, only = _roles(kernel, kind, arrays, outputs)
     scratch = scratch_positions(kernel, kind, names)
@@ -443,8 +452,13 @@ def assert_matches_reference(kernel, *arrays, count=None, outputs=None, rtol=Non
     hypothesis' default 200 ms.
     """
     strategy = arrays[0] if len(arrays) == 1 and _is_strategy(arrays[0]) else None
+    if strategy is None and any(_is_strategy(a) for a in arrays):
+        raise TypeError("assert_matches_reference: a hypothesis strategy is given beside arrays; pass it as the "
+                        "only array argument, drawing the whole tuple (st.tuples(strategy, st.just(out)))")
     if not arrays:
         strategy = _operands_strategy(kernel)
+    if strategy is not None:
+        _refuse_misuse(kernel, rtol, atol)        # before hypothesis runs (and saves the error as a failure)
     if strategy is None:
         if max_examples is not None:
             raise TypeError(f"assert_matches_reference: max_examples={max_examples!r} is given with arrays, which "
@@ -456,13 +470,19 @@ def assert_matches_reference(kernel, *arrays, count=None, outputs=None, rtol=Non
         return
     from hypothesis import given, settings
 
+    chosen = _settings(max_examples)
+
     @given(strategy)
     def run(case):
+        if not isinstance(case, (tuple, list)):
+            raise TypeError(f"assert_matches_reference: the strategy drew a {type(case).__name__}, not a tuple of "
+                            "the arrays of a call; draw tuples (st.tuples(...), tppasm.testing.strategies.operands"
+                            "(kernel))")
         assert_matches_reference(kernel, *case, count=count, outputs=outputs, rtol=rtol, atol=atol)
     # hypothesis keys its saved failures by the test function, the same for every kernel: add the kernel's
     # own identity, so a failure saved for one kernel is replayed on that kernel, never deleted by another
     run.hypothesis.inner_test._hypothesis_internal_add_digest = _identity(kernel).encode()
-    run = settings(**_settings(max_examples))(run)
+    run = settings(**chosen)(run)
     run()
 
 
@@ -471,7 +491,14 @@ def _settings(max_examples):
     active profile sets one other than hypothesis' own default (a check's time is mostly its own:
     three poisoned runs, copies and the NumPy reference, long for a large kernel)."""
     from hypothesis import settings
-    chosen = {} if max_examples is None else {"max_examples": max_examples}
+    if max_examples is not None and (isinstance(max_examples, (bool, np.bool_))
+                                     or not isinstance(max_examples, (int, np.integer))):
+        raise TypeError(f"assert_matches_reference: max_examples={max_examples!r} ({type(max_examples).__name__}); "
+                        "expected an int >= 1, e.g. max_examples=20, or None for the hypothesis profile's")
+    if max_examples is not None and max_examples < 1:
+        raise ValueError(f"assert_matches_reference: max_examples={max_examples!r}; expected an int >= 1, e.g. "
+                         "max_examples=20 (to check the arrays of one call, pass them instead of a strategy)")
+    chosen = {} if max_examples is None else {"max_examples": int(max_examples)}
     if settings.default.deadline == HYPOTHESIS_DEADLINE:
         chosen["deadline"] = None
     return chosen
@@ -483,7 +510,7 @@ def _identity(kernel):
     if _kind(kernel) == "loop":
         body = getattr(kernel, "body", kernel.python)
         return f"loop {getattr(body, '__module__', '')}.{getattr(body, '__qualname__', '')} {kernel.array_names}"
-    return f"{type(kernel).__qualname__} {kernel.desc!r}"
+    return f"{type(kernel).__qualname__} {kernel.desc!r} on {getattr(kernel, 'isa', '')}"     # (isa= kernels differ)
 
 
 def _operands_strategy(kernel):

@@ -44,6 +44,8 @@ __all__ = ["TAILS", "dims", "shapes", "leading_dimensions", "dtypes", "values", 
 
 TAILS = (1, 2, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65)
 F32 = np.finfo(np.float32)
+BF16_MAX = float(np.array(0x7F7F0000, np.uint32).view(np.float32))     # bf16's largest finite value
+BF16_LEAST = 2.0 ** -133                                                # and its smallest denormal
 FLOAT_SPECIALS = (math.nan, math.inf, -math.inf, -0.0, 0.0, float(F32.smallest_subnormal),
                   -float(F32.smallest_subnormal), float(F32.tiny) / 2, float(F32.max), -float(F32.max),
                   float(F32.tiny))
@@ -109,7 +111,7 @@ def values(dtype, specials=False, bound=None):
     also NaN, infinities, -0, denormals and the largest finite values; given a sequence of floats,
     those, and denormals only if it holds one), integers in [-bound, bound] (default: their whole
     range; their minimum, maximum, 0 and -1 drawn often). A bound that fp32 cannot hold is taken
-    as the fp32 below it.
+    as the fp32 below it. bf16 draws bf16 numbers (fp32 ones cut toward zero; its own largest).
 
     >>> values("i8", bound="x")
     Traceback (most recent call last):
@@ -137,7 +139,23 @@ def values(dtype, specials=False, bound=None):
         inner = np.nextafter(inner, np.float32(0))
     subnormal = specials in (FLOAT_SPECIALS, ()) or any(0 < abs(v) < F32.tiny for v in specials)
     finite = st.floats(-float(inner), float(inner), width=32, allow_subnormal=subnormal)
+    if dt.name == "bfloat16":          # bf16 numbers: fp32's extremes (bf16 infinities, zeros) as bf16's
+        specials, finite = tuple(_bf16_special(v) for v in specials), finite.map(_bf16_toward_zero)
     return st.one_of(finite, st.sampled_from(specials)) if specials else finite
+
+
+def _bf16_toward_zero(v):
+    """The bf16 number next to fp32 ``v`` toward zero (within any bound ``v`` is within)."""
+    return float((np.array(v, np.float32).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32))
+
+
+def _bf16_special(v):
+    """A special value as a bf16 number: fp32's largest as bf16's, a denormal below bf16's least as it."""
+    if abs(v) == F32.max:
+        return math.copysign(BF16_MAX, v)
+    if 0 < abs(v) < BF16_LEAST:
+        return math.copysign(BF16_LEAST, v)
+    return v if not math.isfinite(v) else _bf16_toward_zero(v)
 
 
 def _special_values(who, specials):
@@ -162,10 +180,10 @@ def _buffer(draw, dt, extent, align):
 
 
 def _fill(draw, dt, shape, specials, bound=None):
-    """An array of ``shape`` with values drawn for ``dt`` (bf16 drawn as fp32, then rounded), within
+    """An array of ``shape`` with values drawn for ``dt`` (bf16 drawn as fp32 arrays of bf16 numbers), within
     ``bound`` if given (an operand's ``max_value``)."""
     if dt.name == "bfloat16":
-        return draw(hnp.arrays(np.float32, shape, elements=values("f32", specials, bound))).astype(dt)
+        return draw(hnp.arrays(np.float32, shape, elements=values(dt, specials, bound))).astype(dt)
     return draw(hnp.arrays(dt, shape, elements=values(dt, specials, bound)))
 
 
