@@ -89,8 +89,11 @@ GRAD_OPS = {
     "gelu_bwd": _gelu_tanh_grad,
     "gelu_erf_bwd": _gelu_erf_grad,
 }
+
+# max and min: NaN wins, and on ties the first operand, as the kernels and torch (max(+0, -0) is +0; NumPy's is -0)
 BINARY_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-              "max": np.maximum, "min": np.minimum}
+              "max": lambda a, b: np.where(a == b, a, np.maximum(a, b)),
+              "min": lambda a, b: np.where(a == b, a, np.minimum(a, b))}
 TERNARY_OPS = {"muladd": lambda a, b, c: c + a * b}
 REDUCE_OPS = {"add": lambda x, axis: x.sum(axis), "max": lambda x, axis: x.max(axis),
               "sumsq": lambda x, axis: (x * x).sum(axis)}

@@ -436,3 +436,18 @@ def test_tails_never_touch_past_the_operand():
     proc.start()
     proc.join(120)
     assert proc.exitcode == 0, f"child exited with {proc.exitcode} (negative: killed by that signal)"
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_max_and_min_of_equal_zeros_give_the_first_as_the_reference_does(isa, op):
+    """x86 max and min return the first operand on ties (as torch); the reference says so too (NumPy's
+    returns the second): seen through a reciprocal, +0 and -0 are +inf and -inf."""
+    desc = Binary(op, 1, 2, post="reciprocal")
+    a, b = np.array([[0.0, -0.0]], np.float32), np.array([[-0.0, 0.0]], np.float32)
+    want = np.empty((1, 2), np.float32)
+    desc.reference(a, b, want)
+    assert want.tolist() == [[np.inf, -np.inf]]
+    out = poisoned((1, 2), np.float32, 3)
+    run_raw(get_kernel(desc, isa), (a, b, out), isa=isa)
+    assert out.tolist() == want.tolist()
