@@ -164,7 +164,7 @@ def test_planted_bugs_of_every_kind_are_caught_naming_the_element(name):
     out, a = k.operands[pos].name, arrays[pos]
     where = f"[{', '.join(map(str, _last(a)))}]"
     bugs = [(Planted(k, _wrong_value(pos)), f"{out}: 1 of {a.size} elements differ from the reference"),
-            (Planted(k, _past_the_end(pos)), f"{out}: 1 elements outside the operand were written")]
+            (Planted(k, _past_the_end(pos)), f"{out}: 1 element was written outside the operand")]
     if a.dtype.kind not in "iu":
         bugs.append((Planted(k, _nan(pos)), f"{out}: 1 of {a.size} elements differ from the reference"))
     if out in k.desc.allocated():
@@ -416,7 +416,7 @@ def test_a_strategy_of_the_wrong_arrays_or_beside_arrays_is_refused(saved):
     (lambda k, x: assert_matches_reference(k, outputs=["out", 7]), ValueError, r"outputs holds 7"),
     (lambda k, x: assert_matches_reference(k, x, count="3"), ValueError, r"count='3'"),
     (lambda k, x: assert_matches_reference(k, x, max_examples=5), TypeError, "drop max_examples="),
-    (lambda k, x: assert_matches_reference(k, rtol=-1), ValueError, r"rtol=-1; expected a number >= 0"),
+    (lambda k, x: assert_matches_reference(k, rtol=-1), ValueError, r"rtol=-1; expected a finite number >= 0"),
     (lambda k, x: assert_matches_reference(k.desc, x), TypeError, "Unary is not a tppasm kernel"),
     (lambda k, x: assert_matches_reference(lambda y: y), TypeError, "function is not a tppasm kernel"),
 ])

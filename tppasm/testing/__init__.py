@@ -358,9 +358,9 @@ def _refuse_misuse(kernel, rtol, atol):
     kind = _kind(kernel)
     for name, tol in (("rtol", rtol), ("atol", atol)):
         if tol is not None and (isinstance(tol, bool) or not isinstance(tol, (int, float, np.integer, np.floating))
-                                or not tol >= 0):
-            raise ValueError(f"assert_matches_reference: {name}={tol!r}; expected a number >= 0, or None for the "
-                             "dtype's default (see tppasm.testing)")
+                                or not 0 <= tol < np.inf):
+            raise ValueError(f"assert_matches_reference: {name}={tol!r}; expected a finite number >= 0 (inf would "
+                             "compare no value), or None for the dtype's default (see tppasm.testing)")
     if kind != "loop" and not getattr(kernel, "runnable", True):
         where = "under the emulator, isa.aarch64.emulate" if str(getattr(kernel, "isa", "")).startswith("sve") \
             else "in the interpreter, isa.x86.interp"
@@ -400,8 +400,9 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
         for copy in copies:
             outside = copy.outside_changed()
             if len(outside):
-                problems.append(f"{names[i]}: {len(outside)} elements outside the operand were written "
-                                "(row padding or guard bytes)")
+                many = len(outside) != 1
+                problems.append(f"{names[i]}: {len(outside)} element{'s were' if many else ' was'} written outside the "
+                                "operand (row padding or guard bytes)")
                 break
         if i in scratch:
             continue                            # declared scratch (loops.scratch): what it holds is no result
