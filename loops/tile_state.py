@@ -41,15 +41,15 @@ def check_tile_state(body, init):
                         "tppasm.tileconfig(gemm)() (and a fini hook that calls tppasm.tilerelease()()), or build the "
                         "kernel with tile_setup=True")
     loaded = loads[-1].kernel.desc.gemm
-    want = _configs(loaded)
+    want = _configs(loaded)[:1]          # what tppasm.tileconfig loads: the first region's
     for call in waiting:
-        if _configs(call.kernel.desc)[:1] != want[:1]:
+        if _configs(call.kernel.desc)[:1] != want:
             raise TypeError(f"{call.text}: this tile_setup=False AMX BRGEMM expects other tile shapes than the "
                             f"configuration the nest's init loads (tppasm.tileconfig of the {loaded.m}x{loaded.n}x"
                             f"{loaded.k} BRGEMM); load tppasm.tileconfig(<this kernel>) instead, or build this kernel "
                             "with tile_setup=True")
     for call in body.all_calls():
-        if on_tiles(call.kernel) and call.kernel.desc.tile_setup and _configs(call.kernel.desc) != want[:1]:
+        if on_tiles(call.kernel) and call.kernel.desc.tile_setup and _configs(call.kernel.desc) != want:
             raise TypeError(f"{call.text}: a tile_setup=True AMX BRGEMM loads its own tile configuration, which the "
                             "body's tile_setup=False kernels would then run on; build it with tile_setup=False and "
                             "the tile shapes of the others (and one configuration), or build them all with "

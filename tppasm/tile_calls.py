@@ -7,6 +7,7 @@ process dies of SIGILL) or another kernel's is loaded (its tile shapes: sums sil
 runs the same BRGEMM built with ``tile_setup=True``, which loads its configuration where another is
 loaded, and a loop body's call (traced, then run by the nest's native code) is the kernel's own.
 """
+import functools
 from dataclasses import replace
 
 from . import kernel as kernel_module
@@ -48,10 +49,12 @@ class SelfConfiguring(KernelWrapper):
     def __call__(self, *arrays, **named):
         if kernel_module.TRACING:               # a loop body: recorded for the nest, which configures
             return self.kernel(*arrays, **named)
-        python = self.__dict__.get("_python")
-        if python is None:
-            python = self._python = configuring(self.kernel)
-        return python(*arrays, **named)
+        return self.python_kernel(*arrays, **named)
+
+    @functools.cached_property
+    def python_kernel(self):
+        """The kernel a call from Python runs: :func:`configuring` of the wrapped one."""
+        return configuring(self.kernel)
 
 
 def self_configuring(kernel):

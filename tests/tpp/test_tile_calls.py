@@ -36,7 +36,7 @@ def test_a_python_call_runs_the_kernel_that_configures_itself():
     else:
         with pytest.raises(ISAUnavailableError):
             g(a, bv, c)
-    python = g.__dict__["_python"]
+    python = g.__dict__["python_kernel"]     # (made by the call above)
     assert isinstance(python, Kernel) and python.desc == g.desc.__class__(**{**vars(g.desc), "tile_setup": True})
     # that kernel, run with no configuration loaded (a fresh interpreter), configures itself and sums right
     c[:] = np.nan
