@@ -6,7 +6,7 @@ raises #UD (the process dies of SIGILL); on another kernel's configuration (othe
 sums are silently wrong. So a nest is refused, with the fix named, when its body calls such a kernel
 and its ``init`` loads no configuration, or one that kernel does not expect, or when another
 tile kernel of the same body would leave a different configuration loaded (a ``tile_setup=True``
-BRGEMM of other tile shapes) or none (a ``block_spmm`` on tiles releases them).
+BRGEMM of other tile shapes, or a ``block_spmm`` on tiles).
 """
 from tppasm.tile_calls import on_tiles
 from tppasm.x86.amx import plan
@@ -55,8 +55,8 @@ def check_tile_state(body, init):
                             "the tile shapes of the others (and one configuration), or build them all with "
                             "tile_setup=True")
         if call.kernel.isa == "amx" and call.kernel.desc.kind == "block_spmm" and AmxSpmmGen.fits(call.kernel.desc):
-            raise TypeError(f"{call.text}: this block_spmm runs on AMX tiles and releases them when it returns, so "
-                            "the body's tile_setup=False BRGEMMs would find none configured; build those with "
+            raise TypeError(f"{call.text}: this block_spmm runs on AMX tiles and loads its own tile configuration, so "
+                            "the body's tile_setup=False BRGEMMs would run on its tile shapes; build those with "
                             "tile_setup=True (they configure themselves), or run the block_spmm in a nest of its own")
 
 

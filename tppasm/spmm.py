@@ -5,8 +5,9 @@ A (M x K) is block-sparse in blocks of ``bm x bk``, stored as block CSR (BCSR): 
 (int32 per stored block: its block column) and ``values`` (one dense row-major ``bm x bk`` block
 per stored block, f32 or bf16; bf16 products may flush denormals to zero, as ``vdpbf16ps`` and
 AMX's ``tdpbf16ps`` do, and so may a denormal of C with beta=1 in a row that holds blocks). On AMX
-hosts bf16 blocks of at most 32 x 32 with n a multiple of 16 run on the tiles: each call loads its
-tile configuration and releases the tiles on return. One kernel call computes one block row against a column panel of
+hosts bf16 blocks of at most 32 x 32 with n a multiple of 16 run on the tiles: a call loads its tile
+configuration unless it is the one loaded, and leaves it loaded (``tppasm.tilerelease()()`` releases the
+tiles). One kernel call computes one block row against a column panel of
 the dense B (K x n, row stride ``ldb``; bf16: VNNI2 ``(K/2, n, 2)``, see :func:`tppasm.vnni_pack`)::
 
     C (bm x n) = beta*C + sum over p in [rowptr[0], rowptr[1]) of values[p] @ B[colidx[p]*bk : +bk, :]

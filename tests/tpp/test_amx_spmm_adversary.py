@@ -282,19 +282,28 @@ def test_denormals_in_c_are_flushed_where_a_block_is_multiplied():
 
 # -- the tile state ------------------------------------------------------------------------------------
 
-def test_configures_itself_after_any_tile_state_and_releases_the_tiles():
+def test_configures_itself_after_any_tile_state_and_keeps_its_configuration():
     """After another kernel's config (a BRGEMM's, the other spmm shape's), after a release, and
-    twice in a row on one machine: right every time, and the tiles released on return (the module
-    docstring's contract: a nest's ``tile_setup=False`` BRGEMM needs its tileconfig again after it)."""
+    twice in a row on one machine: right every time, its own configuration loaded on return (as a
+    ``tile_setup=True`` BRGEMM leaves it), and loaded only when another one was (``sttilecfg`` and a
+    compare decide)."""
     m = Machine()
     one, two = _desc(5, 6, 48, 3, beta=1), _desc(32, 32, 80, 2)
     rng = np.random.default_rng(4)
-    for hooks in [(tileconfig_function(Brgemm(m=16, n=16, k=32, dtype="bf16", tile_setup=False)),),
-                  (tileconfig_function(Brgemm(m=40, n=33, k=8, dtype="i8", tile_setup=False)),),
-                  (tilerelease_function(),), ()]:
+    loads = lambda: sum(op[0] == "ldtilecfg" for op in m.stats.tile_ops)       # noqa: E731
+    previous = None
+    for hooks, hook_loads in [((tileconfig_function(Brgemm(m=16, n=16, k=32, dtype="bf16", tile_setup=False)),), 1),
+                              ((tileconfig_function(Brgemm(m=40, n=33, k=8, dtype="i8", tile_setup=False)),), 1),
+                              ((tilerelease_function(),), 0), ((), 0)]:
         for d in (one, two, two, one, one):
+            before = loads() + hook_loads
             check(d, rng, 1, [1, 0, 1], 1, machine=m, hooks=hooks)
-            assert m.tilecfg is None, "the kernel left tiles configured"
+            cfg = AmxSpmmGen(d).config()
+            assert m.tilecfg == (list(cfg[48:56]), [int.from_bytes(cfg[16 + 2 * t:18 + 2 * t], "little")
+                                                    for t in range(8)]), "the kernel left another configuration"
+            reloaded = loads() - before
+            assert reloaded == (0 if d is previous and not hooks else 1), (d, hooks)
+            previous = d
 
 
 def test_bad_indices_poison_c_in_any_tile_state():

@@ -116,7 +116,8 @@ def test_a_nest_that_would_run_on_the_wrong_tiles_is_refused(case, message):
 
 
 def test_a_block_spmm_on_tiles_beside_a_no_setup_brgemm_is_refused():
-    """The AMX block_spmm releases the tiles on return: the nest's next BRGEMM would find none."""
+    """The AMX block_spmm leaves its own tile configuration loaded: the nest's next BRGEMM would run on
+    its tile shapes."""
     g = tpp.brgemm(16, 16, 32, dtype="bf16", tile_setup=False, isa="amx")
     spmm = tpp.block_spmm(bm=16, bk=16, n=16, kb=2, dtype="bf16", isa="amx")
     rowptr, colidx, values = tpp.spmm.bcsr(np.ones((16, 32), np.float32), 16, 16, dtype="bf16")
@@ -131,5 +132,5 @@ def test_a_block_spmm_on_tiles_beside_a_no_setup_brgemm_is_refused():
         tpp.tileconfig(g)()
     A, B, C = _nest_operands()
     E = np.zeros((16, 16), np.float32)
-    with pytest.raises(TypeError, match="runs on AMX tiles and releases them"):
+    with pytest.raises(TypeError, match="runs on AMX tiles and loads its own tile configuration"):
         both(A, B, C, rowptr, colidx, values, tpp.vnni_pack(np.zeros((32, 16), BF16), 2), E)

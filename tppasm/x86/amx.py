@@ -54,7 +54,7 @@ Generation needs no AMX hardware (the code runs in :mod:`isa.x86.interp` here):
 """
 from dataclasses import dataclass
 
-from isa.x86 import K, TMM, YMM, ZMM, Function, dword, eax, gpr, ptr, qword, rsp
+from isa.x86 import K, TMM, YMM, ZMM, Function, eax, gpr, ptr, qword, rsp
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
 from ..backends import register, register_option
@@ -63,6 +63,7 @@ from .amx_chunk import CHUNK_SLOTS, Chunks, acc_ld, acc_offset, chunk_blocks, us
 from .amx_pipe import Pipeline, streamed_operand
 from .batch import add_imm, mem_imm
 from .ctile import emit_activation
+from .tile_code import configure, write_config
 
 ROWS, COLSB = 16, 64                   # palette 1 tile limits
 ES = {"f32": 4, "bf16": 2, "i32": 4}     # C element bytes
@@ -265,9 +266,9 @@ class _Gen:
         switches = len(self.configs) > 1
         if switches:
             for i, cfg in enumerate(self.configs):
-                self.write_config(self.cfg_base + 64 * i, cfg)
+                write_config(a, self.cfg_base + 64 * i, cfg)
         if d.tile_setup:
-            self.configure(self.configs[0], switches)
+            configure(a, self.configs[0], self.cfg_base, self.cfg_now, switches)
         self.mov_imm(r["sa"], d.lda * self.es_a)
         self.mov_imm(r["sb"], d.ldb * 4)
         if self.partial:
@@ -301,28 +302,6 @@ class _Gen:
                 self.a.ldtilecfg([rsp + self.cfg_base + 64 * self.configs.index(cfg)])
                 loaded = cfg
             self.region(rspan, cspan)
-
-    def write_config(self, offset, cfg):
-        for off in range(0, 64, 4):
-            v = int.from_bytes(cfg[off:off + 4], "little")
-            self.a.mov(dword[rsp + offset + off], v - (1 << 32) if v >= 1 << 31 else v)
-
-    def configure(self, cfg, written):
-        """Load ``cfg`` unless it is the configuration loaded now (``sttilecfg`` and a compare:
-        ~20 cycles where ``ldtilecfg`` takes ~200). The tiles stay configured on return, as
-        after a nest's ``tileconfig()``; tile data is never assumed, only the shapes."""
-        a = self.a
-        load, done = a.label(), a.label()
-        a.sttilecfg([rsp + self.cfg_now])
-        for off in range(0, 64, 4):         # dword compares: no 64-bit immediates (cacheable code)
-            a.cmp(dword[rsp + self.cfg_now + off], int.from_bytes(cfg[off:off + 4], "little", signed=True))
-            a.jne(load)
-        a.jmp(done)
-        a.bind(load)
-        if not written:
-            self.write_config(self.cfg_base, cfg)
-        a.ldtilecfg([rsp + self.cfg_base])
-        a.bind(done)
 
     def region(self, rspan, cspan):
         d, p, a = self.d, self.p, self.a

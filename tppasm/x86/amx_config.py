@@ -7,10 +7,11 @@
 ...                                          (tilerelease_function(), "tilerelease"))]
 [1, 1]
 """
-from isa.x86 import Function, dword, rsp
+from isa.x86 import Function, rsp
 
 from ..backends import register
 from .amx import plan
+from .tile_code import write_config
 
 
 def tileconfig_function(desc):
@@ -23,9 +24,7 @@ def tileconfig_function(desc):
     cfg = plan(desc).regions()[0][2]
     fn = Function("amx_tileconfig", [])
     fn.stack(64)
-    for off in range(0, 64, 4):
-        v = int.from_bytes(cfg[off:off + 4], "little")
-        fn.asm.mov(dword[rsp + off], v - (1 << 32) if v >= 1 << 31 else v)
+    write_config(fn.asm, 0, cfg)
     fn.asm.ldtilecfg([rsp])
     return fn.finalize()
 

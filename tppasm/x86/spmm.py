@@ -14,8 +14,8 @@ AMX (bf16, n a multiple of 16, blocks of at most 32 x 32; other shapes run the A
 after the same checks, C is swept in macro blocks of gm x gn 16 x 16 fp32 tiles (gm = 1 or 2
 tile rows cover the block's bm rows; gn = 3 or 2 tile columns), and for every stored block its
 A tiles (the block's rows, 2*bk bytes each) and gn B tiles (bk/2 VNNI rows of 16 columns) are
-loaded and multiplied into the accumulators with ``tdpbf16ps``. The kernel
-loads its tile configuration itself and releases the tiles before returning.
+loaded and multiplied into the accumulators with ``tdpbf16ps``. The kernel loads its tile
+configuration unless it is the one loaded (as a ``tile_setup=True`` BRGEMM does) and leaves it loaded.
 
 >>> from tppasm.spmm import BlockSpmm
 >>> fn = generate(BlockSpmm(bm=4, bk=4, n=32, kb=2), "avx2")
@@ -25,7 +25,7 @@ True
 from types import SimpleNamespace
 
 from isa.x86 import (TMM, Function, dword, eax, gpr, r8, r9, r10, r11, r12, r14, r15, rax, rbp, rbx, rcx, rdi,
-                     rdx, rsi, rsp, vec)
+                     rdx, rsi, vec)
 
 from ..backends import register
 from .batch import add_imm
@@ -34,6 +34,7 @@ from . import brgemm as _brgemm
 from .brgemm import Gen
 from .dot import choose_dot
 from .math import Consts
+from .tile_code import configure
 from .vector import VectorISA
 
 NAN = 0x7FC00000
@@ -322,14 +323,10 @@ class AmxSpmmGen(SpmmGen):
 
     def build(self):
         a, d = self.a, self.d
-        self.fn.stack(64)
+        self.fn.stack(128)                    # the configuration, and sttilecfg's output
         poison = a.label()
         self.check_indices(poison)
-        cfg = self.config()
-        for off in range(0, 64, 4):
-            v = int.from_bytes(cfg[off:off + 4], "little")
-            a.mov(dword[rsp + off], v - (1 << 32) if v >= 1 << 31 else v)
-        a.ldtilecfg([rsp])
+        configure(a, self.config(), base=0, now=64, written=False)
         a.mov(self.sa, 2 * d.bk)
         a.mov(self.sb, d.ldb * 4)
         a.mov(self.sc, d.ldc * 4)
@@ -345,7 +342,6 @@ class AmxSpmmGen(SpmmGen):
             a.jnz(loop)
         if rest:
             self.macro_block(rest)
-        a.tilerelease()
         self.fn.ret()
         a.bind(poison)
         self.poison()
