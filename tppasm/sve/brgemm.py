@@ -252,6 +252,8 @@ class MmlaBrgemm(Brgemm):
 
     @property
     def mmla_group(self):
+        if self.dtype not in ("bf16", "i8"):        # (operands() asks before validate() would refuse it)
+            raise ValueError(f"MmlaBrgemm: dtype={self.dtype!r}; expected 'bf16' or 'i8' (for f32, use tppasm.brgemm)")
         return MMLA_GROUP[SVE_DTYPE[self.dtype]]
 
     def validate(self):
@@ -266,8 +268,8 @@ class MmlaBrgemm(Brgemm):
                              f"{', '.join(map(repr, INT8_SVE))} (swap the roles of A and B for 'su')")
 
     def block_specs(self):
-        a, _ = super().block_specs()
         g = self.mmla_group
+        a, _ = super().block_specs()
         b_dtype = INT8_DTYPE[self.signs[1]] if self.dtype == "i8" else self.dtype      # "uu": u8 B, as Brgemm's
         b = OperandSpec("b", b_dtype, (ceil_div(self.k, g), self.ldb, g),
                         (self.ldb * g, g, 1), ld_name="")
