@@ -176,3 +176,12 @@ def test_data_address_reads_the_word_the_native_entries_read():
     from tppasm.x86 import entry
     x = np.ones((3, 4), np.float32)[1:, 1:]
     assert operand._DATA_OFFSET == entry.DATA and operand.data_address(x) == x.ctypes.data
+
+
+def test_a_kernel_built_from_an_invalid_descriptor_names_the_fix():
+    """``Kernel(desc, isa)`` validates before it reads the operands (which trust the fields): an int8
+    dtype spelled "u8" got a KeyError from the VNNI table."""
+    from tppasm.brgemm import Brgemm
+    from tppasm.kernel import Kernel
+    with pytest.raises(ValueError, match="dtype='u8'; legal values: f32, bf16, i8"):
+        Kernel(Brgemm(m=2, n=3, k=4, dtype="u8"), "avx2")

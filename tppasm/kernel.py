@@ -201,7 +201,7 @@ class Kernel:
     _releases_gil, allocated_names, _address = False, None, None
 
     def __init__(self, desc, isa, *, code_cache=None):
-        _check_descriptor(desc, "Kernel")
+        _check_descriptor(desc, "Kernel").validate()       # (before operands(), which trusts the fields)
         isa = backends.level(isa)                 # None: the host's level, as get_kernel reads it
         self.desc, self.isa = desc, isa
         self.operands = tuple(desc.operands())
@@ -582,7 +582,7 @@ os.register_at_fork(after_in_child=_CACHE.after_fork_in_child)
 
 def _check_descriptor(desc, who="get_kernel"):
     if isinstance(desc, Descriptor):
-        return
+        return desc
     if isinstance(desc, Kernel):
         raise TypeError(f"{who}({desc!r}): this is already a kernel; call it directly")
     raise TypeError(f"{who}(desc): desc={desc!r} is not a TPP descriptor; pass one such as "
