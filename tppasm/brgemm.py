@@ -490,7 +490,8 @@ def brgemm(m, n, k, dtype="f32", *, lda=0, ldb=0, ldc=0, stride_a=0, stride_b=0,
       builds the pointer arrays); the raw kernel takes two int64 arrays of block addresses.
 
     dtypes: ``f32``; ``bf16`` (A bf16, B bf16 VNNI2, fp32 accumulation, C ``f32`` or ``bf16`` rounded to
-    nearest even; denormal inputs and products may count as zero, as the bf16 dot instructions flush them);
+    nearest even; denormal inputs and products may count as zero, as the bf16 dot instructions flush them,
+    and so may a bf16 C's denormal results where ``vcvtneps2bf16`` rounds them: AVX-512 BF16 and AMX hosts);
     ``i8`` (A uint8, B int8 VNNI4, C int32, exact: sums wrap modulo 2**32 as ``vpdpbusd`` does). Any k: B
     has ceil(k/f) row groups, and the padding entries of the last one are never used (``vnni_pack`` writes
     zeros there; any values are ignored). ``c_dtype`` left out: f32 (i32 for i8). Epilogue: ``bias=True``

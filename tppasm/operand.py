@@ -126,6 +126,8 @@ def _rank_fix(spec, shape):
                 f"{batch}")
     if name == "mask" and spec.dtype == "f32":
         return "; a masked softmax takes (x, mask, out), or (x, mask) to allocate the output"
+    if name == "bias" and len(shape) == 2:
+        return "; this kernel was built with bias=True: call it as k(a, b, c, bias), or c = k(a, b, bias)"
     return ""
 
 
