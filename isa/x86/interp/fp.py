@@ -69,6 +69,7 @@ def _round_to_odd(s: np.ndarray, e: np.ndarray) -> np.ndarray:
 
 
 _LOW29, _MID29 = np.int64(0x1FFFFFFF), np.int64(0x10000000)
+_FTZ_EDGE = 2.0 ** -126 - 2.0 ** -151       # below it the 24-bit rounding stays under 2^-126
 _MAG64, _TINY64 = np.uint64(0x7FFFFFFFFFFFFFFF), np.uint64(((1023 - 126) << 52) - 1)
 _ONE64 = np.uint64(1)
 
@@ -90,11 +91,15 @@ def fma32(a, b, c, *, prio=None, daz_ftz=False) -> np.ndarray:
     s = p + c
     bits = s.view(i64)
     tiny = ((bits.view(np.uint64) & _MAG64) - _ONE64) < _TINY64  # 0 < |s| < 2^-126 (zero is exact)
+    any_tiny = False
     if np.count_nonzero(((bits & _LOW29) == _MID29) | tiny):
+        any_tiny = bool(np.count_nonzero(tiny))
         bb = s - p
         s = _round_to_odd(s, (p - (s - bb)) + (c - bb))
     r = s.astype(f32)
     if daz_ftz:
+        if any_tiny:  # x86 flushes what is tiny after rounding to 24 bits (unbounded exponent)
+            r = np.where(np.abs(s) < _FTZ_EDGE, np.copysign(f32(0), r), r)
         r = ftz(r)
     if nonfinite(r):
         r = nan_rule(r, *(prio if prio is not None else (a, b, c)))

@@ -84,7 +84,7 @@ def _lea(m, ins):
     return step
 
 
-@sem("dst = cond ? src : dst (a 32-bit dst is zero-extended either way)")
+@sem("dst = cond ? src : dst (a 32-bit dst is zero-extended either way; a memory src is read either way)")
 def _cmov(m, ins):
     c, f = _cond(ins), m.fl
     rd0 = gpr_reader(m, ins.op0_register)
@@ -93,7 +93,8 @@ def _cmov(m, ins):
     nxt = ins.next_ip
 
     def step():
-        wr(rd1() if c(f) else rd0())
+        v = rd1()                       # loaded (and faulting) whatever the condition, as on hardware
+        wr(v if c(f) else rd0())
         return nxt
     return step
 

@@ -6,7 +6,8 @@ Sources are NumPy views typed ``tin`` (registers: their full width; memory: the 
 of ``tout`` lanes in the destination register. The builder then applies EVEX masking (merge or
 zero, per ``tout`` lane), zeroes the destination above the written width (VEX/EVEX rule) or
 writes only the enabled lanes of a memory destination. Memory sources of masked instructions read
-only the enabled elements when the whole operand is not mapped (fault suppression).
+only the enabled elements when the whole operand is not mapped (fault suppression), unless the
+form suppresses no faults (:mod:`.suppress`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from iced_x86 import EncodingKind, OpKind, Register, RegisterExt
 
 from .base import (IMM_KINDS, MemoryFault, addr_fn, gpr_reader, imm_of, mask_bits, pack_bits,
                           refuse, vec_index)
+from .suppress import suppresses, wraps
 
 MS = iced_x86.MemorySizeExt
 
@@ -26,20 +28,22 @@ def vl_bytes(ins) -> int:
 
 
 def mem_reader(m, ins, t, n_lanes_fn=None, aligned=False, full=False):
-    """Reader of the memory operand as ``t`` lanes; with a mask, disabled elements are not read."""
+    """Reader of the memory operand as ``t`` lanes; with a mask, disabled elements are not read
+    (where the form suppresses their faults: :mod:`.suppress`)."""
     a = addr_fn(m, ins)
     size = MS.size(ins.memory_size)
     rdv = m.rdv
+    full = full or not suppresses(ins)
     if ins.is_broadcast:
         total = vl_bytes(ins)
         reps = total // size
 
         def rd(bits=None):
-            if bits is not None and not bits.any():
+            if bits is not None and not full and not bits.any():
                 return np.zeros(total, np.uint8).view(t)
             return np.frombuffer(rdv(a(), size).tobytes() * reps, np.uint8).view(t)
         return rd
-    mapped = m.mapped
+    mapped, g, wrap = m.mapped, np.dtype(t).itemsize, wraps(ins)
 
     def rd(bits=None):
         addr = a()
@@ -47,18 +51,17 @@ def mem_reader(m, ins, t, n_lanes_fn=None, aligned=False, full=False):
             raise MemoryFault(addr, size, "misaligned aligned access")
         if bits is None or full or mapped(addr, size):
             return rdv(addr, size).view(t)
-        return _masked_read(m, addr, size, bits).view(t)
+        return _masked_read(m, addr, size, bits, g, wrap).view(t)
     return rd
 
 
-def _masked_read(m, addr, size, bits):
-    """Read only the elements whose mask bit is set (others read as zero)."""
+def _masked_read(m, addr, size, bits, g, wrap):
+    """Read only the g-byte elements an enabled lane uses, others as zero: lane j uses element j
+    (none past the operand: lanes a narrowing form zeroes), or j mod size/g for a broadcast."""
     out = np.zeros(size, np.uint8)
-    n = len(bits)
-    if size % n:
-        return m.rdv(addr, size).copy()
-    g = size // n
-    for j in np.flatnonzero(bits):
+    per = size // g
+    lanes = np.flatnonzero(bits)
+    for j in np.unique(lanes % per) if wrap else lanes[lanes < per]:
         out[j * g:(j + 1) * g] = m.rdv(addr + j * g, g)
     return out
 
@@ -95,13 +98,15 @@ def writer(m, ins, tout, merge_from=None, aligned=False):
         if zeroing:
             refuse(ins, "zeroing-masking on a store")
         a = addr_fn(m, ins)
-        wrv = m.wrv
+        wrv, whole = m.wrv, not suppresses(ins)
         msize = MS.size(ins.memory_size)
 
         def wr(res, bits):
             addr = a()
             if aligned and addr % msize:
                 raise MemoryFault(addr, msize, "misaligned aligned access")
+            if whole and bits is not None:      # all of it must be writable (no fault suppression)
+                m.wrv(addr, m.rdv(addr, msize).copy())
             if bits is None:
                 wrv(addr, res)
                 return
