@@ -119,8 +119,10 @@ def gemm_maker(a, b, dtype, pool, spec="aBC"):
     True
     True
     """
+    a, b = _converted(a, b, dtype)
+    if a.shape[1] == 0:                  # K = 0: a @ b is zeros, which one K block of zeros writes (beta=0)
+        a, b = np.zeros((a.shape[0], 1), a.dtype), np.zeros((1, b.shape[1]), b.dtype)
     (M, K), N = a.shape, b.shape[1]
-    a, b = (x.astype(tpp.dtypes.dtype(d[dtype])) for x, d in ((a, A_DTYPE), (b, B_DTYPE)))
     blocked = {}
 
     def layout(name, rows, cols):
@@ -135,6 +137,8 @@ def gemm_maker(a, b, dtype, pool, spec="aBC"):
     def make(bm=BLOCK, bn=None, bk=BLOCK, kstep=KSTEP, edges=True, prefetch=True):
         bn = bn or n_block()
         Mb, Nb, Kb = tpp.nblocks(M, bm), tpp.nblocks(N, bn), tpp.nblocks(K, bk)
+        if isinstance(kstep, bool) or not isinstance(kstep, (int, np.integer)) or kstep < 1:
+            raise ValueError(f"gemm_maker: kstep={kstep!r}; expected a positive int (K blocks per BRGEMM call)")
         ks = largest_divisor(Kb, kstep)
         A, B = layout("A", bm, bk), layout("B", bk, bn)
         C = tpp.empty((Mb, Nb, bm, bn), C_DTYPES[dtype][0])
@@ -168,6 +172,26 @@ def gemm_maker(a, b, dtype, pool, spec="aBC"):
                 step(kernels[bool(last_m), bool(last_n)], ik, im, jn, A, B, C)
         return gemm, (A, B, C), lambda: tpp.unblock(C, shape=(M, N))
     return make
+
+
+def _converted(a, b, dtype):
+    """``a`` (M, K), ``b`` (K, N) in the operand dtypes of ``dtype``'s GEMM, or the ValueError naming the fix
+    (shapes that do not multiply, complex values, values int8's u8 A or s8 B cannot hold: not wrapped)."""
+    if dtype not in A_DTYPE:
+        raise ValueError(f"gemm_maker: dtype={dtype!r}; expected one of {', '.join(A_DTYPE)}")
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"gemm_maker: a {a.shape} @ b {b.shape} is not a matrix product; pass a (M, K) and b (K, N)")
+    out = []
+    for name, x, dt in (("a", a, tpp.dtypes.dtype(A_DTYPE[dtype])), ("b", b, tpp.dtypes.dtype(B_DTYPE[dtype]))):
+        if x.dtype.kind == "c":
+            raise ValueError(f"gemm_maker: {name} is complex ({x.dtype}); pass its real part ({name}.real)")
+        with np.errstate(invalid="ignore"):      # (NaN as an int: refused below)
+            out.append(x.astype(dt))
+        if dt.kind in "iu" and not np.array_equal(out[-1], x):
+            raise ValueError(f"gemm_maker: {name} holds values that {dt.name} ({np.iinfo(dt).min}..{np.iinfo(dt).max}) "
+                             f"cannot hold; pass integers in that range (then {name}.astype(np.{dt.name}))")
+    return out
 
 
 def fitted(size, targets, granule=1):
@@ -523,7 +547,7 @@ def _check(got, ref, dtype, what):
             raise AssertionError(f"DSL GEMM {what}: {wrong} int32 sums differ from the exact ones")
         return
     err = float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
-    if err > (1e-4 if dtype == "f32" else 1e-2):
+    if not err <= (1e-4 if dtype == "f32" else 1e-2):          # (a NaN error fails too)
         raise AssertionError(f"DSL GEMM {what}: relative error {err}")
 
 

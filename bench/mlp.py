@@ -69,6 +69,10 @@ def mlp_maker(x, params, dtype, pool, spec="aBC"):
     last one cropped to (T, C)."""
     T, C = x.shape
     dt = tpp.dtypes.dtype(dtype)
+    for i, (w, b) in enumerate(params):     # padded to whole blocks, a misfit would not fail: it would be wrong
+        if np.shape(w) != (C, C) or np.shape(b) != (C,):
+            raise ValueError(f"mlp_maker: layer {i} has weights {np.shape(w)} and biases {np.shape(b)}; x has {C} "
+                             f"channels, so every layer takes weights ({C}, {C}) and biases ({C},)")
 
     def build(bm=BLOCK, bc=None, prefetch=True):
         bc = bc or n_block()
@@ -195,7 +199,7 @@ def _check(got, x, params, dtype):
     for w, b in params:
         ref = np.maximum(ref @ w + b, 0)
     err = float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
-    if err > (1e-3 if dtype == "f32" else 5e-2):
+    if not err <= (1e-3 if dtype == "f32" else 5e-2):          # (a NaN error fails too)
         raise AssertionError(f"DSL MLP {dtype}: relative error {err}")
 
 
