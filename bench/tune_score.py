@@ -3,7 +3,8 @@
 ``python -m bench.tune_score [--size 1024] [--threads 2] [--exhaustive FILE] [--seconds 120] [--repeats 3]
 [--lock /tmp/tppasm-bench.lock] [--json FILE]``
 
-1. Exhaustive (offline, once; kept in ``--exhaustive FILE``, which a later run resumes): every
+1. Exhaustive (offline, once; kept in ``--exhaustive FILE``, which a later run resumes; by default
+   :func:`default_exhaustive` in the tppasm cache directory, never the working directory): every
    candidate of the joint space (:data:`SPACE` and :data:`EXTRA` knobs x specs x block sizes of the M
    and N loops) of the DSL GEMM at size^3 is checked and timed (:func:`loops.tune.search` with no limit, one
    configuration at a time, each holding the bench lock), with the model's prediction beside it;
@@ -25,6 +26,7 @@ from bench.common import pool_of
 from bench.gemm import gemm_maker, winner_text
 from bench.options import MAX_THREADS, count, json_option, seconds, summary, writable_file
 from loops.tune import elapsed, search
+from tppasm.cache import directory as cache_directory
 
 SPACE = {"bm": [64, 32, 128], "bn": [32, 64], "bk": [64], "kstep": [8], "edges": [False]}
 EXTRA = [{"bm": 64, "bn": 32, "bk": 128, "kstep": 4, "edges": False},     # K blocks of 128, 4 per BRGEMM
@@ -161,15 +163,34 @@ def model_scores(rows, best_seconds):
             "timed": len(timed)}
 
 
+def default_exhaustive(size, threads, clock="wall"):
+    """Where the exhaustive timings of (``size``, ``threads``, ``clock``) are kept without ``--exhaustive``: a
+    file in the tppasm cache directory (:func:`tppasm.cache.directory`), one per setting.
+
+    >>> import os
+    >>> os.path.basename(default_exhaustive(1024, 2))
+    'tune_exhaustive-1024-2t-wall.json'
+    >>> os.path.dirname(default_exhaustive(1024, 2)) == cache_directory()
+    True
+    """
+    return os.path.join(cache_directory(), f"tune_exhaustive-{size}-{threads}t-{clock}.json")
+
+
 def parse(argv=None):
     """The options of ``python -m bench.tune_score``, checked (a bad one: argparse's error); no work done."""
     p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.tune_score", description=summary(__doc__))
-    p.add_argument("--size", type=count("rows and columns", "--size 1024"), default=1024)
-    p.add_argument("--threads", type=count("threads", "--threads 2", most=MAX_THREADS), default=2)
-    p.add_argument("--exhaustive", type=writable_file("--exhaustive tune_exhaustive.json"),
-                   default="tune_exhaustive.json", metavar="FILE")
-    p.add_argument("--seconds", type=seconds("--seconds 120", strict=True), default=120)
-    p.add_argument("--repeats", type=count("repeats", "--repeats 3"), default=3)
+    p.add_argument("--size", type=count("rows and columns", "--size 1024"), default=1024,
+                   help="the f32 GEMM's M = N = K (default 1024)")
+    p.add_argument("--threads", type=count("threads", "--threads 2", most=MAX_THREADS), default=2,
+                   help="threads of the loop nests (default 2)")
+    p.add_argument("--exhaustive", type=writable_file("--exhaustive tune_exhaustive.json"), metavar="FILE",
+                   help="the exhaustive timings, written as they are made and resumed by a later run (default: "
+                        "tune_exhaustive-SIZE-THREADSt-CLOCK.json in the tppasm cache directory: $TPPASM_CACHE_DIR, "
+                        "else $XDG_CACHE_HOME/tppasm, else ~/.cache/tppasm)")
+    p.add_argument("--seconds", type=seconds("--seconds 120", strict=True), default=120,
+                   help="time budget of each pruned search, modelling included (default 120)")
+    p.add_argument("--repeats", type=count("repeats", "--repeats 3"), default=3,
+                   help="how many pruned searches to run and score (default 3)")
     p.add_argument("--reps", type=count("runs", "--reps 2"), default=2,
                    help="exhaustive: timed runs per candidate (the minimum counts)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
@@ -182,7 +203,15 @@ def parse(argv=None):
 
 def main(argv=None):
     args = parse(argv)
-    data = exhaustive(args.size, args.threads, args.lock, args.exhaustive, args.reps, args.clock)
+    path = args.exhaustive
+    if path is None:
+        path = default_exhaustive(args.size, args.threads, args.clock)
+        if not os.path.isabs(path):
+            raise SystemExit(f"no cache directory for the exhaustive timings ({path} is relative: HOME is empty); "
+                             "pass --exhaustive FILE or set TPPASM_CACHE_DIR")
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        print(f"exhaustive timings: {path}", flush=True)
+    data = exhaustive(args.size, args.threads, args.lock, path, args.reps, args.clock)
     rows = data["rows"]
     size, threads, clock = data["size"], data["threads"], data.get("clock", "wall")
     a, b = operands(size)

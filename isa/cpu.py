@@ -43,7 +43,13 @@ _AT_HWCAP, _AT_HWCAP2, _PR_SVE_GET_VL = 16, 26, 51
 
 @dataclass
 class Host:
-    """What the machine offers: ``features`` usable now, ``isa`` the level chosen, ``notes`` why not."""
+    """What the machine offers: ``features`` usable now, ``isa`` the level chosen, ``notes`` why not.
+
+    >>> from isa.cpu import Host
+    >>> h = Host("x86_64", "AuthenticAMD", {"avx2": True}, isa="avx2", best_isa="avx2", levels=["avx2"])
+    >>> h.has("avx2"), h.has("amx_tile"), h.as_dict()["levels"]
+    (True, False, ['avx2'])
+    """
 
     arch: str
     vendor: str
@@ -181,7 +187,15 @@ def _aarch64_host():
 
 @functools.lru_cache(maxsize=None)
 def host() -> Host:
-    """The host, probed once per process; ``isa`` honours ``TPPASM_ISA``."""
+    """The host, probed once per process; ``isa`` honours ``TPPASM_ISA``.
+
+    >>> from isa.cpu import host
+    >>> h = host()
+    >>> h is host(), h.arch in ("x86_64", "amd64", "aarch64", "arm64"), h.isa in h.levels
+    (True, True, True)
+    >>> h.isa in ("avx2", "avx512", "amx", "sve")
+    True
+    """
     arch = platform.machine().lower()
     if arch in ("x86_64", "amd64"):
         h = _x86_host()
@@ -217,7 +231,17 @@ def identity():
 
 
 def select_isa(h, forced, known):
-    """The ISA level to use: the host's best, or ``forced`` when the host has it."""
+    """The ISA level to use for host ``h``: its best, or ``forced`` (one of ``known``) when it has it.
+
+    >>> from isa.cpu import Host, select_isa
+    >>> h = Host("x86_64", "GenuineIntel", best_isa="avx512", levels=["avx2", "avx512"])
+    >>> select_isa(h, "", ["avx2", "avx512", "amx"]), select_isa(h, " AVX2 ", ["avx2", "avx512", "amx"])
+    ('avx512', 'avx2')
+    >>> select_isa(h, "amx", ["avx2", "avx512", "amx"])
+    Traceback (most recent call last):
+    ...
+    ValueError: TPPASM_ISA='amx' asks for more than this host has: its levels are avx2, avx512
+    """
     forced = forced.strip().lower()
     if not forced:                          # unset or blank, like every other variable
         return h.best_isa
@@ -232,7 +256,13 @@ def select_isa(h, forced, known):
 @dataclass(frozen=True)
 class Cache:
     """One data (or unified) cache level as the OS reports it: ``size`` and ``line`` in bytes,
-    ``shared`` = how many logical CPUs share one instance (1: private to a core's thread)."""
+    ``shared`` = how many logical CPUs share one instance (1: private to a core's thread).
+
+    >>> from isa.cpu import Cache
+    >>> l2 = Cache(level=2, size=1 << 20)
+    >>> l2.size // l2.line, l2.shared
+    (16384, 1)
+    """
 
     level: int
     size: int

@@ -572,7 +572,7 @@ ON_NEW_POOL = []
 def get_num_threads():
     """How many threads parallel loop nests run on (the caller included).
 
-    >>> get_num_threads() == get_pool().nthreads
+    >>> import loops; loops.get_num_threads() >= 1          # by default, the CPUs this process may run on
     True
     """
     return _pool.nthreads if _pool is not None else default_threads()
@@ -584,9 +584,9 @@ def set_num_threads(n):
     and nests compile again for the new count on their next call. Loop kernels built with their
     own ``pool=`` keep it.
 
-    >>> before = get_num_threads(); set_num_threads(1); get_num_threads()
+    >>> import loops; before = loops.get_num_threads(); loops.set_num_threads(1); loops.get_num_threads()
     1
-    >>> set_num_threads(before)
+    >>> loops.set_num_threads(before)
     """
     wanted = "an int >= 1 (threads, the caller included)"
     try:

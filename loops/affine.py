@@ -17,7 +17,12 @@ thread_state = threading.local()     # this thread's tracer (and loops.trace's m
 
 
 class TraceError(TypeError):
-    """The body does something the tracer cannot compile; the message names the legal alternative."""
+    """The body does something the tracer cannot compile; the message names the legal alternative.
+
+    >>> import loops
+    >>> issubclass(loops.TraceError, TypeError)        # catch it as either
+    True
+    """
 
 
 def _comparison(op):

@@ -36,7 +36,15 @@ CHUNK_LIMIT = (1 << 31) - 1
 
 
 class SpecError(ValueError):
-    """A loop spec or loop declaration that cannot be compiled; the message says why and where."""
+    """A loop spec or loop declaration that cannot be compiled; the message says why and where.
+
+    >>> import loops
+    >>> try:
+    ...     loops.kernel("aZ", loops.Loop(0, 2))(lambda i: None)
+    ... except loops.SpecError as e:                  # a ValueError too
+    ...     print(str(e).splitlines()[0])
+    loop spec 'aZ', position 1 ('Z'): letter 'Z' names loop 25 but only 1 loops are declared; use the letter a
+    """
 
 
 @dataclass(frozen=True)

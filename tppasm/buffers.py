@@ -169,9 +169,12 @@ def set_buffer_cache_limit(nbytes):
     reuse at most ``nbytes`` of memory: 128 MiB unless ``TPPASM_BUFFER_CACHE_MIB`` says otherwise;
     0 turns the reuse off and frees what it keeps. Arrays alive keep their memory either way.
 
-    >>> set_buffer_cache_limit(0); _POOL.free
-    {}
-    >>> set_buffer_cache_limit(DEFAULT_MIB << 20)
+    >>> import tppasm
+    >>> from tppasm.buffers import pool_limit
+    >>> before = pool_limit()                   # 128 << 20 by default
+    >>> tppasm.set_buffer_cache_limit(0); pool_limit()     # each array gets fresh memory, freed when dropped
+    0
+    >>> tppasm.set_buffer_cache_limit(before)
     """
     _POOL.limit = check_limit(nbytes)
     _drop_free(_POOL)

@@ -63,6 +63,12 @@ class SwiGLU(Descriptor):
 
 
 def swiglu(m, n, ldg=0, ldu=0, ldo=0, dtype="f32", out_dtype="", isa=None, **wrong):
-    """The kernel (gate, up, out): ``out = silu(gate) * up``."""
+    """The kernel (gate, up, out): ``out = silu(gate) * up``, computed in fp32.
+
+    >>> import numpy as np, tppasm
+    >>> gate, up = np.array([[-1.0, 2.0]], np.float32), np.full((1, 2), 3.0, np.float32)
+    >>> out = np.empty_like(gate); tppasm.swiglu(1, 2)(gate, up, out); [round(float(v), 4) for v in out[0]]
+    [-0.8068, 5.2848]
+    """
     refuse_keywords("swiglu", wrong)
     return get_kernel(SwiGLU(m, n, ldg, ldu, ldo, dtype, out_dtype), isa)

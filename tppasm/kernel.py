@@ -1,11 +1,10 @@
 """A TPP kernel: descriptor -> JIT'd machine code, cached, callable on NumPy arrays.
 
-Every descriptor is a frozen dataclass that says which arrays the kernel takes
-(:meth:`operands`), which integer scalars follow them (``scalars``), and how to compute the same
-thing with NumPy (:meth:`reference`). :func:`get_kernel` JITs it once per (descriptor, ISA) and
-returns the same :class:`Kernel` object afterwards, while the kernel is among the
-:func:`set_kernel_cache_limit` most recently used ones or referenced elsewhere; its code comes
-from the disk cache (:mod:`tppasm.cache`) when an earlier process generated it.
+Every descriptor is a frozen dataclass that says which arrays the kernel takes (:meth:`operands`), which integer
+scalars follow them (``scalars``), and how to compute the same thing with NumPy (:meth:`reference`).
+:func:`get_kernel` JITs it once per (descriptor, ISA) and returns the same :class:`Kernel` object afterwards, while
+the kernel is among the :func:`set_kernel_cache_limit` most recently used ones or referenced elsewhere; its code
+comes from the disk cache (:mod:`tppasm.cache`) when an earlier process generated it.
 """
 import ctypes
 import dataclasses
@@ -57,9 +56,9 @@ DTYPE_FIELDS = ("dtype", "out_dtype", "c_dtype")
 
 
 class ISAUnavailableError(RuntimeError, ValueError):
-    """A kernel built for an ISA level this host lacks (``isa="amx"`` on a host without AMX, say)
-    was called: its code would die on an illegal instruction, so it is never run. A RuntimeError
-    (what these calls raised before) and a ValueError (a wrong argument: ``isa=``).
+    """A kernel built for an ISA level this host lacks (``isa="amx"`` on a host without AMX, say) was called: its
+    code would die on an illegal instruction, so it is never run. A RuntimeError (what these calls raised before)
+    and a ValueError (a wrong argument: ``isa=``).
 
     >>> issubclass(ISAUnavailableError, RuntimeError) and issubclass(ISAUnavailableError, ValueError)
     True
@@ -84,9 +83,9 @@ _INT_LIMIT = 1 << 63
 
 @functools.cache
 def _fields(cls):
-    """[(field, its type, its plain type)] of descriptor class ``cls``: a value of exactly the plain
-    type (an int below 2**63, a dtype field's tppasm name) needs no conversion or check in
-    ``_normalize``; None for the other field types, whose values always take the full check."""
+    """[(field, its type, its plain type)] of descriptor class ``cls``: a value of exactly the plain type (an int
+    below 2**63, a dtype field's tppasm name) needs no conversion or check in ``_normalize``; None for the other
+    field types, whose values always take the full check."""
     try:
         hints = typing.get_type_hints(cls)    # (a module with postponed annotations gives f.type as a string)
     except (NameError, TypeError):
@@ -158,9 +157,8 @@ class Descriptor:
         raise NotImplementedError
 
     def unspecified(self, *arrays):
-        """Elements of the outputs whose values this TPP leaves unspecified, given the operands after
-        ``reference`` ran on them: {output name: boolean mask}; none by default. Checks
-        (:func:`tppasm.testing.assert_matches_reference`) skip them.
+        """Elements of the outputs whose values this TPP leaves unspecified, given the operands after ``reference``
+        ran on them: {output name: boolean mask}; none by default. Checks (``tppasm.testing``) skip them.
 
         >>> from tppasm.eltwise import Unary
         >>> Unary("relu", 1, 2).unspecified()
@@ -183,17 +181,20 @@ class Descriptor:
 class Kernel:
     """A JIT'd TPP. Call it on arrays; ``reference`` runs NumPy; ``disassemble`` shows the code.
 
-    Each kernel is an instance of its own subclass (``ReluKernel``, ``BrgemmKernel``...) whose
-    docstring and ``__signature__`` name its operands, shapes and dtypes (``help(kernel)``).
-    Call it with every operand (``k(x, out)``), or with the inputs only (``out = k(x)``): the
-    outputs it only writes are then allocated (64-byte aligned) and returned, as torch tensors when
-    an input is one (bf16 ones too; NumPy arrays otherwise). A batched kernel's ``count`` defaults to
-    the number of blocks its batched operands hold. Kernels pickle as their descriptor and ISA and
-    are rebuilt (from the cache) on load.
+    Each kernel is an instance of its own subclass (``ReluKernel``, ``BrgemmKernel``...) whose docstring and
+    ``__signature__`` name its operands, shapes and dtypes (``help(kernel)``). Call it with every operand
+    (``k(x, out)``), or with the inputs only (``out = k(x)``): the outputs it only writes are then allocated (64-byte
+    aligned) and returned, as torch tensors when an input is one (bf16 ones too; NumPy arrays otherwise). A batched
+    kernel's ``count`` defaults to the number of blocks its batched operands hold. Kernels pickle as their
+    descriptor and ISA and are rebuilt (from the cache) on load. ``code_cache`` (a
+    :class:`tppasm.cache.kernels.KernelCode`, what :func:`get_kernel` passes) loads the code from the disk cache and
+    stores what it generates; without it the code is generated here (``from_disk`` tells which happened).
 
-    ``code_cache`` (a :class:`tppasm.cache.kernels.KernelCode`, what :func:`get_kernel` passes)
-    loads the code from the disk cache and stores what it generates; without it the code is
-    generated here (``from_disk`` tells which happened).
+    >>> import numpy as np, tppasm
+    >>> relu = tppasm.relu(2, 3)                   # a Kernel, built by get_kernel
+    >>> x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    >>> type(relu).__name__, relu(x).tolist()
+    ('ReluKernel', [[0.0, 2.0, 0.0], [4.0, 0.0, 6.0]])
     """
 
     # defaults for kernels assembled by hand (tests build some with Kernel.__new__)
@@ -304,9 +305,8 @@ class Kernel:
         self._slow_call(arrays, values)
 
     def _slow_call(self, arrays, values):
-        """Explain a refusal, or call through pointers for inputs the native check cannot vouch for;
-        with None for every output the kernel can allocate (its signature's ``= None``), allocate
-        them as ``k(inputs)`` does and return them."""
+        """Explain a refusal, or call through pointers for inputs the native check cannot vouch for; with None for
+        every output the kernel can allocate (its signature's ``= None``), allocate them as ``k(inputs)`` does."""
         if self._alloc and operand.nones_at(arrays, self._alloc) and not in_body():
             return self._allocating_call(operand.without(arrays, self._alloc), values[0] if self.scalars == ("count",)
                                          and values else None)
@@ -319,8 +319,8 @@ class Kernel:
         self._raw(*self._checked_args(arrays, values))
 
     def _checked_args(self, arrays, values):
-        """The raw kernel's arguments for NumPy ``arrays`` and scalar ``values``, once every operand
-        passed its check (OperandError / TypeError naming the fix otherwise)."""
+        """The raw kernel's arguments for NumPy ``arrays`` and scalar ``values``, once every operand passed its
+        check (OperandError / TypeError naming the fix otherwise)."""
         values = self._check_operands(arrays, values)
         if self._raw is None or not self.runnable:
             _unavailable(self.desc.kind, self.isa)
@@ -487,16 +487,16 @@ def _unavailable(kind, isa, *args):
 
 
 def _rebuild(desc, isa, runnable):
-    """Unpickle a kernel: the same descriptor for the same ISA level, or for this host's level
-    when the kernel ran natively where it was pickled and this host lacks that level."""
+    """Unpickle a kernel: the same descriptor for the same ISA level, or for this host's level when the kernel ran
+    natively where it was pickled and this host lacks that level."""
     if runnable and isa not in host().levels:
         isa = None
     return get_kernel(desc, isa)
 
 
 def _entry_stub(code_cache, desc, operands, scalars, raw_address, call=None):
-    """The native entry of a kernel (see :func:`tppasm.x86.entry.build_entry`): from a stored
-    template with ``code_cache``, else assembled here."""
+    """The native entry of a kernel (:func:`tppasm.x86.entry.build_entry`): from a stored template with
+    ``code_cache``, else assembled here."""
     if code_cache is None:
         return build_entry(desc.kind, operands, scalars, raw_address, desc.count_scalar, call=call)
     form = "entry" if call is None else "call-nogil" if call.release_gil else "call"
@@ -511,12 +511,11 @@ _HERE = threading.local()      # .generating: this thread holds _LOCK (see get_k
 
 
 def get_kernel(desc, isa=None):
-    """The kernel for ``desc`` on ``isa`` (default: the host's level), JIT'd once per process (or
-    loaded from the disk cache, :mod:`tppasm.cache`).
+    """The kernel for ``desc`` on ``isa`` (default: the host's level), JIT'd once per process (or loaded from the
+    disk cache, :mod:`tppasm.cache`).
 
     >>> from tppasm.eltwise import Unary
-    >>> k = get_kernel(Unary(op="relu", m=2, n=3))
-    >>> k is get_kernel(Unary(op="relu", m=2, n=3))
+    >>> k = get_kernel(Unary(op="relu", m=2, n=3)); k is get_kernel(Unary(op="relu", m=2, n=3))
     True
     """
     _check_descriptor(desc)
@@ -554,9 +553,10 @@ def set_kernel_cache_limit(n):
     ``TPPASM_KERNEL_CACHE`` says otherwise. Kernels beyond it stay valid while referenced, and
     their executable memory is freed once nothing references them.
 
-    >>> set_kernel_cache_limit(64); _CACHE.limit
-    64
-    >>> set_kernel_cache_limit(DEFAULT_LIMIT)
+    >>> import tppasm
+    >>> from tppasm.cache.lru import DEFAULT_LIMIT
+    >>> tppasm.set_kernel_cache_limit(64)              # a process that builds many kernels, keeping fewer
+    >>> tppasm.set_kernel_cache_limit(DEFAULT_LIMIT)   # the default (512) again
     """
     global _LIMIT_UNREAD
     _CACHE.set_limit(n)

@@ -71,6 +71,15 @@ def check(spec: OperandSpec, arr, count=1, who="kernel", origin="numpy"):
 
     ``origin`` ("numpy", "torch" or "dlpack", see :func:`origin_of`) is what the caller passed
     before :func:`as_ndarray` viewed it, so that a fix is written in the caller's terms.
+
+    >>> import numpy as np, tppasm
+    >>> from tppasm.testing import check_operand
+    >>> x_spec = tppasm.relu(2, 3).operands[0]
+    >>> check_operand(x_spec, np.zeros((2, 3), np.float32))               # fits: nothing to say
+    >>> check_operand(x_spec, np.zeros((3, 2), np.float32))
+    Traceback (most recent call last):
+    ...
+    tppasm.operand.OperandError: kernel: operand x has shape (3, 2), expected ...
     """
     origin = origin if origin in _CONTIGUOUS else "numpy"
     where = f"{who}: operand {spec.name}"
@@ -355,7 +364,18 @@ def _as_tensor(a):
 
 
 def scalar_arg(kind, name, value):
-    """``value`` as a Python int in [1, 2**30) (NumPy integers welcome, bools not)."""
+    """``value`` as a Python int in [1, 2**30) (NumPy integers welcome, bools not); ``kind`` and ``name``
+    are what an error names.
+
+    >>> import numpy as np
+    >>> from tppasm.testing import scalar_arg
+    >>> scalar_arg("brgemm", "count", np.int64(4))
+    4
+    >>> scalar_arg("brgemm", "count", 0)
+    Traceback (most recent call last):
+    ...
+    tppasm.operand.OperandError: brgemm: count=0, expected an int from 1 to 2**30 - 1
+    """
     try:
         v = operator.index(value)
     except TypeError:

@@ -61,5 +61,12 @@ def tileconfig(gemm):
 
 
 def tilerelease():
-    """The kernel that releases the AMX tiles (for a loop nest's ``fini``)."""
+    """The kernel that releases the AMX tiles (for a loop nest's ``fini``); built on any host, it runs only where
+    AMX does.
+
+    >>> import tppasm
+    >>> release = tppasm.tilerelease()
+    >>> release.desc.kind, release.isa, release is tppasm.tilerelease()
+    ('amx_tilerelease', 'amx', True)
+    """
     return get_kernel(TileRelease(), "amx")

@@ -26,7 +26,13 @@ def _formatter():
 
 
 def disassemble(code: bytes, address: int = 0) -> Listing:
-    """One line per instruction: offset, bytes, Intel syntax (a ``str``; HTML in notebooks)."""
+    """One line per instruction: offset, bytes, Intel syntax (a ``str``; HTML in notebooks).
+
+    >>> from isa.x86 import disassemble
+    >>> print(disassemble(bytes([0x48, 0x8D, 0x04, 0x3F, 0xC3])))
+    0000  488d043f              lea rax,[rdi+rdi]
+    0004  c3                    ret
+    """
     decoder = ix.Decoder(64, code, ip=address)
     fmt = _formatter()
     lines = []

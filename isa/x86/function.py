@@ -35,7 +35,13 @@ CALLEE_SAVED = [REGISTERS[n] for n in ("rbx", "rbp", "r12", "r13", "r14", "r15")
 
 
 class JitFunction:
-    """Machine code in executable memory plus a ctypes entry point; keeps the memory alive."""
+    """Machine code in executable memory plus a ctypes entry point; keeps the memory alive.
+
+    >>> from isa.x86.function import JitFunction
+    >>> f = JitFunction("answer", bytes([0xB8, 42, 0, 0, 0, 0xC3]), [], "i32")     # mov eax, 42; ret
+    >>> f(), len(f.code), f.signature
+    (42, 6, ('i32', ()))
+    """
 
     def __init__(self, name, code, argtypes, restype):
         self.name, self.code = name, code
@@ -172,6 +178,15 @@ class Function:
     ``args`` are type names: i64, u64, i32, u32, ptr, object (a PyObject*), f32, f64.
     ``fn.args`` gives the register holding each argument at entry (xmm registers for floats).
     ``fn.stack(nbytes)`` reserves an aligned scratch area at ``[rsp]`` inside the body.
+
+    >>> from isa.x86 import Function, rax
+    >>> fn = Function("twice", ["i64"], returns="i64")
+    >>> (x,) = fn.args; fn.asm.lea(rax, [x + x])          # x: rdi, the first integer argument
+    >>> f = fn.finalize(); print(f.disassemble())
+    0000  488d043f              lea rax,[rdi+rdi]
+    0004  c3                    ret
+    >>> f(21)
+    42
     """
 
     def __init__(self, name, args=(), returns=None):

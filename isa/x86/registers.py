@@ -12,7 +12,12 @@ import iced_x86 as ix
 
 
 class Register:
-    """One architectural register: ``kind`` is r64/r32/r16/r8/xmm/ymm/zmm/k/tmm, ``num`` its number."""
+    """One architectural register: ``kind`` is r64/r32/r16/r8/xmm/ymm/zmm/k/tmm, ``num`` its number.
+
+    >>> from isa.x86 import zmm17
+    >>> zmm17, zmm17.kind, zmm17.num
+    (zmm17, 'zmm', 17)
+    """
 
     __slots__ = ("name", "kind", "num", "iced", "signature")
 
@@ -57,7 +62,12 @@ class Register:
 
 
 class Masked:
-    """A register or memory destination with an AVX-512 opmask."""
+    """A register or memory destination with an AVX-512 opmask.
+
+    >>> from isa.x86 import k1, zmm0
+    >>> zmm0.mask(k1), zmm0.mask(k1, zero=True)
+    (zmm0{k1}, zmm0{k1}{z})
+    """
 
     __slots__ = ("operand", "k", "zero")
 
@@ -71,7 +81,12 @@ class Masked:
 
 
 class MemExpr:
-    """base + index*scale + disp, built with + and * on registers."""
+    """base + index*scale + disp, built with + and * on registers.
+
+    >>> from isa.x86 import rax, rdi
+    >>> e = rdi + rax * 4 + 8; e, e.scale, e.disp
+    (rdi + rax*4 + 8, 4, 8)
+    """
 
     __slots__ = ("base", "index", "scale", "disp")
 
@@ -113,7 +128,12 @@ class MemExpr:
 
 
 class Mem:
-    """A memory operand; ``bcst`` marks an AVX-512 embedded broadcast."""
+    """A memory operand; ``bcst`` marks an AVX-512 embedded broadcast.
+
+    >>> from isa.x86 import Mem, rax
+    >>> Mem(rax + 64), Mem(rax, bcst=True)
+    ([rax + 64], bcst[rax])
+    """
 
     __slots__ = ("expr", "bcst", "size")
 
@@ -161,14 +181,24 @@ byte, word, dword, qword, xword, yword, zword = (_Sized(n) for n in _SIZE_NAMES)
 
 
 def ptr(expr):
-    """A memory operand: ``ptr(rax + 64)`` is the same as ``[rax + 64]``."""
+    """A memory operand: ``ptr(rax + 64)`` is the same as ``[rax + 64]``.
+
+    >>> from isa.x86 import ptr, rax
+    >>> ptr(rax + 64)
+    [rax + 64]
+    """
     if isinstance(expr, list):
         (expr,) = expr
     return Mem(expr)
 
 
 def bcst(expr):
-    """An AVX-512 embedded-broadcast memory operand (``{1toN}``): ``bcst(rax + 4)``."""
+    """An AVX-512 embedded-broadcast memory operand (``{1toN}``): ``bcst(rax + 4)``.
+
+    >>> from isa.x86 import bcst, rax
+    >>> bcst(rax + 4)
+    bcst[rax + 4]
+    """
     return Mem(ptr(expr).expr, bcst=True)
 
 
@@ -196,10 +226,20 @@ TMM = [REGISTERS[f"tmm{i}"] for i in range(8)]
 
 
 def vec(width_bits, num):
-    """The vector register of ``width_bits`` (128/256/512) with number ``num``: ``vec(256, 3)`` is ymm3."""
+    """The vector register of ``width_bits`` (128/256/512) with number ``num``: ``vec(256, 3)`` is ymm3.
+
+    >>> from isa.x86 import vec
+    >>> vec(256, 3), vec(512, 31)
+    (ymm3, zmm31)
+    """
     return {128: XMM, 256: YMM, 512: ZMM}[width_bits][num]
 
 
 def gpr(num, bits=64):
-    """The general-purpose register ``num`` viewed at ``bits`` (64/32/16/8): ``gpr(0, 32)`` is eax."""
+    """The general-purpose register ``num`` viewed at ``bits`` (64/32/16/8): ``gpr(0, 32)`` is eax.
+
+    >>> from isa.x86 import gpr
+    >>> gpr(0, 32), gpr(8), gpr(7, 8)
+    (eax, r8, dil)
+    """
     return REGISTERS[{64: _GPR64, 32: _GPR32, 16: _GPR16, 8: _GPR8}[bits][num]]

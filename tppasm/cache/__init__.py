@@ -34,7 +34,7 @@ The tuner's records (a small API for any component with expensive, reusable deci
     forget("tune")                                         # every record of the namespace
 
 >>> import tempfile
->>> with using(tempfile.mkdtemp()):
+>>> with tempfile.TemporaryDirectory() as d, using(d):
 ...     remember("doc", "gemm 64x64", {"spec": "aBC"})
 ...     recall("doc", "gemm 64x64"), recall("doc", "never stored")
 ...     info()["entries"]
@@ -140,18 +140,36 @@ def _get():
 
 
 def store():
-    """The process's :class:`~.disk.DiskStore`, or None when the cache is off or refused."""
+    """The process's :class:`~.disk.DiskStore`, or None when the cache is off or refused.
+
+    >>> import tempfile, tppasm.cache as cache
+    >>> with tempfile.TemporaryDirectory() as d, cache.using(d):
+    ...     cache.store().root == d
+    True
+    """
     return _get()[0]
 
 
 def kernel_code():
-    """The process's :class:`~.kernels.KernelCode` (what ``get_kernel`` gives ``Kernel``), or None."""
+    """The process's :class:`~.kernels.KernelCode` (what ``get_kernel`` gives ``Kernel``), or None.
+
+    >>> import tempfile, tppasm.cache as cache
+    >>> with tempfile.TemporaryDirectory() as d, cache.using(d):
+    ...     cache.kernel_code().store is cache.store()
+    True
+    """
     return _get()[1]
 
 
 def reset():
     """Forget the process's store (writing what it has pending, closing its files): the
-    environment is read again."""
+    environment is read again.
+
+    >>> import tempfile, tppasm.cache as cache
+    >>> with tempfile.TemporaryDirectory() as d, cache.using(d) as before:
+    ...     cache.reset(); cache.store() is before, cache.store().root == before.root
+    (False, True)
+    """
     global _state, _why_off
     with _lock:
         if _state is not None and _state[0] is not None:
@@ -162,7 +180,16 @@ def reset():
 @contextlib.contextmanager
 def using(path):
     """Use the cache in directory ``path`` inside the ``with`` block (tests, experiments); the
-    previous setting afterwards. Sets ``TPPASM_CACHE_DIR`` for the block: not for threaded code."""
+    previous setting afterwards. Sets ``TPPASM_CACHE_DIR`` for the block: not for threaded code.
+
+    >>> import tempfile, tppasm.cache as cache
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     with cache.using(d) as s:
+    ...         cache.directory() == d == s.root
+    ...     cache.directory() == d
+    True
+    False
+    """
     saved = os.environ.get("TPPASM_CACHE_DIR")
     os.environ["TPPASM_CACHE_DIR"] = os.fspath(path)
     reset()
@@ -205,7 +232,15 @@ def remember(namespace, key, record):
     (False if the cache is off or the directory cannot be written: a warning says why, once; False
     with a warning naming ``TPPASM_CACHE_MB`` if its JSON is larger than 80% of the cap, which
     eviction keeps: nothing else is evicted for it). A record nests at most
-    :data:`~.files.MAX_RECORD_DEPTH` (32) lists and dicts deep: a deeper one is a TypeError."""
+    :data:`~.files.MAX_RECORD_DEPTH` (32) lists and dicts deep: a deeper one is a TypeError.
+
+    >>> import tempfile, tppasm.cache as cache
+    >>> with tempfile.TemporaryDirectory() as d, cache.using(d):
+    ...     cache.remember("doc", "gemm 64x64 f32", {"spec": "aBC", "us": 41.5})
+    ...     cache.recall("doc", "gemm 64x64 f32")
+    True
+    {'spec': 'aBC', 'us': 41.5}
+    """
     k = _record_key(namespace, key)
     s = store()
     if s is None:
@@ -218,14 +253,28 @@ def remember(namespace, key, record):
 
 
 def recall(namespace, key):
-    """The record stored under (``namespace``, ``key``), or None (absent, evicted, or the cache off)."""
+    """The record stored under (``namespace``, ``key``), or None (absent, evicted, or the cache off).
+
+    >>> import tempfile, tppasm.cache as cache
+    >>> with tempfile.TemporaryDirectory() as d, cache.using(d):
+    ...     _ = cache.remember("doc", "gemm 64x64 f32", {"spec": "aBC"})
+    ...     cache.recall("doc", "gemm 64x64 f32"), cache.recall("doc", "gemm 32x32 f32")
+    ({'spec': 'aBC'}, None)
+    """
     k = _record_key(namespace, key)
     s = store()
     return None if s is None else s.get_record(k)
 
 
 def info():
-    """What the cache holds and its counts (as ``python -m tppasm cache info`` prints them)."""
+    """What the cache holds and its counts (as ``python -m tppasm cache info`` prints them).
+
+    >>> import tempfile, tppasm.cache as cache
+    >>> with tempfile.TemporaryDirectory() as d, cache.using(d):
+    ...     _ = cache.remember("doc", "k", [1])
+    ...     cache.info()["enabled"], cache.info()["directory"] == d, cache.info()["entries"]
+    (True, True, {'doc': 1})
+    """
     s = store()
     if s is None:
         return {"directory": directory(), "enabled": False, "why": _why_off}
@@ -234,7 +283,15 @@ def info():
 
 def records(namespace=None):
     """[(namespace, record)] stored for ``namespace`` (every one when None), least recently used first;
-    [] when the cache is off."""
+    [] when the cache is off.
+
+    >>> import tempfile, tppasm.cache as cache
+    >>> with tempfile.TemporaryDirectory() as d, cache.using(d):
+    ...     for ns, key, rec in [("doc", "a", 1), ("doc", "b", 2), ("other", "a", 3)]:
+    ...         _ = cache.remember(ns, key, rec)
+    ...     cache.records("doc"), len(cache.records())
+    ([('doc', 1), ('doc', 2)], 3)
+    """
     if namespace is not None:
         _check_namespace(namespace)
     s = store()
@@ -243,7 +300,14 @@ def records(namespace=None):
 
 def forget(namespace):
     """Delete the records of ``namespace`` (e.g. "tune": every remembered tuning result), keeping the
-    kernels and other records; how many were deleted (0 when the cache is off)."""
+    kernels and other records; how many were deleted (0 when the cache is off).
+
+    >>> import tempfile, tppasm.cache as cache
+    >>> with tempfile.TemporaryDirectory() as d, cache.using(d):
+    ...     _ = cache.remember("doc", "a", 1); _ = cache.remember("other", "a", 2)
+    ...     cache.forget("doc"), cache.recall("doc", "a"), cache.recall("other", "a")
+    (1, None, 2)
+    """
     _check_namespace(namespace)
     s = store()
     return 0 if s is None else s.forget(namespace)
@@ -251,7 +315,14 @@ def forget(namespace):
 
 def clear():
     """Delete the store's files in this process's cache directory (none of the user's); the bytes
-    deleted (0 when the cache is off: :func:`clear_directory` clears it anyway)."""
+    deleted (0 when the cache is off: :func:`clear_directory` clears it anyway).
+
+    >>> import tempfile, tppasm.cache as cache
+    >>> with tempfile.TemporaryDirectory() as d, cache.using(d):
+    ...     _ = cache.remember("doc", "a", 1)
+    ...     cache.clear() > 0, cache.recall("doc", "a")
+    (True, None)
+    """
     s = store()
     return 0 if s is None else s.clear()
 
@@ -263,7 +334,7 @@ def clear_directory():
     the fix if the directory is unsafe or something stays.
 
     >>> import tempfile
-    >>> with using(tempfile.mkdtemp()):
+    >>> with tempfile.TemporaryDirectory() as d, using(d):
     ...     _ = remember("doc", "k", [1]); clear_directory()["entries"]
     1
     """
@@ -278,7 +349,16 @@ def clear_directory():
 
 
 def flush():
-    """Write now what this process keeps pending for the disk (done anyway at exit)."""
+    """Write now what this process keeps pending for the disk (done anyway at exit).
+
+    >>> import os, tempfile, tppasm.cache as cache
+    >>> from tppasm.eltwise import Unary
+    >>> from tppasm.kernel import Kernel
+    >>> with tempfile.TemporaryDirectory() as d, cache.using(d):
+    ...     _ = Kernel(Unary("relu", 2, 3), None, code_cache=cache.kernel_code())     # as get_kernel stores it
+    ...     "index.json" in os.listdir(d), cache.flush(), "index.json" in os.listdir(d)
+    (False, None, True)
+    """
     s = store()
     if s is not None:
         s.flush()

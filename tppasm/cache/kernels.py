@@ -76,7 +76,15 @@ def _digest(*parts):
 
 
 class KernelCode:
-    """What :class:`tppasm.kernel.Kernel` asks for its code when the disk cache is on."""
+    """What :class:`tppasm.kernel.Kernel` asks for its code when the disk cache is on.
+
+    >>> import tempfile, tppasm.cache as cache
+    >>> from tppasm.eltwise import Unary
+    >>> with tempfile.TemporaryDirectory() as d, cache.using(d):
+    ...     code = cache.kernel_code()                  # this class, over the store in d
+    ...     code.raw_key(Unary("relu", 2, 3), "avx2").startswith("kernel/")
+    True
+    """
 
     def __init__(self, store):
         self.store = store

@@ -106,7 +106,16 @@ def _bits(a):
 class Guarded:
     """A copy of ``array`` with the same strides and alignment modulo 64 bytes, inside a buffer
     whose other elements (row padding, guards) hold ``poison``; :meth:`outside_changed` says
-    whether any of them changed."""
+    whether any of them changed.
+
+    >>> import numpy as np
+    >>> from tppasm.testing import Guarded
+    >>> g = Guarded(np.zeros((2, 3), np.float32), poison=0x7FA5A5A5)
+    >>> g.view[1, 2] = 1.0; len(g.outside_changed())             # inside the copy: fine
+    0
+    >>> g.buffer[-1] = 0.0; len(g.outside_changed())             # a guard element: shows
+    1
+    """
 
     def __init__(self, array, poison, fill_view=False):
         a = np.asarray(array)
@@ -370,7 +379,14 @@ def _refuse_misuse(kernel, rtol, atol):
 
 
 def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
-    """The checks of :func:`assert_matches_reference` on one set of arrays; a list of problems."""
+    """The checks of :func:`assert_matches_reference` on one set of arrays; a list of problems.
+
+    >>> import numpy as np, tppasm
+    >>> from tppasm.testing import check
+    >>> x = np.array([[-1.0, 2.0, -3.0]], np.float32)
+    >>> check(tppasm.relu(1, 3), [x, np.empty_like(x)])
+    []
+    """
     kind = _refuse_misuse(kernel, rtol, atol)
     arrays = _operands_of(kernel, kind, arrays, count)
     names, written, only = _roles(kernel, kind, arrays, outputs)
@@ -451,6 +467,18 @@ def assert_matches_reference(kernel, *arrays, count=None, outputs=None, rtol=Non
     hypothesis examples (default: the active hypothesis profile's), with a strategy only. The
     examples have no deadline, unless the active hypothesis profile sets one other than
     hypothesis' default 200 ms.
+
+    >>> import numpy as np, tppasm
+    >>> from tppasm.testing import assert_matches_reference
+    >>> gemm = tppasm.brgemm(m=4, n=3, k=5, beta=0)
+    >>> a, b = np.ones((1, 4, 5), np.float32), np.ones((1, 5, 3), np.float32)
+    >>> assert_matches_reference(gemm, a, b, np.empty((4, 3), np.float32))     # every operand: passes silently
+    >>> assert_matches_reference(gemm, a, b)                  # the inputs only: C is allocated
+    >>> assert_matches_reference(tppasm.relu(2, 3), max_examples=5)     # drawn operands (needs hypothesis)
+    >>> assert_matches_reference(gemm, a, b, np.empty((4, 3), np.float32), rtol=-1)
+    Traceback (most recent call last):
+    ...
+    ValueError: assert_matches_reference: rtol=-1; expected a finite number >= 0...
     """
     strategy = arrays[0] if len(arrays) == 1 and _is_strategy(arrays[0]) else None
     if strategy is None and any(_is_strategy(a) for a in arrays):

@@ -126,7 +126,13 @@ def documented_atol(kernel, kind, arrays):
 
 
 def is_summing(kernel, kind):
-    """Whether ``kernel``'s results sum terms (see :data:`SUMMING_KINDS`); unknown kinds do."""
+    """Whether ``kernel``'s results sum terms (see :data:`SUMMING_KINDS`); unknown kinds do.
+
+    >>> import tppasm
+    >>> from tppasm.testing import is_summing
+    >>> is_summing(tppasm.brgemm(2, 2, 2), "kernel"), is_summing(tppasm.relu(2, 2), "kernel")
+    (True, False)
+    """
     if kind in ("loop", "batched"):
         return True
     k = getattr(getattr(kernel, "desc", None), "kind", None)

@@ -70,7 +70,16 @@ def _int_arg(who, name, value, least, example):
 
 
 def dims(max_value=65):
-    """Sizes from 1 to ``max_value``, the tails of 8- and 16-lane loops first."""
+    """Sizes from 1 to ``max_value``, the tails of 8- and 16-lane loops first.
+
+    >>> from hypothesis import given, settings
+    >>> from tppasm.testing.strategies import dims
+    >>> @settings(max_examples=20, database=None)
+    ... @given(dims(17))
+    ... def test(n):
+    ...     assert 1 <= n <= 17
+    >>> test()
+    """
     max_value = _int_arg("dims", "max_value", max_value, 1, 65)
     return st.one_of(st.sampled_from([t for t in TAILS if t <= max_value]), st.integers(1, max_value))
 
@@ -102,7 +111,16 @@ def leading_dimensions(width, max_extra=17):
 
 
 def dtypes(*names):
-    """tppasm dtype names, by default the float ones ("f32", "bf16")."""
+    """tppasm dtype names, by default the float ones ("f32", "bf16").
+
+    >>> from hypothesis import given, settings
+    >>> from tppasm.testing.strategies import dtypes
+    >>> @settings(max_examples=10, database=None)
+    ... @given(dtypes("f32", "i8"))
+    ... def test(name):
+    ...     assert name in ("f32", "i8")
+    >>> test()
+    """
     return st.sampled_from([name_of(n) for n in names] or ["f32", "bf16"])
 
 
