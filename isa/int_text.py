@@ -11,7 +11,11 @@ BITS = 2000          # ints of more bits than this are described, never converte
 
 
 def int_text(value):
-    """``repr(value)`` for an int (a bool: True, False), or its digit count for one too long to convert."""
+    """``repr(value)`` for an int (a bool: True, False), or its digit count for one too long to convert.
+
+    >>> int_text(True), int_text(2**64), int_text(10**3000)
+    ('True', '18446744073709551616', '<an int of 3001 digits>')
+    """
     if value.bit_length() <= BITS:
         return repr(value) if type(value) in (bool, int) else int.__repr__(value)
     size = abs(value)

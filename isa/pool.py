@@ -159,8 +159,7 @@ _code_lock = threading.Lock()
 
 
 def _shared_code():
-    """The pools' machine code (:mod:`isa.x86.pool_code`), built on first use, never unmapped: a
-    worker may run it until the process ends."""
+    """The pools' machine code (:mod:`isa.x86.pool_code`), built once and never unmapped (a worker may run it)."""
     with _code_lock:
         if "code" not in _shared:
             code = _code.build()
@@ -264,10 +263,11 @@ class _Workers:
 class Pool:
     """``nthreads`` threads (the caller is tid 0) that run native functions; use :func:`get_pool`.
 
-    ``run(fn, arg)`` calls ``void fn(void *arg, int64 tid, int64 nthreads)`` once per tid.
-    Inside ``fn``, ``barrier_fn(barrier_state, tid)`` (``void barrier(void *, int64)``) waits for
-    every thread of the region. ``run_native(shares)`` makes lists of native calls (what
-    :mod:`tppasm.fc` uses).
+    ``run(fn, arg)`` calls ``void fn(void *arg, int64 tid, int64 nthreads)`` once per tid; in ``fn``, ``barrier_fn(
+    barrier_state, tid)`` waits for every thread of the region; ``run_native(shares)`` runs lists of native calls.
+
+    >>> pool = Pool(2); print(pool.nthreads); pool.close()
+    2
     """
 
     def __init__(self, nthreads, spin_us=None):

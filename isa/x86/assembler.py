@@ -20,11 +20,27 @@ from .registers import Masked, Mem, Register
 
 
 class OperandError(TypeError):
-    """No form of the mnemonic accepts the operands given."""
+    """No form of the mnemonic accepts the operands given; the message lists the forms it has.
+
+    >>> from isa.x86.registers import rax, xmm0
+    >>> try:
+    ...     Assembler().add(rax, xmm0)
+    ... except OperandError as e:
+    ...     print(str(e).splitlines()[0])
+    add rax, xmm0: no form accepts these operands; accepted forms:
+    """
 
 
 class Label:
-    """A position in the code; bind it with :meth:`Assembler.bind`, branch to it with ``jcc``."""
+    """A position in the code; bind it with :meth:`Assembler.bind`, branch to it with ``jcc``.
+
+    >>> from isa.x86.registers import rax
+    >>> a = Assembler()
+    >>> top = a.label("top")
+    >>> a.bind(top); a.dec(rax); a.jnz(top)
+    >>> a.encode().hex()                 # dec rax; jnz top (5 bytes back)
+    '48ffc875fb'
+    """
 
     __slots__ = ("name", "bound_at")
 
@@ -77,7 +93,14 @@ def _creator(kinds):
 
 
 class Assembler:
-    """Collects instructions; :meth:`encode` returns position-independent machine code."""
+    """Collects instructions; :meth:`encode` returns position-independent machine code.
+
+    >>> from isa.x86.registers import eax
+    >>> a = Assembler()
+    >>> a.xor(eax, eax); a.ret()
+    >>> a.encode().hex()
+    '33c0c3'
+    """
 
     def __init__(self):
         self.instructions = []
