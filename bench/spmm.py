@@ -24,14 +24,16 @@ import numpy as np
 
 import tppasm as tpp
 from bench.common import Report, write_json
-from bench.options import MAX_SIDE, checked, count, counts, dtypes_option, items, once, real, summary
+from bench.options import MAX_SIDE, check_memory, checked, count, counts, dtypes_option, items, once, real, summary
 from bench.versus import add_arguments, parse as parse_options, peak_loop, quick_seconds, setup, versus
 from loops import Loop, kernel
+from tppasm.operand import as_ndarray, mark_written
 from tppasm.spmm import bcsr, check_bcsr, random_block_sparse
 
 SPARSITIES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 SPECS = ("BA", "AB", "Ba", "aB")
 PANEL = 64                  # the narrowest panel of B tune() tries: --size must be a multiple
+BYTES_PER_ELEMENT = 64      # what a point holds per element of A (f64 reference, torch's copies; 46 measured)
 
 
 class SpmmNest:
@@ -47,12 +49,18 @@ class SpmmNest:
     """
 
     def __init__(self, m, k, n, bm, bk, dtype="f32", bn=64, spec="BA", pool=None):
-        for name, whole, part in (("bm", m, bm), ("bk", k, bk), ("bn", n, bn)):
-            if part < 1 or whole % part:
-                raise ValueError(f"SpmmNest: {name}={part} must divide {whole}")
+        sizes = {"m": m, "k": k, "n": n, "bm": bm, "bk": bk, "bn": bn}
+        for name, value in sizes.items():
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"SpmmNest: {name}={value!r}; expected a positive int, e.g. "
+                                 "SpmmNest(256, 256, 256, 8, 8, bn=64)")
+        m, k, n, bm, bk, bn = (int(v) for v in sizes.values())
+        for name, whole, part in (("bm", "m", bm), ("bk", "k", bk), ("bn", "n", bn)):
+            if sizes[whole] % part:
+                raise ValueError(f"SpmmNest: {name}={part} must divide {whole}={sizes[whole]}")
         self.m, self.k, self.n, self.bm, self.bk, self.bn, self.dtype = m, k, n, bm, bk, bn, dtype
         self.mb, self.kb = m // bm, k // bk
-        spmm = tpp.block_spmm(bm, bk, bn, self.kb, dtype, ldb=n, ldc=n)
+        self.spmm = spmm = tpp.block_spmm(bm, bk, bn, self.kb, dtype, ldb=n, ldc=n)
 
         def body(i, j, rowptr, colidx, values, B, C):
             spmm(rowptr[i:i + 2], colidx, values, B[:, j:j + bn], C[i, :, j:j + bn], count=colidx.shape[0])
@@ -60,16 +68,45 @@ class SpmmNest:
         self.lk = kernel(spec, Loop(0, self.mb), Loop(0, n, bn), pool=pool)(body)
 
     def arrays(self, rowptr, colidx, values, b, c):
-        """The nest's arguments after checking the BCSR structure (C as block rows)."""
+        """The nest's arguments after checking the BCSR structure, B's shape and C's (C as block
+        rows, a NumPy view of it); a BCSR with no stored block at all gets one unused block."""
         if len(rowptr) != self.mb + 1:
             raise ValueError(f"SpmmNest: rowptr has {len(rowptr)} entries; A has {self.mb} block rows, so {self.mb + 1}")
         check_bcsr(rowptr, colidx, len(colidx), self.kb)
-        if not isinstance(c, np.ndarray) or c.shape != (self.m, self.n) or not c.flags.c_contiguous:
-            raise ValueError(f"SpmmNest: c must be a C-contiguous ({self.m}, {self.n}) array")
-        return rowptr, colidx, values, b, c.reshape(self.mb, self.bm, self.n)
+        if len(colidx) == 0:        # (rowptr all 0, checked) the kernel needs a block to point at
+            dt = tpp.dtypes.dtype(self.spmm.desc.dtype)
+            colidx, values = np.zeros(1, np.int32), np.zeros((1, self.bm, self.bk), dt)
+        f = self.spmm.desc.vnni
+        want, bv = (self.k // f, self.n) + ((f,) if f > 1 else ()), as_ndarray(b, "b", "SpmmNest")
+        if bv.shape != want:
+            raise ValueError(f"SpmmNest: b has shape {bv.shape}; expected {want} (B is k x n = {self.k} x {self.n}"
+                             + (", VNNI2-packed: pass tppasm.vnni_pack(B, 2))" if f > 1 else ")"))
+        if not bv.flags.c_contiguous:
+            raise ValueError("SpmmNest: b is not C-contiguous (the nest reads its rows n apart): pass "
+                             "np.ascontiguousarray(b) (a torch tensor: b.contiguous())")
+        cv = as_ndarray(c, "c", "SpmmNest", writes=True)
+        if cv.shape != (self.m, self.n) or not cv.flags.c_contiguous:
+            raise ValueError(f"SpmmNest: c must be a C-contiguous ({self.m}, {self.n}) float32 array, got one of "
+                             f"shape {cv.shape}, strides {cv.strides} (the nest writes C in place: allocate it so, "
+                             f"e.g. np.empty(({self.m}, {self.n}), np.float32))")
+        return rowptr, colidx, values, b, cv.reshape(self.mb, self.bm, self.n)
 
     def __call__(self, rowptr, colidx, values, b, c):
         self.lk(*self.arrays(rowptr, colidx, values, b, c))
+        mark_written([c])
+
+
+def crossover(sparsities, ratios):
+    """The lowest sparsity from which on (sparsities in increasing order, given in any) ours beats
+    the dense product: ``ratios`` (dense time / ours) above 1 there and at every higher sparsity;
+    NaN where it never does.
+
+    >>> crossover([0.9, 0.1, 0.5], [3.0, 0.5, 1.5])
+    0.5
+    """
+    pairs = sorted(zip(sparsities, ratios))
+    over = [s for i, (s, _) in enumerate(pairs) if all(r > 1 for _, r in pairs[i:])]
+    return over[0] if over else float("nan")
 
 
 def operands(size, block, sparsity, dtype, rng):
@@ -179,6 +216,7 @@ def parse(argv=None):
     add_arguments(p)
     args = parse_options(p, argv)
     check_blocks(p, args.size, args.blocks, args.dtypes)
+    check_memory(p, "--size", args.size, BYTES_PER_ELEMENT * args.size ** 2, "--size 1024")
     return args
 
 
@@ -198,8 +236,7 @@ def main(argv=None):
             nest = SpmmNest(args.size, args.size, args.size, block, block, dtype, bn, spec, pool)
             ratios = [bench_point(rep, args.size, block, s, dtype, nest, torch, threads, rng,
                                   5 if args.quick else 9) for s in sparsities]
-            over = [s for i, s in enumerate(sparsities) if all(r > 1 for r in ratios[i:])]
-            crossings.append((dtype, f"{block}x{block}", f"bn={bn} {spec}", over[0] if over else float("nan")))
+            crossings.append((dtype, f"{block}x{block}", f"bn={bn} {spec}", crossover(sparsities, ratios)))
     summary = Report("Crossover: the lowest sparsity from which on the block-sparse product beats torch's dense "
                      "matmul (NaN: never in the sweep)", ["dtype", "block", "tuned", "crossover sparsity"])
     for row in crossings:
