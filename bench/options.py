@@ -19,6 +19,7 @@ argparse.ArgumentTypeError: '1,,2': expected numbers of threads from 1 to 4096, 
 import argparse
 import math
 import os
+import tempfile
 
 from isa.pool import MAX_THREADS      # the most threads a pool takes (torch.set_num_threads crashed far above)
 
@@ -215,6 +216,14 @@ def _unwritable(path):
         return f"directory {os.path.dirname(path)!r} does not exist (create it first)"
     if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         return "no permission to write it"
+    exists = os.path.exists(path)
+    try:                    # (root passes os.access on any file system, /proc and read-only mounts too)
+        if exists:
+            open(path, "r+b").close()
+        else:
+            tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        return f"cannot {'open it for writing' if exists else f'create a file in {folder!r}'} ({e.strerror or e})"
     return ""
 
 

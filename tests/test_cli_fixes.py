@@ -304,3 +304,13 @@ def test_cache_list_json_is_strict_json(tmp_path, monkeypatch, capsys):
         tc.reset()
     listing = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"bare {c}"))
     assert listing[0]["record"] == {"spec": "A", "seconds": None, "runs": [None, 1.0]}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_json_file_where_no_file_can_be_made_is_refused_before_the_run_even_as_root():
+    """os.access says yes to root everywhere; /proc takes no new file, so `--json /proc/x.json` failed only
+    after the whole run. The check tries to make one (a file that vanishes) instead."""
+    from bench.options import writable_file
+    with pytest.raises(Exception, match="cannot create a file in '/proc'"):
+        writable_file("--json run.json")("/proc/tppasm-x.json")
+    assert not os.path.exists("/proc/tppasm-x.json")
