@@ -597,3 +597,16 @@ def test_tile_faults_and_configuration_checks():
     with pytest.raises(MemoryFault):
         m.call(assemble(load + [mk("RETNQ")]), [pc, pa])
     assert m.tile_start_row == 6 and (m.tiles[0, :6] == 0).all()
+
+
+@pytest.mark.parametrize("op", ["tilezero", "tdpbf16ps"])
+def test_tilezero_and_dot_products_reset_start_row(op):
+    """The SDM ends tilezero and every tdp* with zero_tilecfg_start(): the start_row a restarted load
+    would find (here loaded by ldtilecfg) is 0 after them."""
+    from tests.x86.test_interp import run
+    ins = (mk("VEX_TILEZERO_TMM", R.TMM0) if op == "tilezero" else
+           mk("VEX_TDPBF16PS_TMM_TMM_TMM", R.TMM0, R.TMM1, R.TMM2))
+    cfg = tilecfg({0: (4, 64), 1: (4, 64), 2: (16, 64)})
+    cfg[1] = 3
+    m, _ = run([mk("VEX_LDTILECFG_M512", mem(0, R.RDI)), ins], cfg)
+    assert m.tile_start_row == 0

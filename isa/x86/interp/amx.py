@@ -123,6 +123,7 @@ def _tilezero(m, ins):
     def step():
         _shape(m, ins, t)
         m.tiles[t] = 0
+        m.tile_start_row = 0                # the SDM's zero_tilecfg_start()
         m.stats.tile_ops.append(("tilezero", (t,), (), 0, 0, 0, 0))
         return nxt
     return step
@@ -176,6 +177,7 @@ def _dot_shapes(m, ins):
         _ud(ins, "colsb not a multiple of 4")
     if dr != ar or ac // 4 != br or dc != bc:
         _ud(ins, f"shape mismatch: dst {dr}x{dc}B, a {ar}x{ac}B, b {br}x{bc}B")
+    m.tile_start_row = 0                    # (every tdp* ends with the SDM's zero_tilecfg_start())
     return d, a, b, dr, ac // 4, dc // 4
 
 
