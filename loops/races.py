@@ -123,8 +123,8 @@ def analyze(spec, loops, nthreads, arrays, index_names, array_names, body, init,
         mine = [a for a in accesses if a.arg in group]
         if not any(a.write for a in mine):
             continue
-        if len(group) > 1:
-            mine = [_flat_access(a, arrays) if not _same_layout(arrays, group) else a for a in mine]
+        if (len(group) > 1 and not _same_layout(arrays, group)) or any(_self_overlapping(arrays[g]) for g in group):
+            mine = [_flat_access(a, arrays) for a in mine]
         label = "/".join(array_names[g] for g in sorted(group))
         coarse = _merged(mine)
         if len(coarse) < len(mine) and not _pairs(sched, coarse, names, label, True):
@@ -226,6 +226,22 @@ def _same_layout(arrays, group):
     return all(arrays[g].__array_interface__["data"][0] == a0.__array_interface__["data"][0]
                and arrays[g].shape == a0.shape and arrays[g].strides == a0.strides
                and arrays[g].dtype.itemsize == a0.dtype.itemsize for g in group)
+
+
+def _self_overlapping(a):
+    """True unless ``a``'s strides keep its elements apart (an ``as_strided`` view can put two
+    indices on one address: blocks that look apart per axis may share bytes).
+
+    >>> X = np.zeros((4, 4), np.float32)
+    >>> _self_overlapping(X[::-1, ::2]), _self_overlapping(np.lib.stride_tricks.as_strided(X, (3, 2), (4, 4)))
+    (False, True)
+    """
+    span = a.itemsize
+    for s, n in sorted((abs(s), n) for n, s in zip(a.shape, a.strides) if n > 1):
+        if s < span:
+            return True
+        span += (n - 1) * s
+    return False
 
 
 def _flat_access(acc, arrays):

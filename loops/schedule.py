@@ -44,13 +44,15 @@ class Schedule:
         else:
             self.parallel = [i for i, lv in enumerate(levels) if lv.parallel]
         self.first_par = self.parallel[0] if self.parallel else len(levels)
-        prefix = 0
+        prefix, runs = 0, False
         for i, lv in enumerate(levels):
             if lv.barrier:
                 enclosing = spec.run[0] if self.mode == "collapse" and spec.run[0] <= i <= spec.run[1] else i
                 prefix = max(prefix, enclosing)
+                runs = runs or all(self.loops[o.loop].trip > 0 for o in levels[:enclosing])
         self.prefix = prefix                       # levels 0..prefix-1 enclose every barrier
-        self.barriers = any(lv.barrier for lv in levels)
+        # a barrier inside an empty loop never runs: then nothing separates the init and fini hooks
+        self.barriers = runs
         rows, cols, layers = spec.grid if self.mode == "grid" else (1, 1, 1)
         self.grid = (rows, cols, layers)
         self._bounds = {}

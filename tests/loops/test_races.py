@@ -507,6 +507,7 @@ def test_arguments_that_alias_are_one_array():
 def test_the_analysis_does_not_enumerate_iterations():
     """A GEMM of 1024^3 blocks: the analysis reasons per loop (milliseconds here); listing the 2**30
     iterations would take minutes, which the generous bound catches."""
+    import mmap
     import time
     zero, gemm = tpp.zero(8, 8), tpp.brgemm(8, 8, 8, beta=1)
 
@@ -516,7 +517,10 @@ def test_the_analysis_does_not_enumerate_iterations():
         gemm(A[im, ik:ik + 1], B[jn, ik:ik + 1], C[im, jn], count=1)
     n = 1024
     A = np.lib.stride_tricks.as_strided(np.zeros(64, np.float32), (n, n, 8, 8), (0, 0, 32, 4))
-    C = np.lib.stride_tricks.as_strided(np.zeros(64, np.float32), (n, n, 8, 8), (0, 0, 32, 4))
+    # C's blocks must be apart (a stride-0 C is one block, which the checker rightly calls racing): 256 MiB
+    # reserved, never touched
+    C = np.frombuffer(mmap.mmap(-1, n * n * 64 * 4, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                                | getattr(mmap, "MAP_NORESERVE", 0x4000)), np.float32).reshape(n, n, 8, 8)
     for spec, racy in (("aBC", False), ("aBC|@schedule(dynamic)", False), ("aBC@schedule(dynamic)", True),
                        ("ABC", True)):
         k = kernel(spec, Loop(0, n), Loop(0, n), Loop(0, n), races="allow")(body)
