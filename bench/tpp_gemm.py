@@ -189,7 +189,8 @@ def _run(args, torch):
           "percentile of 31 kernel/peak ratios timed back to back on the thread's CPU time (time other "
           "processes took is left out; q90: the better rounds, the core's SMT sibling idle; '!' after a "
           "figure over 100%: a disturbed round, not a kernel faster than the peak); np q90: numpy's fp32 "
-          "matmul the same way, vs the FMA peak. int8 figures are GOP/s.")
+          "matmul the same way, vs the FMA peak; ratio: our GFLOP/s over numpy's (medians timed apart, not "
+          "interleaved); torch: torch.matmul's GFLOP/s in fp32 (bf16 rows: torch.bmm in bf16). int8 figures are GOP/s.")
     shapes = [(64, 16, "f32")] if args.quick else (args.shapes or SHAPES)
     print(f"{'kernel':<12}{'unit':>9}{'m=n=k':>6}{'count':>6}{'GFLOP/s':>9}{'%peak':>7}{'best':>7}{'%best':>7}"
           f"{'%pk il':>7}{'q90':>6}{'numpy':>8}{'np q90':>7}{'ratio':>7}{'torch':>8}{'JIT ms':>8}")  # JIT: CPU ms
@@ -206,8 +207,9 @@ def _run(args, torch):
         rec["best_pct_peak"] = 100 * rec["best_gflops"] / ref_best
         records.append(rec)
         tt = rec.get("torch_bf16_bmm_gflops", rec.get("torch_gflops"))
-        print(f"{rec['what']:<12}{unit:>9}{size:>6}{count:>6}{rec['gflops']:>9.1f}{rec['pct_peak']:>6.0f}%"
-              f"{rec['best_gflops']:>7.1f}{rec['best_pct_peak']:>6.0f}%{rec['pct_peak_interleaved']:>6.0f}%"
+        print(f"{rec['what']:<12}{unit:>9}{size:>6}{count:>6}{rec['gflops']:>9.1f}{percent_cell(rec['pct_peak'], 7)}"
+              f"{rec['best_gflops']:>7.1f}{percent_cell(rec['best_pct_peak'], 7)}"
+              f"{percent_cell(rec['pct_peak_interleaved'], 7)}"
               f"{percent_cell(rec['pct_peak_interleaved_q90'], 6)}{rec['numpy_gflops']:>8.1f}"
               f"{percent_cell(rec['numpy_pct_fp32_peak_interleaved_q90'], 7)}"
               f"{rec['gflops'] / rec['numpy_gflops']:>6.2f}x"
