@@ -1,8 +1,8 @@
 """BRGEMM benchmark (the GEMM part of ``python -m bench tpp``): tppasm vs numpy (and torch), % of peak.
 
 ``python -m bench.tpp_gemm [--json FILE] [--quick] [--shapes dtype:size:count,...]`` prints
-GFLOP/s (GOP/s for int8; median of 5 runs, repetitions calibrated to ~0.2 s each), the ratio to
-numpy computing the same batch as one matmul, the percentage of the peak of the unit the kernel
+GFLOP/s (GOP/s for int8; median of 5 runs, repetitions calibrated to ~0.2 s each), the speed ratios
+to numpy computing the same batch as one matmul and to torch (medians of interleaved rounds), the percentage of the peak of the unit the kernel
 uses (``FMA``, ``BF16-dot``, ``VNNI``, ``madd``, ``AMX``: see :mod:`bench.peaks`), the per-call
 time of a 32x32x32 GEMM from Python and the JIT time of each kernel. Every peak is a JIT'd loop of
 independent accumulators on that unit, so no clock frequency is assumed.
@@ -20,6 +20,7 @@ from tppasm.timing import calibrate, time_runs
 from isa.cpu import host
 
 from . import peaks
+from .interleave import interleaved as interleaved_rounds
 from .options import MAX_ROWS, MAX_SIDE, checked, items, json_option, once, summary, whole
 from .peaks import interleaved_ratios, ratio_stats  # noqa: F401  (bench.gemm uses them from here)
 
@@ -93,13 +94,21 @@ def bench_brgemm(size, count, dtype, rng, torch=None, loop=None):
                                                               LOOPS["f32", "FMA"]))
         rec["pct_peak_interleaved"], rec["pct_peak_interleaved_q90"] = (100 * x for x in interleaved)
         rec["numpy_pct_fp32_peak_interleaved"], rec["numpy_pct_fp32_peak_interleaved_q90"] = (100 * x for x in np_stats)
+    peers = {"numpy": lambda: np.matmul(A2, B2, out=C2)}
     if torch is not None:
         ta, tb = torch.from_numpy(A2), torch.from_numpy(B2)
-        rec["torch_gflops"] = flops / median_seconds(lambda: torch.matmul(ta, tb)) / 1e9
+        peers["torch"] = lambda: torch.matmul(ta, tb)
+        rec["torch_gflops"] = flops / median_seconds(peers["torch"]) / 1e9
         if dtype == "bf16":
             a3 = torch.from_numpy(A.astype(np.float32)).to(torch.bfloat16)
             b3 = torch.from_numpy(Bp.astype(np.float32)).to(torch.bfloat16)
-            rec["torch_bf16_bmm_gflops"] = flops / median_seconds(lambda: torch.bmm(a3, b3).sum(0)) / 1e9
+            peers["torch"] = lambda: torch.bmm(a3, b3).sum(0)
+            rec["torch_bf16_bmm_gflops"] = flops / median_seconds(peers["torch"]) / 1e9
+    # speed ratios (> 1: ours faster) as medians of per-round ratios, rounds alternating ours and the peers'
+    rounds = interleaved_rounds([lambda: gemm(A, B, C, count=count), *peers.values()], 9, min_run=0.02, clock="cpu",
+                         settle=0)
+    for name, theirs_s in zip(peers, rounds[1:]):
+        rec[f"{name}_ratio_interleaved"] = float(np.median(theirs_s / rounds[0]))
     return rec
 
 
@@ -189,11 +198,13 @@ def _run(args, torch):
           "percentile of 31 kernel/peak ratios timed back to back on the thread's CPU time (time other "
           "processes took is left out; q90: the better rounds, the core's SMT sibling idle; '!' after a "
           "figure over 100%: a disturbed round, not a kernel faster than the peak); np q90: numpy's fp32 "
-          "matmul the same way, vs the FMA peak; ratio: our GFLOP/s over numpy's (medians timed apart, not "
-          "interleaved); torch: torch.matmul's GFLOP/s in fp32 (bf16 rows: torch.bmm in bf16). int8 figures are GOP/s.")
+          "matmul the same way, vs the FMA peak; x np / x torch: their time over ours (> 1: ours faster), the "
+          "median of 9 interleaved rounds on the thread's CPU time; torch: torch.matmul's GFLOP/s in fp32 (bf16 "
+          "rows: torch.bmm in bf16). int8 figures are GOP/s.")
     shapes = [(64, 16, "f32")] if args.quick else (args.shapes or SHAPES)
     print(f"{'kernel':<12}{'unit':>9}{'m=n=k':>6}{'count':>6}{'GFLOP/s':>9}{'%peak':>7}{'best':>7}{'%best':>7}"
-          f"{'%pk il':>7}{'q90':>6}{'numpy':>8}{'np q90':>7}{'ratio':>7}{'torch':>8}{'JIT ms':>8}")  # JIT: CPU ms
+          f"{'%pk il':>7}{'q90':>6}{'numpy':>8}{'np q90':>7}{'x np':>7}{'torch':>8}{'x torch':>8}"
+          f"{'JIT ms':>8}")  # JIT: CPU ms
     for size, count, dtype in shapes:
         unit = peaks.kernel_unit(dtype)
         # the peak is re-measured next to each kernel: the load from other processes drifts
@@ -212,8 +223,8 @@ def _run(args, torch):
               f"{percent_cell(rec['pct_peak_interleaved'], 7)}"
               f"{percent_cell(rec['pct_peak_interleaved_q90'], 6)}{rec['numpy_gflops']:>8.1f}"
               f"{percent_cell(rec['numpy_pct_fp32_peak_interleaved_q90'], 7)}"
-              f"{rec['gflops'] / rec['numpy_gflops']:>6.2f}x"
-              f"{(f'{tt:.1f}' if tt else '-'):>8}{rec['jit_ms']:>8.2f}")
+              f"{rec['numpy_ratio_interleaved']:>6.2f}x{(f'{tt:.1f}' if tt else '-'):>8}"
+              f"{(f'{x:.2f}x' if (x := rec.get('torch_ratio_interleaved')) else '-'):>8}{rec['jit_ms']:>8.2f}")
     call = bench_call_overhead(rng)
     records.append(call)
     print(f"32x32x32 GEMM from Python: {call['us']:.2f} us/call median, {call['best_us']:.2f} best "

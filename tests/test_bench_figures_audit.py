@@ -124,6 +124,10 @@ def test_tpp_gemm_records_divide_by_the_kernels_unit(monkeypatch, fake_peaks, tm
         calls.append(loop)                  # ours first, numpy second
         return [0.9, 0.95, 1.2] if len(calls) % 2 else [0.3, 0.4, 0.5]
     monkeypatch.setattr(peaks, "interleaved_ratios", fake_ratios)
+    # ours, numpy's and torch's per-round times (rounds alternate): ratios their time over ours, per round
+    # (per-round ratios 4, 1, 3 and 2, 6, 6: medians 3 and 6, where the ratios of the medians are 2 and 4)
+    rounds = [np.array(t) * 1e-4 for t in ([1.0, 2.0, 3.0], [4.0, 2.0, 9.0], [2.0, 12.0, 18.0])]
+    monkeypatch.setattr(tg, "interleaved_rounds", lambda fns, runs, **kw: rounds[:len(fns)])
     out = tmp_path / "tpp.json"
     args = tg.parse(["--shapes", "f32:64:16,bf16:64:16,i8:64:16", "--json", str(out)])
     assert tg._run(args, torch) == 0
@@ -151,7 +155,8 @@ def test_tpp_gemm_records_divide_by_the_kernels_unit(monkeypatch, fake_peaks, tm
         for cell, pct in ((row[5], rec["pct_peak"]), (row[7], rec["best_pct_peak"]),
                           (row[8], rec["pct_peak_interleaved"]), (row[9], rec["pct_peak_interleaved_q90"])):
             assert cell == f"{pct:.0f}%" + ("!" if pct > 100 else "")      # over 100: marked, never bare
-        assert row[12] == f"{rec['gflops'] / rec['numpy_gflops']:.2f}x"
+        assert (rec["numpy_ratio_interleaved"], rec["torch_ratio_interleaved"]) == pytest.approx((3.0, 6.0))
+        assert (row[12], row[14]) == ("3.00x", "6.00x")
     peak_rows = [r for r in records if r["what"] == "peak"]
     assert {(r["dtype"], r["unit"]) for r in peak_rows} == {(d, u) for d in ("f32", "bf16", "i8")
                                                             for u in peaks.units(d)}

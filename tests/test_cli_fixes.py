@@ -122,6 +122,7 @@ def test_tpp_brgemm_records_are_drawn(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     from bench import common, tpp_gemm
     rec = {"what": "brgemm f32", "gflops": 50.0, "best_gflops": 60.0, "numpy_gflops": 40.0, "jit_ms": 1.0,
+           "numpy_ratio_interleaved": 1.25,
            "pct_peak_interleaved": 50.0, "pct_peak_interleaved_q90": 60.0, "numpy_pct_fp32_peak_interleaved_q90": 40.0}
     monkeypatch.setattr(tpp_gemm, "unit_peak", lambda dtype, unit: (100.0, 110.0))
     monkeypatch.setattr(tpp_gemm, "bench_brgemm", lambda *a: dict(rec))
