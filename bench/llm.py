@@ -263,7 +263,8 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
                    "kernels, which take no pace, against the AVX-512 ones at each pace)",
                    ["dtype", "threads", "pace taken", "AMX tiles GB/s"] + [f"pace {p} GB/s" for p in stream_pace.PACES])
     for dtype, nt, pace, rates in paces:
-        taken.add(dtype, nt, pace, *(rates.get(p, float("nan")) for p in (stream_pace.TILES, *stream_pace.PACES)))
+        taken.add(dtype, nt, pace, rates.get(stream_pace.TILES, "not measured (no AMX)"),
+                  *(rates.get(p, float("nan")) for p in stream_pace.PACES))
     top = ceiling_report()
     for nt, dtype, layer, peer in ceiling:
         use_threads(nt, torch)

@@ -201,7 +201,7 @@ def _run(args, torch):
           "matmul the same way, vs the FMA peak; x np / x torch: their time over ours (> 1: ours faster), the "
           "median of 9 interleaved rounds on the thread's CPU time; torch: torch.matmul's GFLOP/s in fp32 (bf16 "
           "rows: torch.bmm in bf16). int8 figures are GOP/s.")
-    shapes = [(64, 16, "f32")] if args.quick else (args.shapes or SHAPES)
+    shapes = args.shapes or ([(64, 16, "f32")] if args.quick else SHAPES)      # (--shapes wins over --quick)
     print(f"{'kernel':<12}{'unit':>9}{'m=n=k':>6}{'count':>6}{'GFLOP/s':>9}{'%peak':>7}{'best':>7}{'%best':>7}"
           f"{'%pk il':>7}{'q90':>6}{'numpy':>8}{'np q90':>7}{'x np':>7}{'torch':>8}{'x torch':>8}"
           f"{'JIT ms':>8}")  # JIT: CPU ms

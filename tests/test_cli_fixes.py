@@ -3,6 +3,7 @@ an empty ``--only`` clears nothing, a failing suite is a failing run, ``--json``
 refused up front when they could not do what they promise (the same file, an abbreviation, a
 repeat, a format needing TeX, a suite with nothing to draw), a repeated item is refused, and the
 small things (a closed pipe, the demo's wording, help lines, labels) say what happened."""
+import collections
 import doctest
 import json
 import os
@@ -315,3 +316,21 @@ def test_a_json_file_where_no_file_can_be_made_is_refused_before_the_run_even_as
     with pytest.raises(Exception, match="cannot create a file in '/proc'"):
         writable_file("--json run.json")("/proc/tppasm-x.json")
     assert not os.path.exists("/proc/tppasm-x.json")
+
+
+def test_tpp_shapes_win_over_quick(tmp_path, monkeypatch):
+    """`bench tpp --quick --shapes bf16:64:16` ran fp32 64^3 x 16 only: --quick silently dropped --shapes."""
+    from bench import tpp_gemm
+    ran = []
+    rec = {"what": "brgemm", "gflops": 1.0, "best_gflops": 1.0, "numpy_gflops": 1.0, "jit_ms": 1.0,
+           "numpy_ratio_interleaved": 1.0, "pct_peak_interleaved": 1.0, "pct_peak_interleaved_q90": 1.0,
+           "numpy_pct_fp32_peak_interleaved_q90": 1.0}
+    monkeypatch.setattr(tpp_gemm, "unit_peak", lambda dtype, unit: (100.0, 110.0))
+    monkeypatch.setattr(tpp_gemm, "bench_brgemm", lambda size, count, dtype, *a: ran.append((size, count, dtype))
+                        or dict(rec))
+    monkeypatch.setattr(tpp_gemm, "LOOPS", collections.defaultdict(lambda: None))
+    monkeypatch.setattr(tpp_gemm, "bench_call_overhead", lambda rng: {"us": 1.0, "best_us": 1.0, "numpy_us": 1.0,
+                                                                      "numpy_best_us": 1.0})
+    monkeypatch.setattr(tpp_gemm, "jit_times", lambda: {"n": 1, "median_ms": 1.0, "max_ms": 1.0, "wall_max_ms": 1.0})
+    tpp_gemm._run(tpp_gemm.parse(["--quick", "--shapes", "bf16:64:16"]), None)
+    assert ran == [(64, 16, "bf16")]
