@@ -196,15 +196,17 @@ def test_leave_cpu_moves_a_thread_off_the_callers_cpu():
         caller_cpu.value = pool_state.NO_CPU
         leave(ctypes.addressof(state))
         seen["elsewhere"] = os.sched_getaffinity(0)
-        caller_cpu.value = _sched_getcpu()
-        leave(ctypes.addressof(state))
-        seen["moved"] = (caller_cpu.value, _sched_getcpu(), os.sched_getaffinity(0))
+        seen["moved"] = []
+        for _ in range(5):      # (a loaded host may migrate it back before it looks: one move in five suffices)
+            caller_cpu.value = _sched_getcpu()
+            leave(ctypes.addressof(state))
+            seen["moved"].append((caller_cpu.value, _sched_getcpu(), os.sched_getaffinity(0)))
 
     in_threads(thread, [None], 10)
     assert seen["pinned"] == (cpus[0], {cpus[0]})
     assert seen["elsewhere"] == set(cpus)
-    was, now, mask = seen["moved"]
-    assert now != was and mask == set(cpus)
+    assert all(mask == set(cpus) for _, _, mask in seen["moved"])
+    assert any(now != was for was, now, _ in seen["moved"]), seen["moved"]
 
 
 def in_threads(target, args, timeout):
