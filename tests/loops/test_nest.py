@@ -17,6 +17,7 @@ from loops.enumerate import enumerate_specs, enumerate_union
 from isa.pool import get_pool
 from tppasm.kernel import Descriptor, Kernel
 from tppasm.operand import OperandSpec
+from tests.loops.spec_draws import collapse_run, grid_axes
 from tests.support import pool_of
 
 LETTERS = "abcd"
@@ -177,21 +178,14 @@ def specs(draw, loops, nthreads):
     mode = draw(st.sampled_from(["serial", "collapse", "grid"]))
     par, axes, run, schedule, grid = set(), {}, None, ("static", 0), [1, 1, 1]
     if mode == "collapse":
-        i = draw(st.integers(0, len(seq) - 1))
-        j = i
-        while j + 1 < len(seq) and seq[j + 1] not in seq[i:j + 1] and draw(st.booleans()):
-            j += 1
-        par, run = set(range(i, j + 1)), (i, j)
+        run = collapse_run(draw, seq)
+        par = set(range(run[0], run[1] + 1))
         schedule = draw(st.sampled_from([("static", 0), ("static", 1), ("static", 3), ("dynamic", 0),
                                          ("dynamic", 2)]))
     elif mode == "grid":
-        chosen = draw(st.lists(st.integers(0, len(seq) - 1), min_size=1, max_size=3, unique=True))
-        budget = nthreads
-        for pos, axis in zip(chosen, draw(st.permutations("RCL"))):
-            teams = draw(st.integers(1, max(1, budget)))
-            budget //= teams
-            par.add(pos)
-            axes[pos] = (axis, teams)
+        axes = grid_axes(draw, seq, nthreads)
+        par = set(axes)
+        for axis, teams in axes.values():
             grid["RCL".index(axis)] = teams
     first_par = min(par) if par else len(seq)
     barriers = set()

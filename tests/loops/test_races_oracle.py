@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 import tppasm as tpp
 from loops import Loop, kernel, thread
 from loops.races import RaceError, check
+from tests.loops.spec_draws import collapse_run, grid_axes
 from tests.support import pool_of
 
 KERNELS = {"copy": tpp.copy(2, 2), "zero": tpp.zero(2, 2), "add": tpp.binary("add", 2, 2),
@@ -372,21 +373,13 @@ def spec_text(draw, loops, max_trip, max_grid=3):
     mode = draw(st.sampled_from(["collapse", "collapse", "grid", "serial"]))
     par, axes, run, sched = set(), {}, None, ""
     if mode == "collapse":
-        i = draw(st.integers(0, len(seq) - 1))
-        j = i
-        while j + 1 < len(seq) and seq[j + 1] not in seq[i:j + 1] and draw(st.booleans()):
-            j += 1
-        par, run = set(range(i, j + 1)), (i, j)
+        run = collapse_run(draw, seq)
+        par = set(range(run[0], run[1] + 1))
         sched = draw(st.sampled_from(["", "", "@schedule(static)", "@schedule(static,1)", "@schedule(static,2)",
                                       "@schedule(dynamic)", "@schedule(dynamic,1)", "@schedule(dynamic,2)"]))
     elif mode == "grid":
-        chosen = draw(st.lists(st.integers(0, len(seq) - 1), min_size=1, max_size=3, unique=True))
-        budget = max_grid
-        for pos, axis in zip(chosen, draw(st.permutations("RCL"))):
-            teams = draw(st.integers(1, max(1, budget)))
-            budget //= teams
-            axes[pos] = (axis, teams)
-        par = set(chosen)
+        axes = grid_axes(draw, seq, max_grid)
+        par = set(axes)
     first = min(par) if par else len(seq)
     text, seen = "", {}
     for pos, k in enumerate(seq):
