@@ -39,11 +39,11 @@ overrides). Aliasing arguments (two arrays sharing memory) are compared by byte 
 []
 """
 import itertools
-import re
 
 import numpy as np
 
-from .bind import bound_trees
+from .bind import bound_trees, box_of, check_grid, traced_trees
+from .race_fixes import candidates, parallel, reorders
 from .race_search import Access, Conflict, Undecided, pair
 from .schedule import Schedule
 from .signature import signature
@@ -275,7 +275,12 @@ def describe(spec, conflict, nthreads, fixes=()):
         head = (f"loop spec {spec.text!r} has a data race on {nthreads} threads: {conflict}"
                 + (f"; the two iterations differ in {', '.join(roles)}" if roles else ""))
     if fixes:
-        todo = "fix: write " + " or ".join(repr(f) for f in fixes) + " (checked race-free)"
+        same = [repr(f) for f in fixes if not reorders(spec.text, f)]
+        other = [repr(f) for f in fixes if reorders(spec.text, f)]
+        todo = ", or ".join(([" or ".join(same) + " (checked race-free)"] if same else []) +
+                            ([" or ".join(other) + " (checked race-free; serial order changes: sums may round "
+                              "differently)"] if other else []))
+        todo = "fix: write " + todo + (f"; or {conflict.advice}" if getattr(conflict, "advice", None) else "")
     elif getattr(conflict, "advice", None):
         todo = f"fix: {conflict.advice}"
     else:
@@ -286,64 +291,67 @@ def describe(spec, conflict, nthreads, fixes=()):
 
 
 def fixes(lk, arrays, conflict, nthreads, limit=3):
-    """Specs near ``lk``'s that :func:`check` accepts: a barrier after the parallel loops, a static
-    schedule, the loops the conflicting iterations differ in made serial (in place or outermost)."""
+    """Specs near ``lk``'s that :func:`check` accepts: :func:`loops.race_fixes.candidates` (a barrier,
+    a static schedule, a parallel level made serial, a loop made serial or moved outermost, those of
+    the loops the conflicting iterations differ in first), then pairs of edits (of those loops) when
+    no single one keeps a loop parallel. Parallel fixes come first, those that keep the serial order
+    before those that change it, then one serial fix in the spec's order (every loop serial, at
+    worst), which is named whenever no parallel fix keeps the order.
+
+    >>> import numpy as np, tppasm as tpp
+    >>> from loops import Loop, kernel
+    >>> relu = tpp.relu(4, 4)
+    >>> @kernel("BA", Loop(0, 3), Loop(0, 3), races="allow")
+    ... def k(i, j, X, Y):
+    ...     relu(X[i, j], Y[j])                 # every i writes Y[j]; 'BA' splits j = 1 between threads
+    >>> X, Y = np.ones((3, 3, 4, 4), np.float32), np.ones((3, 4, 4), np.float32)
+    >>> fixes(k, (X, Y), check(k, (X, Y), nthreads=2)[0], nthreads=2)     # 'aB' runs i outermost
+    ['Ba', 'aB']
+    """
     spec = lk.spec
     differ = [k for k, name in enumerate(lk.index_names)
               if conflict.at_first.get(name) != conflict.at_second.get(name)]
-    out = []
-    for text in _candidates(spec, differ):
-        if text in out or text == spec.text:
-            continue
+    others = [k for k in range(len(lk.index_names)) if k not in differ]
+
+    def rank(text):
+        return not parallel(text), reorders(spec.text, text)
+    races_of, found = _checker(lk, arrays, nthreads), []
+    for edits, loops in ((1, differ + others), (2, differ)):         # pairs: of the differing loops' edits
+        for text in candidates(spec, loops, edits):
+            if not parallel(text) and (reorders(spec.text, text) or any(not parallel(t) for t in found)):
+                continue                # one serial fix is enough, in the spec's order (every loop serial works)
+            if text not in found and races_of(text) == []:
+                found.append(text)
+                if sum(rank(t) == (False, False) for t in found) >= limit:
+                    break
+        if any(parallel(t) for t in found):
+            break
+    found.sort(key=rank)                                  # stable: the search's order among equals
+    if found and rank(found[0]) == (False, False):
+        found = [t for t in found if parallel(t)]         # a parallel fix computes what the serial one does
+    out = found[:limit]
+    same = [t for t in found if not reorders(spec.text, t)]
+    if same and not set(same) & set(out):
+        out[-1] = same[0]
+    return out
+
+
+def _checker(lk, arrays, nthreads):
+    """``text -> conflicts`` (the first only; None when the spec is refused otherwise) of ``lk`` on
+    ``arrays``, as :func:`check` finds them, tracing the body once for all texts."""
+    traced = traced_trees(lk, arrays)
+
+    def races_of(text):
         try:
-            if not check(lk, arrays, text, nthreads):
-                out.append(text)
+            spec = parse(text, len(lk.loops))
+            loops = spec.resolve(lk.loops)
+            check_grid(spec, nthreads)
+            body, init, fini = (t.simplify(box_of(loops, spec, nthreads)) for t in traced)
+            return analyze(spec, loops, nthreads, arrays, lk.index_names, lk.array_names, body, init, fini,
+                           first_only=True)
         except (SpecError, TypeError, ValueError, IndexError):
-            continue
-    out.sort(key=lambda t: not _parallel(t))                # fixes that keep threads busy first
-    return out[:limit]
-
-
-def _parallel(text):
-    """True when ``text`` has an upper-case loop letter (grid axes and bounds aside)."""
-    letters = re.sub(r"\{[^}]*\}|\[[^\]]*\]|@.*", "", text)
-    return any(c.isupper() for c in letters)
-
-
-def _candidates(spec, differ):
-    text = spec.text
-    at = text.find("@")
-    body, tail = (text[:at], text[at:]) if at >= 0 else (text, "")
-    starts = [lv.pos for lv in spec.levels] + [len(body)]
-    tokens = [body[a:b] for a, b in zip(starts, starts[1:])]
-    par = [i for i, lv in enumerate(spec.levels) if lv.parallel]
-    if par:
-        last = spec.run[1] if spec.mode == "collapse" else par[0]
-        if not tokens[last].endswith("|"):
-            with_barrier = list(tokens)
-            with_barrier[last] += "|"
-            yield "".join(with_barrier) + tail
-    if tail.startswith("@schedule(dynamic"):
-        yield body
-        chunk = tail[len("@schedule(dynamic"):].rstrip(")")
-        if chunk:
-            yield body + "@schedule(static" + chunk + ")"
-    for k in differ:
-        mine = [i for i, lv in enumerate(spec.levels) if lv.loop == k]
-        serial = [_serial_token(t) if i in mine else t for i, t in enumerate(tokens)]
-        moved = [_serial_token(tokens[i]).replace("|", "") for i in mine] + \
-                [t for i, t in enumerate(tokens) if i not in mine]
-        for cand in (serial, moved):
-            joined = "".join(cand)
-            yield joined + (tail if _parallel(joined) else "")
-
-
-def _serial_token(token):
-    """A spec token (letter, bounds, grid, barrier) as a serial loop: lower case, off the grid."""
-    brace = token.find("{")
-    if brace >= 0:
-        token = token[:brace] + token[token.index("}", brace) + 1:]
-    return token[0].lower() + token[1:]
+            return None
+    return races_of
 
 
 __all__ = ["RaceError", "RaceWarning", "Conflict", "Undecided", "MODES", "check", "analyze", "describe", "fixes"]
