@@ -288,10 +288,10 @@ APPROX = approx_bounds()
 def _approx_ok(want: np.ndarray, got: np.ndarray, bound) -> np.ndarray:
     """Lanes equal bit for bit, or both finite estimates within the two bounds (plus one denormal
     step), or hardware flushed an estimate the model gives as the smallest normal (fp.approx)."""
-    w, g = want.view(np.float32).astype(np.float64), got.view(np.float32).astype(np.float64)
     same = want.view(np.uint32) == got.view(np.uint32)
-    finite = np.isfinite(w) & np.isfinite(g) & (np.signbit(w) == np.signbit(g))
-    with np.errstate(invalid="ignore"):                            # (inf - inf)
+    with np.errstate(invalid="ignore"):                            # (signalling NaNs widened; inf - inf)
+        w, g = want.view(np.float32).astype(np.float64), got.view(np.float32).astype(np.float64)
+        finite = np.isfinite(w) & np.isfinite(g) & (np.signbit(w) == np.signbit(g))
         close = np.abs(g - w) <= sum(bound) * (1 + 2 ** -10) * np.abs(w) + 2.0 ** -149
     flushed = (w == 0) & (np.abs(g) == 2.0 ** -126) & (np.signbit(w) == np.signbit(g))
     return same | (finite & close) | flushed
