@@ -1,6 +1,7 @@
 """The progress of a tuning search (:func:`loops.tune.search`): a tqdm bar in a terminal or a
-notebook, else a line every few seconds on stderr, and a last line when the budget ended the search
-(naming the candidate picked, once the final rounds re-timed the fastest).
+notebook, else a line every few seconds on stderr, and a last line naming the candidate picked once
+the final rounds re-timed the fastest (and whether the budget ended the search). While it runs, the
+bar shows the fastest first timing: the final rounds often pick another.
 
 >>> bar = Progress(3, enabled=False); bar.close(budget_ended=True)
 """
@@ -29,7 +30,7 @@ class Progress:
             self.best = c
         if not self.enabled:
             return
-        text = f"best {self._name(self.best)} {self.best.seconds * 1e3:.3f} ms" if self.best else ""
+        text = f"fastest first timing {self._name(self.best)} {self.best.seconds * 1e3:.3f} ms" if self.best else ""
         if self.bar is not None:
             self.bar.set_postfix_str(text, refresh=False)
             self.bar.update()
@@ -49,10 +50,10 @@ class Progress:
         return printable(c.spec + "".join(f" {k}={v}" for k, v in c.config.items()))
 
     def close(self, budget_ended=False, winner=None):
-        """End the bar; ``budget_ended``: the ``seconds`` budget stopped the search before the
-        last candidate, which is said (a search can otherwise end silently before its total), with
-        ``winner``, the candidate the search picked after re-timing the fastest (give it once the
-        final rounds are over: the fastest first timing is often not the one picked).
+        """End the bar. ``winner``: the candidate the search picked after re-timing the fastest (give
+        it once the final rounds are over: the fastest first timing is often not the one picked),
+        named on a last line; ``budget_ended``: the ``seconds`` budget stopped the search before the
+        last candidate, which that line says (a search can otherwise end silently before its total).
 
         >>> from types import SimpleNamespace as C
         >>> import contextlib, io
@@ -67,11 +68,13 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-        if self.enabled and budget_ended:
-            picked = f"; picked {self._name(winner)} ({winner.seconds * 1e3:.3f} ms after the final rounds)" \
-                if winner is not None else ""
-            print(f"tuning: the seconds budget ended the search after {self.n} of {self.total} candidates{picked}",
-                  file=sys.stderr, flush=True)
+        if not self.enabled or not budget_ended and winner is None:
+            return
+        head = f"the seconds budget ended the search after {self.n} of {self.total} candidates" if budget_ended \
+            else f"{self.n} of {self.total} candidates timed"
+        picked = f"; picked {self._name(winner)} ({winner.seconds * 1e3:.3f} ms after the final rounds)" \
+            if winner is not None else ""
+        print(f"tuning: {head}{picked}", file=sys.stderr, flush=True)
 
 
 def _interactive():

@@ -177,6 +177,16 @@ def test_search_budget_line_names_the_picked_spec(monkeypatch, capsys):
     assert len(lines) == 1 and f"; picked {found.record['spec']} (" in lines[0]
 
 
+def test_search_that_finishes_names_the_picked_spec_and_calls_running_figures_first_timings(capsys):
+    found = tune.search(_make_clear, progress=True, remember=False, model=False)
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith(f"tuning: {found.record['timed']} of ") and "budget" not in err[-1]
+    assert f"; picked {found.record['spec']} ({found.record['seconds'] * 1e3:.3f} ms after the final rounds)" \
+        in err[-1]
+    running = [line for line in err if line.startswith("tuning [")]
+    assert running and all("fastest first timing " in line for line in running)
+
+
 # -- 6. CLI help lines -------------------------------------------------------------------------------
 
 def test_cli_help_lines(capsys):
