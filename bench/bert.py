@@ -18,7 +18,9 @@ compared (max abs difference). ``--profile`` prints instead where one layer's ti
 (QKV, the attention's steps, output projection, norms, MLP) as its own nest over the same loops,
 ms per layer, its share of the forward, and the GEMM steps' GFLOP/s against the measured peak (the
 dtype's peak loop on as many threads, timed in the same interleaving and on the same clock:
-medians of the per-round fractions).
+medians of the per-round fractions). A measured % of peak over 100 is marked "!" (a disturbed
+round or a wrong peak); records with a % of peak carry the peak (``peak_gflops``: the loop's median
+rate) and its unit (``peak_unit``, :func:`bench.peaks.peak_unit`).
 ``--corpus N`` times instead a pass over N sentences of 3 to 29 words (:func:`corpus`), as
 ``encode`` forms them: sorted by length, batches of 8, each batch at its longest sentence's
 length (ours) and padded to the same length (torch's, as its tokenizer's ``padding="longest"``).
@@ -80,12 +82,14 @@ def goal(dtype, batch, tokens):
 def bench_bert(shapes, threads, dtypes, runs, clock="wall"):
     import torch
     from bench.models.minilm import LAYERS
-    from bench.peaks import peak_loop_on
+    from bench.peaks import peak_legend, peak_loop_on
     rep = Report("all-MiniLM-L6-v2 encoder forward, ms per batch (median of interleaved runs); "
                  "torch = HF BertModel, inference_mode (bf16: autocast); GEMM flops as % of the dtype's peak "
-                 "on as many threads, timed in the same interleaving",
+                 "on as many threads, timed in the same interleaving; goal needs % peak: over 100, the goal is "
+                 "out of reach (a requirement, not marked)",
                  ["dtype", "batch x tokens", "threads", "tppasm ms", "torch ms", "torch/tppasm", "ours % peak",
-                  "torch % peak", "goal", "goal needs % peak", "max |diff|"])
+                  "torch % peak", "goal", "goal needs % peak", "max |diff|"],
+                 marked=["ours % peak", "torch % peak"], legend=peak_legend(dtypes, best_units(dtypes)))
     rng = np.random.default_rng(0)
     for dtype in dtypes:
         _, run_torch = torch_model(dtype)
@@ -104,8 +108,25 @@ def bench_bert(shapes, threads, dtypes, runs, clock="wall"):
                 rate, flops, want = work / top, LAYERS * sum(step_flops(B, L).values()), goal(dtype, B, L)
                 pct = [100 * float(np.median(flops / t / rate)) for t in (ours, theirs, theirs / want)]
                 rep.add(dtype, f"{B}x{L}", nt, 1e3 * float(np.median(ours)), 1e3 * float(np.median(theirs)),
-                        float(np.median(theirs / ours)), *pct[:2], want, pct[2], diff)
+                        float(np.median(theirs / ours)), *pct[:2], want, pct[2], diff, **peak_fields(dtype, rate))
     return rep
+
+
+def best_units(dtypes):
+    """{dtype: its best unit}: the peak loop :func:`bench.peaks.peak_loop_on` runs without a unit."""
+    from bench.peaks import best_unit
+    return {d: best_unit(d) for d in dtypes}
+
+
+def peak_fields(dtype, rate):
+    """A record's peak: ``peak_gflops`` (the median of the peak loop's per-round FLOP/s ``rate``, in
+    GFLOP/s) and ``peak_unit`` (:func:`bench.peaks.peak_unit` of the loop's unit, ``dtype``'s best).
+
+    >>> peak_fields("f32", np.array([2e9, 4e9, 3e9]))["peak_gflops"]
+    3.0
+    """
+    from bench.peaks import peak_unit
+    return {"peak_gflops": float(np.median(rate)) / 1e9, "peak_unit": peak_unit(dtype, unit=best_units([dtype])[dtype])}
 
 
 def step_flops(B, L):
@@ -120,11 +141,12 @@ def step_flops(B, L):
 def profile_bert(shapes, threads, dtypes, runs, clock="wall"):
     """Per-step breakdown of one layer (each step its own nest, same loops), beside the forward."""
     from bench.models.minilm import LAYERS
-    from bench.peaks import peak_loop_on
+    from bench.peaks import peak_legend, peak_loop_on
     rep = Report("all-MiniLM-L6-v2 per-step profile: one layer cut into one nest per step, ms per layer "
                  "(median of interleaved runs); GEMM steps as % of the dtype's peak loop on as many threads, "
                  "timed in the same interleaving on the same clock",
-                 ["dtype", "batch x tokens", "threads", "step", "ms", "% of forward", "GFLOP/s", "% peak"])
+                 ["dtype", "batch x tokens", "threads", "step", "ms", "% of forward", "GFLOP/s", "% peak"],
+                 marked=["% peak"], legend=peak_legend(dtypes, best_units(dtypes)))
     rng = np.random.default_rng(0)
     for dtype in dtypes:
         for nt in threads:
@@ -144,13 +166,14 @@ def profile_bert(shapes, threads, dtypes, runs, clock="wall"):
                     t = float(np.median(samples))
                     gf = flops[name] / t / 1e9 if name in flops else float("nan")
                     pct = 100 * float(np.median(flops[name] / samples / rate)) if name in flops else float("nan")
-                    rep.add(dtype, f"{B}x{L}", nt, name, 1e3 * t, 100 * LAYERS * t / total, gf, pct)
+                    rep.add(dtype, f"{B}x{L}", nt, name, 1e3 * t, 100 * LAYERS * t / total, gf, pct,
+                            **peak_fields(dtype, rate))
                 rest = total - LAYERS * sum(float(np.median(t)) for t in times)
                 rep.add(dtype, f"{B}x{L}", nt, "(outside the layers' steps)", 1e3 * rest, 100 * rest / total,
-                        float("nan"), float("nan"))
+                        float("nan"), float("nan"), **peak_fields(dtype, rate))
                 gemm_flops = sum(flops.values()) * LAYERS
                 rep.add(dtype, f"{B}x{L}", nt, "forward", 1e3 * total, 100.0, gemm_flops / total / 1e9,
-                        100 * float(np.median(gemm_flops / fwd / rate)))
+                        100 * float(np.median(gemm_flops / fwd / rate)), **peak_fields(dtype, rate))
     return rep
 
 

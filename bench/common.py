@@ -24,17 +24,40 @@ from tppasm.timing import calibrate, median_time, time_runs  # noqa: F401  (re-e
 
 class Report:
     """Rows printed as an aligned table as they come, and kept for ``--json``; keyword arguments of
-    :meth:`add` go into the record only (e.g. ``gflops=``, ``x=`` for the plot, a tuned spec)."""
+    :meth:`add` go into the record only (e.g. ``gflops=``, ``x=`` for the plot, a tuned spec).
 
-    def __init__(self, title, columns):
-        self.title, self.columns, self.rows = title, columns, []
+    ``marked``: the columns that hold a measured % of a peak, printed by :func:`peak_cell` ("!" after
+    a figure over 100; the record keeps the number), the header saying so after ``legend`` (which
+    peak they are of: :func:`bench.peaks.peak_legend`).
+
+    >>> rep = Report("t", ["what", "% peak"], marked=["% peak"], legend="peaks: f32 FMA")
+    <BLANKLINE>
+    ## t
+    <BLANKLINE>
+    peaks: f32 FMA; '!' after a % of peak: over 100, a disturbed round or a wrong peak, not a kernel beyond its unit
+    <BLANKLINE>
+    what | % peak
+    --- | ---
+    >>> rep.add("a", 163.0); rep.add("b", 95.0); rep.rows[0]["% peak"]
+    a | 163.0!
+    b | 95.0
+    163.0
+    """
+
+    def __init__(self, title, columns, marked=(), legend=""):
+        self.title, self.columns, self.rows, self.marked = title, columns, [], frozenset(marked)
+        if not self.marked <= set(columns):
+            raise ValueError(f"Report: marked columns {sorted(self.marked - set(columns))} are not among {columns}")
         print(f"\n## {title}\n")
+        if self.marked:
+            print(f"{legend}; {OVER_PEAK}\n" if legend else f"{OVER_PEAK}\n")
         print(" | ".join(columns))
         print(" | ".join("---" for _ in columns))
 
     def add(self, *values, **extra):
         self.rows.append({**dict(zip(self.columns, values)), **extra})
-        print(" | ".join(_fmt(v) for v in values), flush=True)
+        print(" | ".join(_fmt(peak_cell(v) if c in self.marked else v) for c, v in zip(self.columns, values)),
+              flush=True)
 
     def records(self):
         host = host_info()
@@ -45,6 +68,31 @@ def _fmt(v):
     if isinstance(v, float):
         return f"{v:,.3g}" if abs(v) < 10 else f"{v:,.1f}"
     return str(v)
+
+
+OVER_PEAK = "'!' after a % of peak: over 100, a disturbed round or a wrong peak, not a kernel beyond its unit"
+
+
+def over_peak_mark(percent):
+    """``"!"`` for a % of the peak over 100 (a disturbed measurement, not a kernel faster than the
+    peak loop: see :func:`bench.peaks.ratio_stats`), else ``""``.
+
+    >>> over_peak_mark(163.0), over_peak_mark(98.0)
+    ('!', '')
+    """
+    return "!" if percent > 100 else ""
+
+
+def peak_cell(percent):
+    """A measured % of a peak as a table cell: the number, or its text with ``"!"`` after it when over
+    100 (:func:`over_peak_mark`; the header says what it means: :data:`OVER_PEAK`).
+
+    >>> peak_cell(116.0), peak_cell(90.0), peak_cell(float("nan")), peak_cell("-")
+    ('116.0!', 90.0, nan, '-')
+    """
+    if isinstance(percent, (int, float)) and not isinstance(percent, bool) and over_peak_mark(percent):
+        return f"{percent:,.1f}!"
+    return percent
 
 
 def interleaved(fns, rounds=9, seconds=0.03):

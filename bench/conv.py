@@ -27,7 +27,9 @@ the layers and the ratio for the whole network (each layer weighted by how often
 threads: of the peak loop running on as many threads, see :func:`bench.peaks.peak_loop_on`).
 GFLOP/s and % of peak count the nominal flops (2NKCRSPQ: every filter tap, the padding's too),
 while the nest skips the edge rows' padded taps (:mod:`bench.conv_nest`): a padded layer can read
-over 100% (a 7x7 3x3 layer does 9.5% fewer taps than it is credited).
+over 100% (a 7x7 3x3 layer does 9.5% fewer taps than it is credited); the table marks a % of peak
+over 100 with "!". A record's ``peak_gflops`` is the peak its % is of (GFLOP/s / fraction) and
+``peak_unit`` that peak's unit and instruction (:func:`bench.peaks.peak_unit`).
 """
 import argparse
 import itertools
@@ -42,6 +44,7 @@ from isa.cpu import host
 from bench import conv_remembered
 from bench.common import Report, write_json
 from bench.options import MAX_BATCH, counts, dtypes_option, names, summary
+from bench.peaks import peak_legend, peak_unit
 from bench.conv_nest import Blocking, Conv, ConvNest
 from bench.gemm import n_block
 from bench.versus import add_arguments, fastest, geomean, peak_loop, quick_seconds, ranked, setup, versus
@@ -363,7 +366,7 @@ def bench_layer(rep, name, shape, dtype, pool, threads, torch, quick, rounds):
             chosen, how, runs, t_ours * 1e3, t_theirs * 1e3, fmt, gf, pct, ratio,
             layer=name, blocking=str(nest.blocking), spec=spec, err=err, tune_seconds=tune_s, threads=threads,
             flops=shape.flops, x=f"{name} N{shape.n} {dtype}", gflops=gf, torch_gflops=shape.flops / t_theirs / 1e9,
-            peak_gflops=gf / frac if frac else None)       # x, *gflops: what --plot draws
+            peak_gflops=gf / frac if frac else None, peak_unit=peak_unit(dtype))     # x, *gflops: what --plot draws
     return ratio, t_ours, t_theirs
 
 
@@ -383,13 +386,14 @@ def parse(argv=None):
     return parse_options(p, argv)
 
 
-def layers_report(threads):
+def layers_report(threads, dtypes=("f32", "bf16")):
     """The per-layer table (:func:`bench_layer` fills its rows): GFLOP/s and % peak of the nominal flops."""
     return Report(f"ResNet-50 v1.5 forward convolutions, {threads} thread(s): loops.kernel + tppasm.brgemm vs "
-                 "torch.nn.functional.conv2d; GFLOP/s and % peak of the nominal flops (every tap, the padding's "
-                 "too: the nest skips padded taps, so a padded layer can read over 100%)",
-                 ["layer", "C->K RxS/stride HxW", "N", "dtype", "blocking, spec", "choice", "runs", "ms ours",
-                  "ms torch", "torch fmt", "GFLOP/s", "% peak", "ours/torch"])
+                  "torch.nn.functional.conv2d; GFLOP/s and % peak of the nominal flops (every tap, the padding's "
+                  "too: the nest skips padded taps, so a padded layer can read over 100%)",
+                  ["layer", "C->K RxS/stride HxW", "N", "dtype", "blocking, spec", "choice", "runs", "ms ours",
+                   "ms torch", "torch fmt", "GFLOP/s", "% peak", "ours/torch"],
+                  marked=["% peak"], legend=peak_legend(dtypes))
 
 
 def main(argv=None):
@@ -399,7 +403,7 @@ def main(argv=None):
     torch, threads, pool = setup(args)
     layers = args.layers or [x[0] for x in LAYERS]
     weight = {x[0]: x[7] for x in LAYERS}
-    rep = layers_report(threads)
+    rep = layers_report(threads, args.dtypes)
     rounds = 5 if args.quick else 11
     rows = []
     for dtype in args.dtypes:

@@ -32,11 +32,11 @@ differ from the exact ones (:func:`inexact`: oneDNN without VNNI saturates int16
 peer for bf16 and int8.
 
 "%pk" on 1 thread is the median and "q90" the 90th percentile of kernel/peak ratios timed back to
-back on the thread's CPU time (:func:`bench.peaks.interleaved_ratios`; a q90 over 100 is marked
-"!": a disturbed round, see :func:`bench.peaks.ratio_stats`). A record's ``peak_gflops`` is the
-peak that row's "%pk" is of (its ``gflops`` / "%pk"), so the plot's peak line agrees with the
-table; on n threads it is what the peak loop ran at on n threads in the row's rounds, not one
-core's peak times n (n threads on fewer CPUs share them).
+back on the thread's CPU time (:func:`bench.peaks.interleaved_ratios`; a % of peak over 100 is
+marked "!": a disturbed round, see :func:`bench.peaks.ratio_stats`). A record's ``peak_gflops`` is
+the peak that row's "%pk" is of (its ``gflops`` / "%pk"), so the plot's peak line agrees with the
+table, and ``peak_unit`` its unit (:mod:`bench.gemm_table`); on n threads it is what the peak loop
+ran at on n threads in the row's rounds, not one core's peak times n (n threads on fewer CPUs share them).
 """
 import argparse
 import contextlib
@@ -46,7 +46,8 @@ import numpy as np
 
 import tppasm as tpp
 import bench.tpp_gemm as tg
-from bench.common import Report, interleaved, pool_of, progress, write_json
+from bench.common import interleaved, pool_of, progress, write_json
+from bench.gemm_table import add_row, gemm_report, resumed_text, winner_text
 from bench.interleave import use_threads
 from bench.options import (MAX_SIDE, check_memory, check_tuning, checked, dtypes_option, items, json_option, once,
                            summary, threads_option, tuning_options, whole)
@@ -348,18 +349,6 @@ def tuned(make, configs, seconds, key, progress_bar, hints=()):
     return found
 
 
-def resumed_text(record):
-    """What a tuning record owes to earlier runs ('' for a first search).
-
-    >>> resumed_text({"resumed": True, "runs": 3, "tuning_seconds": 151.2}), resumed_text({"runs": 1})
-    ('; resumed from the remembered search: 3 runs, 151 s of tuning in all', '')
-    """
-    if not record.get("resumed"):
-        return ""
-    return (f"; resumed from the remembered search: {record['runs']} runs, "
-            f"{record['tuning_seconds']:.0f} s of tuning in all")
-
-
 def tune_budget(M, N, K, base=20.0):
     """Default tuning seconds of one (shape, dtype, threads): ``base`` up to 1024^3 multiply-adds,
     growing with the square root of the work beyond, at most 3 x ``base``. A run of a larger GEMM
@@ -372,15 +361,6 @@ def tune_budget(M, N, K, base=20.0):
     return base * min(3.0, max(1.0, (M * N * K / 1024 ** 3) ** 0.5))
 
 
-def winner_text(record):
-    """'spec bm=.. bn=..' of a tuning record.
-
-    >>> winner_text({"spec": "aBC", "knobs": {"bm": 64, "edges": False, "prefetch": False}})
-    'aBC bm=64 prefetch=False'
-    """
-    return record["spec"] + "".join(f" {k}={v}" for k, v in record["knobs"].items() if (k, v) != ("edges", False))
-
-
 def one_thread_first(threads):
     """``threads`` with 1 (if there) moved to the front: the reference of every row's "nT/1T".
 
@@ -390,32 +370,10 @@ def one_thread_first(threads):
     return sorted(threads, key=lambda n: n != 1)
 
 
-def implied_peak(gflops, percent):
-    """The peak GFLOP/s of which ``gflops`` is ``percent`` % (None when the % is not a positive number).
-
-    >>> implied_peak(30.0, 75.0), implied_peak(30.0, float("nan"))
-    (40.0, None)
-    """
-    return gflops / (percent / 100) if percent > 0 else None
-
-
-def q90_cell(percent):
-    """The table's q90 cell: the number, or its text with ``"!"`` when over 100 (a disturbed round)."""
-    from bench.peaks import over_peak_mark
-    return f"{percent:,.1f}!" if over_peak_mark(percent) else percent
-
-
 def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
     torch = _torch()
     rounds = 5 if quick else 9
-    rep = Report(f"GEMM GFLOP/s (int8: GOP/s of u8 x s8 -> int32; torch: torch._int_mm, s8 x s8): tuned DSL "
-                 f"(loops.tune.search: spec, block sizes, knobs) and the fixed aBC, numpy, torch, timed back to "
-                 f"back (medians of {rounds} interleaved rounds; ratios: medians of per-round ratios); % of the "
-                 f"dtype's peak: on 1 thread the median / 90th percentile of 15 ratios timed back to back with the "
-                 f"peak loop on the thread's CPU time (q90 '!': over 100, a disturbed round), on n threads "
-                 f"the median ratio to the peak loop run on n threads in the same rounds",
-                 ["dtype", "M x N x K", "threads", "tuned", "aBC", "numpy", "torch", "tuned/numpy", "tuned/torch",
-                  "nT/1T", "peak nT/1T", "%pk", "q90", "numpy %pk", "winner"])
+    rep = gemm_report(rounds, dtypes)
     rng = np.random.default_rng(0)
     for dtype in dtypes:
         _, peak_loop, share = dtype_peak(dtype)
@@ -469,17 +427,9 @@ def bench_gemm(sizes, threads, dtypes, quick, tune_seconds, bar=True):
                 if nt > 1:
                     host_scaling = peak_scaling(dtype, nt, rounds)
                 res = {n: (flops / t / 1e9, r) for n, t, r in zip(named, times, ratios)}
-                nan = (float("nan"), float("nan"))
-                (np_g, np_r), (th_g, th_r) = res.get("numpy", nan), res.get("torch", nan)
                 one = run if nt == 1 else one
                 first_win = first_win or win
-                scaling = res.get("1T", nan)[1]         # median over rounds of t(1T) / t(this row)
-                rep.add(dtype, f"{M}x{N}x{K}", nt, res["tuned"][0], res["fixed"][0], np_g, th_g, np_r, th_r, scaling,
-                        host_scaling, pct[0], q90_cell(pct[1]), pct[2], winner_text(win) if win else "-",
-                        x=f"{dtype} {M}x{N}x{K} {nt}T", q90=pct[1],
-                        gflops=res["tuned"][0], fixed_gflops=res["fixed"][0], numpy_gflops=np_g,
-                        torch_gflops=th_g, torch_wrong_sums=torch_wrong,
-                        peak_gflops=implied_peak(res["tuned"][0], pct[0]), host_scaling=host_scaling, tuning=win)
+                add_row(rep, dtype, (M, N, K), nt, res, pct, host_scaling, win, torch_wrong)
     return rep
 
 

@@ -8,7 +8,8 @@ forward row also times :class:`tppasm.torch.Linear` with its weight packed once
 Besides the ratio (torch's time / ours: > 1 means ours is faster) and GFLOP/s against the measured
 peak (% peak: the median per-round fraction, the dtype's peak loop run on as many threads in the
 same rounds and on the same clock as ours, :func:`bench.versus.versus`; the record's
-``peak_gflops`` is that peak, GFLOP/s / fraction), each row gives the path :func:`tppasm.fc.forward`
+``peak_gflops`` is that peak, GFLOP/s / fraction, ``peak_unit`` its unit, :func:`bench.peaks.peak_unit`;
+a % over 100 is marked "!"), each row gives the path :func:`tppasm.fc.forward`
 takes (``dots``: :func:`tppasm.gemm_nt` for a few rows or few out features; ``transposed``;
 ``panels``) and how fast the weight was read (GB/s), which for a few rows (a decoder's next token)
 is the figure that matters: the last table measures the host's read bandwidth with the same
@@ -21,6 +22,7 @@ import argparse
 from bench import options
 from bench.common import Report, write_json
 from bench.llm import read_sweep
+from bench.peaks import peak_legend, peak_unit
 from bench.versus import add_arguments, parse as parse_options, peak_loop, quick_seconds, setup, versus
 
 FEW_ROWS = "1x4096x4096,8x4096x4096,16x4096x4096,1x4096x11008,4x768x3072,1x1024x1024,8x1024x1024"
@@ -90,7 +92,7 @@ def bench_shape(rep, torch, threads, n, k, m, dtype, backward, rounds):
     rep.add(dtype, f"{n}x{k}->{m}", path_of(n, k, m, dtype), t_ours * 1e3, t_torch * 1e3, ratio, frozen, gflops,
             100 * frac, wbytes / t_ours / 1e9, err,
             x=f"{dtype} {n}x{k}x{m}", gflops=gflops, torch_gflops=flops / t_torch / 1e9,
-            peak_gflops=gflops / frac if frac else None)
+            peak_gflops=gflops / frac if frac else None, peak_unit=peak_unit(dtype))
     return ratio
 
 
@@ -144,13 +146,18 @@ def linear_bytes(n, k, m):
     return 4 * (n * k + m * k + 2 * n * m)
 
 
+def shapes_report(backward, threads, dtypes):
+    """The table :func:`bench_shape` fills: a row per (dtype, shape)."""
+    what = "forward + backward" if backward else "forward (inference_mode)"
+    return Report(f"tppasm.torch.linear vs torch.nn.functional.linear, {what}, {threads} thread(s)",
+                  ["dtype", "n x k -> m", "path", "ms ours", "ms torch", "torch/ours", "torch/frozen", "GFLOP/s",
+                   "% peak", "weight GB/s", "max rel. diff"], marked=["% peak"], legend=peak_legend(dtypes))
+
+
 def main(argv=None):
     args = parse(argv)
     torch, threads, pool = setup(args)
-    what = "forward + backward" if args.backward else "forward (inference_mode)"
-    rep = Report(f"tppasm.torch.linear vs torch.nn.functional.linear, {what}, {threads} thread(s)",
-                 ["dtype", "n x k -> m", "path", "ms ours", "ms torch", "torch/ours", "torch/frozen", "GFLOP/s", "% peak",
-                  "weight GB/s", "max rel. diff"])
+    rep = shapes_report(args.backward, threads, args.dtypes)
     for dtype in args.dtypes:
         for n, k, m in args.shapes:
             bench_shape(rep, torch, threads, n, k, m, dtype, args.backward, args.rounds)

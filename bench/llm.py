@@ -21,7 +21,9 @@ measured at each run (:mod:`bench.models.stream_pace`; a table lists the rate of
 Before timing, outputs are compared (max |diff| / max |torch|). A third table puts first-token
 latency against the dtype's measured peak (timed in the same interleaving): ours, torch's layer,
 torch's projections alone, and the fraction of the peak that 1.5x torch would take; where that
-is near or above 100%, the 1.5x goal is out of reach by arithmetic.
+is near or above 100%, the 1.5x goal is out of reach by arithmetic. A measured % of peak over 100
+is marked "!" (a disturbed round or a wrong peak); its records carry the peak (``peak_gflops``:
+the loop's median rate) and its unit (``peak_unit``, :func:`bench.peaks.peak_unit`).
 ``--profile`` prints instead each step's time (norms, projections, rope, cache, attention, ...).
 
 >>> from bench.models.llama_weights import Config
@@ -202,7 +204,7 @@ def first_token_ceiling(cfg, prompt, nt, dtype, layer, peer, runs, clock, rep):
     """A row of ``rep``: ours, torch's layer and torch's projections alone as % of the dtype's peak
     (the peak loop run on as many threads, timed in the same interleaving), and the % of peak that
     1.5x torch's layer would need."""
-    from bench.peaks import peak_loop_on
+    from bench.peaks import best_unit, peak_loop_on, peak_unit
     x = np.random.default_rng(2).standard_normal((prompt, cfg.hidden)).astype(np.float32)
     import torch
     tx = torch.from_numpy(x)
@@ -213,7 +215,8 @@ def first_token_ceiling(cfg, prompt, nt, dtype, layer, peer, runs, clock, rep):
     rate = work / top                                       # the peak, per second, of nt cores as they ran
     pct = [100 * float(np.median(f / t / rate)) for f, t in ((proj + att, ours), (proj + att, theirs), (proj, mm))]
     need = 100 * float(np.median((proj + att) / (theirs / 1.5) / rate))
-    rep.add(dtype, nt, (proj + att) / 1e9, float(np.median(rate)) / 1e9, *pct, need)
+    rep.add(dtype, nt, (proj + att) / 1e9, float(np.median(rate)) / 1e9, *pct, need,
+            peak_gflops=float(np.median(rate)) / 1e9, peak_unit=peak_unit(dtype, unit=best_unit(dtype)))
 
 
 def inputs(cfg, prompt):
@@ -265,22 +268,25 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
     for dtype, nt, pace, rates in paces:
         taken.add(dtype, nt, pace, rates.get(stream_pace.TILES, "not measured (no AMX)"),
                   *(rates.get(p, float("nan")) for p in stream_pace.PACES))
-    top = ceiling_report()
+    top = ceiling_report(dtypes)
     for nt, dtype, layer, peer in ceiling:
         use_threads(nt, torch)
         first_token_ceiling(cfg, prompt, nt, dtype, layer, peer, runs, clock, top)
     return [rep, taken, top]
 
 
-def ceiling_report():
+def ceiling_report(dtypes=("bf16", "i8")):
     """The first-token ceiling table (:func:`first_token_ceiling` fills its rows); int8 rows in GOP, GOP/s."""
+    from bench.peaks import best_unit, peak_legend
     return Report("First token against the peak: the layer's flops (projections + the T x T attention) per second "
                  "as % of the measured peak of the dtype's best unit on as many threads, the peak loop run on "
                  "them interleaved with the layers; 'torch matmuls': its 7 projections alone (their flops "
-                 "only); the last column is what 1.5x torch's layer would need; i8 rows count integer "
-                 "operations: GOP and GOP/s",
+                 "only); the last column is what 1.5x torch's layer would need (a requirement, not marked); i8 "
+                 "rows count integer operations: GOP and GOP/s",
                  ["dtype", "threads", "GFLOP (i8: GOP)", "peak GFLOP/s (i8: GOP/s)", "tppasm % peak", "torch % peak",
-                  "torch matmuls % peak", "1.5x torch needs % peak"])
+                  "torch matmuls % peak", "1.5x torch needs % peak"],
+                 marked=["tppasm % peak", "torch % peak", "torch matmuls % peak"],
+                 legend=peak_legend(dtypes, {d: best_unit(d) for d in dtypes}))
 
 
 def profile_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):

@@ -12,12 +12,14 @@ have one shape, so one tuning (:func:`loops.tune.search` over bm, bc, the spec a
 sizes) serves every layer; like ``bench gemm``, it resumes the search an earlier run remembered
 (``--fresh``: not). Compared with ``torch.nn.Sequential(Linear, ReLU, ...)`` in the same run.
 
-Every row times the tuned and the fixed MLP, torch, the dtype's peak loop on as many threads (its
-rate is the record's ``peak_gflops``, the plot's peak line: what those threads delivered in the
-same rounds, not one core's peak times n) and, on n threads, the 1-thread row's tuned MLP, back to
-back in interleaved rounds. GFLOP/s are medians; every ratio (tuned/torch, aBC/torch, nT/1T) is
-the median of its per-round ratios (:func:`round_ratio`). The 1-thread row runs first whatever
-the order of ``--threads``: "nT/1T" is the row's speed over its (NaN without a 1-thread row).
+Every row times the tuned and the fixed MLP, torch, the dtype's peak loop on as many threads (what
+those threads delivered in the same rounds, not one core's peak times n) and, on n threads, the
+1-thread row's tuned MLP, back to back in interleaved rounds. GFLOP/s are medians; every ratio
+(tuned/torch, aBC/torch, nT/1T, and "tuned %pk": the tuned MLP's rate over the peak loop's, "!"
+after a figure over 100) is the median of its per-round ratios (:func:`round_ratio`). A record's
+``peak_gflops`` is the peak its "tuned %pk" is of (GFLOP/s / fraction: the plot's peak line) and
+``peak_unit`` its unit (:func:`bench.peaks.peak_unit`). The 1-thread row runs first whatever the
+order of ``--threads``: "nT/1T" is the row's speed over its (NaN without a 1-thread row).
 """
 import argparse
 
@@ -30,6 +32,8 @@ from bench.options import (MAX_LAYERS, MAX_ROWS, MAX_SIDE, check_memory, check_t
                            json_option, summary, threads_option, tuning_options)
 import bench.gemm as bench_gemm_module
 from bench.gemm import _torch, fitted, n_block, one_thread_first, tuned, winner_text, with_unprefetched
+from bench.gemm_table import implied_peak
+from bench.peaks import peak_legend, peak_unit
 from bench.versus import peak_loop
 from loops import Loop, kernel
 from isa.pool import get_pool
@@ -131,8 +135,10 @@ def bench_mlp(T, C, L, threads, dtypes, quick, tune_seconds, bar=True):
     rounds = 5 if quick else 9
     rep = Report(f"MLP: {L} x (FC {C}->{C} + bias + relu) on {T} rows, GFLOP/s: tuned DSL and the fixed aBC "
                  f"(bm 64, bc {n_block()}) against torch nn.Linear+ReLU, timed back to back (medians of {rounds} "
-                 f"interleaved rounds; ratios: medians of per-round ratios)",
-                 ["dtype", "threads", "tuned", "aBC", "torch", "tuned/torch", "aBC/torch", "nT/1T", "winner"])
+                 f"interleaved rounds; ratios: medians of per-round ratios); tuned %pk: of the dtype's peak loop "
+                 f"on as many threads in the same rounds",
+                 ["dtype", "threads", "tuned", "aBC", "torch", "tuned/torch", "aBC/torch", "nT/1T", "tuned %pk",
+                  "winner"], marked=["tuned %pk"], legend=peak_legend(dtypes))
     flops = 2 * T * C * C * L
     x = np.random.default_rng(0).standard_normal((T, C), np.float32)
     params = mlp_weights(C, L)
@@ -161,12 +167,13 @@ def bench_mlp(T, C, L, threads, dtypes, quick, tune_seconds, bar=True):
             fns = [run, fixed, torch.no_grad()(lambda: net(xt)), loop] + ([one] if one is not None else [])
             samples = interleaved(fns, rounds, 0.03)
             rate = [flops / float(np.median(t)) / 1e9 for t in samples]
+            pct = 100 * calls * round_ratio(samples[3], samples[0])     # the peak loop's time / ours, per round
             rep.add(dtype, nt, rate[0], rate[1], rate[2], round_ratio(samples[2], samples[0]),
                     round_ratio(samples[2], samples[1]),
-                    round_ratio(samples[4], samples[0]) if one is not None else float("nan"),
+                    round_ratio(samples[4], samples[0]) if one is not None else float("nan"), pct,
                     winner_text(win) if win else "-",
                     x=f"{dtype} {T}x{C}x{L} {nt}T", gflops=rate[0], fixed_gflops=rate[1], torch_gflops=rate[2],
-                    peak_gflops=rate[3] / calls, tuning=win)
+                    peak_gflops=implied_peak(rate[0], pct), peak_unit=peak_unit(dtype), tuning=win)
             one = run if nt == 1 else one
             first_win = first_win or win
     return rep

@@ -17,12 +17,13 @@ The API the GEMM benches use (stable)::
     units(dtype)             # the units this host has for dtype, best first
     best_unit(dtype)         # units(dtype)[0]
     kernel_unit(dtype, isa)  # the unit tppasm's BRGEMM uses for dtype on isa (host's ISA by default)
+    peak_unit(dtype, isa)    # what a record's peak_unit says: that unit and its loop's instruction at isa's width
     peak(dtype, unit=None)   # median GFLOP/s (int8: GOP/s) per core of the unit's loop (best unit by default)
     peak_stats(dtype, unit)  # (median, best) of the same runs
     peak_loop(dtype, unit)   # (call, work per call): the loop itself, for interleaved_ratios
     peak_loop_on(threads, dtype, unit)   # the same on that many threads at once, work summed
     interleaved_ratios(fn, work, loop), ratio_stats(ratios)   # a kernel's fraction of a peak, back to back
-    over_peak_mark(percent)  # '!' after a % of peak over 100: a disturbed round, not a faster kernel
+    peak_legend(dtypes)      # a table's header: which peak its dtypes' % of peak are of
 
 >>> best_unit("f32")
 'FMA'
@@ -96,6 +97,38 @@ def kernel_unit(dtype, isa=None, signs="us", a_bits=8):
     dot = choose_dot(dtype, "avx512" if isa == "amx" else isa, _features(isa), signs, a_bits)
     names = {Bf16Dp: "BF16-dot", I8Vnni: "VNNI", I8Maddubs: "u7"}
     return names.get(type(dot), "madd" if dtype == "i8" else "FMA")
+
+
+INSTRUCTIONS = {"FMA": "vfmadd231ps", "BF16-dot": "vdpbf16ps", "VNNI": "vpdpbusd", "u7": "vpmaddubsw+vpmaddwd",
+                "madd": "vpmaddwd", "AMX": {"bf16": "tdpbf16ps", "i8": "tdpbusd"}}
+
+
+def peak_unit(dtype, isa=None, unit=None):
+    """What a record's ``peak_unit`` says: the unit whose loop ``dtype``'s % of peak is of on ``isa``
+    (the host's level by default, ``TPPASM_ISA`` honoured), :func:`kernel_unit`'s unless ``unit`` names
+    one, and the instruction of that loop at the level's width (zmm on AVX-512 and AMX hosts, ymm on AVX2).
+
+    >>> peak_unit("f32", "avx2"), peak_unit("bf16", "amx"), peak_unit("i8", "avx512", unit="madd")
+    ('FMA (vfmadd231ps ymm)', 'AMX (tdpbf16ps)', 'madd (vpmaddwd zmm)')
+    """
+    isa = isa or host().isa
+    unit = unit or kernel_unit(dtype, isa)
+    if unit not in UNITS:
+        raise ValueError(f"peaks: unit={unit!r}; expected one of {', '.join(UNITS)}")
+    if unit == "AMX":
+        return f"AMX ({INSTRUCTIONS['AMX']['bf16' if dtype == 'bf16' else 'i8']})"
+    return f"{unit} ({INSTRUCTIONS[unit]} {'zmm' if isa in ('avx512', 'amx') else 'ymm'})"
+
+
+def peak_legend(dtypes, units=None):
+    """Which peak a table's % of peak is of, per dtype: "peaks: f32 of FMA (vfmadd231ps zmm), ...";
+    ``units``: {dtype: unit} where not :func:`kernel_unit`'s (:func:`peak_unit`).
+
+    >>> peak_legend(["f32", "i8"], {"i8": "madd"}).replace("ymm", "zmm")
+    'peaks: f32 of FMA (vfmadd231ps zmm), i8 of madd (vpmaddwd zmm)'
+    """
+    units = units or {}
+    return "peaks: " + ", ".join(f"{d} of {peak_unit(d, unit=units.get(d))}" for d in dtypes)
 
 
 # -- the loops ------------------------------------------------------------------------------------
@@ -299,22 +332,12 @@ def ratio_stats(ratios):
     """(median, 90th percentile) of :func:`interleaved_ratios`: the typical fraction of the peak, and
     the fraction in the kernel's better rounds (the core's SMT sibling idle). Above 1 is no kernel
     beating the loop but a disturbed round (noise of the CPU clock, a slowed peak turn): printed
-    tables mark such a figure with :func:`over_peak_mark`.
+    tables mark such a figure with :func:`bench.common.over_peak_mark`.
 
     >>> ratio_stats([0.8, 0.82, 0.85, 0.97, 0.99])
     (0.85, 0.982)
     """
     return round(float(np.median(ratios)), 6), round(float(np.percentile(ratios, 90)), 6)
-
-
-def over_peak_mark(percent):
-    """``"!"`` for a % of the peak over 100 (a disturbed measurement, not a kernel faster than the
-    peak loop: see :func:`ratio_stats`), else ``""``.
-
-    >>> over_peak_mark(163.0), over_peak_mark(98.0)
-    ('!', '')
-    """
-    return "!" if percent > 100 else ""
 
 
 def main(argv=None):

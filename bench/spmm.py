@@ -14,8 +14,9 @@ where torch implements them on this dtype (fp32 only in torch 2.13 CPU), torch's
 
 GFLOP/s are dense-equivalent (2*M*N*K / time, as the paper plots them); % peak counts the flops
 actually done (the stored blocks') against the peak of the threads used: 0 where no block is
-stored (sparsity 1). The crossover is the lowest sparsity of the sweep from which on ours beats
-the dense product.
+stored (sparsity 1); the table marks a % over 100 with "!". A record's ``peak_gflops`` is that
+peak (done flops / time / fraction) and ``peak_unit`` its unit (:func:`bench.peaks.peak_unit`).
+The crossover is the lowest sparsity of the sweep from which on ours beats the dense product.
 """
 import argparse
 import warnings
@@ -25,6 +26,7 @@ import numpy as np
 import tppasm as tpp
 from bench.common import Report, write_json
 from bench.options import MAX_SIDE, check_memory, checked, count, counts, dtypes_option, items, once, real, summary
+from bench.peaks import peak_legend, peak_unit
 from bench.versus import add_arguments, parse as parse_options, peak_loop, quick_seconds, setup, versus
 from loops import Loop, kernel
 from tppasm.operand import as_ndarray, mark_written
@@ -182,7 +184,7 @@ def bench_point(rep, size, block, sparsity, dtype, nest, torch, threads, rng, ro
             x=f"{dtype} {block}x{block} s={sparsity}", gflops=dense_flops / t_ours / 1e9,       # what --plot draws
             dense_torch_gflops=dense_flops / t_dense / 1e9,
             **{f"torch_{k}_gflops": dense_flops / t / 1e9 for k, t in sparse.items() if t},
-            peak_gflops=done / t_ours / 1e9 / frac if frac else None)
+            peak_gflops=done / t_ours / 1e9 / frac if frac else None, peak_unit=peak_unit(dtype))
     return ratio
 
 
@@ -220,14 +222,20 @@ def parse(argv=None):
     return args
 
 
+def points_report(size, threads, dtypes):
+    """The table :func:`bench_point` fills: a row per (dtype, block, sparsity)."""
+    return Report(f"Block-sparse ({size}x{size} in bxb blocks) x dense ({size}x{size}), "
+                  f"{threads} thread(s): loops.kernel + tppasm.block_spmm vs torch",
+                  ["dtype", "block", "sparsity", "stored blocks", "ms ours", "ms torch dense", "ms torch csr",
+                   "ms torch bsr", "GFLOP/s (dense-equiv.)", "% peak", "ours/dense"],
+                  marked=["% peak"], legend=peak_legend(dtypes))
+
+
 def main(argv=None):
     args = parse(argv)
     torch, threads, pool = setup(args)
     sparsities = args.sparsities
-    rep = Report(f"Block-sparse ({args.size}x{args.size} in bxb blocks) x dense ({args.size}x{args.size}), "
-                 f"{threads} thread(s): loops.kernel + tppasm.block_spmm vs torch",
-                 ["dtype", "block", "sparsity", "stored blocks", "ms ours", "ms torch dense", "ms torch csr",
-                  "ms torch bsr", "GFLOP/s (dense-equiv.)", "% peak", "ours/dense"])
+    rep = points_report(args.size, threads, args.dtypes)
     rng = np.random.default_rng(0)
     crossings = []
     for dtype in args.dtypes:

@@ -20,6 +20,7 @@ from tppasm.timing import calibrate, time_runs
 from isa.cpu import host
 
 from . import peaks
+from .common import over_peak_mark
 from .interleave import interleaved as interleaved_rounds
 from .options import MAX_ROWS, MAX_SIDE, checked, items, json_option, once, summary, whole
 from .peaks import interleaved_ratios, ratio_stats  # noqa: F401  (bench.gemm uses them from here)
@@ -241,12 +242,12 @@ def _run(args, torch):
 
 def percent_cell(percent, width):
     """``percent`` as a right-aligned cell of ``width`` characters, ``"!"`` after a figure over 100
-    (:func:`bench.peaks.over_peak_mark`: a disturbed round, not a kernel beyond the peak).
+    (:func:`bench.common.over_peak_mark`: a disturbed round, not a kernel beyond the peak).
 
     >>> percent_cell(95.2, 6), percent_cell(163.0, 6)
     ('   95%', ' 163%!')
     """
-    mark = peaks.over_peak_mark(percent)
+    mark = over_peak_mark(percent)
     return f"{percent:>{width - 1 - len(mark)}.0f}%{mark}"
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bench import peaks
+from bench.common import over_peak_mark
 
 torch = pytest.importorskip("torch")
 
@@ -149,9 +150,9 @@ def test_gemm_scaling_is_against_the_one_thread_row_in_any_order(monkeypatch, to
 
 
 def test_gemm_q90_over_100_is_marked(capsys):
-    from bench.gemm import q90_cell
+    from bench.common import peak_cell
     from bench.tpp_gemm import percent_cell
-    assert q90_cell(116.0) == "116.0!" and q90_cell(90.0) == 90.0
+    assert peak_cell(116.0) == "116.0!" and peak_cell(90.0) == 90.0
     assert percent_cell(163.0, 6) == " 163%!" and percent_cell(95.0, 6) == "   95%"
 
 
@@ -171,7 +172,7 @@ def test_interleaved_ratios_leave_out_a_preempted_peak_turn(monkeypatch):
     # the kernel runs at the loop's rate; the loop's turns lose 2/3 of the wall clock to another process
     ratios = peaks.interleaved_ratios(runs(1.0, 1.0), 1.0, (runs(1.0, 3.0), 1.0), rounds=5)
     assert ratios == [1.0] * 5
-    assert peaks.over_peak_mark(100.0) == "" and peaks.over_peak_mark(100.5) == "!"
+    assert over_peak_mark(100.0) == "" and over_peak_mark(100.5) == "!"
 
 
 # -- 3, 4, 5, 7: mlp's ratios are medians of per-round ratios; its peak is the loop on its threads ----------
