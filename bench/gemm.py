@@ -136,7 +136,7 @@ def gemm_maker(a, b, dtype, pool, spec="aBC"):
         return blocked[name, rows, cols]
 
     def make(bm=BLOCK, bn=None, bk=BLOCK, kstep=KSTEP, edges=True, prefetch=True):
-        bn = bn or n_block()
+        bn = n_block() if bn is None else bn
         Mb, Nb, Kb = tpp.nblocks(M, bm), tpp.nblocks(N, bn), tpp.nblocks(K, bk)
         if isinstance(kstep, bool) or not isinstance(kstep, (int, np.integer)) or kstep < 1:
             raise ValueError(f"gemm_maker: kstep={kstep!r}; expected a positive int (K blocks per BRGEMM call)")

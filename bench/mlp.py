@@ -79,7 +79,7 @@ def mlp_maker(x, params, dtype, pool, spec="aBC"):
                              f"channels, so every layer takes weights ({C}, {C}) and biases ({C},)")
 
     def build(bm=BLOCK, bc=None, prefetch=True):
-        bc = bc or n_block()
+        bc = n_block() if bc is None else bc
         Tb, Cb = tpp.nblocks(T, bm), tpp.nblocks(C, bc)
         acts = [tpp.block(x.astype(dt), bm, bc, pad=True)]
         for _ in params:

@@ -162,6 +162,9 @@ def test_gemm_refuses_complex_operands_unknown_dtypes_and_no_k_step():
     for kstep in (0, -1, 1.5):
         with pytest.raises(ValueError, match=f"kstep={kstep!r}; expected a positive int"):
             make(kstep=kstep)
+    for knob in ("bm", "bn", "bk"):                 # bn=0 used to mean the default block
+        with pytest.raises(ValueError, match="b=0; expected an int >= 1"):
+            make(**{knob: 0})
 
 
 @pytest.mark.parametrize("M, N, K", [(0, 5, 3), (4, 0, 3), (4, 5, 0), (0, 0, 0)])
@@ -236,6 +239,10 @@ def test_mlp_refuses_weights_that_do_not_chain():
     for w, bias in [(np.ones((5, 5)), np.zeros(7)), (np.ones((7, 9)), np.zeros(7)), (np.ones((7, 7)), np.zeros(5))]:
         with pytest.raises(ValueError, match=r"\(7, 7\).*\(7,\)"):
             mlp_maker(x, [(w.astype(np.float32), bias.astype(np.float32))], "f32", pool_of(1))(bm=4, bc=16)
+    build = mlp_maker(x, [(np.ones((7, 7), np.float32), np.zeros(7, np.float32))], "f32", pool_of(1))
+    for knobs in ({"bm": 0}, {"bc": 0}):         # bc=0 used to mean the default block
+        with pytest.raises(ValueError, match="b=0; expected an int >= 1"):
+            build(**knobs)
 
 
 def test_the_benchs_own_checks_fail_on_nan():
