@@ -106,23 +106,30 @@ def mlp_maker(x, params, dtype, pool, spec="aBC"):
 
 def mlp_configs(T, C, quick=False, dtype="f32"):
     """Knob values for the MLP layer: the fixed (bm 64, bc two vectors) first, then the others
-    that pad by at most 1/8, among them the sizes :func:`bench.gemm.fitted` to T and C; where
-    ``dtype`` runs on AMX tiles, each also with ``prefetch=False`` (:func:`bench.gemm.with_unprefetched`).
+    that pad T and C by at most 1/8 or no more than the least padding any candidate size gives
+    (a C of 40 has no channel block within 1/8: 48 pads least), among them the sizes
+    :func:`bench.gemm.fitted` to T and C; where ``dtype`` runs on AMX tiles, each also with
+    ``prefetch=False`` (:func:`bench.gemm.with_unprefetched`).
 
     >>> mlp_configs(1024, 1024)[0] == {"bm": 64, "bc": n_block()}
     True
     >>> sorted({c["bm"] for c in mlp_configs(1000, 1024)})
     [32, 63, 64, 125, 128]
+    >>> len(mlp_configs(100, 40)) > 1
+    True
     """
     nb = n_block()
     bms = [64, 32] if quick else [64, 32, 128]
     bcs = [nb, 2 * nb] if quick else [nb, 2 * nb, nb // 2 * 3]
     bms += [b for b in fitted(T, bms) if b not in bms]
     bcs += [b for b in fitted(C, bcs, nb // 2) if b not in bcs]
+    padded = lambda size, b: tpp.nblocks(size, b) * b        # noqa: E731
+    t_most = max(T * 9 / 8, min(padded(T, bm) for bm in bms))
+    c_most = max(C * 9 / 8, min(padded(C, bc) for bc in bcs))
     out = []
     for bm in bms:
         for bc in bcs:
-            if (bm, bc) == (64, nb) or (tpp.nblocks(T, bm) * bm <= T * 9 / 8 and tpp.nblocks(C, bc) * bc <= C * 9 / 8):
+            if (bm, bc) == (64, nb) or (padded(T, bm) <= t_most and padded(C, bc) <= c_most):
                 out.append({"bm": bm, "bc": bc})
     return with_unprefetched(out, dtype)
 

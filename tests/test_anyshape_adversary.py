@@ -83,7 +83,7 @@ def test_every_offered_mlp_config_is_right_and_keeps_padded_channels_zero(isa):
             for w, bias in params:
                 ref = np.maximum(ref @ w + bias, 0)
             for dtype in ("f32", "bf16"):
-                nb = bg.n_block()                      # small shapes are offered the fixed one only: odd ones too
+                nb = bg.n_block()                      # and sizes no config of these shapes offers
                 for config in mlp_configs(T, C, dtype=dtype) + [{"bm": 5, "bc": nb // 2}, {"bm": 1, "bc": nb // 2 * 3}]:
                     chain = _chain(mlp_maker(x, params, dtype, pool_of(1))(**config))
                     for act in chain.acts[1:]:
