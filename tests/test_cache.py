@@ -71,6 +71,19 @@ def _data_files(root):
 
 # -- across processes ------------------------------------------------------------------------
 
+def test_a_process_whose_kernels_all_come_from_disk_imports_no_generator(tmp_path):
+    """The BRGEMM's cache key reads the code options (TPPASM_FAR_PREFETCH); their modules register
+    them, where all of the family's generators were imported for it (~13 ms of such a process)."""
+    script = "N = 2\n" + KERNELS + ("print(json.dumps(sorted(m for m in sys.modules "
+                                     "if m.startswith(('tppasm.x86.', 'tppasm.sve.')))))")
+    run(script, {"TPPASM_CACHE_DIR": str(tmp_path)})
+    out = run(script, {"TPPASM_CACHE_DIR": str(tmp_path)}).splitlines()
+    assert json.loads(out[-2]) == {"from_disk": 5, "kernels": 5}
+    light = ("entry", "far_prefetch", "switch", "raw")      # entry stubs, the option's module, the SVE code class
+    generators = [m for m in json.loads(out[-1]) if m.rsplit(".", 1)[1] not in light]
+    assert not generators, generators
+
+
 def test_second_process_loads_every_kernel(tmp_path):
     first = _kernels(tmp_path)
     assert first == {"from_disk": 0, "kernels": 7}

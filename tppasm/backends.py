@@ -36,6 +36,10 @@ CODE_OPTIONS = {"amx": ("TPPASM_AMX_CHUNKS", "TPPASM_FAR_PREFETCH"), "avx512": (
 # the descriptor kinds whose code each option changes: an element-wise kernel's key does not wait
 # for the AMX chunk verdict (timed once per process and cache), nor differ when two processes disagree
 OPTION_KINDS = {"TPPASM_AMX_CHUNKS": ("brgemm",), "TPPASM_FAR_PREFETCH": ("brgemm",)}
+# the module that registers each option's setting (:func:`register_option`): importing it alone,
+# not the whole family, keeps a process whose kernels all come from the disk cache from importing
+# every generator (~13 ms)
+OPTION_MODULES = {"TPPASM_AMX_CHUNKS": "tppasm.x86.amx", "TPPASM_FAR_PREFETCH": "tppasm.x86.far_prefetch"}
 _OPTION_VALUES = {}      # (isa, name) -> the setting in effect, where the family decides it (register_option)
 
 _GENERATORS = {}
@@ -161,8 +165,9 @@ def code_options(isa, kind=None):
     ''
     """
     names = [n for n in CODE_OPTIONS.get(isa, ()) if kind is None or kind in OPTION_KINDS.get(n, (kind,))]
-    if names:
-        _load(family(isa))                   # its generators register what decides the settings
+    for name in names:
+        if (isa, name) not in _OPTION_VALUES:
+            importlib.import_module(OPTION_MODULES[name])      # it registers what decides the setting
     return ";".join(f"{name}={_OPTION_VALUES.get((isa, name), lambda n=name: os.environ.get(n, ''))()}"
                     for name in names)
 

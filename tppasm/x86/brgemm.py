@@ -26,7 +26,7 @@ from isa.x86 import Function, byte, dword, gpr, qword, rsp, vec, word
 from isa.x86.registers import Register
 from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
-from ..backends import CODE_OPTIONS, register, register_option
+from ..backends import register
 from .batch import add_imm, next_batch
 from .blocking import ALIASED_ROWS, plan, row_runs, rows_per_set
 from .ctile import CTile, _math, desc_act_heavy, if_else
@@ -582,6 +582,3 @@ def generate_brgemm(desc, isa, features=None):
         isa = "avx512"
     return Gen(desc, isa, target_features(isa) if features is None else frozenset(features)).build()
 
-
-for _isa in (isa for isa, names in CODE_OPTIONS.items() if far_prefetch.ENV in names):
-    register_option(_isa, far_prefetch.ENV, far_prefetch.option_text)

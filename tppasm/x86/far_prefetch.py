@@ -17,6 +17,7 @@ import os
 
 from isa.cpu import host
 
+from ..backends import CODE_OPTIONS, register_option
 from .switch import switch
 
 ENV = "TPPASM_FAR_PREFETCH"
@@ -52,3 +53,7 @@ def option_text():
     True
     """
     return "1" if enabled() else "0"
+
+
+for _isa in (isa for isa, names in CODE_OPTIONS.items() if ENV in names):
+    register_option(_isa, ENV, option_text)
