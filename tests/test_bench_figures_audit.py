@@ -284,21 +284,30 @@ def test_llm_first_token_ceiling_follows_from_the_rounds(monkeypatch):
     cfg = Config.small()
     ours, theirs, mm, top = (np.array(x) for x in ([1.0, 2.0, 1.0], [4.0, 4.0, 8.0], [2.0, 2.0, 2.0],
                                                     [1.0, 0.5, 1.0]))
-    monkeypatch.setattr(llm, "interleaved", lambda fns, runs, clock="wall": [ours, theirs, mm, top])
+    top_bf16 = np.array([2.0, 1.0, 1.0])          # an int8 row also times the bf16 loop (its attention's peak)
+    calls = []
+
+    def rounds(fns, runs, clock="wall"):
+        calls.append(len(fns))
+        return [ours, theirs, mm, top, top_bf16][:len(fns)]
+    monkeypatch.setattr(llm, "interleaved", rounds)
     peer = types.SimpleNamespace(dt=torch.float32)
     for dtype in ("bf16", "i8"):
         rep = llm.ceiling_report()
         llm.first_token_ceiling(cfg, 16, 1, dtype, None, peer, 3, "wall", rep)
         row = rep.rows[0]
         proj, att = llm.layer_flops(cfg, 16)
-        work = peaks.peak_loop_on(1, dtype, peaks.best_unit(dtype))[1]
-        rate = work / top
+        rate = peaks.peak_loop_on(1, dtype, peaks.best_unit(dtype))[1] / top
+        att_rate = peaks.peak_loop_on(1, "bf16", peaks.best_unit("bf16"))[1] / (top_bf16 if dtype == "i8" else top)
+        ideal = proj / rate + att / att_rate          # int8: the attention's flops at the bf16 peak
         assert row["GFLOP (i8: GOP)"] == pytest.approx((proj + att) / 1e9)
         assert row["peak GFLOP/s (i8: GOP/s)"] == pytest.approx(np.median(rate) / 1e9)
-        assert row["tppasm % peak"] == pytest.approx(100 * np.median((proj + att) / ours / rate))
-        assert row["torch % peak"] == pytest.approx(100 * np.median((proj + att) / theirs / rate))
+        assert row["tppasm % peak"] == pytest.approx(100 * np.median(ideal / ours))
+        assert row["torch % peak"] == pytest.approx(100 * np.median(ideal / theirs))
         assert row["torch matmuls % peak"] == pytest.approx(100 * np.median(proj / mm / rate))
         assert row["1.5x torch needs % peak"] == pytest.approx(1.5 * row["torch % peak"])
+        assert ("attention_peak_unit" in row) == (dtype == "i8")
+    assert calls == [4, 5]
 
 
 def test_bert_pct_peak_and_goal_follow_from_the_rounds(monkeypatch, torch_threads):

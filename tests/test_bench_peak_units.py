@@ -332,15 +332,17 @@ def test_llm_ceiling_rows_name_their_peak_and_mark_over_100(monkeypatch, capsys)
     peer = types.SimpleNamespace(dt=torch.float32)
     rep = llm.ceiling_report(["bf16", "i8"])
     for dtype, ours_frac in (("bf16", 1.1), ("i8", 0.6)):
-        rate = peaks.peak_loop_on(1, dtype)[1] / 1e-3            # the peak loop: 1 ms a call
-        t_ours, t_theirs = (proj + att) / rate / ours_frac, (proj + att) / rate / 0.3
+        rate = peaks.peak_loop_on(1, dtype)[1] / 1e-3            # the peak loops: 1 ms a call
+        ideal = proj / rate + att / (peaks.peak_loop_on(1, "bf16")[1] / 1e-3)     # int8: a bf16 attention
+        t_ours, t_theirs = ideal / ours_frac, ideal / 0.3
         monkeypatch.setattr(llm, "interleaved", lambda fns, runs, clock="wall", a=t_ours, b=t_theirs, c=proj / rate:
-                            [np.full(3, a), np.full(3, b), np.full(3, c), np.full(3, 1e-3)])
+                            [np.full(3, a), np.full(3, b), np.full(3, c)] + [np.full(3, 1e-3)] * (len(fns) - 3))
         llm.first_token_ceiling(cfg, 16, 1, dtype, None, peer, 3, "wall", rep)
         rec = rep.rows[-1]
         assert rec["peak_unit"] == peaks.peak_unit(dtype, unit=peaks.best_unit(dtype))
         assert rec["peak_gflops"] == rec["peak GFLOP/s (i8: GOP/s)"] == pytest.approx(rate / 1e9)
-        assert (proj + att) / t_ours / 1e9 / rec["peak_gflops"] == pytest.approx(rec["tppasm % peak"] / 100)
+        bf16_unit = peaks.peak_unit("bf16", unit=peaks.best_unit("bf16"))
+        assert rec.get("attention_peak_unit") == (None if dtype == "bf16" else bf16_unit)
         assert (rec["tppasm % peak"], rec["torch matmuls % peak"]) == pytest.approx((100 * ours_frac, 100.0))
     assert check_table(capsys.readouterr().out, rep, ["bf16", "i8"], best(["bf16", "i8"])) == {True, False}
     assert "1.5x torch needs % peak" not in rep.marked          # a requirement: over 100 is out of reach
