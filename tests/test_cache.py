@@ -14,6 +14,7 @@ import tppasm.cache as tc
 from tests.scripts import run, start
 from tppasm import backends, kernel as tk
 from tppasm.cache import disk, kernels
+from tppasm.cache.files import pack_entry, unpack_entry
 from tppasm.eltwise import Unary
 
 # kernels of several kinds; the script checks each against NumPy on NaN-poisoned outputs
@@ -162,7 +163,8 @@ def test_index_fields_of_other_types_are_dropped_like_absent_entries(tmp_path):
     path = tmp_path / "index.json"
     index = json.loads(path.read_text())
     (k1, e1), (k2, e2), (k3, e3) = list(index["entries"].items())[:3]
-    index["entries"].update({k1: [e1], k2: {**e2, "size": 1 << 40}, k3: {**e3, "used": "x"}})
+    index["entries"].update({k1: [e1], k2: pack_entry({**unpack_entry(e2), "size": 1 << 40}),
+                             k3: e3.rsplit(" ", 1)[0] + " x"})
     index["records"] = {"tune/a": ["x"], "tune/b": "text", "tune/c": {"record": {"spec": "aBC"}, "used": "x"},
                         "tune/d": {"record": {"spec": "aBC"}, "used": 1.0, "size": 20}}
     index["segments"]["seg-bogus"] = "x"
@@ -179,6 +181,24 @@ def test_index_fields_of_other_types_are_dropped_like_absent_entries(tmp_path):
     assert store.info()["entries"]["tune"] == 1
 
 
+def test_lookups_unpack_only_the_entries_they_look_up_and_a_packed_entry_only(tmp_path):
+    """A reader leaves the index's entries packed and unpacks (and checks) those it looks up; an entry
+    in another form (an object of the right fields, as format 2 wrote them) is damage there too."""
+    store = disk.DiskStore(tmp_path, 1 << 20)
+    for i in range(3):
+        store.put(f"kernel/{i}", bytes([0x90] * i + [0xC3]), {})
+    assert store.flush()
+    path = tmp_path / "index.json"
+    index = json.loads(path.read_text())
+    assert all(type(e) is str for e in index["entries"].values())
+    index["entries"]["kernel/2"] = unpack_entry(index["entries"]["kernel/2"])
+    path.write_text(json.dumps(index))
+    fresh = disk.DiskStore(tmp_path, 1 << 20)
+    assert fresh.get("kernel/0") == (b"\xc3", {})
+    assert [type(fresh._index["entries"][k]) for k in ("kernel/0", "kernel/1")] == [dict, str]
+    assert fresh.get("kernel/2") is None and fresh.get("kernel/1") == (b"\x90\xc3", {})
+
+
 @pytest.mark.parametrize("field, value", [("used", 10 ** 400), ("used", -(10 ** 400)), ("start", 1 << 70),
                                           ("size", 1 << 64), ("seg", "seg-abc\u0000x"), ("seg", "seg-\u0000")])
 def test_index_numbers_past_64_bits_and_nul_bytes_cost_misses(tmp_path, field, value):
@@ -188,8 +208,11 @@ def test_index_numbers_past_64_bits_and_nul_bytes_cost_misses(tmp_path, field, v
     _fill_like_kernels(tmp_path, 1)
     path = tmp_path / "index.json"
     index = json.loads(path.read_text())
-    for entry in index["entries"].values():
-        entry[field] = value
+    at = ("seg", "i", "start", "size", "sha256", "used").index(field)        # a packed entry's fields
+    for key, packed in index["entries"].items():
+        fields = packed.split(" ")
+        fields[at] = str(value)
+        index["entries"][key] = " ".join(fields)
     path.write_text(json.dumps(index))
     assert _kernels(tmp_path, n=1)["from_disk"] == 0
     for command in ("info", "list", "clear"):
@@ -201,7 +224,7 @@ def test_blob_with_wrong_hash_is_discarded(cache_dir):
     store = tc.store()
     store.put("kernel/x", b"\xc3" * 10, {"type": "x86"})
     store.flush()
-    entry = store._index["entries"]["kernel/x"]
+    entry = store._entry("kernel/x")
     path = cache_dir / entry["seg"] / "data.ninja"
     path.write_bytes(b"\xcc" * 10)
     fresh = disk.DiskStore(cache_dir, 1 << 20)
@@ -380,7 +403,8 @@ def test_segments_are_ragged_mmaps_of_the_stored_blobs(tmp_path):
     for key, blob in blobs.items():
         store.put(key, blob, {})
     store.flush()
-    for key, entry in store._index["entries"].items():
+    for key in list(store._index["entries"]):
+        entry = store._entry(key)
         seg = RaggedMmap(tmp_path / entry["seg"])
         assert seg.starts[entry["i"]] == entry["start"]
         assert disk._unpack(bytes(seg[entry["i"]]), key) == (blobs[key], {})

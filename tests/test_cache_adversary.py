@@ -66,7 +66,7 @@ def test_an_index_of_another_users_is_never_loaded(tmp_path, foreign):
 
 def test_a_segment_of_another_users_is_never_loaded(tmp_path, foreign):
     store = _store_with(tmp_path, {"kernel/a": b"\x90\xc3"})
-    foreign(tmp_path / store._index["entries"]["kernel/a"]["seg"])
+    foreign(tmp_path / store._entry("kernel/a")["seg"])
     with pytest.warns(RuntimeWarning, match=r"seg-[0-9a-f]+ belongs to user id .*TPPASM_CACHE_DIR"):
         assert disk.DiskStore(tmp_path, 1 << 20).get("kernel/a") is None
 
@@ -199,7 +199,7 @@ def test_a_stuck_lock_costs_one_wait_said_once_then_none(tmp_path, held_lock, mo
 
 def test_files_of_another_user_are_named_with_the_fix(tmp_path, foreign):
     store = _store_with(tmp_path, {"kernel/a": b"\x90\xc3"})
-    seg = store._index["entries"]["kernel/a"]["seg"]
+    seg = store._entry("kernel/a")["seg"]
     foreign(tmp_path / "lock", tmp_path / seg)
     fresh = disk.DiskStore(tmp_path, 1 << 20)
     fresh.put("kernel/b", b"\x90\x90\xc3", {})
