@@ -197,7 +197,11 @@ def unpack_entry(text):
 
 
 def packed_index(index):
-    """``index`` as index.json keeps it (its entries packed: :func:`pack_entry`)."""
+    """``index`` as index.json keeps it (its entries packed: :func:`pack_entry`).
+
+    >>> packed_index({"entries": {"kernel/k": {"seg": "s", "i": 0, "start": 0, "size": 1, "sha256": "h", "used": 2}}})
+    {'entries': {'kernel/k': 's 0 0 1 h 2.0'}}
+    """
     return {**index, "entries": {k: pack_entry(e) for k, e in index["entries"].items()}}
 
 
@@ -220,7 +224,13 @@ def _clean_index(index, lazy=False):
 
 def replace_json(root, name, value):
     """Replace ``name`` in the directory ``root`` (a descriptor) with ``value`` as JSON, atomically: a
-    temporary file, then ``os.replace``. (``json.dumps``, the C encoder: ``json.dump`` recurses deeper.)"""
+    temporary file, then ``os.replace``. (``json.dumps``, the C encoder: ``json.dump`` recurses deeper.)
+
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp(); fd = os.open(d, os.O_RDONLY); replace_json(fd, "x.json", [1]); os.close(fd)
+    >>> open(os.path.join(d, "x.json")).read()
+    '[1]'
+    """
     text = json.dumps(value, separators=(",", ":")).encode()
     check_file_size(len(text), name)
     tmp = temporary_name(name)
