@@ -42,6 +42,15 @@ def isa_level(request):
         yield request.param
 
 
+@pytest.fixture
+def torch_threads():
+    """Restore torch's thread count after a bench that sets it (for tests that import torch)."""
+    import torch
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
 # -- which ISA levels ran, and how -----------------------------------------------------------------
 _LEVEL_RUNS = collections.Counter()        # (level, "native" | "interpreter" | "emulator", outcome)
 

@@ -13,14 +13,6 @@ from bench.common import over_peak_mark
 torch = pytest.importorskip("torch")
 
 
-@pytest.fixture
-def torch_threads():
-    """Restore torch's thread count after a bench that sets it."""
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
-
-
 def no_wall_clock_peak(monkeypatch):
     """The wall-clock peak (peaks.peak_stats) must not be what a figure is divided by."""
     def refuse(*args, **kwargs):

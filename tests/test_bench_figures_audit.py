@@ -25,13 +25,6 @@ FAKE_PEAKS = {("f32", "FMA"): (80.0, 90.0), ("bf16", "FMA"): (81.0, 91.0), ("bf1
 
 
 @pytest.fixture
-def torch_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture
 def fake_peaks(monkeypatch):
     """peaks.peak_stats returns FAKE_PEAKS; nothing is timed."""
     monkeypatch.setattr(peaks, "peak_stats", lambda dtype="f32", unit=None, runs=9: FAKE_PEAKS[dtype, unit])

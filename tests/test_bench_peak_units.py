@@ -34,13 +34,6 @@ HOSTS = [  # (isa, features, {dtype: peak_unit})
 ]
 
 
-@pytest.fixture
-def torch_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
-
-
 def pretend(monkeypatch, isa, features):
     """The host runs ``isa`` with ``features`` as far as bench.peaks can tell."""
     monkeypatch.setattr(peaks, "_features", lambda _isa: features)
