@@ -176,7 +176,7 @@ class DiskStore:
             if fd is None or not (isinstance(start, int) and isinstance(size, int) and start >= 0 and size > 0):
                 return None
             blob = os.pread(fd, size, start)
-        except (TypeError, KeyError, OSError, OverflowError, ValueError):
+        except (TypeError, KeyError, OSError, OverflowError, ValueError, MemoryError):  # (a buffer of `size`)
             return None
         ok = len(blob) == size and hashlib.sha256(blob).hexdigest() == entry.get("sha256")
         return blob if ok else None

@@ -131,7 +131,7 @@ def _unpack(record, key):
     n = int.from_bytes(record[:4], "little")
     try:
         head = json.loads(record[4:4 + n])
-    except ValueError:
+    except (ValueError, RecursionError, MemoryError):     # (a hostile header: nested deep)
         return None
     blob = record[4 + n:]
     if not (blob and n <= len(record) - 4 and isinstance(head, dict) and head.get("key") == key and "meta" in head):
