@@ -42,9 +42,8 @@ def _child(mode):
     t = time.perf_counter()
     import tppasm.cache as tc
     from isa.cpu import host
-    from isa.x86.forms import mnemonics
     from tppasm.kernel import get_kernel
-    host(), mnemonics()
+    host()                                  # (the instruction forms: as a process builds them, while generating)
     mix = kernel_mix()
     setup = time.perf_counter() - t
     if mode.startswith("memory"):
