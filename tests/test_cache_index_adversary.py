@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.scripts import run, start
+from tests.test_cache_adversary import _index, _store_with as store_with
 from tppasm.cache import disk, files
 from tppasm.cache.files import MAX_BLOB, _is_count, _is_time, pack_entry, unpack_entry
 
@@ -25,15 +26,7 @@ BLOBS = {"kernel/a": b"\x90\xc3", "kernel/b": b"\x90\x90\xc3", "kernel/c": b"\xc
 
 
 def _store_with(root, blobs=BLOBS):
-    store = disk.DiskStore(root, 1 << 20)
-    for key, blob in blobs.items():
-        store.put(key, blob, {})
-    assert store.flush()
-    return store
-
-
-def _index(root):
-    return json.loads((root / "index.json").read_text())
+    return store_with(root, blobs)
 
 
 def _write_index(root, index):
