@@ -89,7 +89,7 @@ def bench_bert(shapes, threads, dtypes, runs, clock="wall"):
                  "out of reach (a requirement, not marked)",
                  ["dtype", "batch x tokens", "threads", "tppasm ms", "torch ms", "torch/tppasm", "ours % peak",
                   "torch % peak", "goal", "goal needs % peak", "max |diff|"],
-                 marked=["ours % peak", "torch % peak"], legend=peak_legend(dtypes, best_units(dtypes)))
+                 marked=["ours % peak", "torch % peak"], legend=peak_legend(dtypes, "best"))
     rng = np.random.default_rng(0)
     for dtype in dtypes:
         _, run_torch = torch_model(dtype)
@@ -112,12 +112,6 @@ def bench_bert(shapes, threads, dtypes, runs, clock="wall"):
     return rep
 
 
-def best_units(dtypes):
-    """{dtype: its best unit}: the peak loop :func:`bench.peaks.peak_loop_on` runs without a unit."""
-    from bench.peaks import best_unit
-    return {d: best_unit(d) for d in dtypes}
-
-
 def peak_fields(dtype, rate):
     """A record's peak: ``peak_gflops`` (the median of the peak loop's per-round FLOP/s ``rate``, in
     GFLOP/s) and ``peak_unit`` (:func:`bench.peaks.peak_unit` of the loop's unit, ``dtype``'s best).
@@ -126,7 +120,7 @@ def peak_fields(dtype, rate):
     3.0
     """
     from bench.peaks import peak_unit
-    return {"peak_gflops": float(np.median(rate)) / 1e9, "peak_unit": peak_unit(dtype, unit=best_units([dtype])[dtype])}
+    return {"peak_gflops": float(np.median(rate)) / 1e9, "peak_unit": peak_unit(dtype, unit="best")}
 
 
 def step_flops(B, L):
@@ -146,7 +140,7 @@ def profile_bert(shapes, threads, dtypes, runs, clock="wall"):
                  "(median of interleaved runs); GEMM steps as % of the dtype's peak loop on as many threads, "
                  "timed in the same interleaving on the same clock",
                  ["dtype", "batch x tokens", "threads", "step", "ms", "% of forward", "GFLOP/s", "% peak"],
-                 marked=["% peak"], legend=peak_legend(dtypes, best_units(dtypes)))
+                 marked=["% peak"], legend=peak_legend(dtypes, "best"))
     rng = np.random.default_rng(0)
     for dtype in dtypes:
         for nt in threads:

@@ -209,7 +209,7 @@ def first_token_ceiling(cfg, prompt, nt, dtype, layer, peer, runs, clock, rep):
     1.5x torch's layer would need. A % of peak is the time at the peak over the time taken; an int8
     layer's attention runs in bf16 (both layers), so its flops are timed at the bf16 peak, a loop
     timed in the same rounds, and its integer operations (the projections) at the int8 peak."""
-    from bench.peaks import best_unit, peak_loop_on, peak_unit
+    from bench.peaks import peak_loop_on, peak_unit
     x = np.random.default_rng(2).standard_normal((prompt, cfg.hidden)).astype(np.float32)
     import torch
     tx = torch.from_numpy(x)
@@ -225,9 +225,9 @@ def first_token_ceiling(cfg, prompt, nt, dtype, layer, peer, runs, clock, rep):
     need = 100 * float(np.median(ideal / (theirs / 1.5)))
     attention = {} if len(loops) == 1 else {
         "attention_peak_gflops": float(np.median(att_rate)) / 1e9,
-        "attention_peak_unit": peak_unit(ATTENTION_DTYPE, unit=best_unit(ATTENTION_DTYPE))}
+        "attention_peak_unit": peak_unit(ATTENTION_DTYPE, unit="best")}
     rep.add(dtype, nt, (proj + att) / 1e9, float(np.median(rate)) / 1e9, *pct, need,
-            peak_gflops=float(np.median(rate)) / 1e9, peak_unit=peak_unit(dtype, unit=best_unit(dtype)), **attention)
+            peak_gflops=float(np.median(rate)) / 1e9, peak_unit=peak_unit(dtype, unit="best"), **attention)
 
 
 def inputs(cfg, prompt):
@@ -288,7 +288,7 @@ def bench_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):
 
 def ceiling_report(dtypes=("bf16", "i8")):
     """The first-token ceiling table (:func:`first_token_ceiling` fills its rows); int8 rows in GOP, GOP/s."""
-    from bench.peaks import best_unit, peak_legend
+    from bench.peaks import peak_legend
     return Report("First token against the peak: the layer's flops (projections + the T x T attention) per second "
                  "as % of the measured peak of the dtype's best unit on as many threads, the peak loop run on "
                  "them interleaved with the layers; 'torch matmuls': its 7 projections alone (their flops "
@@ -298,7 +298,7 @@ def ceiling_report(dtypes=("bf16", "i8")):
                  ["dtype", "threads", "GFLOP (i8: GOP)", "peak GFLOP/s (i8: GOP/s)", "tppasm % peak", "torch % peak",
                   "torch matmuls % peak", "1.5x torch needs % peak"],
                  marked=["tppasm % peak", "torch % peak", "torch matmuls % peak"],
-                 legend=peak_legend(dtypes, {d: best_unit(d) for d in dtypes}))
+                 legend=peak_legend(dtypes, "best"))
 
 
 def profile_llm(cfg, prompt, threads, dtypes, runs, clock="wall"):

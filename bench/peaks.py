@@ -106,13 +106,16 @@ INSTRUCTIONS = {"FMA": "vfmadd231ps", "BF16-dot": "vdpbf16ps", "VNNI": "vpdpbusd
 def peak_unit(dtype, isa=None, unit=None):
     """What a record's ``peak_unit`` says: the unit whose loop ``dtype``'s % of peak is of on ``isa``
     (the host's level by default, ``TPPASM_ISA`` honoured), :func:`kernel_unit`'s unless ``unit`` names
-    one, and the instruction of that loop at the level's width (zmm on AVX-512 and AMX hosts, ymm on AVX2).
+    one (``"best"``: :func:`best_unit`'s, what :func:`peak_loop_on` runs without one), and the instruction
+    of that loop at the level's width (zmm on AVX-512 and AMX hosts, ymm on AVX2).
 
     >>> peak_unit("f32", "avx2"), peak_unit("bf16", "amx"), peak_unit("i8", "avx512", unit="madd")
     ('FMA (vfmadd231ps ymm)', 'AMX (tdpbf16ps)', 'madd (vpmaddwd zmm)')
+    >>> peak_unit("f32", unit="best").startswith("FMA")
+    True
     """
     isa = isa or host().isa
-    unit = unit or kernel_unit(dtype, isa)
+    unit = best_unit(dtype) if unit == "best" else unit or kernel_unit(dtype, isa)
     if unit not in UNITS:
         raise ValueError(f"peaks: unit={unit!r}; expected one of {', '.join(UNITS)}")
     if unit == "AMX":
@@ -122,13 +125,13 @@ def peak_unit(dtype, isa=None, unit=None):
 
 def peak_legend(dtypes, units=None):
     """Which peak a table's % of peak is of, per dtype: "peaks: f32 of FMA (vfmadd231ps zmm), ...";
-    ``units``: {dtype: unit} where not :func:`kernel_unit`'s (:func:`peak_unit`).
+    ``units``: {dtype: unit} where not :func:`kernel_unit`'s, or ``"best"`` for every dtype (:func:`peak_unit`).
 
     >>> peak_legend(["f32", "i8"], {"i8": "madd"}).replace("ymm", "zmm")
     'peaks: f32 of FMA (vfmadd231ps zmm), i8 of madd (vpmaddwd zmm)'
     """
-    units = units or {}
-    return "peaks: " + ", ".join(f"{d} of {peak_unit(d, unit=units.get(d))}" for d in dtypes)
+    unit_of = (lambda d: units) if isinstance(units, str) else (units or {}).get
+    return "peaks: " + ", ".join(f"{d} of {peak_unit(d, unit=unit_of(d))}" for d in dtypes)
 
 
 # -- the loops ------------------------------------------------------------------------------------
