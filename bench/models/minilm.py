@@ -285,13 +285,19 @@ class MiniLM:
         B, L = ids.shape
         with self._serial:
             plan = self._plan(B, L)
-            np.take(self.word, ids.reshape(-1), axis=0, out=plan.H)
-            plan.mask[...] = -np.inf
-            plan.mask[keep] = 0.0
-            plan.embed(plan.H.reshape(B, L, HIDDEN), self.pos_type, self.emb_ln, plan.X.reshape(B, L, HIDDEN))
+            self._embed(plan, ids, keep)
             for weights, params in self.layers:
                 plan.run_layer(weights, params)
             return plan.H.reshape(B, L, HIDDEN).copy()
+
+    def _embed(self, plan, ids, keep):
+        """The encoder's input in ``plan``'s buffers: token and position embeddings, normalized (bf16:
+        also as bf16), and the additive mask of ``keep``."""
+        B, L = ids.shape
+        np.take(self.word, ids.reshape(-1), axis=0, out=plan.H)
+        plan.mask[...] = -np.inf
+        plan.mask[keep] = 0.0
+        plan.embed(plan.H.reshape(B, L, HIDDEN), self.pos_type, self.emb_ln, plan.X.reshape(B, L, HIDDEN))
 
     def _plan(self, B, L):
         """The plan of (B, L), built on first use; the least recently used go while the plans'

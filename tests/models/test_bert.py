@@ -256,13 +256,32 @@ def test_bad_arguments_refused(weights, tmp_path):
 def test_profile_times_every_step(threads):
     """bench bert --profile: a row per step of a layer, then the forward (no figure checked); on 3
     threads 16 tokens are one row block, so the steps are the split nests."""
-    from bench.bert import profile_bert
+    from bench.bert import OUTSIDE_ROW, SEQUENCE_ROW, profile_bert
     from bench.models.attention import STEPS
     from bench.models.minilm import REST_OPS
     rep = profile_bert([(1, 16)], [threads], ["bf16"], runs=1)
     steps = [r["step"] for r in rep.rows]
-    assert steps[:1 + len(STEPS)] == ["qkv", *STEPS] and steps[1 + len(STEPS):-2] == list(REST_OPS)
-    assert steps[-1] == "forward"
+    assert steps[:1 + len(STEPS)] == ["qkv", *STEPS] and steps[1 + len(STEPS):-3] == list(REST_OPS)
+    assert steps[-3:] == [OUTSIDE_ROW, SEQUENCE_ROW, "forward"]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_profile_times_what_forward_does_besides_the_layers(dtype):
+    """The profile's once-a-forward row times bench.bert.outside_layers: it gives what forward gives
+    with no layers, to the bit."""
+    from bench.bert import outside_layers
+    model = MiniLM.load(dtype)
+    ids = np.random.default_rng(1).integers(1000, 30000, (2, 9))
+    mask = np.ones((2, 9), np.int64)
+    mask[1, 5:] = 0
+    layers, model.layers = model.layers, []
+    try:
+        want = model.forward(ids, mask)
+        got = outside_layers(model, model._plan(2, 9), ids, mask)
+    finally:
+        model.layers = layers
+    assert got.shape == (18, want.shape[2]) and np.array_equal(got.reshape(want.shape), want)
+    assert not np.array_equal(want, model.forward(ids, mask))          # the layers do something
 
 
 def test_corpus_pass_against_torch():
