@@ -233,11 +233,21 @@ def test_blob_with_wrong_hash_is_discarded(cache_dir):
     assert "kernel/x" not in json.loads((cache_dir / "index.json").read_text())["entries"]
 
 
-def test_entry_with_unusable_metadata_is_replaced(cache_dir):
+@pytest.mark.parametrize("meta", [
+    {"type": "from the future"},
+    {"type": "x86", "name": "k", "argtypes": ["ptr", "bogus"], "restype": None},        # no such C type
+    {"type": "x86", "name": "k", "argtypes": [["ptr"]], "restype": None},               # (unhashable)
+    {"type": "x86", "name": "k", "argtypes": "ptr", "restype": None},                   # a string, not a list
+    {"type": "x86", "name": "k", "argtypes": ["ptr"] * 9, "restype": None},             # past the prologue's 8
+    {"type": "x86", "name": "k", "argtypes": ["ptr"], "restype": "int"},
+    {"type": "x86", "name": "k", "argtypes": ["ptr"], "restype": ["i32"]}])
+def test_entry_with_unusable_metadata_is_replaced(cache_dir, meta):
+    """Metadata no generator writes (a C type that does not exist, more arguments than a kernel
+    takes) is a miss: the kernel is generated again, never run under that signature."""
     code = tc.kernel_code()
     desc = Unary("relu", 2, 9)
     key = code.raw_key(desc, "avx2")
-    code.store.put(key, b"\xc3", {"type": "from the future"})
+    code.store.put(key, b"\xc3", meta)
     code.store.flush()
     raw, from_disk = code.raw(desc, "avx2", backends.generate)
     assert not from_disk and raw.code != b"\xc3"

@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 
 from isa.cpu import host
-from isa.x86.function import JitFunction
+from isa.x86.function import CTYPES, INT_ARGS, STACK_ARGS, JitFunction
 
 from .. import backends
 from ..version import __version__
@@ -29,6 +29,7 @@ from . import stubs
 from .position import audit
 
 FORMAT = "tppasm-kernel-cache-1"
+MAX_ARGS = len(INT_ARGS) + len(STACK_ARGS)          # what an x86 kernel's prologue takes
 _PLAIN = (str, int, float, bool, type(None))
 
 
@@ -195,9 +196,23 @@ def _rebuild(code, meta):
     """The raw kernel object for stored ``code``; None if the metadata is not one we wrote."""
     try:
         if meta["type"] == "x86":
+            if not _is_signature(meta["argtypes"], meta["restype"]):
+                return None
             return JitFunction(str(meta["name"]), code, list(meta["argtypes"]), meta["restype"])
         if meta["type"] == "sve":
             return SveCode(code, str(meta["name"]))
     except (KeyError, TypeError, ValueError):
         pass
     return None
+
+
+def _is_signature(argtypes, restype):
+    """Whether stored ``argtypes`` and ``restype`` are a signature a generator writes: type names
+    of :data:`isa.x86.function.CTYPES`, at most as many arguments as a kernel's prologue reads.
+
+    >>> _is_signature(["ptr", "i64"], None), _is_signature(["ptr", "int"], None), _is_signature("ptr", "f32")
+    (True, False, False)
+    """
+    names = [n for n in CTYPES if n is not None]
+    return (type(argtypes) is list and len(argtypes) <= MAX_ARGS and all(type(t) is str and t in names for t in argtypes)
+            and (restype is None or type(restype) is str and restype in names))
