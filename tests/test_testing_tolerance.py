@@ -153,3 +153,28 @@ def test_terms_summed_counts_every_term_of_each_kind():
     assert terms_summed(GemmNT(2, 3, 40), 1) == 40
     assert terms_summed(Reduce("add", 3, 7), 1) == 7
     assert terms_summed(Reduce("add", 3, 7, "rows"), 1) == 3
+
+
+def _off_in_small_element(kernel, relative):
+    """``kernel``, but its C's element [0, 0] comes out ``relative`` times itself too large."""
+    class Off(type(kernel)):
+        def __call__(self, *arrays, **kw):
+            out = super().__call__(*arrays, **kw)
+            arrays[2][0, 0] += F(relative) * abs(arrays[2][0, 0])
+            return out
+    off = Off.__new__(Off)
+    off.__dict__.update(kernel.__dict__)
+    return off
+
+
+@pytest.mark.parametrize("act", [None, "relu"])
+def test_an_error_in_a_small_element_beside_large_ones_is_caught(act):
+    """Row 0 sums to 8, row 1 to 80,000: 0.1% off in row 0 (0.008) is 800 times fp32's rounding
+    there, though under rtol * max|reference| (0.8), which alone hid it."""
+    g = tpp.brgemm(2, 16, 8, act=act)
+    a, b = np.ones((1, 2, 8), F), np.ones((1, 8, 16), F)
+    a[0, 1] = 1e4
+    assert check(g, [a, b, np.empty((2, 16), F)]) == []
+    problems = check(_off_in_small_element(g, 1e-3), [a, b, np.empty((2, 16), F)])
+    assert any("1 of 32 elements differ" in p and "[0, 0] got 8.008" in p for p in problems), problems
+

@@ -20,7 +20,9 @@ copies, then checks that
   + rtol * max|reference|`` (sums that cancel), and those that sum products (BRGEMMs, gemm_nt,
   block SpMM, muladd, add and sumsq reductions) also within ``max(rtol, n u / (1 - n u))`` (n terms,
   u = 2**-24) times the element's reference on the absolute values of the inputs (``|c| + |bias| +
-  sum |a||b|``, the size its rounding scales with); both at least 2**-137 (4096 subnormal ulps: results
+  sum |a||b|``, the size its rounding scales with; where that is exact, no epilogue but ReLU, each
+  element's bound is its own: ``rtol * |reference|`` or ``max(rtol, 2 n u / (1 - n u))`` times its
+  size, without ``rtol * max|reference|``); both at least 2**-137 (4096 subnormal ulps: results
   that are all subnormal, where the rounding of each of up to 8192 terms adds up to half an ulp),
   kernels computing in bf16 at least 2**20 smallest normals (bf16 dot products flush denormal
   inputs and products to zero), ``gelu_erf_fast`` within its documented 2**-22 max(1, |x|); NaN
@@ -52,7 +54,8 @@ from ..kernel import ISAUnavailableError, scalar_arg
 from ..layout import empty, empty_for
 from ..operand import as_ndarray, check as check_operand, origin_of
 from .compare import (FTZ_ATOL, RTOL, SUBNORMAL_ATOL, bounds_terms, compare as _compare,  # noqa: F401
-                      documented_atol, is_summing, scratch_hint, scratch_positions, terms_summed, unwritten_hint)
+                      documented_atol, is_summing, scratch_hint, scratch_positions, sizes_exact, terms_summed,
+                      unwritten_hint)
 
 GUARD = 64                                # bytes of poison before and after each copy, at least
 GUARD_MAX = 64 << 10                      # ... and at most, when one outer step is larger
@@ -409,6 +412,7 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
     problems = []
     summing, documented = is_summing(kernel, kind), documented_atol(kernel, kind, arrays)
     sizes, terms = _magnitudes(kernel, kind, arrays, count) if atol is None else ([None] * len(arrays), 1)
+    exact = sizes_exact(kernel)
     for i, copies in enumerate(zip(*runs)):
         first = copies[0]
         if not isinstance(first, Guarded):
@@ -434,7 +438,7 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
             floor = None if atol is not None else (FTZ_ATOL if bf16 else SUBNORMAL_ATOL) + documented
             for run, copy in enumerate(copies if i in only else copies[:1]):
                 found = _compare(names[i], copy.view, ref[i], rtol, atol, floor, skip.get(names[i]), summing,
-                                 sizes[i], terms)
+                                 sizes[i], terms, exact)
                 if found:
                     if not run:
                         found = [found[0] + scratch_hint(kind, names[i], copy.view, ref[i], arrays[i])]

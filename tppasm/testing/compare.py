@@ -15,13 +15,19 @@ inputs: that gives each result's sum of the sizes of its terms (``|c| + |bias| +
 which fp32 rounding scales with however much the terms cancel (or a ReLU cuts). Each element may
 then also differ by ``max(rtol, n u / (1 - n u))`` times it (Higham's bound of a sum of ``n``
 terms, :func:`terms_summed`, u = 2^-24; the second only with the default ``rtol``), where that is
-more than the bound above. An element whose terms do not cancel keeps about the bound above.
+more than the bound above. Where that reference is exactly the sum of the sizes (no epilogue but
+ReLU: :func:`sizes_exact`) and ``rtol`` is the default, the bound of each element is its own:
+``max(rtol * |reference|, max(rtol, 2 n u / (1 - n u)) * size)`` and the floor, without the term of
+the largest reference value, so a large element cannot hide an error in a small one there either
+(the 2: Arm's bf16 dot products round to odd).
 
 >>> import numpy as np
 >>> tolerance(np.array([1.0, 1e6]), "f32", summing=False, rtol=None, atol=None, floor=0.0)[0]
 array([1.e-05, 1.e+01])
 >>> tolerance(np.array([1e-3, 1.0]), "f32", True, None, None, 0.0, magnitude=np.array([5.0, 1.0]))[0]
 array([6.e-05, 2.e-05])
+>>> tolerance(np.array([1e-3, 1e3]), "f32", True, None, None, 0.0, magnitude=np.array([1e-3, 1e3]), exact=True)[0]
+array([1.e-08, 1.e-02])
 """
 import numpy as np
 
@@ -41,6 +47,8 @@ BF16_LEAST_ULP = 2.0 ** -133
 # but for op="max"); not norms, softmax, rotary (x1 cos - x2 sin keeps its minus) or loop kernels
 MAGNITUDE_KINDS = frozenset({"brgemm", "gemm_nt", "block_spmm", "ternary", "reduce"})
 UNIT_ROUNDOFF = 2.0 ** -24                 # fp32's: every fp32 sum rounds to within it, relatively
+# an element's own bound (exact sizes) allows twice Higham's: Arm's BFDOT/BFMMLA round to odd
+EXACT_SLACK = 2.0
 # element-wise ops documented to an absolute error (times max(1, |x|)) rather than a relative one
 ABSOLUTE_ERROR = {"gelu_erf_fast": 2.0 ** -22}
 
@@ -52,15 +60,19 @@ def _bf16_ulps(w):
     return np.maximum(np.ldexp(1.0, exponent - 8), BF16_LEAST_ULP)
 
 
-def tolerance(w, floats, summing, rtol, atol, floor, magnitude=None, terms=1):
+def tolerance(w, floats, summing, rtol, atol, floor, magnitude=None, terms=1, exact=False):
     """Per-element bound on ``|got - w|`` (an array like ``w``) and its description; ``magnitude``:
-    each element's sum of the sizes of its terms (or None), ``terms``: how many each sums at most."""
+    each element's sum of the sizes of its terms (or None), ``terms``: how many each sums at most,
+    ``exact``: ``magnitude`` is that sum, not a value merely near it (an epilogue other than ReLU
+    bends it), so with the default ``rtol`` each element's bound is its own, without the term of the
+    largest reference value."""
     r = RTOL[floats] if rtol is None else rtol
     finite = np.abs(w[np.isfinite(w)])
+    own = exact and magnitude is not None and rtol is None and atol is None and summing
     if atol is not None:
         a = atol
     else:
-        a = max(r * float(finite.max()) if summing and finite.size else 0.0, floor or 0.0)
+        a = max(r * float(finite.max()) if summing and finite.size and not own else 0.0, floor or 0.0)
     text = ""
     with np.errstate(invalid="ignore"):
         if floats == "bf16" and rtol is None and not summing:
@@ -70,7 +82,7 @@ def tolerance(w, floats, summing, rtol, atol, floor, magnitude=None, terms=1):
         bound = np.where(np.isfinite(per), per, 0.0) + a
         if magnitude is None or atol is not None or not summing:
             return bound, f" ({text}, atol={a:g})"
-        g = max(r, _gamma(terms)) if rtol is None else r
+        g = max(r, EXACT_SLACK * _gamma(terms) if own else _gamma(terms)) if rtol is None else r
         sized = g * np.abs(np.asarray(magnitude, np.float64))
         sized = np.where(np.isfinite(sized), sized, 0.0)        # an overflowing (or NaN) size: the bound above
         return np.maximum(bound, sized + a), f" ({text}, atol={a:g}; or {g:.3g} x the sum of the sizes of " \
@@ -83,7 +95,7 @@ def _gamma(n):
     return nu / (1 - nu) if nu < 0.5 else float("inf")
 
 
-def compare(name, got, want, rtol, atol, floor=None, skip=None, summing=True, magnitude=None, terms=1):
+def compare(name, got, want, rtol, atol, floor=None, skip=None, summing=True, magnitude=None, terms=1, exact=False):
     """Problems (strings) where ``got`` differs from ``want``; ``floor``: the least ``atol``;
     ``skip``: a mask of elements whose values are unspecified; ``summing``: a kind that sums;
     ``magnitude``, ``terms``: see :func:`tolerance`."""
@@ -91,7 +103,7 @@ def compare(name, got, want, rtol, atol, floor=None, skip=None, summing=True, ma
     if floats:
         with np.errstate(invalid="ignore"):          # a signalling NaN warns as it is cast
             g, w = got.astype(np.float64), np.asarray(want).astype(np.float64)
-        tol, text = tolerance(w, floats, summing, rtol, atol, floor, magnitude, terms)
+        tol, text = tolerance(w, floats, summing, rtol, atol, floor, magnitude, terms, exact)
         with np.errstate(invalid="ignore"):
             ok = (np.abs(g - w) <= tol) | (g == w) | (np.isnan(g) & np.isnan(w))
     else:
@@ -150,6 +162,18 @@ def bounds_terms(kernel, kind):
     desc = getattr(kernel, "desc", None)
     k = getattr(desc, "kind", None)
     return kind != "loop" and k in MAGNITUDE_KINDS and getattr(desc, "op", None) != "max"
+
+
+def sizes_exact(kernel):
+    """Whether a :func:`bounds_terms` kernel's reference on absolute values gives each result's sum
+    of the sizes of its terms exactly: no epilogue but ReLU (which keeps the sum of the sizes of a
+    kept result and zeroes the rest).
+
+    >>> import tppasm
+    >>> sizes_exact(tppasm.brgemm(2, 2, 2, act="relu")), sizes_exact(tppasm.brgemm(2, 2, 2, act="sigmoid"))
+    (True, False)
+    """
+    return getattr(getattr(kernel, "desc", None), "act", None) in (None, "relu")
 
 
 def terms_summed(desc, count):
