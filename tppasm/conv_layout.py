@@ -59,6 +59,9 @@ def block_activations(x, bc, pad=0, dtype=None):
     >>> block_activations(np.ones((1, 3, 2, 2), np.float32), bc=4, pad=1).shape
     (1, 1, 4, 4, 4)
     """
+    if isinstance(x, (list, tuple)) and not len(x):
+        raise ValueError(f"block_activations: x is an empty {type(x).__name__}, which has no C, H or W; an empty "
+                         "batch is an array of shape (0, C, H, W): np.empty((0, C, H, W), np.float32)")
     x = _real(as_array(x, "block_activations"), "block_activations", "x")
     if x.ndim != 4:
         raise ValueError(f"block_activations: x must be NCHW (4-D), got shape {x.shape}")
