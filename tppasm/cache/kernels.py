@@ -214,5 +214,5 @@ def _is_signature(argtypes, restype):
     (True, False, False)
     """
     names = [n for n in CTYPES if n is not None]
-    return (type(argtypes) is list and len(argtypes) <= MAX_ARGS and all(type(t) is str and t in names for t in argtypes)
-            and (restype is None or type(restype) is str and restype in names))
+    known = all(type(t) is str and t in names for t in argtypes) if type(argtypes) is list else False
+    return known and len(argtypes) <= MAX_ARGS and (restype is None or type(restype) is str and restype in names)
