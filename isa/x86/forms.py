@@ -141,8 +141,9 @@ def _codes():
         info = ix.OpCodeInfo(code)
         if (not info.mode64 or info.encoding not in _ENCODING_RANK or not info.is_instruction
                 or info.decoder_option != 0 or info.fwait or info.is_reserved_nop
-                or info.address_size in (16, 32)):
-            continue                # not in 64-bit mode, or only decodable with special options
+                or info.address_size in (16, 32) or not info.intel_decoder64):
+            continue                # not in 64-bit mode, only decodable with special options, or AMD's
+            # reading only (ud0 without ModRM, data16 branches: an Intel core takes those bytes otherwise)
         if _exotic_features().intersection(ix.Instruction.create(code).cpuid_features()):
             continue                # VIA/Cyrix/Knights Corner extensions
         codes.setdefault(mnemonic_name[info.mnemonic], []).append((code, info))

@@ -120,6 +120,14 @@ def test_every_mnemonic_has_a_method_and_the_table_is_large():
         assert callable(getattr(a, name))
 
 
+def test_every_form_means_the_same_on_intel_and_amd():
+    """No form only AMD's decoder reads (ud0 without a ModRM byte, 66-prefixed ret): an Intel core
+    would take those bytes as another instruction or length; the decoder the tests use is Intel's."""
+    amd_only = [ix.OpCodeInfo(f.code).instruction_string for _, f in FORMS
+                if not ix.OpCodeInfo(f.code).intel_decoder64]
+    assert amd_only == []
+
+
 def test_wrong_operand_kind_lists_accepted_forms():
     from isa.x86 import rax, zmm1, zmm2
     with pytest.raises(OperandError, match=r"(?s)accepted forms:.*VFMADD231PS zmm1 \{k1\}\{z\}, zmm2"):
