@@ -169,21 +169,19 @@ def profile_bert(shapes, threads, dtypes, runs, clock="wall"):
                 fns += [lambda: outside_layers(model, plan, ids, mask), loop]
                 fwd, *times, around, top = interleaved(fns, runs, clock=clock)
                 flops, rate = step_flops(B, L), work / top          # the peak's FLOP/s in each round
-                total = float(np.median(fwd))
+                total, peak = float(np.median(fwd)), peak_fields(dtype, rate)
                 for (name, _), samples in zip(steps, times):
                     t = float(np.median(samples))
                     gf = flops[name] / t / 1e9 if name in flops else float("nan")
                     pct = 100 * float(np.median(flops[name] / samples / rate)) if name in flops else float("nan")
-                    rep.add(dtype, f"{B}x{L}", nt, name, 1e3 * t, 100 * LAYERS * t / total, gf, pct,
-                            **peak_fields(dtype, rate))
+                    rep.add(dtype, f"{B}x{L}", nt, name, 1e3 * t, 100 * LAYERS * t / total, gf, pct, **peak)
                 outside = float(np.median(around))
                 rest = total - LAYERS * sum(float(np.median(t)) for t in times) - outside
                 for name, t in ((OUTSIDE_ROW, outside), (SEQUENCE_ROW, rest)):
-                    rep.add(dtype, f"{B}x{L}", nt, name, 1e3 * t, 100 * t / total, float("nan"), float("nan"),
-                            **peak_fields(dtype, rate))
+                    rep.add(dtype, f"{B}x{L}", nt, name, 1e3 * t, 100 * t / total, float("nan"), float("nan"), **peak)
                 gemm_flops = sum(flops.values()) * LAYERS
                 rep.add(dtype, f"{B}x{L}", nt, "forward", 1e3 * total, 100.0, gemm_flops / total / 1e9,
-                        100 * float(np.median(gemm_flops / fwd / rate)), **peak_fields(dtype, rate))
+                        100 * float(np.median(gemm_flops / fwd / rate)), **peak)
     return rep
 
 
