@@ -30,6 +30,7 @@ from .position import audit
 
 FORMAT = "tppasm-kernel-cache-1"
 MAX_ARGS = len(INT_ARGS) + len(STACK_ARGS)          # what an x86 kernel's prologue takes
+_TYPE_NAMES = frozenset(n for n in CTYPES if n is not None)
 _PLAIN = (str, int, float, bool, type(None))
 
 
@@ -213,6 +214,5 @@ def _is_signature(argtypes, restype):
     >>> _is_signature(["ptr", "i64"], None), _is_signature(["ptr", "int"], None), _is_signature("ptr", "f32")
     (True, False, False)
     """
-    names = [n for n in CTYPES if n is not None]
-    known = all(type(t) is str and t in names for t in argtypes) if type(argtypes) is list else False
-    return known and len(argtypes) <= MAX_ARGS and (restype is None or type(restype) is str and restype in names)
+    known = all(type(t) is str and t in _TYPE_NAMES for t in argtypes) if type(argtypes) is list else False
+    return known and len(argtypes) <= MAX_ARGS and (restype is None or type(restype) is str and restype in _TYPE_NAMES)
