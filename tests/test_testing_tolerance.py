@@ -155,26 +155,78 @@ def test_terms_summed_counts_every_term_of_each_kind():
     assert terms_summed(Reduce("add", 3, 7, "rows"), 1) == 3
 
 
-def _off_in_small_element(kernel, relative):
-    """``kernel``, but its C's element [0, 0] comes out ``relative`` times itself too large."""
+def _off_in_small_element(kernel, relative, output=2, where=(0, 0)):
+    """``kernel``, but element ``where`` of its array ``output`` (a BRGEMM's C) comes out ``relative``
+    times itself too large."""
     class Off(type(kernel)):
         def __call__(self, *arrays, **kw):
             out = super().__call__(*arrays, **kw)
-            arrays[2][0, 0] += F(relative) * abs(arrays[2][0, 0])
+            arrays[output][where] += F(relative) * abs(arrays[output][where])
             return out
     off = Off.__new__(Off)
     off.__dict__.update(kernel.__dict__)
     return off
 
 
-@pytest.mark.parametrize("act", [None, "relu"])
-def test_an_error_in_a_small_element_beside_large_ones_is_caught(act):
-    """Row 0 sums to 8, row 1 to 80,000: 0.1% off in row 0 (0.008) is 800 times fp32's rounding
-    there, though under rtol * max|reference| (0.8), which alone hid it."""
+@pytest.mark.parametrize("act, small", [(None, 1.0), ("relu", 1.0), ("gelu", 1.0), ("gelu_erf", 1.0),
+                                        ("gelu_erf_fast", 1.0), ("tanh", 1e-3)])
+def test_an_error_in_a_small_element_beside_large_ones_is_caught(act, small):
+    """Row 0 sums to 8 (tanh: 0.008), row 1 to 80,000: 0.1% off in row 0 is 800 times fp32's rounding
+    there, though under rtol * max|reference| (0.8; tanh: 1e-5), which alone hid it. (Sigmoid's small
+    results lie where its sums are large: the slope bound, 0.25 rtol times the sum's size, holds them.)"""
     g = tpp.brgemm(2, 16, 8, act=act)
     a, b = np.ones((1, 2, 8), F), np.ones((1, 8, 16), F)
-    a[0, 1] = 1e4
+    a[0, 0], a[0, 1] = small, 1e4
     assert check(g, [a, b, np.empty((2, 16), F)]) == []
     problems = check(_off_in_small_element(g, 1e-3), [a, b, np.empty((2, 16), F)])
-    assert any("1 of 32 elements differ" in p and "[0, 0] got 8.008" in p for p in problems), problems
+    assert any("1 of 32 elements differ" in p and "[0, 0] got" in p for p in problems), problems
 
+
+def _two_scales(shape, small, large, seed=5):
+    """Row 0 of values about ``small``, the other rows about ``large``."""
+    x = np.random.default_rng(seed).uniform(0.5, 1.0, shape).astype(F)
+    x[0] *= F(small)
+    x[1:] *= F(large)
+    return x
+
+
+def test_an_error_in_a_row_of_small_results_is_caught():
+    """softmax, rotary (rows computed apart: the largest value is each row's) and a reduction to the
+    largest value (element-wise): 0.1% off in an element of a row of small results, under rtol times
+    the largest result of the array, which alone hid it."""
+    n = 256
+    x = np.zeros((2, n), F)
+    x[1, 0] = 30.0                                  # row 1: one probability of ~1; row 0: all 1/256
+    cos, sin = _two_scales((2, 4), 1, 1), _two_scales((2, 4), 1, 1, seed=6)
+    cases = [(tpp.softmax(2, n), [x, np.empty((2, n), F)], 1, (0, 3)),
+             (tpp.rotary(2, 16, 8), [_two_scales((2, 16), 1e-3, 1e3), cos, sin, np.empty((2, 16), F)], 3, (0, 3)),
+             (tpp.reduce("max", 2, 16, over="cols"), [_two_scales((2, 16), 1e-3, 1e3), np.empty(2, F)], 1, (0,))]
+    for kernel, arrays, output, where in cases:
+        assert check(kernel, arrays) == [], kernel
+        problems = check(_off_in_small_element(kernel, 1e-3, output, where), arrays)
+        assert any(" 1 of " in p and f"[{', '.join(map(str, where))}] got" in p for p in problems), (kernel, problems)
+
+
+def test_a_layer_norm_of_values_far_from_zero_passes():
+    """Rows of 1e4 + N(0, 1): the rounding of each x - mean (~1e-3) is ~1e-3 of the results, which
+    rtol * max|reference| (3e-5) refused; the norm's sizes (r |gamma| (max|x| + |mean|)) allow it."""
+    rng = np.random.default_rng(2)
+    x = (1e4 + rng.standard_normal((4, 64))).astype(F)
+    gamma, beta = rng.uniform(-2, 2, 64).astype(F), rng.uniform(-1, 1, 64).astype(F)
+    assert check(tpp.layernorm(4, 64), [x, gamma, beta, np.empty_like(x)]) == []
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_an_error_in_a_column_of_small_gamma_is_caught(kind):
+    """gamma 1e-3 in column 0, 1e3 elsewhere: 0.1% off in column 0 is far under rtol * max|reference|
+    (~3e-2) but over the element's own bound (rtol times its size, ~4e-8)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((4, 64)).astype(F)
+    x[1, 0] = 2.5
+    gamma = np.full(64, 1e3, F)
+    gamma[0] = 1e-3
+    arrays = [x, gamma, np.zeros(64, F), np.empty_like(x)] if kind == "layernorm" else [x, gamma, np.empty_like(x)]
+    kernel = getattr(tpp, kind)(4, 64)
+    assert check(kernel, arrays) == []
+    problems = check(_off_in_small_element(kernel, 1e-3, len(arrays) - 1, (1, 0)), arrays)
+    assert any(" 1 of 256 " in p and "[1, 0] got" in p for p in problems), problems

@@ -15,15 +15,19 @@ copies, then checks that
   length either side of each row), and no input changed;
 - every written array matches the reference: exactly for integers, within dtype-aware
   tolerances for floats (``tppasm.testing.compare``): element-wise kinds per element (fp32 within
-  ``rtol`` 1e-5 of each reference value, bf16 within two bf16 ulps of it), kinds that sum
-  (BRGEMMs, reductions, norms, softmax, muladd, rotary, loop kernels) within ``rtol * |reference|
-  + rtol * max|reference|`` (sums that cancel), and those that sum products (BRGEMMs, gemm_nt,
-  block SpMM, muladd, add and sumsq reductions) also within ``max(rtol, n u / (1 - n u))`` (n terms,
-  u = 2**-24) times the element's reference on the absolute values of the inputs (``|c| + |bias| +
-  sum |a||b|``, the size its rounding scales with; where that is exact, no epilogue but ReLU, each
-  element's bound is its own: ``rtol * |reference|`` or ``max(rtol, 2 n u / (1 - n u))`` times its
-  size, without ``rtol * max|reference|``); both at least 2**-137 (4096 subnormal ulps: results
-  that are all subnormal, where the rounding of each of up to 8192 terms adds up to half an ulp),
+  ``rtol`` 1e-5 of each reference value, bf16 within two bf16 ulps of it; a reduction to the
+  largest value too), kinds that sum (BRGEMMs, add and sumsq reductions, norms, softmax, muladd,
+  rotary, loop kernels) within ``rtol * |reference| + rtol * max|reference|`` (sums that cancel;
+  softmax and rotary: the largest of each row, which they compute apart; norms: ``rtol`` times each
+  element's size ``r |gamma| (max|x_row| + |mean|) + |beta|``, r = 1/sqrt(var + eps)), and those
+  that sum products (BRGEMMs, gemm_nt, block SpMM, muladd, add and sumsq reductions) also within
+  ``max(rtol, n u / (1 - n u))`` (n terms, u = 2**-24) times the element's reference on the
+  absolute values of the inputs (``|c| + |bias| + sum |a||b|``, the size its rounding scales
+  with; with the default ``rtol`` each element's bound is then its own: ``rtol * |reference|`` or
+  ``max(rtol, 2 n u / (1 - n u))`` times its size, without ``rtol * max|reference|``, and after a
+  BRGEMM epilogue that bends the sum (GELU, sigmoid, tanh) ``rtol * |reference|`` plus its
+  steepest slope times that, the sizes taken before it); both at least 2**-137 (4096 subnormal
+  ulps: results that are all subnormal, where the rounding of each of up to 8192 terms adds up to half an ulp),
   kernels computing in bf16 at least 2**20 smallest normals (bf16 dot products flush denormal
   inputs and products to zero), ``gelu_erf_fast`` within its documented 2**-22 max(1, |x|); NaN
   where the reference has NaN, infinities equal; elements a TPP leaves unspecified (its
@@ -53,9 +57,9 @@ from ..dtypes import numpy_dtype
 from ..kernel import ISAUnavailableError, scalar_arg
 from ..layout import empty, empty_for
 from ..operand import as_ndarray, check as check_operand, origin_of
-from .compare import (FTZ_ATOL, RTOL, SUBNORMAL_ATOL, bounds_terms, compare as _compare,  # noqa: F401
-                      documented_atol, is_summing, scratch_hint, scratch_positions, sizes_exact, terms_summed,
-                      unwritten_hint)
+from .compare import (FTZ_ATOL, NORM_KINDS, RTOL, SUBNORMAL_ATOL, bounds_terms, compare as _compare,  # noqa: F401
+                      documented_atol, epilogue, is_summing, norm_sizes, row_wise, scratch_hint, scratch_positions,
+                      terms_summed, unwritten_hint, without_epilogue)
 
 GUARD = 64                                # bytes of poison before and after each copy, at least
 GUARD_MAX = 64 << 10                      # ... and at most, when one outer step is larger
@@ -329,12 +333,18 @@ def _absolute(a):
 
 def _magnitudes(kernel, kind, arrays, count):
     """(each array's per-element sum of the sizes of its terms, or None; the terms each sums):
-    the reference on the absolute values of the float inputs (:func:`compare.bounds_terms`)."""
+    the reference on the absolute values of the float inputs (:func:`compare.bounds_terms`); a
+    norm's output: :func:`compare.norm_sizes`."""
+    if kind == "kernel" and kernel.desc.kind in NORM_KINDS:
+        return [None] * (len(arrays) - 1) + [norm_sizes(kernel.desc, *arrays[:-1])], 1
     if not bounds_terms(kernel, kind):
         return [None] * len(arrays), 1
     sizes = [_absolute(a) for a in arrays]
     with np.errstate(invalid="ignore"):
-        _reference(kernel, kind, sizes, count)
+        if epilogue(kernel) is None:
+            _reference(kernel, kind, sizes, count)
+        else:                               # the sums the epilogue bends (a BRGEMM's act)
+            without_epilogue(kernel.desc).reference(*sizes, count=_count(kernel, kind, arrays, count))
     n = terms_summed(kernel.desc, int(_count(kernel, kind, arrays, count)))
     return [s if isinstance(s, np.ndarray) else None for s in sizes], n
 
@@ -412,7 +422,7 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
     problems = []
     summing, documented = is_summing(kernel, kind), documented_atol(kernel, kind, arrays)
     sizes, terms = _magnitudes(kernel, kind, arrays, count) if atol is None else ([None] * len(arrays), 1)
-    exact = sizes_exact(kernel)
+    act, rows = epilogue(kernel), row_wise(kernel, kind)
     for i, copies in enumerate(zip(*runs)):
         first = copies[0]
         if not isinstance(first, Guarded):
@@ -438,7 +448,7 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
             floor = None if atol is not None else (FTZ_ATOL if bf16 else SUBNORMAL_ATOL) + documented
             for run, copy in enumerate(copies if i in only else copies[:1]):
                 found = _compare(names[i], copy.view, ref[i], rtol, atol, floor, skip.get(names[i]), summing,
-                                 sizes[i], terms, exact)
+                                 sizes[i], terms, exact=True, epilogue=act, rows=rows)
                 if found:
                     if not run:
                         found = [found[0] + scratch_hint(kind, names[i], copy.view, ref[i], arrays[i])]

@@ -1,25 +1,31 @@
 """How :func:`tppasm.testing.assert_matches_reference` compares a result with its reference.
 
 Integers must be equal. Floats of element-wise kinds (each output element computed from a few
-inputs: unary, binary, transforms, quantize, dequant, SwiGLU) are compared per element: fp32 within
-``rtol`` (1e-5) of the element's own reference value, bf16 within two bf16 ulps of it, so one
-huge element cannot hide a wrong small one. Kinds that sum (:data:`SUMMING_KINDS`: BRGEMMs,
-reductions, norms, softmax, muladd, rotary, loop kernels) may cancel, so there the bound is
-``rtol * |reference| + rtol * max|reference|``. Both add a small floor (results that are all
+inputs: unary, binary, transforms, quantize, dequant, SwiGLU, a reduction to the largest value)
+are compared per element: fp32 within ``rtol`` (1e-5) of the element's own reference value, bf16
+within two bf16 ulps of it, so one huge element cannot hide a wrong small one. Kinds that sum
+(:data:`SUMMING_KINDS`: BRGEMMs, add and sumsq reductions, norms, softmax, muladd, rotary, loop
+kernels) may cancel, so there the bound is ``rtol * |reference| + rtol * max|reference|``, the
+largest taken over each row where rows are computed apart (:data:`ROW_KINDS`: softmax and rotary,
+so a row of small results is held to its own scale); a layer norm's or RMSNorm's element within
+``rtol`` times its size, :func:`norm_sizes` (``r |gamma| (max|x_row| + |mean|) + |beta|``, what
+fp32's rounding of the mean and of ``x - mean`` scales with). Both add a small floor (results that are all
 subnormal; bf16 dot products flush denormals to zero), and an op documented to an absolute error
 (``gelu_erf_fast``: 2^-22 max(1, |x|)) adds that error.
 
 A kind whose reference sums products of its inputs (:func:`bounds_terms`: BRGEMMs, ``gemm_nt``,
 block SpMM, muladd, add and sumsq reductions) is also run on the absolute values of its float
-inputs: that gives each result's sum of the sizes of its terms (``|c| + |bias| + sum |a||b|``),
-which fp32 rounding scales with however much the terms cancel (or a ReLU cuts). Each element may
-then also differ by ``max(rtol, n u / (1 - n u))`` times it (Higham's bound of a sum of ``n``
-terms, :func:`terms_summed`, u = 2^-24; the second only with the default ``rtol``), where that is
-more than the bound above. Where that reference is exactly the sum of the sizes (no epilogue but
-ReLU: :func:`sizes_exact`) and ``rtol`` is the default, the bound of each element is its own:
-``max(rtol * |reference|, max(rtol, 2 n u / (1 - n u)) * size)`` and the floor, without the term of
-the largest reference value, so a large element cannot hide an error in a small one there either
-(the 2: Arm's bf16 dot products round to odd).
+inputs (a BRGEMM's without its epilogue, :func:`without_epilogue`): that gives each result's sum
+of the sizes of its terms (``|c| + |bias| + sum |a||b|``), which fp32 rounding scales with however
+much the terms cancel (or a ReLU cuts). With the default ``rtol`` each element's bound is then its
+own, without the term of the largest reference value, so a large element cannot hide an error in
+a small one there either: ``max(rtol * |reference|, g * size)`` and the floor, where ``g =
+max(rtol, 2 n u / (1 - n u))`` (Higham's bound of a sum of ``n`` terms, :func:`terms_summed`, u =
+2^-24; the 2: Arm's bf16 dot products round to odd); after an epilogue that bends the sum (GELU,
+sigmoid, tanh: an error ``e`` in the sum moves its result by at most ``slope * e``,
+:data:`EPILOGUE_SLOPE`), ``rtol * |reference| + slope * g * size``, the floor, and the epilogue's
+documented error (``gelu_erf_fast``: 2^-22 max(1, size)). With an ``rtol`` given, the bound is the
+one above, or ``rtol * size`` and the floor where that is more.
 
 >>> import numpy as np
 >>> tolerance(np.array([1.0, 1e6]), "f32", summing=False, rtol=None, atol=None, floor=0.0)[0]
@@ -28,7 +34,12 @@ array([1.e-05, 1.e+01])
 array([6.e-05, 2.e-05])
 >>> tolerance(np.array([1e-3, 1e3]), "f32", True, None, None, 0.0, magnitude=np.array([1e-3, 1e3]), exact=True)[0]
 array([1.e-08, 1.e-02])
+>>> tolerance(np.array([0.0, 1e3]), "f32", True, None, None, 0.0, magnitude=np.array([1e-3, 1e3]), exact=True,
+...           epilogue="gelu")[0]
+array([1.13e-08, 2.13e-02])
 """
+import dataclasses
+
 import numpy as np
 
 RTOL = {"f32": 1e-5, "bf16": 2.0 ** -7}
@@ -38,6 +49,11 @@ BF16_ULPS = 2                              # the README's promise for element-wi
 SUMMING_KINDS = frozenset({"brgemm", "gemm_nt", "block_spmm", "reduce", "softmax", "layernorm",
                            "rmsnorm", "ternary", "rotary", "loop"})
 ELEMENTWISE_KINDS = frozenset({"unary", "binary", "transform", "quantize", "dequant", "swiglu"})
+# kinds whose rows are computed apart, each result from its row alone, whose rounding scales with that
+# row: the term of the largest reference value is each row's (norms: :func:`norm_sizes`)
+ROW_KINDS = frozenset({"softmax", "rotary"})
+# kinds whose results' sizes :func:`norm_sizes` gives (each element then held to its own bound)
+NORM_KINDS = frozenset({"layernorm", "rmsnorm"})
 # bf16 dot products (vdpbf16ps, tdpbf16ps, SVE bfdot) flush denormal inputs and products to zero:
 # results that small may differ from the exact reference by up to (terms x the smallest normal)
 FTZ_ATOL = float(np.finfo(np.float32).tiny) * 2.0 ** 20
@@ -51,6 +67,10 @@ UNIT_ROUNDOFF = 2.0 ** -24                 # fp32's: every fp32 sum rounds to wi
 EXACT_SLACK = 2.0
 # element-wise ops documented to an absolute error (times max(1, |x|)) rather than a relative one
 ABSOLUTE_ERROR = {"gelu_erf_fast": 2.0 ** -22}
+# a BRGEMM epilogue's steepest slope (rounded up): an error e in a sum moves its result by at most
+# slope * e (GELU's, 1.1290, at x = sqrt(2); sigmoid's at 0); None and ReLU take the sum's error as it is
+EPILOGUE_SLOPE = {None: 1.0, "relu": 1.0, "gelu": 1.13, "gelu_erf": 1.13, "gelu_erf_fast": 1.13,
+                  "sigmoid": 0.25, "tanh": 1.0}
 
 
 def _bf16_ulps(w):
@@ -60,19 +80,33 @@ def _bf16_ulps(w):
     return np.maximum(np.ldexp(1.0, exponent - 8), BF16_LEAST_ULP)
 
 
-def tolerance(w, floats, summing, rtol, atol, floor, magnitude=None, terms=1, exact=False):
+def tolerance(w, floats, summing, rtol, atol, floor, magnitude=None, terms=1, exact=False, epilogue=None,
+              rows=False):
     """Per-element bound on ``|got - w|`` (an array like ``w``) and its description; ``magnitude``:
     each element's sum of the sizes of its terms (or None), ``terms``: how many each sums at most,
-    ``exact``: ``magnitude`` is that sum, not a value merely near it (an epilogue other than ReLU
-    bends it), so with the default ``rtol`` each element's bound is its own, without the term of the
-    largest reference value."""
+    ``exact``: ``magnitude`` is that sum, not a value merely near it, so with the default ``rtol``
+    each element's bound is its own, without the term of the largest reference value; ``epilogue``:
+    the function (a key of :data:`EPILOGUE_SLOPE`) each result applies to its sum; ``rows``: that
+    largest value is taken over each row (the last axis) of ``w``.
+
+    >>> tolerance(np.array([[1e-3, 1e-3], [1.0, 0.5]]), "f32", True, None, None, 0.0, rows=True)[0]
+    array([[2.0e-08, 2.0e-08],
+           [2.0e-05, 1.5e-05]])
+    """
     r = RTOL[floats] if rtol is None else rtol
     finite = np.abs(w[np.isfinite(w)])
     own = exact and magnitude is not None and rtol is None and atol is None and summing
     if atol is not None:
         a = atol
+    elif rows and summing and not own and w.ndim and w.size:
+        with np.errstate(invalid="ignore"):
+            a = np.maximum(r * np.abs(np.where(np.isfinite(w), w, 0.0)).max(axis=-1, keepdims=True), floor or 0.0)
     else:
         a = max(r * float(finite.max()) if summing and finite.size and not own else 0.0, floor or 0.0)
+    if isinstance(a, np.ndarray):
+        shown = f"{r:g} x max|reference| of the row, at least {floor or 0.0:g}"
+    else:
+        shown = f"{a:g}"
     text = ""
     with np.errstate(invalid="ignore"):
         if floats == "bf16" and rtol is None and not summing:
@@ -81,11 +115,17 @@ def tolerance(w, floats, summing, rtol, atol, floor, magnitude=None, terms=1, ex
             per, text = r * np.abs(w), f"rtol={r:g} per element"
         bound = np.where(np.isfinite(per), per, 0.0) + a
         if magnitude is None or atol is not None or not summing:
-            return bound, f" ({text}, atol={a:g})"
+            return bound, f" ({text}, atol={shown})"
         g = max(r, EXACT_SLACK * _gamma(terms) if own else _gamma(terms)) if rtol is None else r
-        sized = g * np.abs(np.asarray(magnitude, np.float64))
-        sized = np.where(np.isfinite(sized), sized, 0.0)        # an overflowing (or NaN) size: the bound above
-        return np.maximum(bound, sized + a), f" ({text}, atol={a:g}; or {g:.3g} x the sum of the sizes of " \
+        size = np.abs(np.asarray(magnitude, np.float64))
+        sized = np.where(np.isfinite(size), g * size, 0.0)      # an overflowing (or NaN) size: the bound above
+        if own and epilogue not in (None, "relu"):
+            slope, documented = EPILOGUE_SLOPE[epilogue], ABSOLUTE_ERROR.get(epilogue, 0.0)
+            extra = slope * sized + documented * np.maximum(1.0, np.where(np.isfinite(size), size, 0.0))
+            return bound + extra, f" ({text}, atol={shown}, + {slope:g} x {g:.3g} x the sum of the sizes of the " \
+                f"terms of the element's sum before {epilogue}" + (f", + {documented:g} max(1, that sum)"
+                                                                   if documented else "") + ")"
+        return np.maximum(bound, sized + a), f" ({text}, atol={shown}; or {g:.3g} x the sum of the sizes of " \
             f"the element's terms, + atol, where larger)"
 
 
@@ -95,15 +135,16 @@ def _gamma(n):
     return nu / (1 - nu) if nu < 0.5 else float("inf")
 
 
-def compare(name, got, want, rtol, atol, floor=None, skip=None, summing=True, magnitude=None, terms=1, exact=False):
+def compare(name, got, want, rtol, atol, floor=None, skip=None, summing=True, magnitude=None, terms=1, exact=False,
+            epilogue=None, rows=False):
     """Problems (strings) where ``got`` differs from ``want``; ``floor``: the least ``atol``;
     ``skip``: a mask of elements whose values are unspecified; ``summing``: a kind that sums;
-    ``magnitude``, ``terms``: see :func:`tolerance`."""
+    ``magnitude``, ``terms``, ``exact``, ``epilogue``, ``rows``: see :func:`tolerance`."""
     floats = "bf16" if got.dtype.name == "bfloat16" else "f32" if got.dtype.kind == "f" else None
     if floats:
         with np.errstate(invalid="ignore"):          # a signalling NaN warns as it is cast
             g, w = got.astype(np.float64), np.asarray(want).astype(np.float64)
-        tol, text = tolerance(w, floats, summing, rtol, atol, floor, magnitude, terms, exact)
+        tol, text = tolerance(w, floats, summing, rtol, atol, floor, magnitude, terms, exact, epilogue, rows)
         with np.errstate(invalid="ignore"):
             ok = (np.abs(g - w) <= tol) | (g == w) | (np.isnan(g) & np.isnan(w))
     else:
@@ -144,11 +185,49 @@ def is_summing(kernel, kind):
     >>> from tppasm.testing import is_summing
     >>> is_summing(tppasm.brgemm(2, 2, 2), "kernel"), is_summing(tppasm.relu(2, 2), "kernel")
     (True, False)
+    >>> is_summing(tppasm.reduce("add", 2, 2), "kernel"), is_summing(tppasm.reduce("max", 2, 2), "kernel")
+    (True, False)
     """
     if kind in ("loop", "batched"):
         return True
-    k = getattr(getattr(kernel, "desc", None), "kind", None)
+    desc = getattr(kernel, "desc", None)
+    k = getattr(desc, "kind", None)
+    if k == "reduce" and getattr(desc, "op", None) == "max":
+        return False                            # one of its inputs, rounded at most once
     return k in SUMMING_KINDS or k not in ELEMENTWISE_KINDS
+
+
+def row_wise(kernel, kind):
+    """Whether each row of ``kernel``'s results is computed from its row alone (:data:`ROW_KINDS`).
+
+    >>> import tppasm
+    >>> row_wise(tppasm.softmax(2, 8), "kernel"), row_wise(tppasm.layernorm(2, 8), "kernel")
+    (True, False)
+    """
+    return kind == "kernel" and getattr(getattr(kernel, "desc", None), "kind", None) in ROW_KINDS
+
+
+def norm_sizes(desc, x, gamma, beta=None):
+    """Each result's size for a layer norm or RMSNorm (``desc``) on ``x``: ``|gamma| r (max|x_row| +
+    |mean|) + |beta|`` (RMSNorm: ``|gamma| r max|x_row|``), with r = 1/sqrt(var + eps) of the row, in
+    float64. A norm's fp32 rounding scales with it: the rounding of the row's mean and of each ``x -
+    mean``, times ``r |gamma|``, so a row of values near their mean (or far from 0) may differ by more
+    than one of larger deviations, and a column of small ``gamma`` by less.
+
+    >>> import tppasm
+    >>> x = np.array([[1.0, 3.0], [1.0, 1.0]], np.float32); g = np.array([1.0, 0.5], np.float32)
+    >>> norm_sizes(tppasm.layernorm(2, 2, eps=1e-2).desc, x, g, np.zeros(2, np.float32)).round(2).tolist()
+    [[4.98, 2.49], [20.0, 10.0]]
+    """
+    with np.errstate(all="ignore"):
+        x = np.asarray(x).astype(np.float64)
+        mean = x.mean(axis=1, keepdims=True) if desc.kind == "layernorm" else 0.0
+        var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
+        reach = np.abs(x).max(axis=1, keepdims=True) + np.abs(mean)
+        size = np.abs(np.asarray(gamma).astype(np.float64)) * reach / np.sqrt(var + desc.eps)
+        if beta is not None:
+            size = size + np.abs(np.asarray(beta).astype(np.float64))
+    return size
 
 
 def bounds_terms(kernel, kind):
@@ -164,16 +243,24 @@ def bounds_terms(kernel, kind):
     return kind != "loop" and k in MAGNITUDE_KINDS and getattr(desc, "op", None) != "max"
 
 
-def sizes_exact(kernel):
-    """Whether a :func:`bounds_terms` kernel's reference on absolute values gives each result's sum
-    of the sizes of its terms exactly: no epilogue but ReLU (which keeps the sum of the sizes of a
-    kept result and zeroes the rest).
+def epilogue(kernel):
+    """The function a kernel applies to each of its sums (a BRGEMM's ``act``), or None.
 
     >>> import tppasm
-    >>> sizes_exact(tppasm.brgemm(2, 2, 2, act="relu")), sizes_exact(tppasm.brgemm(2, 2, 2, act="sigmoid"))
-    (True, False)
+    >>> epilogue(tppasm.brgemm(2, 2, 2, act="gelu")), epilogue(tppasm.reduce("add", 2, 2))
+    ('gelu', None)
     """
-    return getattr(getattr(kernel, "desc", None), "act", None) in (None, "relu")
+    return getattr(getattr(kernel, "desc", None), "act", None)
+
+
+def without_epilogue(desc):
+    """``desc`` without its epilogue (a BRGEMM's ``act``), whose reference gives the sums it bends.
+
+    >>> import tppasm
+    >>> without_epilogue(tppasm.brgemm(2, 2, 2, act="tanh").desc).act is None
+    True
+    """
+    return dataclasses.replace(desc, act=None) if getattr(desc, "act", None) is not None else desc
 
 
 def terms_summed(desc, count):
