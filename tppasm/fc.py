@@ -62,7 +62,8 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     its :func:`pack` instead.
     ``pre=False`` (inference: no backward will read z) fuses a gelu into the GEMM's epilogue, or
     into the bias add, instead of writing z and running the activation as a pass of its own; z is
-    then None, and a bf16 y is rounded once, from the fp32 sums. ``threads``
+    then None, and a bf16 y is rounded once, from the fp32 sums; ``pre=True`` is None's (z
+    allocated), as ``backward``'s ``dx=True``; NumPy's bools are taken as these. ``threads``
     (an int >= 1): up to this many parts of the GEMM (see :class:`RowGemm`), run on the process's
     native pool (:func:`isa.pool.get_pool`: ``TPPASM_NUM_THREADS`` threads, the caller included).
 
@@ -86,9 +87,13 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     if type(threads) is not int or threads < 1:
         threads = thread_count("forward", threads)
     y = empty((n, m), x.dtype) if out is None else output("forward", "out", out, (n, m), x.dtype)
+    if isinstance(pre, np.bool_):
+        pre = bool(pre)
     keep = pre is not False and act in GELUS
     if keep:
-        z = empty((n, m), x.dtype) if pre is None else output("forward", "pre", pre, (n, m), x.dtype)
+        allocate = pre is None or pre is True
+        z = empty((n, m), x.dtype) if allocate else output("forward", "pre", pre, (n, m), x.dtype)
+        pre = None if allocate else pre
     else:
         z = None
         if pre is not None and pre is not False:
@@ -249,7 +254,7 @@ SHARED_POST = 1 << 16
 def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=1):
     """``(dx, dw, db)`` of :func:`forward` for the output gradient ``dy`` (N, M); ``saved`` is y
     for relu, z for the gelus, None without an activation. Each of ``dx``/``dw``/``db`` is True
-    (compute it), False (skip it: None is returned) or a writable C-contiguous array to write it
+    (compute it), False (skip it: None is returned; NumPy's bools too) or a writable C-contiguous array to write it
     into (dx and dw in x's dtype, db float32), sharing no memory with the inputs or each other
     (else :class:`tppasm.operand.OperandError`).
     ``threads`` as for :func:`forward`; ``w`` may be its :func:`pack` (its weight as stored is read).
@@ -281,7 +286,8 @@ def backward(dy, x, w, act=None, saved=None, dx=True, dw=True, db=True, threads=
     if type(threads) is not int or threads < 1:
         threads = thread_count("backward", threads)
     wanted = {"dx": ((n, k), dt), "dw": ((m, k), dt), "db": ((m,), "f32")}      # shape and dtype of each
-    outs = {name: out if out is True or out is False else output("backward", name, out, *wanted[name], GRADIENT_CHOICES)
+    outs = {name: bool(out) if isinstance(out, (bool, np.bool_))
+            else output("backward", name, out, *wanted[name], GRADIENT_CHOICES)
             for name, out in (("dx", dx), ("dw", dw), ("db", db))}
     given = [(name, a) for name, a in outs.items() if a is not True and a is not False]
     if given:

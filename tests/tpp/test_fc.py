@@ -257,6 +257,21 @@ def check_fused_gelu(x, w, b, act, dt, threads):
     close(y, want, 1.13 * mag, dt, atol=1e-6 * np.abs(want) + act_error(act, z64))
 
 
+def test_pre_and_gradients_take_python_and_numpy_bools():
+    """``pre=True`` and ``np.True_`` allocate z as None does; ``np.False_`` fuses the gelu as False does;
+    backward's dx, dw, db take NumPy's bools as Python's."""
+    x, w = np.ones((2, 3), np.float32), np.full((4, 3), 0.5, np.float32)
+    y, z = fc.forward(x, w, act="gelu")
+    for pre in (True, np.True_):
+        y2, z2 = fc.forward(x, w, act="gelu", pre=pre)
+        assert np.array_equal(y2, y) and np.array_equal(z2, z)
+    y3, z3 = fc.forward(x, w, act="gelu", pre=np.False_)
+    assert z3 is None and np.allclose(y3, y, rtol=1e-6)
+    dy = np.ones((2, 4), np.float32)
+    dx, dw, db = fc.backward(dy, x, w, dx=np.False_, dw=np.True_, db=False)
+    assert dx is None and db is None and np.array_equal(dw, fc.backward(dy, x, w)[1])
+
+
 def act_error(act, z):
     """The absolute error an activation TPP may add at z (gelu_erf_fast: its contract)."""
     return ACCURACY_ABS[act] * np.maximum(1, np.abs(z.astype(np.float64))) if act in ACCURACY_ABS else 1e-7
@@ -341,6 +356,7 @@ def read_only(shape, dt="f32"):
     (lambda: fc.forward(X, W, act="relu", pre=np.zeros((2, 4), np.float32)), ValueError,
      r"fc.forward: pre is given with act='relu', which has no pre-activation .* pass pre=None"),
     (lambda: fc.forward(X, W, pre="garbage"), ValueError, "pre is given with act=None"),
+    (lambda: fc.forward(X, W, act="relu", pre=np.True_), ValueError, "pre is given with act='relu'"),
     (lambda: fc.forward(X, W, act="gelu", pre="garbage"), TypeError,
      r"fc.forward: pre must be a C-contiguous writable float32 array of shape \(2, 4\), got str"),
     (lambda: fc.forward(X, W, act="gelu", pre=np.zeros((4, 2), np.float32)), ValueError,
