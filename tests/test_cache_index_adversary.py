@@ -12,6 +12,7 @@ import signal
 import struct
 import sys
 import time
+import tracemalloc
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -310,6 +311,24 @@ def test_a_huge_size_under_a_memory_limit_is_a_miss(tmp_path):
         print(store.get("kernel/a"), store.get("kernel/b"))
     """, timeout=60)
     assert out.splitlines()[-1] == f"None ({BLOBS['kernel/b']!r}, {{}})"
+
+
+def test_a_huge_size_is_a_miss_without_allocating_it(tmp_path):
+    """An entry of MAX_BLOB bytes (1 GiB) pointing into a small segment is a miss before any buffer
+    of its size is allocated (os.pread allocates the whole size first)."""
+    store = _store_with(tmp_path)
+    index = _index(tmp_path)
+    index["entries"]["kernel/a"] = pack_entry({**unpack_entry(index["entries"]["kernel/a"]), "size": MAX_BLOB})
+    _write_index(tmp_path, index)
+    reader = disk.DiskStore(tmp_path, 1 << 20)
+    assert reader.get("kernel/b") == (BLOBS["kernel/b"], {})
+    tracemalloc.start()
+    try:
+        assert reader.get("kernel/a") is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
 
 
 def test_a_record_whose_header_nests_too_deep_is_a_miss(tmp_path):
