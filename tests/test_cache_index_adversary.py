@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.scripts import run, start
 from tests.test_cache_adversary import _index, _store_with as store_with
-from tppasm.cache import disk, files
+from tppasm.cache import disk, files, trust
 from tppasm.cache.files import MAX_BLOB, _is_count, _is_time, pack_entry, unpack_entry
 
 FIELDS = ("seg", "i", "start", "size", "sha256", "used")
@@ -501,6 +501,25 @@ def test_a_reader_sees_the_old_or_the_new_index_while_another_process_flushes(tm
     w_out, w_err = writer.communicate(timeout=60)
     assert writer.returncode == 0, w_err
     assert out["hits"] > 20 and out["indexes"] > 5 and out["flushes"] > 0, (out, w_out)
+
+
+def test_an_index_created_between_its_open_and_the_look_at_its_name_is_read(tmp_path, monkeypatch):
+    """The first index of a store appears between a reader's open (no such file) and its look at
+    what the name is (a regular file): read, not "unreadable" (under load the reader of the test
+    above met this about once in 15 runs)."""
+    (tmp_path / "index.json").write_text('{"format": %d, "entries": {}}' % files.FORMAT)
+    real, calls = trust.open_own, []
+
+    def late(*args, **kw):
+        calls.append(args[0])
+        return None if len(calls) == 1 else real(*args, **kw)   # the first open ran before the file was there
+    monkeypatch.setattr(trust, "open_own", late)
+    fd = trust.open_directory(str(tmp_path))
+    try:
+        value, _, state = trust.read_json("index.json", fd, str(tmp_path), 1 << 20, print)
+    finally:
+        os.close(fd)
+    assert (state, value) == ("ok", {"format": files.FORMAT, "entries": {}}) and len(calls) == 2
 
 
 def test_entries_looked_up_after_the_index_was_swapped(tmp_path, monkeypatch):

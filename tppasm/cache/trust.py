@@ -301,13 +301,16 @@ def read_json(name, dir_fd, root, limit, on_foreign):
     out of descriptors or memory) goes to the caller."""
     try:
         fd = open_own(name, dir_fd, root)
+        missing = None if fd is not None else _missing_state(name, dir_fd)
+        if missing == "unreadable":             # a regular file now: it may have been created since the open
+            fd = open_own(name, dir_fd, root)
     except ForeignFile as e:
         on_foreign(e)
         fd, state = _open_any(name, dir_fd), "foreign"
     else:
         state = "ok"
         if fd is None:
-            return None, None, _missing_state(name, dir_fd)
+            return None, None, missing
     if fd is None:
         return None, None, state
     try:
