@@ -169,11 +169,12 @@ def _off_in_small_element(kernel, relative, output=2, where=(0, 0)):
 
 
 @pytest.mark.parametrize("act, small", [(None, 1.0), ("relu", 1.0), ("gelu", 1.0), ("gelu_erf", 1.0),
-                                        ("gelu_erf_fast", 1.0), ("tanh", 1e-3)])
+                                        ("gelu_erf_fast", 1.0), ("tanh", 1e-3), ("sigmoid", -1.0),
+                                        ("gelu_erf", -0.5)])
 def test_an_error_in_a_small_element_beside_large_ones_is_caught(act, small):
-    """Row 0 sums to 8 (tanh: 0.008), row 1 to 80,000: 0.1% off in row 0 is 800 times fp32's rounding
-    there, though under rtol * max|reference| (0.8; tanh: 1e-5), which alone hid it. (Sigmoid's small
-    results lie where its sums are large: the slope bound, 0.25 rtol times the sum's size, holds them.)"""
+    """Row 0 sums to 8 (tanh: 0.008; sigmoid: -8, 3.4e-4; GELU: -4, -1.3e-4), row 1 to 80,000: 0.1% off in
+    row 0 is far over fp32's rounding there, carried through the epilogue's slope near that sum,
+    though under rtol * max|reference| (0.8; sigmoid, tanh: 1e-5), which alone hid it."""
     g = tpp.brgemm(2, 16, 8, act=act)
     a, b = np.ones((1, 2, 8), F), np.ones((1, 8, 16), F)
     a[0, 0], a[0, 1] = small, 1e4

@@ -26,8 +26,9 @@ copies, then checks that
   with; with the default ``rtol`` each element's bound is then its own: ``rtol * |reference|`` or
   ``max(rtol, 2 n u / (1 - n u))`` times its size, without ``rtol * max|reference|``, and after a
   BRGEMM epilogue that bends the sum (GELU, sigmoid, tanh) ``rtol * |reference|`` plus its
-  steepest slope times that, the sizes taken before it); both at least 2**-137 (4096 subnormal
-  ulps: results that are all subnormal, where the rounding of each of up to 8192 terms adds up to half an ulp),
+  steepest slope near the element's sum times that, sizes and sums taken before it); both at
+  least 2**-137 (4096 subnormal ulps: results that are all subnormal, where the rounding of each of
+  up to 8192 terms adds up to half an ulp),
   kernels computing in bf16 at least 2**20 smallest normals (bf16 dot products flush denormal
   inputs and products to zero), ``gelu_erf_fast`` within its documented 2**-22 max(1, |x|); NaN
   where the reference has NaN, infinities equal; elements a TPP leaves unspecified (its
@@ -332,21 +333,27 @@ def _absolute(a):
 
 
 def _magnitudes(kernel, kind, arrays, count):
-    """(each array's per-element sum of the sizes of its terms, or None; the terms each sums):
-    the reference on the absolute values of the float inputs (:func:`compare.bounds_terms`); a
-    norm's output: :func:`compare.norm_sizes`."""
+    """(each array's per-element sum of the sizes of its terms, or None; the terms each sums; each
+    array's sums before the kernel's epilogue, or None): the reference on the absolute values of
+    the float inputs (:func:`compare.bounds_terms`), and without the epilogue on the inputs (a
+    BRGEMM's act: its C); a norm's output: :func:`compare.norm_sizes`."""
+    none = [None] * len(arrays)
     if kind == "kernel" and kernel.desc.kind in NORM_KINDS:
-        return [None] * (len(arrays) - 1) + [norm_sizes(kernel.desc, *arrays[:-1])], 1
+        return none[:-1] + [norm_sizes(kernel.desc, *arrays[:-1])], 1, none
     if not bounds_terms(kernel, kind):
-        return [None] * len(arrays), 1
-    sizes = [_absolute(a) for a in arrays]
-    with np.errstate(invalid="ignore"):
+        return none, 1, none
+    sizes, sums, blocks = [_absolute(a) for a in arrays], list(none), _count(kernel, kind, arrays, count)
+    with np.errstate(invalid="ignore", over="ignore"):
         if epilogue(kernel) is None:
             _reference(kernel, kind, sizes, count)
-        else:                               # the sums the epilogue bends (a BRGEMM's act)
-            without_epilogue(kernel.desc).reference(*sizes, count=_count(kernel, kind, arrays, count))
-    n = terms_summed(kernel.desc, int(_count(kernel, kind, arrays, count)))
-    return [s if isinstance(s, np.ndarray) else None for s in sizes], n
+        else:                               # the sums the epilogue bends (a BRGEMM's act), in float64
+            bare = without_epilogue(kernel.desc)
+            bare.reference(*sizes, count=blocks)
+            plain = list(arrays)
+            plain[2] = sums[2] = np.asarray(arrays[2]).astype(np.float64)
+            bare.reference(*plain, count=blocks)
+    n = terms_summed(kernel.desc, int(blocks))
+    return [s if isinstance(s, np.ndarray) else None for s in sizes], n, sums
 
 
 def _case(names, arrays, only, count):
@@ -421,7 +428,8 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
     skip = {} if kind == "loop" else kernel.desc.unspecified(*ref)
     problems = []
     summing, documented = is_summing(kernel, kind), documented_atol(kernel, kind, arrays)
-    sizes, terms = _magnitudes(kernel, kind, arrays, count) if atol is None else ([None] * len(arrays), 1)
+    none = [None] * len(arrays)
+    sizes, terms, sums = _magnitudes(kernel, kind, arrays, count) if atol is None else (none, 1, none)
     act, rows = epilogue(kernel), row_wise(kernel, kind)
     for i, copies in enumerate(zip(*runs)):
         first = copies[0]
@@ -448,7 +456,8 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
             floor = None if atol is not None else (FTZ_ATOL if bf16 else SUBNORMAL_ATOL) + documented
             for run, copy in enumerate(copies if i in only else copies[:1]):
                 found = _compare(names[i], copy.view, ref[i], rtol, atol, floor, skip.get(names[i]), summing,
-                                 sizes[i], terms, exact=True, epilogue=act, rows=rows)
+                                 sizes[i], terms, exact=True, epilogue=act, rows=rows,
+                                 sums=sums[i])
                 if found:
                     if not run:
                         found = [found[0] + scratch_hint(kind, names[i], copy.view, ref[i], arrays[i])]

@@ -22,9 +22,11 @@ own, without the term of the largest reference value, so a large element cannot 
 a small one there either: ``max(rtol * |reference|, g * size)`` and the floor, where ``g =
 max(rtol, 2 n u / (1 - n u))`` (Higham's bound of a sum of ``n`` terms, :func:`terms_summed`, u =
 2^-24; the 2: Arm's bf16 dot products round to odd); after an epilogue that bends the sum (GELU,
-sigmoid, tanh: an error ``e`` in the sum moves its result by at most ``slope * e``,
-:data:`EPILOGUE_SLOPE`), ``rtol * |reference| + slope * g * size``, the floor, and the epilogue's
-documented error (``gelu_erf_fast``: 2^-22 max(1, size)). With an ``rtol`` given, the bound is the
+sigmoid, tanh: an error ``e`` in the sum moves its result by at most ``slope * e``),
+``rtol * |reference| + slope * g * size``, the floor, and the epilogue's documented error
+(``gelu_erf_fast``: 2^-22 max(1, size)), ``slope`` the epilogue's steepest within ``g * size`` of
+the element's sum (:func:`epilogue_slope`: a sigmoid's result at a sum of -8 is held to its own
+scale, not to the slope at 0). With an ``rtol`` given, the bound is the
 one above, or ``rtol * size`` and the floor where that is more.
 
 >>> import numpy as np
@@ -71,6 +73,10 @@ ABSOLUTE_ERROR = {"gelu_erf_fast": 2.0 ** -22}
 # slope * e (GELU's, 1.1290, at x = sqrt(2); sigmoid's at 0); None and ReLU take the sum's error as it is
 EPILOGUE_SLOPE = {None: 1.0, "relu": 1.0, "gelu": 1.13, "gelu_erf": 1.13, "gelu_erf_fast": 1.13,
                   "sigmoid": 0.25, "tanh": 1.0}
+# where a bent epilogue's slope turns (its derivative's extrema; GELU's tanh form's found numerically):
+# between them the slope is monotone, so on an interval it is steepest at an end or at a turn inside
+EPILOGUE_TURNS = {"gelu": (-1.4185, 1.4185), "gelu_erf": (-2 ** 0.5, 2 ** 0.5), "gelu_erf_fast": (-2 ** 0.5, 2 ** 0.5),
+                  "sigmoid": (0.0,), "tanh": (0.0,)}
 
 
 def _bf16_ulps(w):
@@ -81,13 +87,14 @@ def _bf16_ulps(w):
 
 
 def tolerance(w, floats, summing, rtol, atol, floor, magnitude=None, terms=1, exact=False, epilogue=None,
-              rows=False):
+              rows=False, sums=None):
     """Per-element bound on ``|got - w|`` (an array like ``w``) and its description; ``magnitude``:
     each element's sum of the sizes of its terms (or None), ``terms``: how many each sums at most,
     ``exact``: ``magnitude`` is that sum, not a value merely near it, so with the default ``rtol``
     each element's bound is its own, without the term of the largest reference value; ``epilogue``:
-    the function (a key of :data:`EPILOGUE_SLOPE`) each result applies to its sum; ``rows``: that
-    largest value is taken over each row (the last axis) of ``w``.
+    the function (a key of :data:`EPILOGUE_SLOPE`) each result applies to its sum, ``sums`` those
+    sums (the reference without the epilogue; None: its steepest slope anywhere is taken); ``rows``:
+    that largest value is taken over each row (the last axis) of ``w``.
 
     >>> tolerance(np.array([[1e-3, 1e-3], [1.0, 0.5]]), "f32", True, None, None, 0.0, rows=True)[0]
     array([[2.0e-08, 2.0e-08],
@@ -120,13 +127,38 @@ def tolerance(w, floats, summing, rtol, atol, floor, magnitude=None, terms=1, ex
         size = np.abs(np.asarray(magnitude, np.float64))
         sized = np.where(np.isfinite(size), g * size, 0.0)      # an overflowing (or NaN) size: the bound above
         if own and epilogue not in (None, "relu"):
-            slope, documented = EPILOGUE_SLOPE[epilogue], ABSOLUTE_ERROR.get(epilogue, 0.0)
+            slope = EPILOGUE_SLOPE[epilogue] if sums is None else epilogue_slope(epilogue, sums, sized)
+            documented = ABSOLUTE_ERROR.get(epilogue, 0.0)
             extra = slope * sized + documented * np.maximum(1.0, np.where(np.isfinite(size), size, 0.0))
-            return bound + extra, f" ({text}, atol={shown}, + {slope:g} x {g:.3g} x the sum of the sizes of the " \
-                f"terms of the element's sum before {epilogue}" + (f", + {documented:g} max(1, that sum)"
-                                                                   if documented else "") + ")"
+            return bound + extra, f" ({text}, atol={shown}, + {epilogue}'s steepest slope within that of the " \
+                f"element's sum x {g:.3g} x the sum of the sizes of its terms" + \
+                (f", + {documented:g} max(1, that sum)" if documented else "") + ")"
         return np.maximum(bound, sized + a), f" ({text}, atol={shown}; or {g:.3g} x the sum of the sizes of " \
             f"the element's terms, + atol, where larger)"
+
+
+def epilogue_slope(act, sums, reach):
+    """Per element, the steepest slope of the epilogue ``act`` between ``sums - reach`` and ``sums +
+    reach`` (central differences of its reference, 1% over; at most, and where not finite,
+    :data:`EPILOGUE_SLOPE`): how far an error of up to ``reach`` in the sum moves the result.
+
+    >>> epilogue_slope("sigmoid", np.array([-8.0, 0.0, np.nan]), np.array([1e-4, 1e-4, 1e-4])).round(6).tolist()
+    [0.000339, 0.25, 0.25]
+    """
+    from ..brgemm import ACTS
+    f, most = ACTS[act], EPILOGUE_SLOPE[act]
+
+    def slope(t):
+        h = 1e-6 * np.maximum(1.0, np.abs(t))
+        return np.abs(f(t + h) - f(t - h)) / (2 * h)
+    with np.errstate(all="ignore"):
+        sums, reach = np.asarray(sums, np.float64), np.asarray(reach, np.float64)
+        lo, hi = sums - reach, sums + reach
+        steepest = np.fmax(slope(lo), slope(hi))
+        for turn in EPILOGUE_TURNS[act]:
+            steepest = np.where((lo <= turn) & (turn <= hi), np.fmax(steepest, slope(np.float64(turn))), steepest)
+        steepest = np.minimum(1.01 * steepest, most)
+        return np.where(np.isfinite(steepest), steepest, most)
 
 
 def _gamma(n):
@@ -136,15 +168,15 @@ def _gamma(n):
 
 
 def compare(name, got, want, rtol, atol, floor=None, skip=None, summing=True, magnitude=None, terms=1, exact=False,
-            epilogue=None, rows=False):
+            epilogue=None, rows=False, sums=None):
     """Problems (strings) where ``got`` differs from ``want``; ``floor``: the least ``atol``;
     ``skip``: a mask of elements whose values are unspecified; ``summing``: a kind that sums;
-    ``magnitude``, ``terms``, ``exact``, ``epilogue``, ``rows``: see :func:`tolerance`."""
+    ``magnitude``, ``terms``, ``exact``, ``epilogue``, ``rows``, ``sums``: see :func:`tolerance`."""
     floats = "bf16" if got.dtype.name == "bfloat16" else "f32" if got.dtype.kind == "f" else None
     if floats:
         with np.errstate(invalid="ignore"):          # a signalling NaN warns as it is cast
             g, w = got.astype(np.float64), np.asarray(want).astype(np.float64)
-        tol, text = tolerance(w, floats, summing, rtol, atol, floor, magnitude, terms, exact, epilogue, rows)
+        tol, text = tolerance(w, floats, summing, rtol, atol, floor, magnitude, terms, exact, epilogue, rows, sums)
         with np.errstate(invalid="ignore"):
             ok = (np.abs(g - w) <= tol) | (g == w) | (np.isnan(g) & np.isnan(w))
     else:
