@@ -44,6 +44,8 @@ import dataclasses
 
 import numpy as np
 
+from ..brgemm import ACTS
+
 RTOL = {"f32": 1e-5, "bf16": 2.0 ** -7}
 BF16_ULPS = 2                              # the README's promise for element-wise bf16 results
 # the kinds whose results sum products or terms (and may cancel): the bound there grows with the
@@ -145,7 +147,6 @@ def epilogue_slope(act, sums, reach):
     >>> epilogue_slope("sigmoid", np.array([-8.0, 0.0, np.nan]), np.array([1e-4, 1e-4, 1e-4])).round(6).tolist()
     [0.000339, 0.25, 0.25]
     """
-    from ..brgemm import ACTS
     f, most = ACTS[act], EPILOGUE_SLOPE[act]
 
     def slope(t):
