@@ -60,10 +60,9 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     writable C-contiguous arrays of y's shape and x's dtype (``pre`` only with a gelu), sharing no
     memory with the inputs or each other (else :class:`tppasm.operand.OperandError`); ``w`` may be
     its :func:`pack` instead.
-    ``pre=False`` (inference: no backward will read z) fuses a gelu into the GEMM's epilogue, or
-    into the bias add, instead of writing z and running the activation as a pass of its own; z is
-    then None, and a bf16 y is rounded once, from the fp32 sums; ``pre=True`` is None's (z
-    allocated), as ``backward``'s ``dx=True``; NumPy's bools are taken as these. ``threads``
+    ``pre=False`` (inference: no backward will read z) fuses a gelu into the GEMM's epilogue, or into
+    the bias add, instead of writing z and running the activation as a pass of its own; z is then
+    None, and a bf16 y is rounded once, from the fp32 sums (``pre=True``: None's; NumPy's bools too). ``threads``
     (an int >= 1): up to this many parts of the GEMM (see :class:`RowGemm`), run on the process's
     native pool (:func:`isa.pool.get_pool`: ``TPPASM_NUM_THREADS`` threads, the caller included).
 
@@ -87,19 +86,14 @@ def forward(x, w, bias=None, act=None, out=None, pre=None, threads=1):
     if type(threads) is not int or threads < 1:
         threads = thread_count("forward", threads)
     y = empty((n, m), x.dtype) if out is None else output("forward", "out", out, (n, m), x.dtype)
-    if isinstance(pre, np.bool_):
-        pre = bool(pre)
+    pre = bool(pre) if isinstance(pre, np.bool_) else pre
     keep = pre is not False and act in GELUS
-    if keep:
-        allocate = pre is None or pre is True
-        z = empty((n, m), x.dtype) if allocate else output("forward", "pre", pre, (n, m), x.dtype)
-        pre = None if allocate else pre
-    else:
-        z = None
-        if pre is not None and pre is not False:
-            fail("forward", f"pre is given with act={act!r}, which has no pre-activation to write (only the gelus "
-                            "keep z for the backward); pass pre=None")
-    given = [(name, a) for name, a in (("out", out), ("pre", pre if keep else None)) if a is not None]
+    if not keep and pre is not None and pre is not False:
+        fail("forward", f"pre is given with act={act!r}, which has no pre-activation to write (only the gelus "
+                        "keep z for the backward); pass pre=None")
+    into = pre if keep and pre is not True else None                 # an array to write z into
+    z = (empty((n, m), x.dtype) if into is None else output("forward", "pre", into, (n, m), x.dtype)) if keep else None
+    given = [(name, a) for name, a in (("out", out), ("pre", into)) if a is not None]
     if given:
         refuse_overlap("forward", given, (("x", x), ("w", w), ("bias", bias)))
     return forward_arrays(x, packed or w, bias, act, y, z, threads)

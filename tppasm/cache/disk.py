@@ -173,9 +173,8 @@ class DiskStore:
         fd = self._segment(entry.get("seg"))
         try:
             start, size = entry["start"], entry["size"]
-            if fd is None or not (isinstance(start, int) and isinstance(size, int) and start >= 0 and size > 0):
-                return None
-            if start + size > os.fstat(fd).st_size:      # (pread would allocate all of a damaged size first)
+            if fd is None or not (isinstance(start, int) and isinstance(size, int) and start >= 0 and size > 0) \
+                    or start + size > os.fstat(fd).st_size:     # (pread allocates all of a damaged size first)
                 return None
             blob = os.pread(fd, size, start)
         except (TypeError, KeyError, OSError, OverflowError, ValueError, MemoryError):  # (a buffer of `size`)
