@@ -9,9 +9,9 @@ kernels) may cancel, so there the bound is ``rtol * |reference| + rtol * max|ref
 largest taken over each row where rows are computed apart (:data:`ROW_KINDS`: softmax and rotary,
 so a row of small results is held to its own scale); a layer norm's or RMSNorm's element within
 ``rtol`` times its size, :func:`norm_sizes` (``r |gamma| (max|x_row| + |mean|) + |beta|``, what
-fp32's rounding of the mean and of ``x - mean`` scales with). Both add a small floor (results that are all
-subnormal; bf16 dot products flush denormals to zero), and an op documented to an absolute error
-(``gelu_erf_fast``: 2^-22 max(1, |x|)) adds that error.
+fp32's rounding of the mean and of ``x - mean`` scales with). Both add a small floor (results that
+are all subnormal; bf16 dot products flush denormals to zero), and an op documented to an absolute
+error (``gelu_erf_fast``: 2^-22 max(1, |x|)) adds that error.
 
 A kind whose reference sums products of its inputs (:func:`bounds_terms`: BRGEMMs, ``gemm_nt``,
 block SpMM, muladd, add and sumsq reductions) is also run on the absolute values of its float
@@ -26,8 +26,8 @@ sigmoid, tanh: an error ``e`` in the sum moves its result by at most ``slope * e
 ``rtol * |reference| + slope * g * size``, the floor, and the epilogue's documented error
 (``gelu_erf_fast``: 2^-22 max(1, size)), ``slope`` the epilogue's steepest within ``g * size`` of
 the element's sum (:func:`epilogue_slope`: a sigmoid's result at a sum of -8 is held to its own
-scale, not to the slope at 0). With an ``rtol`` given, the bound is the
-one above, or ``rtol * size`` and the floor where that is more.
+scale, not to the slope at 0). With an ``rtol`` given, the bound is the one above, or ``rtol *
+size`` and the floor where that is more.
 
 >>> import numpy as np
 >>> tolerance(np.array([1.0, 1e6]), "f32", summing=False, rtol=None, atol=None, floor=0.0)[0]
@@ -71,10 +71,9 @@ UNIT_ROUNDOFF = 2.0 ** -24                 # fp32's: every fp32 sum rounds to wi
 EXACT_SLACK = 2.0
 # element-wise ops documented to an absolute error (times max(1, |x|)) rather than a relative one
 ABSOLUTE_ERROR = {"gelu_erf_fast": 2.0 ** -22}
-# a BRGEMM epilogue's steepest slope (rounded up): an error e in a sum moves its result by at most
-# slope * e (GELU's, 1.1290, at x = sqrt(2); sigmoid's at 0); None and ReLU take the sum's error as it is
-EPILOGUE_SLOPE = {None: 1.0, "relu": 1.0, "gelu": 1.13, "gelu_erf": 1.13, "gelu_erf_fast": 1.13,
-                  "sigmoid": 0.25, "tanh": 1.0}
+# a bending BRGEMM epilogue's steepest slope (rounded up): an error e in a sum moves its result by at
+# most slope * e (GELU's, 1.1290, at x = sqrt(2); sigmoid's at 0); None and ReLU pass the sum's error on
+EPILOGUE_SLOPE = {"gelu": 1.13, "gelu_erf": 1.13, "gelu_erf_fast": 1.13, "sigmoid": 0.25, "tanh": 1.0}
 # where a bent epilogue's slope turns (its derivative's extrema; GELU's tanh form's found numerically):
 # between them the slope is monotone, so on an interval it is steepest at an end or at a turn inside
 EPILOGUE_TURNS = {"gelu": (-1.4185, 1.4185), "gelu_erf": (-2 ** 0.5, 2 ** 0.5), "gelu_erf_fast": (-2 ** 0.5, 2 ** 0.5),
