@@ -131,7 +131,7 @@ def test_split_steps_and_panel_order_change_no_bit(dtype, monkeypatch):
     mask[2, 40:] = 0
     got = {}
     for choice in [(False, False), (True, False), (True, True)]:
-        monkeypatch.setattr(minilm, "split_steps", lambda *args, choice=choice: choice)
+        monkeypatch.setattr(minilm, "split_steps", lambda *args, choice=choice, **kw: choice)
         m = MiniLM.load(dtype, pool=Pool(1))
         got[choice] = m.forward(ids, mask)
         assert m._plan(3, 64).split == choice[0] and m._plan(3, 64).orders[0] == ("BCA" if choice[1] else "ABC")
@@ -252,14 +252,14 @@ def test_bad_arguments_refused(weights, tmp_path):
         MiniLM.load(path=str(tmp_path))
 
 
-@pytest.mark.parametrize("threads", [1, 3])
-def test_profile_times_every_step(threads):
+@pytest.mark.parametrize("threads, dtype", [(1, "bf16"), (3, "bf16"), (1, "f32")])
+def test_profile_times_every_step(threads, dtype):
     """bench bert --profile: a row per step of a layer, then the forward (no figure checked); on 3
     threads 16 tokens are one row block, so the steps are the split nests."""
     from bench.bert import OUTSIDE_ROW, SEQUENCE_ROW, profile_bert
     from bench.models.attention import STEPS
     from bench.models.minilm import REST_OPS
-    rep = profile_bert([(1, 16)], [threads], ["bf16"], runs=1)
+    rep = profile_bert([(1, 16)], [threads], [dtype], runs=1)
     steps = [r["step"] for r in rep.rows]
     assert steps[:1 + len(STEPS)] == ["qkv", *STEPS] and steps[1 + len(STEPS):-3] == list(REST_OPS)
     assert steps[-3:] == [OUTSIDE_ROW, SEQUENCE_ROW, "forward"]
