@@ -29,7 +29,11 @@ iteration):
    bf16 41.8 -> 36.4 ms on 1 thread and 20.6 -> 19.1 on 2 (split, rows outermost); fp32 164.3
    -> 156.9 ms on 1 thread and 82.6 -> 83.6 on 2 (split, panels outermost). Not on AMD: a Zen 4
    core reads its L3 fast enough that the fused nest stays ahead (1 MiB L2, 8 x 128, split +
-   panels against fused: bf16 +3.5% / +4.9% on 1 / 2 threads, fp32 -0.2% / +1.9%).
+   panels against fused: bf16 +3.5% / +4.9% on 1 / 2 threads, fp32 -0.2% / +1.9%). Where a row
+   block's MLP activations (the down projection's A, read again for every column block) take over
+   half the L2, the steps run split on AMD too: a Zen 3 core (512 KiB L2) at 8 x 128 in fp32
+   (384 KiB of them) ran split in 0.96-0.98x the fused time on 1 and 2 threads (three interleaved
+   runs each), bf16 (192 KiB) in 1.01x.
 
 Activations stay row-major (tokens, channels), so blocks are strided views; weights are cut once
 into (k, bn) column blocks (VNNI-packed for bf16) and all of a layer's sit in one array, its biases
@@ -148,12 +152,12 @@ def tokenizer(path=None):
     return tok
 
 
-def split_steps(row_blocks, threads, itemsize, l2_bytes=None, fast_l3=None):
+def split_steps(row_blocks, threads, itemsize, l2_bytes=None, fast_l3=None, rows=64):
     """(split, panels outermost) for the steps after attention (see the module docstring):
     whether they run as a nest each, and whether the MLP's two projections then walk their weight
     panels outermost. ``l2_bytes``: a core's L2 (None: the host's); ``fast_l3``: whether a core
     streams weights from L3 about as fast as the fused nest uses them (None: True on AMD hosts, as
-    measured on Zen 4; False elsewhere, as on an Emerald Rapids Xeon).
+    measured on Zen 4; False elsewhere, as on an Emerald Rapids Xeon); ``rows``: a row block's.
 
     >>> split_steps(16, 1, 2, 2 << 20, False), split_steps(16, 1, 4, 2 << 20, False)
     ((True, False), (True, True))
@@ -163,11 +167,14 @@ def split_steps(row_blocks, threads, itemsize, l2_bytes=None, fast_l3=None):
     ((True, True), (True, False))
     >>> split_steps(2, 2, 4, 2 << 20, False)                                  # one row block each
     (False, False)
+    >>> split_steps(16, 1, 4, 512 << 10, True), split_steps(16, 1, 2, 512 << 10, True)  # Zen 3
+    ((True, False), (False, False))
     """
     l2 = caches()[1].size if l2_bytes is None else l2_bytes
     fast = host().vendor == "AuthenticAMD" if fast_l3 is None else fast_l3
     mlp = HIDDEN * FFN * itemsize                          # the up (or down) projection's weights
-    several = row_blocks > threads and (mlp * 2 + HIDDEN * HIDDEN * itemsize) > l2 and not fast
+    crowded = (mlp * 2 + HIDDEN * HIDDEN * itemsize > l2 and not fast) or rows * FFN * itemsize > l2 // 2
+    several = row_blocks > threads and crowded
     split = row_blocks % threads != 0 or several
     return split, split and mlp > l2 and not fast
 
@@ -394,7 +401,7 @@ class _Plan:
         bm = row_block(T, nt)
         # split (see split_steps): the third nest cut into a nest per step, each parallel over row
         # and column blocks, with the MLP's activations for all rows
-        self.split, panels_outer = split_steps(T // bm, nt, 2 if bf16 else 4)
+        self.split, panels_outer = split_steps(T // bm, nt, 2 if bf16 else 4, rows=bm)
         self.orders = ("BCA", "BA") if panels_outer else ("ABC", "AB")       # up, down
         H = tpp.empty((T, HIDDEN))
         Hb = tpp.empty((T, HIDDEN), "bf16") if bf16 else None
