@@ -73,6 +73,17 @@ def isa_params(isas=X86_ISAS):
     return out
 
 
+def native_params(isas=X86_ISAS):
+    """pytest params for tests that call kernels through their public call (in place, allocating,
+    tppasm.testing's checks), which runs natively only: each ISA the host runs, the others skipped
+    with the reason (their code is checked in the interpreter by the tests that take
+    :func:`isa_params` and call :func:`run_raw`)."""
+    return [pytest.param(isa, id=isa) if native(isa) else
+            pytest.param(isa, id=isa, marks=pytest.mark.skip(
+                reason=f"public calls run natively and this host has no {isa} ({host().best_isa} is its best)"))
+            for isa in isas]
+
+
 def _root(arr):
     root = arr
     while isinstance(root.base, np.ndarray):

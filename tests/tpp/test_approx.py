@@ -12,7 +12,9 @@ from tppasm import approx
     ("HALF_ERFC_POLY_BF16", lambda: approx._fit_erfc(5, mid=0.0, halve=True)),
     ("EXP_POLY_BF16", lambda: approx._fit_exp(4))])
 def test_polynomials_are_their_fits(name, fit):
-    np.testing.assert_allclose(getattr(approx, name), fit(), rtol=1e-9, atol=1e-15)
+    """Within 2^-24, under float32's step (the kernels take them as float32): a fit on another
+    BLAS moves its last float64 digits (TANH_POLY's first by 2.7e-9 relative on a Zen 3)."""
+    np.testing.assert_allclose(getattr(approx, name), fit(), rtol=2 ** -24, atol=1e-15)
 
 
 @pytest.mark.parametrize("name, args", [("GELU_TABLE_16", (16, 6.0, 5)), ("GELU_TABLE_8", (8, 6.4, 6))])

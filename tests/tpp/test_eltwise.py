@@ -216,7 +216,7 @@ def test_relu_bwd_passes_dy_unless_x_is_at_most_zero(isa, bitmask):
     x = np.float32([[-1.0, -1.0, 0.0, np.nan, 1.0, 5.0, -0.0]])
     want = np.float32([[0, 0, 0, np.inf, 2.0, np.nan, 0]])
     mask = np.zeros((1, 1), np.uint8)
-    get_kernel(Unary("relu", 1, 7, bitmask=True), isa)(x, np.empty_like(x), mask)
+    run_raw(get_kernel(Unary("relu", 1, 7, bitmask=True), isa), (x, np.empty_like(x), mask), isa=isa)
     assert mask.tolist() == [[0b0111000]]           # x[3] (NaN), x[4], x[5]
     k = get_kernel(Unary("relu_bwd", 1, 7, bitmask=bitmask), isa)
     out = poisoned((1, 7), np.float32, 7)

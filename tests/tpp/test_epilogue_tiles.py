@@ -14,7 +14,7 @@ from tppasm.brgemm import Brgemm
 from tppasm.testing import assert_matches_reference
 from tppasm.x86.brgemm import Gen, target_features
 from tppasm.x86.ctile import ACT_EMITTERS
-from tests.support import isa_params
+from tests.support import native_params
 
 SHAPES = {"avx2": [(64, 16, 384), (24, 48, 40), (7, 24, 33)], "avx512": [(64, 64, 384), (64, 32, 64), (9, 48, 17)]}
 
@@ -37,7 +37,7 @@ def test_minilm_up_projection_has_six_rows_on_avx2():
     assert (plan.rows, plan.vecs) == (6, 2)
 
 
-@pytest.mark.parametrize("isa", isa_params(("avx2", "avx512")))
+@pytest.mark.parametrize("isa", native_params(("avx2", "avx512")))
 @pytest.mark.parametrize("act", ["gelu_erf_fast", "sigmoid"])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_full_tiles_with_a_staged_activation_match_numpy(isa, act, dtype):

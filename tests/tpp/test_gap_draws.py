@@ -19,7 +19,7 @@ from tppasm.layout import empty_for
 from tppasm.testing import check
 from tppasm.testing.compare import compare, documented_atol, is_summing
 from tppasm.testing.strategies import operands
-from tests.support import isa_params
+from tests.support import isa_params, native_params
 from tests.tpp.test_brgemm import _round_trip
 
 FAST = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -158,7 +158,7 @@ def _assert_allocating_form(kernel, drawn):
         assert not problems, f"{kernel!r} (allocating form):\n" + "\n".join(problems)
 
 
-@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("isa", native_params())
 @settings(max_examples=40, **FAST)
 @given(data=st.data())
 def test_eltwise_gap_kernels(isa, data):
@@ -168,7 +168,7 @@ def test_eltwise_gap_kernels(isa, data):
     _assert_checks(kernel, drawn)
 
 
-@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("isa", native_params())
 @settings(max_examples=30, **FAST)
 @given(data=st.data())
 def test_public_and_allocating_calls_on_misaligned_arrays(isa, data):
@@ -204,7 +204,7 @@ def in_place(draw, isa):
     return (lambda: getattr(tppasm, kind)(m, n, ldx=ld, ldo=ld, **kw)), "x"
 
 
-@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("isa", native_params())
 @settings(max_examples=25, **FAST)
 @given(data=st.data())
 def test_in_place_calls(isa, data):
