@@ -203,6 +203,17 @@ def test_an_error_in_a_small_element_beside_large_ones_is_caught(act, small):
     assert any("1 of 32 elements differ" in p and "[0, 0] got" in p for p in problems), problems
 
 
+@pytest.mark.parametrize("op, x", [("gelu", -10.3125), ("sigmoid", -90.0)])
+def test_a_denormal_result_of_a_unary_op_may_be_flushed(op, x):
+    """The same for the unary ops: gelu(-10.3125) = -7.6e-41 and sigmoid(-90) = 8.2e-40, denormals
+    the AVX2 kernels flush to zero, pass as zero (2^-126 max(1, |x|) each) and not as 1e-30."""
+    k = tpp.unary(op, 1, 2)
+    arrays = [np.array([[x, 1.0]], F), np.empty((1, 2), F)]
+    assert check(k, arrays) == [] and check(_with_element(k, lambda v: F(0.0), output=1), arrays) == []
+    problems = check(_with_element(k, lambda v: F(-1e-30), output=1), arrays)
+    assert any("1 of 2 elements differ" in p and "[0, 0] got -1.0000" in p for p in problems), problems
+
+
 def _two_scales(shape, small, large, seed=5):
     """Row 0 of values about ``small``, the other rows about ``large``."""
     x = np.random.default_rng(seed).uniform(0.5, 1.0, shape).astype(F)

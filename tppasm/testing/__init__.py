@@ -59,8 +59,8 @@ from ..kernel import ISAUnavailableError, scalar_arg
 from ..layout import empty, empty_for
 from ..operand import as_ndarray, check as check_operand, origin_of
 from .compare import (FTZ_ATOL, NORM_KINDS, RTOL, SUBNORMAL_ATOL, bounds_terms, compare as _compare,  # noqa: F401
-                      documented_atol, epilogue, is_summing, norm_sizes, row_wise, scratch_hint, scratch_positions,
-                      terms_summed, unwritten_hint, without_epilogue)
+                      documented_atol, epilogue, flushed_atol, is_summing, norm_sizes, row_wise, scratch_hint,
+                      scratch_positions, terms_summed, unwritten_hint, without_epilogue)
 
 GUARD = 64                                # bytes of poison before and after each copy, at least
 GUARD_MAX = 64 << 10                      # ... and at most, when one outer step is larger
@@ -428,6 +428,7 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
     skip = {} if kind == "loop" else kernel.desc.unspecified(*ref)
     problems = []
     summing, documented = is_summing(kernel, kind), documented_atol(kernel, kind, arrays)
+    flushed = flushed_atol(kernel, kind, arrays)
     none = [None] * len(arrays)
     sizes, terms, sums = _magnitudes(kernel, kind, arrays, count) if atol is None else (none, 1, none)
     act, rows = epilogue(kernel), row_wise(kernel, kind)
@@ -456,8 +457,8 @@ def check(kernel, arrays, count=None, outputs=None, rtol=None, atol=None):
             floor = None if atol is not None else (FTZ_ATOL if bf16 else SUBNORMAL_ATOL) + documented
             for run, copy in enumerate(copies if i in only else copies[:1]):
                 found = _compare(names[i], copy.view, ref[i], rtol, atol, floor, skip.get(names[i]), summing,
-                                 sizes[i], terms, exact=True, epilogue=act, rows=rows,
-                                 sums=sums[i])
+                                 sizes[i], terms, exact=True, epilogue=act, rows=rows, sums=sums[i],
+                                 flushed=flushed if flushed is not None and flushed.shape == ref[i].shape else None)
                 if found:
                     if not run:
                         found = [found[0] + scratch_hint(kind, names[i], copy.view, ref[i], arrays[i])]

@@ -11,7 +11,8 @@ so a row of small results is held to its own scale); a layer norm's or RMSNorm's
 ``rtol`` times its size, :func:`norm_sizes` (``r |gamma| (max|x_row| + |mean|) + |beta|``, what
 fp32's rounding of the mean and of ``x - mean`` scales with). Both add a small floor (results that
 are all subnormal; bf16 dot products flush denormals to zero), and an op documented to an absolute
-error (``gelu_erf_fast``: 2^-22 max(1, |x|)) adds that error.
+error (``gelu_erf_fast``: 2^-22 max(1, |x|)) adds that error; a unary math op's element may also be
+off by 2^-126 max(1, |x|), a denormal result flushed to zero (:func:`flushed_atol`).
 
 A kind whose reference sums products of its inputs (:func:`bounds_terms`: BRGEMMs, ``gemm_nt``,
 block SpMM, muladd, add and sumsq reductions) is also run on the absolute values of its float
@@ -76,6 +77,8 @@ ABSOLUTE_ERROR = {"gelu_erf_fast": 2.0 ** -22}
 # to zero (tppasm.x86.math: denormal results; the AVX2 exp flushes them, so GELU far left and a
 # sigmoid below -87.3 give 0 where AVX-512's vscalefps keeps the denormal)
 FLUSHED_ATOL = float(np.finfo(np.float32).tiny)
+# the unary ops whose results may be flushed denormals so (per element: 2^-126 max(1, |x|))
+FLUSHING_OPS = frozenset({"exp", "sigmoid", "tanh", "gelu", "gelu_erf", "gelu_erf_fast"})
 # a bending BRGEMM epilogue's steepest slope (rounded up): an error e in a sum moves its result by at
 # most slope * e (GELU's, 1.1290, at x = sqrt(2); sigmoid's at 0); None and ReLU pass the sum's error on
 EPILOGUE_SLOPE = {"gelu": 1.13, "gelu_erf": 1.13, "gelu_erf_fast": 1.13, "sigmoid": 0.25, "tanh": 1.0}
@@ -172,10 +175,11 @@ def _gamma(n):
 
 
 def compare(name, got, want, rtol, atol, floor=None, skip=None, summing=True, magnitude=None, terms=1, exact=False,
-            epilogue=None, rows=False, sums=None):
+            epilogue=None, rows=False, sums=None, flushed=None):
     """Problems (strings) where ``got`` differs from ``want``; ``floor``: the least ``atol``;
     ``skip``: a mask of elements whose values are unspecified; ``summing``: a kind that sums;
-    ``magnitude``, ``terms``, ``exact``, ``epilogue``, ``rows``, ``sums``: see :func:`tolerance`."""
+    ``magnitude``, ``terms``, ``exact``, ``epilogue``, ``rows``, ``sums``: see :func:`tolerance`;
+    ``flushed``: per element, how far a flushed denormal may put it off (:func:`flushed_atol`)."""
     floats = "bf16" if got.dtype.name == "bfloat16" else "f32" if got.dtype.kind == "f" else None
     if floats:
         with np.errstate(invalid="ignore"):          # a signalling NaN warns as it is cast
@@ -183,6 +187,9 @@ def compare(name, got, want, rtol, atol, floor=None, skip=None, summing=True, ma
         tol, text = tolerance(w, floats, summing, rtol, atol, floor, magnitude, terms, exact, epilogue, rows, sums)
         with np.errstate(invalid="ignore"):
             ok = (np.abs(g - w) <= tol) | (g == w) | (np.isnan(g) & np.isnan(w))
+            if flushed is not None:
+                ok |= np.abs(g - w) <= flushed
+                text = text[:-1] + "; or 2^-126 max(1, |x|), a denormal result flushed)"
     else:
         g, w = got, np.asarray(want)
         ok = g == w
@@ -212,6 +219,23 @@ def documented_atol(kernel, kind, arrays):
         x = np.abs(np.asarray(arrays[0]).astype(np.float64))
     finite = x[np.isfinite(x)]
     return ABSOLUTE_ERROR[op] * max(1.0, float(finite.max()) if finite.size else 1.0)
+
+
+def flushed_atol(kernel, kind, arrays):
+    """Per element of a unary op of :data:`FLUSHING_OPS`, what a denormal result flushed to zero
+    puts it off by at most, 2^-126 max(1, |x|) (:data:`FLUSHED_ATOL`; tppasm.x86.math: the AVX2
+    kernels flush GELU far left, a sigmoid below -87.3); None for other kernels.
+
+    >>> import tppasm
+    >>> flushed_atol(tppasm.unary("gelu", 1, 2), "kernel", [np.array([[-10.0, 0.5]])]) / 2.0 ** -126
+    array([[10.,  1.]])
+    """
+    desc = getattr(kernel, "desc", None)
+    if kind != "kernel" or getattr(desc, "kind", None) != "unary" or getattr(desc, "op", None) not in FLUSHING_OPS:
+        return None
+    with np.errstate(invalid="ignore"):
+        x = np.abs(np.asarray(arrays[0]).astype(np.float64))
+    return FLUSHED_ATOL * np.maximum(1.0, np.where(np.isfinite(x), x, 0.0))
 
 
 def is_summing(kernel, kind):
