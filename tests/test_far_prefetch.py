@@ -79,3 +79,31 @@ def test_only_brgemm_keys_carry_the_brgemm_options(monkeypatch, tmp_path):
         assert code.raw_key(relu, "amx") == keys["0", "0"][0]
     finally:
         amx_probe.reset()
+
+
+@pytest.mark.parametrize("count", [3, 6, 8, 13])
+def test_a_is_prefetched_only_for_a_next_chunk_of_the_same_call(monkeypatch, count):
+    """The far prefetch of A reaches the next chunk of the call and never past the call's blocks
+    plus one chunk; the last chunk prefetches B's blocks after the call's (a nest's next weight
+    block) but no A (a nest over column blocks calls again on the same A). Run in the interpreter:
+    the prefetched addresses, by operand and batch block."""
+    import numpy as np
+    from isa.x86.interp import Machine
+    monkeypatch.setenv(far_prefetch.ENV, "1")
+    gen = x86_brgemm.Gen(DESC, "avx2", x86_brgemm.target_features("avx2"))
+    code = gen.build().code
+    chunk, block = gen.chunk, DESC.m * DESC.k * 4
+    assert gen.far_a == chunk * block and gen.far_b == chunk * block
+    rng = np.random.default_rng(count)
+    a, b = (rng.standard_normal((count + 2 * chunk, 64, 64)).astype(np.float32) for _ in range(2))  # room
+    c = np.full((64, 64), np.nan, np.float32)
+    m = Machine()
+    pa, pb, pc = m.map(a), m.map(b), m.map(c)
+    m.call(code, args=[pa, pb, pc, count])
+    np.testing.assert_allclose(m.read(pc, like=c), np.einsum("bmk,bkn->mn", a[:count], b[:count]), rtol=1e-4, atol=1e-3)
+    far = [op[3] for op in m.stats.tile_ops if op[0] == "prefetcht1"]
+    a_blocks = {(addr - pa) // block for addr in far if 0 <= addr - pa < (count + chunk) * block}
+    b_blocks = {(addr - pb) // block for addr in far if 0 <= addr - pb < (count + chunk) * block}
+    last = (count - 1) // chunk * chunk                       # the last chunk's first block
+    assert a_blocks == set(range(chunk, last + chunk)) if count > chunk else not a_blocks
+    assert b_blocks == set(range(chunk, count + chunk))

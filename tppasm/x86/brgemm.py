@@ -194,11 +194,15 @@ class Gen(CTile):
     def far_distances(self):
         """Bytes from a batch block of A and of B to the same place one chunk on (0, 0: none).
         While a chunk runs, its tiles prefetch the next chunk into L2 at these distances, and the
-        last chunk the blocks after the call's, where a nest's next call usually reads; found worth
-        3-6% of the FMA peak in a 2048^3 fp32 GEMM of 64x64 and 128x64 blocks, whose B otherwise
-        arrives from L3 on demand. Smaller blocks mostly stay in L1, where the prefetches would only
-        take issue slots; pointer batches have no known distance. Only where
-        :func:`tppasm.x86.far_prefetch.enabled` (AMD: on Intel they cost 15-28%)."""
+        last chunk the B blocks after the call's, where a nest's next call usually reads (the next
+        column block of blocked weights, or the next k step); found worth 3-6% of the FMA peak in a
+        2048^3 fp32 GEMM of 64x64 and 128x64 blocks, whose B otherwise arrives from L3 on demand.
+        Not A's after the call: a nest over column blocks calls again on the same A, and those lines
+        were bytes nothing read, crowding L2 (MiniLM at 1 x 32 tokens, fp32, Zen 3: each call of its
+        32 x 16 x 384 GEMMs fetched 54 KiB of them; without, the forward took 0.95x the time on 1
+        thread and 0.96x on 2; GEMMs and convolutions unchanged). Smaller blocks mostly stay in L1,
+        where the prefetches would only take issue slots; pointer batches have no known distance.
+        Only where :func:`tppasm.x86.far_prefetch.enabled` (AMD: on Intel they cost 15-28%)."""
         d = self.d
         far = self.chunk * d.stride_a * self.es_a, self.chunk * d.stride_b * self.es_b
         if (not self.chunk or d.batch != "stride" or self.block_bytes() < FAR_BLOCK_BYTES or max(far) >= 1 << 31
@@ -450,8 +454,12 @@ class Gen(CTile):
         a.bind(loop)
         if self.far_a and unroll > 1:                   # each A row's next-chunk line, once per iteration
             rows, row_a = args[0], args[-1]
+            past = a.label()
+            a.cmp(qword[rsp + self.slots["last"]], 0)   # the call's last chunk: no next one (far_distances)
+            a.jne(past)
             for i in range(rows):
                 a.prefetcht1([r["a_k"] + i * row_a + self.far_a])
+            a.bind(past)
         if self.next_rows and unroll > 1:              # the next row tile's A lines, into L2
             rows, row_a = args[0], args[-1]
             for i in range(rows):
