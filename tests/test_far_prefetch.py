@@ -107,3 +107,32 @@ def test_a_is_prefetched_only_for_a_next_chunk_of_the_same_call(monkeypatch, cou
     last = (count - 1) // chunk * chunk                       # the last chunk's first block
     assert a_blocks == set(range(chunk, last + chunk)) if count > chunk else not a_blocks
     assert b_blocks == set(range(chunk, count + chunk))
+
+
+def test_the_far_prefetch_of_b_walks_the_next_chunk_once_over_all_tiles(monkeypatch):
+    """MiniLM's 32 x 16 x 384 GEMM (six row tiles, one block a call, chunks of 2): its far
+    prefetches of B form one ascending walk through the block two on, every line of it, at most a
+    line an iteration past it (not the same lines again from every row tile, nor all of them
+    from the first). In the interpreter, with the result checked."""
+    import numpy as np
+    from isa.x86.interp import Machine
+    monkeypatch.setenv(far_prefetch.ENV, "1")
+    desc = Brgemm(m=32, n=16, k=384, lda=384, ldc=16)
+    gen = x86_brgemm.Gen(desc, "avx2", x86_brgemm.target_features("avx2"))
+    code = gen.build().code
+    block = 384 * 16 * 4
+    assert gen.chunk == 2 and gen.far_b == 2 * block and 0 < gen.spread < 128
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((1, 32, 384)).astype(np.float32)
+    b = rng.standard_normal((4, 384, 16)).astype(np.float32)       # the call's block, then three more
+    c = np.full((32, 16), np.nan, np.float32)
+    m = Machine()
+    pa, pb, pc = m.map(a), m.map(b), m.map(c)
+    m.call(code, args=[pa, pb, pc, 1])
+    np.testing.assert_allclose(m.read(pc, like=c), a[0] @ b[0], rtol=1e-4, atol=1e-3)
+    walk = [op[3] - pb for op in m.stats.tile_ops if op[0] == "prefetcht1" and op[3] - pb >= block]
+    lines = sorted({x // 64 for x in walk})
+    assert walk == sorted(walk)
+    assert lines[0] == 2 * block // 64 and lines[-1] - lines[0] + 1 == len(lines)   # from block 2, no gaps
+    iterations = len(walk) // len(range(0, gen.spread, 64))                          # (prefetches each)
+    assert 3 * block <= lines[-1] * 64 + 64 <= 3 * block + iterations + 128         # rounding: a byte an iteration

@@ -16,6 +16,7 @@ from tppasm.kernel import get_kernel
 from tppasm.dtypes import dtype as np_dtype
 from tppasm.operand import OperandError
 from tppasm.x86 import brgemm as x86_brgemm
+from tppasm.x86 import prefetch as x86_prefetch
 from tppasm.x86.brgemm import generate_brgemm, target_features
 from tests.support import assert_same_non_finite, isa_params, native, sprinkle
 
@@ -226,7 +227,7 @@ def test_brgemm_in_batch_chunks(isa, dtype, features, data):
     per_chunk = data.draw(st.integers(1, 2))
     with pytest.MonkeyPatch.context() as mp:      # fresh code (not the kernel cache), chunked
         mp.setattr(x86_brgemm.Gen, "chunk_size", lambda self: 0 if self.bf16_out else per_chunk)
-        mp.setattr(x86_brgemm, "FAR_BLOCK_BYTES", 0)
+        mp.setattr(x86_prefetch, "FAR_BLOCK_BYTES", 0)
         _round_trip(desc, isa, (tuple(target_features(isa)) if feats is None else feats, where), count,
                     data.draw(st.integers(0, 2 ** 32 - 1)))
 

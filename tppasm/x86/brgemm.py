@@ -28,23 +28,20 @@ from isa.x86.function import CALLEE_SAVED, INT_ARGS
 
 from ..backends import register
 from .batch import add_imm, next_batch
-from .blocking import ALIASED_ROWS, plan, row_runs, rows_per_set
+from .blocking import plan, row_runs
 from .ctile import CTile, _math, desc_act_heavy, if_else
-from . import far_prefetch
 from .dot import choose_dot
+from .prefetch import PREFETCH_B, STREAM_ROWS, Prefetches  # noqa: F401 (PREFETCH_B, STREAM_ROWS: for callers)
 from .vector import Mask, VectorISA
 
 ES = {"f32": 4, "bf16": 2, "u8": 1, "i8": 1, "i32": 4}
 EPILOGUE_REGS = 4                # vector registers an epilogue keeps beside the accumulators (see Gen)
 FULL_AVX512 = frozenset({"avx512_bf16", "avx512_vnni"})
 UNROLL_ALL, UNROLL, UNROLL_INSTRUCTIONS = 16, 8, 120
-PREFETCH_B = 8                  # k groups ahead (prefetches never fault)
-FAR_BLOCK_BYTES = 16 << 10      # A and B bytes of a batch block from which the next chunk is prefetched
 L2_BYTES, L2_COUNT = 512 << 10, 16
 CHUNK_BYTES = 192 << 10         # A and B bytes of one chunk of the batch: well inside L2
 SHALLOW_K, SHALLOW_B_BYTES = 48, 384 << 10     # see rows_outer
 STREAM_A_RATIO = 4              # an A block this many times the B block or more streams (see streams_a)
-STREAM_ROWS = 4                 # kernels of at most this many rows get no software prefetch (see near_b)
 
 
 # -- inner products ------------------------------------------------------------------------------
@@ -59,7 +56,7 @@ def target_features(isa):
 
 # -- code generation -----------------------------------------------------------------------------
 
-class Gen(CTile):
+class Gen(CTile, Prefetches):
     """State of one kernel's generation: assembler, vector ISA, registers, the plan."""
 
     def __init__(self, desc, isa, features):
@@ -116,15 +113,16 @@ class Gen(CTile):
     def build(self):
         p = self.plan
         self.gprs()
-        names = ("colB", "colC", "colN", "left", "first", "last", "stage")
+        self.chunk = self.chunk_size()
+        self.far_a, self.far_b = self.far_distances()
+        self.near_b = self.near_distance()
+        self.spread = self.spread_bytes()
+        names = ("colB", "colC", "colN", "left", "first", "last") + (("farB",) if self.spread else ()) + ("stage",)
         self.slots = {name: 8 * i for i, name in enumerate(names)}
         self.slots["end"] = self.slots["stage"] + (self.v.nregs * self.v.bytes if desc_act_heavy(self.d) else 0)
         self.consts = _math().Consts(self.v)         # every vector constant, in the stack frame
         self.consts.BASE = (self.slots["end"] + 63) // 64 * 64
         self.mask = self.tail_mask(p.tail) if p.tail else None
-        self.chunk = self.chunk_size()
-        self.far_a, self.far_b = self.far_distances()
-        self.near_b = self.near_distance()
         self.next_rows = self.streams_a() and self.d.prefetch
         self.stream_c = self.streams_c()
         if self.chunk:
@@ -191,43 +189,6 @@ class Gen(CTile):
         d = self.d
         return d.m * d.k * self.es_a + d.k * d.n * self.es_b
 
-    def far_distances(self):
-        """Bytes from a batch block of A and of B to the same place one chunk on (0, 0: none).
-        While a chunk runs, its tiles prefetch the next chunk into L2 at these distances, and the
-        last chunk the B blocks after the call's, where a nest's next call usually reads (the next
-        column block of blocked weights, or the next k step); found worth 3-6% of the FMA peak in a
-        2048^3 fp32 GEMM of 64x64 and 128x64 blocks, whose B otherwise arrives from L3 on demand.
-        Not A's after the call: a nest over column blocks calls again on the same A, and those lines
-        were bytes nothing read, crowding L2 (MiniLM at 1 x 32 tokens, fp32, Zen 3: each call of its
-        32 x 16 x 384 GEMMs fetched 54 KiB of them; without, the forward took 0.95x the time on 1
-        thread and 0.96x on 2; GEMMs and convolutions unchanged). Smaller blocks mostly stay in L1,
-        where the prefetches would only take issue slots; pointer batches have no known distance.
-        Only where :func:`tppasm.x86.far_prefetch.enabled` (AMD: on Intel they cost 15-28%)."""
-        d = self.d
-        far = self.chunk * d.stride_a * self.es_a, self.chunk * d.stride_b * self.es_b
-        if (not self.chunk or d.batch != "stride" or self.block_bytes() < FAR_BLOCK_BYTES or max(far) >= 1 << 31
-                or d.m <= STREAM_ROWS or not d.prefetch or not far_prefetch.enabled()):   # (32-bit displacements)
-            return 0, 0
-        return far
-
-    def near_distance(self):
-        """Bytes ahead of each B line to prefetch into L1 (0: none). A kernel of at most
-        ``STREAM_ROWS`` rows reads each B line once for as many FMAs (a GEMV, batch-1 decoding):
-        it streams B from memory, where the hardware prefetcher alone keeps up and software
-        prefetches only cost issue slots and miss buffers. Measured on Zen 4, 1 thread, B panels
-        of 2048 x 64 swept cold from DRAM: m = 1, 2, 4 read B at 0.73-0.87 of a plain read sweep
-        with the near and far prefetches and at 0.94-1.09 without; m = 8, whose two row tiles (6 + 2)
-        read B twice, loses without them (0.58-0.75 against 0.79-0.92).
-
-        None either when the B rows up to the prefetched one crowd one L1 set (``ldb`` a multiple
-        of 4 KiB, see :data:`~tppasm.x86.blocking.ALIASED_ROWS`): each prefetch would evict a line
-        still in use. Zen 4, 1 thread, fp32 64 x 64 x 64 x 8 blocks with A, B and C 4096 floats
-        apart at one offset in a page: 57 us with them, 46 without (1040 floats: 37 either way)."""
-        d = self.d
-        if d.m <= STREAM_ROWS or not d.prefetch or rows_per_set(d.ldb * 4, PREFETCH_B + 1) > ALIASED_ROWS:
-            return 0
-        return PREFETCH_B * d.ldb * 4
-
     def over_chunks(self, body):
         """``body()`` once per chunk of ``chunk`` batch blocks (the last one shorter), with the
         count register holding the chunk's blocks, the batch operands advanced, and the stack
@@ -245,6 +206,7 @@ class Gen(CTile):
         a.mov(count, self.chunk)
         a.mov(qword[rsp + sl["last"]], 0)
         a.bind(go)
+        self.start_spread(tmp)
         body()
         a.mov(qword[rsp + sl["first"]], 0)
         a.mov(tmp, [rsp + sl["left"]])
@@ -426,7 +388,7 @@ class Gen(CTile):
             tail = lambda u, first=False: self.group(u * step, u * row_b, *args, part=part, first=first)  # noqa: E731
         else:
             tail = lambda u, first=False: None  # noqa: E731
-        if groups <= UNROLL_ALL and groups * self.group_size(rows, vecs) <= 2 * UNROLL_INSTRUCTIONS:
+        if self.unrolled_whole(groups, rows, vecs):
             for u in range(groups):
                 self.group(u * step, u * row_b, *args, first=u == 0)
             tail(groups, first=groups == 0)
@@ -452,18 +414,8 @@ class Gen(CTile):
         loop = a.label()
         a.mov(r["k"], iters)
         a.bind(loop)
-        if self.far_a and unroll > 1:                   # each A row's next-chunk line, once per iteration
-            rows, row_a = args[0], args[-1]
-            past = a.label()
-            a.cmp(qword[rsp + self.slots["last"]], 0)   # the call's last chunk: no next one (far_distances)
-            a.jne(past)
-            for i in range(rows):
-                a.prefetcht1([r["a_k"] + i * row_a + self.far_a])
-            a.bind(past)
-        if self.next_rows and unroll > 1:              # the next row tile's A lines, into L2
-            rows, row_a = args[0], args[-1]
-            for i in range(rows):
-                a.prefetcht1([r["a_k"] + (rows + i) * row_a])
+        if unroll > 1:
+            self.iteration_prefetches(args[0], args[-1])
         for u in range(unroll):
             self.group(u * step, u * row_b, *args)
         self.advance(unroll, step, row_b)
@@ -507,6 +459,18 @@ class Gen(CTile):
         """k groups per loop iteration: up to UNROLL, fewer for long group bodies (JIT time)."""
         return max(2, min(UNROLL, UNROLL_INSTRUCTIONS // self.group_size(rows, vecs)))
 
+    def k_iterations(self, rows, vecs):
+        """Iterations of the k loop of several groups (:meth:`k_steps`) per batch block of a rows
+        x vecs tile (0: k unrolled whole)."""
+        groups = self.d.k // self.d.vnni
+        if self.unrolled_whole(groups, rows, vecs):
+            return 0
+        return (groups - (1 if self.dot.halves else 0)) // self.unroll(rows, vecs)
+
+    def unrolled_whole(self, groups, rows, vecs):
+        """Whether a k of ``groups`` groups is unrolled whole (no loop) in a rows x vecs tile."""
+        return groups <= UNROLL_ALL and groups * self.group_size(rows, vecs) <= 2 * UNROLL_INSTRUCTIONS
+
     def group_size(self, rows, vecs):
         """Instructions per k group of a rows x vecs tile."""
         dot = self.dot
@@ -518,11 +482,7 @@ class Gen(CTile):
         ``first``: the first group of a batch block (nothing of the operand lies before it)."""
         g, dot, r = self, self.dot, self.r
         if not part:
-            for line in range(0, vecs * self.v.bytes, 64):
-                if self.near_b:
-                    self.a.prefetcht0([r["b_k"] + b_off + self.near_b + line])
-                if self.far_b:
-                    self.a.prefetcht1([r["b_k"] + b_off + self.far_b + line])
+            self.group_prefetches(r["b_k"] + b_off, vecs * self.v.bytes)
         self.pace()
         if dot.halves:
             self.group_halves(a_off, b_off, rows, vecs, acc, b, a_regs, masked, row_a, part, first)
