@@ -1,8 +1,12 @@
 """Whether the x86 BRGEMM prefetches the next batch chunk into L2 (``prefetcht1``, see
-:meth:`tppasm.x86.brgemm.Gen.far_distances`): on AMD, off on every other vendor.
+:mod:`tppasm.x86.prefetch`): on AMD, off on every other vendor.
 
 The far prefetch was measured on a Zen 4 core, where it is worth 3-6% of the FMA peak in a
-2048^3 fp32 GEMM whose B blocks otherwise arrive from L3 on demand. On an Intel Xeon with AMX
+2048^3 fp32 GEMM whose B blocks otherwise arrive from L3 on demand; on a Zen 3 core, spread over
+the k loops, it takes fp32 BRGEMMs of 48^3 to 80^3 x 16 from 85-90% of the FMA peak to 94-95%.
+The Intel figures below are of its earlier form, every k group of every row tile prefetching its
+B line one chunk on (the first row tile fetching the whole chunk at the pace it reads B: a burst),
+not of the spread one, which no Intel host has run yet. On an Intel Xeon with AMX
 (2-core KVM guest, 1 thread; ``python -m bench tpp`` and the DSL GEMM of ``python -m bench
 gemm``) the same prefetches cost 15-28%: fp32 BRGEMMs 64x64x64x16 140 -> 168 GFLOP/s without
 them, 64x32x64x8 132 -> 169, 80x80x80x16 140 -> 169 (of a 188 GFLOP/s FMA peak); the GEMM
