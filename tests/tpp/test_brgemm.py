@@ -486,7 +486,7 @@ def test_few_row_kernels_stream_b_without_software_prefetch(monkeypatch):
     """Up to STREAM_ROWS rows (a GEMV: each B line read once) the kernel leaves B to the hardware
     prefetcher; from the next row count on, it prefetches B lines into L1 and (with the far prefetch
     on) the next chunk into L2."""
-    from tppasm.x86.brgemm import STREAM_ROWS
+    from tppasm.x86.prefetch import STREAM_ROWS
     monkeypatch.setenv("TPPASM_FAR_PREFETCH", "1")
 
     def prefetches(m, dtype):

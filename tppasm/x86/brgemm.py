@@ -31,7 +31,7 @@ from .batch import add_imm, next_batch
 from .blocking import plan, row_runs
 from .ctile import CTile, _math, desc_act_heavy, if_else
 from .dot import choose_dot
-from .prefetch import PREFETCH_B, STREAM_ROWS, Prefetches  # noqa: F401 (PREFETCH_B, STREAM_ROWS: for callers)
+from .prefetch import Prefetches
 from .vector import Mask, VectorISA
 
 ES = {"f32": 4, "bf16": 2, "u8": 1, "i8": 1, "i32": 4}

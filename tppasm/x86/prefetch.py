@@ -3,8 +3,8 @@ near (each B line a few k groups ahead, into L1) and far (the next batch chunk, 
 :mod:`tppasm.x86.far_prefetch` turns it on: AMD). The far prefetch of B spreads over every k-loop
 iteration of the call (:func:`spread_step`); of A, each row's next-chunk line, once an iteration.
 
->>> spread_step(48 << 10, 6 * 2 * 64)     # MiniLM's 32 x 16 x 384 GEMM: 2 blocks ahead, a line an iteration
-64
+>>> spread_step(48 << 10, 2 * 344)    # MiniLM's AVX2 32 x 16 x 384 GEMM: chunks of 2, 344 iterations a block
+72
 """
 from isa.x86 import qword, rsp
 
@@ -20,7 +20,7 @@ def spread_step(region, iterations):
     """Bytes of a ``region`` (the next chunk's B) to prefetch per k-loop iteration so that
     ``iterations`` of them cover it: whole, never more than ``iterations`` bytes past its end.
 
-    >>> spread_step(128 << 10, 22 * 512)      # LLaMA's bf16 64 x 32 x 2048 on AVX2: a line every 5 iterations
+    >>> spread_step(128 << 10, 11242)      # LLaMA's AVX2 bf16 64 x 32 x 2048: a line every 5 or 6 iterations
     12
     """
     return -(-region // iterations)
