@@ -111,9 +111,9 @@ def test_a_is_prefetched_only_for_a_next_chunk_of_the_same_call(monkeypatch, cou
 
 def test_the_far_prefetch_of_b_walks_the_next_chunk_once_over_all_tiles(monkeypatch):
     """MiniLM's 32 x 16 x 384 GEMM (six row tiles, one block a call, chunks of 2): its far
-    prefetches of B form one ascending walk through the block two on, every line of it, at most a
-    line an iteration past it (not the same lines again from every row tile, nor all of them
-    from the first). In the interpreter, with the result checked."""
+    prefetches of B form one ascending walk through the block two on, every line of it, past it by
+    at most a byte an iteration of rounding (not the same lines again from every row tile, nor all
+    of them from the first). In the interpreter, with the result checked."""
     import numpy as np
     from isa.x86.interp import Machine
     monkeypatch.setenv(far_prefetch.ENV, "1")

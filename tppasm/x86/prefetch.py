@@ -36,12 +36,15 @@ class Prefetches:
         last chunk the B blocks after the call's, where a nest's next call usually reads (the next
         column block of blocked weights, or the next k step); found worth 3-6% of the FMA peak in a
         2048^3 fp32 GEMM of 64x64 and 128x64 blocks, whose B otherwise arrives from L3 on demand.
-        Not A's after the call: a nest over column blocks calls again on the same A, and those lines
-        were bytes nothing read, crowding L2 (MiniLM at 1 x 32 tokens, fp32, Zen 3: each call of its
-        32 x 16 x 384 GEMMs fetched 54 KiB of them; without, the forward took 0.95x the time on 1
-        thread and 0.96x on 2; GEMMs and convolutions unchanged). Smaller blocks mostly stay in L1,
-        where the prefetches would only take issue slots; pointer batches have no known distance.
-        Only where :func:`tppasm.x86.far_prefetch.enabled` (AMD: on Intel they cost 15-28%)."""
+        Not A's after the call: a nest over column blocks calls again on the same A, and with one
+        block a call ``stride_a`` need not be a block's size at all (on Zen 3, 1 thread: MiniLM's
+        fp32 forward at 1 x 32 tokens, whose 32 x 16 x 384 GEMMs fetched 54 KiB of lines nothing
+        read a call, took 0.95x the time without them, 0.96x on 2 threads; LLaMA's bf16 prefill,
+        whose 64 x 32 x 2048 gate/up GEMM, ``stride_a`` one 4 KiB row, prefetched the row below each
+        of its tile's rows every 2 k groups, 0.75x: gate/up 335 -> 222 ms; GEMMs and convolutions
+        unchanged). Smaller blocks mostly stay in L1, where the prefetches would only take issue
+        slots; pointer batches have no known distance. Only where
+        :func:`tppasm.x86.far_prefetch.enabled` (AMD: on Intel they cost 15-28%)."""
         d = self.d
         far = self.chunk * d.stride_a * self.es_a, self.chunk * d.stride_b * self.es_b
         if (not self.chunk or d.batch != "stride" or self.block_bytes() < FAR_BLOCK_BYTES or max(far) >= 1 << 31
