@@ -397,8 +397,8 @@ class Gen(CTile, Prefetches):
             self.group(0, 0, *args, first=True)
             self.advance(1, step, row_b)
             groups -= 1
-        unroll = self.unroll(rows, vecs)
-        iters, rem = divmod(groups, unroll)
+        unroll, iters = self.unroll(rows, vecs), self.k_iterations(rows, vecs)
+        rem = groups - iters * unroll
         if iters:
             self.k_steps(unroll, iters, step, row_b, args)
         if rem > 1:                                     # a loop of one group: JIT time and code size
