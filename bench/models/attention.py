@@ -2,10 +2,10 @@
 
 Q, K and V are column blocks of one row-major ``QKV`` (tokens, 3 * heads * d) array. Per (b, h):
 K's block is transposed into per-thread scratch, scores ``Q K^T`` (BRGEMM, k = d), softmax with the
-1/sqrt(d) scale and the sequence's additive mask (in place), V's block copied into per-thread
-scratch, context ``P V`` (BRGEMM, k = length) into the head's columns of ``Ctx``. The copy is for
-the L1: V's rows lie 3 * heads * d apart in ``QKV`` (4.5 KiB for MiniLM), so the 16 KiB block
-fills few of its sets and is read again from L2 for every row block of P; packed, the context
+1/sqrt(d) scale (none where Q comes scaled) and the sequence's additive mask (in place), V's block
+copied into per-thread scratch, context ``P V`` (BRGEMM, k = length) into the head's columns of
+``Ctx``. The copy is for the L1: V's rows lie 3 * heads * d apart in ``QKV`` (4.5 KiB for MiniLM),
+so the 16 KiB block fills few of its sets and is read again from L2 for every row block of P; packed, the context
 BRGEMM ran at 88-91 GFLOP/s instead of 58 on a Zen 3 core (128 x 32 x 128), the copy 0.7 us of
 its 12, and MiniLM's attention at 8 x 128 in 0.90x the time on 1 and 2 threads.
 
@@ -34,16 +34,17 @@ STEPS = ("k_transpose", "scores", "softmax", "v_pack", "context")
 
 
 class Attention:
-    """Self-attention for ``B`` sequences of ``L`` (padded) tokens, ``heads`` heads of ``d``."""
+    """Self-attention for ``B`` sequences of ``L`` (padded) tokens, ``heads`` heads of ``d``;
+    ``scale`` multiplies the scores in the softmax (1.0 for queries that come scaled already)."""
 
-    def __init__(self, B, L, heads, d, dtype, pool):
+    def __init__(self, B, L, heads, d, dtype, pool, scale=None):
         hidden = heads * d
         ld = 3 * hidden
         nt = pool.nthreads
         self.dtype, self.B, self.L, self.heads, self.d, self.pool = dtype, B, L, heads, d, pool
         self.S = tpp.empty((nt, L, L))
-        k = self.k = SimpleNamespace(softmax=tpp.softmax(L, L, scale=d ** -0.5, mask="row",
-                                                         out_dtype=dtype))
+        scale = d ** -0.5 if scale is None else scale
+        k = self.k = SimpleNamespace(softmax=tpp.softmax(L, L, scale=scale, mask="row", out_dtype=dtype))
         if dtype == "f32":
             self.KT = tpp.empty((nt, 1, d, L))
             self.V = tpp.empty((nt, 1, L, d))
