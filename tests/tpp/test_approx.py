@@ -10,6 +10,7 @@ from tppasm import approx
     ("TANH_POLY", lambda: approx._fit_tanh()),
     ("ERFC_POLY", lambda: approx._fit_erfc()),
     ("HALF_ERFC_POLY_BF16", lambda: approx._fit_erfc(5, mid=0.0, halve=True)),
+    ("EXP_POLY", lambda: approx._fit_exp(6)),
     ("EXP_POLY_BF16", lambda: approx._fit_exp(4))])
 def test_polynomials_are_their_fits(name, fit):
     """Within 2^-24, under float32's step (the kernels take them as float32): a fit on another

@@ -6,7 +6,7 @@ of at least ``NTMP[name]`` scratch z registers distinct from both, ``c`` a :clas
 lanes are computed (governing predicate ``c.pg``, all true); ``c.ptmp`` is clobbered.
 
 The algorithms are the x86 ones (:mod:`tppasm.x86.math`, same polynomials): exp by Cody-Waite
-reduction, a degree-7 polynomial and ``fscale`` (exact scaling, no two-factor trick needed);
+reduction, a degree-6 polynomial and ``fscale`` (exact scaling, no two-factor trick needed);
 tanh, sigmoid, both gelu forms and their gradients from exp; reciprocal and rsqrt by the
 ``frecpe``/``frsqrte`` estimates and two Newton steps (``frecps``/``frsqrts``; no divide: ``fdiv``
 and ``fsqrt`` are not pipelined on A64FX-class cores); sqrt is ``fsqrt`` (exact).
