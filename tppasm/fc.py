@@ -8,8 +8,8 @@ in_features), the bias b has M values, and
     backward is gelu_erf's).
 
 The forward transposes w (and packs it to VNNI2 for bf16) in panels of 64 of its rows, each used
-at once by a BRGEMM over all of x's rows with bias + relu fused in its epilogue
-(:class:`PanelGemm`; one panel where w fits in a core's L2). Where x has fewer elements than w
+at once by BRGEMMs over runs of x's rows with bias + relu fused in their epilogue
+(:class:`PanelGemm`; one panel where w fits in a core's L2; :mod:`tppasm.fc_panels`). Where x has fewer elements than w
 and few rows (:func:`transposed`), it computes ``(w @ x.T).T`` and moves x and y instead of w; for up to
 :data:`DOT_ROWS` rows (:func:`dots`: a decoder's next token) it takes the dot products of x's rows
 with w's as stored (:mod:`tppasm.fc_dots`, :func:`tppasm.gemm_nt`), streaming w once at the speed of
@@ -45,6 +45,7 @@ from .fc_dots import (DOT_ROWS, DotGemm, dot_kernels, dots, few_columns, forward
                       mid_dots)
 from .fc_operands import PackedWeight, TransposedB, k_blocks
 from .fc_parallel import parallel_kernels as _parallel_kernels
+from .fc_panels import PANEL, PANEL_K, PANEL_ROWS, RowGemm, packed_stride, panel_rows, panel_stride  # noqa: F401
 from .fc_parallel import COLUMN_SPLIT_ROWS, part_flops, row_blocks, split
 from .layout import empty
 
@@ -150,8 +151,9 @@ def pack(w):
     if min(w.shape):                                # (an empty product never reads panels)
         gemm = PanelGemm(1, *w.shape, dt, panel=packed_panel_width(*w.shape, dt))
         for c0, c1 in gemm.panels:
-            calls, panels[c0, c1] = gemm._pack_calls(w, c0, c1, {})       # each panel into room of its own
-            _parallel_kernels([calls])
+            rooms = {}                                  # each panel into room of its own, kept whole
+            _parallel_kernels([gemm._pack_calls(w, c0, c1, rooms)[0]])
+            panels[c0, c1] = gemm.packs[c1 - c0].room(rooms[c1 - c0])
     return PackedWeight(w, dt, panels)
 
 
@@ -187,13 +189,15 @@ def _packed_panel(p, c0, c1):
         raise ValueError(f"{p!r}: its panels are not the ones this tppasm cuts (none for columns {c0}..{c1}: "
                          "packed by another version, or under other panel settings); pack the weight again: "
                          "fc.pack(p.w)")
-    k, dt = p.w.shape[1], p.w.dtype                  # (what pack makes: (k, width), bf16 VNNI2-packed)
-    shape = (k, c1 - c0) if dt.itemsize == 4 else (-(-k // 2), c1 - c0, 2)      # (fp32, or bf16: no other)
+    k, dt = p.w.shape[1], p.w.dtype     # (what pack makes: (k, ld), bf16 VNNI2-packed; its first c1 - c0 columns)
+    ld = packed_stride(c1 - c0, k, DTYPE_NAMES[dt])
+    shape = (k, ld) if dt.itemsize == 4 else (-(-k // 2), ld, 2)      # (fp32, or bf16: no other)
     if type(panel) is not np.ndarray or panel.shape != shape or panel.dtype != dt or not panel.flags.c_contiguous:
         got = f"{panel.shape} {panel.dtype}" if isinstance(panel, np.ndarray) else f"a {type(panel).__name__}"
         raise ValueError(f"{p!r}: its panel for columns {c0}..{c1} is {got}, not the C-contiguous {shape} {dt} that "
-                         "fc.pack(p.w) makes (panels of another weight?); pack the weight again: fc.pack(p.w)")
-    return panel
+                         "fc.pack(p.w) makes (panels of another weight, or of another version?); pack the weight "
+                         "again: fc.pack(p.w)")
+    return panel[:, :c1 - c0]
 
 
 def transposed(n, m, k, dtype="f32"):
@@ -229,13 +233,13 @@ def _forward_transposed(plan, x, w, bias, out):
     (n, m), bias = out.shape, plan.zero_bias if bias is None else bias
     yt, y32 = empty((m, n), np.float32), empty((n, m), np.float32)
     jobs = []
-    for product, (lo, hi) in zip(plan.gemm.calls(w, plan.pack_x(x), yt), plan.gemm.blocks):
+    for products, (lo, hi) in zip(plan.gemm.calls(w, plan.pack_x(x), yt), plan.gemm.blocks):
         back = functools.partial(plan.transpose_y[hi - lo], yt[lo:hi], y32[:, lo:hi])
         add = functools.partial(plan.add_bias[hi - lo], y32[:, lo:hi], bias[lo:hi], out[:, lo:hi])
-        jobs.append([product, back, add])
+        jobs.append(products + [back, add])
     if n * m <= SHARED_POST:
-        _parallel_kernels([job[:1] for job in jobs])
-        jobs = [[call for job in jobs for call in job[1:]]]
+        _parallel_kernels([job[:-2] for job in jobs])
+        jobs = [[call for job in jobs for call in job[-2:]]]
     _parallel_kernels(jobs)
 
 
@@ -329,42 +333,14 @@ def backward_arrays(dy, x, w, act, saved, dx, dw, db, threads):
     return dx, dw, db
 
 
-class RowGemm:
-    """``C = A @ B`` (+ bias, activation) as BRGEMMs over blocks of A's and C's rows, run on up to
-    ``threads`` threads (kernels release the GIL for large calls), each block at least
-    :func:`~tppasm.fc_parallel.part_flops` of work. Called with A (rows, k), B (k, n) or VNNI2 (k/2, n, 2), C (rows, n)
-    and the bias if built with one.
-
-    >>> import numpy as np
-    >>> g = RowGemm(64, 8, 8, threads=2, min_flops=1)
-    >>> g.blocks
-    [(0, 32), (32, 64)]
-    >>> c = np.empty((64, 8), np.float32); g(np.ones((64, 8), np.float32), np.ones((8, 8), np.float32), c)
-    >>> float(c.min()), float(c.max())
-    (8.0, 8.0)
-    """
-
-    def __init__(self, rows, n, k, dtype="f32", threads=1, min_flops=None, c_dtype=None, **options):
-        self.blocks = row_blocks(rows, n, k, threads, part_flops(dtype) if min_flops is None else min_flops)
-        self.kernels = {hi - lo: brgemm(hi - lo, n, k, dtype, c_dtype=c_dtype or dtype, **options)
-                        for lo, hi in self.blocks}
-
-    def __call__(self, a, b, c, *bias):
-        _parallel_kernels([[call] for call in self.calls(a, b, c, *bias)])
-
-    def calls(self, a, b, c, *bias):
-        """The BRGEMM of each block of :attr:`blocks` as a call of no arguments."""
-        b = _one(b)
-        return [functools.partial(self.kernels[hi - lo], _one(a[lo:hi]), b, c[lo:hi], *bias) for lo, hi in self.blocks]
-
-
 class PanelGemm:
     """``C = A @ W.T`` (+ bias, activation) for A (rows, k) and a weight W (m, k) in
     ``torch.nn.Linear``'s layout, or with ``b_layout="km"`` ``C = A @ B`` for B (k, m). B is
     packed in panels of ``panel`` of its columns (default :func:`panel_width`) into contiguous
     (k x panel) blocks (for bf16 VNNI2: from W, the transpose of its bf16 pairs read as 32-bit
-    words; from B, the vnni2 transform), each used at once by one BRGEMM over all of
-    A's rows, over k in batch blocks of :data:`PANEL_K` where they divide k. Threads (up to
+    words; from B, the vnni2 transform) whose rows lie :func:`~tppasm.fc_panels.panel_stride` apart,
+    each used at once by BRGEMMs over A's rows (in runs, :func:`~tppasm.fc_panels.panel_rows`), over k
+    in batch blocks of :data:`PANEL_K` where they divide k. Threads (up to
     ``threads``, each at least ``min_flops`` of work as in :func:`row_blocks`) take runs of panels,
     each packing its own; a weight of one panel is cut into a panel per thread for up to
     :data:`COLUMN_SPLIT_ROWS` rows of A, else packed first and its rows shared instead. On Zen
@@ -403,18 +379,23 @@ class PanelGemm:
         else:                                             # one panel, packed first; threads take rows
             self.groups, self.blocks = None, row_blocks(rows, m, k, threads, min_flops)
         widths = {hi - lo for lo, hi in self.panels}
+        # the packed panels' row strides (32-bit words): :func:`panel_stride`'s, but B's bf16 vnni2 packing
+        # is contiguous
+        self.lds = {w: m if self.in_place else packed_stride(w, k, dtype) if b_layout == "w"
+                    else w if self.pairs else panel_stride(w) for w in widths}
         if self.in_place:
             self.packs = None
         elif b_layout == "w":
-            self.packs = {w: TransposedB(w, k, dtype) for w in widths}
+            self.packs = {w: TransposedB(w, k, dtype, self.lds[w]) for w in widths}
         elif self.pairs:
             self.packs = {w: transform("vnni2", k, w, ldx=m, dtype=dtype) for w in widths}
         else:
-            self.packs = {w: unary("copy", k, w, ldx=m, dtype=dtype) for w in widths}
-        ldb = m if self.in_place else 0
-        self.kernels = {(hi - lo, w): brgemm(hi - lo, w, self.bk, dtype, c_dtype=dtype, lda=k, ldb=ldb, ldc=m,
-                                             stride_a=self.bk, **options)
-                        for lo, hi in self.blocks for w in widths}
+            self.packs = {w: unary("copy", k, w, ldx=m, ldo=self.lds[w], dtype=dtype) for w in widths}
+        # each block's rows, call by call: in runs where k comes in several batch blocks
+        self.runs = [panel_rows(lo, hi) if self.k > self.bk else [(lo, hi)] for lo, hi in self.blocks]
+        heights = {hi - lo for run in self.runs for lo, hi in run}
+        self.kernels = {(h, w): brgemm(h, w, self.bk, dtype, c_dtype=dtype, lda=k, ldb=self.lds[w], ldc=m,
+                                       stride_a=self.bk, **options) for h in heights for w in widths}
 
     def _pack_calls(self, b, c0, c1, buffers):
         """(calls, panel): the kernel calls that pack columns c0..c1 of B into a (k, width) panel,
@@ -429,8 +410,9 @@ class PanelGemm:
         if self.b_layout == "w":
             room = buffers.setdefault(width, self.packs[width].buffers())
             return self.packs[width].calls(b[c0:c1], room), self.packs[width].packed(room)
-        panel = buffers.setdefault(width, empty((self.words, width, 2) if self.pairs else (self.k, width),
-                                                self.np_dtype))
+        room = buffers.setdefault(width, empty((self.words, width, 2) if self.pairs else (self.k, self.lds[width]),
+                                               self.np_dtype))
+        panel = room if self.pairs else room[:, :width]
         return [functools.partial(self.packs[width], b[:, c0:c1], panel)], panel
 
     def _batch(self, a, lo, hi):
@@ -447,10 +429,10 @@ class PanelGemm:
     def _group_calls(self, a, b, c, bias, group):
         """The kernel calls of one thread's run of panels: each packed (into buffers of the thread's
         own, used again panel after panel), then multiplied."""
-        batch, buffers, calls = self._batch(a, 0, self.rows), {}, []
+        batches, buffers, calls = [(lo, hi, self._batch(a, lo, hi)) for lo, hi in self.runs[0]], {}, []
         for c0, c1 in group:
             packing, panel = self._pack_calls(b, c0, c1, buffers)
-            calls += packing + [self._call(batch, panel, c, bias, 0, self.rows, c0, c1)]
+            calls += packing + [self._call(batch, panel, c, bias, lo, hi, c0, c1) for lo, hi, batch in batches]
         return calls
 
     def __call__(self, a, b, c, bias=None):
@@ -459,12 +441,12 @@ class PanelGemm:
             return _parallel_kernels([self._group_calls(a, b, c, bias, group) for group in self.groups])
         packing, panel = self._pack_calls(b, 0, self.m, {})     # once, here: every thread's rows use it
         _parallel_kernels([packing])
-        if len(self.blocks) == 1:                 # (a small layer's call: no call objects, ~1 us less)
+        if len(self.runs[0]) == 1 and len(self.blocks) == 1:      # (a small layer's call: no call objects, ~1 us less)
             batch = self._batch(a, 0, self.rows)
             return self.kernels[self.rows, self.m](batch, panel.reshape((len(batch), -1) + panel.shape[1:]), c,
                                                    *(() if bias is None else (bias,)), count=len(batch))
-        _parallel_kernels([[self._call(self._batch(a, lo, hi), panel, c, bias, lo, hi, 0, self.m)]
-                           for lo, hi in self.blocks])
+        _parallel_kernels([[self._call(self._batch(a, lo, hi), panel, c, bias, lo, hi, 0, self.m) for lo, hi in run]
+                           for run in self.runs])
 
 
 class StripGemm:
@@ -524,9 +506,6 @@ STRIP_BYTES = 2 << 20     # of a packed strip: on Zen 4 (1 MiB L2) 2 MiB strips 
 STRIP_ROWS = 64
 
 
-PANEL, PANEL_K = 64, 64    # columns of C per BRGEMM call; k per batch block (where it divides k)
-
-
 def panel_width(m, k, dtype):
     """Columns of C per BRGEMM call: :data:`PANEL` where W outgrows :data:`PANEL_BYTES` (about a
     core's L2), else all m: one call, whose B rows (a row of W.T each) stay in the cache between
@@ -563,8 +542,12 @@ def _forward_plan(n, m, k, dt, bias, act, threads, keep=False, packed=False):
     if path == "dots":
         kernels.update(dot_kernels(n, m, k, dt, bias, fused, threads))
     elif path == "transposed":
-        kernels.update(pack_x=TransposedB(n, k, dt),
-                       gemm=RowGemm(m, n, k, dt, threads, c_dtype="f32"),
+        # x.T's rows padded, whole k in one call where x.T fits PANEL_BYTES (Zen 3, 1 thread, fp32 GFLOP/s of
+        # w @ x.T, whole / in runs: x 160 x 1024 96 / 92, 160 x 1536 98 / 94, 48 x 2048 90 / 86; 96 x 3072
+        # (1.1 MiB) 91 / 94, 96 x 4096 82 / 92)
+        pack_x = TransposedB(n, k, dt, packed_stride(n, k, dt))
+        runs = n * k * (2 if dt == "bf16" else 4) > PANEL_BYTES
+        kernels.update(pack_x=pack_x, gemm=RowGemm(m, n, k, dt, threads, c_dtype="f32", ldb=pack_x.ld, runs=runs),
                        zero_bias=np.zeros(m, np.float32))
         widths = {hi - lo for lo, hi in kernels["gemm"].blocks}     # of out's columns, one block per thread
         kernels.update(transpose_y={w: transform("transpose", w, n, ldo=m, dtype="f32") for w in widths},

@@ -50,7 +50,8 @@ class TransposedB:
     transpose (k, r), for bf16 the VNNI2 packing of it (ceil(k/2), r, 2), which for an even k is
     the fp32 transpose of the rows' bf16 pairs read as 32-bit words; an odd k's rows have no such
     view, and are transposed as bf16, then packed (1000 x 65: 7.8 us, where padding the rows with a
-    copy for the one-pass form took 20).
+    copy for the one-pass form took 20). ``ld``: the packed rows' stride in 32-bit words (fp32 elements,
+    bf16 pairs), at least r (default r: contiguous; an odd k's bf16 packing is always contiguous).
 
     >>> import numpy as np; from tppasm.dtypes import dtype
     >>> x = np.arange(6, dtype=np.float32).reshape(2, 3).astype(dtype("bf16"))
@@ -58,14 +59,15 @@ class TransposedB:
     [[[0.0, 1.0], [3.0, 4.0]], [[2.0, 0.0], [5.0, 0.0]]]
     """
 
-    def __init__(self, r, k, dtype):
+    def __init__(self, r, k, dtype, ld=None):
         self.r, self.k, self.pairs, self.np_dtype = r, k, dtype == "bf16", numpy_dtype(dtype)
         self.words = -(-k // 2) if self.pairs else k
         self.odd = self.pairs and k % 2 == 1
+        self.ld = r if ld is None or self.odd else ld         # 32-bit words from a packed row to the next
         if self.odd:
             self.kernels = transform("transpose", r, k, dtype=dtype), transform("vnni2", k, r, dtype=dtype)
         else:
-            self.kernels = transform("transpose", r, self.words, dtype="f32"),
+            self.kernels = transform("transpose", r, self.words, ldo=self.ld, dtype="f32"),
 
     def __call__(self, rows):
         buffers = self.buffers()
@@ -76,7 +78,7 @@ class TransposedB:
     def buffers(self):
         """(out, scratch) for :meth:`calls`: the packing as fp32 words and, for an odd k, room for
         the bf16 transpose."""
-        return empty((self.words, self.r), np.float32), empty((self.k, self.r), self.np_dtype) if self.odd else None
+        return empty((self.words, self.ld), np.float32), empty((self.k, self.r), self.np_dtype) if self.odd else None
 
     def calls(self, rows, buffers):
         """The kernel calls that pack ``rows`` into ``buffers`` (:meth:`buffers`)."""
@@ -84,9 +86,13 @@ class TransposedB:
         if self.odd:
             return [functools.partial(self.kernels[0], rows, scratch),
                     functools.partial(self.kernels[1], scratch, self.packed(buffers))]
-        return [functools.partial(self.kernels[0], rows.view(np.float32), out)]
+        return [functools.partial(self.kernels[0], rows.view(np.float32), out[:, :self.r])]
 
     def packed(self, buffers):
         """The B that :meth:`calls` leave in ``buffers``."""
+        return self.room(buffers)[:, :self.r]
+
+    def room(self, buffers):
+        """The C-contiguous array whose first r columns :meth:`packed` is: (words, ld) (bf16: (words, ld, 2))."""
         out = buffers[0]
-        return out.view(self.np_dtype).reshape(self.words, self.r, 2) if self.pairs else out
+        return out.view(self.np_dtype).reshape(self.words, self.ld, 2) if self.pairs else out

@@ -115,6 +115,24 @@ def test_weight_panels(n, m, k, dt, act, panels):
         check_layer(n, m, k, dt, act, bias=True, threads=3, seed=n + m + k, scale=k ** -0.5)
 
 
+@pytest.mark.parametrize("n, m, k", [(200, 128, 160), (300, 160, 128), (196, 256, 131)])
+@pytest.mark.parametrize("dt", fc.DTYPES)
+@pytest.mark.parametrize("act", [None, "relu", "gelu_erf"])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_one_panel_with_padded_rows(n, m, k, dt, act, threads):
+    """One panel of W (the forward) and of w or x (the backward's dx and dw, fp32), whose packed
+    rows (an even number of 64-byte lines, 512 bytes or more) lie one line further apart: the
+    kernels read them at that stride, and nothing of the padding reaches an output. bf16 packings
+    by the vnni2 transform (the backward's, an odd k's W) stay contiguous."""
+    forward, backward = fc._forward_plan(n, m, k, dt, True, None, 1), fc._backward_plan(n, m, k, dt, None, 1)
+    contiguous = dt == "bf16" and k % 2
+    assert forward.path == "panels" and forward.gemm.panels == [(0, m)]
+    assert forward.gemm.lds == {m: m if contiguous else fc.panel_stride(m)} and fc.panel_stride(m) > m
+    assert backward.dw.lds == backward.dx.lds == {k: k if dt == "bf16" else fc.panel_stride(k)}
+    with split_rows():
+        check_layer(n, m, k, dt, act, bias=True, threads=threads, seed=n + m + k, scale=k ** -0.5)
+
+
 @pytest.mark.parametrize("n, m, k", [(3, 40, 33), (70, 130, 128), (20, 200, 65), (9, 3, 7), (30, 64, 64)])
 @pytest.mark.parametrize("dt", fc.DTYPES)
 @pytest.mark.parametrize("act", fc.ACTS)
