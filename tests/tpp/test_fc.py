@@ -133,6 +133,17 @@ def test_one_panel_with_padded_rows(n, m, k, dt, act, threads):
         check_layer(n, m, k, dt, act, bias=True, threads=threads, seed=n + m + k, scale=k ** -0.5)
 
 
+@pytest.mark.parametrize("n, m, k, dt", [(130, 200, 2048, "f32"), (128, 192, 2112, "f32"), (128, 200, 4160, "bf16")])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_transposed_forward_in_runs(n, m, k, dt, threads):
+    """The transposed forward of an x.T over 1 MiB: w's rows in runs, k in batch blocks of 64, x.T's
+    rows padded where 128 of them would be 512 bytes apart."""
+    plan = fc._forward_plan(n, m, k, dt, True, "relu", threads)
+    assert plan.path == "transposed" and plan.gemm.bk == fc.PANEL_K and plan.pack_x.ld == fc.panel_stride(n)
+    assert sum(len(run) for run in plan.gemm.runs) == 2
+    check_layer(n, m, k, dt, "relu", bias=True, threads=threads, seed=n + m + k, scale=k ** -0.5)
+
+
 @pytest.mark.parametrize("n, m, k", [(3, 40, 33), (70, 130, 128), (20, 200, 65), (9, 3, 7), (30, 64, 64)])
 @pytest.mark.parametrize("dt", fc.DTYPES)
 @pytest.mark.parametrize("act", fc.ACTS)
