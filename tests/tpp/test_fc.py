@@ -7,7 +7,7 @@ import platform
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tppasm import fc, fc_dots, fc_parallel, kernel
@@ -53,6 +53,17 @@ def split_rows():
 def test_forward_and_backward_match_numpy(n, m, k, dt, act, bias, threads, seed):
     with split_rows():
         check_layer(n, m, k, dt, act, bias, threads, seed)
+
+
+@settings(max_examples=12, deadline=None)
+@given(n=st.integers(129, 300), m=st.sampled_from([128, 144, 160, 200, 256]), k=st.sampled_from([64, 128, 192, 200]),
+       dt=st.sampled_from(fc.DTYPES), act=st.sampled_from([None, "relu", "gelu"]), threads=st.sampled_from([1, 2]),
+       seed=st.integers(0, 2 ** 16))
+def test_padded_panels_and_row_runs_match_numpy(n, m, k, dt, act, threads, seed):
+    """Shapes whose panels' rows are padded (m or k of 128, 160, 256: rows an even number of lines
+    of 512 bytes or more) and whose products go in runs of rows (more than 128 rows, k in blocks)."""
+    with split_rows():
+        check_layer(n, m, k, dt, act, True, threads, seed, scale=k ** -0.5)
 
 
 @pytest.mark.parametrize("n, m, k", [(1, 40, 33), (3, 64, 65), (5, 48, 32), (2, 17, 200), (16, 70, 100), (31, 40, 65)])
