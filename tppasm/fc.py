@@ -45,7 +45,7 @@ from .fc_dots import (DOT_ROWS, DotGemm, dot_kernels, dots, few_columns, forward
                       mid_dots)
 from .fc_operands import PackedWeight, TransposedB, k_blocks
 from .fc_parallel import parallel_kernels as _parallel_kernels
-from .fc_panels import PANEL, PANEL_K, PANEL_ROWS, RowGemm, packed_stride, panel_rows, panel_stride  # noqa: F401
+from .fc_panels import PANEL, PANEL_K, RowGemm, block_runs, packed_stride, panel_stride
 from .fc_parallel import COLUMN_SPLIT_ROWS, part_flops, row_blocks, split
 from .layout import empty
 
@@ -392,7 +392,7 @@ class PanelGemm:
         else:
             self.packs = {w: unary("copy", k, w, ldx=m, ldo=self.lds[w], dtype=dtype) for w in widths}
         # each block's rows, call by call: in runs where k comes in several batch blocks
-        self.runs = [panel_rows(lo, hi) if self.k > self.bk else [(lo, hi)] for lo, hi in self.blocks]
+        self.runs = block_runs(self.blocks, self.k > self.bk)
         heights = {hi - lo for run in self.runs for lo, hi in run}
         self.kernels = {(h, w): brgemm(h, w, self.bk, dtype, c_dtype=dtype, lda=k, ldb=self.lds[w], ldc=m,
                                        stride_a=self.bk, **options) for h in heights for w in widths}

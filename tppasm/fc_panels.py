@@ -33,6 +33,16 @@ def panel_rows(lo, hi):
 PANEL_ROWS = 128
 
 
+def block_runs(blocks, cut):
+    """The runs of rows of each block (lo, hi) of ``blocks``: :func:`panel_rows` where ``cut``, else
+    the block whole.
+
+    >>> block_runs([(0, 200), (200, 260)], True), block_runs([(0, 200)], False)
+    ([[(0, 100), (100, 200)], [(200, 260)]], [[(0, 200)]])
+    """
+    return [panel_rows(lo, hi) if cut else [(lo, hi)] for lo, hi in blocks]
+
+
 def panel_stride(width):
     """The row stride, in 32-bit words (fp32 elements, bf16 pairs), of a packed B panel ``width``
     words wide: one 64-byte line more where its rows would be an even number of lines apart, at
@@ -51,7 +61,11 @@ def panel_stride(width):
 
 def packed_stride(width, k, dtype):
     """The row stride of :class:`~tppasm.fc_operands.TransposedB`'s packing of ``width`` rows of
-    ``k``: :func:`panel_stride`, but for bf16 of an odd k (packed by the vnni2 transform) ``width``."""
+    ``k``: :func:`panel_stride`, but for bf16 of an odd k (packed by the vnni2 transform) ``width``.
+
+    >>> packed_stride(128, 64, "bf16"), packed_stride(128, 65, "bf16"), packed_stride(128, 65, "f32")
+    (144, 128, 144)
+    """
     return width if dtype == "bf16" and k % 2 else panel_stride(width)
 
 
@@ -76,7 +90,7 @@ class RowGemm:
                  **options):
         self.blocks = row_blocks(rows, n, k, threads, part_flops(dtype) if min_flops is None else min_flops)
         self.k, self.bk = k, PANEL_K if k % PANEL_K == 0 and k > PANEL_K and runs else k
-        self.runs = [panel_rows(lo, hi) if k > self.bk else [(lo, hi)] for lo, hi in self.blocks]
+        self.runs = block_runs(self.blocks, k > self.bk)
         heights = {hi - lo for run in self.runs for lo, hi in run}
         self.kernels = {h: brgemm(h, n, self.bk, dtype, c_dtype=c_dtype or dtype, lda=k, ldb=ldb, stride_a=self.bk,
                                   **options) for h in heights}
