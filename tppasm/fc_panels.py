@@ -19,7 +19,7 @@ def panel_rows(lo, hi):
     a panel's BRGEMM call each, which ran faster than one call over all rows on a Zen 3 core (1
     thread, fp32 GFLOP/s, A @ B over k in batch blocks of 64, calls of all rows / of 128: panels of
     64 columns 256 x 1024 -> 1024 87 / 92, 512 x 1024 -> 1024 81 / 92, 1024 x 256 -> 1024 85 / 93;
-    one panel 2048 x 256 -> 256 75 / 95, 2048 x 128 -> 512 80 / 92, 1024 x 1024 -> 1024 86 / 87).
+    one panel 2048 x 256 -> 256 75 / 95, 2048 x 128 -> 512 80 / 92, 1024 x 256 -> 1024 86 / 87).
     Callers cut rows so only where k comes in several batch blocks: a shallow k (the backward's dw
     for 64 to 127 rows: k = 64, 127) lost 5-15% on 2 threads in runs.
 
