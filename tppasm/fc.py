@@ -45,7 +45,7 @@ from .fc_dots import (DOT_ROWS, DotGemm, dot_kernels, dots, few_columns, forward
                       mid_dots)
 from .fc_operands import PackedWeight, TransposedB, k_blocks
 from .fc_parallel import parallel_kernels as _parallel_kernels
-from .fc_panels import PANEL, PANEL_K, RowGemm, block_runs, packed_stride, panel_stride
+from .fc_panels import PANEL, PANEL_K, RowGemm, batch_depth, block_runs, packed_stride, panel_stride
 from .fc_parallel import COLUMN_SPLIT_ROWS, part_flops, row_blocks, split
 from .layout import empty
 
@@ -372,7 +372,7 @@ class PanelGemm:
             panel = -(-m // parts // 16) * 16 if parts > 1 else None
         panel = panel or panel_width(m, k, dtype)
         self.panels = [(lo, min(lo + panel, m)) for lo in range(0, m, panel)]
-        self.bk = PANEL_K if k % PANEL_K == 0 and k > PANEL_K else k
+        self.bk = batch_depth(k)
         if len(self.panels) > 1:                          # threads take runs of panels, all rows
             groups = split(len(self.panels), 2 * rows * m * k, threads, min_flops)
             self.groups, self.blocks = [self.panels[lo:hi] for lo, hi in groups], [(0, rows)]

@@ -33,6 +33,16 @@ def panel_rows(lo, hi):
 PANEL_ROWS = 128
 
 
+def batch_depth(k):
+    """The k of a batch block of a product over ``k``: :data:`PANEL_K` where it divides k (and is
+    smaller), else k whole.
+
+    >>> batch_depth(1024), batch_depth(64), batch_depth(300)
+    (64, 64, 300)
+    """
+    return PANEL_K if k % PANEL_K == 0 and k > PANEL_K else k
+
+
 def block_runs(blocks, cut):
     """The runs of rows of each block (lo, hi) of ``blocks``: :func:`panel_rows` where ``cut``, else
     the block whole.
@@ -89,7 +99,7 @@ class RowGemm:
     def __init__(self, rows, n, k, dtype="f32", threads=1, min_flops=None, c_dtype=None, ldb=0, runs=False,
                  **options):
         self.blocks = row_blocks(rows, n, k, threads, part_flops(dtype) if min_flops is None else min_flops)
-        self.k, self.bk = k, PANEL_K if k % PANEL_K == 0 and k > PANEL_K and runs else k
+        self.k, self.bk = k, batch_depth(k) if runs else k
         self.runs = block_runs(self.blocks, k > self.bk)
         heights = {hi - lo for run in self.runs for lo, hi in run}
         self.kernels = {h: brgemm(h, n, self.bk, dtype, c_dtype=c_dtype or dtype, lda=k, ldb=ldb, stride_a=self.bk,
