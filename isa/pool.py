@@ -2,8 +2,8 @@
 
 No Python runs in the workers, and the calling thread runs a whole region (its own share, tid 0,
 included) inside one ctypes call, so the interpreter lock is released for the region. Loop nests
-(:mod:`loops`) and :mod:`tppasm.fc` (lists of kernel calls, :meth:`Pool.run_native`) share the
-process's pool (:func:`get_pool`).
+(:mod:`loops`) and :mod:`tppasm.fc` (tables of kernel calls, :meth:`Pool.run_native`, which may run
+on torch's OpenMP threads instead: :func:`share_openmp_threads`) share the process's pool.
 
 Policy (see :mod:`isa.x86.pool_code` for the code, :mod:`isa.aarch64.pool_code` on AArch64 hosts:
 same state layout and protocol, ``yield`` in place of ``pause``):
@@ -35,7 +35,6 @@ same state layout and protocol, ``yield`` in place of ``pause``):
 >>> list(hits) == [1] * pool.nthreads
 True
 """
-import array
 import atexit
 import ctypes
 import mmap
@@ -49,7 +48,8 @@ import weakref
 from isa.cpu import host
 from isa.int_text import int_text
 
-from . import pool_exit
+from . import pool_calls, pool_exit
+from .pool_calls import WORD, refuse_run
 from . import pool_state as pc
 
 if host().arch == "aarch64":      # the machine code of the host; the state layout (``pc``) is shared
@@ -185,32 +185,6 @@ def _this_cpu():
     return cpu if cpu >= 0 else pc.NO_CPU
 
 
-def _raw_call(call):
-    """``call`` as (address, args) of unsigned 64-bit words, or TypeError saying what run_native takes."""
-    try:
-        address, args = call
-        args = tuple((a if type(a) is int else operator.index(a)) & _WORD for a in args)     # (a float: refused)
-        if not (isinstance(address, int) and address > 0 and len(args) <= pc.RAW_ARGS):
-            raise ValueError
-    except (TypeError, ValueError):
-        raise TypeError(f"Pool.run_native: a call is (address, args): a native function's address and at most "
-                        f"{pc.RAW_ARGS} integer arguments, e.g. kernel.raw_call(a, b, c); got {call!r}") from None
-    return address, args
-
-
-_WORD = (1 << 64) - 1
-_NO_ARGS = (0,) * pc.RAW_ARGS         # a raw call's record pads its arguments to RAW_ARGS words
-
-
-def _refuse_run(fn, arg):
-    for name, value, least in (("fn", fn, 1), ("arg", arg, 0)):
-        if type(value) is not int or not least <= value <= _WORD:
-            what = "the int address of a native function (a JitFunction's .address)" if name == "fn" else \
-                "an int (an address or a value)"
-            raise (ValueError if type(value) is int else TypeError)(
-                f"Pool.run: {name}={value!r} ({type(value).__name__}); expected {what}, {least} <= {name} < 2**64")
-
-
 class _Workers:
     """A pool's native side: its state pages and its worker threads, apart from the :class:`Pool`
     so that the finalizer of a collected pool can stop the workers and free the pages.
@@ -315,8 +289,8 @@ class Pool:
         if me == self._owner or me in self._worker_ids:
             raise self._inside("Pool.run", "nested regions are not supported (run the inner work serially, or after "
                                "the region)")
-        if type(fn) is not int or type(arg) is not int or not (0 < fn <= _WORD and 0 <= arg <= _WORD):
-            _refuse_run(fn, arg)             # (ctypes would pass a str's characters, and wrap 2**64 to 0)
+        if type(fn) is not int or type(arg) is not int or not (0 < fn <= WORD and 0 <= arg <= WORD):
+            refuse_run(fn, arg)             # (ctypes would pass a str's characters, and wrap 2**64 to 0)
         self._take_lock()        # (a signal handler may re-enter it before _owner is set: no work begun yet)
         try:
             self._owner, late = me, self._exited
@@ -368,22 +342,35 @@ class Pool:
         if not isinstance(shares, (list, tuple)) or not all(isinstance(share, (list, tuple)) for share in shares):
             raise TypeError(f"Pool.run_native: shares={shares!r:.80}; expected a list of lists of (address, args) "
                             "calls, e.g. [[kernel.raw_call(a, b, c)]]")
-        n = self.nthreads
-        threads = shares if len(shares) <= n else [[call for share in shares[t::n] for call in share]
-                                                    for t in range(n)]
-        # one array of words: the table (how many threads, then each one's first record and count),
-        # then the records (a function and its six arguments); first records as word indices here
-        words = [len(threads)] + [0] * (2 * len(threads))
-        for t, share in enumerate(threads):
-            words[1 + 2 * t:3 + 2 * t] = len(words), len(share)
-            for call in share:
-                address, args = _raw_call(call)
-                words += (address, *args, *_NO_ARGS[len(args):])
-        table = array.array("Q", words)       # (a ctypes array of them takes 5x the time)
-        at = table.buffer_info()[0]
-        for t in range(len(threads)):
-            table[1 + 2 * t] = at + 8 * words[1 + 2 * t]
-        self.run(self._code["rawcall"].address, at)
+        table, lists = pool_calls.call_table(shares, self.nthreads)
+        if not lists:
+            return self.run(self._code["rawcall"].address, table.buffer_info()[0])
+        self.run_table(table.buffer_info()[0], lists)
+
+    def run_table(self, at, lists):
+        """Make the native calls of the table at address ``at``, laid out as :meth:`run_native`
+        lays one out (:mod:`isa.pool_calls`), of ``lists`` lists (1 to :attr:`nthreads`): one on
+        the calling thread, with no region, several as a region (or on OpenMP's threads:
+        :func:`share_openmp_threads`). For callers that replay calls on other operands without
+        building them again (:mod:`tppasm.fc_calls`); the table is not checked.
+
+        >>> import array
+        >>> table = array.array("Q", [1, 0, 0]); get_pool().run_table(table.buffer_info()[0], 1)   # no calls
+        """
+        if type(lists) is not int or not 1 <= lists <= self.nthreads:
+            raise ValueError(f"Pool.run_table: lists={lists!r}; expected an int from 1 to the pool's {self.nthreads} "
+                             "threads (make the table for as many, or run its calls with run_native)")
+        openmp = pool_calls.openmp_team(lists)
+        if lists > 1 and openmp is None:
+            return self.run(self._code["rawcall"].address, at)
+        if self.closed:
+            raise ValueError(f"this pool was closed (Pool.close()); make a new Pool({self.nthreads}), or use the "
+                             "process's pool, isa.pool.get_pool()")
+        if type(at) is not int or not 0 < at <= WORD:
+            refuse_run(self._code["rawcall"].address, at)
+        if openmp is not None:
+            return openmp.run(at, lists)
+        self._code["rawcall"](at, 0, 1)
 
     def cpu_seconds(self):
         """CPU seconds each thread of a region has run so far: the calling thread (tid 0), then the workers
@@ -567,6 +554,19 @@ def _switch_pool(n):
 
 # called after set_num_threads replaced the pool (loops.decorator drops nests compiled for the old one)
 ON_NEW_POOL = []
+
+
+def share_openmp_threads(share=True):
+    """Run the tables of :meth:`Pool.run_native` and :meth:`Pool.run_table` (:mod:`tppasm.fc`'s
+    products) on the threads of the GNU OpenMP runtime this process loaded (torch's libgomp), which
+    then take the work instead of spinning beside the pool's workers (:mod:`isa.pool_calls`);
+    :mod:`tppasm.torch` calls it. ``share=False``: on the pool's workers again. Returns whether
+    they run on OpenMP's threads (False where none is loaded or off x86-64; never in a forked child).
+
+    >>> share_openmp_threads(False)
+    False
+    """
+    return pool_calls.share_openmp(_shared_code()["rawcall"].address if share else None)
 
 
 def get_num_threads():

@@ -45,8 +45,10 @@ from .fc_dots import (DOT_ROWS, DotGemm, dot_kernels, dots, few_columns, forward
                       mid_dots)
 from .fc_operands import PackedWeight, TransposedB, k_blocks
 from .fc_parallel import parallel_kernels as _parallel_kernels
-from .fc_panels import PANEL, PANEL_K, RowGemm, batch_depth, block_runs, packed_stride, panel_stride
-from .fc_parallel import COLUMN_SPLIT_ROWS, part_flops, row_blocks, split
+from .fc_calls import Replays
+from .fc_panels import (PANEL, PANEL_K, RowGemm, batch_depth, block_runs, packed_panel, packed_stride,
+                        panel_stride)
+from .fc_parallel import COLUMN_SPLIT_ROWS, panel_shares, part_flops, row_blocks, split
 from .layout import empty
 
 ACTS = (None, "relu", "gelu", "gelu_erf", "gelu_erf_fast")
@@ -180,26 +182,6 @@ def packed_panel_width(m, k, dtype):
 PACKED_PANEL_BYTES = 256 << 10
 
 
-def _packed_panel(p, c0, c1):
-    """Columns c0..c1 of PackedWeight ``p``; a ValueError with the fix where its panels are not
-    those of today's plan (a packing pickled by another version, or under other panel settings),
-    or the panel is not what :func:`pack` makes of ``p.w`` (threads > 1 run it unchecked)."""
-    panel = p.panels.get((c0, c1))
-    if panel is None:
-        raise ValueError(f"{p!r}: its panels are not the ones this tppasm cuts (none for columns {c0}..{c1}: "
-                         "packed by another version, or under other panel settings); pack the weight again: "
-                         "fc.pack(p.w)")
-    k, dt = p.w.shape[1], p.w.dtype     # (what pack makes: (k, ld), bf16 VNNI2-packed; its first c1 - c0 columns)
-    ld = packed_stride(c1 - c0, k, DTYPE_NAMES[dt])
-    shape = (k, ld) if dt.itemsize == 4 else (-(-k // 2), ld, 2)      # (fp32, or bf16: no other)
-    if type(panel) is not np.ndarray or panel.shape != shape or panel.dtype != dt or not panel.flags.c_contiguous:
-        got = f"{panel.shape} {panel.dtype}" if isinstance(panel, np.ndarray) else f"a {type(panel).__name__}"
-        raise ValueError(f"{p!r}: its panel for columns {c0}..{c1} is {got}, not the C-contiguous {shape} {dt} that "
-                         "fc.pack(p.w) makes (panels of another weight, or of another version?); pack the weight "
-                         "again: fc.pack(p.w)")
-    return panel[:, :c1 - c0]
-
-
 def transposed(n, m, k, dtype="f32"):
     """Whether :func:`forward` computes ``(w @ x.T).T`` rather than ``x @ w.T``: when x and y (n rows)
     hold fewer elements than w, so that moving them costs less than transposing (and for bf16
@@ -231,16 +213,21 @@ def _forward_transposed(plan, x, w, bias, out):
     thread does all three for its block of w's rows (out's columns), or for a small out the caller
     does the last two after the threads' products (:data:`SHARED_POST`)."""
     (n, m), bias = out.shape, plan.zero_bias if bias is None else bias
-    yt, y32 = empty((m, n), np.float32), empty((n, m), np.float32)
-    jobs = []
-    for products, (lo, hi) in zip(plan.gemm.calls(w, plan.pack_x(x), yt), plan.gemm.blocks):
-        back = functools.partial(plan.transpose_y[hi - lo], yt[lo:hi], y32[:, lo:hi])
-        add = functools.partial(plan.add_bias[hi - lo], y32[:, lo:hi], bias[lo:hi], out[:, lo:hi])
-        jobs.append(products + [back, add])
+    yt, y32, xt = empty((m, n), np.float32), empty((n, m), np.float32), plan.pack_x(x)
+
+    def jobs():
+        jobs = []
+        for products, (lo, hi) in zip(plan.gemm.calls(w, xt, yt), plan.gemm.blocks):
+            back = functools.partial(plan.transpose_y[hi - lo], yt[lo:hi], y32[:, lo:hi])
+            add = functools.partial(plan.add_bias[hi - lo], y32[:, lo:hi], bias[lo:hi], out[:, lo:hi])
+            jobs.append(products + [back, add])
+        return jobs
+    operands = (w, xt, yt, y32, bias, out)          # (the calls replayed: fc_calls)
     if n * m <= SHARED_POST:
-        _parallel_kernels([job[:-2] for job in jobs])
-        jobs = [[call for job in jobs for call in job[-2:]]]
-    _parallel_kernels(jobs)
+        plan.replays[0].run(operands, lambda: [job[:-2] for job in jobs()])
+        plan.replays[1].run(operands, lambda: [[call for job in jobs() for call in job[-2:]]])
+    else:
+        plan.replays[0].run(operands, jobs)
 
 
 # Up to this many elements of out, the caller transposes back and adds the bias after the products
@@ -375,7 +362,7 @@ class PanelGemm:
         self.bk = batch_depth(k)
         if len(self.panels) > 1:                          # threads take runs of panels, all rows
             groups = split(len(self.panels), 2 * rows * m * k, threads, min_flops)
-            self.groups, self.blocks = [self.panels[lo:hi] for lo, hi in groups], [(0, rows)]
+            self.groups, self.blocks = panel_shares(self.panels, rows, len(groups)), [(0, rows)]
         else:                                             # one panel, packed first; threads take rows
             self.groups, self.blocks = None, row_blocks(rows, m, k, threads, min_flops)
         widths = {hi - lo for lo, hi in self.panels}
@@ -393,9 +380,13 @@ class PanelGemm:
             self.packs = {w: unary("copy", k, w, ldx=m, ldo=self.lds[w], dtype=dtype) for w in widths}
         # each block's rows, call by call: in runs where k comes in several batch blocks
         self.runs = block_runs(self.blocks, self.k > self.bk)
-        heights = {hi - lo for run in self.runs for lo, hi in run}
+        # (threads' shares of panels: their pieces' rows in runs likewise)
+        self.piece_runs = {(lo, hi): block_runs([(lo, hi)], self.k > self.bk)[0]
+                           for lo, hi in {piece[2:] for group in self.groups or () for piece in group}}
+        heights = {hi - lo for run in self.runs + list(self.piece_runs.values()) for lo, hi in run}
         self.kernels = {(h, w): brgemm(h, w, self.bk, dtype, c_dtype=dtype, lda=k, ldb=self.lds[w], ldc=m,
                                        stride_a=self.bk, **options) for h in heights for w in widths}
+        self.replays = Replays()
 
     def _pack_calls(self, b, c0, c1, buffers):
         """(calls, panel): the kernel calls that pack columns c0..c1 of B into a (k, width) panel,
@@ -404,16 +395,31 @@ class PanelGemm:
         room a panel of each width takes."""
         width = c1 - c0
         if isinstance(b, PackedWeight):
-            return [], _packed_panel(b, c0, c1)
+            return [], packed_panel(b, c0, c1)
         if self.in_place:
             return [], b[:, c0:c1]
+        if width not in buffers:
+            buffers[width] = self._room(width)
+        room = buffers[width]
         if self.b_layout == "w":
-            room = buffers.setdefault(width, self.packs[width].buffers())
             return self.packs[width].calls(b[c0:c1], room), self.packs[width].packed(room)
-        room = buffers.setdefault(width, empty((self.words, width, 2) if self.pairs else (self.k, self.lds[width]),
-                                               self.np_dtype))
         panel = room if self.pairs else room[:, :width]
         return [functools.partial(self.packs[width], b[:, c0:c1], panel)], panel
+
+    def _room(self, width):
+        """New room for a packed panel ``width`` columns wide (with W: the arrays TransposedB takes)."""
+        if self.b_layout == "w":
+            return self.packs[width].buffers()
+        return empty((self.words, width, 2) if self.pairs else (self.k, self.lds[width]), self.np_dtype)
+
+    def _rooms(self, b, group):
+        """The rooms a thread packs its panels ``group`` of ``b`` into (a dict by width, as
+        :meth:`_pack_calls` takes it), and their arrays: none for a PackedWeight, or B read in place."""
+        if isinstance(b, PackedWeight) or self.in_place:
+            return {}, ()
+        rooms = {w: self._room(w) for w in {piece[1] - piece[0] for piece in group}}
+        return rooms, tuple(a for room in rooms.values() for a in (room if type(room) is tuple else (room,))
+                            if a is not None)
 
     def _batch(self, a, lo, hi):
         """Rows lo..hi of A as the BRGEMM's batch of k blocks."""
@@ -426,27 +432,34 @@ class PanelGemm:
                                  panel.reshape((len(batch), -1) + panel.shape[1:]), c[lo:hi, c0:c1], *extra,
                                  count=len(batch))
 
-    def _group_calls(self, a, b, c, bias, group):
-        """The kernel calls of one thread's run of panels: each packed (into buffers of the thread's
-        own, used again panel after panel), then multiplied."""
-        batches, buffers, calls = [(lo, hi, self._batch(a, lo, hi)) for lo, hi in self.runs[0]], {}, []
-        for c0, c1 in group:
+    def _group_calls(self, a, b, c, bias, group, buffers):
+        """The kernel calls of one thread's share of panels (pieces (c0, c1, lo, hi):
+        :func:`~tppasm.fc_parallel.panel_shares`): each panel packed (into ``buffers``, the
+        thread's own rooms: :meth:`_rooms`), then multiplied over the piece's rows in runs."""
+        calls = []
+        for c0, c1, *rows in group:
             packing, panel = self._pack_calls(b, c0, c1, buffers)
-            calls += packing + [self._call(batch, panel, c, bias, lo, hi, c0, c1) for lo, hi, batch in batches]
+            calls += packing + [self._call(self._batch(a, lo, hi), panel, c, bias, lo, hi, c0, c1)
+                                for lo, hi in self.piece_runs[tuple(rows)]]
         return calls
 
     def __call__(self, a, b, c, bias=None):
         """C from A (rows, k) and W (m, k) or, with ``b_layout="km"``, B (k, m)."""
-        if self.groups:
-            return _parallel_kernels([self._group_calls(a, b, c, bias, group) for group in self.groups])
+        extra = () if bias is None else (bias,)
+        if self.groups:             # (the calls replayed, their operands: a, B's arrays, c, bias, the rooms)
+            rooms = [self._rooms(b, group) for group in self.groups]
+            b_arrays = [packed_panel(b, *p) for p in self.panels] if isinstance(b, PackedWeight) else [b]
+            return self.replays.run((a, *b_arrays, c, *extra, *(r for _, arrays in rooms for r in arrays)), lambda: [
+                self._group_calls(a, b, c, bias, group, buffers) for group, (buffers, _) in zip(self.groups, rooms)])
         packing, panel = self._pack_calls(b, 0, self.m, {})     # once, here: every thread's rows use it
         _parallel_kernels([packing])
         if len(self.runs[0]) == 1 and len(self.blocks) == 1:      # (a small layer's call: no call objects, ~1 us less)
             batch = self._batch(a, 0, self.rows)
             return self.kernels[self.rows, self.m](batch, panel.reshape((len(batch), -1) + panel.shape[1:]), c,
-                                                   *(() if bias is None else (bias,)), count=len(batch))
-        _parallel_kernels([[self._call(self._batch(a, lo, hi), panel, c, bias, lo, hi, 0, self.m) for lo, hi in run]
-                           for run in self.runs])
+                                                   *extra, count=len(batch))
+        self.replays.run((a, panel, c, *extra), lambda: [
+            [self._call(self._batch(a, lo, hi), panel, c, bias, lo, hi, 0, self.m) for lo, hi in run]
+            for run in self.runs])
 
 
 class StripGemm:
@@ -548,7 +561,7 @@ def _forward_plan(n, m, k, dt, bias, act, threads, keep=False, packed=False):
         pack_x = TransposedB(n, k, dt, packed_stride(n, k, dt))
         runs = n * k * (2 if dt == "bf16" else 4) > PANEL_BYTES
         kernels.update(pack_x=pack_x, gemm=RowGemm(m, n, k, dt, threads, c_dtype="f32", ldb=pack_x.ld, runs=runs),
-                       zero_bias=np.zeros(m, np.float32))
+                       zero_bias=np.zeros(m, np.float32), replays=(Replays(), Replays()))
         widths = {hi - lo for lo, hi in kernels["gemm"].blocks}     # of out's columns, one block per thread
         kernels.update(transpose_y={w: transform("transpose", w, n, ldo=m, dtype="f32") for w in widths},
                        add_bias={w: binary("add", n, w, lda=m, ldo=m, dtype="f32", out_dtype=dt, bcast_b="row",

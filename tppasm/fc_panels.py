@@ -7,7 +7,10 @@ products over blocks of rows that the transposed forward runs.
 """
 import functools
 
+import numpy as np
+
 from .brgemm import brgemm
+from .fc_args import DTYPE_NAMES
 from .fc_operands import k_blocks
 from .fc_parallel import parallel_kernels, part_flops, row_blocks, split
 
@@ -114,3 +117,23 @@ class RowGemm:
         b = b.reshape((count, -1) + b.shape[1:])
         return [[functools.partial(self.kernels[hi - lo], k_blocks(a[lo:hi], self.bk, count), b, c[lo:hi], *bias,
                                    count=count) for lo, hi in run] for run in self.runs]
+
+
+def packed_panel(p, c0, c1):
+    """Columns c0..c1 of PackedWeight ``p``; a ValueError with the fix where its panels are not
+    those of today's plan (a packing pickled by another version, or under other panel settings),
+    or the panel is not what :func:`tppasm.fc.pack` makes of ``p.w`` (threads > 1 run it unchecked)."""
+    panel = p.panels.get((c0, c1))
+    if panel is None:
+        raise ValueError(f"{p!r}: its panels are not the ones this tppasm cuts (none for columns {c0}..{c1}: "
+                         "packed by another version, or under other panel settings); pack the weight again: "
+                         "fc.pack(p.w)")
+    k, dt = p.w.shape[1], p.w.dtype     # (what pack makes: (k, ld), bf16 VNNI2-packed; its first c1 - c0 columns)
+    ld = packed_stride(c1 - c0, k, DTYPE_NAMES[dt])
+    shape = (k, ld) if dt.itemsize == 4 else (-(-k // 2), ld, 2)      # (fp32, or bf16: no other)
+    if type(panel) is not np.ndarray or panel.shape != shape or panel.dtype != dt or not panel.flags.c_contiguous:
+        got = f"{panel.shape} {panel.dtype}" if isinstance(panel, np.ndarray) else f"a {type(panel).__name__}"
+        raise ValueError(f"{p!r}: its panel for columns {c0}..{c1} is {got}, not the C-contiguous {shape} {dt} that "
+                         "fc.pack(p.w) makes (panels of another weight, or of another version?); pack the weight "
+                         "again: fc.pack(p.w)")
+    return panel[:, :c1 - c0]

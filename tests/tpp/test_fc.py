@@ -328,7 +328,7 @@ def test_one_panel_is_cut_per_thread_for_few_rows():
     """A weight of one panel shared by two threads: for up to COLUMN_SPLIT_ROWS rows each thread packs
     and multiplies its own columns (whole vectors of 16 but the last), above them row blocks share it."""
     few = fc.PanelGemm(fc.COLUMN_SPLIT_ROWS, 1000, 64, threads=2)
-    assert few.panels == [(0, 512), (512, 1000)] and few.groups == [[(0, 512)], [(512, 1000)]]
+    assert few.panels == [(0, 512), (512, 1000)] and few.groups == [[(0, 512, 0, 256)], [(512, 1000, 0, 256)]]
     assert few.blocks == [(0, fc.COLUMN_SPLIT_ROWS)]
     many = fc.PanelGemm(fc.COLUMN_SPLIT_ROWS + 1, 1000, 64, threads=2)
     assert many.panels == [(0, 1000)] and many.groups is None and len(many.blocks) == 2

@@ -1,0 +1,183 @@
+"""The tables of native calls that :meth:`isa.pool.Pool.run_native` and ``run_table`` run
+(:mod:`isa.pool_state`'s ``RAW_*`` words), and :class:`OpenMPRegions`, which runs them on the
+threads of the GNU OpenMP runtime (libgomp) that the process has loaded instead of the pool's
+own workers.
+
+Why: torch's CPU build runs its operators on libgomp's threads, which spin for milliseconds
+after each one (``GOMP_SPINCOUNT``, 300,000 ``pause`` by default) waiting for the next. A tppasm
+product on the pool's workers right after a torch operator shares its cores with them: a 2-thread
+training step of a 768 -> 3072 -> 768 MLP of :class:`tppasm.torch.Linear` with Adam, batch 256, took
+62-65 ms on a 2-vCPU Zen 3 against 48-49 with ``OMP_WAIT_POLICY=passive`` (torch's: 52-58).
+On libgomp's threads there is no one to share with: the spinning threads take the work.
+
+>>> from isa.x86 import Function, qword
+>>> f = Function("add", ["ptr", "i64"]); p, v = f.args; f.asm.add(qword[p], v); add = f.finalize()
+>>> import ctypes; total = ctypes.c_int64(0); at = ctypes.addressof(total)
+>>> table, lists = call_table([[(add.address, (at, 1))], [(add.address, (at, 2))]], 2)
+>>> lists, table[0], table[2], table[4]            # two lists of one call each: a call is 7 words
+(2, 2, 1, 1)
+"""
+import array
+import ctypes
+import operator
+import os
+
+from isa.cpu import host
+
+from . import pool_state as pc
+
+WORD = (1 << 64) - 1
+_NO_ARGS = (0,) * pc.RAW_ARGS         # a raw call's record pads its arguments to RAW_ARGS words
+
+
+def raw_call(call):
+    """``call`` as (address, args) of unsigned 64-bit words, or TypeError saying what run_native takes."""
+    try:
+        address, args = call
+        args = tuple((a if type(a) is int else operator.index(a)) & WORD for a in args)     # (a float: refused)
+        if not (isinstance(address, int) and address > 0 and len(args) <= pc.RAW_ARGS):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise TypeError(f"Pool.run_native: a call is (address, args): a native function's address and at most "
+                        f"{pc.RAW_ARGS} integer arguments, e.g. kernel.raw_call(a, b, c); got {call!r}") from None
+    return address, args
+
+
+def call_table(shares, nthreads):
+    """(table, lists): ``shares`` (lists of (address, args) calls) as the words of a table of at
+    most ``nthreads`` lists (share i in list i % nthreads), its first records' addresses filled in."""
+    threads = shares if len(shares) <= nthreads else [[call for share in shares[t::nthreads] for call in share]
+                                                      for t in range(nthreads)]
+    # the table (how many lists, then each one's first record and count), then the records (a
+    # function and its six arguments); first records as word indices until the table exists
+    words = [len(threads)] + [0] * (2 * len(threads))
+    for t, share in enumerate(threads):
+        words[1 + 2 * t:3 + 2 * t] = len(words), len(share)
+        for call in share:
+            address, args = raw_call(call)
+            words += (address, *args, *_NO_ARGS[len(args):])
+    table = array.array("Q", words)       # (a ctypes array of them takes 5x the time)
+    at = table.buffer_info()[0]
+    for t in range(len(threads)):
+        table[1 + 2 * t] = at + 8 * words[1 + 2 * t]
+    return table, len(threads)
+
+
+def refuse_run(fn, arg):
+    """The TypeError or ValueError of Pool.run for an ``fn`` or ``arg`` that is not an int in range."""
+    for name, value, least in (("fn", fn, 1), ("arg", arg, 0)):
+        if type(value) is not int or not least <= value <= WORD:
+            what = "the int address of a native function (a JitFunction's .address)" if name == "fn" else \
+                "an int (an address or a value)"
+            raise (ValueError if type(value) is int else TypeError)(
+                f"Pool.run: {name}={value!r} ({type(value).__name__}); expected {what}, {least} <= {name} < 2**64")
+
+
+def loaded_openmp():
+    """The path of the GNU OpenMP runtime (a file named libgomp*) mapped into this process, or None.
+
+    >>> loaded_openmp() is None or "libgomp" in loaded_openmp()
+    True
+    """
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split(None, 5)            # (address, perms, offset, device, inode[, path])
+                if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith("libgomp"):
+                    return fields[5].strip()
+    except OSError:
+        pass
+    return None
+
+
+class OpenMPRegions:
+    """Tables of native calls run by ``GOMP_parallel`` of the libgomp at ``path`` (already loaded:
+    :func:`loaded_openmp`) on as many of its threads as lists (thread t makes lists t, t + team,
+    ... of the team it got), each under the caller's MXCSR and given its own back after. x86-64
+    only; not in a forked child (libgomp's threads do not survive a fork: :meth:`usable`)."""
+
+    def __init__(self, path, rawcall):
+        from .x86 import Function                # (x86-64 only: the caller checks the host)
+        from .x86.registers import eax, ecx, edx, r12, r13, r14, r15, rax, rdi, rdx, rsi, rsp
+        lib = ctypes.CDLL(path)
+        parallel, thread_num, team_size = (ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in
+                                           ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads"))
+        # each thread: region(data), data = (table, MXCSR, lists, team)
+        f = Function("openmp_region", ["ptr"])
+        f.stack(8)
+        a, (data,) = f.asm, f.args
+        a.mov(r12, data)
+        a.stmxcsr([rsp])
+        a.ldmxcsr([r12 + 8])
+        for reg, fn in ((r13, thread_num), (r14, team_size)):
+            a.mov(rax, fn)
+            a.call(rax)
+            a.movsxd(reg, eax)
+        loop, done = a.label("loop"), a.label("done")
+        a.bind(loop)
+        a.cmp(r13, [r12 + 16])
+        a.jge(done)
+        a.mov(rdi, [r12])
+        a.mov(rsi, r13)
+        a.mov(rdx, [r12 + 16])
+        a.mov(rax, rawcall)
+        a.call(rax)
+        a.add(r13, r14)
+        a.jmp(loop)
+        a.bind(done)
+        a.ldmxcsr([rsp])
+        self._region = f.finalize()
+        # the caller: enter(data) keeps its MXCSR in data, then GOMP_parallel(region, data, team, 0)
+        f = Function("openmp_enter", ["ptr"])
+        f.stack(8)
+        a, (data,) = f.asm, f.args
+        a.mov(r15, data)
+        a.stmxcsr([r15 + 8])
+        a.mov(rdi, self._region.address)
+        a.mov(rsi, r15)
+        a.mov(edx, [r15 + 24])
+        a.xor(ecx, ecx)
+        a.mov(rax, parallel)
+        a.call(rax)
+        self._enter = f.finalize()
+        self.path, self.pid = path, os.getpid()
+
+    def usable(self):
+        """Whether this process is the one that loaded it (not a forked child)."""
+        return os.getpid() == self.pid
+
+    def run(self, at, lists, team=None):
+        """Make the calls of the table at ``at`` (``lists`` lists) on a team of ``team`` (default
+        ``lists``) of libgomp's threads, the calling thread among them."""
+        data = (ctypes.c_uint64 * 4)(at, 0, lists, team or lists)
+        self._enter.cfunc(ctypes.addressof(data))
+
+
+def openmp_regions(rawcall):
+    """:class:`OpenMPRegions` over the libgomp this process loaded, or None (none loaded, not an
+    x86-64 host, or one without ``GOMP_parallel``)."""
+    path = loaded_openmp()
+    if path is None or host().arch != "x86_64":
+        return None
+    try:
+        return OpenMPRegions(path, rawcall)
+    except (OSError, AttributeError):
+        return None
+
+
+_openmp = []        # the OpenMPRegions tables run on, while isa.pool.share_openmp_threads() has it so
+
+
+def share_openmp(rawcall):
+    """Run tables of several lists on :func:`openmp_regions` of ``rawcall`` (None: on the pool
+    again); returns whether they do (:func:`isa.pool.share_openmp_threads`)."""
+    _openmp.clear()
+    regions = openmp_regions(rawcall) if rawcall is not None else None
+    if regions is not None:
+        _openmp.append(regions)
+    return regions is not None
+
+
+def openmp_team(lists):
+    """The :class:`OpenMPRegions` that a table of ``lists`` lists runs on, or None: the pool's."""
+    return _openmp[0] if lists > 1 and _openmp and _openmp[0].usable() else None
