@@ -35,6 +35,8 @@ import functools
 
 import numpy as np
 
+from isa.cpu import caches
+
 from .brgemm import brgemm
 from .dtypes import dtype as numpy_dtype
 from .eltwise import GRAD_OPS, UNARY_OPS, binary, reduce, transform, unary
@@ -49,6 +51,7 @@ from .fc_calls import Replays
 from .fc_panels import (PANEL, PANEL_K, RowGemm, batch_depth, block_runs, packed_panel, packed_stride,
                         panel_stride)
 from .fc_parallel import COLUMN_SPLIT_ROWS, panel_shares, part_flops, row_blocks, split
+from .fc_strips import StripGemm
 from .layout import empty
 
 ACTS = (None, "relu", "gelu", "gelu_erf", "gelu_erf_fast")
@@ -462,56 +465,6 @@ class PanelGemm:
             for run in self.runs])
 
 
-class StripGemm:
-    """``C = A @ B`` for a few rows of A (rows, k) and a bf16 B (k, m) read in place: strips of B's
-    rows (whole rows of each thread's columns, read in order) are VNNI2-packed one at a time into a
-    buffer that stays in the caches and multiplied at once, summed in fp32 and rounded to C by a
-    copy at the end. Threads take runs of B's columns. The backward's dx for a few rows: packing B
-    in column panels instead (:class:`PanelGemm`) reads it in short pieces a row stride apart (on
-    Zen 4, 1 thread, dx of 8 rows against a 4096 x 4096 weight: 3.7-4.5 ms against 7.4-9.6; 16 x
-    1024 x 1024: 0.23 against 0.36).
-
-    >>> import numpy as np; from tppasm.dtypes import dtype
-    >>> g = StripGemm(2, 70, 5, threads=2, min_flops=1)
-    >>> g.blocks, g.strips
-    ([(0, 35), (35, 70)], [(0, 5)])
-    >>> c = np.empty((2, 70), dtype("bf16")); g(np.ones((2, 5), c.dtype), np.ones((5, 70), c.dtype), c)
-    >>> float(c.astype(np.float32).min()), float(c.astype(np.float32).max())
-    (5.0, 5.0)
-    """
-
-    def __init__(self, rows, m, k, dtype="bf16", threads=1, min_flops=None):
-        self.rows, self.m, self.k, self.np_dtype = rows, m, k, numpy_dtype(dtype)
-        self.blocks = split(m, 2 * rows * m * k, threads, part_flops(dtype) if min_flops is None else min_flops)
-        width = max(hi - lo for lo, hi in self.blocks)
-        depth = min(k, max(PANEL_K, STRIP_BYTES // (2 * width) // PANEL_K * PANEL_K))
-        self.strips = [(j, min(j + depth, k)) for j in range(0, k, depth)]
-        widths, depths = {hi - lo for lo, hi in self.blocks}, {j1 - j0 for j0, j1 in self.strips}
-        self.packs = {(d, w): transform("vnni2", d, w, ldx=m, dtype=dtype) for d in depths for w in widths}
-        self.kernels = {(d, w, beta): brgemm(rows, w, d, dtype, c_dtype="f32", lda=k, ldc=m, stride_a=d, beta=beta)
-                        for d in depths for w in widths for beta in (0, 1)}
-        self.rounding = {w: unary("copy", rows, w, ldx=m, ldo=m, dtype="f32", out_dtype=dtype) for w in widths}
-        self.depth = depth
-
-    def __call__(self, a, b, c):
-        c32 = empty((self.rows, self.m), np.float32)
-        _parallel_kernels([self._column_calls(a, b, c, c32, lo, hi) for lo, hi in self.blocks])
-
-    def _column_calls(self, a, b, c, c32, lo, hi):
-        """The kernel calls of columns lo..hi: strip by strip, pack (into a buffer of their own)
-        and multiply; then round to C."""
-        w, calls = hi - lo, []
-        buffer = empty((-(-self.depth // 2), w, 2), self.np_dtype)
-        for j0, j1 in self.strips:
-            d = j1 - j0
-            panel = buffer[:-(-d // 2)]
-            calls.append(functools.partial(self.packs[d, w], b[j0:j1, lo:hi], panel))
-            calls.append(functools.partial(self.kernels[d, w, int(j0 > 0)], k_blocks(a[:, j0:], d, 1), _one(panel),
-                                           c32[:, lo:hi], count=1))
-        calls.append(functools.partial(self.rounding[w], c32[:, lo:hi], c[:, lo:hi]))
-        return calls
-
-
 STRIP_BYTES = 2 << 20     # of a packed strip: on Zen 4 (1 MiB L2) 2 MiB strips beat 0.5 and 1 MiB ones by 8-17%
 # rows up to which the backward's bf16 dx takes a StripGemm: on Zen 4, 1 thread, against a 4096 x 4096
 # weight, ms strips / column panels: 16 rows 5.2 / 8.8, 32 rows 8.3 / 11.5, 64 rows 14.3 / 16.5, 128
@@ -520,19 +473,20 @@ STRIP_ROWS = 64
 
 
 def panel_width(m, k, dtype):
-    """Columns of C per BRGEMM call: :data:`PANEL` where W outgrows :data:`PANEL_BYTES` (about a
-    core's L2), else all m: one call, whose B rows (a row of W.T each) stay in the cache between
-    row tiles anyway. On Zen 4 (1 MiB L2), 1 thread, GFLOP/s with panels of 64 / one call: fp32
+    """Columns of C per BRGEMM call: :data:`PANEL` where W outgrows :data:`PANEL_BYTES` (a core's
+    L2), else all m: one call, whose B rows (a row of W.T each) stay in the cache between row
+    tiles anyway. On Zen 4 (1 MiB L2), 1 thread, GFLOP/s with panels of 64 / one call: fp32
     1024^3 105 / 89, 1000 x 300 -> 700 105 / 107, 127 x 65 -> 1000 46 / 91; bf16 1024^3 213 / 201,
-    512^3 210 / 215.
+    512^3 210 / 215. On Zen 3 (512 KiB), fp32 forward, one call / panels: 1 thread 500 x 700 -> 300
+    79 / 85-87, 1000 x 300 -> 700 82-85 / 90-91, 512^3 87-89 / 92; 2 threads 148 / 154-159, 161-163 / 174.
 
-    >>> panel_width(1024, 1024, "f32"), panel_width(700, 300, "f32")
-    (64, 700)
+    >>> panel_width(1024, 1024, "f32"), panel_width(70, 300, "f32")
+    (64, 70)
     """
     return PANEL if m * k * (2 if dtype == "bf16" else 4) > PANEL_BYTES else m
 
 
-PANEL_BYTES = 1 << 20
+PANEL_BYTES = next((c.size for c in caches() if c.level == 2), 1 << 20)
 
 
 class _Plan:
@@ -555,11 +509,11 @@ def _forward_plan(n, m, k, dt, bias, act, threads, keep=False, packed=False):
     if path == "dots":
         kernels.update(dot_kernels(n, m, k, dt, bias, fused, threads))
     elif path == "transposed":
-        # x.T's rows padded, whole k in one call where x.T fits PANEL_BYTES (Zen 3, 1 thread, fp32 GFLOP/s of
+        # x.T's rows padded, whole k in one call up to 1 MiB of x.T (Zen 3, 1 thread, fp32 GFLOP/s of
         # w @ x.T, whole / in runs: x 160 x 1024 96 / 92, 160 x 1536 98 / 94, 48 x 2048 90 / 86; 96 x 3072
         # (1.1 MiB) 91 / 94, 96 x 4096 82 / 92)
         pack_x = TransposedB(n, k, dt, packed_stride(n, k, dt))
-        runs = n * k * (2 if dt == "bf16" else 4) > PANEL_BYTES
+        runs = n * k * (2 if dt == "bf16" else 4) > 1 << 20
         kernels.update(pack_x=pack_x, gemm=RowGemm(m, n, k, dt, threads, c_dtype="f32", ldb=pack_x.ld, runs=runs),
                        zero_bias=np.zeros(m, np.float32), replays=(Replays(), Replays()))
         widths = {hi - lo for lo, hi in kernels["gemm"].blocks}     # of out's columns, one block per thread
@@ -577,19 +531,14 @@ def _forward_plan(n, m, k, dt, bias, act, threads, keep=False, packed=False):
 @functools.lru_cache(maxsize=256)
 def _backward_plan(n, m, k, dt, act, threads):
     few_bf16 = dt == "bf16" and n <= STRIP_ROWS
-    kernels = dict(dx=StripGemm(n, k, m, dt, threads) if few_bf16 else PanelGemm(n, k, m, dt, threads, b_layout="km"),
+    kernels = dict(dx=StripGemm(n, k, m, dt, threads, strip_bytes=STRIP_BYTES) if few_bf16
+                   else PanelGemm(n, k, m, dt, threads, b_layout="km"),
                    dw=PanelGemm(m, k, n, dt, threads, b_layout="km"),
                    transpose_dz=transform("transpose", n, m, dtype=dt),
                    db=reduce("add", n, m, over="rows", dtype=dt, out_dtype="f32"))
     if act is not None:
         kernels["act_grad"] = unary(GRADIENTS[act], n, m, dtype=dt)
     return _Plan(**kernels)
-
-
-def _one(a):
-    """``a`` as a batch of one block (a[None] would give the batch axis stride 0, which the native
-    entry does not take; a non-contiguous input is copied)."""
-    return a.reshape((1,) + a.shape)
 
 
 def _act_ref(act, z):
