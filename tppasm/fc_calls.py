@@ -40,7 +40,7 @@ class Replay:
     """Lists of kernel calls (``functools.partial(kernel, *arrays, count=...)``, one list per
     thread) as a table of native calls whose operand pointers are offsets into ``operands``."""
 
-    __slots__ = ("layouts", "words", "slots", "owners", "heads", "firsts", "lists")
+    __slots__ = ("words", "slots", "owners", "heads", "firsts", "lists")
 
     @classmethod
     def record(cls, shares, operands, check=False):
@@ -71,7 +71,6 @@ class Replay:
                     words.append(arg)
                 words += [0] * (_RECORD - 1 - len(args))
         replay = cls()
-        replay.layouts = tuple(map(_layout, operands))
         replay.words = np.array(words, np.uint64)
         replay.slots, replay.owners = np.array(slots, np.intp), np.array(owners, np.intp)
         replay.heads = np.array(heads, np.uint64) * 8           # each list's first record, bytes into the table

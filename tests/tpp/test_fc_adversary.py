@@ -27,7 +27,7 @@ BOUNDARIES = [
     (64, 512, 512, "dots", "transposed"), (64, 513, 512, "transposed", "transposed"),  # MID_DOTS_MAX, bytes
     (48, 512, 512, "dots", "dots"), (49, 512, 512, "dots", "transposed"),            # MID_DOTS_BF16_ROWS
     (191, 1024, 1024, "transposed", "transposed"), (192, 1024, 1024, "panels", "panels"),  # TRANSPOSED_ROWS
-    (200, 256, 1024, "panels", "panels"), (200, 257, 1024, "panels", "panels"),      # PANEL_BYTES: one / 64s
+    (200, 256, 1024, "panels", "panels"), (200, 257, 1024, "panels", "panels"),      # PANEL_BYTES 1 MiB: one / 64s
     (200, 513, 512, "panels", "panels"),                                              # an edge panel of 1
     (65, 100, 70, "panels", "panels"), (64, 100, 70, "panels", "panels"),            # STRIP_ROWS (bf16 dx)
     (40, 70, 1, "panels", "panels"), (40, 70, 63, "panels", "panels"), (70, 70, 64, "panels", "panels"),
