@@ -350,8 +350,8 @@ class Pool:
     def run_table(self, at, lists):
         """Make the native calls of the table at address ``at``, laid out as :meth:`run_native`
         lays one out (:mod:`isa.pool_calls`), of ``lists`` lists (1 to :attr:`nthreads`): one on
-        the calling thread, with no region, several as a region (or on OpenMP's threads:
-        :func:`share_openmp_threads`). For callers that replay calls on other operands without
+        the calling thread, with no region, several as a region (the process's pool: or on OpenMP's
+        threads, :func:`share_openmp_threads`). For callers that replay calls on other operands without
         building them again (:mod:`tppasm.fc_calls`); the table is not checked.
 
         >>> import array
@@ -360,7 +360,7 @@ class Pool:
         if type(lists) is not int or not 1 <= lists <= self.nthreads:
             raise ValueError(f"Pool.run_table: lists={lists!r}; expected an int from 1 to the pool's {self.nthreads} "
                              "threads (make the table for as many, or run its calls with run_native)")
-        openmp = pool_calls.openmp_team(lists)
+        openmp = pool_calls.openmp_team(lists) if self is _pool else None      # (a pool of one's own: its own)
         if lists > 1 and openmp is None:
             return self.run(self._code["rawcall"].address, at)
         if self.closed:
