@@ -2,8 +2,8 @@
 
 No Python runs in the workers, and the calling thread runs a whole region (its own share, tid 0,
 included) inside one ctypes call, so the interpreter lock is released for the region. Loop nests
-(:mod:`loops`) and :mod:`tppasm.fc` (tables of kernel calls, :meth:`Pool.run_native`, which may run
-on torch's OpenMP threads instead: :func:`share_openmp_threads`) share the process's pool.
+(:mod:`loops`) and :mod:`tppasm.fc` (tables of kernel calls, :meth:`Pool.run_native`) share the
+process's pool, whose regions may run on torch's OpenMP threads instead (:func:`share_openmp_threads`).
 
 Policy (see :mod:`isa.x86.pool_code` for the code, :mod:`isa.aarch64.pool_code` on AArch64 hosts:
 same state layout and protocol, ``yield`` in place of ``pause``):
@@ -285,8 +285,7 @@ class Pool:
         >>> nop = Function("nop", ["ptr", "i64", "i64"]).finalize()
         >>> get_pool().run(nop.address, 0)
         """
-        me = threading.get_ident()
-        if me == self._owner or me in self._worker_ids:
+        if self._within(me := threading.get_ident()):
             raise self._inside("Pool.run", "nested regions are not supported (run the inner work serially, or after "
                                "the region)")
         if type(fn) is not int or type(arg) is not int or not (0 < fn <= WORD and 0 <= arg <= WORD):
@@ -298,7 +297,10 @@ class Pool:
                 raise ValueError(f"this pool was closed (Pool.close()); make a new Pool({self.nthreads}), or "
                                  "use the process's pool, isa.pool.get_pool()")
             if self._stale:
-                self._start()
+                self._start()               # (and its state, whose barriers regions on OpenMP's threads use too)
+            openmp = pool_calls.openmp_team(self.nthreads) if self is _pool and not late else None
+            if openmp is not None and openmp.run(fn, arg, self.nthreads, self._state + pc.OPENMP):
+                return                      # (on torch's OpenMP threads: share_openmp_threads)
             if late:
                 pool_exit.run_late(self, fn, arg)
             else:
@@ -310,6 +312,11 @@ class Pool:
             finally:
                 self._owner = None
                 self._lock.release()
+
+    def _within(self, me):
+        """Whether thread ``me`` is inside the pool: in a region (libgomp's threads included) or its start or stop."""
+        return me == self._owner or me in self._worker_ids or (self._owner is not None and
+                                                               pool_calls.inside_openmp_region())
 
     @staticmethod
     def _inside(what, fix):
@@ -350,9 +357,8 @@ class Pool:
     def run_table(self, at, lists):
         """Make the native calls of the table at address ``at``, laid out as :meth:`run_native`
         lays one out (:mod:`isa.pool_calls`), of ``lists`` lists (1 to :attr:`nthreads`): one on
-        the calling thread, with no region, several as a region (the process's pool: or on OpenMP's
-        threads, :func:`share_openmp_threads`). For callers that replay calls on other operands without
-        building them again (:mod:`tppasm.fc_calls`); the table is not checked.
+        the calling thread, with no region, several as a region (:meth:`run`). For callers that replay
+        calls on other operands without building them again (:mod:`tppasm.fc_calls`); the table is not checked.
 
         >>> import array
         >>> table = array.array("Q", [1, 0, 0]); get_pool().run_table(table.buffer_info()[0], 1)   # no calls
@@ -360,16 +366,10 @@ class Pool:
         if type(lists) is not int or not 1 <= lists <= self.nthreads:
             raise ValueError(f"Pool.run_table: lists={lists!r}; expected an int from 1 to the pool's {self.nthreads} "
                              "threads (make the table for as many, or run its calls with run_native)")
-        openmp = pool_calls.openmp_team(lists) if self is _pool else None      # (a pool of one's own: its own)
-        if lists > 1 and openmp is None:
-            return self.run(self._code["rawcall"].address, at)
-        if self.closed:
-            raise ValueError(f"this pool was closed (Pool.close()); make a new Pool({self.nthreads}), or use the "
-                             "process's pool, isa.pool.get_pool()")
+        if lists > 1 or self.closed:
+            return self.run(self._code["rawcall"].address, at)        # (closed: run says so)
         if type(at) is not int or not 0 < at <= WORD:
             refuse_run(self._code["rawcall"].address, at)
-        if openmp is not None:
-            return openmp.run(at, lists)
         self._code["rawcall"](at, 0, 1)
 
     def cpu_seconds(self):
@@ -380,7 +380,7 @@ class Pool:
         >>> get_pool().cpu_seconds()[0] > 0
         True
         """
-        if threading.get_ident() in self._worker_ids | {self._owner}:
+        if self._within(threading.get_ident()):
             raise self._inside("Pool.cpu_seconds", "call it after the region")
         with self._lock:
             return [time.thread_time()] + [time.clock_gettime(time.pthread_getcpuclockid(t))
@@ -397,7 +397,7 @@ class Pool:
         ValueError: this pool was closed (Pool.close()); make a new Pool(2), or use the process's pool, ...
         """
         me = threading.get_ident()
-        if me == self._owner or me in self._worker_ids:
+        if self._within(me):
             raise self._inside("Pool.close", "close it after the region")
         self._take_lock()
         try:
@@ -459,7 +459,7 @@ class Pool:
         would leave the region waiting for workers that are gone, or deadlock."""
         self._replaced = True
         me = threading.get_ident()
-        if me == self._owner or me in self._worker_ids:
+        if self._within(me):
             return
         self._take_lock()
         try:
@@ -557,16 +557,16 @@ ON_NEW_POOL = []
 
 
 def share_openmp_threads(share=True):
-    """Run the tables of :meth:`Pool.run_native` and :meth:`Pool.run_table` (:mod:`tppasm.fc`'s
-    products) on the threads of the GNU OpenMP runtime this process loaded (torch's libgomp), which
-    then take the work instead of spinning beside the pool's workers (:mod:`isa.pool_calls`);
-    :mod:`tppasm.torch` calls it. ``share=False``: on the pool's workers again. Returns whether
-    they run on OpenMP's threads (False where none is loaded or off x86-64; never in a forked child).
+    """Run the regions of the process's pool (loop nests, :mod:`tppasm.fc`'s products) on the threads
+    of the GNU OpenMP runtime this process loaded (torch's libgomp), which then take the work
+    instead of spinning beside the pool's workers (:mod:`isa.pool_calls`); :mod:`tppasm.torch`
+    calls it. ``share=False``: on the pool's workers again. Returns whether they run on OpenMP's
+    threads (False where none is loaded or off x86-64; never in a forked child or at exit).
 
     >>> share_openmp_threads(False)
     False
     """
-    return pool_calls.share_openmp(_shared_code()["rawcall"].address if share else None)
+    return pool_calls.share_openmp(share)
 
 
 def get_num_threads():

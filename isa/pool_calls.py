@@ -1,14 +1,15 @@
 """The tables of native calls that :meth:`isa.pool.Pool.run_native` and ``run_table`` run
-(:mod:`isa.pool_state`'s ``RAW_*`` words), and :class:`OpenMPRegions`, which runs them on the
-threads of the GNU OpenMP runtime (libgomp) that the process has loaded instead of the pool's
-own workers.
+(:mod:`isa.pool_state`'s ``RAW_*`` words), and :class:`OpenMPRegions`, which runs the process
+pool's regions (those tables, loop nests) on the threads of the GNU OpenMP runtime (libgomp)
+that the process has loaded instead of the pool's own workers.
 
 Why: torch's CPU build runs its operators on libgomp's threads, which spin for milliseconds
 after each one (``GOMP_SPINCOUNT``, 300,000 ``pause`` by default) waiting for the next. A tppasm
-product on the pool's workers right after a torch operator shares its cores with them: a 2-thread
+region on the pool's workers right after a torch operator shares its cores with them: a 2-thread
 training step of a 768 -> 3072 -> 768 MLP of :class:`tppasm.torch.Linear` with Adam, batch 256, took
-62-65 ms on a 2-vCPU Zen 3 against 48-49 with ``OMP_WAIT_POLICY=passive`` (torch's: 52-58).
-On libgomp's threads there is no one to share with: the spinning threads take the work.
+62-65 ms on a 2-vCPU Zen 3 against 48-49 with ``OMP_WAIT_POLICY=passive`` (torch's: 52-58), and
+MiniLM's forward of 1 x 32 tokens (loop nests) right after a torch operator 10-15 ms against 4.2
+alone. On libgomp's threads there is no one to share with: the spinning threads take the work.
 
 >>> from isa.x86 import Function, qword
 >>> f = Function("add", ["ptr", "i64"]); p, v = f.args; f.asm.add(qword[p], v); add = f.finalize()
@@ -18,6 +19,7 @@ On libgomp's threads there is no one to share with: the spinning threads take th
 (2, 2, 1, 1)
 """
 import array
+import contextlib
 import ctypes
 import operator
 import os
@@ -90,94 +92,125 @@ def loaded_openmp():
     return None
 
 
-class OpenMPRegions:
-    """Tables of native calls run by ``GOMP_parallel`` of the libgomp at ``path`` (already loaded:
-    :func:`loaded_openmp`) on as many of its threads as lists (thread t makes lists t, t + team,
-    ... of the team it got), each under the caller's MXCSR and given its own back after. x86-64
-    only; not in a forked child (libgomp's threads do not survive a fork: :meth:`usable`)."""
+DATA_WORDS = 5      # a region's block: fn, arg, nthreads, the caller's MXCSR, the team libgomp gave
 
-    def __init__(self, path, rawcall):
+
+class OpenMPRegions:
+    """Regions (a native ``fn(arg, tid, nthreads)`` on every thread: a loop nest's, or ``rawcall``
+    over a table of native calls) run by ``GOMP_parallel`` of the libgomp at ``path`` (already
+    loaded: :func:`loaded_openmp`) on ``nthreads`` of its threads, the calling one among them, each
+    under the caller's MXCSR and given its own back after. Where libgomp gives a team of another
+    size (a thread limit, a nested region), every thread sees so before it calls anything, none
+    calls ``fn``, and :meth:`run` says False: the caller runs the region on its pool instead. x86-64
+    only; never in a forked child (:func:`share_openmp`)."""
+
+    def __init__(self, path):
         from .x86 import Function                # (x86-64 only: the caller checks the host)
-        from .x86.registers import eax, ecx, edx, r12, r13, r14, r15, rax, rdi, rdx, rsi, rsp
+        from .x86.registers import eax, ecx, edx, qword, r12, r13, r15, rax, rcx, rdi, rdx, rsi, rsp
         lib = ctypes.CDLL(path)
         parallel, thread_num, team_size = (ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in
                                            ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads"))
-        # each thread: region(data), data = (table, MXCSR, lists, team)
+        # each thread: region(data), data = (fn, arg, nthreads, MXCSR, the team it got)
         f = Function("openmp_region", ["ptr"])
         f.stack(8)
         a, (data,) = f.asm, f.args
         a.mov(r12, data)
         a.stmxcsr([rsp])
-        a.ldmxcsr([r12 + 8])
-        for reg, fn in ((r13, thread_num), (r14, team_size)):
-            a.mov(rax, fn)
-            a.call(rax)
-            a.movsxd(reg, eax)
-        loop, done = a.label("loop"), a.label("done")
-        a.bind(loop)
-        a.cmp(r13, [r12 + 16])
-        a.jge(done)
-        a.mov(rdi, [r12])
-        a.mov(rsi, r13)
-        a.mov(rdx, [r12 + 16])
-        a.mov(rax, rawcall)
+        a.mov(rax, team_size)
         a.call(rax)
-        a.add(r13, r14)
-        a.jmp(loop)
-        a.bind(done)
+        a.movsxd(r13, eax)
+        a.mov([r12 + 32], r13)                    # (every thread stores the same team)
+        skip = a.label("skip")
+        a.cmp(r13, [r12 + 16])
+        a.jne(skip)
+        a.mov(rax, thread_num)
+        a.call(rax)
+        a.ldmxcsr([r12 + 24])
+        a.mov(rdi, [r12 + 8])
+        a.movsxd(rsi, eax)
+        a.mov(rdx, [r12 + 16])
+        a.call(qword[r12])
         a.ldmxcsr([rsp])
+        a.bind(skip)
         self._region = f.finalize()
-        # the caller: enter(data) keeps its MXCSR in data, then GOMP_parallel(region, data, team, 0)
-        f = Function("openmp_enter", ["ptr"])
-        f.stack(8)
-        a, (data,) = f.asm, f.args
-        a.mov(r15, data)
-        a.stmxcsr([r15 + 8])
+        # the caller: enter(data, fn, arg, nthreads) fills data (its MXCSR too), then
+        # GOMP_parallel(region, data, nthreads, 0), and returns the team the threads got
+        f = Function("openmp_enter", ["ptr", "u64", "u64", "i64"], returns="i64")
+        a = f.asm
+        a.mov(r15, rdi)
+        for i, reg in enumerate((rsi, rdx, rcx)):
+            a.mov([r15 + 8 * i], reg)
+        a.stmxcsr([r15 + 24])
+        a.mov(qword[r15 + 32], 0)
         a.mov(rdi, self._region.address)
         a.mov(rsi, r15)
-        a.mov(edx, [r15 + 24])
+        a.mov(edx, ecx)
         a.xor(ecx, ecx)
         a.mov(rax, parallel)
         a.call(rax)
+        a.mov(rax, [r15 + 32])
         self._enter = f.finalize()
-        self.path, self.pid = path, os.getpid()
+        self.in_parallel = lib.omp_in_parallel
+        self.path = path
 
-    def usable(self):
-        """Whether this process is the one that loaded it (not a forked child)."""
-        return os.getpid() == self.pid
-
-    def run(self, at, lists, team=None):
-        """Make the calls of the table at ``at`` (``lists`` lists) on a team of ``team`` (default
-        ``lists``) of libgomp's threads, the calling thread among them."""
-        data = (ctypes.c_uint64 * 4)(at, 0, lists, team or lists)
-        self._enter.cfunc(ctypes.addressof(data))
+    def run(self, fn, arg, nthreads, data):
+        """Run ``fn(arg, tid, nthreads)`` on ``nthreads`` of libgomp's threads; False, having
+        called nothing, where libgomp gave a team of another size. ``data``: the address of
+        :data:`DATA_WORDS` words of the caller's that no other region uses meanwhile (a pool's
+        state has them: :data:`isa.pool_state.OPENMP`)."""
+        return self._enter.cfunc(data, fn, arg, nthreads) == nthreads
 
 
-def openmp_regions(rawcall):
+def openmp_regions():
     """:class:`OpenMPRegions` over the libgomp this process loaded, or None (none loaded, not an
     x86-64 host, or one without ``GOMP_parallel``)."""
     path = loaded_openmp()
     if path is None or host().arch != "x86_64":
         return None
     try:
-        return OpenMPRegions(path, rawcall)
+        return OpenMPRegions(path)
     except (OSError, AttributeError):
         return None
 
 
-_openmp = []        # the OpenMPRegions tables run on, while isa.pool.share_openmp_threads() has it so
+_openmp = []        # the OpenMPRegions regions run on, while isa.pool.share_openmp_threads() has it so
+_forked = []        # [True] in a forked child: libgomp's threads do not survive a fork (its next region may hang)
+os.register_at_fork(after_in_child=lambda: (_openmp.clear(), _forked.append(True)))
 
 
-def share_openmp(rawcall):
-    """Run tables of several lists on :func:`openmp_regions` of ``rawcall`` (None: on the pool
-    again); returns whether they do (:func:`isa.pool.share_openmp_threads`)."""
+def share_openmp(share):
+    """Run the process pool's regions of several threads on :func:`openmp_regions` (``share``
+    False: on the pool again); returns whether they do (:func:`isa.pool.share_openmp_threads`);
+    never in a forked child."""
     _openmp.clear()
-    regions = openmp_regions(rawcall) if rawcall is not None else None
+    regions = openmp_regions() if share and not _forked else None
     if regions is not None:
         _openmp.append(regions)
     return regions is not None
 
 
-def openmp_team(lists):
-    """The :class:`OpenMPRegions` that a table of ``lists`` lists runs on, or None: the pool's."""
-    return _openmp[0] if lists > 1 and _openmp and _openmp[0].usable() else None
+def inside_openmp_region():
+    """Whether the calling thread runs inside a region of libgomp's threads (a callback of one),
+    where entering a region of the pool would wait for the one it is in."""
+    return bool(_openmp) and _openmp[0].in_parallel() != 0
+
+
+@contextlib.contextmanager
+def on_the_pools_threads():
+    """Regions inside the ``with`` run on the pool's own workers even where they are shared
+    (:func:`share_openmp`): :meth:`isa.pool.Pool.cpu_seconds` reads those threads' clocks.
+
+    >>> with on_the_pools_threads(): openmp_team(2) is None
+    True
+    """
+    kept = _openmp[:]
+    _openmp.clear()
+    try:
+        yield
+    finally:
+        _openmp[:] = kept
+
+
+def openmp_team(nthreads):
+    """The :class:`OpenMPRegions` that a region of ``nthreads`` threads runs on, or None: the pool's."""
+    return _openmp[0] if nthreads > 1 and _openmp else None

@@ -27,6 +27,7 @@ BSLEEPERS = 384    # u32 threads asleep on BGEN
 CALLER_CPU = 448   # u32 the CPU the caller ran on when it last woke sleeping workers (first: the one
                    # the pool was started from), else NO_CPU
 NO_CPU = 0xFFFFFFFF
+OPENMP = 456       # 5 u64: a region the caller runs on OpenMP's threads instead (isa.pool_calls.OpenMPRegions)
 RECORDS = 512      # per-worker start records: u64 state, u64 tid, u32 initial generation
 RECORD_SIZE = 32
 

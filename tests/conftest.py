@@ -42,6 +42,20 @@ def isa_level(request):
         yield request.param
 
 
+@pytest.fixture(autouse=True)
+def _pool_tests_on_the_pools_threads(request):
+    """The pool's own tests (tests/**/test_*pool*.py but test_pool_openmp.py) test its workers:
+    their regions never run on torch's OpenMP threads, whatever an earlier test in the process
+    shared (importing tppasm.torch does: isa.pool.share_openmp_threads)."""
+    name = request.node.path.name
+    if "pool" not in name or name == "test_pool_openmp.py":
+        yield
+        return
+    from isa.pool_calls import on_the_pools_threads
+    with on_the_pools_threads():
+        yield
+
+
 @pytest.fixture
 def torch_threads():
     """Restore torch's thread count after a bench that sets it (for tests that import torch)."""

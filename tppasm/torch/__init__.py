@@ -3,9 +3,9 @@ fused bias and activation, forward and backward on TPPs), :func:`linear` and the
 :class:`Linear`, usable in training, in ``nn.Module``s, under ``torch.compile`` (where the
 operators are opaque custom ops with fake kernels), CPU autocast and ``torch.func.grad``.
 Importing this module imports torch; ``import tppasm`` alone never does. It also has
-:mod:`tppasm.fc`'s multi-threaded products run on torch's OpenMP threads
-(:func:`isa.pool.share_openmp_threads`), which otherwise spin beside them after each torch
-operator; ``isa.pool.share_openmp_threads(False)`` undoes that.
+the process pool's regions (:mod:`tppasm.fc`'s multi-threaded products, loop nests) run on
+torch's OpenMP threads (:func:`isa.pool.share_openmp_threads`), which otherwise spin beside them
+after each torch operator; ``isa.pool.share_openmp_threads(False)`` undoes that.
 
 >>> import torch, tppasm.torch as tt
 >>> layer = tt.Linear(3, 2, act="relu")
