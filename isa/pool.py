@@ -298,8 +298,7 @@ class Pool:
                                  "use the process's pool, isa.pool.get_pool()")
             if self._stale:
                 self._start()               # (and its state, whose barriers regions on OpenMP's threads use too)
-            openmp = pool_calls.openmp_team(self.nthreads) if self is _pool and not late else None
-            if openmp is not None and openmp.run(fn, arg, self.nthreads, self._state + pc.OPENMP):
+            if self is _pool and not late and pool_calls.run_on_openmp(fn, arg, self.nthreads, self._state + pc.OPENMP):
                 return                      # (on torch's OpenMP threads: share_openmp_threads)
             if late:
                 pool_exit.run_late(self, fn, arg)

@@ -211,6 +211,19 @@ def on_the_pools_threads():
         _openmp[:] = kept
 
 
+def run_on_openmp(fn, arg, nthreads, data):
+    """Run a region of the process's pool (``fn(arg, tid, nthreads)``, ``data`` its block: see
+    :meth:`OpenMPRegions.run`) on libgomp's threads where they are shared (:func:`share_openmp`);
+    whether it ran there. Where libgomp gives a team of another size (a thread limit), none of its
+    threads ran it, and the pool's regions stay on the pool from then on."""
+    if nthreads < 2 or not _openmp:
+        return False
+    if _openmp[0].run(fn, arg, nthreads, data):
+        return True
+    _openmp.clear()
+    return False
+
+
 def openmp_team(nthreads):
     """The :class:`OpenMPRegions` that a region of ``nthreads`` threads runs on, or None: the pool's."""
     return _openmp[0] if nthreads > 1 and _openmp else None
