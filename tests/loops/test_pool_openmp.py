@@ -51,6 +51,17 @@ def _table(lists, out):
     return pool_calls.call_table([[(READ.address, (ctypes.addressof(out), i))] for i in range(lists)], lists)
 
 
+def _in_a_process(code, **env):
+    """(exit status, stdout words, stderr) of ``code`` in a fresh Python under ``env`` (besides
+    this one's): a deadlock there times out instead of taking the suite down."""
+    import os
+    import subprocess
+    import sys
+    got = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env), capture_output=True, text=True,
+                         timeout=120)
+    return got.returncode, got.stdout.split(), got.stderr
+
+
 RAWCALL = ip._shared_code()["rawcall"].address
 BLOCK = (ctypes.c_uint64 * pool_calls.DATA_WORDS)()         # a region's block (a pool's: in its state)
 
@@ -165,12 +176,8 @@ def test_a_loop_nest_with_barriers_runs_on_openmp_threads(openmp):
     """A nest of the process's pool ("aB|": a barrier after each row's parallel loop) on libgomp's
     threads, as the first region of a process (the pool's state, which its barriers read, set up):
     every iteration once, and each row's iterations all before the next row's."""
-    import os
-    import subprocess
-    import sys
-    env = dict(os.environ, TPPASM_NUM_THREADS="2")
-    got = subprocess.run([sys.executable, "-c", _BARRIERS], env=env, capture_output=True, text=True, timeout=120)
-    assert got.returncode == 0 and got.stdout.split() == ["ordered"], got.stderr
+    code, out, err = _in_a_process(_BARRIERS, TPPASM_NUM_THREADS="2")
+    assert code == 0 and out == ["ordered"], err
 
 
 _LIMITED = """
@@ -187,13 +194,8 @@ print(shared, (fc.forward(x, w, threads=2)[0] == 700).all(), pool_calls.openmp_t
 def test_a_team_of_another_size_runs_on_the_pool():
     """Under OMP_THREAD_LIMIT=1 libgomp gives a team of one: nothing runs there, the pool runs it,
     and the next regions go to the pool straight away."""
-    import os
-    import subprocess
-    import sys
-    env = dict(os.environ, OMP_THREAD_LIMIT="1", TPPASM_NUM_THREADS="2")
-    got = subprocess.run([sys.executable, "-c", _LIMITED], env=env, capture_output=True, text=True, timeout=300)
-    assert got.returncode == 0, got.stderr
-    assert got.stdout.split() in (["True", "True", "True", "True"], ["False", "True", "True", "True"])
+    code, out, err = _in_a_process(_LIMITED, OMP_THREAD_LIMIT="1", TPPASM_NUM_THREADS="2")
+    assert code == 0 and out in (["True", "True", "True", "True"], ["False", "True", "True", "True"]), err
 
 
 def test_a_team_of_another_size_calls_nothing(openmp):
@@ -249,12 +251,8 @@ def test_a_callback_on_openmp_threads_entering_the_pool_is_refused(openmp):
     """A region's callback into Python on libgomp's threads that calls Pool.run, cpu_seconds or
     close raises RuntimeError: the region lock is held, so waiting for it would never end (run in a
     process of its own, which a deadlock would not take down with the suite)."""
-    import os
-    import subprocess
-    import sys
-    env = dict(os.environ, TPPASM_NUM_THREADS="2")
-    got = subprocess.run([sys.executable, "-c", _REENTER], env=env, capture_output=True, text=True, timeout=120)
-    assert got.returncode == 0 and got.stdout.split() == ["refused"], got.stderr
+    code, out, err = _in_a_process(_REENTER, TPPASM_NUM_THREADS="2")
+    assert code == 0 and out == ["refused"], err
 
 
 def test_cpu_clocked_trials_run_on_the_pools_threads(monkeypatch):
