@@ -32,7 +32,7 @@ SCRIPT = textwrap.dedent("""
             zero(X[i])
         return clear, (X,), lambda: X.reshape(64, 8)
 
-    found = search(make, {"bm": [4, 8, 16]}, seconds=5, top=6, reps=1, progress=False, resume="resume" in sys.argv)
+    found = search(make, {"bm": [4, 8, 16]}, seconds=20, top=6, reps=1, progress=False, resume="resume" in sys.argv)
     r = found.record
     print(json.dumps({k: r.get(k) for k in ("spec", "knobs", "runs", "recalled", "resumed", "timed")}))
     """)
